@@ -1,0 +1,185 @@
+"""Baton's one error tree.
+
+Every error Baton raises on purpose is a :class:`BatonError`. Each says whether retrying the
+same operation later can succeed (``retryable``) and carries its facts as fields, not only as
+text::
+
+    BatonError
+    ├── ConfigError                  terminal  bad settings or arguments
+    ├── ValidationError              terminal  bad input: a message, a tool argument, a write-set
+    │   └── PayloadTooLarge          terminal
+    ├── NotFoundError                terminal  session / run / submission does not exist
+    ├── ConflictError                terminal  the request contradicts committed state
+    ├── FenceError                   terminal  a newer worker owns the thing: stop touching it
+    │   ├── StaleFenceError          session fence (Brain)  (session_id, presented, current)
+    │   └── StaleAttemptError        tool-run attempt fence (Hands)  (session_id, run_id, ...)
+    ├── LeaseBusyError               retryable another live worker holds the session lease
+    ├── UnavailableError             retryable a server cannot be reached
+    │   ├── RedisUnavailable
+    │   └── NatsUnavailable
+    ├── ServerError                  terminal  an embedded server could not start or stop
+    │   └── ServerBinaryMissing      terminal  redis-server / nats-server not installed
+    └── ToolError                    terminal  a tool failed; becomes a result the model sees
+
+:func:`from_redis_error` maps redis-py exceptions (including the error replies of Baton's Lua
+scripts, which start with a stable code word) onto this tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BatonError(Exception):
+    """Base of every error Baton raises on purpose."""
+
+    retryable: bool = False
+    code: str = "baton_error"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable, **{
+            k: v for k, v in self.fields.items() if isinstance(v, str | int | float | bool | None)
+        }}
+
+
+class ConfigError(BatonError):
+    code = "config"
+
+
+class ValidationError(BatonError):
+    code = "invalid"
+
+
+class PayloadTooLarge(ValidationError):
+    code = "too_large"
+
+
+class NotFoundError(BatonError):
+    code = "not_found"
+
+
+class ConflictError(BatonError):
+    code = "conflict"
+
+
+class FenceError(BatonError):
+    """A newer worker owns the session or run; the holder of the old token must stop."""
+
+    code = "fenced"
+
+
+class StaleFenceError(FenceError):
+    code = "stale_fence"
+
+    def __init__(self, session_id: str, presented: int, current: int) -> None:
+        super().__init__(
+            f"stale fence for session {session_id}: presented {presented}, current {current}",
+            session_id=session_id,
+            presented=presented,
+            current=current,
+        )
+
+
+class StaleAttemptError(FenceError):
+    code = "stale_attempt"
+
+    def __init__(
+        self, session_id: str, run_id: str, presented: int, current: int, status: str = ""
+    ) -> None:
+        super().__init__(
+            f"stale attempt for run {run_id} of session {session_id}: "
+            f"presented {presented}, current {current} ({status or 'unknown'})",
+            session_id=session_id,
+            run_id=run_id,
+            presented=presented,
+            current=current,
+            status=status,
+        )
+
+
+class LeaseBusyError(BatonError):
+    retryable = True
+    code = "lease_busy"
+
+    def __init__(self, session_id: str, holder: str, remaining_ms: int) -> None:
+        super().__init__(
+            f"session {session_id} is leased by {holder} for {remaining_ms} ms more",
+            session_id=session_id,
+            holder=holder,
+            remaining_ms=remaining_ms,
+        )
+
+
+class UnavailableError(BatonError):
+    retryable = True
+    code = "unavailable"
+
+
+class RedisUnavailable(UnavailableError):
+    code = "redis_unavailable"
+
+
+class NatsUnavailable(UnavailableError):
+    code = "nats_unavailable"
+
+
+class ServerError(BatonError):
+    code = "server"
+
+
+class ServerBinaryMissing(ServerError):
+    code = "binary_missing"
+
+
+class ToolError(BatonError):
+    """Raised by tool code to return a coded error result to the model."""
+
+    code = "tool_error"
+
+    def __init__(self, message: str, code: str = "tool_error", **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.code = code
+
+
+def from_redis_error(exc: Exception, *, session_id: str = "", run_id: str = "") -> BatonError:
+    """Map a redis-py exception (or a Baton Lua error reply) to the error tree.
+
+    Baton's scripts fail with replies of the form ``CODE detail...`` where CODE is one of
+    ``STALE_FENCE presented current``, ``STALE_ATTEMPT presented current status``,
+    ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``.
+    """
+    import redis.exceptions as rex
+
+    if isinstance(exc, BatonError):
+        return exc
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
+        return RedisUnavailable(f"redis unavailable: {exc}", cause=str(exc))
+    text = str(exc)
+    # redis-py may prefix script errors; find our code word.
+    for word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY", "NOT_FOUND", "INVALID", "CONFLICT"):
+        idx = text.find(word + " ")
+        if idx < 0 and text.endswith(word):
+            idx = text.find(word)
+        if idx >= 0:
+            parts = text[idx:].split(" ")
+            if word == "STALE_FENCE":
+                return StaleFenceError(session_id, int(parts[1]), int(parts[2]))
+            if word == "STALE_ATTEMPT":
+                status = parts[3] if len(parts) > 3 else ""
+                return StaleAttemptError(session_id, run_id, int(parts[1]), int(parts[2]), status)
+            if word == "BUSY":
+                return LeaseBusyError(session_id, parts[1], int(parts[2]))
+            detail = " ".join(parts[1:])
+            if word == "NOT_FOUND":
+                return NotFoundError(detail, session_id=session_id)
+            if word == "INVALID":
+                return ValidationError(detail, session_id=session_id)
+            return ConflictError(detail, session_id=session_id)
+    return BatonError(f"redis error: {text}", cause=text)

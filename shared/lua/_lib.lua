@@ -1,0 +1,61 @@
+--[==[ _lib.lua: helpers prepended to every Baton session script (Redis has no includes).
+
+Every session script receives the same 12 KEYS, all under one hash tag (one Cluster slot):
+  KEYS[1]  meta      HASH   agent compat wake fence holder lease_until seq dirty created grp:<g>
+  KEYS[2]  entries   LIST   entry JSON
+  KEYS[3]  tasks     HASH   live task id -> JSON
+  KEYS[4]  done      HASH   terminal task id -> JSON
+  KEYS[5]  docs      HASH   document name -> JSON
+  KEYS[6]  subs      HASH   submission id -> JSON
+  KEYS[7]  reqs      HASH   request id -> submission id
+  KEYS[8]  runs      HASH   "<run>.<field>" for live tool runs
+  KEYS[9]  runs_done HASH   same, for runs whose result was applied
+  KEYS[10] receipts  STREAM commit log
+  KEYS[11] outbox    STREAM outbox rows of the session's shard
+  KEYS[12] timers    ZSET   timers of the session's shard
+
+Rule of every script: all checks come before the first write. Redis does not roll back a
+script that fails midway, so validation first is what makes a transition all-or-nothing.
+Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis_error).
+]==]
+local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+
+local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
+                    'heartbeat', 'worker', 'result', 'attempts'}
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fail(code, detail)
+  return redis.error_reply(code .. ' ' .. tostring(detail))
+end
+
+-- Append a receipt; 'seq' is the commit sequence it belongs to (0 for refusals).
+local function receipt(kind, worker, fence, seq, now, data)
+  redis.call('XADD', K_RECEIPTS, '*', 'seq', seq, 'kind', kind, 'worker', worker,
+             'fence', fence, 'ts', now, 'data', data)
+end
+
+-- Add one outbox row; its id ("<session>/<seq>/<n>") becomes the Nats-Msg-Id.
+local function outbox(sid, seq, n, subject, data, headers, now)
+  local id = sid .. '/' .. seq .. '/' .. n
+  redis.call('XADD', K_OUTBOX, '*', 'id', id, 'subj', subject, 'data', data,
+             'hdr', headers or '', 'sid', sid, 'ts', now)
+  return id
+end
+
+local function deadline_member(sid, wake)
+  return 'deadline|' .. sid .. '|-|' .. wake
+end
+
+-- Arm (ms > 0) or clear (ms < 0) the session's progress deadline.
+local function set_deadline(sid, wake, ms, now)
+  if ms > 0 then
+    redis.call('ZADD', K_TIMERS, now + ms, deadline_member(sid, wake))
+  elseif ms < 0 then
+    redis.call('ZREM', K_TIMERS, deadline_member(sid, wake))
+  end
+end

@@ -1,0 +1,28 @@
+--[==[ acquire.lua: take a session's lease; the new fence is the previous fence + 1.
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt)
+Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
+A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
+Clears the dirty mark: the new holder loads everything committed so far.
+Returns {fence, previous holder, 1 if takeover}.
+]==]
+if redis.call('EXISTS', K_META) == 0 then
+  return fail('NOT_FOUND', 'session')
+end
+local worker, ttl = ARGV[1], tonumber(ARGV[2])
+local m = redis.call('HMGET', K_META, 'holder', 'lease_until', 'fence')
+local holder, lease_until = m[1] or '', tonumber(m[2] or '0')
+local now = now_ms()
+if holder ~= '' and holder ~= worker and lease_until > now then
+  return fail('BUSY', holder .. ' ' .. (lease_until - now))
+end
+local takeover = 0
+if holder ~= '' and holder ~= worker then takeover = 1 end
+local fence = redis.call('HINCRBY', K_META, 'fence', 1)
+redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
+local kind = 'lease'
+if takeover == 1 then kind = 'takeover' end
+receipt(kind, ARGV[3], fence, 0, now,
+        cjson.encode({previous_holder = holder, previous_fence = tonumber(m[3] or '0')}))
+return {fence, holder, takeover}

@@ -1,0 +1,44 @@
+--[==[ claim.lua: a Hands worker claims an attempt of a tool run (mark 'accepted').
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count
+The new attempt fence is the previous attempt + 1. Returns one of:
+  {'claimed', attempt, previous attempt, previous status, intent JSON, previous worker}
+      previous attempt > 0 means an earlier attempt ended without a result: the caller
+      follows the run's replay policy (safe / confirm / unsafe).
+  {'busy', holder, remaining ms}   another attempt is alive (its heartbeat is fresh):
+      a duplicate message must not take over a live attempt.
+  {'done', status}                 the run already has a result (or it was applied)
+  {'gone'}                         no such run (unknown run id or session)
+]==]
+local rid, worker, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
+  return {'done', 'applied'}
+end
+local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
+                     rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted')
+if not r[1] then
+  return {'gone'}
+end
+local status, attempt, hb = r[2], tonumber(r[3] or '0'), tonumber(r[4] or '0')
+if status == 'completed' then
+  return {'done', status}
+end
+local now = now_ms()
+if status == 'running' and hb + ttl > now and r[5] ~= worker then
+  return {'busy', r[5] or '', hb + ttl - now}
+end
+local new = attempt + 1
+redis.call('HSET', K_RUNS, rid .. '.attempt', new, rid .. '.status', 'running',
+           rid .. '.worker', worker, rid .. '.heartbeat', now)
+local first = 0
+if not r[6] then
+  redis.call('HSET', K_RUNS, rid .. '.accepted', now)
+  first = 1
+end
+local kind = 'claim'
+if attempt > 0 then kind = 'reclaim' end
+receipt(kind, ARGV[4], new, 0, now, cjson.encode({
+  run_id = rid, attempt = new, previous_attempt = attempt, previous_status = status,
+  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1')}))
+return {'claimed', new, attempt, status, r[1], r[5] or ''}

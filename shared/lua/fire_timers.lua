@@ -1,0 +1,39 @@
+--[==[ fire_timers.lua: turn a shard's due timers into outbox wake rows.
+
+KEYS: 1 timers ZSET of the shard, 2 outbox STREAM of the shard (same hash tag).
+ARGV: 1 max timers to fire, 2 re-arm interval ms for deadlines, 3 session key prefix
+      ("<ns>:{<ns>-<shard>}:s:")
+Timer members are "<kind>|<session>|<id>|<wake subject>" scored by due time (ms).
+Each due timer becomes one wake row with id "t/<member>/<due>" (a repeated firing of the
+same due timer is deduplicated by NATS) and sets the session's dirty mark; its meta key is
+derived from the prefix and shares the hash tag. Deadlines are re-armed (a session keeps
+being woken until a commit clears its deadline); other timers are removed.
+Returns the number of timers fired.
+]==]
+local now = (function()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end)()
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]),
+                       'WITHSCORES')
+local fired = 0
+for i = 1, #due, 2 do
+  local member, at = due[i], due[i + 1]
+  local kind, sid, id, subject = string.match(member, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  if kind then
+    local data = cjson.encode({v = 1, session_id = sid, reason = 'timer:' .. kind})
+    redis.call('XADD', KEYS[2], '*', 'id', 't/' .. member .. '/' .. at, 'subj', subject,
+               'data', data, 'hdr', '', 'sid', sid, 'ts', now)
+    local meta = ARGV[3] .. sid .. ':meta'
+    if redis.call('EXISTS', meta) == 1 then
+      redis.call('HSET', meta, 'dirty', 1)
+    end
+    fired = fired + 1
+  end
+  if kind == 'deadline' then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), member)
+  else
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
+return fired

@@ -1,0 +1,22 @@
+--[==[ release.lua: give up a session's lease unless work arrived meanwhile.
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV: 1 fence, 2 lease ttl ms
+If the dirty mark is set (a submit, a tool completion or a timer wrote while the holder
+worked), the lease is kept and extended, the mark cleared, and 1 is returned: the holder
+must load and schedule again. Otherwise the lease is released and 0 is returned. This is
+what makes a wake that races the release impossible to lose.
+Refused with STALE_FENCE <presented> <current> when a newer fence exists.
+]==]
+local fence = tonumber(ARGV[1])
+local m = redis.call('HMGET', K_META, 'fence', 'dirty')
+local cur = tonumber(m[1] or '0')
+if cur ~= fence then
+  return fail('STALE_FENCE', fence .. ' ' .. cur)
+end
+if m[2] == '1' then
+  redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now_ms() + tonumber(ARGV[2]))
+  return 1
+end
+redis.call('HSET', K_META, 'holder', '', 'lease_until', 0)
+return 0

@@ -1,0 +1,39 @@
+--[==[ submit.lua: accept user input into a session, idempotently by client request id.
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV:
+  1 session id           2 agent            3 compat level     4 wake subject
+  5 request id           6 submission id    7 submission JSON  8 user entry JSON
+  9 task id             10 task JSON       11 wake JSON       12 deadline ms
+ 13 worker name         14 receipt JSON
+Creates the session meta on first use. In one step: request id -> submission, submission,
+user entry, generation task, outbox wake row, dirty mark, progress deadline, receipt.
+Returns {1, submission JSON} when created, {0, original submission JSON} for a repeated
+request id. Fails CONFLICT when the session belongs to another agent.
+]==]
+local sid, agent, compat, wake = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local existing = redis.call('HGET', K_REQS, ARGV[5])
+if existing then
+  return {0, redis.call('HGET', K_SUBS, existing)}
+end
+local cur_agent = redis.call('HGET', K_META, 'agent')
+if cur_agent and cur_agent ~= agent then
+  return fail('CONFLICT', 'session ' .. sid .. ' belongs to agent ' .. cur_agent)
+end
+local now = now_ms()
+if not cur_agent then
+  redis.call('HSET', K_META, 'agent', agent, 'compat', compat, 'wake', wake, 'fence', 0,
+             'seq', 0, 'holder', '', 'lease_until', 0, 'created', now)
+else
+  wake = redis.call('HGET', K_META, 'wake')
+end
+local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+redis.call('HSET', K_REQS, ARGV[5], ARGV[6])
+redis.call('HSET', K_SUBS, ARGV[6], ARGV[7])
+redis.call('RPUSH', K_ENTRIES, ARGV[8])
+redis.call('HSET', K_TASKS, ARGV[9], ARGV[10])
+outbox(sid, seq, 0, wake, ARGV[11], '', now)
+redis.call('HSET', K_META, 'dirty', 1)
+set_deadline(sid, wake, tonumber(ARGV[12]), now)
+receipt('submit', ARGV[13], 0, seq, now, ARGV[14])
+return {1, ARGV[7]}

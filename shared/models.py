@@ -1,0 +1,315 @@
+"""Typed state and wire models: everything stored in Redis or sent over NATS.
+
+All models are frozen pydantic models that forbid unknown fields. Records that are stored or
+sent on their own carry ``v``, the schema version: a reader that meets a version it does not
+know rejects the record with a clear error instead of guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from shared.errors import ValidationError
+
+SCHEMA_VERSION = 1
+M = TypeVar("M", bound=BaseModel)
+
+ReplayPolicy = Literal["safe", "confirm", "unsafe"]
+WaitPolicy = Literal["allSettled", "failFast"]
+Outcome = Literal["completed", "failed", "aborted", "interrupted", "orphaned", "cancelled"]
+RunStatus = Literal["dispatched", "running", "completed"]
+ResultOutcome = Literal["ok", "error", "interrupted", "failed", "cancelled"]
+Recovery = Literal["none", "reexecuted", "confirmed", "executed_after_confirm", "interrupted"]
+Mark = Literal["accepted", "completed", "applied"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_defaults=False)
+
+
+class Record(Model):
+    v: Literal[1] = SCHEMA_VERSION
+
+
+# ---------------------------------------------------------------------------- workers, receipts
+
+
+class WorkerRef(Model):
+    role: str
+    name: str
+    pid: int
+
+
+class MarkRef(Model):
+    run_id: str
+    mark: Mark
+    attempt: int = 0
+
+
+class Receipt(Record):
+    """One line of a session's commit log (built partly in Python, completed by the scripts)."""
+
+    seq: int = 0
+    ts_ms: int = 0
+    kind: str
+    worker: WorkerRef | None = None
+    fence: int = 0
+    marks: tuple[MarkRef, ...] = ()
+    changes: dict[str, int] = Field(default_factory=dict)
+    detail: dict[str, Any] = Field(default_factory=dict)
+    trace: dict[str, str] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- conversation
+
+
+class ToolCall(Model):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Entry(Record):
+    """An append-only fact of the conversation. Its index is its position in the list."""
+
+    kind: Literal["user", "model", "tool_result", "interrupted", "system"]
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+    task_id: str | None = None
+    submission_id: str | None = None
+    usage: Usage | None = None
+    ts_ms: int = 0
+
+
+class Document(Record):
+    name: str
+    version: int = 1
+    value: dict[str, Any] = Field(default_factory=dict)
+    updated_ms: int = 0
+
+
+class Submission(Record):
+    id: str
+    session_id: str
+    request_id: str
+    agent: str
+    text: str
+    task_id: str
+    status: Literal["accepted", "running", "completed", "failed", "cancelled"] = "accepted"
+    answer: str | None = None
+    error: str | None = None
+    created_ms: int = 0
+    settled_ms: int | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.status in ("completed", "failed", "cancelled")
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+class Pending(Model):
+    name: Literal["pending"] = "pending"
+
+
+class Running(Model):
+    """Persisted before a phase with outside effects runs: on load it means a worker died here."""
+
+    name: Literal["running"] = "running"
+    worker: str = ""
+    since_ms: int = 0
+
+
+class Waiting(Model):
+    name: Literal["waiting"] = "waiting"
+    on: tuple[str, ...]
+    policy: WaitPolicy = "allSettled"
+
+
+class Sleeping(Model):
+    name: Literal["sleeping"] = "sleeping"
+    until_ms: int
+
+
+class Completing(Model):
+    name: Literal["completing"] = "completing"
+    outcome: Outcome
+    reason: str = ""
+
+
+class Terminal(Model):
+    name: Literal["terminal"] = "terminal"
+    outcome: Outcome
+    reason: str = ""
+
+
+TaskState = Annotated[
+    Pending | Running | Waiting | Sleeping | Completing | Terminal, Field(discriminator="name")
+]
+
+
+class Checkpoint(Model):
+    phase: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Task(Record):
+    id: str
+    kind: str
+    version: int = 1
+    input: dict[str, Any] = Field(default_factory=dict)
+    owner: str  # the session id, or the parent task id
+    parent: str | None = None
+    submission_id: str | None = None
+    state: TaskState = Field(default_factory=Pending)
+    checkpoint: Checkpoint = Field(default_factory=lambda: Checkpoint(phase="start"))
+    crashes: int = 0  # consecutive times a worker died in the current phase
+    cancel_requested: bool = False
+    result: Any = None
+    created_ms: int = 0
+    updated_ms: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.name == "terminal"
+
+
+# ---------------------------------------------------------------------------- tool runs
+
+
+class ToolIntent(Record):
+    """What the Brain decided, saved before the first attempt; never changes afterwards."""
+
+    run_id: str
+    session_id: str
+    task_id: str
+    tool: str
+    tool_version: int = 1
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    replay: ReplayPolicy = "unsafe"
+    operation_id: str
+    tool_call_id: str | None = None
+    wake_subject: str
+    group: str | None = None  # runs awaited together: only the last completion wakes the Brain
+    wake_each: bool = False
+    created_ms: int = 0
+    trace: dict[str, str] = Field(default_factory=dict)
+
+
+class ToolResult(Record):
+    outcome: ResultOutcome
+    output: Any = None
+    error_code: str | None = None
+    error: str | None = None
+    recovery: Recovery = "none"
+    attempt: int = 0
+    duration_ms: float = 0.0
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+class ToolRun(Model):
+    """A tool run as loaded: the intent plus the marks the scripts maintain."""
+
+    intent: ToolIntent
+    status: RunStatus = "dispatched"
+    attempt: int = 0
+    accepted_ms: int | None = None
+    completed_ms: int | None = None
+    applied_ms: int | None = None
+    heartbeat_ms: int | None = None
+    worker: str | None = None
+    result: ToolResult | None = None
+    attempts: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        return self.intent.run_id
+
+
+# ---------------------------------------------------------------------------- session
+
+
+class SessionMeta(Model):
+    session_id: str
+    agent: str
+    compat: int
+    wake_subject: str
+    fence: int = 0
+    holder: str = ""
+    lease_until_ms: int = 0
+    seq: int = 0
+    dirty: bool = False
+    created_ms: int = 0
+    groups: dict[str, int] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- outbox and wire
+
+
+class OutboxRow(Model):
+    subject: str
+    data: str  # JSON of a wire message
+    headers: dict[str, str] = Field(default_factory=dict)
+    id: str = ""  # assigned by the commit script: "<session>/<seq>/<n>"; the Nats-Msg-Id
+    session_id: str = ""
+    ts_ms: int = 0
+    stream_id: str = ""  # the Redis stream entry id, for acknowledging
+
+
+class Wake(Record):
+    """``<ns>.wake.<agent>.<compat>``: session S has runnable work."""
+
+    session_id: str
+    reason: str = "commit"
+
+
+class ToolDispatch(Record):
+    """``<ns>.tool.<tool>``: execute tool run R of session S."""
+
+    session_id: str
+    run_id: str
+    tool: str
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def loads(data: str | bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"malformed JSON: {exc}") from None
+
+
+def decode(model: type[M], data: str | bytes) -> M:
+    """Parse and validate a stored record or wire message; a clear ValidationError otherwise."""
+    try:
+        return model.model_validate_json(data)
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise ValidationError(
+            f"invalid {model.__name__}: {where}: {first['msg']}", model=model.__name__
+        ) from None

@@ -1,0 +1,50 @@
+"""Loads Baton's Lua scripts (``shared/lua/*.lua``), each prefixed with ``_lib.lua``.
+
+Scripts are registered with redis-py, which runs them by SHA and reloads them after a
+server restart flushed its script cache.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+SESSION_SCRIPTS = (
+    "submit",
+    "acquire",
+    "renew",
+    "release",
+    "commit",
+    "claim",
+    "heartbeat",
+    "complete",
+)
+SHARD_SCRIPTS = ("fire_timers",)
+
+
+@cache
+def source(name: str) -> str:
+    """The full source of a script as sent to Redis."""
+    lua = resources.files("shared") / "lua"
+    body = (lua / f"{name}.lua").read_text()
+    if name in SESSION_SCRIPTS:
+        return (lua / "_lib.lua").read_text() + "\n" + body
+    return body
+
+
+class Scripts:
+    """The registered scripts of one Redis client."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(source(name)) for name in SESSION_SCRIPTS + SHARD_SCRIPTS
+        }
+
+    def __getattr__(self, name: str) -> AsyncScript:
+        try:
+            return self._scripts[name]
+        except KeyError:
+            raise AttributeError(name) from None

@@ -1,0 +1,98 @@
+"""Process settings: one frozen object built from ``BATON_*`` environment variables.
+
+Build it once in an entry point with :meth:`Settings.from_env` and pass it down; nothing in
+Baton reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from shared.errors import ConfigError
+
+ENV_PREFIX = "BATON_"
+
+
+class Settings(BaseModel):
+    """Everything a Baton process needs to know about its environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    nats_url: str = "nats://127.0.0.1:4222"
+    # Prefix of every Redis key, NATS subject and stream name: isolates deployments and tests.
+    namespace: str = Field(default="baton", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    # Sessions are spread over this many hash-tagged shards (outbox stream + timer set each).
+    shards: int = Field(default=16, ge=1, le=4096)
+    stream_replicas: int = Field(default=1, ge=1, le=5)
+    stream_storage: str = Field(default="file", pattern="^(file|memory)$")
+    duplicate_window_s: float = Field(default=120.0, gt=0)
+
+    # Brain
+    lease_ms: int = Field(default=5_000, ge=100)
+    brain_concurrency: int = Field(default=64, ge=1)
+    restart_limit: int = Field(default=3, ge=1)
+    progress_deadline_ms: int = Field(default=15_000, ge=100)
+    entries_page: int = Field(default=200, ge=1)
+
+    # Hands
+    attempt_ttl_ms: int = Field(default=5_000, ge=100)
+    ack_wait_s: float = Field(default=5.0, gt=0)
+    max_deliver: int = Field(default=5, ge=1)
+    hands_concurrency: int = Field(default=64, ge=1)
+    tool_output_limit: int = Field(default=64 * 1024, ge=256)
+
+    # Relay
+    relay_batch: int = Field(default=256, ge=1)
+    relay_claim_idle_ms: int = Field(default=3_000, ge=100)
+    timer_tick_ms: int = Field(default=200, ge=10)
+
+    # Limits and lifecycle
+    max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
+    drain_timeout_s: float = Field(default=10.0, ge=0)
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+
+    mail_url: str = "http://127.0.0.1:8025"
+    worker_name: str = ""
+    log_level: str = "info"
+    log_format: str = Field(default="auto", pattern="^(auto|json|console)$")
+    fault: str = ""  # named fault point, for crash tests only: "point" or "point@N"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read ``BATON_<FIELD>`` variables (upper case) and apply explicit overrides."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            key = ENV_PREFIX + name.upper()
+            if key in env and env[key] != "":
+                values[name] = env[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(values)
+        except PydanticValidationError as exc:
+            problems = "; ".join(
+                f"{ENV_PREFIX}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ConfigError(f"invalid settings: {problems}") from None
+
+    def worker_id(self, role: str) -> str:
+        """A readable unique worker name: the configured one, or role-host-pid."""
+        if self.worker_name:
+            return self.worker_name
+        return f"{role}-{socket.gethostname()}-{os.getpid()}"
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that recreates these settings in a child process."""
+        out = {}
+        for name, value in self.model_dump().items():
+            if value != type(self).model_fields[name].default:
+                out[ENV_PREFIX + name.upper()] = str(value)
+        return out

@@ -1,0 +1,429 @@
+"""The session store on Redis: every state transition is one fenced Lua script.
+
+``Store`` owns the session-side transitions (submit, lease, load, commit) and the tool-run
+transitions of Hands (claim, heartbeat, complete). The relay's outbox and timer operations
+live in :mod:`shared.outbox`. Each method is one round trip.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from shared.errors import (
+    BatonError,
+    NotFoundError,
+    RedisUnavailable,
+    from_redis_error,
+)
+from shared.keys import RUN_FIELDS, Keys, SessionKeys
+from shared.models import (
+    Document,
+    Entry,
+    MarkRef,
+    Receipt,
+    SessionMeta,
+    Submission,
+    Task,
+    ToolIntent,
+    ToolResult,
+    ToolRun,
+    WorkerRef,
+    decode,
+    dumps,
+    loads,
+)
+from shared.scripts import Scripts
+from shared.settings import Settings
+from shared.writes import Writes
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) -> Redis:
+    """A client that fails fast and never retries on its own.
+
+    Automatic retries are off on purpose: re-sending a commit whose reply was lost could
+    apply it twice. Callers decide what is safe to retry (submit is idempotent, a Brain
+    re-acquires and reloads, a Hands attempt re-checks its run).
+    """
+    return Redis.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        socket_connect_timeout=settings.connect_timeout_s,
+        socket_timeout=socket_timeout,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=30,
+    )
+
+
+def worker_ref(role: str, name: str) -> WorkerRef:
+    return WorkerRef(role=role, name=name, pid=os.getpid())
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    session_id: str
+    fence: int
+    takeover: bool
+    previous_holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The outcome of a Hands claim (see claim.lua)."""
+
+    status: Literal["claimed", "busy", "done", "gone"]
+    attempt: int = 0
+    previous_attempt: int = 0
+    previous_status: str = ""
+    intent: ToolIntent | None = None
+    previous_worker: str = ""
+    holder: str = ""
+    remaining_ms: int = 0
+
+    @property
+    def recovering(self) -> bool:
+        """An earlier attempt ended without a result: the replay policy decides."""
+        return self.status == "claimed" and self.previous_attempt > 0
+
+
+@dataclass
+class SessionState:
+    """A session's live state as one consistent snapshot."""
+
+    meta: SessionMeta
+    tasks: dict[str, Task] = field(default_factory=dict)
+    documents: dict[str, Document] = field(default_factory=dict)
+    submissions: dict[str, Submission] = field(default_factory=dict)
+    runs: dict[str, ToolRun] = field(default_factory=dict)
+    entry_count: int = 0
+    entries: list[Entry] = field(default_factory=list)  # the newest page
+
+    @property
+    def entries_start(self) -> int:
+        return self.entry_count - len(self.entries)
+
+
+def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
+    grouped: dict[str, dict[str, str]] = {}
+    for name, value in fields.items():
+        rid, _, f = name.rpartition(".")
+        grouped.setdefault(rid, {})[f] = value
+    runs = {}
+    for rid, f in grouped.items():
+        if "intent" not in f:
+            continue
+        runs[rid] = ToolRun(
+            intent=decode(ToolIntent, f["intent"]),
+            status=f.get("status", "dispatched"),  # type: ignore[arg-type]
+            attempt=int(f.get("attempt", 0)),
+            accepted_ms=_int(f.get("accepted")),
+            completed_ms=_int(f.get("completed")),
+            applied_ms=_int(f.get("applied")),
+            heartbeat_ms=_int(f.get("heartbeat")),
+            worker=f.get("worker"),
+            result=decode(ToolResult, f["result"]) if f.get("result") else None,
+            attempts=tuple(loads(f["attempts"])) if f.get("attempts") else (),
+        )
+    return runs
+
+
+def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
+    return SessionMeta(
+        session_id=session_id,
+        agent=m["agent"],
+        compat=int(m["compat"]),
+        wake_subject=m["wake"],
+        fence=int(m.get("fence", 0)),
+        holder=m.get("holder", ""),
+        lease_until_ms=int(m.get("lease_until", 0)),
+        seq=int(m.get("seq", 0)),
+        dirty=m.get("dirty") == "1",
+        created_ms=int(m.get("created", 0)),
+        groups={k[4:]: int(v) for k, v in m.items() if k.startswith("grp:")},
+    )
+
+
+def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
+    data = loads(f.get("data") or "{}")
+    known = {k: data.pop(k) for k in ("marks", "changes", "detail", "trace") if k in data}
+    detail = {**data, **known.get("detail", {})}
+    kind = known.get("kind") or f.get("kind", "")
+    detail.pop("kind", None)
+    worker = loads(f["worker"]) if f.get("worker", "").startswith("{") else None
+    marks = list(known.get("marks", []))
+    if kind in ("claim", "reclaim") and detail.get("accepted_mark") == 1:
+        marks.append({"run_id": detail["run_id"], "mark": "accepted", "attempt": detail["attempt"]})
+    return Receipt(
+        seq=int(f.get("seq", 0)),
+        ts_ms=int(f.get("ts", 0)),
+        kind=f.get("kind", kind),
+        worker=WorkerRef(**worker) if worker else None,
+        fence=int(f.get("fence", 0)),
+        marks=tuple(MarkRef(**m) for m in marks),
+        changes=known.get("changes", {}),
+        detail={"stream_id": stream_id, **detail},
+        trace=known.get("trace", {}),
+    )
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+class Store:
+    """Session and tool-run transitions. One instance per process; safe for concurrent use."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.namespace, settings.shards)
+        self.scripts = Scripts(redis)
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> Store:
+        """Connect and check the server answers; ``RedisUnavailable`` within the timeout."""
+        redis = connect_redis(settings)
+        store = cls(redis, settings)
+        try:
+            await redis.ping()
+        except (RedisError, OSError) as exc:
+            await redis.aclose()
+            raise RedisUnavailable(
+                f"cannot reach Redis at {settings.redis_url}: {exc}", url=settings.redis_url
+            ) from None
+        return store
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def _run(self, script: str, sk: SessionKeys, args: list[Any], run_id: str = "") -> Any:
+        try:
+            return await getattr(self.scripts, script)(keys=sk.all(), args=args)
+        except (RedisError, OSError) as exc:
+            raise from_redis_error(exc, session_id=sk.session_id, run_id=run_id) from None
+
+    def _check_size(self, payload: str, what: str) -> None:
+        if len(payload) > self.settings.max_payload_bytes:
+            from shared.errors import PayloadTooLarge
+
+            raise PayloadTooLarge(
+                f"{what} is {len(payload)} bytes, over the {self.settings.max_payload_bytes} limit",
+                size=len(payload),
+            )
+
+    # ------------------------------------------------------------------ client side
+
+    async def submit(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        compat: int,
+        wake_subject: str,
+        request_id: str,
+        text: str,
+        task: Task,
+        worker: WorkerRef,
+        submission_id: str,
+    ) -> tuple[Submission, bool]:
+        """Accept input once per request id; returns (submission, created)."""
+        sk = self.keys.session(session_id)
+        now = now_ms()
+        sub = Submission(
+            id=submission_id,
+            session_id=session_id,
+            request_id=request_id,
+            agent=agent,
+            text=text,
+            task_id=task.id,
+            created_ms=now,
+        )
+        entry = Entry(kind="user", text=text, submission_id=sub.id, task_id=task.id, ts_ms=now)
+        self._check_size(entry.to_json(), "input")
+        wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
+        receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
+                                    "task_id": task.id}, "changes": {"entries": 1, "tasks": 1}})
+        created, raw = await self._run(
+            "submit",
+            sk,
+            [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
+             entry.to_json(), task.id, task.to_json(), wake, self.settings.progress_deadline_ms,
+             worker.model_dump_json(), receipt],
+        )
+        await self.redis.zadd(self.keys.sessions, {session_id: now}, nx=True)
+        return decode(Submission, raw), bool(created)
+
+    async def submission(self, session_id: str, submission_id: str) -> Submission:
+        raw = await self.redis.hget(self.keys.session(session_id).subs, submission_id)
+        if raw is None:
+            raise NotFoundError(f"no submission {submission_id} in session {session_id}")
+        return decode(Submission, raw)
+
+    async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
+        sk = self.keys.session(session_id)
+        sub_id = await self.redis.hget(sk.reqs, request_id)
+        return await self.submission(session_id, sub_id) if sub_id else None
+
+    # ------------------------------------------------------------------ Brain side
+
+    async def acquire(self, session_id: str, worker: WorkerRef, ttl_ms: int) -> Lease:
+        """Take the lease: ``LeaseBusyError`` while another live worker holds it."""
+        sk = self.keys.session(session_id)
+        fence, prev, takeover = await self._run(
+            "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json()]
+        )
+        return Lease(session_id, int(fence), bool(takeover), prev or "")
+
+    async def renew(self, session_id: str, fence: int, ttl_ms: int) -> int:
+        return int(await self._run("renew", self.keys.session(session_id), [fence, ttl_ms]))
+
+    async def release(self, session_id: str, fence: int, ttl_ms: int) -> bool:
+        """Release the lease; True means work arrived meanwhile and the lease is kept."""
+        sk = self.keys.session(session_id)
+        return bool(await self._run("release", sk, [fence, ttl_ms]))
+
+    async def load(self, session_id: str, *, page: int | None = None) -> SessionState:
+        """A consistent snapshot of the live state and the newest page of entries."""
+        sk = self.keys.session(session_id)
+        page = page or self.settings.entries_page
+        try:
+            async with self.redis.pipeline(transaction=True) as p:
+                p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
+                p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1)
+                meta, tasks, docs, subs, runs, count, entries = await p.execute()
+        except (RedisError, OSError) as exc:
+            raise from_redis_error(exc, session_id=session_id) from None
+        if not meta:
+            raise NotFoundError(f"no session {session_id}", session_id=session_id)
+        return SessionState(
+            meta=parse_meta(session_id, meta),
+            tasks={k: decode(Task, v) for k, v in tasks.items()},
+            documents={k: decode(Document, v) for k, v in docs.items()},
+            submissions={k: decode(Submission, v) for k, v in subs.items()},
+            runs=parse_runs(runs),
+            entry_count=int(count),
+            entries=[decode(Entry, e) for e in entries],
+        )
+
+    async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
+        """Entries ``start..stop`` (inclusive, Redis LRANGE semantics)."""
+        raw = await self.redis.lrange(self.keys.session(session_id).entries, start, stop)
+        return [decode(Entry, e) for e in raw]
+
+    async def commit(
+        self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
+    ) -> tuple[int, int]:
+        """Apply a write-set atomically under the fence; returns (seq, entry count)."""
+        sk = self.keys.session(session_id)
+        payload = writes.to_script()
+        self._check_size(payload, "commit")
+        seq, count = await self._run(
+            "commit", sk, [fence, worker.model_dump_json(), payload, session_id]
+        )
+        return int(seq), int(count)
+
+    # ------------------------------------------------------------------ Hands side
+
+    async def claim(
+        self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1
+    ) -> Claim:
+        sk = self.keys.session(session_id)
+        r = await self._run(
+            "claim",
+            sk,
+            [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery],
+            run_id,
+        )
+        status = r[0]
+        if status == "claimed":
+            return Claim(
+                "claimed",
+                attempt=int(r[1]),
+                previous_attempt=int(r[2]),
+                previous_status=r[3] or "",
+                intent=decode(ToolIntent, r[4]),
+                previous_worker=r[5],
+            )
+        if status == "busy":
+            return Claim("busy", holder=r[1], remaining_ms=int(r[2]))
+        if status == "done":
+            return Claim("done", previous_status=r[1])
+        return Claim("gone")
+
+    async def heartbeat(self, session_id: str, run_id: str, attempt: int) -> None:
+        """Raises ``StaleAttemptError`` once the attempt is no longer current."""
+        await self._run("heartbeat", self.keys.session(session_id), [run_id, attempt], run_id)
+
+    async def complete(
+        self,
+        session_id: str,
+        intent: ToolIntent,
+        attempt: int,
+        result: ToolResult,
+        worker: WorkerRef,
+        *,
+        force_wake: bool = False,
+        detail: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> bool:
+        """Commit the result under the attempt fence; True when it woke the Brain."""
+        sk = self.keys.session(session_id)
+        payload = result.to_json()
+        self._check_size(payload, "tool result")
+        wake = dumps({"v": 1, "session_id": session_id, "reason": f"tool:{intent.run_id}"})
+        receipt = dumps({
+            "marks": [{"run_id": intent.run_id, "mark": "completed", "attempt": attempt}],
+            "detail": {"run_id": intent.run_id, "tool": intent.tool, "outcome": result.outcome,
+                       "recovery": result.recovery, **(detail or {})},
+            "trace": headers or {},
+        })
+        (woke,) = await self._run(
+            "complete",
+            sk,
+            [intent.run_id, attempt, payload, worker.model_dump_json(), intent.group or "",
+             "1" if force_wake or intent.wake_each else "0", wake, session_id, receipt,
+             dumps(headers or {})],
+            intent.run_id,
+        )
+        return bool(woke)
+
+    async def run(self, session_id: str, run_id: str) -> ToolRun | None:
+        """A tool run, live or applied, as a recovering worker or an operator sees it."""
+        sk = self.keys.session(session_id)
+        names = [f"{run_id}.{f}" for f in RUN_FIELDS]
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hmget(sk.runs, names).hmget(sk.runs_done, names)
+            live, done = await p.execute()
+        for values in (live, done):
+            if values[0] is not None:
+                fields = {n: v for n, v in zip(names, values, strict=True) if v is not None}
+                return parse_runs(fields)[run_id]
+        return None
+
+    async def applied_runs(self, session_id: str) -> dict[str, ToolRun]:
+        return parse_runs(await self.redis.hgetall(self.keys.session(session_id).runs_done))
+
+    async def finished_tasks(self, session_id: str) -> dict[str, Task]:
+        raw = await self.redis.hgetall(self.keys.session(session_id).done)
+        return {k: decode(Task, v) for k, v in raw.items()}
+
+    async def receipts(
+        self, session_id: str, after: str = "-", count: int = 10_000
+    ) -> list[Receipt]:
+        start = after if after == "-" else f"({after}"
+        raw = await self.redis.xrange(self.keys.session(session_id).receipts, start, "+", count)
+        return [parse_receipt(sid, f) for sid, f in raw]
+
+
+__all__ = ["BatonError", "Claim", "Lease", "SessionState", "Store", "connect_redis", "now_ms"]

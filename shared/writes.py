@@ -1,0 +1,93 @@
+"""A Brain's write-set: everything one commit changes, applied all-or-nothing by commit.lua."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.models import (
+    Document,
+    Entry,
+    MarkRef,
+    OutboxRow,
+    Submission,
+    Task,
+    ToolIntent,
+    dumps,
+)
+
+
+@dataclass
+class Writes:
+    """Collects the changes of one commit. Build it, then pass it to ``Store.commit``."""
+
+    kind: str = "commit"
+    entries: list[Entry] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    documents: list[Document] = field(default_factory=list)
+    submissions: list[Submission] = field(default_factory=list)
+    runs: list[ToolIntent] = field(default_factory=list)
+    groups: dict[str, int] = field(default_factory=dict)
+    applied: list[str] = field(default_factory=list)
+    outbox: list[OutboxRow] = field(default_factory=list)
+    timers_add: dict[str, int] = field(default_factory=dict)
+    timers_remove: list[str] = field(default_factory=list)
+    deadline_ms: int = 0  # > 0 arm, < 0 clear, 0 leave as is
+    wake_subject: str = ""  # set to move the session to another compat level
+    detail: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.entries or self.tasks or self.documents or self.submissions or self.runs
+            or self.applied or self.outbox or self.timers_add or self.timers_remove
+            or self.deadline_ms or self.wake_subject
+        )
+
+    def marks(self) -> list[MarkRef]:
+        return [MarkRef(run_id=r, mark="applied") for r in self.applied]
+
+    def changes(self) -> dict[str, int]:
+        counts = {
+            "entries": len(self.entries),
+            "tasks": len(self.tasks),
+            "documents": len(self.documents),
+            "submissions": len(self.submissions),
+            "runs": len(self.runs),
+            "applied": len(self.applied),
+            "outbox": len(self.outbox),
+            "timers": len(self.timers_add) + len(self.timers_remove),
+        }
+        return {k: v for k, v in counts.items() if v}
+
+    def to_script(self) -> str:
+        """The write-set JSON that commit.lua reads (see its header)."""
+        receipt = {
+            "kind": self.kind,
+            "marks": [m.model_dump() for m in self.marks()],
+            "changes": self.changes(),
+            "detail": self.detail,
+            "trace": self.trace,
+        }
+        return dumps(
+            {
+                "e": [e.to_json() for e in self.entries],
+                "t": [[t.id, t.to_json(), t.terminal] for t in self.tasks],
+                "d": [[d.name, d.to_json()] for d in self.documents],
+                "s": [[s.id, s.to_json()] for s in self.submissions],
+                "r": [[r.run_id, r.to_json()] for r in self.runs],
+                "g": [[g, n] for g, n in self.groups.items()],
+                "a": list(self.applied),
+                "o": [[o.subject, o.data, dumps(o.headers)] for o in self.outbox],
+                "ta": [[m, due] for m, due in self.timers_add.items()],
+                "tr": list(self.timers_remove),
+                "dl": self.deadline_ms,
+                "w": self.wake_subject,
+                "rc": dumps(receipt),
+            }
+        )
+
+
+def timer_member(kind: str, session_id: str, ident: str, wake_subject: str) -> str:
+    """A timer's member in its shard's timer set (see fire_timers.lua)."""
+    return f"{kind}|{session_id}|{ident}|{wake_subject}"

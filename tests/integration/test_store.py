@@ -1,0 +1,288 @@
+"""The fenced session store against a real redis-server: atomicity, fencing, idempotency."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from shared.errors import (
+    ConflictError,
+    LeaseBusyError,
+    NotFoundError,
+    RedisUnavailable,
+    StaleAttemptError,
+    StaleFenceError,
+    ValidationError,
+)
+from shared.models import Entry, OutboxRow, Task, ToolIntent, ToolResult, Waiting
+from shared.outbox import Outbox
+from shared.servers import free_port
+from shared.settings import Settings
+from shared.store import Store, worker_ref
+from shared.writes import Writes
+from tests.helpers import eventually
+
+BRAIN = worker_ref("brain", "brain-a")
+BRAIN_B = worker_ref("brain", "brain-b")
+HANDS = worker_ref("hands", "hands-a")
+HANDS_B = worker_ref("hands", "hands-b")
+WAKE = "t.wake.notices.1"
+
+
+@pytest.fixture
+async def store(settings: Settings):
+    s = await Store.connect(settings.model_copy(update={"lease_ms": 300, "attempt_ttl_ms": 300}))
+    yield s
+    await s.close()
+
+
+async def submit(store: Store, session: str, request_id: str = "r1", text: str = "hi"):
+    task = Task(id=f"task-{request_id}", kind="generation", owner=session)
+    return await store.submit(
+        session, agent="notices", compat=1, wake_subject=WAKE, request_id=request_id,
+        text=text, task=task, worker=worker_ref("client", "c"), submission_id=f"sub-{request_id}",
+    )
+
+
+def intent(session: str, run_id: str, group: str | None = None) -> ToolIntent:
+    return ToolIntent(
+        run_id=run_id, session_id=session, task_id="task-r1", tool="send_email",
+        arguments={"to": "a@example.com"}, replay="confirm", operation_id=f"op-{run_id}",
+        wake_subject=WAKE, group=group,
+    )
+
+
+async def outbox_rows(store: Store, session: str) -> list[OutboxRow]:
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of(session)
+    await box.ensure_groups([shard])
+    return await box.read([shard], "reader", 100, None)
+
+
+async def test_submit_is_idempotent_and_writes_everything_at_once(store: Store) -> None:
+    sub, created = await submit(store, "s1")
+    again, created_again = await submit(store, "s1", text="different text")
+    assert created and not created_again
+    assert again == sub
+    state = await store.load("s1")
+    assert state.meta.agent == "notices" and state.meta.wake_subject == WAKE
+    assert [e.text for e in state.entries] == ["hi"]
+    assert list(state.tasks) == ["task-r1"]
+    rows = await outbox_rows(store, "s1")
+    assert [r.subject for r in rows] == [WAKE]
+    assert rows[0].id == "s1/1/0"
+
+
+async def test_racing_submissions_with_one_request_id_make_one_submission(store: Store) -> None:
+    results = await asyncio.gather(*(submit(store, "race", "same") for _ in range(20)))
+    assert sum(created for _, created in results) == 1
+    assert len({sub.id for sub, _ in results}) == 1
+    state = await store.load("race")
+    assert state.entry_count == 1 and len(state.submissions) == 1
+
+
+async def test_session_of_another_agent_is_refused(store: Store) -> None:
+    await submit(store, "s2")
+    task = Task(id="t2", kind="generation", owner="s2")
+    with pytest.raises(ConflictError):
+        await store.submit("s2", agent="other", compat=1, wake_subject=WAKE, request_id="r9",
+                           text="x", task=task, worker=BRAIN, submission_id="sub-9")
+
+
+async def test_commit_is_all_or_nothing_when_a_write_is_invalid(store: Store) -> None:
+    await submit(store, "s3")
+    lease = await store.acquire("s3", BRAIN, 5000)
+    before = await store.load("s3")
+    # The last write (applying a run that never completed) is invalid: nothing may land.
+    writes = Writes(
+        entries=[Entry(kind="model", text="partial answer")],
+        tasks=[Task(id="task-new", kind="generation", owner="s3")],
+        runs=[intent("s3", "r-ok")],
+        outbox=[OutboxRow(subject="t.tool.send_email", data="{}")],
+        applied=["r-missing"],
+    )
+    with pytest.raises(ValidationError, match="r-missing"):
+        await store.commit("s3", lease.fence, writes, BRAIN)
+    after = await store.load("s3")
+    assert after.entry_count == before.entry_count
+    assert after.tasks.keys() == before.tasks.keys()
+    assert after.runs == {} and after.meta.seq == before.meta.seq
+    assert [r.subject for r in await outbox_rows(store, "s3")] == [WAKE]  # only submit's
+
+
+async def test_outbox_rows_exist_exactly_when_their_commit_does(store: Store) -> None:
+    await submit(store, "s4")
+    lease = await store.acquire("s4", BRAIN, 5000)
+    writes = Writes(runs=[intent("s4", "r-1")],
+                    outbox=[OutboxRow(subject="t.tool.send_email", data='{"x":1}')])
+    seq, _ = await store.commit("s4", lease.fence, writes, BRAIN)
+    rows = await outbox_rows(store, "s4")
+    assert [r.id for r in rows] == ["s4/1/0", f"s4/{seq}/0"]
+    # A refused commit leaves no row behind.
+    with pytest.raises(StaleFenceError):
+        await store.commit("s4", lease.fence - 1, writes, BRAIN)
+    assert await outbox_rows(store, "s4") == []
+
+
+async def test_stale_fence_is_rejected_with_its_facts(store: Store) -> None:
+    await submit(store, "s5")
+    lease = await store.acquire("s5", BRAIN, 5000)
+    with pytest.raises(StaleFenceError) as info:
+        await store.commit("s5", lease.fence + 7, Writes(entries=[Entry(kind="model")]), BRAIN)
+    err = info.value
+    assert (err.session_id, err.presented, err.current) == ("s5", lease.fence + 7, lease.fence)
+    kinds = [r.kind for r in await store.receipts("s5")]
+    assert kinds[-1] == "refused"
+
+
+async def test_lease_expiry_then_takeover_fences_out_the_old_holder(store: Store) -> None:
+    await submit(store, "s6")
+    old = await store.acquire("s6", BRAIN, 200)
+    with pytest.raises(LeaseBusyError) as busy:
+        await store.acquire("s6", BRAIN_B, 200)
+    assert busy.value.holder == "brain-a"
+
+    async def takeover():
+        try:
+            return await store.acquire("s6", BRAIN_B, 5000)
+        except LeaseBusyError:
+            return None
+
+    new = await eventually(takeover, message="takeover after lease expiry")
+    assert new.fence == old.fence + 1 and new.takeover and new.previous_holder == "brain-a"
+    with pytest.raises(StaleFenceError):
+        await store.commit("s6", old.fence, Writes(entries=[Entry(kind="model")]), BRAIN)
+    with pytest.raises(StaleFenceError):
+        await store.renew("s6", old.fence, 1000)
+    with pytest.raises(StaleFenceError):
+        await store.release("s6", old.fence, 1000)
+    await store.commit("s6", new.fence, Writes(entries=[Entry(kind="model", text="ok")]), BRAIN_B)
+    kinds = [r.kind for r in await store.receipts("s6")]
+    assert "takeover" in kinds and kinds.count("refused") == 1
+
+
+async def test_release_keeps_the_lease_when_work_arrived_meanwhile(store: Store) -> None:
+    await submit(store, "s7")
+    lease = await store.acquire("s7", BRAIN, 5000)
+    await submit(store, "s7", request_id="r2", text="more")  # arrives while held
+    assert await store.release("s7", lease.fence, 5000) is True  # dirty: keep going
+    assert await store.release("s7", lease.fence, 5000) is False  # now released
+    again = await store.acquire("s7", BRAIN_B, 5000)
+    assert again.fence == lease.fence + 1 and not again.takeover
+
+
+async def test_hands_claim_and_complete_under_attempt_fences(store: Store) -> None:
+    await submit(store, "s8")
+    lease = await store.acquire("s8", BRAIN, 5000)
+    runs = [intent("s8", "r-a", group="g"), intent("s8", "r-b", group="g")]
+    await store.commit("s8", lease.fence, Writes(runs=runs, groups={"g": 2}), BRAIN)
+    first = await store.claim("s8", "r-a", HANDS)
+    assert first.status == "claimed" and first.attempt == 1 and not first.recovering
+    # A duplicate message while the attempt is alive does not take over.
+    dup = await store.claim("s8", "r-a", HANDS_B)
+    assert dup.status == "busy" and dup.holder == "hands-a"
+
+    async def takeover():
+        c = await store.claim("s8", "r-a", HANDS_B, delivery=2)
+        return c if c.status != "busy" else None
+
+    second = await eventually(takeover, message="attempt takeover after heartbeat ttl")
+    assert second.attempt == 2 and second.recovering and second.previous_worker == "hands-a"
+    ok = ToolResult(outcome="ok", output={"sent": True}, attempt=1)
+    with pytest.raises(StaleAttemptError) as stale:
+        await store.complete("s8", runs[0], first.attempt, ok, HANDS)
+    assert (stale.value.presented, stale.value.current) == (1, 2)
+    with pytest.raises(StaleAttemptError):
+        await store.heartbeat("s8", "r-a", first.attempt)
+    await store.heartbeat("s8", "r-a", second.attempt)
+    woke = await store.complete("s8", runs[0], second.attempt, ok, HANDS_B)
+    assert woke is False  # r-b of the same group is still out
+    assert (await store.claim("s8", "r-a", HANDS)).status == "done"
+    b = await store.claim("s8", "r-b", HANDS)
+    assert await store.complete("s8", runs[1], b.attempt, ok, HANDS) is True
+    state = await store.load("s8")
+    assert state.meta.dirty
+    run = state.runs["r-a"]
+    assert run.status == "completed" and run.accepted_ms and run.completed_ms
+    assert run.result == ok and len(run.attempts) == 1
+    # The Brain applies: the third mark, and the runs leave the live set.
+    await store.commit("s8", lease.fence, Writes(applied=["r-a", "r-b"]), BRAIN)
+    state = await store.load("s8")
+    assert state.runs == {}
+    applied = await store.run("s8", "r-a")
+    assert applied and applied.applied_ms and applied.result == ok
+    assert (await store.claim("s8", "r-a", HANDS)).status == "done"
+    marks = [(m.run_id, m.mark) for r in await store.receipts("s8") for m in r.marks]
+    assert ("r-a", "accepted") in marks and ("r-a", "completed") in marks
+    assert ("r-a", "applied") in marks
+
+
+async def test_unknown_run_and_session(store: Store) -> None:
+    await submit(store, "s9")
+    assert (await store.claim("s9", "r-none", HANDS)).status == "gone"
+    with pytest.raises(NotFoundError):
+        await store.load("nope")
+    with pytest.raises(NotFoundError):
+        await store.acquire("nope", BRAIN, 1000)
+    with pytest.raises(ValidationError):
+        await store.load("bad id with spaces")
+
+
+async def test_task_state_round_trips_and_terminal_tasks_leave_the_live_set(store: Store) -> None:
+    await submit(store, "s10")
+    lease = await store.acquire("s10", BRAIN, 5000)
+    task = (await store.load("s10")).tasks["task-r1"]
+    waiting = task.model_copy(update={"state": Waiting(on=("r-1",), policy="failFast")})
+    await store.commit("s10", lease.fence, Writes(tasks=[waiting]), BRAIN)
+    assert (await store.load("s10")).tasks["task-r1"].state == waiting.state
+    from shared.models import Terminal
+
+    done = task.model_copy(update={"state": Terminal(outcome="completed")})
+    await store.commit("s10", lease.fence, Writes(tasks=[done]), BRAIN)
+    assert (await store.load("s10")).tasks == {}
+    assert (await store.finished_tasks("s10"))["task-r1"].state.name == "terminal"
+
+
+async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None:
+    await submit(store, "s11")
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of("s11")
+    await outbox_rows(store, "s11")  # drain the submit's wake
+    lease = await store.acquire("s11", BRAIN, 5000)
+    from shared.writes import timer_member
+
+    member = timer_member("task", "s11", "task-r1", WAKE)
+    await store.commit("s11", lease.fence, Writes(timers_add={member: 1}, deadline_ms=-1), BRAIN)
+    assert await box.fire_timers(shard, 100, 1000) == 1
+    rows = await box.read([shard], "reader", 100, None)
+    assert [r.subject for r in rows] == [WAKE] and '"timer:task"' in rows[0].data
+    assert await box.fire_timers(shard, 100, 1000) == 0  # fired once, removed
+    assert (await store.load("s11")).meta.dirty
+
+
+async def test_down_redis_gives_a_clear_error_fast() -> None:
+    settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", namespace="down")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(RedisUnavailable, match="cannot reach Redis"):
+        await Store.connect(settings)
+    assert loop.time() - started < 2.0
+
+
+async def test_oversized_input_is_refused_and_nothing_lands(store: Store) -> None:
+    with pytest.raises(ValidationError, match="limit"):
+        await submit(store, "s12", text="x" * (store.settings.max_payload_bytes + 1))
+    with pytest.raises(NotFoundError):
+        await store.load("s12")
+
+
+def test_session_ids_share_one_hash_tag_with_their_shard_keys(settings: Settings) -> None:
+    from shared.keys import Keys
+
+    keys = Keys("ns", 16)
+    for sid in (str(uuid.uuid4()) for _ in range(50)):
+        sk = keys.session(sid)
+        tags = {k[k.index("{"): k.index("}") + 1] for k in sk.all()}
+        assert len(tags) == 1
