@@ -1,0 +1,65 @@
+# The one command surface: the README, CI (.ci/run) and developers all go through these targets.
+#
+#   make demo        system deps + virtualenv, then the five-notice crash/takeover demo
+#   make test        system deps + virtualenv, then the default test suite (crash tests included)
+#   make test-chaos  the long randomized fault runs
+#   make bench       benchmarks (not timed tests)
+#   make lint        ruff + mypy
+#   make clean       caches and build output (make distclean also removes the virtualenv)
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+BIN := $(VENV)/bin
+# First python >= 3.11 on PATH; override with `make PYTHON=python3.12 ...`.
+PYTHON ?= $(shell scripts/bootstrap.sh find-python 2>/dev/null || echo python3)
+# Re-install into the virtualenv only when the project's dependencies changed.
+STAMP := $(VENV)/.baton-installed
+PYTEST_ARGS ?=
+
+.PHONY: help deps venv demo test test-chaos bench lint clean distclean
+
+help:
+	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
+
+deps:
+	@scripts/bootstrap.sh
+
+venv: $(STAMP)
+
+# deps first (order-only): creating the venv needs python's venv module.
+$(STAMP): pyproject.toml | deps
+	@if [ ! -x "$(BIN)/python" ]; then \
+		echo "creating $(VENV) with $(PYTHON)"; \
+		$(PYTHON) -m venv "$(VENV)"; \
+	fi
+	@$(BIN)/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
+		echo "$(VENV) uses python < 3.11: remove it and run make again" >&2; exit 1; }
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch "$@"
+
+demo: deps venv
+	$(BIN)/baton demo
+
+test: deps venv
+	$(BIN)/pytest -q -m "not chaos" $(PYTEST_ARGS)
+
+test-chaos: deps venv
+	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)
+
+bench: deps venv
+	$(BIN)/python bench/store_bench.py
+
+lint: venv
+	$(BIN)/ruff check brain hands shared tests
+	$(BIN)/mypy brain hands shared
+
+clean:
+	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache bench/results
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf "$(VENV)"
