@@ -1,0 +1,196 @@
+"""The app API: how users declare agents and tools. Brain and Hands load the same app.
+
+    from pydantic import BaseModel
+    from shared.app import Agent, App, tool
+
+    class Args(BaseModel):
+        to: str
+
+    @tool(replay="confirm", timeout=10)
+    async def send_email(args: Args, ctx: ToolContext) -> dict: ...
+
+    @send_email.confirm
+    async def _(operation_id: str, args: Args, ctx: ToolContext) -> dict | None: ...
+
+    app = App(agents=[Agent(name="notices", tools=["send_email"])], tools=[send_email])
+
+The Brain uses the tools' names, descriptions and JSON schemas; Hands run their code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+import httpx
+import structlog
+from pydantic import BaseModel
+
+from shared.errors import ConfigError, ValidationError
+from shared.models import ReplayPolicy
+from shared.settings import Settings
+
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use: its identity, settings, a shared HTTP client."""
+
+    session_id: str
+    run_id: str
+    operation_id: str
+    attempt: int
+    settings: Settings
+    http: httpx.AsyncClient
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    log: Any = field(default_factory=lambda: structlog.get_logger("baton.tool"))
+
+
+ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
+ConfirmFn = Callable[[str, Any, ToolContext], Awaitable[Any | None]]
+
+
+class Tool:
+    """A declared tool: argument model, description, replay policy, timeout, confirm."""
+
+    def __init__(
+        self,
+        fn: ToolFn,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        replay: ReplayPolicy = "unsafe",
+        timeout: float = 30.0,
+        version: int = 1,
+        args_model: type[BaseModel] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__.replace("_", "_")
+        if not NAME.match(self.name):
+            raise ConfigError(f"invalid tool name {self.name!r}")
+        self.description = (description or inspect.getdoc(fn) or "").strip()
+        if replay not in ("safe", "confirm", "unsafe"):
+            raise ConfigError(f"tool {self.name}: unknown replay policy {replay!r}")
+        self.replay: ReplayPolicy = replay
+        self.timeout = timeout
+        self.version = version
+        self.args_model = args_model or _first_arg_model(fn, self.name)
+        self.confirm_fn: ConfirmFn | None = None
+
+    def confirm(self, fn: ConfirmFn) -> ConfirmFn:
+        """Register ``confirm(operation_id, args, ctx)``: the found result, or None."""
+        self.confirm_fn = fn
+        return fn
+
+    def check(self) -> None:
+        if self.replay == "confirm" and self.confirm_fn is None:
+            raise ConfigError(f"tool {self.name} has replay='confirm' but no confirm function")
+
+    def parse_args(self, arguments: dict[str, Any]) -> BaseModel:
+        from pydantic import ValidationError as PydanticValidationError
+
+        try:
+            return self.args_model.model_validate(arguments)
+        except PydanticValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValidationError(f"invalid arguments for {self.name}: {problems}") from None
+
+    def schema(self) -> dict[str, Any]:
+        """The function-calling declaration a model sees."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.args_model.model_json_schema(),
+        }
+
+    async def __call__(self, args: BaseModel, ctx: ToolContext) -> Any:
+        return await self.fn(args, ctx)
+
+
+def tool(
+    fn: ToolFn | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    replay: ReplayPolicy = "unsafe",
+    timeout: float = 30.0,
+    version: int = 1,
+) -> Any:
+    """Decorator declaring a tool; see the module docstring."""
+
+    def wrap(f: ToolFn) -> Tool:
+        return Tool(f, name=name, description=description, replay=replay, timeout=timeout,
+                    version=version)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _first_arg_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    hints = get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters)
+    model = hints.get(params[0]) if params else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise ConfigError(f"tool {name}: first parameter must be annotated with a pydantic model")
+    return model
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A declared agent: its name, compat level, instructions, model and tools."""
+
+    name: str
+    compat: int = 1
+    instructions: str = ""
+    model: str = "scripted"
+    tools: tuple[str, ...] = ()
+    max_turns: int = 16
+
+    def __post_init__(self) -> None:
+        if not NAME.match(self.name):
+            raise ConfigError(f"invalid agent name {self.name!r}")
+        object.__setattr__(self, "tools", tuple(self.tools))
+
+
+class App:
+    """A set of agents and the tools they use."""
+
+    def __init__(self, agents: list[Agent], tools: list[Tool]) -> None:
+        self.agents = {a.name: a for a in agents}
+        self.tools = {t.name: t for t in tools}
+        for t in tools:
+            t.check()
+        for a in agents:
+            missing = [t for t in a.tools if t not in self.tools]
+            if missing:
+                raise ConfigError(f"agent {a.name} uses undeclared tools: {', '.join(missing)}")
+
+    def agent(self, name: str) -> Agent:
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise ConfigError(
+                f"unknown agent {name!r}; this app declares: {', '.join(self.agents)}"
+            ) from None
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` and return the App it names."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--app must look like module:attribute, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import app module {module_name!r}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{spec} is not a shared.app.App (got {type(app).__name__})")
+    return app

@@ -1,0 +1,43 @@
+"""structlog configuration, done once per process by its entry point.
+
+JSON lines when stderr is not a terminal (services, CI), a readable console otherwise.
+Ids of the message being handled are bound with contextvars at the message boundary, so
+every line logged while handling it carries them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure(level: str = "info", fmt: str = "auto") -> None:
+    json_out = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    processors: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if json_out else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[*processors, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def bind(**ids: object) -> None:
+    """Bind ids for every log line of the current task (contextvars)."""
+    structlog.contextvars.bind_contextvars(**{k: v for k, v in ids.items() if v is not None})
+
+
+def clear() -> None:
+    structlog.contextvars.clear_contextvars()

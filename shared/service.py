@@ -1,0 +1,130 @@
+"""The lifecycle every long-lived Baton worker shares (Brain, Hands, Relay).
+
+A service implements :meth:`Service.serve`, which runs its loops as children of one task
+group until :meth:`Service.shutdown` is called, then drains: no new messages are taken,
+work in hand finishes within ``drain_timeout_s``, then what is left is cancelled. Signals
+are handled only by :func:`run_until_signalled` (the entry points): the first SIGTERM or
+SIGINT drains, a second one cancels at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from types import TracebackType
+from typing import Self
+
+import structlog
+
+from shared.models import dumps
+from shared.settings import Settings
+from shared.store import now_ms, worker_ref
+
+log = structlog.get_logger("baton.service")
+
+
+class Service:
+    role = "service"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.name = settings.worker_id(self.role)
+        self.worker = worker_ref(self.role, self.name)
+        self.stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self._inflight: set[asyncio.Task[object]] = set()
+
+    async def serve(self) -> None:
+        """Run until ``self.stopping`` is set; subclasses implement it."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Begin a graceful drain; idempotent."""
+        if not self.stopping.is_set():
+            log.info("service_draining", role=self.role, worker=self.name)
+            self.stopping.set()
+
+    def spawn(self, coro: object) -> asyncio.Task[object]:
+        """Run one unit of work (a message) tracked for the drain."""
+        task: asyncio.Task[object] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    async def drain(self) -> None:
+        """Wait for in-flight work up to the drain timeout, then cancel what is left."""
+        if not self._inflight:
+            return
+        done, pending = await asyncio.wait(
+            set(self._inflight), timeout=self.settings.drain_timeout_s
+        )
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("drain_timeout_cancelled", role=self.role, cancelled=len(pending))
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def wait_stopping(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep."""
+        try:
+            await asyncio.wait_for(self.stopping.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def announce(self, redis: object, key: str) -> None:
+        """Record this worker as alive in ``<ns>:workers`` until it stops (for inspect)."""
+        field = f"{self.role}:{self.name}"
+        while True:
+            info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
+                    "seen_ms": now_ms(), "inflight": self.inflight}
+            try:
+                await redis.hset(key, field, dumps(info))  # type: ignore[attr-defined]
+            except Exception as exc:  # Redis down: keep serving, report later
+                log.warning("announce_failed", error=str(exc))
+            if await self.wait_stopping(2.0):
+                try:
+                    await redis.hdel(key, field)  # type: ignore[attr-defined]
+                except Exception:
+                    pass
+                return
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+
+async def run_until_signalled(service: Service) -> None:
+    """Entry-point helper: serve until SIGTERM/SIGINT; a second signal cancels."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.ensure_future(service.serve())
+    signals = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("signal_received", signal=sig.name, action="drain")
+            service.shutdown()
+        else:
+            log.warning("signal_received", signal=sig.name, action="cancel")
+            main.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await main
+    except asyncio.CancelledError:
+        if signals < 2:
+            raise
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
