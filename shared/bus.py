@@ -1,0 +1,369 @@
+"""The JetStream bus: connection, stream and consumer setup, deduplicated publish, pull.
+
+Baton uses two work-queue streams per namespace ``ns`` (``NS`` = upper-cased, ``-`` → ``_``):
+
+    <NS>_WAKE   subjects <ns>.wake.<agent>.<compat>   one durable consumer per (agent, compat)
+    <NS>_TOOLS  subjects <ns>.tool.<tool>             one durable consumer per tool
+
+Every publish carries ``Nats-Msg-Id`` (the outbox row id), so a re-publish after a relay crash
+is dropped by the stream's duplicate window. Acks are not exclusive (nats-server#4786): who
+may act on a message is decided by fences in Redis, never here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import NamedTuple, Self
+
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    DeliverPolicy,
+    PubAck,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from shared.errors import NatsUnavailable, PayloadTooLarge, ValidationError
+from shared.settings import Settings
+
+__all__ = ["Bus", "BusNames", "Outgoing", "Puller", "delivery_count", "heartbeat"]
+
+log = structlog.get_logger(__name__)
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_STREAM_NAME_IN_USE = 10058  # JetStream API error: stream exists with another config
+# While connected, keep retrying forever (workers must outlive a NATS restart), this often.
+_RECONNECT_WAIT_S = 0.25
+_REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
+# Errors meaning "the server is not reachable right now": retryable for the caller.
+_TRANSIENT = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,
+    asyncio.TimeoutError,
+)
+
+
+def _token(kind: str, value: object) -> str:
+    text = str(value)
+    if not _TOKEN.match(text):
+        raise ValidationError(
+            f"invalid {kind} {text!r}: use 1-64 of A-Z a-z 0-9 _ - (no spaces, dots, * or >)",
+            field=kind, value=text,
+        )
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class BusNames:
+    """Stream, subject and durable names of one namespace; pure, usable without a connection."""
+
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        return self.namespace.upper().replace("-", "_")
+
+    @property
+    def wake_stream(self) -> str:
+        return f"{self.prefix}_WAKE"
+
+    @property
+    def tool_stream(self) -> str:
+        return f"{self.prefix}_TOOLS"
+
+    def wake_subject(self, agent: str, compat: str | int) -> str:
+        return f"{self.namespace}.wake.{_token('agent', agent)}.{_token('compat', compat)}"
+
+    def tool_subject(self, tool: str) -> str:
+        return f"{self.namespace}.tool.{_token('tool', tool)}"
+
+    def wake_durable(self, agent: str, compat: str | int) -> str:
+        return f"wake_{_token('agent', agent)}_{_token('compat', compat)}"
+
+    def tool_durable(self, tool: str) -> str:
+        return f"tool_{_token('tool', tool)}"
+
+
+class Outgoing(NamedTuple):
+    """One message for :meth:`Bus.publish_many`."""
+
+    subject: str
+    data: bytes
+    msg_id: str
+    headers: dict[str, str] | None = None
+
+
+def delivery_count(msg: Msg) -> int:
+    """How many times JetStream has delivered this message (1 on first delivery)."""
+    return int(msg.metadata.num_delivered)
+
+
+@contextlib.asynccontextmanager
+async def heartbeat(msg: Msg, interval: float) -> AsyncIterator[None]:
+    """Tell JetStream "still working" (``in_progress``) every ``interval`` s while the body runs.
+
+    Pick ``interval`` well below the consumer's ``ack_wait``. Beats stop once the message is
+    acked; a failed beat (e.g. while reconnecting) is logged, not raised.
+    """
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if msg.is_acked:  # acked, nak'd or terminated: nothing left to keep alive
+                return
+            try:
+                await msg.in_progress()
+            except Exception as exc:
+                log.debug("heartbeat_failed", subject=msg.subject, error=repr(exc))
+
+    task = asyncio.create_task(beat(), name=f"heartbeat:{msg.subject}")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class Puller:
+    """A pull subscription bound to one durable consumer.
+
+    Each concurrent fetch loop needs its own Puller: fetches on one subscription share an
+    inbox and would take each other's messages.
+    """
+
+    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+        self._sub = sub
+
+    async def fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+        """Up to ``batch`` messages; waits up to ``timeout`` s for the first; [] if none."""
+        try:
+            return await self._sub.fetch(batch, timeout=timeout)
+        except TimeoutError:  # nats.errors.TimeoutError, FetchTimeoutError: nothing came
+            return []
+
+    async def close(self) -> None:
+        with contextlib.suppress(nats.errors.Error):
+            await self._sub.unsubscribe()
+
+
+class Bus:
+    """A NATS connection with Baton's JetStream layout. Create with :meth:`connect`."""
+
+    def __init__(self, nc: Client, settings: Settings) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(timeout=_REQUEST_TIMEOUT_S)
+        self.settings = settings
+        self.names = BusNames(settings.namespace)
+
+    @classmethod
+    async def connect(cls, settings: Settings, name: str) -> Bus:
+        """Connect within ``settings.connect_timeout_s`` or raise :class:`NatsUnavailable`.
+
+        nats-py retries the first connect for minutes with its defaults (and forever with
+        ``max_reconnect_attempts=0``): the deadline here bounds it. Once connected, the client
+        reconnects forever, so a worker survives a NATS restart.
+        """
+        nc = Client()
+        last_error: list[BaseException] = []
+
+        async def on_error(exc: Exception) -> None:
+            last_error[:] = [exc]
+            if nc.is_connected or nc.is_reconnecting:
+                log.warning("nats_error", connection=name, error=repr(exc))
+
+        async def on_disconnected() -> None:
+            if not nc.is_closed:  # our own close() also reports a disconnect
+                log.warning("nats_disconnected", connection=name)
+
+        async def on_reconnected() -> None:
+            log.info("nats_reconnected", connection=name)
+
+        try:
+            async with asyncio.timeout(settings.connect_timeout_s):
+                await nc.connect(
+                    settings.nats_url,
+                    name=name,
+                    connect_timeout=settings.connect_timeout_s,  # type: ignore[arg-type]
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=_RECONNECT_WAIT_S,  # type: ignore[arg-type]
+                    error_cb=on_error,
+                    disconnected_cb=on_disconnected,
+                    reconnected_cb=on_reconnected,
+                )
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            cause = last_error[0] if last_error else exc
+            raise NatsUnavailable(
+                f"cannot connect to NATS at {settings.nats_url} within "
+                f"{settings.connect_timeout_s}s: {cause!r}",
+                url=settings.nats_url,
+            ) from None
+        return cls(nc, settings)
+
+    async def close(self) -> None:
+        """Flush and close the connection (no drain: workers drain their own loops). Idempotent."""
+        if not self._nc.is_closed:
+            await self._nc.close()  # flushes buffered acks and publishes first
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def nc(self) -> Client:
+        return self._nc
+
+    # -- names ------------------------------------------------------------------------------
+    def wake_subject(self, agent: str, compat: str | int) -> str:
+        return self.names.wake_subject(agent, compat)
+
+    def tool_subject(self, tool: str) -> str:
+        return self.names.tool_subject(tool)
+
+    # -- topology ---------------------------------------------------------------------------
+    def _stream_config(self, name: str, subjects: list[str]) -> StreamConfig:
+        s = self.settings
+        return StreamConfig(
+            name=name,
+            subjects=subjects,
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType(s.stream_storage),
+            num_replicas=s.stream_replicas,
+            duplicate_window=s.duplicate_window_s,
+            max_msg_size=s.max_payload_bytes,
+        )
+
+    async def ensure_streams(self) -> None:
+        """Create or update the wake and tool streams. Idempotent."""
+        ns = self.settings.namespace
+        jsm = self._js
+        for config in (
+            self._stream_config(self.names.wake_stream, [f"{ns}.wake.>"]),
+            self._stream_config(self.names.tool_stream, [f"{ns}.tool.>"]),
+        ):
+            try:
+                await jsm.add_stream(config)  # same config again is a no-op on the server
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != _STREAM_NAME_IN_USE:
+                    raise
+                await jsm.update_stream(config)
+                log.info("stream_updated", stream=config.name)
+
+    async def ensure_consumer(
+        self,
+        stream: str,
+        durable: str,
+        filter_subject: str,
+        *,
+        ack_wait: float | None = None,
+        max_deliver: int | None = None,
+        max_ack_pending: int = 1000,
+    ) -> ConsumerInfo:
+        """Create the durable pull consumer, or update it when its config differs.
+
+        ``pull_subscribe`` would silently keep an existing consumer's old config, so the
+        comparison and update are explicit here.
+        """
+        _token("durable", durable)
+        want = ConsumerConfig(
+            name=durable,
+            durable_name=durable,
+            filter_subject=filter_subject,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.settings.ack_wait_s if ack_wait is None else ack_wait,
+            max_deliver=self.settings.max_deliver if max_deliver is None else max_deliver,
+            max_ack_pending=max_ack_pending,
+        )
+        try:
+            info = await self._js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            return await self._js.add_consumer(stream, want)
+        have = info.config
+        if (
+            have.filter_subject == want.filter_subject
+            and abs((have.ack_wait or 0) - (want.ack_wait or 0)) < 1e-3
+            and have.max_deliver == want.max_deliver
+            and have.max_ack_pending == want.max_ack_pending
+        ):
+            return info
+        log.info("consumer_updated", stream=stream, durable=durable)
+        return await self._js.add_consumer(stream, want)  # create-or-update on the server
+
+    async def pull(self, stream: str, durable: str) -> Puller:
+        """A new pull subscription on an existing durable consumer."""
+        return Puller(await self._js.pull_subscribe_bind(durable=durable, stream=stream))
+
+    # -- publish ----------------------------------------------------------------------------
+    def _headers(self, data: bytes, msg_id: str, headers: dict[str, str] | None) -> dict[str, str]:
+        if len(data) > self.settings.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"message of {len(data)} bytes exceeds {self.settings.max_payload_bytes}",
+                size=len(data), limit=self.settings.max_payload_bytes,
+            )
+        if not msg_id:
+            raise ValidationError("publish needs a non-empty msg_id (deduplication key)")
+        return {**(headers or {}), "Nats-Msg-Id": msg_id}
+
+    async def publish(
+        self, subject: str, data: bytes, *, msg_id: str, headers: dict[str, str] | None = None
+    ) -> bool:
+        """Publish and wait for the stream's ack.
+
+        Returns True if the stream stored a new message, False if ``msg_id`` was a duplicate
+        within the duplicate window (the message is already stored: success for the caller).
+        """
+        hdrs = self._headers(data, msg_id, headers)
+        try:
+            ack = await self._js.publish(subject, data, headers=hdrs)
+        except _TRANSIENT as exc:
+            raise NatsUnavailable(f"publish to {subject} failed: {exc!r}", subject=subject) from exc
+        return not ack.duplicate
+
+    async def publish_many(self, items: Iterable[Outgoing]) -> list[bool]:
+        """Publish all concurrently; per item, True if stored new, False if a duplicate.
+
+        Raises if any publish fails (then nothing may be assumed published: keep the rows).
+        """
+        batch: Sequence[Outgoing] = list(items)
+        headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
+        futures: list[asyncio.Future[PubAck]] = []
+        try:
+            # publish_async's futures have no deadline of their own.
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                for item, hdrs in zip(batch, headers, strict=True):
+                    js = self._js
+                    futures.append(await js.publish_async(item.subject, item.data, headers=hdrs))
+                acks = await asyncio.gather(*futures)
+        except _TRANSIENT as exc:
+            raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
+        finally:
+            for future in futures:
+                future.cancel()  # no-op when done; frees the pending slots otherwise
+        return [not ack.duplicate for ack in acks]

@@ -1,0 +1,199 @@
+"""The JetStream bus against a real nats-server: topology, dedupe, pull, redelivery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from shared.bus import Bus, BusNames, Outgoing, delivery_count, heartbeat
+from shared.errors import NatsUnavailable, PayloadTooLarge, ValidationError
+from shared.servers import NatsServer, free_port
+from shared.settings import Settings
+from tests.helpers import eventually
+
+
+@pytest.fixture
+async def bus(settings: Settings) -> AsyncIterator[Bus]:
+    async with await Bus.connect(settings, "test") as bus:
+        await bus.ensure_streams()
+        yield bus
+
+
+async def _tool_consumer(
+    bus: Bus, tool: str, *, ack_wait: float | None = None, max_deliver: int | None = None
+) -> str:
+    durable = bus.names.tool_durable(tool)
+    await bus.ensure_consumer(
+        bus.names.tool_stream, durable, bus.tool_subject(tool),
+        ack_wait=ack_wait, max_deliver=max_deliver,
+    )
+    return durable
+
+
+def test_names_derive_from_namespace() -> None:
+    names = BusNames("dev-1")
+    assert names.wake_stream == "DEV_1_WAKE"
+    assert names.tool_stream == "DEV_1_TOOLS"
+    assert names.wake_subject("notice", 2) == "dev-1.wake.notice.2"
+    assert names.tool_subject("send_email") == "dev-1.tool.send_email"
+    assert names.wake_durable("notice", 2) == "wake_notice_2"
+    for bad in ("a.b", "a b", "*", ">", ""):
+        with pytest.raises(ValidationError):
+            names.tool_subject(bad)
+
+
+async def test_ensure_streams_is_idempotent(bus: Bus, settings: Settings) -> None:
+    await bus.ensure_streams()
+    info = await bus.nc.jetstream().stream_info(bus.names.tool_stream)
+    assert info.config.retention == "workqueue"
+    assert info.config.duplicate_window == settings.duplicate_window_s
+    assert info.config.max_msg_size == settings.max_payload_bytes
+
+
+async def test_ensure_streams_updates_changed_config(settings: Settings) -> None:
+    async with await Bus.connect(settings, "a") as bus:
+        await bus.ensure_streams()
+    changed = settings.model_copy(update={"duplicate_window_s": 30.0})
+    async with await Bus.connect(changed, "b") as bus:
+        await bus.ensure_streams()
+        info = await bus.nc.jetstream().stream_info(bus.names.wake_stream)
+        assert info.config.duplicate_window == 30.0
+
+
+async def test_consumer_config_update_is_applied(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "echo", ack_wait=5.0, max_deliver=3)
+    await _tool_consumer(bus, "echo", ack_wait=5.0, max_deliver=3)  # unchanged: no-op
+    info = await bus.ensure_consumer(
+        bus.names.tool_stream, durable, bus.tool_subject("echo"), ack_wait=2.0, max_deliver=7
+    )
+    assert (info.config.ack_wait, info.config.max_deliver) == (2.0, 7)
+    info = await bus.nc.jetstream().consumer_info(bus.names.tool_stream, durable)
+    assert (info.config.ack_wait, info.config.max_deliver) == (2.0, 7)
+
+
+async def test_republish_with_same_msg_id_is_deduplicated(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "echo")
+    subject = bus.tool_subject("echo")
+    assert await bus.publish(subject, b"one", msg_id="row-1") is True
+    assert await bus.publish(subject, b"one", msg_id="row-1") is False  # relay re-publish
+    info = await bus.nc.jetstream().stream_info(bus.names.tool_stream)
+    assert info.state.messages == 1
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    msgs = await puller.fetch(10, 0.5)
+    assert [m.data for m in msgs] == [b"one"]
+    assert msgs[0].headers == {"Nats-Msg-Id": "row-1"}
+    await puller.close()
+
+
+async def test_publish_many_reports_duplicates(bus: Bus) -> None:
+    subject = bus.tool_subject("echo")
+    await bus.publish(subject, b"x", msg_id="r1")
+    items = [Outgoing(subject, b"x", f"r{i}", {"k": str(i)}) for i in range(1, 5)]
+    assert await bus.publish_many(items) == [False, True, True, True]
+    assert await bus.publish_many([]) == []
+
+
+async def test_publish_checks_size_and_msg_id(bus: Bus, settings: Settings) -> None:
+    subject = bus.tool_subject("echo")
+    with pytest.raises(PayloadTooLarge):
+        await bus.publish(subject, b"x" * (settings.max_payload_bytes + 1), msg_id="big")
+    with pytest.raises(ValidationError):
+        await bus.publish(subject, b"x", msg_id="")
+
+
+async def test_fetch_on_empty_returns_nothing(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "idle")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    started = time.monotonic()
+    assert await puller.fetch(1, 0.2) == []
+    assert await puller.fetch(10, 0.2) == []
+    assert time.monotonic() - started < 2.0
+    await puller.close()
+
+
+async def test_fetch_returns_as_soon_as_a_message_arrives(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "echo")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    fetch = asyncio.create_task(puller.fetch(10, 5.0))
+    await bus.publish(bus.tool_subject("echo"), b"late", msg_id="late")
+    started = time.monotonic()
+    msgs = await fetch
+    assert [m.data for m in msgs] == [b"late"]
+    assert time.monotonic() - started < 1.0  # not the full 5 s fetch timeout
+    await msgs[0].ack_sync()
+    await puller.close()
+
+
+async def test_unacked_message_is_redelivered(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "echo", ack_wait=0.5)
+    await bus.publish(bus.tool_subject("echo"), b"work", msg_id="w1")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    [first] = await puller.fetch(1, 1.0)
+    assert delivery_count(first) == 1
+    # Not acked: after ack_wait the server delivers it again.
+    [again] = await puller.fetch(1, 3.0)
+    assert again.data == b"work" and delivery_count(again) == 2
+    await again.ack_sync()
+    await puller.close()
+
+
+async def test_heartbeat_keeps_message_from_redelivery(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "slow", ack_wait=1.0)
+    await bus.publish(bus.tool_subject("slow"), b"job", msg_id="j1")
+    worker = await bus.pull(bus.names.tool_stream, durable)
+    rival = await bus.pull(bus.names.tool_stream, durable)
+    [msg] = await worker.fetch(1, 1.0)
+    started = time.monotonic()
+    async with heartbeat(msg, 0.2):
+        # Watch for 2.5 x ack_wait: a redelivery would reach the rival's fetch.
+        while time.monotonic() - started < 2.5:
+            assert await rival.fetch(1, 0.5) == []
+    await msg.ack_sync()
+    assert await rival.fetch(1, 1.5) == []  # acked: never redelivered
+    await worker.close()
+    await rival.close()
+
+
+async def test_heartbeat_stops_after_ack(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "echo")
+    await bus.publish(bus.tool_subject("echo"), b"x", msg_id="h1")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    [msg] = await puller.fetch(1, 1.0)
+    async with heartbeat(msg, 0.01):
+        await msg.ack_sync()
+        await eventually(lambda: msg.is_acked)
+    await puller.close()
+
+
+async def test_connect_to_down_nats_fails_fast(settings: Settings) -> None:
+    # Connect retries until connect_timeout_s (a server may be starting), then fails clearly.
+    down = settings.model_copy(
+        update={"nats_url": f"nats://127.0.0.1:{free_port()}", "connect_timeout_s": 1.0}
+    )
+    started = time.monotonic()
+    with pytest.raises(NatsUnavailable, match="cannot connect to NATS") as caught:
+        await Bus.connect(down, "test")
+    assert time.monotonic() - started < 2.0
+    assert caught.value.retryable
+
+
+async def test_bus_survives_nats_restart(settings: Settings, tmp_path: Path) -> None:
+    async with NatsServer(tmp_path, durable=True) as server:
+        local = settings.model_copy(update={"nats_url": server.url})
+        async with await Bus.connect(local, "survivor") as bus:
+            await bus.ensure_streams()
+            durable = await _tool_consumer(bus, "echo")
+            assert await bus.publish(bus.tool_subject("echo"), b"before", msg_id="b")
+            server.kill()
+            await eventually(lambda: not bus.nc.is_connected, message="disconnect seen")
+            await server.restart()
+            await eventually(lambda: bus.nc.is_connected, message="reconnected")
+            assert await bus.publish(bus.tool_subject("echo"), b"after", msg_id="a")
+            puller = await bus.pull(bus.names.tool_stream, durable)
+            msgs = await puller.fetch(10, 1.0)
+            assert [m.data for m in msgs] == [b"before", b"after"]
+            await puller.close()
