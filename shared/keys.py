@@ -116,6 +116,10 @@ class Keys:
     def timers(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:timers"
 
+    def settled_channel(self, session_id: str) -> str:
+        """Pub/sub channel announcing settled submissions of a session (for waiters)."""
+        return f"{self.ns}:settled:{session_id}"
+
     def session(self, session_id: str) -> SessionKeys:
         check_session_id(session_id)
         shard = self.shard_of(session_id)

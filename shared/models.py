@@ -134,6 +134,7 @@ class Running(Model):
 
     name: Literal["running"] = "running"
     worker: str = ""
+    fence: int = 0
     since_ms: int = 0
 
 

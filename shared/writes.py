@@ -34,6 +34,7 @@ class Writes:
     timers_remove: list[str] = field(default_factory=list)
     deadline_ms: int = 0  # > 0 arm, < 0 clear, 0 leave as is
     wake_subject: str = ""  # set to move the session to another compat level
+    notify: list[tuple[str, str]] = field(default_factory=list)  # (channel, message)
     detail: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] = field(default_factory=dict)
 
@@ -83,6 +84,7 @@ class Writes:
                 "tr": list(self.timers_remove),
                 "dl": self.deadline_ms,
                 "w": self.wake_subject,
+                "n": [list(n) for n in self.notify],
                 "rc": dumps(receipt),
             }
         )

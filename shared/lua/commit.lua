@@ -13,6 +13,7 @@ ARGV: 1 fence, 2 worker JSON, 3 write-set JSON, 4 session id. The write-set:
   ta [[timer member, due ms]]  tr [timer member]   timers to add / remove
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
   w  new wake subject, or ""          (a migration to another compat level)
+  n  [[channel, message]]             notifications PUBLISHed after the writes (waiters)
   rc receipt JSON
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
@@ -69,6 +70,7 @@ local vok, verr = pcall(function()
   for _, t in ipairs(list('tr')) do str(t, 'timer') end
   if ws.dl ~= nil and type(ws.dl) ~= 'number' then error('INVALID deadline') end
   if ws.w ~= nil then str(ws.w, 'wake subject') end
+  for _, n in ipairs(list('n')) do str(n[1], 'channel'); str(n[2], 'notification') end
   str(ws.rc or '{}', 'receipt')
 end)
 if not vok then
@@ -121,4 +123,5 @@ if ws.w and ws.w ~= '' and ws.w ~= wake then
 end
 set_deadline(session, wake, ws.dl or 0, now)
 receipt('commit', ARGV[2], fence, seq, now, ws.rc or '{}')
+for _, n in ipairs(list('n')) do redis.call('PUBLISH', n[1], n[2]) end
 return {seq, redis.call('LLEN', K_ENTRIES)}

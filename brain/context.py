@@ -1,0 +1,75 @@
+"""What a task phase sees while it runs: the loaded state, the lease, and how to commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from shared.app import Agent, App
+from shared.bus import BusNames
+from shared.faults import Faults
+from shared.models import Task, ToolRun, WorkerRef
+from shared.settings import Settings
+from shared.store import SessionState, Store, now_ms
+from shared.writes import Writes
+
+
+@dataclass
+class TaskContext:
+    """One session's scheduling pass, under one lease (fence)."""
+
+    session_id: str
+    fence: int
+    state: SessionState
+    store: Store
+    settings: Settings
+    app: App
+    names: BusNames
+    worker: WorkerRef
+    faults: Faults
+    models: dict[str, Any] = field(default_factory=dict)
+    log: Any = field(default_factory=lambda: structlog.get_logger("baton.brain"))
+    commits: int = 0
+
+    @property
+    def agent(self) -> Agent:
+        return self.app.agent(self.state.meta.agent)
+
+    def live_tasks_after(self, changed: list[Task]) -> bool:
+        """Whether unfinished work remains once these task changes are applied."""
+        tasks = dict(self.state.tasks)
+        for t in changed:
+            if t.terminal:
+                tasks.pop(t.id, None)
+            else:
+                tasks[t.id] = t
+        return bool(tasks)
+
+    async def commit(self, writes: Writes) -> None:
+        """Commit under this pass's fence and fold the changes into the in-memory state."""
+        if writes.deadline_ms == 0:
+            live = self.live_tasks_after(writes.tasks)
+            writes.deadline_ms = self.settings.progress_deadline_ms if live else -1
+        _, count = await self.store.commit(self.session_id, self.fence, writes, self.worker)
+        self.commits += 1
+        st = self.state
+        for t in writes.tasks:
+            if t.terminal:
+                st.tasks.pop(t.id, None)
+            else:
+                st.tasks[t.id] = t
+        for s in writes.submissions:
+            st.submissions[s.id] = s
+        for d in writes.documents:
+            st.documents[d.name] = d
+        for intent in writes.runs:
+            st.runs[intent.run_id] = ToolRun(intent=intent)
+        for rid in writes.applied:
+            st.runs.pop(rid, None)
+        st.entries.extend(writes.entries)
+        st.entry_count = count
+
+    def now(self) -> int:
+        return now_ms()

@@ -1,0 +1,271 @@
+"""The built-in generation task: the agent loop as durable phases.
+
+    pending ──prepare──▶ running@request ──model──▶ waiting@apply ──apply──▶ running@request ...
+                                          └──final answer──▶ terminal{completed} + submission settled
+
+* ``prepare`` fixes the model and marks the request phase ``running`` (committed), so a
+  worker that dies during the model call is visible on load and counted (restart limit).
+* ``request`` calls the model outside any commit, then commits in one step the response
+  entry, the tool runs (intent, replay policy, operation id), their outbox rows and the wait.
+* ``apply`` commits the tool results as entries and the runs' ``applied`` mark together with
+  the next request's ``running`` mark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from brain.context import TaskContext
+from brain.model import ModelRequest, ModelResponse, model_client
+from shared.models import (
+    Checkpoint,
+    Entry,
+    OutboxRow,
+    Running,
+    Task,
+    Terminal,
+    ToolCall,
+    ToolDispatch,
+    ToolIntent,
+    ToolResult,
+    ToolRun,
+    Waiting,
+    dumps,
+)
+from shared.writes import Writes
+
+KIND = "generation"
+
+
+def result_text(result: ToolResult) -> str:
+    """How a tool result appears to the model: its JSON, with the recovery it went through."""
+    return dumps(
+        {
+            "outcome": result.outcome,
+            "recovery": result.recovery,
+            "output": result.output,
+            "error_code": result.error_code,
+            "error": result.error,
+        }
+    )
+
+
+def runnable(task: Task, ctx: TaskContext) -> bool:
+    state = task.state
+    if state.name in ("pending", "running"):
+        return True
+    if state.name == "waiting":
+        runs = [ctx.state.runs.get(r) for r in state.on]
+        done = [r for r in runs if r is None or r.status == "completed"]
+        if len(done) == len(runs):
+            return True
+        if state.policy == "failFast":
+            return any(r and r.result and not r.result.ok for r in done)
+        return False
+    if state.name == "sleeping":
+        return state.until_ms <= ctx.now()
+    return False
+
+
+class Generation:
+    """Handler of ``generation`` tasks (version 1)."""
+
+    kind = KIND
+    version = 1
+
+    def runnable(self, task: Task, ctx: TaskContext) -> bool:
+        return runnable(task, ctx)
+
+    async def advance(self, task: Task, ctx: TaskContext) -> Task | None:
+        """Run the task's next phase; the updated task if it can go on at once, else None."""
+        state = task.state
+        if state.name == "pending":
+            return await self._prepare(task, ctx)
+        if state.name == "running":
+            return await self._request(task, ctx)
+        if state.name == "waiting":
+            return await self._apply(task, ctx)
+        return None
+
+    # ------------------------------------------------------------------ phases
+
+    async def _prepare(self, task: Task, ctx: TaskContext) -> Task:
+        agent = ctx.agent
+        task = self._running(task, ctx, "request", {"turn": 1, "model": agent.model})
+        writes = Writes(kind="prepare", tasks=[task], detail={"task_id": task.id, "turn": 1})
+        sub = ctx.state.submissions.get(task.submission_id or "")
+        if sub and sub.status == "accepted":
+            writes.submissions.append(sub.model_copy(update={"status": "running"}))
+        await ctx.commit(writes)
+        return task
+
+    async def _request(self, task: Task, ctx: TaskContext) -> Task | None:
+        running = task.state
+        assert isinstance(running, Running)
+        if running.fence != ctx.fence:
+            # A worker died in this phase (the state says running, but not under our lease).
+            crashes = task.crashes + 1
+            ctx.log.warning("phase_reentered", task_id=task.id, phase=task.checkpoint.phase,
+                            crashes=crashes, previous_worker=running.worker)
+            if crashes >= ctx.settings.restart_limit:
+                reason = (f"restart limit: a worker died {crashes} times in phase "
+                          f"{task.checkpoint.phase}")
+                await self._finish(task, ctx, "failed", reason=reason)
+                return None
+            task = self._running(task, ctx, task.checkpoint.phase, task.checkpoint.data,
+                                 crashes=crashes)
+            await ctx.commit(Writes(kind="reenter", tasks=[task],
+                                    detail={"task_id": task.id, "crashes": crashes}))
+        turn = int(task.checkpoint.data.get("turn", 1))
+        agent = ctx.agent
+        request = ModelRequest(
+            model=agent.model,
+            instructions=agent.instructions,
+            entries=tuple(ctx.state.entries),
+            tools=tuple(ctx.app.tools[t].schema() for t in agent.tools),
+            request_id=f"{task.id}:{turn}:{task.crashes}",
+        )
+        ctx.faults.hit("brain.during_model")
+        try:
+            response = await self._model(agent.model, ctx).generate(request)
+        except Exception as exc:  # a model error ends the task with a clear reason
+            ctx.log.error("model_failed", task_id=task.id, error=str(exc))
+            await self._finish(task, ctx, "failed", reason=f"model_error: {exc}")
+            return None
+        if response.tool_calls:
+            await self._dispatch(task, ctx, response, turn)
+            ctx.faults.hit("brain.after_intent_commit")
+            return None
+        await self._finish(task, ctx, "completed", response=response)
+        return None
+
+    async def _dispatch(
+        self, task: Task, ctx: TaskContext, response: ModelResponse, turn: int
+    ) -> None:
+        agent, meta = ctx.agent, ctx.state.meta
+        group = f"{task.id}-{turn}"
+        entry = Entry(kind="model", text=response.text, tool_calls=response.tool_calls,
+                      task_id=task.id, submission_id=task.submission_id, usage=response.usage,
+                      ts_ms=ctx.now())
+        writes = Writes(kind="tools", entries=[entry])
+        now = ctx.now()
+        for i, call in enumerate(response.tool_calls):
+            if call.name not in agent.tools:
+                writes.entries.append(self._refusal(task, call, ctx))
+                continue
+            tool = ctx.app.tools[call.name]
+            run_id = f"{group}-{i}"
+            intent = ToolIntent(
+                run_id=run_id, session_id=ctx.session_id, task_id=task.id, tool=call.name,
+                tool_version=tool.version, arguments=call.arguments, replay=tool.replay,
+                operation_id=f"{ctx.session_id}:{run_id}", tool_call_id=call.id,
+                wake_subject=meta.wake_subject, group=group, created_ms=now,
+            )
+            writes.runs.append(intent)
+            writes.outbox.append(self._dispatch_row(intent, ctx))
+        if writes.runs:
+            writes.groups[group] = len(writes.runs)
+            task = task.model_copy(update={
+                "state": Waiting(on=tuple(r.run_id for r in writes.runs)),
+                "checkpoint": Checkpoint(phase="apply", data={"turn": turn, "group": group}),
+                "crashes": 0, "updated_ms": now,
+            })
+        else:  # every call was refused: the model sees why on its next turn
+            task = self._running(task, ctx, "request", {"turn": turn + 1, "model": agent.model})
+        writes.tasks.append(task)
+        writes.detail = {"task_id": task.id, "turn": turn, "runs": [r.run_id for r in writes.runs]}
+        await ctx.commit(writes)
+
+    async def _apply(self, task: Task, ctx: TaskContext) -> Task | None:
+        state = task.state
+        assert isinstance(state, Waiting)
+        turn = int(task.checkpoint.data.get("turn", 1))
+        writes = Writes(kind="apply")
+        for rid in state.on:
+            run = ctx.state.runs.get(rid)
+            if run is None or run.result is None:
+                continue  # applied earlier (a re-entered phase) or cancelled
+            writes.entries.append(self._result_entry(task, run, ctx))
+            writes.applied.append(rid)
+        agent = ctx.agent
+        if turn + 1 > agent.max_turns:
+            writes.kind = "apply_final"
+            await self._finish(task, ctx, "failed", writes=writes,
+                               reason=f"max turns ({agent.max_turns}) reached")
+            return None
+        task = self._running(task, ctx, "request", {"turn": turn + 1, "model": agent.model})
+        writes.tasks.append(task)
+        writes.detail = {"task_id": task.id, "turn": turn, "applied": writes.applied}
+        await ctx.commit(writes)
+        return task
+
+    # ------------------------------------------------------------------ helpers
+
+    def _running(
+        self, task: Task, ctx: TaskContext, phase: str, data: dict[str, Any], crashes: int = 0
+    ) -> Task:
+        return task.model_copy(update={
+            "state": Running(worker=ctx.worker.name, fence=ctx.fence, since_ms=ctx.now()),
+            "checkpoint": Checkpoint(phase=phase, data=data),
+            "crashes": crashes,
+            "updated_ms": ctx.now(),
+        })
+
+    async def _finish(
+        self,
+        task: Task,
+        ctx: TaskContext,
+        outcome: str,
+        *,
+        response: ModelResponse | None = None,
+        reason: str = "",
+        writes: Writes | None = None,
+    ) -> None:
+        writes = writes or Writes(kind="final")
+        writes.kind = "final"
+        answer = response.text if response else None
+        if response:
+            writes.entries.append(Entry(kind="model", text=response.text, task_id=task.id,
+                                        submission_id=task.submission_id, usage=response.usage,
+                                        ts_ms=ctx.now()))
+        done = task.model_copy(update={
+            "state": Terminal(outcome=outcome, reason=reason),  # type: ignore[arg-type]
+            "result": {"answer": answer} if answer is not None else None,
+            "updated_ms": ctx.now(),
+        })
+        writes.tasks.append(done)
+        sub = ctx.state.submissions.get(task.submission_id or "")
+        if sub:
+            settled = sub.model_copy(update={
+                "status": "completed" if outcome == "completed" else "failed",
+                "answer": answer, "error": reason or None, "settled_ms": ctx.now(),
+            })
+            writes.submissions.append(settled)
+            writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id), sub.id))
+        writes.detail = {"task_id": task.id, "outcome": outcome, **({"reason": reason} if reason else {})}
+        await ctx.commit(writes)
+
+    def _dispatch_row(self, intent: ToolIntent, ctx: TaskContext) -> OutboxRow:
+        msg = ToolDispatch(session_id=ctx.session_id, run_id=intent.run_id, tool=intent.tool)
+        return OutboxRow(subject=ctx.names.tool_subject(intent.tool), data=msg.to_json(),
+                         headers=dict(intent.trace))
+
+    def _result_entry(self, task: Task, run: ToolRun, ctx: TaskContext) -> Entry:
+        result = run.result
+        assert result is not None
+        return Entry(kind="tool_result", text=result_text(result), run_id=run.run_id,
+                     tool_call_id=run.intent.tool_call_id, tool_name=run.intent.tool,
+                     is_error=not result.ok, task_id=task.id,
+                     submission_id=task.submission_id, ts_ms=ctx.now())
+
+    def _refusal(self, task: Task, call: ToolCall, ctx: TaskContext) -> Entry:
+        result = ToolResult(outcome="error", error_code="unknown_tool",
+                            error=f"tool {call.name!r} is not available to this agent")
+        return Entry(kind="tool_result", text=result_text(result), tool_call_id=call.id,
+                     tool_name=call.name, is_error=True, task_id=task.id,
+                     submission_id=task.submission_id, ts_ms=ctx.now())
+
+    def _model(self, name: str, ctx: TaskContext) -> Any:
+        if name not in ctx.models:
+            ctx.models[name] = model_client(name)
+        return ctx.models[name]

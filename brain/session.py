@@ -1,0 +1,122 @@
+"""One woken session on one Brain: lease, load, schedule until idle, check dirty, release.
+
+The lease is renewed in the background while phases run; if renewal finds a newer fence
+(this Brain was paused or partitioned and another took over), the pass is cancelled and
+nothing more is written: every later commit would be refused anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from brain.context import TaskContext
+from brain.generation import Generation
+from shared.errors import StaleFenceError
+from shared.models import Task
+
+log = structlog.get_logger("baton.brain")
+
+
+@dataclass
+class Handlers:
+    """Task handlers by kind (the registry grows in later versions)."""
+
+    by_kind: dict[str, Any] = field(default_factory=lambda: {"generation": Generation()})
+
+    def get(self, kind: str) -> Any:
+        return self.by_kind.get(kind)
+
+
+@dataclass
+class PassResult:
+    fence: int = 0
+    commits: int = 0
+    passes: int = 0
+    takeover: bool = False
+
+
+class SessionPass:
+    """Processes one session until nothing is runnable. Created per wake."""
+
+    def __init__(self, brain: Any, session_id: str) -> None:
+        self.brain = brain
+        self.session_id = session_id
+        self.rewake = False  # set when another wake for this session arrives meanwhile
+
+    async def run(self) -> PassResult:
+        brain, sid = self.brain, self.session_id
+        settings = brain.settings
+        result = PassResult()
+        while True:
+            lease = await brain.store.acquire(sid, brain.worker, settings.lease_ms)
+            result.fence, result.takeover = lease.fence, result.takeover or lease.takeover
+            brain.faults.hit("brain.after_wake")
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    renewer = tg.create_task(self._renew(lease.fence))
+                    try:
+                        await self._work(lease.fence, result)
+                    finally:
+                        renewer.cancel()
+            except BaseExceptionGroup as group:  # surface the one real cause
+                raise group.exceptions[0] from None
+            if not self.rewake:
+                return result
+            self.rewake = False  # a wake raced our release: go round once more
+
+    async def _work(self, fence: int, result: PassResult) -> None:
+        brain, sid = self.brain, self.session_id
+        while True:
+            state = await brain.store.load(sid)
+            ctx = TaskContext(
+                session_id=sid, fence=fence, state=state, store=brain.store,
+                settings=brain.settings, app=brain.app, names=brain.names, worker=brain.worker,
+                faults=brain.faults, models=brain.models,
+            )
+            await self._schedule(ctx)
+            result.commits += ctx.commits
+            result.passes += 1
+            if not await brain.store.release(sid, fence, brain.settings.lease_ms):
+                return
+
+    async def _schedule(self, ctx: TaskContext) -> None:
+        """Advance every runnable task until it waits, sleeps or ends."""
+        progressed = True
+        while progressed:
+            progressed = False
+            for task in self._ordered(ctx):
+                handler = self.brain.handlers.get(task.kind)
+                if handler is None or not handler.runnable(task, ctx):
+                    continue
+                current: Task | None = task
+                while current is not None:
+                    current = await handler.advance(current, ctx)
+                progressed = True
+
+    @staticmethod
+    def _ordered(ctx: TaskContext) -> list[Task]:
+        """Live tasks, oldest first; only the oldest generation task of a session runs."""
+        tasks = sorted(ctx.state.tasks.values(), key=lambda t: (t.created_ms, t.id))
+        out, seen_generation = [], False
+        for t in tasks:
+            if t.kind == "generation":
+                if seen_generation:
+                    continue
+                seen_generation = True
+            out.append(t)
+        return out
+
+    async def _renew(self, fence: int) -> None:
+        brain = self.brain
+        interval = brain.settings.lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await brain.store.renew(self.session_id, fence, brain.settings.lease_ms)
+            except StaleFenceError:
+                log.warning("lease_lost", session_id=self.session_id, fence=fence)
+                raise

@@ -1,0 +1,163 @@
+"""The Brain service: consumes wakes and runs sessions' tasks under their leases.
+
+One durable pull consumer per (agent, compat) the app declares, shared by all Brain
+replicas. A wake is acknowledged only after its session was processed; while it is being
+processed, JetStream is told so (``in_progress``), so a Brain that dies mid-session has
+its wake redelivered to another replica, which takes over once the lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+
+from brain.session import Handlers, SessionPass
+from shared import log as logs
+from shared.app import App, load_app
+from shared.bus import Bus, BusNames, delivery_count, heartbeat
+from shared.deadletter import record_dead_letter
+from shared.errors import (
+    BatonError,
+    LeaseBusyError,
+    NotFoundError,
+    StaleFenceError,
+    UnavailableError,
+    ValidationError,
+)
+from shared.faults import Faults
+from shared.models import Wake, decode
+from shared.service import Service, run_until_signalled
+from shared.settings import Settings
+from shared.store import Store
+
+log = structlog.get_logger("baton.brain")
+
+
+class BrainWorker(Service):
+    role = "brain"
+
+    def __init__(self, settings: Settings, app: App) -> None:
+        super().__init__(settings)
+        self.app = app
+        self.names = BusNames(settings.namespace)
+        self.faults = Faults(settings.fault)
+        self.handlers = Handlers()
+        self.models: dict[str, object] = {}
+        self.active: dict[str, SessionPass] = {}
+        self.slot_freed = asyncio.Event()
+        self.store: Store
+        self.bus: Bus
+        self.handled = 0
+
+    async def serve(self) -> None:
+        self.store = await Store.connect(self.settings)
+        try:
+            self.bus = await Bus.connect(self.settings, self.name)
+            try:
+                await self.bus.ensure_streams()
+                consumers = []
+                for agent in self.app.agents.values():
+                    durable = self.names.wake_durable(agent.name, agent.compat)
+                    await self.bus.ensure_consumer(
+                        self.names.wake_stream, durable,
+                        self.names.wake_subject(agent.name, agent.compat),
+                        max_ack_pending=max(1000, self.settings.brain_concurrency * 4),
+                    )
+                    consumers.append(durable)
+                self.ready.set()
+                log.info("brain_ready", worker=self.name, consumers=consumers)
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self.announce(self.store.redis, self.store.keys.workers))
+                    for durable in consumers:
+                        tg.create_task(self._consume(durable))
+                await self.drain()
+            finally:
+                await self.bus.close()
+        finally:
+            await self.store.close()
+
+    async def _consume(self, durable: str) -> None:
+        puller = await self.bus.pull(self.names.wake_stream, durable)
+        try:
+            while not self.stopping.is_set():
+                free = self.settings.brain_concurrency - self.inflight
+                if free <= 0:  # bounded: wait for a session to finish
+                    self.slot_freed.clear()
+                    await self.slot_freed.wait()
+                    continue
+                try:
+                    msgs = await puller.fetch(min(free, 64), timeout=0.5)
+                except Exception as exc:  # NATS down: keep trying until it is back
+                    log.warning("wake_fetch_failed", error=str(exc))
+                    await self.wait_stopping(0.5)
+                    continue
+                for msg in msgs:
+                    task = self.spawn(self._handle(msg))
+                    task.add_done_callback(lambda _t: self.slot_freed.set())
+        finally:
+            await puller.close()
+
+    async def _handle(self, msg) -> None:  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        logs.clear()
+        try:
+            wake = decode(Wake, msg.data)
+        except ValidationError as exc:
+            await record_dead_letter(self.store.redis, self.store.keys, source="wake",
+                                     reason=str(exc), payload=msg.data)
+            await msg.term()
+            log.error("wake_undecodable", error=str(exc))
+            return
+        sid = wake.session_id
+        logs.bind(session_id=sid, reason=wake.reason, delivery=delivery_count(msg))
+        current = self.active.get(sid)
+        if current is not None:  # already in hand here: make that pass look again
+            current.rewake = True
+            await msg.ack()
+            return
+        session = SessionPass(self, sid)
+        self.active[sid] = session
+        outcome, fence = "done", 0
+        try:
+            async with heartbeat(msg, self.settings.ack_wait_s / 3):
+                result = await session.run()
+            fence = result.fence
+            await msg.ack()
+            outcome = "takeover" if result.takeover else "done"
+        except LeaseBusyError as exc:
+            outcome = "busy"
+            await msg.nak(delay=exc.remaining_ms / 1000 + 0.05)
+        except StaleFenceError as exc:
+            outcome, fence = "fenced", exc.presented  # a newer Brain owns it: stop touching it
+        except NotFoundError as exc:
+            outcome = "unknown_session"
+            await record_dead_letter(self.store.redis, self.store.keys, source="wake",
+                                     reason=str(exc), payload=msg.data, session_id=sid)
+            await msg.ack()
+        except UnavailableError as exc:
+            outcome = "unavailable"
+            log.warning("wake_retry_later", error=str(exc))
+            await _nak(msg, 1.0)
+        except BatonError as exc:
+            outcome = "error"
+            log.error("wake_failed", error=str(exc), code=exc.code)
+            await _nak(msg, 1.0)
+        finally:
+            self.active.pop(sid, None)
+            self.handled += 1
+            log.info("wake_handled", outcome=outcome, fence=fence,
+                     ms=round((time.perf_counter() - started) * 1000, 2))
+            logs.clear()
+
+
+async def _nak(msg, delay: float) -> None:  # type: ignore[no-untyped-def]
+    try:
+        await msg.nak(delay=delay)
+    except Exception as exc:  # connection gone: redelivery after ack_wait does the same
+        log.warning("nak_failed", error=str(exc))
+
+
+async def main(settings: Settings, app_spec: str) -> None:
+    await run_until_signalled(BrainWorker(settings, load_app(app_spec)))

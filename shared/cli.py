@@ -1,0 +1,126 @@
+"""The ``baton`` command line: services, the dev stack, and client commands."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+import click
+
+from shared import log as logs
+from shared.errors import BatonError
+from shared.mailbox import mailbox_command
+from shared.settings import Settings
+from shared.stack import settings_from_env_or_stack
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        settings = settings_from_env_or_stack(**overrides)
+    except BatonError as exc:
+        raise click.ClickException(str(exc)) from None
+    logs.configure(settings.log_level, settings.log_format)
+    return settings
+
+
+def _run(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return asyncio.run(coro)
+    except BatonError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@click.group()
+@click.version_option(package_name="baton")
+def main() -> None:
+    """Baton: durable Brain/Hands agents over NATS JetStream and Redis."""
+
+
+@main.command()
+@click.option("--app", "app_spec", required=True, help="module:attribute of the App")
+@click.option("--name", default=None, help="worker name (default: brain-<host>-<pid>)")
+def brain(app_spec: str, name: str | None) -> None:
+    """Run a Brain worker: consumes wakes, runs sessions' tasks under leases."""
+    from brain.worker import main as brain_main
+
+    _run(brain_main(_settings(worker_name=name), app_spec))
+
+
+@main.command()
+@click.option("--app", "app_spec", required=True, help="module:attribute of the App")
+@click.option("--tools", default=None, help="comma-separated tools to serve (default: all)")
+@click.option("--name", default=None, help="worker name (default: hands-<host>-<pid>)")
+def hands(app_spec: str, tools: str | None, name: str | None) -> None:
+    """Run a Hands worker: executes tool runs under attempt fences."""
+    from hands.worker import main as hands_main
+
+    served = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    _run(hands_main(_settings(worker_name=name), app_spec, served))
+
+
+@main.command()
+@click.option("--name", default=None, help="worker name (default: relay-<host>-<pid>)")
+def relay(name: str | None) -> None:
+    """Run an outbox relay: publishes committed outbox rows, fires timers."""
+    from shared.relay import main as relay_main
+
+    _run(relay_main(_settings(worker_name=name)))
+
+
+@main.command()
+@click.option("--agent", default="notices", show_default=True)
+@click.option("--compat", default=1, show_default=True)
+@click.option("--session", "session_id", default=None, help="session id (default: new)")
+@click.option("--request-id", default=None, help="idempotency key of this input")
+@click.option("--wait/--no-wait", default=False, help="wait for the final answer")
+@click.option("--timeout", default=60.0, show_default=True)
+@click.argument("text")
+def submit(agent: str, compat: int, session_id: str | None, request_id: str | None,
+           wait: bool, timeout: float, text: str) -> None:
+    """Submit TEXT to a session; the same --request-id never creates a second submission."""
+    from shared.client import Client
+
+    settings = _settings()
+
+    async def go() -> None:
+        client = await Client.connect(settings)
+        try:
+            sub, created = await client.submit(text, agent=agent, compat=compat,
+                                               session_id=session_id, request_id=request_id)
+            click.echo(sub.model_dump_json() if created else
+                       sub.model_copy(update={}).model_dump_json())
+            if not created:
+                click.echo("(request id seen before: this is the original submission)", err=True)
+            if wait:
+                final = await client.wait(sub, timeout)
+                click.echo(final.model_dump_json())
+                if final.status != "completed":
+                    sys.exit(1)
+        finally:
+            await client.close()
+
+    _run(go())
+
+
+main.add_command(mailbox_command)
+
+
+def _register_optional() -> None:
+    """Commands whose modules may be absent in a trimmed install."""
+    for module, attr in (("shared.dev", "dev_command"), ("shared.demo", "demo_command")):
+        try:
+            mod = __import__(module, fromlist=[attr])
+        except ImportError:
+            continue
+        main.add_command(getattr(mod, attr))
+
+
+_register_optional()
+
+
+if __name__ == "__main__":
+    main()
