@@ -1,0 +1,65 @@
+"""Brain, Hands and Relay in one event loop against real servers: the five-notice flow."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from brain.worker import BrainWorker
+from examples.notices import app
+from hands.worker import HandsWorker
+from shared.client import Client
+from shared.mailbox import MailboxServer
+from shared.relay import Relay
+from shared.settings import Settings
+
+FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
+        "margaret@example.com and barbara@example.com, then summarise.")
+
+
+@asynccontextmanager
+async def running(*services) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(s.serve()) for s in services]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 10)
+        yield
+    finally:
+        for s in services:
+            s.shutdown()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.fixture
+async def mailbox() -> AsyncIterator[MailboxServer]:
+    async with MailboxServer() as server:
+        yield server
+
+
+async def test_five_notices_complete_with_one_delivery_each(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, hands, brain):
+        client = await Client.connect(settings)
+        try:
+            sub, created = await client.submit(FIVE, agent="notices")
+            final = await client.wait(sub, timeout=20)
+            again, created_again = await client.submit(
+                FIVE, agent="notices", session_id=sub.session_id, request_id=sub.request_id
+            )
+        finally:
+            await client.close()
+    assert created and not created_again and again.id == sub.id
+    assert final.status == "completed", final
+    assert final.answer and final.answer.count(": sent") == 5
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert stats["accepted"] == 5 and stats["raw_requests"] == 5
+    assert all(n == 1 for n in stats["deliveries"].values()) and len(stats["deliveries"]) == 5

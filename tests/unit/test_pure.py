@@ -1,0 +1,94 @@
+"""Pure logic: settings, fault specs, write-sets, wire decoding, the scripted model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import brain
+import hands
+import shared
+from brain.model import ModelRequest
+from brain.scripted import ScriptedModel
+from shared.errors import ConfigError, ValidationError
+from shared.faults import Faults
+from shared.models import Entry, ToolCall, ToolDispatch, Wake, decode
+from shared.settings import Settings
+from shared.writes import Writes
+
+
+def test_public_exports_are_pinned() -> None:
+    assert sorted(shared.__all__) == sorted([
+        "Agent", "App", "BatonError", "Client", "LeaseBusyError", "Settings",
+        "StaleAttemptError", "StaleFenceError", "Tool", "ToolContext", "ToolError",
+        "ValidationError", "load_app", "tool",
+    ])
+    assert sorted(brain.__all__) == ["BrainWorker", "ModelClient", "ModelRequest", "ModelResponse"]
+    assert "HandsWorker" in hands.__all__
+    for module in (shared, brain, hands):
+        for name in module.__all__:
+            assert hasattr(module, name), name
+
+
+def test_settings_from_env_are_typed_and_frozen() -> None:
+    s = Settings.from_env({"BATON_LEASE_MS": "1200", "BATON_NAMESPACE": "prod"})
+    assert s.lease_ms == 1200 and s.namespace == "prod"
+    with pytest.raises(Exception):
+        s.lease_ms = 5  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="BATON_LEASE_MS"):
+        Settings.from_env({"BATON_LEASE_MS": "soon"})
+    assert Settings.from_env(s.to_env()) == s
+
+
+def test_fault_specs() -> None:
+    assert not Faults("")
+    f = Faults("hands.after_effect@3, relay.after_publish")
+    assert f
+    f.hit("brain.during_model")  # not armed: nothing happens
+    with pytest.raises(ValueError, match="unknown fault point"):
+        Faults("hands.nowhere")
+
+
+def test_wire_messages_reject_unknown_schema_and_fields() -> None:
+    ok = decode(Wake, b'{"v":1,"session_id":"s1","reason":"submit"}')
+    assert ok.session_id == "s1"
+    with pytest.raises(ValidationError, match="v"):
+        decode(Wake, b'{"v":2,"session_id":"s1"}')
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        decode(ToolDispatch, b'{"v":1,"session_id":"s","run_id":"r","tool":"t","x":1}')
+    with pytest.raises(ValidationError):
+        decode(ToolDispatch, b"not json")
+
+
+def test_write_set_serialises_for_the_commit_script() -> None:
+    w = Writes(entries=[Entry(kind="model", text="hi")], applied=["r1"], deadline_ms=-1)
+    data = json.loads(w.to_script())
+    assert data["a"] == ["r1"] and data["dl"] == -1 and len(data["e"]) == 1
+    receipt = json.loads(data["rc"])
+    assert receipt["marks"] == [{"run_id": "r1", "mark": "applied", "attempt": 0}]
+    assert not Writes()
+
+
+async def test_scripted_model_sends_one_mail_per_address_then_summarises() -> None:
+    model = ScriptedModel()
+    tools = ({"name": "send_email"},)
+    user = Entry(kind="user", text="Notify a@x.io, b@y.io and a@x.io again.")
+    first = await model.generate(ModelRequest(model="scripted", entries=(user,), tools=tools,
+                                              request_id="t:1:0"))
+    assert [c.arguments["to"] for c in first.tool_calls] == ["a@x.io", "b@y.io"]
+    calls = (ToolCall(id="call_0", name="send_email", arguments={"to": "a@x.io"}),
+             ToolCall(id="call_1", name="send_email", arguments={"to": "b@y.io"}))
+    entries = (
+        user,
+        Entry(kind="model", tool_calls=calls),
+        Entry(kind="tool_result", tool_call_id="call_0",
+              text=json.dumps({"outcome": "ok", "recovery": "confirmed"})),
+        Entry(kind="tool_result", tool_call_id="call_1", is_error=True,
+              text=json.dumps({"outcome": "interrupted", "recovery": "interrupted"})),
+    )
+    second = await model.generate(ModelRequest(model="scripted", entries=entries, tools=tools,
+                                               request_id="t:2:0"))
+    assert not second.tool_calls
+    assert "a@x.io: confirmed after recovery" in second.text
+    assert "b@y.io: interrupted" in second.text
