@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from shared import log as logs
+from shared.demo import demo_command
+from shared.dev import dev_command
 from shared.errors import BatonError
 from shared.mailbox import mailbox_command
 from shared.settings import Settings
@@ -107,19 +109,8 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
 
 
 main.add_command(mailbox_command)
-
-
-def _register_optional() -> None:
-    """Commands whose modules may be absent in a trimmed install."""
-    for module, attr in (("shared.dev", "dev_command"), ("shared.demo", "demo_command")):
-        try:
-            mod = __import__(module, fromlist=[attr])
-        except ImportError:
-            continue
-        main.add_command(getattr(mod, attr))
-
-
-_register_optional()
+main.add_command(dev_command)
+main.add_command(demo_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,93 @@
+"""The local stack as separate OS processes: DevStack, ``baton dev`` and ``baton demo``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from shared.client import Client
+from shared.demo import FIVE_NOTICES
+from shared.dev import DevStack, _pid_alive
+
+
+def _baton(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.cli", *args], capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **(env or {})}, check=False,
+    )
+    assert done.returncode == 0, f"baton {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+async def test_stack_runs_five_notices_respawns_a_killed_worker_and_stops_clean(
+    tmp_path: Path,
+) -> None:
+    stack = DevStack(tmp_path, brains=1, hands=1, relays=1)
+    seen_pids: set[int] = set()
+    async with stack:
+        seen_pids |= {p["pid"] for p in stack.processes}
+        assert {p["name"] for p in stack.processes} >= {"brain-1", "hands-1", "relay-1", "mailbox"}
+        client = await Client.connect(stack.settings())
+        try:
+            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+            final = await client.wait(sub, timeout=30)
+        finally:
+            await client.close()
+        assert final.status == "completed", final
+        async with httpx.AsyncClient() as http:
+            stats = (await http.get(f"{stack.mail_url}/stats")).json()
+        assert sorted(stats["deliveries"].values()) == [1] * 5
+
+        old = stack.proc("hands-1").pid
+        stack.kill("hands-1")
+        await stack.wait_exit("hands-1")
+        proc = await stack.wait_ready("hands-1", fail_fast=False)
+        assert proc.restarts == 1 and proc.pid != old and proc.alive
+        seen_pids |= {p["pid"] for p in stack.processes}
+    assert not [pid for pid in seen_pids if _pid_alive(pid)]
+    await stack.stop()  # idempotent
+
+
+async def test_kill_without_respawn_stays_down(tmp_path: Path) -> None:
+    async with DevStack(tmp_path, brains=0, hands=2, relays=0) as stack:
+        stack.kill("hands-2", respawn=False)
+        await stack.wait_exit("hands-2")
+        extra = await stack.spawn("hands", env={"BATON_HANDS_CONCURRENCY": "1"})
+        assert extra.name == "hands-3"
+        assert not stack.proc("hands-2").alive and stack.proc("hands-1").alive
+        assert stack.proc("hands-2").restarts == 0
+        stack.pause("hands-1")  # stop() must still end a SIGSTOPped process (SIGCONT)
+        paused = stack.proc("hands-1")
+    assert not paused.alive
+
+
+def test_baton_dev_detached_serves_submit_and_stops(tmp_path: Path) -> None:
+    env = {"BATON_HOME": str(tmp_path / "home")}
+    _baton("dev", "--detach", "--hands", "1", env=env)
+    try:
+        info = json.loads((tmp_path / "home" / "dev.json").read_text())
+        pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
+        out = _baton("submit", "--wait", "Send the approved notice to ada@example.com", env=env)
+        assert json.loads(out.splitlines()[-1])["status"] == "completed"
+    finally:
+        _baton("dev", "--stop", env=env)
+    assert not (tmp_path / "home" / "dev.json").exists()
+    assert not [pid for pid in pids if _pid_alive(pid)]
+
+
+def test_demo_kills_a_hands_mid_send_and_every_mail_goes_out_once() -> None:
+    done = subprocess.run([sys.executable, "-m", "shared.cli", "demo"], capture_output=True,
+                          text=True, timeout=110, check=False)
+    last = done.stdout.strip().splitlines()[-1]
+    summary = json.loads(last)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert summary["ok"] is True
+    assert summary["delivered"] == 5 and summary["duplicates"] == 0
+    assert summary["raw_sends"] == 5 and summary["takeovers"] >= 1
+    assert summary["status"] == "completed"
+    assert "takeover" in done.stdout and "confirm" in done.stdout
