@@ -13,21 +13,37 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from shared.errors import ValidationError
 from shared.keys import RELAY_GROUP, Keys
-from shared.models import OutboxRow, loads
+from shared.models import OutboxRow, dumps, loads
 from shared.scripts import Scripts
 
 
 def parse_row(shard: int, stream_id: str, f: dict[str, str]) -> OutboxRow:
-    return OutboxRow(
-        id=f["id"],
-        subject=f["subj"],
-        data=f["data"],
-        headers=loads(f["hdr"]) if f.get("hdr") else {},
-        session_id=f.get("sid", ""),
-        ts_ms=int(f.get("ts", 0)),
-        stream_id=f"{shard}:{stream_id}",
-    )
+    """A row from its stream fields; never raises.
+
+    A malformed row (missing field, bad header JSON; only possible when something other
+    than Baton's scripts wrote it) comes back with an empty subject and its raw fields as
+    data, so the relay dead-letters it instead of failing the read of the whole batch.
+    """
+    try:
+        return OutboxRow(
+            id=f["id"],
+            subject=f["subj"],
+            data=f["data"],
+            headers=loads(f["hdr"]) if f.get("hdr") else {},
+            session_id=f.get("sid", ""),
+            ts_ms=int(f.get("ts", 0)),
+            stream_id=f"{shard}:{stream_id}",
+        )
+    except (KeyError, ValueError, TypeError, ValidationError):
+        return OutboxRow(
+            id=str(f.get("id", "")),
+            subject="",
+            data=dumps(f),
+            session_id=str(f.get("sid", "")),
+            stream_id=f"{shard}:{stream_id}",
+        )
 
 
 @dataclass(frozen=True, slots=True)

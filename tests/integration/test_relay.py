@@ -1,0 +1,322 @@
+"""The relay against real redis-server and nats-server: publish, takeover, timers, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.msg import Msg
+from nats.js.api import RawStreamMsg
+
+from shared.bus import Bus, Outgoing, Puller
+from shared.deadletter import dead_letters, record_dead_letter
+from shared.keys import Keys
+from shared.models import OutboxRow, Task, dumps, loads
+from shared.outbox import Outbox
+from shared.relay import Relay
+from shared.servers import NatsServer, RedisServer
+from shared.settings import Settings
+from shared.store import Store, now_ms, worker_ref
+from shared.writes import Writes, timer_member
+from tests.helpers import eventually
+
+BRAIN = worker_ref("brain", "brain-a")
+AGENT, COMPAT, TOOL = "notices", 1, "send_email"
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, **overrides: object) -> AsyncIterator[Relay]:
+    """A relay serving in this event loop; shut down (gracefully) and awaited on exit."""
+    relay = Relay(settings.model_copy(update=overrides))
+    task = asyncio.create_task(relay.serve())
+    ready = asyncio.create_task(relay.ready.wait())
+    try:
+        await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # serve() failed: raise its error
+        assert relay.ready.is_set(), "relay not ready within 10s"
+        yield relay
+    finally:
+        ready.cancel()
+        relay.shutdown()
+        async with asyncio.timeout(10):
+            await task
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: Settings) -> AsyncIterator[Store]:
+    store = await Store.connect(settings)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[Store]:
+    async with connected(settings) as store:
+        yield store
+
+
+@pytest.fixture
+async def bus(settings: Settings) -> AsyncIterator[Bus]:
+    async with await Bus.connect(settings, "test") as bus:
+        await bus.ensure_streams()
+        yield bus
+
+
+async def wake_puller(bus: Bus) -> Puller:
+    durable = bus.names.wake_durable(AGENT, COMPAT)
+    await bus.ensure_consumer(bus.names.wake_stream, durable, bus.wake_subject(AGENT, COMPAT))
+    return await bus.pull(bus.names.wake_stream, durable)
+
+
+async def tool_puller(bus: Bus) -> Puller:
+    durable = bus.names.tool_durable(TOOL)
+    await bus.ensure_consumer(bus.names.tool_stream, durable, bus.tool_subject(TOOL))
+    return await bus.pull(bus.names.tool_stream, durable)
+
+
+async def collect(puller: Puller, n: int, timeout: float = 10.0) -> list[Msg]:  # noqa: ASYNC109
+    """Exactly ``n`` messages (acked), waiting on JetStream fetches up to ``timeout`` in all."""
+    msgs: list[Msg] = []
+    async with asyncio.timeout(timeout):
+        while len(msgs) < n:
+            for msg in await puller.fetch(n - len(msgs), timeout=1.0):
+                await msg.ack()
+                msgs.append(msg)
+    return msgs
+
+
+async def stream_messages(bus: Bus, stream: str) -> list[RawStreamMsg]:
+    """Every message the stream holds (unconsumed), in order."""
+    js = bus.nc.jetstream()
+    state = (await js.stream_info(stream)).state
+    if not state.messages:
+        return []
+    return [await js.get_msg(stream, seq) for seq in range(state.first_seq, state.last_seq + 1)]
+
+
+def msg_ids(msgs: list[RawStreamMsg] | list[Msg]) -> list[str]:
+    return [(m.headers or {})["Nats-Msg-Id"] for m in msgs]
+
+
+async def backlog(store: Store) -> int:
+    return sum(b.rows for b in await Outbox(store.redis, store.keys).backlog())
+
+
+async def drained(store: Store) -> bool:
+    return await backlog(store) == 0
+
+
+async def open_session(store: Store, bus: Bus, sid: str) -> int:
+    """Submit (one wake row "<sid>/1/0") and take the lease; returns the fence."""
+    await store.submit(
+        sid, agent=AGENT, compat=COMPAT, wake_subject=bus.wake_subject(AGENT, COMPAT),
+        request_id="r1", text="hi", task=Task(id="task-1", kind="generation", owner=sid),
+        worker=worker_ref("client", "c"), submission_id="sub-1",
+    )
+    return (await store.acquire(sid, BRAIN, 5_000)).fence
+
+
+async def test_committed_rows_are_published_with_row_ids_then_removed(
+    store: Store, bus: Bus, settings: Settings
+) -> None:
+    wakes, tools = await wake_puller(bus), await tool_puller(bus)
+    fence = await open_session(store, bus, "s1")
+    dispatch = dumps({"v": 1, "session_id": "s1", "run_id": "run-1", "tool": TOOL})
+    rows = [
+        OutboxRow(subject=bus.tool_subject(TOOL), data=dispatch, headers={"traceparent": "00-x"}),
+        OutboxRow(subject=bus.wake_subject(AGENT, COMPAT), data=dumps({"session_id": "s1"})),
+    ]
+    seq, _ = await store.commit("s1", fence, Writes(outbox=rows), BRAIN)
+    assert await backlog(store) == 3
+
+    async with running(settings) as relay:
+        tool_msgs = await collect(tools, 1)
+        wake_msgs = await collect(wakes, 2)
+        await eventually(lambda: drained(store), message="outbox drained")
+    assert msg_ids(tool_msgs) == [f"s1/{seq}/0"]
+    assert tool_msgs[0].data.decode() == dispatch
+    assert tool_msgs[0].headers["traceparent"] == "00-x"  # type: ignore[index]
+    assert sorted(msg_ids(wake_msgs)) == sorted(["s1/1/0", f"s1/{seq}/1"])
+    assert relay.published == 3 and relay.duplicates == 0 and relay.dead_lettered == 0
+
+
+async def test_live_relay_takes_over_rows_of_a_dead_relay_and_dedupes(
+    store: Store, bus: Bus, settings: Settings
+) -> None:
+    for i in range(5):
+        await open_session(store, bus, f"s{i}")
+    box = Outbox(store.redis, store.keys)
+    await box.ensure_groups()
+    taken = await box.read(list(range(settings.shards)), "dead-relay", 100, None)
+    assert len(taken) == 5
+    # The dead relay had published one row before it died (relay.after_publish).
+    await bus.publish_many([Outgoing(taken[0].subject, taken[0].data.encode(), taken[0].id)])
+
+    async with running(settings, relay_claim_idle_ms=200) as relay:
+        await eventually(lambda: drained(store), message="rows taken over")
+    assert relay.claimed == 5
+    assert relay.published == 4 and relay.duplicates == 1
+    stored = await stream_messages(bus, bus.names.wake_stream)
+    assert sorted(msg_ids(stored)) == sorted(r.id for r in taken)  # one message per row id
+
+
+async def test_due_timers_fire_as_wakes_and_deadlines_rearm(
+    bus: Bus, settings: Settings
+) -> None:
+    settings = settings.model_copy(update={"progress_deadline_ms": 300})
+    wake = bus.wake_subject(AGENT, COMPAT)
+    wakes = await wake_puller(bus)
+    reasons: list[str] = []
+    async with connected(settings) as store:  # submit arms a 300 ms session deadline
+        fence = await open_session(store, bus, "s1")
+        member = timer_member("task", "s1", "t1", wake)
+        await store.commit("s1", fence, Writes(timers_add={member: now_ms()}), BRAIN)
+
+        async with running(settings) as relay:
+            async with asyncio.timeout(10):
+                while reasons.count("timer:deadline") < 2:
+                    reasons += [loads(m.data)["reason"] for m in await collect(wakes, 1)]
+        deadline = timer_member("deadline", "s1", "-", wake)
+        armed = await store.redis.zscore(store.keys.session("s1").timers, deadline)
+    assert reasons[0] == "submit"
+    assert reasons.count("timer:task") == 1  # a one-shot timer fires once
+    assert relay.timers_fired >= 3
+    assert armed is not None  # a deadline stays armed until a commit clears it
+
+
+async def test_rows_wait_in_the_outbox_while_nats_is_down(
+    store: Store, settings: Settings
+) -> None:
+    # Memory streams vanish with the server: after the restart the relay must re-create
+    # them itself, which is the harder case (a file store would keep them).
+    async with NatsServer() as nats:
+        settings = settings.model_copy(
+            update={"nats_url": nats.url, "stream_storage": "memory"}
+        )
+        async with running(settings) as relay, await Bus.connect(settings, "t") as bus:
+            nats.kill()
+            await eventually(lambda: relay.bus is not None and not relay.bus.nc.is_connected)
+            for i in range(3):
+                await open_session(store, bus, f"s{i}")
+            await eventually(lambda: relay.retries >= 2, message="relay retried")
+            assert await backlog(store) == 3 and relay.published == 0  # nothing lost
+
+            await nats.restart()
+            await eventually(lambda: drained(store), timeout=15, message="drained")
+            await eventually(lambda: bus.nc.is_connected)
+            stored = await stream_messages(bus, bus.names.wake_stream)
+        assert sorted(msg_ids(stored)) == ["s0/1/0", "s1/1/0", "s2/1/0"]
+        assert relay.published == 3
+
+
+async def test_relay_survives_a_redis_restart_without_persistence(
+    bus: Bus, settings: Settings
+) -> None:
+    wakes = await wake_puller(bus)
+    async with RedisServer() as redis_server:
+        settings = settings.model_copy(update={"redis_url": redis_server.url})
+        async with running(settings) as relay:
+            async with connected(settings) as store:
+                await open_session(store, bus, "before")
+                assert msg_ids(await collect(wakes, 1)) == ["before/1/0"]
+
+            await redis_server.restart()  # data, consumer groups and scripts are gone
+            async with connected(settings) as store:
+                await open_session(store, bus, "after")
+                assert msg_ids(await collect(wakes, 1)) == ["after/1/0"]
+    assert relay.retries >= 1
+
+
+async def test_poison_rows_become_dead_letters_and_do_not_block(
+    settings: Settings, bus: Bus
+) -> None:
+    settings = settings.model_copy(update={"max_payload_bytes": 1024})
+    async with connected(settings) as store:
+        wakes = await wake_puller(bus)
+        await open_session(store, bus, "s1")
+        key = store.keys.outbox(store.keys.shard_of("s1"))
+        wake = bus.wake_subject(AGENT, COMPAT)
+
+        def row(rid: str, subject: str, data: str, **extra: str) -> dict[str, str]:
+            return {"id": rid, "subj": subject, "data": data, "hdr": "", "sid": "s1",
+                    "ts": "0", **extra}
+
+        await store.redis.xadd(key, row("p/1", "bad subject with spaces", "{}"))
+        await store.redis.xadd(key, row("p/2", wake, "x" * 2000))
+        await store.redis.xadd(key, row("p/3", wake, "x" * 1000))  # too large with headers
+        await store.redis.xadd(key, {"id": "p/4", "data": "{}"})  # malformed: no subject
+        await store.redis.xadd(key, row("p/5", "other.wake.a.1", "{}"))  # no stream of ours
+        await store.redis.xadd(key, row("s1/9/0", wake, dumps({"session_id": "s1"})))
+
+        async with running(settings) as relay:
+            got = await collect(wakes, 2)
+            await eventually(lambda: drained(store), message="outbox drained")
+        assert msg_ids(got) == ["s1/1/0", "s1/9/0"]
+        assert relay.dead_lettered == 5
+        dead = {d["row_id"]: d for d in await dead_letters(store.redis, store.keys)}
+        assert set(dead) == {"p/1", "p/2", "p/3", "p/4", "p/5"}
+        assert "invalid subject" in dead["p/1"]["reason"]
+        assert "exceeds 1024" in dead["p/2"]["reason"]
+        assert "exceeds 1024" in dead["p/3"]["reason"]
+        assert "malformed" in dead["p/4"]["reason"]
+        assert dead["p/2"]["source"] == "relay" and len(dead["p/2"]["payload"]) == 2000
+
+
+async def test_a_row_refused_by_the_server_is_isolated_and_dead_lettered(
+    store: Store, bus: Bus, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Should the relay's own checks miss a limit, the server's refusal must still not block
+    # the shard: the failed batch is retried row by row and the refused row dead-lettered.
+    # (nats-py reports a refused async publish only as a timeout, so this test takes ~5 s.)
+    monkeypatch.setattr(Relay, "_refusal", lambda self, row: None)
+    wakes = await wake_puller(bus)
+    wake = bus.wake_subject(AGENT, COMPAT)
+    fence = await open_session(store, bus, "s1")
+    rows = [OutboxRow(subject=wake, data="x" * 1000), OutboxRow(subject=wake, data="{}")]
+    await store.commit("s1", fence, Writes(outbox=rows), BRAIN)
+
+    # The relay's streams get max_msg_size 1024: the first row exceeds it with its headers.
+    async with running(settings, max_payload_bytes=1024) as relay:
+        got = await collect(wakes, 2, timeout=20)
+        await eventually(lambda: drained(store), timeout=10, message="outbox drained")
+    [dead] = await dead_letters(store.redis, store.keys)
+    assert msg_ids(got) == ["s1/1/0", "s1/2/1"]
+    assert relay.dead_lettered == 1
+    assert dead["row_id"] == "s1/2/0" and "10054" in dead["reason"]
+
+
+async def test_two_relays_publish_every_row_exactly_once(
+    bus: Bus, settings: Settings
+) -> None:
+    settings = settings.model_copy(update={"shards": 4})
+    async with connected(settings) as store:
+        async with running(settings, worker_name="relay-a") as a, running(
+            settings, worker_name="relay-b"
+        ) as b:
+            await asyncio.gather(*(open_session(store, bus, f"s{i}") for i in range(60)))
+            await eventually(lambda: drained(store), message="outbox drained")
+        stored = await stream_messages(bus, bus.names.wake_stream)
+        assert sorted(msg_ids(stored)) == sorted(f"s{i}/1/0" for i in range(60))
+        assert a.published + b.published == 60
+        assert a.duplicates + b.duplicates == 0
+
+
+async def test_dead_letters_are_capped_truncated_and_newest_first(
+    store: Store, redis: object
+) -> None:
+    keys: Keys = store.keys
+    await record_dead_letter(store.redis, keys, source="wake", reason="first", payload=b"\xff1")
+    await record_dead_letter(
+        store.redis, keys, source="tool", reason="second", payload="y" * 10_000, run_id="r1",
+        attempt=2,
+    )
+    newest, oldest = await dead_letters(redis, keys)  # type: ignore[arg-type]  # bytes client
+    assert newest["reason"] == "second" and newest["run_id"] == "r1" and newest["attempt"] == "2"
+    assert len(newest["payload"]) == 4096 and newest["size"] == "10000"
+    assert oldest["payload"] == "\ufffd1" and oldest["source"] == "wake"
+    assert int(oldest["ts"]) <= int(newest["ts"])
