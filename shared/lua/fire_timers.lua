@@ -7,7 +7,8 @@ Timer members are "<kind>|<session>|<id>|<wake subject>" scored by due time (ms)
 Each due timer becomes one wake row with id "t/<member>/<due>" (a repeated firing of the
 same due timer is deduplicated by NATS) and sets the session's dirty mark; its meta key is
 derived from the prefix and shares the hash tag. Deadlines are re-armed (a session keeps
-being woken until a commit clears its deadline); other timers are removed.
+being woken until a commit clears its deadline); other timers are removed, and so is
+a timer whose session no longer exists.
 Returns the number of timers fired.
 ]==]
 local now = (function()
@@ -20,15 +21,15 @@ local fired = 0
 for i = 1, #due, 2 do
   local member, at = due[i], due[i + 1]
   local kind, sid, id, subject = string.match(member, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if kind then
+  local meta = kind and (ARGV[3] .. sid .. ':meta')
+  if meta and redis.call('EXISTS', meta) == 1 then
     local data = cjson.encode({v = 1, session_id = sid, reason = 'timer:' .. kind})
     redis.call('XADD', KEYS[2], '*', 'id', 't/' .. member .. '/' .. at, 'subj', subject,
                'data', data, 'hdr', '', 'sid', sid, 'ts', now)
-    local meta = ARGV[3] .. sid .. ':meta'
-    if redis.call('EXISTS', meta) == 1 then
-      redis.call('HSET', meta, 'dirty', 1)
-    end
+    redis.call('HSET', meta, 'dirty', 1)
     fired = fired + 1
+  else
+    kind = 'orphan'  -- malformed, or its session is gone: drop it instead of waking nobody
   end
   if kind == 'deadline' then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), member)
