@@ -322,10 +322,14 @@ class Bus:
 
     # -- publish ----------------------------------------------------------------------------
     def _headers(self, data: bytes, msg_id: str, headers: dict[str, str] | None) -> dict[str, str]:
-        if len(data) > self.settings.max_payload_bytes:
+        # The stream's max_msg_size counts headers too ("NATS/1.0" line, "k: v" lines, CRLFs).
+        size = len(data) + 12 + len(msg_id) + 15 + sum(
+            len(k) + len(v) + 4 for k, v in (headers or {}).items()
+        )
+        if size > self.settings.max_payload_bytes:
             raise PayloadTooLarge(
-                f"message of {len(data)} bytes exceeds {self.settings.max_payload_bytes}",
-                size=len(data), limit=self.settings.max_payload_bytes,
+                f"message of {size} bytes (with headers) exceeds {self.settings.max_payload_bytes}",
+                size=size, limit=self.settings.max_payload_bytes,
             )
         if not msg_id:
             raise ValidationError("publish needs a non-empty msg_id (deduplication key)")
