@@ -50,7 +50,7 @@ test-chaos: deps venv
 	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)
 
 bench: deps venv
-	$(BIN)/python bench/store_bench.py
+	$(BIN)/python -m bench all
 
 lint: venv
 	$(BIN)/ruff check brain hands shared tests

@@ -1,0 +1,15 @@
+"""Baton's benchmarks: figures, not assertions (``python -m bench``, ``make bench``).
+
+Each benchmark is a module with ``NAME``, ``DESCRIPTION`` and ``async def run(quick, console)
+-> Result``, registered in :data:`BENCHES`. Results are printed as a table and written to
+``bench/results/<name>.json`` (gitignored).
+"""
+
+from __future__ import annotations
+
+#: name -> module implementing it, imported only when selected.
+BENCHES: dict[str, str] = {
+    "store": "bench.store_bench",
+}
+
+__all__ = ["BENCHES"]

@@ -1,0 +1,61 @@
+"""``python -m bench [all | NAME ...] [--quick] [--uvloop]``: run benchmarks, print, save JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+
+from rich.console import Console
+
+from bench import BENCHES
+from bench.common import write_json
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", default=["all"], metavar="NAME",
+                        help=f"'all' (default) or any of: {', '.join(BENCHES)}")
+    parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
+    parser.add_argument("--uvloop", action="store_true",
+                        help="run on uvloop instead of the default asyncio loop")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n != "all" and n not in BENCHES]
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHES)}")
+    return args
+
+
+async def run_all(names: list[str], quick: bool, console: Console) -> None:
+    for name in names:
+        module = importlib.import_module(BENCHES[name])
+        console.rule(f"{name}: {module.DESCRIPTION}")
+        result = await module.run(quick=quick, console=console)
+        path = write_json(result)
+        console.print(f"[dim]wrote {path.relative_to(path.parents[2])}[/dim]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    # Piped output (make bench | tee) defaults to 80 columns: keep the tables on one line each.
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    if args.list:
+        for name, module in BENCHES.items():
+            console.print(f"{name}: {importlib.import_module(module).DESCRIPTION}")
+        return 0
+    names = list(BENCHES) if "all" in args.names else list(dict.fromkeys(args.names))
+    if args.uvloop:
+        import uvloop  # optional: not a Baton dependency
+
+        uvloop.install()
+    try:
+        asyncio.run(run_all(names, args.quick, console))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
