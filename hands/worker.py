@@ -1,0 +1,506 @@
+"""The Hands worker: consumes tool messages, executes tools under attempt fences.
+
+Per served tool there is one durable pull consumer, shared by every Hands replica serving
+that tool, and one fetch loop here. Per message (:meth:`HandsWorker.handle`):
+
+    decode ToolDispatch ─ bad ─> dead letter, term
+    claim the attempt (Redis fence, mark "accepted")
+        done -> ack (duplicate)   gone -> dead letter, ack   busy -> nak until the live one ends
+    replay policy if an earlier attempt left no result (hands.replay)
+    execute with heartbeats: JetStream in_progress + Redis run heartbeat
+        taken over (StaleAttemptError) -> cancel the tool, no complete, no ack
+    complete under the fence (mark "completed" + wake), then ack
+
+JetStream acks are not exclusive, so who may complete a run is decided only by the attempt
+fence in Redis; the message layer only brings the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+from nats.aio.msg import Msg
+from pydantic import BaseModel
+
+from hands.replay import decide
+from shared.app import App, Tool, ToolContext, load_app
+from shared.bus import Bus, Puller, delivery_count
+from shared.bus import heartbeat as bus_heartbeat
+from shared.deadletter import record_dead_letter
+from shared.errors import (
+    ConfigError,
+    NatsUnavailable,
+    RedisUnavailable,
+    StaleAttemptError,
+    ToolError,
+    ValidationError,
+)
+from shared.faults import Faults
+from shared.log import bind
+from shared.models import Recovery, ToolDispatch, ToolIntent, ToolResult, decode
+from shared.service import Service, run_until_signalled
+from shared.settings import Settings
+from shared.store import Claim, Store
+
+__all__ = ["HandsWorker", "main"]
+
+log = structlog.get_logger("baton.hands")
+
+FETCH_TIMEOUT_S = 1.0  # a fetch loop notices shutdown within this
+MAX_BATCH = 32  # messages per fetch, at most (and never more than free slots)
+RETRY_DELAY_S = 0.5  # redelivery delay after Redis/NATS was unreachable
+BUSY_MARGIN_S = 0.1  # after a live attempt's heartbeat would expire
+COMPLETE_RETRIES = (0.1, 0.2, 0.4, 0.8, 1.6)  # a fenced complete is safe to retry
+MAX_ERROR_TEXT = 2_000
+CANCEL_GRACE_S = 5.0  # wait this long for a cancelled tool to end
+
+
+class AttemptLost(Exception):
+    """Our attempt was taken over (or ended) while running: stop touching the run."""
+
+    def __init__(self, err: StaleAttemptError) -> None:
+        super().__init__(str(err))
+        self.err = err
+
+
+@dataclass
+class Handled:
+    """What happened to one message: the fields of the canonical log line."""
+
+    outcome: str = "unhandled"
+    recovery: str = "none"
+
+
+class HandsWorker(Service):
+    """Executes the tools of an app (all of them, or ``tools``) for any session."""
+
+    role = "hands"
+
+    def __init__(self, settings: Settings, app: App, tools: list[str] | None = None) -> None:
+        super().__init__(settings)
+        names = list(app.tools) if tools is None else list(dict.fromkeys(tools))
+        unknown = [t for t in names if t not in app.tools]
+        if unknown:
+            raise ConfigError(
+                f"cannot serve undeclared tools {', '.join(unknown)}; "
+                f"the app declares: {', '.join(app.tools)}"
+            )
+        if not names:
+            raise ConfigError("a Hands worker needs at least one tool to serve")
+        self.app = app
+        self.tools: dict[str, Tool] = {n: app.tools[n] for n in names}
+        self.faults = Faults(settings.fault)
+        self.store: Store | None = None
+        self.bus: Bus | None = None
+        self.http: httpx.AsyncClient | None = None
+        self._slots = asyncio.Semaphore(settings.hands_concurrency)
+        # Runs this process is handling now. claim.lua lets a worker of the same name take
+        # over its own live attempt (a restart with a stable name); inside one process that
+        # would make a duplicate message take over the attempt still running here.
+        self._active: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def serve(self) -> None:
+        s = self.settings
+        pullers: list[Puller] = []
+        self.store = await Store.connect(s)
+        try:
+            self.bus = await Bus.connect(s, self.name)
+            self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=s.connect_timeout_s))
+            await self.bus.ensure_streams()
+            names = self.bus.names
+            for tool in self.tools:
+                durable = names.tool_durable(tool)
+                await self.bus.ensure_consumer(
+                    names.tool_stream, durable, names.tool_subject(tool),
+                    ack_wait=s.ack_wait_s, max_deliver=s.max_deliver,
+                )
+                pullers.append(await self.bus.pull(names.tool_stream, durable))
+            self.ready.set()
+            log.info("hands_ready", worker=self.name, tools=list(self.tools))
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.announce(self.store.redis, self.store.keys.workers))
+                for tool, puller in zip(self.tools, pullers, strict=True):
+                    tg.create_task(self._fetch_loop(tool, puller), name=f"fetch:{tool}")
+            await self.drain()
+        finally:
+            for task in list(self._inflight):  # only left when serve itself was cancelled
+                task.cancel()
+            if self._inflight:
+                await asyncio.wait(set(self._inflight), timeout=CANCEL_GRACE_S)
+            for puller in pullers:
+                await puller.close()
+            if self.http is not None:
+                await self.http.aclose()
+            if self.bus is not None:
+                await self.bus.close()  # flushes the acks of the drained messages
+            await self.store.close()
+            log.info("hands_stopped", worker=self.name)
+
+    async def _fetch_loop(self, tool: str, puller: Puller) -> None:
+        """Fetch no more messages than there are free slots; each runs in its own task."""
+        while not self.stopping.is_set():
+            await self._slots.acquire()
+            taken = 1
+            while taken < MAX_BATCH and not self._slots.locked():
+                await self._slots.acquire()
+                taken += 1
+            msgs: list[Msg] = []
+            try:
+                if not self.stopping.is_set():
+                    msgs = await puller.fetch(taken, timeout=FETCH_TIMEOUT_S)
+            except Exception as exc:  # NATS reconnecting or gone: keep serving
+                log.warning("fetch_failed", tool=tool, error=repr(exc))
+                await self.wait_stopping(RETRY_DELAY_S)
+            finally:
+                for _ in range(taken - len(msgs)):
+                    self._slots.release()
+            for msg in msgs:
+                self.spawn(self._handle_in_slot(msg))
+
+    async def _handle_in_slot(self, msg: Msg) -> None:
+        try:
+            await self.handle(msg)
+        finally:
+            self._slots.release()
+
+    # ------------------------------------------------------------------ one message
+
+    async def handle(self, msg: Msg) -> None:
+        """Handle one tool message; never raises (except cancellation)."""
+        started = time.monotonic()
+        delivery = delivery_count(msg)
+        bind(worker=self.name, delivery=delivery)
+        done = Handled()
+        try:
+            try:
+                dispatch = decode(ToolDispatch, msg.data)
+            except ValidationError as exc:
+                done.outcome = "dead_letter"
+                await self._dead_letter(msg, str(exc), delivery)
+                await _settle(msg.term())
+                return
+            bind(session_id=dispatch.session_id, run_id=dispatch.run_id, tool=dispatch.tool)
+            async with bus_heartbeat(msg, self.settings.ack_wait_s / 3):
+                await self._process(msg, dispatch, delivery, done)
+        except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
+            done.outcome = "retry"
+            log.warning("tool_message_retry", error=str(exc))
+            await _settle(msg.nak(delay=RETRY_DELAY_S))
+        except Exception:
+            done.outcome = "crashed"
+            log.exception("tool_message_failed")
+            await _settle(msg.nak(delay=RETRY_DELAY_S))
+        finally:
+            log.info(
+                "tool_message_handled",
+                outcome=done.outcome,
+                recovery=done.recovery,
+                ms=round((time.monotonic() - started) * 1000, 2),
+            )
+
+    async def _process(
+        self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
+    ) -> None:
+        key = (dispatch.session_id, dispatch.run_id)
+        if key in self._active:  # a duplicate of a message being handled here
+            done.outcome = "busy"
+            await _settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
+            return
+        self._active.add(key)
+        try:
+            await self._claimed(msg, dispatch, delivery, done)
+        finally:
+            self._active.discard(key)
+
+    async def _claimed(
+        self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
+    ) -> None:
+        assert self.store is not None
+        claim = await self.store.claim(
+            dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery
+        )
+        if claim.status == "done":
+            done.outcome = "duplicate"
+            await _settle(msg.ack())
+            return
+        if claim.status == "gone":
+            done.outcome = "dead_letter"
+            await self._dead_letter(msg, "unknown run", delivery)
+            await _settle(msg.ack())
+            return
+        if claim.status == "busy":  # another live attempt: never take it over
+            done.outcome = "busy"
+            await _settle(msg.nak(delay=claim.remaining_ms / 1000 + BUSY_MARGIN_S))
+            return
+        self.faults.hit("hands.after_claim")
+        assert claim.intent is not None
+        intent = claim.intent
+        bind(attempt=claim.attempt)
+        if claim.recovering:
+            log.info("attempt_recovering", previous_attempt=claim.previous_attempt,
+                     previous_worker=claim.previous_worker, replay=intent.replay)
+        try:
+            result = await self._result(claim, intent, delivery)
+        except AttemptLost as lost:
+            done.outcome = "taken_over"
+            log.warning("attempt_taken_over", current=lost.err.fields["current"],
+                        status=lost.err.fields["status"])
+            return  # the new owner completes and acks
+        if result is None:  # recovery could not decide now: the next delivery tries again
+            done.outcome = "retry"
+            await _settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
+            return
+        self.faults.hit("hands.after_effect")
+        result = self._limit(result)
+        done.recovery = result.recovery
+        done.outcome = result.outcome
+        if not await self._complete(intent, claim.attempt, result, delivery):
+            done.outcome = "complete_refused"
+            return  # stale: the attempt that took over completes and acks
+        self.faults.hit("hands.after_complete")
+        await _settle(msg.ack())
+
+    # ------------------------------------------------------------------ deciding the result
+
+    async def _result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
+        """The run's result, or None to leave it for a later delivery."""
+        attempt = claim.attempt
+        tool = self.tools.get(intent.tool)
+        if tool is None:
+            return _error(attempt, "unknown_tool",
+                          f"no tool named {intent.tool!r} is served here; "
+                          f"available: {', '.join(self.tools)}")
+        try:
+            args = tool.parse_args(intent.arguments)
+        except ValidationError as exc:
+            return _error(attempt, "invalid_arguments", exc.message)
+        decision = decide(
+            recovering=claim.recovering,
+            saved=intent.replay,
+            current=tool.replay,
+            has_confirm=tool.confirm_fn is not None,
+            delivery=delivery,
+            max_deliver=self.settings.max_deliver,
+        )
+        ctx = ToolContext(
+            session_id=intent.session_id, run_id=intent.run_id,
+            operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
+            http=self._client(), log=log.bind(tool=tool.name),
+        )
+        if decision.action == "interrupt":
+            return ToolResult(outcome="interrupted", error_code="interrupted",
+                              error=decision.reason, recovery="interrupted", attempt=attempt)
+        if decision.action == "fail":
+            return ToolResult(outcome="failed", error_code="max_deliveries",
+                              error=decision.reason, recovery="interrupted", attempt=attempt)
+        if decision.action == "confirm":
+            assert tool.confirm_fn is not None
+            confirm = tool.confirm_fn
+            started = time.monotonic()
+            try:
+                found = await self._supervised(
+                    intent, ctx, tool.timeout, lambda: confirm(intent.operation_id, args, ctx)
+                )
+            except AttemptLost:
+                raise
+            except Exception as exc:  # cannot tell what happened: try again later
+                log.warning("confirm_failed", error=_describe(exc))
+                return None
+            log.info("confirm_answered", found=found is not None)
+            if found is not None:
+                return ToolResult(outcome="ok", output=found, recovery="confirmed",
+                                  attempt=attempt, duration_ms=_ms_since(started))
+            return await self._execute(tool, args, intent, ctx, "executed_after_confirm")
+        recovery: Recovery = "reexecuted" if decision.action == "reexecute" else "none"
+        return await self._execute(tool, args, intent, ctx, recovery)
+
+    async def _execute(
+        self, tool: Tool, args: BaseModel, intent: ToolIntent, ctx: ToolContext,
+        recovery: Recovery,
+    ) -> ToolResult:
+        started = time.monotonic()
+        attempt = ctx.attempt
+        try:
+            output = await self._supervised(intent, ctx, tool.timeout, lambda: tool(args, ctx))
+        except AttemptLost:
+            raise
+        except ToolError as exc:
+            return _error(attempt, exc.code, exc.message, recovery, started)
+        except _Timeout:
+            return _error(attempt, "timeout", f"{tool.name} did not finish within "
+                          f"{tool.timeout:g}s", recovery, started)
+        except Exception as exc:  # a tool bug is a result the model sees, never a crash
+            log.warning("tool_raised", error=_describe(exc))
+            return _error(attempt, "tool_exception", _describe(exc), recovery, started)
+        return ToolResult(outcome="ok", output=output, recovery=recovery, attempt=attempt,
+                          duration_ms=_ms_since(started))
+
+    async def _supervised(
+        self, intent: ToolIntent, ctx: ToolContext, timeout: float,  # noqa: ASYNC109
+        call: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """Run ``call`` with a deadline while heartbeating the attempt in Redis.
+
+        Raises :class:`AttemptLost` (after cancelling the call) once the heartbeat finds the
+        attempt taken over, and :class:`_Timeout` when the deadline passes.
+        """
+
+        async def bounded() -> Any:
+            deadline = asyncio.timeout(timeout)
+            try:
+                async with deadline:
+                    return await call()
+            except TimeoutError:
+                if deadline.expired():
+                    raise _Timeout() from None
+                raise
+
+        stop = asyncio.Event()
+        work = asyncio.ensure_future(bounded())
+        beat = asyncio.ensure_future(self._beat(intent, ctx.attempt, stop))
+        try:
+            await asyncio.wait({work, beat}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.set()
+            if not work.done():  # taken over, or we are being cancelled ourselves
+                ctx.cancelled.set()
+                work.cancel()
+            beat.cancel()
+            # Bounded: a task may swallow its cancellation (redis-py does, mid-command).
+            _, stuck = await asyncio.wait({work, beat}, timeout=CANCEL_GRACE_S)
+            if stuck:
+                log.warning("cancel_ignored", tasks=[t.get_name() for t in stuck])
+        if not work.done() or work.cancelled():
+            err = beat.exception() if beat.done() and not beat.cancelled() else None
+            if isinstance(err, StaleAttemptError):
+                raise AttemptLost(err)
+            raise RuntimeError("the tool was cancelled")  # not by us: a tool bug
+        return work.result()
+
+    async def _beat(self, intent: ToolIntent, attempt: int, stop: asyncio.Event) -> None:
+        """Keep the attempt alive until ``stop``; ends early only by raising StaleAttemptError.
+
+        ``stop`` is checked after every beat because a cancellation that arrives during a
+        Redis command can be swallowed by redis-py (redis/redis-py#2028).
+        """
+        assert self.store is not None
+        interval = self.settings.attempt_ttl_ms / 3000
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            if stop.is_set():
+                return
+            try:
+                await self.store.heartbeat(intent.session_id, intent.run_id, attempt)
+            except StaleAttemptError:
+                raise
+            except Exception as exc:  # Redis away for a moment: the tool goes on
+                log.warning("run_heartbeat_failed", error=str(exc))
+
+    # ------------------------------------------------------------------ committing
+
+    async def _complete(
+        self, intent: ToolIntent, attempt: int, result: ToolResult, delivery: int
+    ) -> bool:
+        """Commit the result under the attempt fence; False when a newer attempt owns the run.
+
+        Retried while Redis is unreachable: the fence makes a repeat harmless, and a repeat
+        of our own complete whose reply was lost is recognised below.
+        """
+        assert self.store is not None
+        delays = iter(COMPLETE_RETRIES)
+        while True:
+            try:
+                woke = await self.store.complete(
+                    intent.session_id, intent, attempt, result, self.worker,
+                    force_wake=not result.ok, detail={"delivery": delivery},
+                )
+            except StaleAttemptError as err:
+                current, status = err.fields["current"], err.fields["status"]
+                if current == attempt and status == "completed":
+                    log.info("complete_already_applied")  # our own earlier, reply lost
+                    return True
+                log.warning("complete_refused", current=current, status=status)
+                return False
+            except RedisUnavailable:
+                delay = next(delays, None)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+                continue
+            log.debug("run_completed", woke=woke)
+            return True
+
+    def _limit(self, result: ToolResult) -> ToolResult:
+        """Cut an output larger than ``tool_output_limit`` (as JSON), marking it truncated."""
+        limit = self.settings.tool_output_limit
+        try:
+            raw = orjson.dumps(result.output)
+        except TypeError:  # not JSON-serialisable: its text is what the model can use
+            raw = orjson.dumps(repr(result.output))
+            result = result.model_copy(update={"output": repr(result.output)})
+        if len(raw) <= limit:
+            return result
+        head = raw[:limit].decode("utf-8", errors="ignore")
+        marker = f"... [truncated: {len(raw)} bytes of JSON, limit {limit}]"
+        return result.model_copy(update={"output": head + marker, "truncated": True})
+
+    async def _dead_letter(self, msg: Msg, reason: str, delivery: int) -> None:
+        assert self.store is not None
+        log.warning("tool_message_dead_lettered", reason=reason)
+        await record_dead_letter(
+            self.store.redis, self.store.keys, source="hands", reason=reason,
+            payload=msg.data, subject=msg.subject, delivery=delivery, worker=self.name,
+        )
+
+    def _client(self) -> httpx.AsyncClient:
+        assert self.http is not None
+        return self.http
+
+
+class _Timeout(Exception):
+    """The tool's own deadline passed."""
+
+
+def _error(
+    attempt: int, code: str, message: str, recovery: Recovery = "none",
+    started: float | None = None,
+) -> ToolResult:
+    return ToolResult(
+        outcome="error", error_code=code, error=message[:MAX_ERROR_TEXT], recovery=recovery,
+        attempt=attempt, duration_ms=_ms_since(started) if started is not None else 0.0,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 3)
+
+
+async def _settle(op: Awaitable[None]) -> None:
+    """Ack / nak / term: fire-and-forget on the wire; a closed connection only logs."""
+    try:
+        await op
+    except Exception as exc:
+        log.warning("message_settle_failed", error=repr(exc))
+
+
+async def main(settings: Settings, app_spec: str, tools: list[str] | None = None) -> None:
+    """Entry point of ``baton hands``: serve the app's tools until SIGTERM/SIGINT."""
+    app = load_app(app_spec)
+    await run_until_signalled(HandsWorker(settings, app, tools))
+
