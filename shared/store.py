@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from shared.errors import (
     BatonError,
     NotFoundError,
+    PayloadTooLarge,
     RedisUnavailable,
     from_redis_error,
 )
@@ -213,13 +214,12 @@ class Store:
         except (RedisError, OSError) as exc:
             raise from_redis_error(exc, session_id=sk.session_id, run_id=run_id) from None
 
-    def _check_size(self, payload: str, what: str) -> None:
-        if len(payload) > self.settings.max_payload_bytes:
-            from shared.errors import PayloadTooLarge
-
+    def _check_size(self, payload: str | list[str], what: str) -> None:
+        size = len(payload) if isinstance(payload, str) else sum(map(len, payload))
+        if size > self.settings.max_payload_bytes:
             raise PayloadTooLarge(
-                f"{what} is {len(payload)} bytes, over the {self.settings.max_payload_bytes} limit",
-                size=len(payload),
+                f"{what} is {size} bytes, over the {self.settings.max_payload_bytes} limit",
+                size=size,
             )
 
     # ------------------------------------------------------------------ client side
@@ -326,10 +326,10 @@ class Store:
     ) -> tuple[int, int]:
         """Apply a write-set atomically under the fence; returns (seq, entry count)."""
         sk = self.keys.session(session_id)
-        payload = writes.to_script()
-        self._check_size(payload, "commit")
+        args = writes.to_script()
+        self._check_size(args, "commit")
         seq, count = await self._run(
-            "commit", sk, [fence, worker.model_dump_json(), payload, session_id]
+            "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
         return int(seq), int(count)
 

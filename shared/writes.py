@@ -61,8 +61,8 @@ class Writes:
         }
         return {k: v for k, v in counts.items() if v}
 
-    def to_script(self) -> str:
-        """The write-set JSON that commit.lua reads (see its header)."""
+    def to_script(self) -> list[str]:
+        """The arguments commit.lua reads after the fence, worker and session (its header)."""
         receipt = {
             "kind": self.kind,
             "marks": [m.model_dump() for m in self.marks()],
@@ -70,24 +70,34 @@ class Writes:
             "detail": self.detail,
             "trace": self.trace,
         }
-        return dumps(
-            {
-                "e": [e.to_json() for e in self.entries],
-                "t": [[t.id, t.to_json(), t.terminal] for t in self.tasks],
-                "d": [[d.name, d.to_json()] for d in self.documents],
-                "s": [[s.id, s.to_json()] for s in self.submissions],
-                "r": [[r.run_id, r.to_json()] for r in self.runs],
-                "g": [[g, n] for g, n in self.groups.items()],
-                "a": list(self.applied),
-                "o": [[o.subject, o.data, dumps(o.headers)] for o in self.outbox],
-                "ta": [[m, due] for m, due in self.timers_add.items()],
-                "tr": list(self.timers_remove),
-                "dl": self.deadline_ms,
-                "w": self.wake_subject,
-                "n": [list(n) for n in self.notify],
-                "rc": dumps(receipt),
-            }
-        )
+        index = {
+            "ne": len(self.entries),
+            "nt": len(self.tasks),
+            "nd": len(self.documents),
+            "ns": len(self.submissions),
+            "nr": len(self.runs),
+            "no": len(self.outbox),
+            "g": [[g, n] for g, n in self.groups.items()],
+            "a": list(self.applied),
+            "ta": [[m, due] for m, due in self.timers_add.items()],
+            "tr": list(self.timers_remove),
+            "dl": self.deadline_ms,
+            "w": self.wake_subject,
+            "n": [list(n) for n in self.notify],
+        }
+        args = [dumps(index), dumps(receipt)]
+        args.extend(e.to_json() for e in self.entries)
+        for t in self.tasks:
+            args += (t.id, t.to_json(), "1" if t.terminal else "0")
+        for d in self.documents:
+            args += (d.name, d.to_json())
+        for s in self.submissions:
+            args += (s.id, s.to_json())
+        for r in self.runs:
+            args += (r.run_id, r.to_json())
+        for o in self.outbox:
+            args += (o.subject, o.data, dumps(o.headers))
+        return args
 
 
 def timer_member(kind: str, session_id: str, ident: str, wake_subject: str) -> str:

@@ -1,20 +1,22 @@
 --[==[ commit.lua: apply one Brain write-set atomically, guarded by the session fence.
 
 KEYS: the 12 session keys (see _lib.lua).
-ARGV: 1 fence, 2 worker JSON, 3 write-set JSON, 4 session id. The write-set:
-  e  [entry JSON]                    appended to entries
-  t  [[task id, task JSON, terminal]] upserted; terminal tasks move from tasks to done
-  d  [[name, document JSON]]          upserted
-  s  [[submission id, JSON]]          upserted
-  r  [[run id, intent JSON]]          new tool runs (status dispatched, attempt 0)
-  g  [[group, count]]                 completions to await before a group wakes the Brain
-  a  [run id]                         'applied' mark: completed runs move to runs_done
-  o  [[subject, data JSON, headers JSON]]  outbox rows, ids "<session>/<seq>/<n>"
-  ta [[timer member, due ms]]  tr [timer member]   timers to add / remove
+ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then the records,
+      each an argument of its own (no JSON nested in JSON: nothing to unescape), in order:
+      entries      ne x  entry JSON                      appended to entries
+      tasks        nt x  task id, task JSON, "1"|"0"     upserted; terminal ("1") tasks move
+                                                          from tasks to done
+      documents    nd x  name, document JSON              upserted
+      submissions  ns x  submission id, JSON              upserted
+      runs         nr x  run id, intent JSON              new tool runs (dispatched, attempt 0)
+      outbox       no x  subject, data JSON, headers JSON rows "<session>/<seq>/<n>"
+The index holds the counts (ne nt nd ns nr no) and the small parts:
+  g  [[group, count]]        completions to await before a group wakes the Brain
+  a  [run id]                'applied' mark: completed runs move to runs_done
+  ta [[timer member, due ms]]  tr [timer member]    timers to add / remove
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
-  w  new wake subject, or ""          (a migration to another compat level)
-  n  [[channel, message]]             notifications PUBLISHed after the writes (waiters)
-  rc receipt JSON
+  w  new wake subject, or "" (a migration to another compat level)
+  n  [[channel, message]]    notifications PUBLISHed after the writes (waiters)
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}.
@@ -30,12 +32,20 @@ if cur ~= fence then
   receipt('refused', ARGV[2], fence, 0, now, cjson.encode({current = cur, op = 'commit'}))
   return fail('STALE_FENCE', fence .. ' ' .. cur)
 end
-local ok, ws = pcall(cjson.decode, ARGV[3])
-if not ok or type(ws) ~= 'table' then
-  return fail('INVALID', 'write-set is not a JSON object')
+local session = ARGV[3]
+local ok, ix = pcall(cjson.decode, ARGV[4])
+if not ok or type(ix) ~= 'table' then
+  return fail('INVALID', 'write-set index is not a JSON object')
+end
+
+-- 1. validate everything (no writes yet)
+local function count(name)
+  local n = ix[name] or 0
+  if type(n) ~= 'number' or n < 0 then error('INVALID count ' .. name) end
+  return n
 end
 local function list(name)
-  local v = ws[name]
+  local v = ix[name]
   if v == nil then return {} end
   if type(v) ~= 'table' then error('INVALID write-set field ' .. name .. ' is not a list') end
   return v
@@ -44,34 +54,45 @@ local function str(v, what)
   if type(v) ~= 'string' then error('INVALID ' .. what .. ' must be a string') end
   return v
 end
-
--- 1. validate everything (no writes yet)
+local ne, nt, nd, ns, nr, no
 local vok, verr = pcall(function()
-  for _, e in ipairs(list('e')) do str(e, 'entry') end
-  for _, t in ipairs(list('t')) do str(t[1], 'task id'); str(t[2], 'task') end
-  for _, d in ipairs(list('d')) do str(d[1], 'document name'); str(d[2], 'document') end
-  for _, s in ipairs(list('s')) do str(s[1], 'submission id'); str(s[2], 'submission') end
-  for _, r in ipairs(list('r')) do
-    str(r[1], 'run id'); str(r[2], 'intent')
-    if redis.call('HEXISTS', K_RUNS, r[1] .. '.intent') == 1
-       or redis.call('HEXISTS', K_RUNS_DONE, r[1] .. '.intent') == 1 then
-      error('CONFLICT run ' .. r[1] .. ' exists')
+  ne, nt, nd, ns, nr, no = count('ne'), count('nt'), count('nd'), count('ns'), count('nr'), count('no')
+  if #ARGV ~= 5 + ne + 3 * nt + 2 * nd + 2 * ns + 2 * nr + 3 * no then
+    error('INVALID argument count does not match the index')
+  end
+  local base = 5 + ne + 3 * nt + 2 * nd + 2 * ns
+  if nr > 0 then
+    local live, done = {}, {}
+    for i = 1, nr do
+      live[i] = ARGV[base + 2 * i - 1] .. '.intent'
+    end
+    local a = redis.call('HMGET', K_RUNS, unpack(live))
+    local b = redis.call('HMGET', K_RUNS_DONE, unpack(live))
+    for i = 1, nr do
+      if a[i] or b[i] then error('CONFLICT run ' .. ARGV[base + 2 * i - 1] .. ' exists') end
     end
   end
-  for _, g in ipairs(list('g')) do str(g[1], 'group'); if type(g[2]) ~= 'number' then error('INVALID group count') end end
-  for _, a in ipairs(list('a')) do
-    str(a, 'applied run id')
-    if redis.call('HGET', K_RUNS, a .. '.status') ~= 'completed' then
-      error('INVALID run ' .. a .. ' is not completed (cannot apply)')
+  for _, g in ipairs(list('g')) do
+    str(g[1], 'group')
+    if type(g[2]) ~= 'number' then error('INVALID group count') end
+  end
+  local applied = list('a')
+  if #applied > 0 then
+    local names = {}
+    for i, r in ipairs(applied) do names[i] = str(r, 'applied run id') .. '.status' end
+    local st = redis.call('HMGET', K_RUNS, unpack(names))
+    for i, r in ipairs(applied) do
+      if st[i] ~= 'completed' then error('INVALID run ' .. r .. ' is not completed (cannot apply)') end
     end
   end
-  for _, o in ipairs(list('o')) do str(o[1], 'outbox subject'); str(o[2], 'outbox data'); str(o[3], 'outbox headers') end
-  for _, t in ipairs(list('ta')) do str(t[1], 'timer'); if type(t[2]) ~= 'number' then error('INVALID timer due') end end
+  for _, t in ipairs(list('ta')) do
+    str(t[1], 'timer')
+    if type(t[2]) ~= 'number' then error('INVALID timer due') end
+  end
   for _, t in ipairs(list('tr')) do str(t, 'timer') end
-  if ws.dl ~= nil and type(ws.dl) ~= 'number' then error('INVALID deadline') end
-  if ws.w ~= nil then str(ws.w, 'wake subject') end
+  if ix.dl ~= nil and type(ix.dl) ~= 'number' then error('INVALID deadline') end
+  if ix.w ~= nil then str(ix.w, 'wake subject') end
   for _, n in ipairs(list('n')) do str(n[1], 'channel'); str(n[2], 'notification') end
-  str(ws.rc or '{}', 'receipt')
 end)
 if not vok then
   local msg = tostring(verr)
@@ -81,47 +102,57 @@ if not vok then
 end
 
 -- 2. write
-local session = ARGV[4]
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
-local entries = list('e')
-for i = 1, #entries, 1000 do
-  redis.call('RPUSH', K_ENTRIES, unpack(entries, i, math.min(i + 999, #entries)))
+local p = 6
+for i = p, p + ne - 1, 1000 do
+  redis.call('RPUSH', K_ENTRIES, unpack(ARGV, i, math.min(i + 999, p + ne - 1)))
 end
-for _, t in ipairs(list('t')) do
-  if t[3] then
-    redis.call('HDEL', K_TASKS, t[1])
-    redis.call('HSET', K_DONE, t[1], t[2])
+p = p + ne
+for _ = 1, nt do
+  if ARGV[p + 2] == '1' then
+    redis.call('HDEL', K_TASKS, ARGV[p])
+    redis.call('HSET', K_DONE, ARGV[p], ARGV[p + 1])
   else
-    redis.call('HSET', K_TASKS, t[1], t[2])
+    redis.call('HSET', K_TASKS, ARGV[p], ARGV[p + 1])
   end
+  p = p + 3
 end
-for _, d in ipairs(list('d')) do redis.call('HSET', K_DOCS, d[1], d[2]) end
-for _, s in ipairs(list('s')) do redis.call('HSET', K_SUBS, s[1], s[2]) end
-for _, r in ipairs(list('r')) do
-  redis.call('HSET', K_RUNS, r[1] .. '.intent', r[2], r[1] .. '.status', 'dispatched',
-             r[1] .. '.attempt', 0)
+for _ = 1, nd do redis.call('HSET', K_DOCS, ARGV[p], ARGV[p + 1]); p = p + 2 end
+for _ = 1, ns do redis.call('HSET', K_SUBS, ARGV[p], ARGV[p + 1]); p = p + 2 end
+for _ = 1, nr do
+  local rid = ARGV[p]
+  redis.call('HSET', K_RUNS, rid .. '.intent', ARGV[p + 1], rid .. '.status', 'dispatched',
+             rid .. '.attempt', 0)
+  p = p + 2
+end
+for i = 1, no do
+  outbox(session, seq, i - 1, ARGV[p], ARGV[p + 1], ARGV[p + 2], now)
+  p = p + 3
 end
 for _, g in ipairs(list('g')) do redis.call('HSET', K_META, 'grp:' .. g[1], g[2]) end
 for _, a in ipairs(list('a')) do
   local names = {}
   for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
   local vals = redis.call('HMGET', K_RUNS, unpack(names))
-  for i, f in ipairs(RUN_FIELDS) do
-    if vals[i] then redis.call('HSET', K_RUNS_DONE, names[i], vals[i]) end
+  local moved = {}
+  for i = 1, #names do
+    if vals[i] then
+      moved[#moved + 1] = names[i]
+      moved[#moved + 1] = vals[i]
+    end
   end
-  redis.call('HSET', K_RUNS_DONE, a .. '.applied', now)
+  redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
   redis.call('HDEL', K_RUNS, unpack(names))
 end
-for i, o in ipairs(list('o')) do outbox(session, seq, i - 1, o[1], o[2], o[3], now) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end
 for _, t in ipairs(list('tr')) do redis.call('ZREM', K_TIMERS, t) end
 local wake = redis.call('HGET', K_META, 'wake')
-if ws.w and ws.w ~= '' and ws.w ~= wake then
+if ix.w and ix.w ~= '' and ix.w ~= wake then
   set_deadline(session, wake, -1, now)
-  wake = ws.w
+  wake = ix.w
   redis.call('HSET', K_META, 'wake', wake)
 end
-set_deadline(session, wake, ws.dl or 0, now)
-receipt('commit', ARGV[2], fence, seq, now, ws.rc or '{}')
+set_deadline(session, wake, ix.dl or 0, now)
+receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('PUBLISH', n[1], n[2]) end
 return {seq, redis.call('LLEN', K_ENTRIES)}

@@ -63,9 +63,10 @@ def test_wire_messages_reject_unknown_schema_and_fields() -> None:
 
 def test_write_set_serialises_for_the_commit_script() -> None:
     w = Writes(entries=[Entry(kind="model", text="hi")], applied=["r1"], deadline_ms=-1)
-    data = json.loads(w.to_script())
-    assert data["a"] == ["r1"] and data["dl"] == -1 and len(data["e"]) == 1
-    receipt = json.loads(data["rc"])
+    args = w.to_script()
+    index, receipt = json.loads(args[0]), json.loads(args[1])
+    assert index["a"] == ["r1"] and index["dl"] == -1 and index["ne"] == 1
+    assert json.loads(args[2])["text"] == "hi" and len(args) == 3
     assert receipt["marks"] == [{"run_id": "r1", "mark": "applied", "attempt": 0}]
     assert not Writes()
 
