@@ -267,5 +267,5 @@ class Generation:
 
     def _model(self, name: str, ctx: TaskContext) -> Any:
         if name not in ctx.models:
-            ctx.models[name] = model_client(name)
+            ctx.models[name] = ctx.app.models.get(name) or model_client(name)
         return ctx.models[name]

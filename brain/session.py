@@ -46,6 +46,7 @@ class SessionPass:
         self.brain = brain
         self.session_id = session_id
         self.rewake = False  # set when another wake for this session arrives meanwhile
+        self.lost: StaleFenceError | None = None
 
     async def run(self) -> PassResult:
         brain, sid = self.brain, self.session_id
@@ -55,18 +56,31 @@ class SessionPass:
             lease = await brain.store.acquire(sid, brain.worker, settings.lease_ms)
             result.fence, result.takeover = lease.fence, result.takeover or lease.takeover
             brain.faults.hit("brain.after_wake")
-            try:
-                async with asyncio.TaskGroup() as tg:
-                    renewer = tg.create_task(self._renew(lease.fence))
-                    try:
-                        await self._work(lease.fence, result)
-                    finally:
-                        renewer.cancel()
-            except BaseExceptionGroup as group:  # surface the one real cause
-                raise group.exceptions[0] from None
+            await self._under_lease(lease.fence, result)
             if not self.rewake:
                 return result
             self.rewake = False  # a wake raced our release: go round once more
+
+    async def _under_lease(self, fence: int, result: PassResult) -> None:
+        """Work while a background task renews the lease; a lost lease stops the work.
+
+        The renewer is stopped through an Event rather than only by cancellation: redis-py
+        may swallow a cancellation that lands inside a command.
+        """
+        done = asyncio.Event()
+        me = asyncio.current_task()
+        renewer = asyncio.create_task(self._renew(fence, done, me))
+        try:
+            await self._work(fence, result)
+        except asyncio.CancelledError:
+            if self.lost is None or me is None:
+                raise
+            me.uncancel()  # cancelled by our renewer, not by the caller
+        finally:
+            done.set()
+            await asyncio.wait({renewer}, timeout=2.0)
+        if self.lost is not None:
+            raise self.lost
 
     async def _work(self, fence: int, result: PassResult) -> None:
         brain, sid = self.brain, self.session_id
@@ -110,13 +124,23 @@ class SessionPass:
             out.append(t)
         return out
 
-    async def _renew(self, fence: int) -> None:
+    async def _renew(self, fence: int, done: asyncio.Event, work: asyncio.Task | None) -> None:
         brain = self.brain
         interval = brain.settings.lease_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), interval)
+                return
+            except TimeoutError:
+                pass
             try:
                 await brain.store.renew(self.session_id, fence, brain.settings.lease_ms)
-            except StaleFenceError:
-                log.warning("lease_lost", session_id=self.session_id, fence=fence)
-                raise
+            except StaleFenceError as exc:
+                log.warning("lease_lost", session_id=self.session_id, fence=fence,
+                            current=exc.current)
+                self.lost = exc
+                if work is not None and not done.is_set():
+                    work.cancel()
+                return
+            except Exception as exc:  # Redis blip: the next renewal may still make it
+                log.warning("lease_renew_failed", session_id=self.session_id, error=str(exc))

@@ -160,11 +160,15 @@ class Agent:
 
 
 class App:
-    """A set of agents and the tools they use."""
+    """A set of agents, the tools they use, and optionally model clients of its own."""
 
-    def __init__(self, agents: list[Agent], tools: list[Tool]) -> None:
+    def __init__(
+        self, agents: list[Agent], tools: list[Tool], models: dict[str, Any] | None = None
+    ) -> None:
         self.agents = {a.name: a for a in agents}
         self.tools = {t.name: t for t in tools}
+        # Model clients the app brings itself, by the name agents use in ``model=``.
+        self.models: dict[str, Any] = dict(models or {})
         for t in tools:
             t.check()
         for a in agents:

@@ -66,7 +66,8 @@ class Service:
             task.cancel()
         if pending:
             log.warning("drain_timeout_cancelled", role=self.role, cancelled=len(pending))
-            await asyncio.gather(*pending, return_exceptions=True)
+            # Bounded: redis-py may swallow a cancellation that lands inside a command.
+            await asyncio.wait(pending, timeout=2.0)
 
     async def wait_stopping(self, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep."""
