@@ -101,7 +101,8 @@ class HandsWorker(Service):
         self.store: Store | None = None
         self.bus: Bus | None = None
         self.http: httpx.AsyncClient | None = None
-        self._slots = asyncio.Semaphore(settings.hands_concurrency)
+        # One bound per tool: an idle tool's long poll must not hold slots another needs.
+        self._slots = {n: asyncio.Semaphore(settings.hands_concurrency) for n in names}
         # Runs this process is handling now. claim.lua lets a worker of the same name take
         # over its own live attempt (a restart with a stable name); inside one process that
         # would make a duplicate message take over the attempt still running here.
@@ -148,11 +149,12 @@ class HandsWorker(Service):
 
     async def _fetch_loop(self, tool: str, puller: Puller) -> None:
         """Fetch no more messages than there are free slots; each runs in its own task."""
+        slots = self._slots[tool]
         while not self.stopping.is_set():
-            await self._slots.acquire()
+            await slots.acquire()
             taken = 1
-            while taken < MAX_BATCH and not self._slots.locked():
-                await self._slots.acquire()
+            while taken < MAX_BATCH and not slots.locked():
+                await slots.acquire()
                 taken += 1
             msgs: list[Msg] = []
             try:
@@ -163,15 +165,15 @@ class HandsWorker(Service):
                 await self.wait_stopping(RETRY_DELAY_S)
             finally:
                 for _ in range(taken - len(msgs)):
-                    self._slots.release()
+                    slots.release()
             for msg in msgs:
-                self.spawn(self._handle_in_slot(msg))
+                self.spawn(self._handle_in_slot(msg, slots))
 
-    async def _handle_in_slot(self, msg: Msg) -> None:
+    async def _handle_in_slot(self, msg: Msg, slots: asyncio.Semaphore) -> None:
         try:
             await self.handle(msg)
         finally:
-            self._slots.release()
+            slots.release()
 
     # ------------------------------------------------------------------ one message
 

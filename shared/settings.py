@@ -45,7 +45,7 @@ class Settings(BaseModel):
     attempt_ttl_ms: int = Field(default=5_000, ge=100)
     ack_wait_s: float = Field(default=5.0, gt=0)
     max_deliver: int = Field(default=5, ge=1)
-    hands_concurrency: int = Field(default=64, ge=1)
+    hands_concurrency: int = Field(default=64, ge=1)  # tool runs in flight, per tool
     tool_output_limit: int = Field(default=64 * 1024, ge=256)
 
     # Relay
