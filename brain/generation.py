@@ -50,6 +50,33 @@ def result_text(result: ToolResult) -> str:
     )
 
 
+MAX_REDISPATCH = 3
+
+
+def stuck_runs(task: Task, ctx: TaskContext) -> list[ToolRun]:
+    """Awaited runs that nothing seems to work on: their tool message was probably lost.
+
+    A run still ``dispatched`` (never claimed), or ``running`` with no heartbeat, for longer
+    than the progress deadline gets its tool message sent again (at most MAX_REDISPATCH
+    times). A duplicate is harmless: a live attempt answers busy, a finished one done.
+    """
+    state = task.state
+    if state.name != "waiting":
+        return []
+    limit = ctx.settings.progress_deadline_ms
+    now = ctx.now()
+    sent = task.checkpoint.data.get("redispatched", {})
+    out = []
+    for rid in state.on:
+        run = ctx.state.runs.get(rid)
+        if run is None or run.status == "completed" or sent.get(rid, 0) >= MAX_REDISPATCH:
+            continue
+        last = max(run.heartbeat_ms or 0, run.intent.created_ms, sent.get(f"{rid}@", 0))
+        if now - last > limit:
+            out.append(run)
+    return out
+
+
 def runnable(task: Task, ctx: TaskContext) -> bool:
     state = task.state
     if state.name in ("pending", "running"):
@@ -59,9 +86,9 @@ def runnable(task: Task, ctx: TaskContext) -> bool:
         done = [r for r in runs if r is None or r.status == "completed"]
         if len(done) == len(runs):
             return True
-        if state.policy == "failFast":
-            return any(r and r.result and not r.result.ok for r in done)
-        return False
+        if state.policy == "failFast" and any(r and r.result and not r.result.ok for r in done):
+            return True
+        return bool(stuck_runs(task, ctx))
     if state.name == "sleeping":
         return state.until_ms <= ctx.now()
     return False
@@ -176,9 +203,29 @@ class Generation:
         writes.detail = {"task_id": task.id, "turn": turn, "runs": [r.run_id for r in writes.runs]}
         await ctx.commit(writes)
 
+    async def _redispatch(self, task: Task, ctx: TaskContext, stuck: list[ToolRun]) -> None:
+        sent = dict(task.checkpoint.data.get("redispatched", {}))
+        now = ctx.now()
+        for run in stuck:
+            sent[run.run_id] = sent.get(run.run_id, 0) + 1
+            sent[f"{run.run_id}@"] = now
+            ctx.log.warning("tool_redispatched", run_id=run.run_id, status=run.status,
+                            times=sent[run.run_id])
+        data = {**task.checkpoint.data, "redispatched": sent}
+        task = task.model_copy(update={"checkpoint": Checkpoint(phase="apply", data=data)})
+        await ctx.commit(Writes(kind="redispatch", tasks=[task],
+                                outbox=[self._dispatch_row(r.intent, ctx) for r in stuck],
+                                detail={"task_id": task.id, "runs": [r.run_id for r in stuck]}))
+
     async def _apply(self, task: Task, ctx: TaskContext) -> Task | None:
         state = task.state
         assert isinstance(state, Waiting)
+        runs = [ctx.state.runs.get(r) for r in state.on]
+        if not all(r is None or r.status == "completed" for r in runs) and (
+            stuck := stuck_runs(task, ctx)
+        ):
+            await self._redispatch(task, ctx, stuck)
+            return None
         turn = int(task.checkpoint.data.get("turn", 1))
         writes = Writes(kind="apply")
         for rid in state.on:

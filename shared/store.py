@@ -159,8 +159,11 @@ def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
     data = loads(f.get("data") or "{}")
     known = {k: data.pop(k) for k in ("marks", "changes", "detail", "trace") if k in data}
     detail = {**data, **known.get("detail", {})}
-    kind = known.get("kind") or f.get("kind", "")
-    detail.pop("kind", None)
+    # A commit's step (prepare, tools, apply, final, redispatch ...) rides in its data.
+    step = detail.pop("kind", None)
+    if step and f.get("kind") == "commit":
+        detail["step"] = step
+    kind = f.get("kind", "")
     worker = loads(f["worker"]) if f.get("worker", "").startswith("{") else None
     marks = list(known.get("marks", []))
     if kind in ("claim", "reclaim") and detail.get("accepted_mark") == 1:
@@ -168,7 +171,7 @@ def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
     return Receipt(
         seq=int(f.get("seq", 0)),
         ts_ms=int(f.get("ts", 0)),
-        kind=f.get("kind", kind),
+        kind=kind,
         worker=WorkerRef(**worker) if worker else None,
         fence=int(f.get("fence", 0)),
         marks=tuple(MarkRef(**m) for m in marks),

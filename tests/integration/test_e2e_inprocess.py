@@ -16,6 +16,7 @@ from shared.client import Client
 from shared.mailbox import MailboxServer
 from shared.relay import Relay
 from shared.settings import Settings
+from tests.helpers import eventually
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
@@ -63,3 +64,40 @@ async def test_five_notices_complete_with_one_delivery_each(
         stats = (await http.get(f"{mailbox.url}/stats")).json()
     assert stats["accepted"] == 5 and stats["raw_requests"] == 5
     assert all(n == 1 for n in stats["deliveries"].values()) and len(stats["deliveries"]) == 5
+
+
+async def test_lost_tool_messages_are_dispatched_again_after_the_deadline(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    settings = settings.model_copy(update={"mail_url": mailbox.url, "progress_deadline_ms": 400})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, brain):
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit(FIVE, agent="notices")
+
+            async def dispatched() -> bool:
+                state = await client.store.load(sub.session_id)
+                return len(state.runs) == 5
+            await eventually(dispatched, message="five runs dispatched")
+            js = relay.bus.nc.jetstream()
+            await eventually(lambda: _stream_has(js, relay.bus.names.tool_stream, 5))
+            await js.purge_stream(relay.bus.names.tool_stream)  # the tool messages are lost
+            hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+            async with running(hands):
+                final = await client.wait(sub, timeout=20)
+            receipts = await client.store.receipts(sub.session_id)
+        finally:
+            await client.close()
+    assert final.status == "completed" and final.answer and final.answer.count(": sent") == 5
+    redispatch = [r for r in receipts if r.detail.get("step") == "redispatch"]
+    assert redispatch and redispatch[0].changes["outbox"] == 5
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert stats["accepted"] == 5 and stats["raw_requests"] == 5
+
+
+async def _stream_has(js, stream: str, n: int) -> bool:  # type: ignore[no-untyped-def]
+    info = await js.stream_info(stream)
+    return info.state.messages >= n
