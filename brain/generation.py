@@ -1,7 +1,7 @@
 """The built-in generation task: the agent loop as durable phases.
 
     pending ──prepare──▶ running@request ──model──▶ waiting@apply ──apply──▶ running@request ...
-                                          └──final answer──▶ terminal{completed} + submission settled
+                                  └──final answer──▶ terminal{completed}, submission settled
 
 * ``prepare`` fixes the model and marks the request phase ``running`` (committed), so a
   worker that dies during the model call is visible on load and counted (restart limit).
@@ -289,7 +289,9 @@ class Generation:
             })
             writes.submissions.append(settled)
             writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id), sub.id))
-        writes.detail = {"task_id": task.id, "outcome": outcome, **({"reason": reason} if reason else {})}
+        writes.detail = {"task_id": task.id, "outcome": outcome}
+        if reason:
+            writes.detail["reason"] = reason
         await ctx.commit(writes)
 
     def _dispatch_row(self, intent: ToolIntent, ctx: TaskContext) -> OutboxRow:

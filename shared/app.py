@@ -99,7 +99,8 @@ class Tool:
             return self.args_model.model_validate(arguments)
         except PydanticValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                for e in exc.errors()
             )
             raise ValidationError(f"invalid arguments for {self.name}: {problems}") from None
 

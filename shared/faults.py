@@ -45,7 +45,8 @@ class Faults:
         for part in filter(None, (p.strip() for p in spec.split(","))):
             name, _, nth = part.partition("@")
             if name not in POINTS:
-                raise ValueError(f"unknown fault point {name!r}; known: {', '.join(sorted(POINTS))}")
+                known = ", ".join(sorted(POINTS))
+                raise ValueError(f"unknown fault point {name!r}; known: {known}")
             self._at[name] = int(nth or 1)
 
     def __bool__(self) -> bool:

@@ -59,7 +59,7 @@ class Service:
         """Wait for in-flight work up to the drain timeout, then cancel what is left."""
         if not self._inflight:
             return
-        done, pending = await asyncio.wait(
+        _, pending = await asyncio.wait(
             set(self._inflight), timeout=self.settings.drain_timeout_s
         )
         for task in pending:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
 import brain
 import hands
@@ -34,7 +35,7 @@ def test_public_exports_are_pinned() -> None:
 def test_settings_from_env_are_typed_and_frozen() -> None:
     s = Settings.from_env({"BATON_LEASE_MS": "1200", "BATON_NAMESPACE": "prod"})
     assert s.lease_ms == 1200 and s.namespace == "prod"
-    with pytest.raises(Exception):
+    with pytest.raises(PydanticValidationError, match="frozen"):
         s.lease_ms = 5  # type: ignore[misc]
     with pytest.raises(ConfigError, match="BATON_LEASE_MS"):
         Settings.from_env({"BATON_LEASE_MS": "soon"})
