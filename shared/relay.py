@@ -377,6 +377,8 @@ class Relay(Service):
             else:
                 try:
                     flags = await self._bus.publish_many(self._outgoing(r) for r in good)
+                except ValidationError:  # the bus refused a row before sending: isolate it
+                    flags = await self._publish_each(good, refused)
                 except _NATS_DOWN:
                     # nats-py reports a refused async publish as a timeout: if the server
                     # is still there, the retry goes row by row to find the refused row.
