@@ -54,30 +54,6 @@ class SlowScriptedModel:
         return await self.inner.generate(request)
 
 
-def _install_slow_model() -> None:
-    """Teach the Brain the ``slow-scripted`` model name.
-
-    brain.model.model_client() knows only ``scripted`` and has no registry yet, so the
-    generation module's reference to it is wrapped here (in this test app only).
-    """
-    import brain.generation as generation
-
-    base = generation.model_client
-    if getattr(base, "with_test_models", False):
-        return
-
-    def model_client(name: str) -> Any:
-        if name == SLOW_MODEL:
-            return SlowScriptedModel(int(os.environ.get(MODEL_DELAY_ENV) or _DEFAULT_DELAY_MS))
-        return base(name)
-
-    model_client.with_test_models = True  # type: ignore[attr-defined]
-    generation.model_client = model_client
-
-
-_install_slow_model()
-
-
 async def _send(args: EmailArgs, ctx: ToolContext) -> dict[str, Any]:
     """Send one e-mail through the mail service (no confirm: the policy decides recovery)."""
     response = await ctx.http.post(
@@ -118,7 +94,12 @@ def _email_tool(replay: str) -> Tool:
                 description=f"Send one e-mail (replay policy {replay}).", timeout=30.0)
 
 
-slow_app = App(agents=[_notices(SLOW_MODEL)], tools=[send_email])
+slow_app = App(
+    agents=[_notices(SLOW_MODEL)],
+    tools=[send_email],
+    models={SLOW_MODEL: SlowScriptedModel(
+        int(os.environ.get(MODEL_DELAY_ENV) or _DEFAULT_DELAY_MS))},
+)
 _blocking_email = Tool(_send_sync_sdk, name="send_email", replay="confirm", timeout=30.0,
                        description="Send one e-mail through a synchronous client.")
 _blocking_email.confirm(confirm_email)
