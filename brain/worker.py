@@ -54,7 +54,7 @@ class BrainWorker(Service):
     async def serve(self) -> None:
         self.store = await Store.connect(self.settings)
         try:
-            self.bus = await Bus.connect(self.settings, self.name)
+            self.bus = await Bus.connect(self.settings, self.name, self.role)
             try:
                 await self.bus.ensure_streams()
                 consumers = []

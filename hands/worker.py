@@ -115,7 +115,7 @@ class HandsWorker(Service):
         pullers: list[Puller] = []
         self.store = await Store.connect(s)
         try:
-            self.bus = await Bus.connect(s, self.name)
+            self.bus = await Bus.connect(s, self.name, self.role)
             self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=s.connect_timeout_s))
             await self.bus.ensure_streams()
             names = self.bus.names

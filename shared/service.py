@@ -4,7 +4,8 @@ A service implements :meth:`Service.serve`, which runs its loops as children of 
 group until :meth:`Service.shutdown` is called, then drains: no new messages are taken,
 work in hand finishes within ``drain_timeout_s``, then what is left is cancelled. Signals
 are handled only by :func:`run_until_signalled` (the entry points): the first SIGTERM or
-SIGINT drains, a second one cancels at once.
+SIGINT drains, a second one cancels at once. With ``health_port`` set, the entry point also
+serves ``/healthz`` and ``/readyz`` (:mod:`shared.health`) from :meth:`Service.health_checks`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Service:
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
         self._inflight: set[asyncio.Task[object]] = set()
+        self.redis_reachable = True  # as of the last announcement
 
     async def serve(self) -> None:
         """Run until ``self.stopping`` is set; subclasses implement it."""
@@ -50,6 +52,19 @@ class Service:
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
+
+    def health_checks(self) -> dict[str, bool]:
+        """Readiness checks for /readyz; all True = ready.
+
+        Started (connected, consumers created), not draining, the last announcement reached
+        Redis, and the NATS connection (Brain, Hands and Relay expose theirs as ``bus``) is up.
+        """
+        checks = {"started": self.ready.is_set(), "not_draining": not self.stopping.is_set(),
+                  "redis_reachable": self.redis_reachable}
+        bus = getattr(self, "bus", None)
+        if bus is not None:
+            checks["nats_connected"] = bool(bus.nc.is_connected)
+        return checks
 
     @property
     def inflight(self) -> int:
@@ -85,7 +100,9 @@ class Service:
                     "seen_ms": now_ms(), "inflight": self.inflight}
             try:
                 await redis.hset(key, field, dumps(info))  # type: ignore[attr-defined]
+                self.redis_reachable = True
             except Exception as exc:  # Redis down: keep serving, report later
+                self.redis_reachable = False
                 log.warning("announce_failed", error=str(exc))
             if await self.wait_stopping(2.0):
                 try:
@@ -122,7 +139,13 @@ async def run_until_signalled(service: Service) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await main
+        if service.settings.health_port:
+            from shared.health import serve_health
+
+            async with serve_health(service, service.settings.health_port):
+                await main
+        else:
+            await main
     except asyncio.CancelledError:
         if signals < 2:
             raise

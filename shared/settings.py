@@ -24,8 +24,21 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # rediss://user:password@host:port/0 for TLS and a per-role ACL user.
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)
+    # One URL, or several separated by commas (the seed servers of a NATS cluster).
     nats_url: str = "nats://127.0.0.1:4222"
+
+    # Credentials and TLS. NATS: a user and password, or a credentials file (JWT + NKey).
+    nats_user: str = ""
+    nats_password: str = Field(default="", repr=False)
+    nats_creds: str = ""
+    nats_tls_ca: str = ""  # CA bundle that signed the servers' certificates
+    nats_tls_cert: str = ""  # client certificate and key, for servers that verify clients
+    nats_tls_key: str = ""
+    redis_tls_ca: str = ""  # with a rediss:// URL
+    redis_tls_cert: str = ""
+    redis_tls_key: str = ""
     # Prefix of every Redis key, NATS subject and stream name: isolates deployments and tests.
     namespace: str = Field(default="baton", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
     # Sessions are spread over this many hash-tagged shards (outbox stream + timer set each).
@@ -57,6 +70,8 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
     drain_timeout_s: float = Field(default=10.0, ge=0)
     connect_timeout_s: float = Field(default=2.0, gt=0)
+    # GET /healthz (live) and /readyz (ready, 503 while draining) on this port; 0 = off.
+    health_port: int = Field(default=0, ge=0, le=65535)
 
     mail_url: str = "http://127.0.0.1:8025"
     worker_name: str = ""

@@ -11,14 +11,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from shared.errors import (
     BatonError,
+    ConfigError,
     NotFoundError,
     PayloadTooLarge,
     RedisUnavailable,
@@ -64,7 +66,25 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
         socket_timeout=socket_timeout,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
+        **_tls_options(settings),
     )
+
+
+def _tls_options(settings: Settings) -> dict[str, Any]:
+    """TLS files for a ``rediss://`` URL (a CA bundle, and a client cert for mutual TLS)."""
+    s = settings
+    files = {"ssl_ca_certs": s.redis_tls_ca, "ssl_certfile": s.redis_tls_cert,
+             "ssl_keyfile": s.redis_tls_key}
+    if not s.redis_url.startswith("rediss://"):
+        if any(files.values()):
+            raise ConfigError("BATON_REDIS_TLS_* is set but BATON_REDIS_URL is not rediss://")
+        return {}
+    return {k: v for k, v in files.items() if v}
+
+
+def redis_user(settings: Settings) -> str:
+    """The ACL user of the Redis URL ("default" when none is named)."""
+    return urlsplit(settings.redis_url).username or "default"
 
 
 def worker_ref(role: str, name: str) -> WorkerRef:
@@ -201,6 +221,9 @@ class Store:
         store = cls(redis, settings)
         try:
             await redis.ping()
+        except (AuthenticationError, NoPermissionError) as exc:
+            await redis.aclose()
+            raise from_redis_error(exc, role=redis_user(settings)) from None
         except (RedisError, OSError) as exc:
             await redis.aclose()
             raise RedisUnavailable(
@@ -215,7 +238,9 @@ class Store:
         try:
             return await getattr(self.scripts, script)(keys=sk.all(), args=args)
         except (RedisError, OSError) as exc:
-            raise from_redis_error(exc, session_id=sk.session_id, run_id=run_id) from None
+            raise from_redis_error(
+                exc, session_id=sk.session_id, run_id=run_id, role=redis_user(self.settings)
+            ) from None
 
     def _check_size(self, payload: str | list[str], what: str) -> None:
         size = len(payload) if isinstance(payload, str) else sum(map(len, payload))
@@ -306,7 +331,9 @@ class Store:
                 p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1)
                 meta, tasks, docs, subs, runs, count, entries = await p.execute()
         except (RedisError, OSError) as exc:
-            raise from_redis_error(exc, session_id=session_id) from None
+            raise from_redis_error(
+                exc, session_id=session_id, role=redis_user(self.settings)
+            ) from None
         if not meta:
             raise NotFoundError(f"no session {session_id}", session_id=session_id)
         return SessionState(

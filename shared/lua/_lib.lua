@@ -59,3 +59,26 @@ local function set_deadline(sid, wake, ms, now)
     redis.call('ZREM', K_TIMERS, deadline_member(sid, wake))
   end
 end
+
+-- Redis checks a script's ACL at each call: a caller lacking a command the script runs later
+-- would stop it midway, with the earlier writes applied. So scripts that write more than once
+-- check first, before any write, that the caller may run each command on its key, and refuse
+-- with "NOPERM <command> <key>" otherwise. Each check is {command, key, args...}.
+local function acl_refusal(checks)
+  if not redis.acl_check_cmd then return nil end  -- Redis < 7: no per-call ACL checks
+  for _, c in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      return fail('NOPERM', c[1] .. ' ' .. c[2])
+    end
+  end
+  return nil
+end
+
+-- The commands that writing a receipt, an outbox row and a deadline need.
+local function log_checks(checks)
+  checks[#checks + 1] = {'XADD', K_RECEIPTS, '*', 'f', 'v'}
+  checks[#checks + 1] = {'XADD', K_OUTBOX, '*', 'f', 'v'}
+  checks[#checks + 1] = {'ZADD', K_TIMERS, '0', 'm'}
+  checks[#checks + 1] = {'ZREM', K_TIMERS, 'm'}
+  return checks
+end

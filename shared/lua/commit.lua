@@ -21,6 +21,11 @@ A presented fence that is not the current one is refused with STALE_FENCE <prese
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}.
 ]==]
+local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
+  {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
+  {'HSET', K_DOCS, 'f', 'v'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_RUNS, 'f', 'v'},
+  {'HDEL', K_RUNS, 'f'}, {'HSET', K_RUNS_DONE, 'f', 'v'}}))
+if denied then return denied end
 
 local fence = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', K_META, 'fence') or '-1')
@@ -39,9 +44,14 @@ if not ok or type(ix) ~= 'table' then
 end
 
 -- 1. validate everything (no writes yet)
+-- JSON numbers may be fractions, NaN or infinite: counts and scores must be whole and finite,
+-- or the write loops below would index past the records or a ZADD would fail midway.
+local function whole(v)
+  return type(v) == 'number' and v == v and v > -2^53 and v < 2^53 and v == math.floor(v)
+end
 local function count(name)
   local n = ix[name] or 0
-  if type(n) ~= 'number' or n < 0 then error('INVALID count ' .. name) end
+  if not whole(n) or n < 0 then error('INVALID count ' .. name) end
   return n
 end
 local function list(name)
@@ -74,7 +84,7 @@ local vok, verr = pcall(function()
   end
   for _, g in ipairs(list('g')) do
     str(g[1], 'group')
-    if type(g[2]) ~= 'number' then error('INVALID group count') end
+    if not whole(g[2]) then error('INVALID group count') end
   end
   local applied = list('a')
   if #applied > 0 then
@@ -87,16 +97,22 @@ local vok, verr = pcall(function()
   end
   for _, t in ipairs(list('ta')) do
     str(t[1], 'timer')
-    if type(t[2]) ~= 'number' then error('INVALID timer due') end
+    if not whole(t[2]) then error('INVALID timer due') end
   end
   for _, t in ipairs(list('tr')) do str(t, 'timer') end
-  if ix.dl ~= nil and type(ix.dl) ~= 'number' then error('INVALID deadline') end
+  if ix.dl ~= nil and not whole(ix.dl) then error('INVALID deadline') end
   if ix.w ~= nil then str(ix.w, 'wake subject') end
-  for _, n in ipairs(list('n')) do str(n[1], 'channel'); str(n[2], 'notification') end
+  for _, n in ipairs(list('n')) do
+    str(n[1], 'channel'); str(n[2], 'notification')
+    if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', n[1], n[2]) then
+      error('NOPERM PUBLISH ' .. n[1])
+    end
+  end
 end)
 if not vok then
   local msg = tostring(verr)
   local at = string.find(msg, 'INVALID ') or string.find(msg, 'CONFLICT ')
+    or string.find(msg, 'NOPERM ')
   if at then return redis.error_reply(string.sub(msg, at)) end
   return fail('INVALID', msg)
 end

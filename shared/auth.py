@@ -1,0 +1,131 @@
+"""What each role may do on NATS and Redis: the source of the deploy files' permissions.
+
+Roles and what they need (``ns`` = namespace, ``NS`` = its stream prefix, see
+:class:`~shared.bus.BusNames`):
+
+========  ====================================================  ==============================
+role      NATS                                                  Redis
+========  ====================================================  ==============================
+relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    read and ack the outbox streams,
+          update the two streams                                fire timers, dead letters
+brain     create, pull from and ack consumers of ``NS_WAKE``     the session scripts and reads
+hands     create, pull from and ack consumers of ``NS_TOOLS``    the tool-run scripts
+client    nothing: clients submit and watch through Redis       submit script, reads, pub/sub
+========  ====================================================  ==============================
+
+Every role may publish JetStream API requests only for its own stream and consumers, and
+subscribe only to its own reply inbox ``_INBOX.<role>.>`` (see :meth:`Bus.connect`), so
+one role cannot read another's deliveries. Hands cannot publish wakes, nor pull from or ack
+the wake stream; Brains cannot pull tool messages; nobody but the relay publishes work.
+
+Redis ACLs bound the commands and keys of a role; a Lua script runs with its caller's
+permissions on every key and command it touches (Redis 7 checks both), so the command list
+of a role also bounds what its scripts may do. ACLs cannot restrict *which* script a user
+evaluates: a role allowed ``EVAL`` may run any Lua within its command and key limits. The
+fences in the scripts are what keep a role from taking over work that is not its own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from shared.bus import BusNames
+
+__all__ = ["ROLES", "Role", "nats_permissions", "nats_users_config", "redis_acl"]
+
+Role = Literal["relay", "brain", "hands", "client"]
+ROLES: tuple[Role, ...] = ("relay", "brain", "hands", "client")
+
+# Redis commands by purpose. Lua scripts need the commands they call (see shared/lua).
+# CLIENT SETINFO (Redis >= 7.2) is left out: redis-py ignores its refusal.
+_CONNECT = ["ping", "hello", "auth", "client|id", "select", "quit", "reset"]
+_SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time"]
+_ANNOUNCE = ["hset", "hdel", "xadd"]  # <ns>:workers liveness, <ns>:dead records
+_SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "zadd", "zrem"]
+_REDIS_COMMANDS: dict[Role, list[str]] = {
+    "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
+              "publish"],
+    "hands": [*_SESSION_WRITES, "hgetall"],
+    "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
+              "xrevrange", "zrange", "zadd", "zrem", "exists", "client|unblock"],
+    "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
+               "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
+               "type", "subscribe", "unsubscribe", "psubscribe", "punsubscribe"],
+}
+
+
+def _redis_keys(role: Role, ns: str) -> list[str]:
+    if role == "relay":  # shard outboxes and timers; a timer marks its session dirty
+        tag = f"{ns}:{{{ns}-*}}"
+        return [f"{tag}:outbox", f"{tag}:timers", f"{tag}:s:*:meta", f"{ns}:dead",
+                f"{ns}:workers"]
+    return [f"{ns}:*"]
+
+
+def redis_acl(role: Role, namespace: str, password: str | None = None) -> list[str]:
+    """The ``ACL SETUSER <role>`` rules of a role (without the user name).
+
+    ``password=None`` leaves the password out (e.g. for a users.acl template).
+    """
+    rules = ["on", "resetkeys", "resetchannels", "-@all"]
+    if password is not None:
+        rules += ["resetpass", f">{password}"]
+    rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
+    rules += [f"~{k}" for k in _redis_keys(role, namespace)]
+    if role in ("brain", "client"):  # commits announce settled submissions; clients wait
+        rules.append(f"&{namespace}:settled:*")
+    return rules
+
+
+def nats_permissions(role: Role, namespace: str) -> dict[str, dict[str, list[str]]]:
+    """The ``permissions`` block of a role's NATS user (allow lists; deny is the default)."""
+    names = BusNames(namespace)
+    api = "$JS.API"
+    if role == "client":
+        return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
+    publish = [f"{api}.INFO", f"{api}.STREAM.INFO.{names.wake_stream}",
+               f"{api}.STREAM.INFO.{names.tool_stream}"]
+    if role == "relay":
+        publish += [f"{namespace}.wake.>", f"{namespace}.tool.>"]
+        for stream in (names.wake_stream, names.tool_stream):
+            publish += [f"{api}.STREAM.CREATE.{stream}", f"{api}.STREAM.UPDATE.{stream}"]
+    else:
+        # Wildcards match whole tokens only: any consumer of the role's own stream.
+        stream = names.wake_stream if role == "brain" else names.tool_stream
+        publish += [
+            f"{api}.CONSUMER.CREATE.{stream}.>",
+            f"{api}.CONSUMER.INFO.{stream}.*",
+            f"{api}.CONSUMER.MSG.NEXT.{stream}.*",
+            f"$JS.ACK.{stream}.>",
+        ]
+    return {"publish": {"allow": publish}, "subscribe": {"allow": [f"_INBOX.{role}.>"]}}
+
+
+def _quote(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+
+def nats_users_config(
+    namespace: str, passwords: dict[str, str], admin_password: str | None = None
+) -> str:
+    """A nats-server ``authorization { users = [...] }`` block for the given roles.
+
+    ``passwords`` maps role to password; a value like ``$BRAIN_PASSWORD`` is written bare,
+    so nats-server reads it from its environment (as the deploy files do). An ``admin``
+    user without limits (for operators and setup) is added when ``admin_password`` is given.
+    """
+    users = []
+    if admin_password is not None:
+        secret = admin_password if admin_password.startswith("$") else f'"{admin_password}"'
+        users.append(f'    {{ user: "admin", password: {secret} }}')
+    for role, password in passwords.items():
+        perms = nats_permissions(role, namespace)  # type: ignore[arg-type]
+        secret = password if password.startswith("$") else f'"{password}"'
+        kinds = ",\n".join(
+            f"        {kind}: {{ "
+            + ", ".join(f"{k}: {_quote(v)}" for k, v in perms[kind].items()) + " }"
+            for kind in ("publish", "subscribe")
+        )
+        users.append(f'    {{ user: "{role}", password: {secret}, permissions: {{\n'
+                     f"{kinds}\n    }} }}")
+    return "authorization {\n  users = [\n" + ",\n".join(users) + "\n  ]\n}\n"

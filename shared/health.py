@@ -1,0 +1,116 @@
+"""Health checks of a service: a tiny HTTP endpoint and the ``baton health`` command.
+
+With ``BATON_HEALTH_PORT`` set, every service answers on that port (all interfaces, for
+orchestrator probes):
+
+* ``GET /healthz``: liveness. Answered by the service's own event loop, so a wedged loop
+  fails the probe by timing out; 200 while the process serves or drains.
+* ``GET /readyz``: readiness. 200 once connected with its consumers created
+  (``service.ready``) and its connections up; 503 before that, while reconnecting and while
+  draining (so no new work is routed to a replica that is stopping).
+
+Both answer a small JSON object with the checks. ``baton health`` checks a service from
+outside: ``--port`` asks a local endpoint (container health checks), ``--role/--name`` reads
+the service's announcement in ``<ns>:workers`` (fresh = seen within ``--max-age-s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from shared.service import Service
+
+__all__ = ["announcement_age_ms", "check_http", "serve_health"]
+
+log = structlog.get_logger("baton.health")
+
+_READ_TIMEOUT_S = 2.0
+_STATUS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+def _reply(status: int, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    head = (f"HTTP/1.1 {status} {_STATUS[status]}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n")
+    return head.encode() + data
+
+
+def answer(service: Service, method: str, path: str) -> tuple[int, dict[str, Any]]:
+    """The status and body for one request (pure: the HTTP layer only frames it)."""
+    if method != "GET":
+        return 405, {"error": "GET only"}
+    path = path.split("?", 1)[0]
+    base = {"role": service.role, "name": service.name, "inflight": service.inflight}
+    if path == "/healthz":
+        return 200, {**base, "live": True, "draining": service.stopping.is_set()}
+    if path == "/readyz":
+        checks = service.health_checks()
+        ready = all(checks.values())
+        return (200 if ready else 503), {**base, "ready": ready, **checks}
+    return 404, {"error": f"no such path {path}; try /healthz or /readyz"}
+
+
+@contextlib.asynccontextmanager
+async def serve_health(service: Service, port: int, host: str = "0.0.0.0") -> AsyncIterator[int]:
+    """Serve /healthz and /readyz for ``service`` while the block runs; yields the port."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(_READ_TIMEOUT_S):
+                request = await reader.readline()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # headers: nothing in them matters here
+            parts = request.decode("latin-1").split()
+            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+            status, body = answer(service, method, path)
+            writer.write(_reply(status, body))
+            await writer.drain()
+        except (TimeoutError, OSError, UnicodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, host, port)
+    bound = int(server.sockets[0].getsockname()[1])
+    log.info("health_serving", port=bound)
+    try:
+        yield bound
+    finally:
+        server.close()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+async def check_http(port: int, path: str = "/readyz", host: str = "127.0.0.1") -> tuple[int, str]:
+    """GET a health endpoint: (status, body). Status 0 when nothing answers."""
+    try:
+        async with asyncio.timeout(_READ_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+    except (TimeoutError, OSError) as exc:
+        return 0, f"no answer on {host}:{port}: {exc or type(exc).__name__}"
+    head, _, body = raw.decode("latin-1").partition("\r\n\r\n")
+    try:
+        return int(head.split()[1]), body
+    except (IndexError, ValueError):
+        return 0, f"not an HTTP answer: {raw[:100]!r}"
+
+
+async def announcement_age_ms(redis: Any, key: str, role: str, name: str, now: int) -> int | None:
+    """How old the service's ``<ns>:workers`` announcement is, or None if there is none."""
+    raw = await redis.hget(key, f"{role}:{name}")
+    if raw is None:
+        return None
+    return now - int(json.loads(raw).get("seen_ms", 0))

@@ -1,0 +1,205 @@
+"""Per-role credentials: NATS users with subject permissions and Redis ACL users.
+
+A private NATS server is started with the authorization block of :mod:`shared.auth`, and a
+private Redis with one ACL user per role. The five-notice flow runs with every service
+under its own users; each forbidden action is refused and reported as a ForbiddenError
+naming the role and the action, and wrong credentials as a CredentialsError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import NoPermissionError
+
+from brain.worker import BrainWorker
+from examples.notices import app
+from hands.worker import HandsWorker
+from shared.auth import ROLES, nats_users_config, redis_acl
+from shared.bus import Bus
+from shared.client import Client
+from shared.errors import CredentialsError, ForbiddenError, from_redis_error
+from shared.mailbox import MailboxServer
+from shared.models import Entry, Task
+from shared.outbox import Outbox
+from shared.relay import Relay
+from shared.servers import NatsServer, RedisServer
+from shared.settings import Settings
+from shared.store import Store, worker_ref
+from shared.writes import Writes
+from tests.integration.test_e2e_inprocess import FIVE, running
+
+PASSWORDS = {role: f"{role}-secret" for role in ROLES}
+
+
+@dataclass
+class Secured:
+    namespace: str
+    nats: NatsServer
+    redis: RedisServer
+
+    def settings(self, role: str, **extra: object) -> Settings:
+        redis_url = self.redis.url.replace("redis://", f"redis://{role}:{PASSWORDS[role]}@")
+        return Settings(
+            redis_url=redis_url, nats_url=self.nats.url, namespace=self.namespace,
+            nats_user=role, nats_password=PASSWORDS[role], worker_name=f"{role}-1",
+            **extra,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture(scope="module")
+async def secured() -> AsyncIterator[Secured]:
+    namespace = "sec" + uuid.uuid4().hex[:6]
+    config = nats_users_config(namespace, PASSWORDS, admin_password="admin-secret")
+    async with NatsServer(extra_config=config) as nats_server, RedisServer() as redis_server:
+        admin = aioredis.Redis.from_url(redis_server.url)
+        for role in ROLES:
+            await admin.execute_command("ACL", "SETUSER", role,
+                                        *redis_acl(role, namespace, PASSWORDS[role]))
+        await admin.aclose()
+        yield Secured(namespace, nats_server, redis_server)
+
+
+async def connect(secured: Secured, role: str) -> Bus:
+    return await Bus.connect(secured.settings(role), f"{role}-test", role)
+
+
+async def test_five_notices_complete_with_every_role_under_its_own_users(
+    secured: Secured,
+) -> None:
+    async with MailboxServer() as mailbox:
+        def s(role: str) -> Settings:
+            return secured.settings(role, mail_url=mailbox.url)
+
+        relay, brain, hands = Relay(s("relay")), BrainWorker(s("brain"), app), HandsWorker(
+            s("hands"), app)
+        async with running(relay):  # the relay creates the streams: nobody else may
+            async with running(hands, brain):
+                client = await Client.connect(s("client"))
+                try:
+                    sub, _ = await client.submit(FIVE, agent="notices")
+                    final = await client.wait(sub, timeout=20)
+                finally:
+                    await client.close()
+        assert final.status == "completed", final
+        assert mailbox.raw_requests == 5
+
+
+async def test_hands_may_not_publish_wakes_nor_consume_the_wake_stream(secured: Secured) -> None:
+    relay = await connect(secured, "relay")
+    await relay.ensure_streams()
+    await relay.close()
+    async with await connect(secured, "hands") as hands:
+        names = hands.names
+        with pytest.raises(ForbiddenError) as exc:
+            await hands.publish(names.wake_subject("notices", 1), b"{}", msg_id="forged")
+        assert exc.value.fields["role"] == "hands" and exc.value.fields["action"] == "publish to"
+        assert "wake" in exc.value.fields["target"]
+        with pytest.raises(ForbiddenError, match="hands may not manage the consumer"):
+            await hands.ensure_consumer(names.wake_stream, names.wake_durable("notices", 1),
+                                        names.wake_subject("notices", 1))
+        # Even a pull from an existing wake consumer (made here by the admin) is refused.
+        admin = await Bus.connect(
+            secured.settings("relay").model_copy(
+                update={"nats_user": "admin", "nats_password": "admin-secret"}), "admin")
+        await admin.ensure_consumer(names.wake_stream, names.wake_durable("notices", 1),
+                                    names.wake_subject("notices", 1))
+        await admin.close()
+        puller = await hands.pull(names.wake_stream, names.wake_durable("notices", 1))
+        with pytest.raises(ForbiddenError, match="hands may not pull from"):
+            await puller.fetch(1, timeout=2.0)
+        await puller.close()
+        # Its own stream is fine.
+        await hands.ensure_consumer(names.tool_stream, names.tool_durable("echo"),
+                                    names.tool_subject("echo"))
+
+
+async def test_brains_may_not_consume_tool_messages_nor_publish_work(secured: Secured) -> None:
+    relay = await connect(secured, "relay")
+    await relay.ensure_streams()
+    await relay.close()
+    async with await connect(secured, "brain") as brain:
+        names = brain.names
+        with pytest.raises(ForbiddenError, match="brain may not manage the consumer"):
+            await brain.ensure_consumer(names.tool_stream, names.tool_durable("send_email"),
+                                        names.tool_subject("send_email"))
+        for subject in (names.tool_subject("send_email"), names.wake_subject("notices", 1)):
+            with pytest.raises(ForbiddenError, match="brain may not publish to"):
+                await brain.publish(subject, b"{}", msg_id=f"forged-{subject}")
+        # Neither may it change the streams: only the relay manages them.
+        js = brain.nc.jetstream()
+        with pytest.raises(ForbiddenError, match="brain may not manage the stream"):
+            await brain.guarded("manage the stream", "$JS.API.STREAM.",
+                                js.purge_stream(names.tool_stream))
+
+
+async def test_clients_use_no_nats_subject_at_all(secured: Secured) -> None:
+    async with await connect(secured, "client") as client:
+        with pytest.raises(ForbiddenError, match="client may not"):
+            await client.ensure_streams()
+        with pytest.raises(ForbiddenError, match="client may not publish to"):
+            await client.publish(client.names.wake_subject("notices", 1), b"{}", msg_id="c")
+
+
+async def test_wrong_credentials_are_refused_clearly(secured: Secured) -> None:
+    wrong = secured.settings("hands").model_copy(update={"nats_password": "guess"})
+    with pytest.raises(CredentialsError, match="refused the credentials of user hands"):
+        await Bus.connect(wrong, "intruder", "hands")
+    bad_redis = secured.settings("hands").model_copy(
+        update={"redis_url": secured.redis.url.replace("redis://", "redis://hands:guess@")})
+    with pytest.raises(CredentialsError, match="redis refused the credentials of user hands"):
+        await Store.connect(bad_redis)
+
+
+async def test_redis_acls_refuse_each_role_what_it_does_not_do(secured: Secured) -> None:
+    stores = {role: await Store.connect(secured.settings(role)) for role in ROLES}
+    try:
+        admin = aioredis.Redis.from_url(secured.redis.url)
+        session = "s-" + uuid.uuid4().hex[:8]
+        client, brain, hands, relay = (stores[r] for r in ("client", "brain", "hands", "relay"))
+        await client.submit(
+            session, agent="notices", compat=1, wake_subject=f"{secured.namespace}.wake.n.1",
+            request_id="r1", text="go", task=Task(id="t1", kind="generation", owner=session),
+            worker=worker_ref("client", "c"), submission_id="sub-1",
+        )
+        lease = await brain.acquire(session, worker_ref("brain", "b"), 5000)
+        sk = brain.keys.session(session)
+        before = await _digest(admin, sk.all())
+
+        # Hands may not commit a Brain's write-set, even with the right fence: the script
+        # refuses before its first write, so nothing changes.
+        writes = Writes(entries=[Entry(kind="model", text="forged")])
+        with pytest.raises(ForbiddenError) as exc:
+            await hands.commit(session, lease.fence, writes, worker_ref("hands", "h"))
+        assert exc.value.fields["role"] == "hands" and "RPUSH" in exc.value.fields["target"]
+        assert await _digest(admin, sk.all()) == before
+
+        # The relay may not read session state; hands may not read or drop outbox rows;
+        # clients may not acknowledge work away; nobody may flush the database.
+        with pytest.raises(ForbiddenError, match="relay may not run"):
+            await relay.load(session)
+        forbidden = [
+            ("hands", Outbox(hands.redis, hands.keys).read([sk.shard], "h", 10, None)),
+            ("client", client.redis.xack(sk.outbox, "relay", "0-1")),
+            ("brain", brain.redis.flushall()),
+            ("client", client.redis.execute_command("CONFIG", "GET", "dir")),
+        ]
+        for role, call in forbidden:
+            with pytest.raises(NoPermissionError) as raw:
+                await call
+            err = from_redis_error(raw.value, role=role)
+            assert isinstance(err, ForbiddenError) and err.fields["role"] == role
+            assert str(err).startswith(f"{role} may not run")
+        assert await _digest(admin, sk.all()) == before
+        await admin.aclose()
+    finally:
+        await asyncio.gather(*(s.close() for s in stores.values()))
+
+
+async def _digest(redis: aioredis.Redis, keys: list[str]) -> list[bytes | None]:
+    return [await redis.dump(k) for k in keys]
