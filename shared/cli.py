@@ -14,6 +14,7 @@ from shared.demo import demo_command
 from shared.dev import dev_command
 from shared.errors import BatonError
 from shared.mailbox import mailbox_command
+from shared.observe import inspect_command, trace_command, watch_command
 from shared.settings import Settings
 from shared.stack import settings_from_env_or_stack
 
@@ -111,6 +112,9 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
 main.add_command(mailbox_command)
 main.add_command(dev_command)
 main.add_command(demo_command)
+main.add_command(trace_command)
+main.add_command(watch_command)
+main.add_command(inspect_command)
 
 
 if __name__ == "__main__":

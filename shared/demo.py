@@ -7,7 +7,9 @@ could save the reply. The other Hands replica takes the run over (JetStream rede
 message after ``ack_wait``, the attempt is reclaimed after ``attempt_ttl``), and because
 ``send_email`` declares ``replay="confirm"`` it asks the mail service about the operation id
 instead of sending again. The demo prints each mail's fate, the takeover, the confirm and the
-handoff timeline, checks the exactly-once invariants, and ends with one JSON line.
+handoff timeline (:mod:`shared.trace`), writes the timeline's picture to
+``$BATON_HOME/demo/trace.html`` and keeps the receipts so ``baton trace SESSION`` works after
+the stack is gone, checks the exactly-once invariants, and ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from shared import log as logs
 from shared.client import Client
 from shared.dev import DevStack
 from shared.models import Receipt, ToolRun
+from shared.observe import save_receipts
+from shared.stack import home
 from shared.store import Store
+from shared.trace import build_trace, render_text
+from shared.trace_html import render_html
 
 __all__ = ["FIVE_NOTICES", "demo_command", "run_demo"]
 
@@ -226,17 +232,9 @@ def _render(console: Console, out: Outcome) -> None:
                 f"{run.intent.operation_id}: found {found.get('message_id')} to "
                 f"{found.get('to')}; result adopted, [bold]no second send[/bold]")
 
-    timeline = Table(title="Handoff timeline (the session's receipts)", title_justify="left")
-    for col in ("t ms", "receipt", "worker", "fence", "what"):
-        timeline.add_column(col)
-    t0 = out.receipts[0].ts_ms if out.receipts else 0
-    for r in out.receipts:
-        what = _describe(r, names)
-        if r.kind == "reclaim":
-            what = f"[bold]{what}[/bold]"
-        timeline.add_row(str(r.ts_ms - t0), r.kind, r.worker.name if r.worker else "-",
-                         str(r.fence), what)
-    console.print(timeline)
+    console.print("[bold]Handoff timeline[/bold] (from the session's receipts alone; "
+                  "`baton trace` prints the same):")
+    console.out(render_text(build_trace(out.session, out.receipts)), end="")
     stats = out.stats
     console.print(f"mail service: {stats.get('raw_requests')} raw sends, "
                   f"{stats.get('accepted')} accepted, {stats.get('duplicates_suppressed')} "
@@ -244,31 +242,13 @@ def _render(console: Console, out: Outcome) -> None:
     console.print(f"[bold]final answer[/bold]: {out.answer}")
 
 
-def _describe(r: Receipt, names: dict[str, str]) -> str:
-    """One receipt in words."""
-    d, c = r.detail, r.changes
-    to = names.get(str(d.get("run_id", "")), "")
-    if r.kind == "submit":
-        return "input accepted"
-    if r.kind in ("lease", "takeover"):
-        return "session lease taken"
-    if r.kind == "claim":
-        return f"accepted: sending to {to}"
-    if r.kind == "reclaim":
-        return (f"takeover of {to} from {d.get('previous_worker')} "
-                f"(attempt {d.get('previous_attempt')} -> {d.get('attempt')})")
-    if r.kind == "complete":
-        recovery = d.get("recovery")
-        return f"completed: {to}" + (f" ({recovery})" if recovery not in (None, "none") else "")
-    if r.kind == "commit":
-        if c.get("runs"):
-            return f"model response + {c['runs']} send_email runs dispatched (outbox)"
-        if c.get("applied"):
-            return f"{c['applied']} tool results applied"
-        if d.get("outcome"):
-            return f"final answer committed, submission {d['outcome']}"
-        return "generation started"
-    return ", ".join(f"{k}={v}" for k, v in d.items() if k != "stream_id")
+def _save_trace(out: Outcome) -> tuple[Path, Path]:
+    """Keep the receipts and the picture in $BATON_HOME: the demo's stack does not outlive it."""
+    saved = save_receipts(out.session, out.receipts)
+    picture = home() / "demo" / "trace.html"
+    picture.parent.mkdir(parents=True, exist_ok=True)
+    picture.write_text(render_html(build_trace(out.session, out.receipts)))
+    return saved, picture
 
 
 @click.command("demo")
@@ -289,6 +269,11 @@ def demo_command(keep: bool, json_only: bool) -> None:
     if not out.error:
         _render(console, out)
     summary = out.summary()
+    if out.receipts:
+        saved, picture = _save_trace(out)
+        console.print(f"trace picture: [bold]{picture}[/bold] (open it in a browser); "
+                      f"receipts saved to {saved}: `baton trace {out.session}` shows them "
+                      "again after this stack is gone")
     if out.session:
         logs_at = base / "logs"
         console.print(f"look further: session {out.session}; " + (

@@ -415,7 +415,8 @@ class Store:
         receipt = dumps({
             "marks": [{"run_id": intent.run_id, "mark": "completed", "attempt": attempt}],
             "detail": {"run_id": intent.run_id, "tool": intent.tool, "outcome": result.outcome,
-                       "recovery": result.recovery, **(detail or {})},
+                       "recovery": result.recovery, "duration_ms": round(result.duration_ms, 1),
+                       **(detail or {})},
             "trace": headers or {},
         })
         (woke,) = await self._run(
@@ -455,5 +456,36 @@ class Store:
         raw = await self.redis.xrange(self.keys.session(session_id).receipts, start, "+", count)
         return [parse_receipt(sid, f) for sid, f in raw]
 
+    async def receipts_for(
+        self, session_id: str, *, task_id: str | None = None, run_id: str | None = None
+    ) -> list[Receipt]:
+        """The session's receipts about one task (its commits and its runs) and/or one run."""
+        return receipts_about(await self.receipts(session_id), task_id=task_id, run_id=run_id)
 
-__all__ = ["BatonError", "Claim", "Lease", "SessionState", "Store", "connect_redis", "now_ms"]
+
+def receipts_about(
+    receipts: list[Receipt], *, task_id: str | None = None, run_id: str | None = None
+) -> list[Receipt]:
+    """Filter a session's receipts to one task and/or one tool run."""
+    if task_id is not None:
+        runs = {rid for r in receipts if r.detail.get("task_id") == task_id
+                for rid in r.detail.get("runs", ())}
+        receipts = [r for r in receipts
+                    if r.detail.get("task_id") == task_id or _runs_of(r) & runs]
+    if run_id is not None:
+        receipts = [r for r in receipts if run_id in _runs_of(r)]
+    return receipts
+
+
+def _runs_of(r: Receipt) -> set[str]:
+    """The tool runs a receipt is about: its run, the runs it dispatched, the marks it wrote."""
+    runs = {m.run_id for m in r.marks} | set(r.detail.get("runs", ()))
+    if r.detail.get("run_id"):
+        runs.add(str(r.detail["run_id"]))
+    return runs
+
+
+__all__ = [
+    "BatonError", "Claim", "Lease", "SessionState", "Store", "connect_redis", "now_ms",
+    "receipts_about",
+]

@@ -1,0 +1,234 @@
+"""trace / watch / inspect on real stacks: the demo's kill-and-takeover run, a live session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from shared.client import Client
+from shared.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, Outcome, run_demo
+from shared.dev import DevStack
+from shared.inspect import cluster_view, render_cluster, render_session, session_view
+from shared.observe import load_receipts, save_receipts
+from shared.store import Store
+from shared.trace import build_trace, render_text
+from shared.trace_html import render_html
+from shared.watch import Watch, render_change
+from tests.helpers import eventually
+
+
+def _baton(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-m", "shared.cli", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **env}, check=False)
+    assert done.returncode == 0, f"baton {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """One demo run (five notices, the Hands sending mail 4 SIGKILLed), shared by the tests."""
+    out = asyncio.run(run_demo(tmp_path_factory.mktemp("demo")))
+    assert not out.error and out.status == "completed", out.error
+    assert out.takeovers, "the demo recorded no takeover"
+    return out
+
+
+def test_trace_text_shows_the_kill_and_the_takeover_in_order_with_fences(demo: Outcome) -> None:
+    trace = build_trace(demo.session, demo.receipts)
+    text = render_text(trace)
+    lines = text.splitlines()
+    killed, run = demo.kill.worker, demo.kill.run_id
+    tail = run.rsplit("-", 2)
+    short = f"run {tail[-2]}-{tail[-1]}"
+    first_claim = next(i for i, line in enumerate(lines)
+                       if f"claimed {short} attempt 1" in line and killed in line)
+    takeover = next(i for i, line in enumerate(lines) if f"TAKEOVER of {short}" in line)
+    confirmed = next(i for i, line in enumerate(lines)
+                     if f"completed {short} attempt 2" in line and "CONFIRMED" in line)
+    final = next(i for i, line in enumerate(lines) if "commit:final" in line)
+    assert first_claim < takeover < confirmed < final
+    other = lines[takeover]
+    assert f"attempt 1 by {killed} ended without a result" in other
+    assert "a:2" in other and killed not in other.split()[1]  # taken over by the other hands
+    assert " a:1 " in lines[first_claim]
+    # the killed process's lane says it fell silent with the run in hand
+    assert re.search(rf"{killed} \(pid \d+\).*left {short} attempt 1 without a result", text)
+    assert "takeovers: 1" in text and "confirm / recovery outcomes: 1" in text
+    refused = [r for r in demo.receipts if r.kind == "refused"]
+    assert f"refused stale writes: {len(refused) or 'none'}" in text
+    # Brain fences are session fences: the second lease is s:2
+    assert any(" s:2 " in line and " lease " in line for line in lines)
+
+
+def test_trace_json_and_html_picture(demo: Outcome, tmp_path: Path) -> None:
+    trace = build_trace(demo.session, demo.receipts)
+    data = json.loads(json.dumps(trace.to_json()))
+    assert len(data["events"]) == len(demo.receipts)
+    assert [e["stream_id"] for e in data["events"]] == [r.detail["stream_id"]
+                                                        for r in demo.receipts]
+    take = [data["events"][i] for i in data["takeovers"]]
+    assert take and take[0]["kind"] == "reclaim" and take[0]["fence"] == "a:2"
+    assert {h["kind"] for h in data["handoffs"]} >= {"wake", "dispatch", "takeover"}
+    run = next(r for r in data["runs"] if r["run_id"] == demo.kill.run_id)
+    assert [a["result"] for a in run["attempts"]] == ["abandoned", "ok"]
+    assert run["recovery"] == "confirmed" and run["deliveries"] >= 2
+    assert all(e["hops"].get("execution", 0) >= 0 for e in data["events"])
+
+    html = render_html(trace)
+    assert "http://" not in html and "https://" not in html and "<script" not in html
+    assert "src=" not in html and "@import" not in html
+    lanes = {lane["name"] for lane in data["lanes"]}
+    assert {demo.kill.worker, "brain-1"} <= lanes
+    for name in lanes:
+        assert f">{name}</text>" in html
+    assert html.count('class="handoff takeover"') == 1 and "TAKEOVER" in html
+    assert "DIED?" in html  # the killed lane is highlighted
+    (tmp_path / "trace.html").write_text(html)
+
+
+def test_saved_receipts_and_the_cli_trace(demo: Outcome, tmp_path: Path) -> None:
+    env = {"BATON_HOME": str(tmp_path / "home"), "BATON_REDIS_URL": "redis://127.0.0.1:1/0"}
+    save_receipts(demo.session, demo.receipts, tmp_path / "home")
+    _, back = load_receipts(tmp_path / "home" / "traces" / f"{demo.session}.json")
+    assert back == demo.receipts
+    # the stack is gone (no Redis at that URL): trace falls back to the saved receipts
+    out = _baton("trace", demo.session, "--html", str(tmp_path / "t.html"), env=env)
+    assert "TAKEOVER of" in out and (tmp_path / "t.html").read_text().startswith("<!doctype")
+    js = json.loads(_baton("trace", demo.session, "--json", "--run", demo.kill.run_id, env=env))
+    assert {e["run_id"] for e in js["events"] if e["run_id"]} == {demo.kill.run_id}
+    assert [js["events"][i]["kind"] for i in js["takeovers"]] == ["reclaim"]
+
+
+def _ids(events: list[dict[str, Any]]) -> list[str]:
+    return [e["id"] for e in events if e["type"] == "receipt"]
+
+
+async def test_watch_inspect_live_session_resume_and_redis_connection_drop(
+    tmp_path: Path,
+) -> None:
+    env = {**DEMO_ENV, "BATON_HANDS_CONCURRENCY": "2"}
+    async with DevStack(tmp_path, brains=1, hands=2, relays=1, mail_delay_ms=MAIL_DELAY_MS,
+                        env=env) as stack:
+        settings = stack.settings()
+        client = await Client.connect(settings)
+        admin = Redis.from_url(stack.redis_url, decode_responses=True)
+        try:
+            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+            sid = sub.session_id
+            seen: list[dict[str, Any]] = []
+            watch = Watch(settings, sid, seen.append, until_settled=True, block_ms=1000)
+            task = asyncio.create_task(watch.run())
+            await eventually(lambda: any(e["type"] == "snapshot" for e in seen), timeout=10)
+            # inspect while it is live: runs in flight, a lease, the services
+            store = await Store.connect(settings)
+            try:
+                await eventually(lambda: any(e["type"] == "mark" and e["mark"] == "accepted"
+                                             for e in seen), timeout=10)
+                live = await session_view(store, sid)
+                # drop the watcher's connection(s) mid-session: it must reconnect and resume
+                killed = 0
+                for c in await admin.client_list():
+                    if c.get("name") == f"baton-watch:{sid}":
+                        killed += await admin.client_kill_filter(_id=c["id"])
+                assert killed >= 1
+                last = await asyncio.wait_for(task, timeout=60)
+                final = await session_view(store, sid)
+                cluster = await cluster_view(store)
+            finally:
+                await store.close()
+            receipts = await client.store.receipts(sid)
+            all_ids = [r.detail["stream_id"] for r in receipts]
+        finally:
+            await client.close()
+            await admin.aclose()
+
+    # watch: snapshot first, then every later receipt exactly once, in order, until settled
+    assert seen[0]["type"] == "snapshot"
+    snap_at = seen[0]["last_id"]
+    got = _ids(seen)
+    assert got == [i for i in all_ids if _after(i, snap_at)], "lost or repeated receipts"
+    assert last == all_ids[-1]
+    assert watch.reconnects >= 1 and any(e["type"] == "reconnect" for e in seen)
+    kinds = {e["type"] for e in seen}
+    assert {"receipt", "mark", "entry", "task", "submission"} <= kinds
+    assert any(e["type"] == "submission" and e["status"] == "completed" for e in seen)
+    marks = {(e["run_id"], e["mark"]) for e in seen if e["type"] == "mark"}
+    assert sum(1 for _, m in marks if m == "applied") == 5
+    text = "\n".join(render_change(e) for e in seen)
+    assert "== snapshot of" in text and "mark completed" in text
+
+    # inspect, live: a lease or runs in flight, and the marks so far
+    assert live["runs"] and any(r["marks"]["accepted"] for r in live["runs"])
+    assert live["lease"]["fence"] >= 1 and live["tasks"][0]["state"] in ("waiting", "running")
+    # inspect, finished: every run applied with its three marks and attempts
+    assert final["submissions"][0]["status"] == "completed"
+    assert len(final["runs"]) == 5 and all(
+        all(r["marks"].values()) and r["attempt"] >= 1 for r in final["runs"])
+    assert final["lease"]["fence"] >= 2 and final["tasks"][0]["state"] == "terminal"
+    assert {b["shard"] for b in final["backlog"]} == set(range(settings.shards))
+    roles = {s["role"] for s in cluster["services"]}
+    assert {"brain", "hands", "relay"} <= roles
+    assert cluster["sessions_by_state"].get("settled", 0) >= 1
+    assert "backlog" in cluster and cluster["dead_letters"]["count"] >= 0
+    # the renderers run on both views
+    from rich.console import Console
+    console = Console(record=True, width=200)
+    render_session(final, console)
+    render_cluster(cluster, console)
+    shown = console.export_text()
+    assert "Tool runs" in shown and "Services seen" in shown and "Outbox backlog" in shown
+
+
+def _after(stream_id: str, ref: str) -> bool:
+    a, b = (tuple(int(x) for x in s.split("-")) for s in (stream_id, ref))
+    return a > b
+
+
+async def test_watch_resume_from_an_id_repeats_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    async with DevStack(tmp_path, brains=1, hands=1, relays=1) as stack:
+        settings = stack.settings()
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+            await client.wait(sub, timeout=60)
+            all_ids = [r.detail["stream_id"] for r in await client.store.receipts(sub.session_id)]
+        finally:
+            await client.close()
+        # a finished session: the snapshot, nothing after it, and it ends at once
+        first: list[dict[str, Any]] = []
+        await Watch(settings, sub.session_id, first.append, until_settled=True).run()
+        assert [e["type"] for e in first] == ["snapshot"]
+        assert first[0]["last_id"] == all_ids[-1] and first[0]["receipts"] == len(all_ids)
+        # resume after each id in turn: exactly the receipts after it
+        for cut in (all_ids[0], all_ids[len(all_ids) // 2], all_ids[-2]):
+            got: list[dict[str, Any]] = []
+            await Watch(settings, sub.session_id, got.append, after=cut,
+                        until_settled=True, block_ms=200).run()
+            assert _ids(got) == all_ids[all_ids.index(cut) + 1:]
+        # the CLI, on the stack: inspect both views, trace, watch from an id
+        env = {"BATON_REDIS_URL": stack.redis_url, "BATON_NATS_URL": stack.nats_url,
+               "BATON_HOME": str(tmp_path / "home")}
+        out = _baton("watch", sub.session_id, "--json", "--from", all_ids[-3], "--until-settled",
+                     env=env)
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[0]["type"] == "resume" and _ids(lines) == all_ids[-2:]
+        text = _baton("watch", sub.session_id, "--until-settled", env=env)
+        assert text.startswith("== snapshot of") and "submission" in text
+        shown = _baton("inspect", sub.session_id, env=env)
+        assert "Tool runs" in shown and "lease holder" in shown
+        data = json.loads(_baton("inspect", "--json", env=env))
+        assert {"brain", "hands", "relay"} <= {s["role"] for s in data["services"]}
+        traced = _baton("trace", sub.session_id, env=env)
+        assert "session lease taken" in traced and "takeovers: none" in traced
+        async with httpx.AsyncClient(base_url=stack.mail_url) as http:
+            assert (await http.get("/stats")).json()["raw_requests"] == 5
