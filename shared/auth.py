@@ -70,6 +70,8 @@ def redis_acl(role: Role, namespace: str, password: str | None = None) -> list[s
     rules = ["on", "resetkeys", "resetchannels", "-@all"]
     if password is not None:
         rules += ["resetpass", f">{password}"]
+    if role == "client":  # inspect and watch read anything in the namespace
+        rules += ["+@read", "-@dangerous"]
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += [f"~{k}" for k in _redis_keys(role, namespace)]
     if role in ("brain", "client"):  # commits announce settled submissions; clients wait
