@@ -134,7 +134,8 @@ class SessionPass:
             except TimeoutError:
                 pass
             try:
-                await brain.store.renew(self.session_id, fence, brain.settings.lease_ms)
+                await brain.store.renew(self.session_id, fence, brain.settings.lease_ms,
+                                        brain.worker)
             except StaleFenceError as exc:
                 log.warning("lease_lost", session_id=self.session_id, fence=fence,
                             current=exc.current)

@@ -116,6 +116,9 @@ class BrainWorker(Service):
         if current is not None:  # already in hand here: make that pass look again
             current.rewake = True
             await msg.ack()
+            log.info("wake_handled", outcome="joined", fence=0,
+                     ms=round((time.perf_counter() - started) * 1000, 2))
+            logs.clear()
             return
         session = SessionPass(self, sid)
         self.active[sid] = session

@@ -403,7 +403,9 @@ class HandsWorker(Service):
             if stop.is_set():
                 return
             try:
-                await self.store.heartbeat(intent.session_id, intent.run_id, attempt)
+                await self.store.heartbeat(
+                    intent.session_id, intent.run_id, attempt, self.worker
+                )
             except StaleAttemptError:
                 raise
             except Exception as exc:  # Redis away for a moment: the tool goes on

@@ -111,6 +111,9 @@ class FenceError(BatonError):
 
 class StaleFenceError(FenceError):
     code = "stale_fence"
+    session_id: str
+    presented: int
+    current: int
 
     def __init__(self, session_id: str, presented: int, current: int) -> None:
         super().__init__(
@@ -123,6 +126,11 @@ class StaleFenceError(FenceError):
 
 class StaleAttemptError(FenceError):
     code = "stale_attempt"
+    session_id: str
+    run_id: str
+    presented: int
+    current: int
+    status: str
 
     def __init__(
         self, session_id: str, run_id: str, presented: int, current: int, status: str = ""
@@ -141,6 +149,9 @@ class StaleAttemptError(FenceError):
 class LeaseBusyError(BatonError):
     retryable = True
     code = "lease_busy"
+    session_id: str
+    holder: str
+    remaining_ms: int
 
     def __init__(self, session_id: str, holder: str, remaining_ms: int) -> None:
         super().__init__(

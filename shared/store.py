@@ -313,8 +313,14 @@ class Store:
         )
         return Lease(session_id, int(fence), bool(takeover), prev or "")
 
-    async def renew(self, session_id: str, fence: int, ttl_ms: int) -> int:
-        return int(await self._run("renew", self.keys.session(session_id), [fence, ttl_ms]))
+    async def renew(
+        self, session_id: str, fence: int, ttl_ms: int, worker: WorkerRef | None = None
+    ) -> int:
+        """Extend the lease; a stale holder gets ``StaleFenceError`` (and a receipt says so)."""
+        args: list[Any] = [fence, ttl_ms]
+        if worker is not None:
+            args.append(worker.model_dump_json())
+        return int(await self._run("renew", self.keys.session(session_id), args))
 
     async def release(self, session_id: str, fence: int, ttl_ms: int) -> bool:
         """Release the lease; True means work arrived meanwhile and the lease is kept."""
@@ -391,9 +397,14 @@ class Store:
             return Claim("done", previous_status=r[1])
         return Claim("gone")
 
-    async def heartbeat(self, session_id: str, run_id: str, attempt: int) -> None:
+    async def heartbeat(
+        self, session_id: str, run_id: str, attempt: int, worker: WorkerRef | None = None
+    ) -> None:
         """Raises ``StaleAttemptError`` once the attempt is no longer current."""
-        await self._run("heartbeat", self.keys.session(session_id), [run_id, attempt], run_id)
+        args: list[Any] = [run_id, attempt]
+        if worker is not None:
+            args.append(worker.model_dump_json())
+        await self._run("heartbeat", self.keys.session(session_id), args, run_id)
 
     async def complete(
         self,

@@ -17,9 +17,15 @@ local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .
 local cur = tonumber(r[1] or '0')
 local now = now_ms()
 if not r[2] or cur ~= attempt or r[2] ~= 'running' then
+  local status = r[2]
+  if not status then  -- already applied by the Brain: report its real last attempt
+    local d = redis.call('HGET', K_RUNS_DONE, rid .. '.attempt')
+    if d then cur, status = tonumber(d), 'applied' end
+  end
+  status = status or 'gone'
   receipt('refused', ARGV[4], attempt, 0, now, cjson.encode({
-    run_id = rid, current = cur, status = r[2] or 'gone', op = 'complete'}))
-  return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. (r[2] or 'gone'))
+    run_id = rid, current = cur, status = status, op = 'complete'}))
+  return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. status)
 end
 local wake = redis.call('HGET', K_META, 'wake')
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)

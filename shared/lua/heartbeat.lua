@@ -1,7 +1,7 @@
 --[==[ heartbeat.lua: the current attempt of a tool run is alive.
 
 KEYS: the 12 session keys (see _lib.lua).
-ARGV: 1 run id, 2 attempt
+ARGV: 1 run id, 2 attempt, 3 worker JSON (optional, for a 'refused' receipt)
 Returns 1 while the attempt is current and the run has no result; refused with
 STALE_ATTEMPT <presented> <current> <status> once another attempt took over (or it ended).
 ]==]
@@ -9,6 +9,10 @@ local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')
 local cur = tonumber(r[1] or '0')
 if cur ~= attempt or r[2] ~= 'running' then
+  if ARGV[3] then
+    receipt('refused', ARGV[3], attempt, 0, now_ms(), cjson.encode({
+      run_id = rid, current = cur, status = r[2] or 'gone', op = 'heartbeat'}))
+  end
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. (r[2] or 'gone'))
 end
 redis.call('HSET', K_RUNS, rid .. '.heartbeat', now_ms())

@@ -1,13 +1,17 @@
 --[==[ renew.lua: extend the lease of the current holder.
 
 KEYS: the 12 session keys (see _lib.lua).
-ARGV: 1 fence, 2 lease ttl ms
-Refused with STALE_FENCE <presented> <current> when a newer fence exists.
+ARGV: 1 fence, 2 lease ttl ms, 3 worker JSON (optional, for a 'refused' receipt)
+Refused with STALE_FENCE <presented> <current> when a newer fence exists, after a 'refused'
+receipt: the stale holder learning of the takeover is a fact worth tracing.
 Returns the new expiry (ms).
 ]==]
 local fence = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', K_META, 'fence') or '0')
 if cur ~= fence then
+  if ARGV[3] then
+    receipt('refused', ARGV[3], fence, 0, now_ms(), cjson.encode({current = cur, op = 'renew'}))
+  end
   return fail('STALE_FENCE', fence .. ' ' .. cur)
 end
 local expiry = now_ms() + tonumber(ARGV[2])

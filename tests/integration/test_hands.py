@@ -470,7 +470,10 @@ async def test_a_taken_over_attempt_is_cancelled_and_never_completes(
         # The old message comes back after ack_wait and is acked as a duplicate.
         await settled(bus, "gate")
     assert (await result_of(store, intent)) == winner
-    assert not [r for r in await store.receipts(session) if r.kind == "refused"]
+    # The stale attempt learnt of the takeover from its heartbeat (a traced refusal) and
+    # never tried to complete.
+    refused = [r for r in await store.receipts(session) if r.kind == "refused"]
+    assert refused and {r.detail["op"] for r in refused} == {"heartbeat"}
     assert CALLS[intent.run_id] == 1
 
 
