@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Self, TypeVar
@@ -65,6 +66,7 @@ _VIOLATION = re.compile(
 # While connected, keep retrying forever (workers must outlive a NATS restart), this often.
 _RECONNECT_WAIT_S = 0.25
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
+_SETTLE_DELAYS_S = (0.25, 0.5, 1.0, 2.0)  # stream/consumer setup while a cluster settles
 # Errors meaning "the server is not reachable right now": retryable for the caller.
 _TRANSIENT = (
     nats.errors.TimeoutError,
@@ -393,8 +395,24 @@ class Bus:
             self._stream_config(self.names.wake_stream, [f"{ns}.wake.>"]),
             self._stream_config(self.names.tool_stream, [f"{ns}.tool.>"]),
         ):
-            await self.guarded("manage the stream", "$JS.API.STREAM.",
-                               self._ensure_stream(config))
+            await self._settling(functools.partial(self._guarded_stream, config))
+
+    async def _guarded_stream(self, config: StreamConfig) -> None:
+        await self.guarded("manage the stream", "$JS.API.STREAM.", self._ensure_stream(config))
+
+    async def _settling(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Retry a JetStream API call while the cluster settles (a leader election, a
+        consumer being created by another replica at the same moment): a timeout or "not
+        available" is retried a few times before it is raised as :class:`NatsUnavailable`."""
+        for delay in (*_SETTLE_DELAYS_S, None):
+            try:
+                return await call()
+            except (*_TRANSIENT, nats.js.errors.ServiceUnavailableError) as exc:
+                if delay is None:
+                    raise NatsUnavailable(f"JetStream API not answering: {exc!r}") from exc
+                log.info("jetstream_api_retry", error=repr(exc), delay_s=delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def _ensure_stream(self, config: StreamConfig) -> None:
         jsm = self._js
@@ -438,9 +456,9 @@ class Bus:
             max_deliver=self.settings.max_deliver if max_deliver is None else max_deliver,
             max_ack_pending=max_ack_pending,
         )
-        return await self.guarded(
+        return await self._settling(lambda: self.guarded(
             "manage the consumer", "$JS.API.CONSUMER.", self._ensure_consumer(stream, want)
-        )
+        ))
 
     async def _ensure_consumer(self, stream: str, want: ConsumerConfig) -> ConsumerInfo:
         durable = str(want.durable_name)

@@ -402,25 +402,31 @@ class NatsCluster:
         await self.wait_ready()
 
     async def wait_ready(self, timeout: float = 30.0) -> str:  # noqa: ASYNC109
-        """Wait until every running node reports the same JetStream meta leader; return it."""
+        """Wait until every running node reports the same JetStream meta leader, and the
+        leader sees every other running node as current; return the leader's name."""
         import httpx
 
         deadline = time.monotonic() + timeout
         leaders: set[str | None] = set()
         async with httpx.AsyncClient(timeout=1.0) as http:
             while time.monotonic() < deadline:
-                leaders = set()
-                for n in self.nodes:
-                    if not n.running:
-                        continue
+                leaders, views = set(), {}
+                running = [n for n in self.nodes if n.running]
+                for n in running:
                     try:
                         jsz = (await http.get(f"http://127.0.0.1:{n.monitor_port}/jsz")).json()
                     except (httpx.HTTPError, ValueError):
                         leaders.add(None)
                         continue
-                    leaders.add((jsz.get("meta_cluster") or {}).get("leader") or None)
+                    meta = jsz.get("meta_cluster") or {}
+                    leaders.add(meta.get("leader") or None)
+                    views[n.server_name] = meta
                 if len(leaders) == 1 and None not in leaders:
-                    return str(leaders.pop())
+                    leader = str(next(iter(leaders)))
+                    current = {r.get("name") for r in views.get(leader, {}).get("replicas") or []
+                               if r.get("current")}
+                    if {n.server_name for n in running} - {leader} <= current:
+                        return leader
                 await asyncio.sleep(0.05)
         raise ServerError(f"NATS cluster {self.name}: no JetStream meta leader within "
                           f"{timeout}s (nodes report {sorted(map(str, leaders))})")
