@@ -117,5 +117,10 @@ main.add_command(watch_command)
 main.add_command(inspect_command)
 
 
+from shared.health import health_command  # noqa: E402  (production checks)
+
+main.add_command(health_command)
+
+
 if __name__ == "__main__":
     main()

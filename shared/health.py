@@ -19,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+import click
 import structlog
 
 if TYPE_CHECKING:
     from shared.service import Service
 
-__all__ = ["announcement_age_ms", "check_http", "serve_health"]
+__all__ = ["announcement_age_ms", "check_http", "health_command", "serve_health"]
 
 log = structlog.get_logger("baton.health")
 
@@ -114,3 +116,58 @@ async def announcement_age_ms(redis: Any, key: str, role: str, name: str, now: i
     if raw is None:
         return None
     return now - int(json.loads(raw).get("seen_ms", 0))
+
+
+def _health_settings() -> Any:
+    from shared import log as logs
+    from shared.stack import settings_from_env_or_stack
+
+    settings = settings_from_env_or_stack()
+    logs.configure(settings.log_level, settings.log_format)
+    return settings
+
+
+@click.command("health")
+@click.option("--port", type=int, default=None,
+              help="ask the /readyz (or --path) endpoint of a service on this local port")
+@click.option("--path", default="/readyz", show_default=True, help="/readyz or /healthz")
+@click.option("--role", type=click.Choice(["brain", "hands", "relay"]), default=None,
+              help="check the announcement of this role's worker --name in Redis")
+@click.option("--name", default=None, help="the worker name (BATON_WORKER_NAME)")
+@click.option("--max-age-s", default=10.0, show_default=True,
+              help="an announcement older than this is stale (services announce every 2 s)")
+def health_command(port: int | None, path: str, role: str | None, name: str | None,
+                   max_age_s: float) -> None:
+    """Exit 0 if a service is healthy, 1 if not (for container and orchestrator checks)."""
+    if port is not None:
+        status, body = asyncio.run(check_http(port, path))
+        click.echo(body or f"status {status}")
+        sys.exit(0 if status == 200 else 1)
+    if role is None or name is None:
+        raise click.UsageError("give --port, or --role and --name")
+    settings = _health_settings()
+
+    async def age() -> int | None:
+        from shared.keys import Keys
+        from shared.store import connect_redis
+
+        redis = connect_redis(settings)
+        try:
+            seconds, micros = await redis.time()
+            now = int(seconds) * 1000 + int(micros) // 1000
+            return await announcement_age_ms(redis, Keys(settings.namespace, 1).workers,
+                                             role, name, now)
+        finally:
+            await redis.aclose()
+
+    try:
+        found = asyncio.run(age())
+    except Exception as exc:
+        click.echo(f"cannot read the announcements: {exc}")
+        sys.exit(1)
+    if found is None:
+        click.echo(f"{role} {name}: no announcement (not running, or stopped cleanly)")
+        sys.exit(1)
+    fresh = found <= max_age_s * 1000
+    click.echo(f"{role} {name}: last seen {found} ms ago ({'fresh' if fresh else 'stale'})")
+    sys.exit(0 if fresh else 1)

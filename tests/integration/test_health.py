@@ -1,0 +1,117 @@
+"""Health checks and graceful stop: /healthz, /readyz, ``baton health``, SIGTERM mid-tool."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from hands.worker import HandsWorker
+from shared.bus import Bus
+from shared.client import Client
+from shared.demo import FIVE_NOTICES
+from shared.dev import DevStack
+from shared.health import check_http, serve_health
+from shared.relay import Relay
+from shared.settings import Settings
+from shared.store import Store
+from tests.helpers import eventually
+from tests.integration.test_e2e_inprocess import running
+from tests.integration.test_hands import (
+    APP,
+    HOOKS,
+    commit_runs,
+    dispatch,
+    make_intent,
+    new_id,
+    result_of,
+)
+
+
+async def test_readyz_turns_503_while_draining_and_the_tool_still_finishes(
+    settings: Settings,
+) -> None:
+    settings = settings.model_copy(update={"worker_name": "hands-h", "attempt_ttl_ms": 600})
+    store = await Store.connect(settings)
+    bus = await Bus.connect(settings, "test-brain")
+    await bus.ensure_streams()
+    worker = HandsWorker(settings, APP, ["gate"])
+    session = new_id("s")
+    intent = make_intent(bus, session, "gate", {})
+    await commit_runs(store, bus, session, [intent])
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(ctx: object) -> dict[str, str]:
+        started.set()
+        await release.wait()
+        return {"done": "after the drain began"}
+
+    HOOKS[intent.run_id] = hold
+    try:
+        async with serve_health(worker, 0, host="127.0.0.1") as port:
+            assert (await check_http(port, "/readyz"))[0] == 503  # not started yet
+            serving = asyncio.create_task(worker.serve())
+            await asyncio.wait_for(worker.ready.wait(), 10)
+            status, body = await check_http(port, "/readyz")
+            assert status == 200 and '"nats_connected": true' in body, body
+            await dispatch(bus, intent)
+            await asyncio.wait_for(started.wait(), 10)
+            worker.shutdown()  # what the first SIGTERM does
+            status, body = await check_http(port, "/readyz")
+            assert status == 503 and '"not_draining": false' in body, body
+            status, body = await check_http(port, "/healthz")
+            assert status == 200 and '"draining": true' in body, body
+            assert (await check_http(port, "/nope"))[0] == 404
+            release.set()
+            await asyncio.wait_for(serving, 15)
+        result = await result_of(store, intent)
+        assert result.ok and result.output == {"done": "after the drain began"}
+    finally:
+        await bus.close()
+        await store.close()
+
+
+def _baton_health(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **settings.to_env()}
+    return subprocess.run([sys.executable, "-m", "shared.cli", "health", *args],
+                          capture_output=True, text=True, env=env, timeout=30, check=False)
+
+
+async def test_baton_health_reads_a_services_announcement(settings: Settings) -> None:
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-h"}))
+    async with running(relay):
+        ok = await asyncio.to_thread(_baton_health, settings, "--role", "relay",
+                                     "--name", "relay-h")
+        assert ok.returncode == 0 and "fresh" in ok.stdout, ok.stdout + ok.stderr
+    gone = await asyncio.to_thread(_baton_health, settings, "--role", "relay", "--name", "relay-h")
+    assert gone.returncode == 1 and "no announcement" in gone.stdout
+
+
+async def test_sigterm_drains_a_hands_process_mid_tool(tmp_path: Path) -> None:
+    # Each mail's reply is held 1.5 s: the SIGTERM lands while all five sends are in flight.
+    stack = DevStack(tmp_path, brains=1, hands=1, relays=1, mail_delay_ms=1500)
+    async with stack, httpx.AsyncClient() as http:
+        client = await Client.connect(stack.settings())
+        try:
+            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+
+            async def accepted() -> bool:
+                stats = (await http.get(f"{stack.mail_url}/stats")).json()
+                return stats["accepted"] >= 1
+
+            await eventually(accepted, timeout=20, message="a mail accepted, its reply held")
+            stack.kill("hands-1", signal.SIGTERM, respawn=False)
+            assert await stack.wait_exit("hands-1", timeout=20) == 0
+            final = await client.wait(sub, timeout=20)  # no Hands left: all finished before
+        finally:
+            await client.close()
+        assert final.status == "completed", final
+        stats = (await http.get(f"{stack.mail_url}/stats")).json()
+        assert stats["raw_requests"] == 5 and sorted(stats["deliveries"].values()) == [1] * 5
+        log = stack.proc("hands-1").log_path.read_text()
+        assert "service_draining" in log and "hands_stopped" in log
