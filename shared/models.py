@@ -278,19 +278,26 @@ class OutboxRow(Model):
     stream_id: str = ""  # the Redis stream entry id, for acknowledging
 
 
+# Wire fields name Redis keys and NATS subjects: a value outside these shapes is rejected at
+# decoding (and dead-lettered), never carried to a key or subject.
+WireSessionId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+WireRunId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
+WireToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
 class Wake(Record):
     """``<ns>.wake.<agent>.<compat>``: session S has runnable work."""
 
-    session_id: str
+    session_id: WireSessionId
     reason: str = "commit"
 
 
 class ToolDispatch(Record):
     """``<ns>.tool.<tool>``: execute tool run R of session S."""
 
-    session_id: str
-    run_id: str
-    tool: str
+    session_id: WireSessionId
+    run_id: WireRunId
+    tool: WireToolName
 
 
 def dumps(value: Any) -> str:
