@@ -41,11 +41,8 @@ class TaskContext:
         """Whether unfinished work remains once these task changes are applied."""
         tasks = dict(self.state.tasks)
         for t in changed:
-            if t.terminal:
-                tasks.pop(t.id, None)
-            else:
-                tasks[t.id] = t
-        return bool(tasks)
+            tasks[t.id] = t
+        return any(not t.terminal for t in tasks.values())
 
     async def commit(self, writes: Writes) -> None:
         """Commit under this pass's fence and fold the changes into the in-memory state."""
@@ -56,14 +53,14 @@ class TaskContext:
         self.commits += 1
         st = self.state
         for t in writes.tasks:
-            if t.terminal:
+            if writes.moves_to_done(t):
                 st.tasks.pop(t.id, None)
             else:
                 st.tasks[t.id] = t
         for s in writes.submissions:
             st.submissions[s.id] = s
         for d in writes.documents:
-            st.documents[d.name] = d
+            st.documents[d.name] = d.document
         for intent in writes.runs:
             st.runs[intent.run_id] = ToolRun(intent=intent)
         for rid in writes.applied:

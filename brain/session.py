@@ -8,27 +8,16 @@ nothing more is written: every later commit would be refused anyway.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from brain.context import TaskContext
-from brain.generation import Generation
+from brain.scheduler import schedule
 from shared.errors import StaleFenceError
-from shared.models import Task
 
 log = structlog.get_logger("baton.brain")
-
-
-@dataclass
-class Handlers:
-    """Task handlers by kind (the registry grows in later versions)."""
-
-    by_kind: dict[str, Any] = field(default_factory=lambda: {"generation": Generation()})
-
-    def get(self, kind: str) -> Any:
-        return self.by_kind.get(kind)
 
 
 @dataclass
@@ -98,31 +87,8 @@ class SessionPass:
                 return
 
     async def _schedule(self, ctx: TaskContext) -> None:
-        """Advance every runnable task until it waits, sleeps or ends."""
-        progressed = True
-        while progressed:
-            progressed = False
-            for task in self._ordered(ctx):
-                handler = self.brain.handlers.get(task.kind)
-                if handler is None or not handler.runnable(task, ctx):
-                    continue
-                current: Task | None = task
-                while current is not None:
-                    current = await handler.advance(current, ctx)
-                progressed = True
-
-    @staticmethod
-    def _ordered(ctx: TaskContext) -> list[Task]:
-        """Live tasks, oldest first; only the oldest generation task of a session runs."""
-        tasks = sorted(ctx.state.tasks.values(), key=lambda t: (t.created_ms, t.id))
-        out, seen_generation = [], False
-        for t in tasks:
-            if t.kind == "generation":
-                if seen_generation:
-                    continue
-                seen_generation = True
-            out.append(t)
-        return out
+        """Advance every runnable task until it waits, sleeps or ends (brain.scheduler)."""
+        await schedule(self.brain.handlers, ctx)
 
     async def _renew(self, fence: int, done: asyncio.Event, work: asyncio.Task | None) -> None:
         brain = self.brain

@@ -13,7 +13,8 @@ import time
 
 import structlog
 
-from brain.session import Handlers, SessionPass
+from brain.registry import Registry
+from brain.session import SessionPass
 from shared import log as logs
 from shared.app import App, load_app
 from shared.bus import Bus, BusNames, delivery_count, heartbeat
@@ -43,7 +44,7 @@ class BrainWorker(Service):
         self.app = app
         self.names = BusNames(settings.namespace)
         self.faults = Faults(settings.fault)
-        self.handlers = Handlers()
+        self.handlers = Registry.from_app(app)
         self.models: dict[str, object] = {}
         self.active: dict[str, SessionPass] = {}
         self.slot_freed = asyncio.Event()

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 import httpx
+import orjson
 import structlog
 from pydantic import BaseModel
 
+from shared.documents import DocumentType
 from shared.errors import ConfigError, ValidationError
 from shared.models import ReplayPolicy
 from shared.settings import Settings
@@ -82,6 +84,7 @@ class Tool:
         self.version = version
         self.args_model = args_model or _first_arg_model(fn, self.name)
         self.confirm_fn: ConfirmFn | None = None
+        self._parameters: tuple[type[BaseModel], bytes] | None = None
 
     def confirm(self, fn: ConfirmFn) -> ConfirmFn:
         """Register ``confirm(operation_id, args, ctx)``: the found result, or None."""
@@ -105,11 +108,17 @@ class Tool:
             raise ValidationError(f"invalid arguments for {self.name}: {problems}") from None
 
     def schema(self) -> dict[str, Any]:
-        """The function-calling declaration a model sees."""
+        """The function-calling declaration a model sees (a fresh dict on every call)."""
+        # model_json_schema() costs ~120 µs and the Brain asks on every model request: keep
+        # its JSON per argument model and hand out a fresh copy (~1 µs).
+        cached = self._parameters
+        if cached is None or cached[0] is not self.args_model:
+            cached = (self.args_model, orjson.dumps(self.args_model.model_json_schema()))
+            self._parameters = cached
         return {
             "name": self.name,
             "description": self.description,
-            "parameters": self.args_model.model_json_schema(),
+            "parameters": orjson.loads(cached[1]),
         }
 
     async def __call__(self, args: BaseModel, ctx: ToolContext) -> Any:
@@ -161,15 +170,24 @@ class Agent:
 
 
 class App:
-    """A set of agents, the tools they use, and optionally model clients of its own."""
+    """A set of agents, the tools they use, and optionally model clients of its own, custom
+    task definitions (``brain.tasks.TaskDef``) and typed documents (``DocumentType``)."""
 
     def __init__(
-        self, agents: list[Agent], tools: list[Tool], models: dict[str, Any] | None = None
+        self,
+        agents: list[Agent],
+        tools: list[Tool],
+        models: dict[str, Any] | None = None,
+        tasks: list[Any] | None = None,
+        documents: list[DocumentType] | None = None,
     ) -> None:
         self.agents = {a.name: a for a in agents}
         self.tools = {t.name: t for t in tools}
         # Model clients the app brings itself, by the name agents use in ``model=``.
         self.models: dict[str, Any] = dict(models or {})
+        # Task definitions for the Brain's registry (brain.registry), checked there.
+        self.tasks: list[Any] = list(tasks or [])
+        self.documents: dict[str, DocumentType] = {d.name: d for d in documents or []}
         for t in tools:
             t.check()
         for a in agents:

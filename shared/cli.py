@@ -117,6 +117,49 @@ main.add_command(watch_command)
 main.add_command(inspect_command)
 
 
+@main.command("start")
+@click.argument("kind")
+@click.option("--input", "input_json", default="{}", show_default=True,
+              help="the task's input, a JSON object")
+@click.option("--session", "session_id", default=None, help="session id (default: new)")
+@click.option("--agent", default=None, help="the session's agent (default: KIND)")
+@click.option("--compat", default=1, show_default=True)
+@click.option("--request-id", default=None, help="idempotency key of this start")
+@click.option("--wait/--no-wait", default=False, help="wait until the task has ended")
+@click.option("--timeout", default=60.0, show_default=True)
+def start(kind: str, input_json: str, session_id: str | None, agent: str | None, compat: int,
+          request_id: str | None, wait: bool, timeout: float) -> None:
+    """Start a root task of KIND (a custom task the app registers) in a session."""
+    import json
+
+    from shared.client import Client
+
+    try:
+        task_input = json.loads(input_json)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from None
+    if not isinstance(task_input, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--input")
+    settings = _settings()
+
+    async def go() -> None:
+        client = await Client.connect(settings)
+        try:
+            sid, task_id, created = await client.start_task(
+                session_id, kind, task_input, agent=agent or kind, compat=compat,
+                request_id=request_id)
+            click.echo(json.dumps({"session_id": sid, "task_id": task_id, "created": created}))
+            if wait:
+                task = await client.wait_task(sid, task_id, timeout)
+                click.echo(task.model_dump_json())
+                if task.state.name != "terminal" or task.state.outcome != "completed":
+                    sys.exit(1)
+        finally:
+            await client.close()
+
+    _run(go())
+
+
 from shared.health import health_command  # noqa: E402  (production checks)
 
 main.add_command(health_command)

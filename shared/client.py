@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from shared.bus import BusNames
 from shared.errors import ConfigError
@@ -18,6 +20,7 @@ from shared.settings import Settings
 from shared.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
+T = TypeVar("T")
 
 
 def derived_id(prefix: str, *parts: str) -> str:
@@ -79,16 +82,57 @@ class Client:
         self.faults.hit("submit.after_commit")
         return result
 
+    async def start_task(
+        self,
+        session_id: str | None,
+        kind: str,
+        input: dict[str, Any] | None = None,
+        *,
+        agent: str,
+        compat: int = 1,
+        request_id: str | None = None,
+    ) -> tuple[str, str, bool]:
+        """Start a root task of ``kind`` once per request id; (session id, task id, created).
+
+        The session is created for ``agent`` if new: the Brains serving that agent run it.
+        """
+        session_id = session_id or f"s-{uuid.uuid4().hex[:16]}"
+        request_id = request_id or uuid.uuid4().hex
+        now = now_ms()
+        task = Task(id=derived_id(kind, session_id, request_id), kind=kind,
+                    input=dict(input or {}), owner=session_id, created_ms=now, updated_ms=now)
+        task_id, created = await self.store.start_task(
+            session_id, agent=agent, compat=compat,
+            wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
+            task=task, worker=self.worker,
+        )
+        return session_id, task_id, created
+
+    async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
+        """Wait until the task is terminal; returns it."""
+        return await self._until(session_id, lambda: self.store.task(session_id, task_id),
+                                 lambda t: t.terminal, timeout)
+
     async def wait(self, submission: Submission, timeout: float = 60.0) -> Submission:  # noqa: ASYNC109
         """Wait until the submission settles (completed, failed or cancelled)."""
-        channel = self.store.keys.settled_channel(submission.session_id)
+        return await self._until(
+            submission.session_id,
+            lambda: self.store.submission(submission.session_id, submission.id),
+            lambda s: s.settled, timeout)
+
+    async def _until(
+        self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
+        timeout: float,  # noqa: ASYNC109
+    ) -> T:
+        """Re-read on each settled notification of the session (or every second) until done."""
+        channel = self.store.keys.settled_channel(session_id)
         pubsub = self.store.redis.pubsub()
         await pubsub.subscribe(channel)
         try:
             async with asyncio.timeout(timeout):
                 while True:
-                    current = await self.store.submission(submission.session_id, submission.id)
-                    if current.settled:
+                    current = await read()
+                    if done(current):
                         return current
                     # Wake on a notification, or re-check at least every second.
                     await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)

@@ -10,6 +10,7 @@ Points used by the services:
     brain.after_wake          Brain: a wake was received, the lease taken, nothing applied yet
     brain.during_model        Brain: inside the model call (the request phase is running)
     brain.after_intent_commit Brain: response + tool intents + outbox committed, before more
+    brain.in_phase            Brain: a custom task's phase is about to run (marked running)
     relay.after_publish       relay: rows published to NATS, not yet removed from the outbox
     hands.after_claim         Hands: attempt claimed (accepted), tool not started
     hands.after_effect        Hands: the tool acted on the outside world, result not committed
@@ -30,6 +31,7 @@ POINTS = frozenset(
         "brain.after_wake",
         "brain.during_model",
         "brain.after_intent_commit",
+        "brain.in_phase",
         "relay.after_publish",
         "hands.after_claim",
         "hands.after_effect",

@@ -8,9 +8,10 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:entries   LIST   entry JSON, append-only; the index is the entry's position
     <ns>:T:s:<sid>:tasks     HASH   task id -> task JSON (live tasks)
     <ns>:T:s:<sid>:done      HASH   task id -> task JSON (terminal tasks, moved out of the live set)
-    <ns>:T:s:<sid>:docs      HASH   document name -> document JSON
+    <ns>:T:s:<sid>:docs      HASH   per document: head, baseline, deltas (shared.documents)
     <ns>:T:s:<sid>:subs      HASH   submission id -> submission JSON
-    <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit)
+    <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
+                                    "task:<request id>" -> task id (idempotent start)
     <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
     <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write

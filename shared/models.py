@@ -169,6 +169,9 @@ TaskState = Annotated[
 class Checkpoint(Model):
     phase: str
     data: dict[str, Any] = Field(default_factory=dict)
+    # Phase transitions so far: with the phase, it makes the ids a phase creates unique to
+    # this visit and the same when a crashed visit runs again.
+    step: int = 0
 
 
 class Task(Record):

@@ -14,6 +14,7 @@ from redis.commands.core import AsyncScript
 
 SESSION_SCRIPTS = (
     "submit",
+    "start",
     "acquire",
     "renew",
     "release",

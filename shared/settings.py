@@ -53,6 +53,8 @@ class Settings(BaseModel):
     restart_limit: int = Field(default=3, ge=1)
     progress_deadline_ms: int = Field(default=15_000, ge=100)
     entries_page: int = Field(default=200, ge=1)
+    # A document is stored in full every this many versions, as merge-patch deltas between.
+    document_baseline_every: int = Field(default=16, ge=1)
 
     # Hands
     attempt_ttl_ms: int = Field(default=5_000, ge=100)

@@ -18,6 +18,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
+from shared.documents import documents_from_hash
 from shared.errors import (
     BatonError,
     ConfigError,
@@ -292,6 +293,43 @@ class Store:
         await self.redis.zadd(self.keys.sessions, {session_id: now}, nx=True)
         return decode(Submission, raw), bool(created)
 
+    async def start_task(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        compat: int,
+        wake_subject: str,
+        request_id: str,
+        task: Task,
+        worker: WorkerRef,
+    ) -> tuple[str, bool]:
+        """Create a root task once per request id; returns (task id, created)."""
+        sk = self.keys.session(session_id)
+        self._check_size(task.to_json(), "task")
+        wake = dumps({"v": 1, "session_id": session_id, "reason": "start"})
+        receipt = dumps({"detail": {"task_id": task.id, "kind": task.kind,
+                                    "request_id": request_id}, "changes": {"tasks": 1}})
+        created, task_id = await self._run(
+            "start",
+            sk,
+            [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
+             self.settings.progress_deadline_ms, worker.model_dump_json(), receipt],
+        )
+        await self.redis.zadd(self.keys.sessions, {session_id: now_ms()}, nx=True)
+        return str(task_id), bool(created)
+
+    async def task(self, session_id: str, task_id: str) -> Task:
+        """A task, live or finished."""
+        sk = self.keys.session(session_id)
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hget(sk.tasks, task_id).hget(sk.done, task_id)
+            live, done = await p.execute()
+        if live is None and done is None:
+            raise NotFoundError(f"no task {task_id} in session {session_id}",
+                                session_id=session_id)
+        return decode(Task, live or done)
+
     async def submission(self, session_id: str, submission_id: str) -> Submission:
         raw = await self.redis.hget(self.keys.session(session_id).subs, submission_id)
         if raw is None:
@@ -345,7 +383,7 @@ class Store:
         return SessionState(
             meta=parse_meta(session_id, meta),
             tasks={k: decode(Task, v) for k, v in tasks.items()},
-            documents={k: decode(Document, v) for k, v in docs.items()},
+            documents=documents_from_hash(docs),
             submissions={k: decode(Submission, v) for k, v in subs.items()},
             runs=parse_runs(runs),
             entry_count=int(count),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.documents import DocumentChange
 from shared.models import (
-    Document,
     Entry,
     MarkRef,
     OutboxRow,
@@ -24,7 +24,7 @@ class Writes:
     kind: str = "commit"
     entries: list[Entry] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)
-    documents: list[Document] = field(default_factory=list)
+    documents: list[DocumentChange] = field(default_factory=list)
     submissions: list[Submission] = field(default_factory=list)
     runs: list[ToolIntent] = field(default_factory=list)
     groups: dict[str, int] = field(default_factory=dict)
@@ -37,6 +37,8 @@ class Writes:
     notify: list[tuple[str, str]] = field(default_factory=list)  # (channel, message)
     detail: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] = field(default_factory=dict)
+    # Terminal child tasks that stay in the live set until their parent has read them.
+    keep_live: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(
@@ -44,6 +46,9 @@ class Writes:
             or self.applied or self.outbox or self.timers_add or self.timers_remove
             or self.deadline_ms or self.wake_subject
         )
+
+    def moves_to_done(self, task: Task) -> bool:
+        return task.terminal and task.id not in self.keep_live
 
     def marks(self) -> list[MarkRef]:
         return [MarkRef(run_id=r, mark="applied") for r in self.applied]
@@ -88,9 +93,9 @@ class Writes:
         args = [dumps(index), dumps(receipt)]
         args.extend(e.to_json() for e in self.entries)
         for t in self.tasks:
-            args += (t.id, t.to_json(), "1" if t.terminal else "0")
+            args += (t.id, t.to_json(), "1" if self.moves_to_done(t) else "0")
         for d in self.documents:
-            args += (d.name, d.to_json())
+            args += (d.name, d.mode, str(d.document.version), d.payload)
         for s in self.submissions:
             args += (s.id, s.to_json())
         for r in self.runs:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 
@@ -38,3 +39,16 @@ async def eventually(
                 f"({name}; last value: {last!r})"
             )
         await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running(*services: Any) -> AsyncIterator[None]:
+    """Serve Baton services (Brain, Hands, Relay ...) in this event loop while in the block."""
+    tasks = [asyncio.create_task(s.serve()) for s in services]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 10)
+        yield
+    finally:
+        for s in services:
+            s.shutdown()
+        await asyncio.gather(*tasks, return_exceptions=True)

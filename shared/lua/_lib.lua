@@ -5,7 +5,7 @@ Every session script receives the same 12 KEYS, all under one hash tag (one Clus
   KEYS[2]  entries   LIST   entry JSON
   KEYS[3]  tasks     HASH   live task id -> JSON
   KEYS[4]  done      HASH   terminal task id -> JSON
-  KEYS[5]  docs      HASH   document name -> JSON
+  KEYS[5]  docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
   KEYS[6]  subs      HASH   submission id -> JSON
   KEYS[7]  reqs      HASH   request id -> submission id
   KEYS[8]  runs      HASH   "<run>.<field>" for live tool runs

@@ -6,7 +6,9 @@ ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then t
       entries      ne x  entry JSON                      appended to entries
       tasks        nt x  task id, task JSON, "1"|"0"     upserted; terminal ("1") tasks move
                                                           from tasks to done
-      documents    nd x  name, document JSON              upserted
+      documents    nd x  name, mode, version, JSON        a new version of a document: mode
+                                                          "b" stores a baseline (full value),
+                                                          "d" a merge-patch delta
       submissions  ns x  submission id, JSON              upserted
       runs         nr x  run id, intent JSON              new tool runs (dispatched, attempt 0)
       outbox       no x  subject, data JSON, headers JSON rows "<session>/<seq>/<n>"
@@ -17,13 +19,17 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
   w  new wake subject, or "" (a migration to another compat level)
   n  [[channel, message]]    notifications PUBLISHed after the writes (waiters)
+Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
+"<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
+A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
+a baseline deletes the deltas between the previous baseline and itself.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}.
 ]==]
 local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
-  {'HSET', K_DOCS, 'f', 'v'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_RUNS, 'f', 'v'},
+  {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_RUNS, 'f', 'v'},
   {'HDEL', K_RUNS, 'f'}, {'HSET', K_RUNS_DONE, 'f', 'v'}}))
 if denied then return denied end
 
@@ -65,12 +71,40 @@ local function str(v, what)
   return v
 end
 local ne, nt, nd, ns, nr, no
+local doc_base = {}  -- document name -> its baseline version before this commit
 local vok, verr = pcall(function()
   ne, nt, nd, ns, nr, no = count('ne'), count('nt'), count('nd'), count('ns'), count('nr'), count('no')
-  if #ARGV ~= 5 + ne + 3 * nt + 2 * nd + 2 * ns + 2 * nr + 3 * no then
+  if #ARGV ~= 5 + ne + 3 * nt + 4 * nd + 2 * ns + 2 * nr + 3 * no then
     error('INVALID argument count does not match the index')
   end
-  local base = 5 + ne + 3 * nt + 2 * nd + 2 * ns
+  if nd > 0 then
+    local first, names = 5 + ne + 3 * nt, {}
+    for i = 1, nd do
+      local name = ARGV[first + 4 * i - 3]
+      if doc_base[name] then error('INVALID document ' .. name .. ' written twice') end
+      if string.find(name, '@', 1, true) then error('INVALID document name ' .. name) end
+      doc_base[name], names[i] = 0, name
+    end
+    local heads = redis.call('HMGET', K_DOCS, unpack(names))
+    for i = 1, nd do
+      local p = first + 4 * i - 3
+      local mode, version = ARGV[p + 1], tonumber(ARGV[p + 2])
+      if mode ~= 'b' and mode ~= 'd' then error('INVALID document mode ' .. tostring(mode)) end
+      if not whole(version) then error('INVALID document version') end
+      local cur, bv = 0, 0
+      if heads[i] then
+        local c, b = string.match(heads[i], '^(%d+) (%d+)$')
+        if not c then error('INVALID document head of ' .. names[i]) end
+        cur, bv = tonumber(c), tonumber(b)
+      end
+      if version ~= cur + 1 then
+        error('CONFLICT document ' .. names[i] .. ' is at version ' .. cur .. ', not ' .. (version - 1))
+      end
+      if mode == 'd' and cur == 0 then error('INVALID document ' .. names[i] .. ' needs a baseline') end
+      doc_base[names[i]] = bv
+    end
+  end
+  local base = 5 + ne + 3 * nt + 4 * nd + 2 * ns
   if nr > 0 then
     local live, done = {}, {}
     for i = 1, nr do
@@ -133,7 +167,21 @@ for _ = 1, nt do
   end
   p = p + 3
 end
-for _ = 1, nd do redis.call('HSET', K_DOCS, ARGV[p], ARGV[p + 1]); p = p + 2 end
+for _ = 1, nd do
+  local name, mode, version = ARGV[p], ARGV[p + 1], tonumber(ARGV[p + 2])
+  if mode == 'b' then  -- a baseline replaces the deltas since the previous one
+    local stale = {}
+    for v = doc_base[name] + 1, version - 1 do stale[#stale + 1] = name .. '@' .. v end
+    for i = 1, #stale, 1000 do
+      redis.call('HDEL', K_DOCS, unpack(stale, i, math.min(i + 999, #stale)))
+    end
+    redis.call('HSET', K_DOCS, name .. '@b', ARGV[p + 3], name, version .. ' ' .. version)
+  else
+    redis.call('HSET', K_DOCS, name .. '@' .. version, ARGV[p + 3],
+               name, version .. ' ' .. doc_base[name])
+  end
+  p = p + 4
+end
 for _ = 1, ns do redis.call('HSET', K_SUBS, ARGV[p], ARGV[p + 1]); p = p + 2 end
 for _ = 1, nr do
   local rid = ARGV[p]

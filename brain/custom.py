@@ -1,0 +1,314 @@
+"""The handler of custom tasks: phases as durable states, children, waits, sleeps, aborts.
+
+    pending ─┐                       ┌─ goto ──▶ running@next (committed, runs at once)
+    waiting ─┼─▶ running@phase ─run─▶┼─ wait ──▶ waiting{on, policy}@then
+    sleeping ┘   (marked first)      ├─ sleep ─▶ sleeping{until}@then + durable timer
+                                     └─ complete | fail ─▶ terminal, or completing{outcome}
+                                                           while owned children are live
+
+* A phase runs only once its task is durably ``running`` under this Brain's fence, so a
+  worker that dies inside it leaves a ``running`` task under an old fence: the next Brain
+  counts it in ``task.crashes`` and runs the phase again, and at ``settings.restart_limit``
+  ends the task ``failed`` with the reason. A phase that raises counts the same way.
+* A terminal child stays in the live set until its parent consumed it (read its result, or
+  ended itself); a root task leaves it at once.
+* ``cancel_requested`` ends a task ``aborted`` at its next scheduling, bottom-up: it first
+  asks its live children to abort and stays ``completing`` until they have ended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from brain.context import TaskContext
+from brain.phases import PRIVATE, PhaseContext, dispatch_row
+from shared.errors import ConfigError, ConflictError, ValidationError
+from shared.models import (
+    Checkpoint,
+    Completing,
+    Running,
+    Sleeping,
+    Task,
+    Terminal,
+    Waiting,
+)
+from shared.writes import Writes, timer_member
+
+if TYPE_CHECKING:
+    from brain.registry import Registry
+    from brain.tasks import Step, TaskDef
+
+__all__ = ["CustomTask"]
+
+MAX_REDISPATCH = 3
+REDISPATCHED = PRIVATE + "redispatched"
+# Errors of a phase's own making (bad step, invalid document, unknown tool ...) that the
+# commit refuses: counted like a crash instead of retrying the wake forever.
+PHASE_ERRORS = (ConfigError, ValidationError, ConflictError)
+
+
+class CustomTask:
+    """Runs the tasks of one :class:`TaskDef` (one kind, one version)."""
+
+    def __init__(self, defn: TaskDef, registry: Registry) -> None:
+        self.defn = defn
+        self.kind = defn.kind
+        self.version = defn.version
+        self.registry = registry
+
+    # ------------------------------------------------------------------ scheduling
+
+    def runnable(self, task: Task, ctx: TaskContext) -> bool:
+        state = task.state
+        if state.name == "terminal":
+            return False
+        if state.name == "completing":
+            return not live_children(task, ctx)
+        if task.cancel_requested or state.name in ("pending", "running"):
+            return True
+        if state.name == "waiting":
+            return wait_over(state, ctx) or bool(self._stuck(task, ctx))
+        if state.name == "sleeping":
+            return state.until_ms <= ctx.now()
+        return False
+
+    def mark(self, task: Task, ctx: TaskContext) -> Task | None:
+        """The task marked ``running`` for its next phase, to commit before the phase runs.
+
+        None when there is nothing to mark: the task is ours already, is ending, or must be
+        handled on its own (a re-entered task at the restart limit, stuck tool runs).
+        """
+        state = task.state
+        if task.cancel_requested or state.name in ("terminal", "completing"):
+            return None
+        if state.name == "running":
+            if state.fence == ctx.fence or task.crashes + 1 >= ctx.settings.restart_limit:
+                return None
+            return self._running(task, ctx, crashes=task.crashes + 1)
+        if state.name == "waiting" and not wait_over(state, ctx):
+            return None  # woken for its stuck runs only
+        if state.name == "pending":
+            task = task.model_copy(update={"checkpoint": Checkpoint(phase=self.defn.start)})
+        return self._running(self._migrated(task), ctx, crashes=task.crashes)
+
+    async def advance(self, task: Task, ctx: TaskContext) -> Task | None:
+        """Take the task one step; the task again if it can go on at once, else None."""
+        state = task.state
+        if state.name == "completing":
+            await self._finish(task, ctx, state.outcome, task.result, state.reason)
+            return None
+        if task.cancel_requested:
+            await self._abort(task, ctx)
+            return None
+        if state.name == "waiting" and not wait_over(state, ctx):
+            await self._redispatch(task, ctx)
+            return None
+        if state.name == "running" and state.fence != ctx.fence:
+            crashes = task.crashes + 1
+            ctx.log.warning("phase_reentered", task_id=task.id, phase=task.checkpoint.phase,
+                            crashes=crashes, previous_worker=state.worker)
+            if crashes >= ctx.settings.restart_limit:
+                reason = (f"restart limit: a worker died {crashes} times in phase "
+                          f"{task.checkpoint.phase}")
+                await self._finish(task, ctx, "failed", None, reason)
+                return None
+        if state.name != "running" or state.fence != ctx.fence:
+            marked = self.mark(task, ctx)
+            if marked is None:
+                return None
+            await ctx.commit(Writes(kind="run", tasks=[marked], detail={
+                "task_id": task.id, "phase": marked.checkpoint.phase, "crashes": marked.crashes}))
+            task = marked
+        return await self._run_phase(task, ctx)
+
+    # ------------------------------------------------------------------ one phase
+
+    async def _run_phase(self, task: Task, ctx: TaskContext) -> Task | None:
+        phase = task.checkpoint.phase
+        fn = self.defn.phases.get(phase)
+        if fn is None:
+            await self._finish(task, ctx, "failed", None,
+                               f"task {self.kind} v{self.version} has no phase {phase!r}")
+            return None
+        pc = PhaseContext(task, ctx, self.registry)
+        ctx.faults.hit("brain.in_phase")
+        try:
+            step = await fn(task, pc)
+            return await self._apply(task, ctx, pc, step)
+        except PHASE_ERRORS as exc:
+            return await self._phase_failed(task, ctx, exc)
+        except Exception as exc:  # the app's code: never let it take the Brain down
+            return await self._phase_failed(task, ctx, exc)
+
+    async def _phase_failed(self, task: Task, ctx: TaskContext, exc: Exception) -> Task | None:
+        crashes = task.crashes + 1
+        phase = task.checkpoint.phase
+        error = f"{type(exc).__name__}: {exc}"
+        ctx.log.warning("phase_failed", task_id=task.id, phase=phase, crashes=crashes,
+                        error=error)
+        if crashes >= ctx.settings.restart_limit:
+            reason = f"restart limit: phase {phase} failed {crashes} times; last: {error}"
+            await self._finish(task, ctx, "failed", None, reason)
+            return None
+        task = self._running(task, ctx, crashes=crashes)
+        await ctx.commit(Writes(kind="phase_failed", tasks=[task], detail={
+            "task_id": task.id, "phase": phase, "crashes": crashes, "error": error[:500]}))
+        return task  # runs again at once, up to the limit
+
+    async def _apply(
+        self, task: Task, ctx: TaskContext, pc: PhaseContext, step: Step
+    ) -> Task | None:
+        from brain.tasks import Step
+
+        if not isinstance(step, Step):
+            raise ConfigError(f"phase {task.checkpoint.phase} returned {step!r}, not a Step")
+        writes = pc.writes(f"phase:{task.checkpoint.phase}")
+        writes.detail = {"task_id": task.id, "phase": task.checkpoint.phase, "step": step.kind}
+        if pc.runs:
+            writes.detail["runs"] = [r.run_id for r in pc.runs]
+        if step.kind in ("complete", "fail"):
+            outcome = "completed" if step.kind == "complete" else "failed"
+            await self._finish(task, ctx, outcome, step.result, step.reason, writes)
+            return None
+        if step.phase not in self.defn.phases:
+            raise ConfigError(f"step {step.kind} to unknown phase {step.phase!r}")
+        data = {**pc.data, **step.data}
+        checkpoint = Checkpoint(phase=step.phase, data=data, step=task.checkpoint.step + 1)
+        now = ctx.now()
+        update: dict[str, Any] = {"checkpoint": checkpoint, "crashes": 0, "updated_ms": now}
+        if step.kind == "goto":
+            update["state"] = Running(worker=ctx.worker.name, fence=ctx.fence, since_ms=now)
+        elif step.kind == "wait":
+            update["state"] = Waiting(on=step.ids, policy=step.policy)
+        else:
+            until = step.until_ms if step.until_ms is not None else now + int(
+                (step.seconds or 0) * 1000)
+            update["state"] = Sleeping(until_ms=until)
+            writes.timers_add[self._timer(task, ctx)] = until
+        nxt = task.model_copy(update=update)
+        writes.tasks.append(nxt)
+        await ctx.commit(writes)
+        return nxt if step.kind == "goto" else None
+
+    # ------------------------------------------------------------------ endings
+
+    async def _finish(
+        self, task: Task, ctx: TaskContext, outcome: Any, result: Any, reason: str,
+        writes: Writes | None = None,
+    ) -> None:
+        """Decide the task's outcome: terminal, or completing while owned children live."""
+        writes = writes or Writes(kind="final")
+        written = {t.id: t for t in writes.tasks}
+        live = [c for c in live_children(task, ctx) if c.id not in written]
+        live += [t for t in written.values() if t.parent == task.id and not t.terminal]
+        now = ctx.now()
+        if live:
+            state: Any = Completing(outcome=outcome, reason=reason)
+            if outcome != "completed":  # a failed or aborted parent aborts what it owns
+                for c in live:
+                    if not c.cancel_requested:
+                        writes.tasks = [t for t in writes.tasks if t.id != c.id]
+                        writes.tasks.append(c.model_copy(update={"cancel_requested": True}))
+        else:
+            state = Terminal(outcome=outcome, reason=reason)
+            for c in ctx.state.tasks.values():  # consume every terminal child left
+                if c.parent == task.id and c.terminal and c.id not in written:
+                    writes.tasks.append(c)
+            writes.applied.extend(
+                rid for rid, run in ctx.state.runs.items()
+                if run.intent.task_id == task.id and run.status == "completed"
+                and rid not in writes.applied
+            )
+            if task.parent is not None:
+                writes.keep_live.add(task.id)  # until the parent has read it
+            else:
+                writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id),
+                                      f"task:{task.id}"))
+        if task.state.name == "sleeping":
+            writes.timers_remove.append(self._timer(task, ctx))
+        done = task.model_copy(update={"state": state, "result": result, "updated_ms": now})
+        writes.tasks.append(done)
+        writes.kind = writes.kind if writes.kind.startswith("phase:") else "final"
+        writes.detail = {**writes.detail, "task_id": task.id, "outcome": outcome,
+                         "state": state.name}
+        if reason:
+            writes.detail["reason"] = reason
+        await ctx.commit(writes)
+
+    async def _abort(self, task: Task, ctx: TaskContext) -> None:
+        reason = task.state.reason if task.state.name == "completing" else "cancelled"
+        await self._finish(task, ctx, "aborted", task.result, reason)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _running(self, task: Task, ctx: TaskContext, crashes: int) -> Task:
+        now = ctx.now()
+        return task.model_copy(update={
+            "state": Running(worker=ctx.worker.name, fence=ctx.fence, since_ms=now),
+            "crashes": crashes, "updated_ms": now,
+        })
+
+    def _migrated(self, task: Task) -> Task:
+        if task.version == self.version or self.defn.migrate is None:
+            return task
+        migrated = self.defn.migrate(task)
+        return migrated.model_copy(update={"version": self.version})
+
+    def _timer(self, task: Task, ctx: TaskContext) -> str:
+        return timer_member("task", ctx.session_id, task.id, ctx.state.meta.wake_subject)
+
+    def _stuck(self, task: Task, ctx: TaskContext) -> list[str]:
+        """Awaited runs nothing seems to work on (their tool message was probably lost)."""
+        state = task.state
+        if state.name != "waiting":
+            return []
+        sent = task.checkpoint.data.get(REDISPATCHED, {})
+        now, limit = ctx.now(), ctx.settings.progress_deadline_ms
+        out = []
+        for rid in state.on:
+            run = ctx.state.runs.get(rid)
+            if run is None or run.status == "completed" or sent.get(rid, 0) >= MAX_REDISPATCH:
+                continue
+            last = max(run.heartbeat_ms or 0, run.intent.created_ms, sent.get(f"{rid}@", 0))
+            if now - last > limit:
+                out.append(rid)
+        return out
+
+    async def _redispatch(self, task: Task, ctx: TaskContext) -> None:
+        stuck = self._stuck(task, ctx)
+        if not stuck:
+            return
+        sent = dict(task.checkpoint.data.get(REDISPATCHED, {}))
+        for rid in stuck:
+            sent[rid] = sent.get(rid, 0) + 1
+            sent[f"{rid}@"] = ctx.now()
+        checkpoint = task.checkpoint.model_copy(
+            update={"data": {**task.checkpoint.data, REDISPATCHED: sent}})
+        task = task.model_copy(update={"checkpoint": checkpoint})
+        rows = [dispatch_row(ctx.state.runs[rid].intent, ctx) for rid in stuck]
+        await ctx.commit(Writes(kind="redispatch", tasks=[task], outbox=rows,
+                                detail={"task_id": task.id, "runs": stuck}))
+
+
+def live_children(task: Task, ctx: TaskContext) -> list[Task]:
+    return [c for c in ctx.state.tasks.values() if c.parent == task.id and not c.terminal]
+
+
+def wait_over(state: Waiting, ctx: TaskContext) -> bool:
+    """allSettled: every awaited child terminal and run completed; failFast: or one failed."""
+    settled = 0
+    for i in state.on:
+        child = ctx.state.tasks.get(i)
+        run = ctx.state.runs.get(i) if child is None else None
+        if child is not None:
+            done = child.terminal
+            failed = done and child.state.outcome != "completed"  # type: ignore[union-attr]
+        elif run is not None:
+            done = run.status == "completed"
+            failed = done and (run.result is None or not run.result.ok)
+        else:
+            done, failed = True, False  # consumed or applied before
+        if failed and state.policy == "failFast":
+            return True
+        settled += done
+    return settled == len(state.on)

@@ -1,0 +1,68 @@
+"""The scheduler of one session pass: advance every runnable task until none is.
+
+Each round looks at the live tasks, oldest first, and asks each one's handler (found in the
+registry by kind and version) whether it can run. Custom tasks about to run a phase are first
+marked ``running`` under the pass's fence, all of them in ONE commit (a worker that dies in
+any of those phases is then visible on load); then each runnable task advances until it
+waits, sleeps or ends. A round that committed nothing ends the pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from brain.context import TaskContext
+from brain.registry import Registry
+from shared.models import Task
+from shared.writes import Writes
+
+__all__ = ["schedule"]
+
+
+async def schedule(registry: Registry, ctx: TaskContext) -> None:
+    """Advance every runnable task of the session until nothing is runnable."""
+    progressed = True
+    while progressed:
+        progressed = False
+        runnable = [(t, h) for t in _ordered(ctx)
+                    if (h := registry.get(t)) is not None and h.runnable(t, ctx)]
+        await _mark_running(runnable, ctx)
+        for task, handler in runnable:
+            current: Task | None = ctx.state.tasks.get(task.id)
+            if current is None or not handler.runnable(current, ctx):
+                continue  # changed by an earlier task of this round (e.g. aborted)
+            before = ctx.commits
+            while current is not None:
+                current = await handler.advance(current, ctx)
+            progressed = progressed or ctx.commits > before
+
+
+async def _mark_running(runnable: list[tuple[Task, Any]], ctx: TaskContext) -> None:
+    marked = [m for t, h in runnable if hasattr(h, "mark") and (m := h.mark(t, ctx)) is not None]
+    if not marked:
+        return
+    detail: dict[str, Any] = {"tasks": [t.id for t in marked]}
+    if len(marked) == 1:
+        detail["task_id"] = marked[0].id
+    timers = [_sleep_timer(t, ctx) for t, _ in runnable
+              if t.state.name == "sleeping" and any(m.id == t.id for m in marked)]
+    await ctx.commit(Writes(kind="run", tasks=marked, timers_remove=timers, detail=detail))
+
+
+def _sleep_timer(task: Task, ctx: TaskContext) -> str:
+    from shared.writes import timer_member
+
+    return timer_member("task", ctx.session_id, task.id, ctx.state.meta.wake_subject)
+
+
+def _ordered(ctx: TaskContext) -> list[Task]:
+    """Live tasks, oldest first; only the oldest generation task of a session runs."""
+    tasks = sorted(ctx.state.tasks.values(), key=lambda t: (t.created_ms, t.id))
+    out, seen_generation = [], False
+    for t in tasks:
+        if t.kind == "generation":
+            if seen_generation:
+                continue
+            seen_generation = True
+        out.append(t)
+    return out

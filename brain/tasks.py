@@ -1,0 +1,141 @@
+"""Custom durable tasks: the public API.
+
+An application declares a task kind as phases; each phase is an async function that looks at
+the task and its context and returns the next :class:`Step`. Everything a phase does (child
+tasks, tool runs, document writes, the task's next state, timers) is committed in ONE commit
+with that step; nothing is written while the phase runs::
+
+    from brain.tasks import PhaseContext, Step, TaskDef
+
+    batch = TaskDef("notice-batch", start="plan")
+
+    @batch.phase("plan")
+    async def plan(task: Task, ctx: PhaseContext) -> Step:
+        ids = [ctx.spawn("send-notice", {"to": to}) for to in task.input["recipients"]]
+        return Step.wait(ids, policy="allSettled", then="summarise", children=ids)
+
+    @batch.phase("summarise")
+    async def summarise(task: Task, ctx: PhaseContext) -> Step:
+        results = ctx.results(ctx.data["children"])
+        return Step.complete({"sent": sum(r.ok for r in results.values())})
+
+    app = App(agents=[...], tools=[...], tasks=[batch, send_notice])
+
+A phase may run more than once: a worker that dies inside it (or a phase that raises) leaves
+the task ``running``, and the next Brain runs the phase again; after
+``Settings.restart_limit`` such runs in a row the task ends ``failed`` with the reason. So a
+phase must be safe to repeat: it decides, and the commit makes the decision durable. Ids
+that a phase creates (``spawn``, ``call_tool``) are derived from the task, the phase visit
+and their position, so a repeated run creates the same ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from brain.phases import ChildResult, PhaseContext
+from shared.documents import DocumentType
+from shared.errors import ConfigError
+from shared.models import Task, WaitPolicy
+
+__all__ = ["ChildResult", "DocumentType", "PhaseContext", "Step", "TaskDef"]
+
+StepKind = Literal["goto", "wait", "sleep", "complete", "fail"]
+Phase = Callable[[Task, PhaseContext], Awaitable["Step"]]
+Migrate = Callable[[Task], Task]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a phase decided: the task's next state. Build it with the constructors."""
+
+    kind: StepKind
+    phase: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    ids: tuple[str, ...] = ()
+    policy: WaitPolicy = "allSettled"
+    until_ms: int | None = None
+    seconds: float | None = None
+    result: Any = None
+    reason: str = ""
+
+    @classmethod
+    def goto(cls, phase: str, **data: Any) -> Step:
+        """Run ``phase`` next, at once (committed as ``running``); ``data`` joins ctx.data."""
+        return cls("goto", phase=phase, data=data)
+
+    @classmethod
+    def wait(
+        cls, ids: list[str] | tuple[str, ...], policy: WaitPolicy = "allSettled", *,
+        then: str, **data: Any,
+    ) -> Step:
+        """Wait for child tasks and/or tool runs, then run ``then``.
+
+        ``allSettled``: until every child is terminal and every run completed. ``failFast``:
+        also as soon as one of them failed (the phase's decision then aborts the others).
+        """
+        if policy not in ("allSettled", "failFast"):
+            raise ConfigError(f"unknown wait policy {policy!r}")
+        return cls("wait", phase=then, ids=tuple(ids), policy=policy, data=data)
+
+    @classmethod
+    def sleep(
+        cls, *, until_ms: int | None = None, seconds: float | None = None, then: str,
+        **data: Any,
+    ) -> Step:
+        """Sleep until a time (a durable timer wakes the session), then run ``then``."""
+        if (until_ms is None) == (seconds is None):
+            raise ConfigError("Step.sleep needs exactly one of until_ms and seconds")
+        return cls("sleep", phase=then, until_ms=until_ms, seconds=seconds, data=data)
+
+    @classmethod
+    def complete(cls, result: Any = None) -> Step:
+        """The task succeeded with ``result`` (JSON)."""
+        return cls("complete", result=result)
+
+    @classmethod
+    def fail(cls, reason: str) -> Step:
+        """The task failed; live children it owns are aborted."""
+        return cls("fail", reason=reason)
+
+
+class TaskDef:
+    """A task kind: its version, its phases by name, the first phase, an optional migration.
+
+    ``migrate(task) -> task`` upgrades a task saved by an older version of this definition;
+    it runs before the task's next phase and its result is committed with the phase's
+    ``running`` mark.
+    """
+
+    def __init__(
+        self, kind: str, version: int = 1, start: str = "start", migrate: Migrate | None = None
+    ) -> None:
+        if not kind or "|" in kind or kind == "generation":
+            raise ConfigError(f"invalid task kind {kind!r}")
+        if version < 1:
+            raise ConfigError(f"task {kind}: version must be >= 1")
+        self.kind = kind
+        self.version = version
+        self.start = start
+        self.migrate = migrate
+        self.phases: dict[str, Phase] = {}
+
+    def phase(self, name: str) -> Callable[[Phase], Phase]:
+        """Decorator registering ``async def phase(task, ctx) -> Step`` under ``name``."""
+
+        def register(fn: Phase) -> Phase:
+            if name in self.phases:
+                raise ConfigError(f"task {self.kind}: phase {name!r} declared twice")
+            self.phases[name] = fn
+            return fn
+
+        return register
+
+    def check(self) -> None:
+        if self.start not in self.phases:
+            raise ConfigError(f"task {self.kind}: no start phase {self.start!r}")
+
+    def __repr__(self) -> str:
+        return f"TaskDef({self.kind!r}, version={self.version}, phases={list(self.phases)})"

@@ -1,0 +1,162 @@
+"""Custom tasks with Brain, Hands and Relay in one event loop against real servers: children
+and waits, failFast aborts, completing parents, durable sleeps, documents, the restart limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from brain.worker import BrainWorker
+from hands.worker import HandsWorker
+from shared.client import Client
+from shared.models import Task
+from shared.relay import Relay
+from shared.settings import Settings
+from tests.helpers import eventually, running
+from tests.task_apps import AGENT, app
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[Client]:
+    settings = settings.model_copy(update={"document_baseline_every": 16})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, hands, brain):
+        c = await Client.connect(settings)
+        try:
+            yield c
+        finally:
+            await c.close()
+
+
+async def start(client: Client, kind: str, task_input: dict[str, Any]) -> tuple[str, str]:
+    sid, tid, created = await client.start_task(None, kind, task_input, agent=AGENT)
+    assert created
+    return sid, tid
+
+
+def outcome(task: Task) -> str:
+    assert task.state.name == "terminal", task.state
+    return task.state.outcome
+
+
+async def test_children_all_settled_and_results_consumed(client: Client) -> None:
+    sid, tid = await start(client, "fanout", {"leaves": [{"text": "a"}, {"text": "b"},
+                                                         {"text": "c"}]})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "completed", task
+    assert sorted(r["echo"] for r in task.result.values()) == ["a", "b", "c"]
+    state = await client.store.load(sid)
+    assert state.tasks == {} and state.runs == {}  # children consumed, runs applied
+    done = await client.store.finished_tasks(sid)
+    children = [t for t in done.values() if t.parent == tid]
+    assert len(children) == 3 and all(c.owner == tid and outcome(c) == "completed"
+                                      for c in children)
+    # Ids are derived: the parent's result is keyed by the children it spawned.
+    assert sorted(task.result) == sorted(c.id for c in children)
+
+
+async def test_fail_fast_aborts_live_siblings_and_parent_completes_after_them(
+    client: Client,
+) -> None:
+    leaves = [{"sleep_s": 60}, {"fail": True}, {"sleep_s": 60}]
+    sid, tid = await start(client, "fanout", {"leaves": leaves, "policy": "failFast"})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "failed" and task.state.reason == "a leaf failed: asked to fail"
+    done = await client.store.finished_tasks(sid)
+    children = sorted((t for t in done.values() if t.parent == tid),
+                      key=lambda t: t.input.get("fail", False))
+    assert [outcome(c) for c in children] == ["aborted", "aborted", "failed"]
+    assert all(c.cancel_requested for c in children[:2])
+    # The parent's result was decided first; it stayed completing until the siblings ended.
+    receipts = await client.store.receipts(sid)
+    states = [r.detail.get("state") for r in receipts if r.detail.get("task_id") == tid
+              and r.detail.get("state")]
+    assert states == ["completing", "terminal"], states
+    timers = await client.store.redis.zrange(client.store.keys.session(sid).timers, 0, -1)
+    assert not [m for m in timers if m.startswith("task|")], timers  # sleeps cancelled
+
+
+async def test_parent_whose_result_is_decided_stays_completing_until_children_end(
+    client: Client,
+) -> None:
+    sid, tid = await start(client, "eager", {"child_sleep_s": 0.6})
+
+    async def completing() -> bool:
+        return (await client.store.task(sid, tid)).state.name == "completing"
+
+    await eventually(completing, timeout=5, message="the parent is completing")
+    task = await client.wait_task(sid, tid, timeout=10)
+    assert outcome(task) == "completed"
+    (child,) = [t for t in (await client.store.finished_tasks(sid)).values() if t.parent == tid]
+    assert outcome(child) == "completed" and child.result["woke_ms"] >= task.result["decided_ms"]
+
+
+async def test_sleep_is_a_durable_timer_fired_by_the_relay(client: Client) -> None:
+    sid, tid = await start(client, "sleeper", {"seconds": 0.4})
+
+    async def sleeping() -> Task | None:
+        t = await client.store.task(sid, tid)
+        return t if t.state.name == "sleeping" else None
+
+    asleep = await eventually(sleeping, timeout=5, message="the task sleeps")
+    member = f"task|{sid}|{tid}|"
+    timers = await client.store.redis.zrange(client.store.keys.session(sid).timers, 0, -1,
+                                             withscores=True)
+    due = [score for m, score in timers if m.startswith(member)]
+    assert due == [asleep.state.until_ms]  # type: ignore[union-attr]
+    # Nothing else wakes the session within the wait below (its deadline is 15 s away).
+    task = await client.wait_task(sid, tid, timeout=5)
+    assert outcome(task) == "completed"
+    assert task.result["woke_ms"] >= asleep.state.until_ms  # type: ignore[union-attr]
+    assert task.result["woke_ms"] - task.result["slept_at"] >= 400
+
+
+async def test_documents_are_stored_as_deltas_with_periodic_baselines(client: Client) -> None:
+    sid, tid = await start(client, "writer", {"times": 40})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "completed" and task.result == {"n": 40}
+    docs = await client.store.redis.hgetall(client.store.keys.session(sid).docs)
+    # Baselines at versions 1, 17, 33 (K = 16); the deltas after the newest one only.
+    assert docs["counter"] == "40 33"
+    assert sorted(k for k in docs if k.startswith("counter@") and k != "counter@b") == \
+        sorted(f"counter@{v}" for v in range(34, 41))
+    assert '"version":33' in docs["counter@b"]
+    doc = (await client.store.load(sid)).documents["counter"]
+    assert doc.version == 40 and doc.value == {"n": 40, "history": [36, 37, 38, 39, 40]}
+
+
+async def test_typed_document_rejects_an_invalid_value(client: Client) -> None:
+    sid, tid = await start(client, "writer", {"invalid": True})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "failed"
+    assert "invalid document counter: n:" in task.state.reason, task.state
+    assert "counter" not in (await client.store.load(sid)).documents
+
+
+async def test_a_phase_that_raises_every_time_ends_failed_at_the_restart_limit(
+    client: Client,
+) -> None:
+    sid, tid = await start(client, "raiser", {})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "failed"
+    assert task.state.reason == ("restart limit: phase start failed 3 times; last: "
+                                 "RuntimeError: this phase always breaks"), task.state
+    receipts = await client.store.receipts(sid)
+    assert [r.detail["crashes"] for r in receipts if r.detail.get("step") == "phase_failed"] \
+        == [1, 2]
+
+
+async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:
+    first = await client.start_task("s-idem", "sleeper", {"seconds": 0.1}, agent=AGENT,
+                                    request_id="r1")
+    again = await client.start_task("s-idem", "sleeper", {"seconds": 9}, agent=AGENT,
+                                    request_id="r1")
+    assert first[2] and not again[2] and first[1] == again[1]
+    task = await client.wait_task("s-idem", first[1], timeout=10)
+    assert outcome(task) == "completed"
+    assert len([r for r in await client.store.receipts("s-idem") if r.kind == "start"]) == 1

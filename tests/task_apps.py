@@ -1,0 +1,140 @@
+"""Custom-task apps for the task tests (in-process, and ``tests.task_apps:app`` for processes).
+
+* ``fanout``: spawns one ``leaf`` per item of ``input["leaves"]``, waits with
+  ``input["policy"]``, then completes with the children's outcomes, or fails on a failure.
+* ``leaf``: fails, sleeps (a durable timer), or calls ``echo`` and completes with its output.
+* ``sleeper``: sleeps ``input["seconds"]`` and completes with the time it woke.
+* ``eager``: completes at once while the child it started still sleeps.
+* ``raiser``: its phase raises every time.
+* ``writer``: writes the typed "counter" document ``input["times"]`` times (one phase visit
+  per version), or an invalid value when ``input["invalid"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from brain.tasks import DocumentType, PhaseContext, Step, TaskDef
+from shared.app import Agent, App, ToolContext, tool
+from shared.models import Task
+
+
+class EchoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str
+
+
+@tool(replay="safe")
+async def echo(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Return the text."""
+    return {"echo": args.text}
+
+
+class Counter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    history: list[int] = []
+
+
+fanout = TaskDef("fanout", start="spawn")
+
+
+@fanout.phase("spawn")
+async def _spawn(task: Task, ctx: PhaseContext) -> Step:
+    ids = [ctx.spawn("leaf", leaf) for leaf in task.input["leaves"]]
+    return Step.wait(ids, policy=task.input.get("policy", "allSettled"), then="gather",
+                     children=ids)
+
+
+@fanout.phase("gather")
+async def _gather(task: Task, ctx: PhaseContext) -> Step:
+    results = ctx.results(ctx.data["children"])
+    failed = [r.reason for r in results.values() if not r.ok]
+    if failed:
+        return Step.fail(f"a leaf failed: {failed[0]}")
+    return Step.complete({i: r.result for i, r in results.items()})  # type: ignore[union-attr]
+
+
+leaf = TaskDef("leaf", start="start")
+
+
+@leaf.phase("start")
+async def _leaf(task: Task, ctx: PhaseContext) -> Step:
+    if task.input.get("fail"):
+        return Step.fail("asked to fail")
+    if task.input.get("sleep_s"):
+        return Step.sleep(seconds=task.input["sleep_s"], then="woke")
+    run = ctx.call_tool("echo", {"text": task.input.get("text", "hi")})
+    return Step.wait([run], then="echoed", run=run)
+
+
+@leaf.phase("echoed")
+async def _echoed(task: Task, ctx: PhaseContext) -> Step:
+    result = ctx.results([ctx.data["run"]])[ctx.data["run"]]
+    return Step.complete(result.output)  # type: ignore[union-attr]
+
+
+@leaf.phase("woke")
+async def _woke(task: Task, ctx: PhaseContext) -> Step:
+    return Step.complete({"woke_ms": ctx.now})
+
+
+sleeper = TaskDef("sleeper", start="start")
+
+
+@sleeper.phase("start")
+async def _sleep(task: Task, ctx: PhaseContext) -> Step:
+    return Step.sleep(seconds=task.input["seconds"], then="woke", slept_at=ctx.now)
+
+
+@sleeper.phase("woke")
+async def _sleeper_woke(task: Task, ctx: PhaseContext) -> Step:
+    return Step.complete({"slept_at": ctx.data["slept_at"], "woke_ms": ctx.now})
+
+
+eager = TaskDef("eager", start="start")
+
+
+@eager.phase("start")
+async def _eager(task: Task, ctx: PhaseContext) -> Step:
+    """Decides its result at once, while the child it started still sleeps."""
+    ctx.spawn("leaf", {"sleep_s": task.input["child_sleep_s"]})
+    return Step.complete({"decided_ms": ctx.now})
+
+
+raiser = TaskDef("raiser", start="start")
+
+
+@raiser.phase("start")
+async def _raise(task: Task, ctx: PhaseContext) -> Step:
+    raise RuntimeError("this phase always breaks")
+
+
+writer = TaskDef("writer", start="write")
+
+
+@writer.phase("write")
+async def _write(task: Task, ctx: PhaseContext) -> Step:
+    if task.input.get("invalid"):
+        ctx.write_document("counter", {"n": "not a number"})
+        return Step.complete()
+    current: Counter | None = ctx.document("counter")
+    n = current.n + 1 if current else 1
+    history = [*(current.history if current else []), n][-5:]
+    ctx.write_document("counter", Counter(n=n, history=history))
+    if n < task.input["times"]:
+        return Step.goto("write")
+    return Step.complete({"n": n})
+
+
+AGENT = "tasks"
+app = App(
+    agents=[Agent(name=AGENT, tools=("echo",))],
+    tools=[echo],
+    tasks=[fanout, leaf, sleeper, eager, raiser, writer],
+    documents=[DocumentType("counter", Counter)],
+)
+
+__all__ = ["AGENT", "Counter", "app"]
