@@ -10,6 +10,8 @@ from __future__ import annotations
 #: name -> module implementing it, imported only when selected.
 BENCHES: dict[str, str] = {
     "store": "bench.store_bench",
+    "chain": "bench.chain_bench",
+    "e2e": "bench.e2e_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -1,0 +1,427 @@
+"""End to end: Baton's tool round trip and five-notice sessions on the real services.
+
+One :class:`~shared.dev.DevStack` (redis-server, nats-server, the mail service without delay,
+one Brain, one Hands, one Relay, each its own OS process; non-durable servers) serves the
+whole run, and on the same servers, in the same run:
+
+1. **raw chain**: the hop chain of ``bench chain`` (Lua commit -> relay -> JetStream -> pull
+   fetch -> Lua commit -> ack), the floor each leg of a tool round trip stands on;
+2. **tool round trip, driven**: this process plays the Brain for sessions of a second agent
+   (``rtt``, its own wake consumer) with Baton's own code (``Generation`` phases, ``Store``,
+   ``Bus``) while the stack's Relay and Hands serve it: from the start of the commit of one
+   tool intent to the return of the ``load`` after the wake (intent commit -> relay -> NATS
+   -> Hands fetch -> claim -> tool -> complete + wake row -> relay -> NATS -> wake fetch ->
+   acquire -> load), timed with ``perf_counter``, minus the tool's own ``duration_ms``;
+3. **tool round trip, real Brain**: one-address sessions of the stack's Brain, from the
+   receipts (millisecond timestamps): the ``tools`` commit to the Brain's next receipt;
+4. **five notices**: sessions/s and submit -> settled latency at concurrency 1, 8 and 32,
+   with CPU seconds per session of every process and Redis commands per session.
+
+Targets (DESIGN.md section 10, REFERENCE.md): tool round trip <= 2x the raw chain (it holds
+two chains: dispatch and wake); >= 150 sessions/s at concurrency 32; p50 <= 10 ms at
+concurrency 1. The machine has 2 cores for 9+ processes: the load average is recorded.
+Figures, not assertions: tables on stdout and ``bench/results/e2e.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import chain_bench
+from bench.common import Result, Row, Run, concurrent, environment, percentile, print_rows
+from brain.context import TaskContext
+from brain.generation import Generation
+from brain.model import ModelResponse
+from hands.tools import send_email
+from shared.app import Agent, App
+from shared.bus import Bus, Puller
+from shared.client import Client
+from shared.dev import DevStack
+from shared.faults import Faults
+from shared.models import Task, ToolCall
+from shared.store import Store, worker_ref
+
+NAME = "e2e"
+DESCRIPTION = "tool round trip vs the raw chain, five-notice sessions/s and latency (DevStack)"
+
+FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
+        "margaret@example.com and barbara@example.com, then summarise.")
+ONE = "Send the approved notice to ada@example.com, then summarise."
+RTT_AGENT = "rtt"  # the driven sessions' agent: no Brain of the stack consumes its wakes
+
+TARGET_RTT_CHAINS = 2.0  # tool round trip <= 2x the raw chain p50
+TARGET_C32_PER_S = 150.0
+TARGET_C1_P50_MS = 10.0
+COMPETITORS = {"LangGraph": 58.0, "DBOS": 34.0, "Temporal": 9.0}  # sessions/s, REFERENCE.md
+
+
+@dataclass(frozen=True)
+class Config:
+    chain: chain_bench.Config = field(
+        default_factory=lambda: chain_bench.Config(chains=500, warmup=50, per_flow=100))
+    rtt_n: int = 200
+    rtt_warmup: int = 20
+    brain_rtt_n: int = 60
+    c1_n: int = 100
+    c1_warmup: int = 10
+    levels: tuple[tuple[int, int], ...] = ((8, 120), (32, 256))  # (concurrency, sessions)
+
+
+QUICK = Config(chain=chain_bench.QUICK, rtt_n=40, rtt_warmup=5, brain_rtt_n=15, c1_n=20,
+               c1_warmup=3, levels=((8, 32), (32, 64)))
+
+
+# ---------------------------------------------------------------------------- process CPU
+
+
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds per process of the stack (and this one, the client) over a section."""
+
+    def __init__(self, stack: DevStack) -> None:
+        self.pids = {p["name"]: p["pid"] for p in stack.processes}
+        self.pids["bench client"] = os.getpid()
+
+    def read(self) -> dict[str, float]:
+        return {name: _cpu_s(pid) for name, pid in self.pids.items()}
+
+
+async def redis_calls(store: Store) -> Counter[str]:
+    stats = await store.redis.info("commandstats")
+    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
+
+
+# ---------------------------------------------------------------------------- driven Brain
+
+
+class DrivenBrain:
+    """Plays the Brain for ``rtt`` sessions with Baton's own phases, timing the round trip."""
+
+    def __init__(self, client: Client, bus: Bus, puller: Puller) -> None:
+        self.client = client
+        self.store = client.store
+        self.settings = client.settings
+        self.bus = bus
+        self.puller = puller
+        self.worker = worker_ref("brain", "bench-driven-brain")
+        self.gen = Generation()
+        self.app = App(agents=[Agent(name=RTT_AGENT, compat=1, model="scripted",
+                                     tools=("send_email",), instructions="bench")],
+                       tools=[send_email])
+        self.faults = Faults("")
+        self.samples: list[dict[str, float]] = []
+        self.early = 0
+
+    @classmethod
+    async def open(cls, client: Client) -> DrivenBrain:
+        bus = await Bus.connect(client.settings, "bench-driven-brain")
+        names = bus.names
+        durable = names.wake_durable(RTT_AGENT, 1)
+        await bus.ensure_consumer(names.wake_stream, durable, names.wake_subject(RTT_AGENT, 1))
+        return cls(client, bus, await bus.pull(names.wake_stream, durable))
+
+    async def close(self) -> None:
+        await self.puller.close()
+        await self.bus.close()
+
+    async def _wake(self, session_id: str) -> None:
+        """Fetch as the Brain does (up to 64, 0.5 s long poll) until this session's wake."""
+        async with asyncio.timeout(10):
+            while True:
+                for msg in await self.puller.fetch(64, timeout=0.5):
+                    await msg.ack()
+                    if session_id.encode() in msg.data:
+                        return
+
+    async def _context(self, sid: str) -> TaskContext:
+        lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
+        state = await self.store.load(sid)
+        return self._ctx(sid, lease.fence, state)
+
+    def _ctx(self, sid: str, fence: int, state: Any) -> TaskContext:
+        return TaskContext(session_id=sid, fence=fence, state=state, store=self.store,
+                           settings=self.settings, app=self.app, names=self.bus.names,
+                           worker=self.worker, faults=self.faults)
+
+    async def once(self, i: int) -> None:
+        sub, _ = await self.client.submit(ONE, agent=RTT_AGENT)
+        sid = sub.session_id
+        await self._wake(sid)
+        ctx = await self._context(sid)
+        task: Task = next(iter(ctx.state.tasks.values()))
+        task = await self.gen._prepare(task, ctx)
+        call = ToolCall(id="call_0", name="send_email",
+                        arguments={"to": "ada@example.com", "subject": "Notice", "body": ONE})
+        response = ModelResponse(tool_calls=(call,), stop_reason="tool_use")
+        t0 = time.perf_counter()
+        wall0 = time.time() * 1000
+        await self.gen._dispatch(task, ctx, response, turn=1)  # the intent commit
+        t_commit = time.perf_counter()
+        if await self.store.release(sid, ctx.fence, self.settings.lease_ms):
+            self.early += 1  # the result was in before the release: the wake still comes
+        await self._wake(sid)
+        t_wake = time.perf_counter()
+        lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
+        state = await self.store.load(sid)
+        t1 = time.perf_counter()
+        (run,) = state.runs.values()
+        assert run.result is not None and run.result.ok, run
+        receipts = {r.kind: r.ts_ms for r in await self.store.receipts(sid)}
+        self.samples.append({
+            "total_us": (t1 - t0) * 1e6,
+            "tool_us": run.result.duration_ms * 1000,
+            "commit_us": (t_commit - t0) * 1e6,
+            "acquire_load_us": (t1 - t_wake) * 1e6,
+            # Redis TIME (ms) against this process's wall clock: means only.
+            "to_claim_ms": receipts["claim"] - wall0,
+            "to_complete_ms": receipts["complete"] - wall0,
+        })
+        # Apply the result and finish (untimed): the session settles, its deadline is cleared.
+        ctx = self._ctx(sid, lease.fence, state)
+        applied = await self.gen._apply(next(iter(state.tasks.values())), ctx)
+        if applied is not None:
+            await self.gen._request(applied, ctx)
+        await self.store.release(sid, lease.fence, self.settings.lease_ms)
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+def session_call(client: Client, text: str) -> Callable[[int], Awaitable[None]]:
+    async def call(_i: int) -> None:
+        sub, _ = await client.submit(text, agent="notices")
+        final = await client.wait(sub, timeout=30)
+        if final.status != "completed":
+            raise RuntimeError(f"session {sub.session_id} ended {final.status}: {final.error}")
+
+    return call
+
+
+async def sessions(client: Client, concurrency: int, total: int, warmup: int) -> Run:
+    call = session_call(client, FIVE)
+    return await concurrent([call] * concurrency, max(1, total // concurrency), warmup)
+
+
+async def brain_round_trips(client: Client, n: int) -> list[dict[str, float]]:
+    """One-address sessions of the real Brain; legs from the receipts (ms resolution)."""
+    out = []
+    for _ in range(n):
+        sub, _ = await client.submit(ONE, agent="notices")
+        final = await client.wait(sub, timeout=30)
+        if final.status != "completed":
+            raise RuntimeError(f"session {sub.session_id} ended {final.status}: {final.error}")
+        receipts = await client.store.receipts(sub.session_id)  # in commit order
+        tools = next(r for r in receipts if r.detail.get("step") == "tools")
+        claim = next(r for r in receipts if r.kind == "claim")
+        k, complete = next((k, r) for k, r in enumerate(receipts) if r.kind == "complete")
+        after = next(r for r in receipts[k + 1:] if r.worker and r.worker.role == "brain")
+        run = (await client.store.applied_runs(sub.session_id)).popitem()[1]
+        tool_ms = run.result.duration_ms if run.result else 0.0
+        out.append({"total_ms": after.ts_ms - tools.ts_ms, "tool_ms": tool_ms,
+                    "dispatch_ms": claim.ts_ms - tools.ts_ms,
+                    "wake_ms": after.ts_ms - complete.ts_ms})
+    return out
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _us(samples: list[float]) -> tuple[float, float]:
+    return percentile(samples, 50), percentile(samples, 99)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def print_cpu(per_level: dict[str, dict[str, Any]], console: Console) -> None:
+    table = Table(title="CPU ms per five-notice session, by process (from /proc; 2 cores = "
+                        "2,000 ms/s available)", title_justify="left")
+    table.add_column("process")
+    for level in per_level:
+        table.add_column(level, justify="right")
+    names = list(next(iter(per_level.values()))["cpu_ms_per_session"])
+    for name in names:
+        table.add_row(name, *[f"{v['cpu_ms_per_session'][name]:.2f}" for v in per_level.values()])
+    table.add_row("[b]total[/b]", *[f"{sum(v['cpu_ms_per_session'].values()):.2f}"
+                                    for v in per_level.values()])
+    table.add_row("Redis commands / session",
+                  *[f"{v['redis_calls_per_session']:.1f}" for v in per_level.values()])
+    console.print(table)
+
+
+def print_targets(targets: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="Targets", title_justify="left")
+    for col in ("figure", "measured", "target", "ratio", "met"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for t in targets:
+        table.add_row(t["figure"], t["measured"], t["target"], t["ratio"],
+                      "yes" if t["met"] else "[red]no[/red]")
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------- run
+
+
+async def run(quick: bool = False, console: Console | None = None) -> Result:
+    console = console or Console()
+    cfg = QUICK if quick else Config()
+    env = environment()
+    started = time.perf_counter()
+    base = Path(tempfile.mkdtemp(prefix="baton-e2e-"))
+    rows: list[Row] = []
+    extra: dict[str, Any] = {"config": asdict(cfg)}
+    try:
+        async with DevStack(base, brains=1, hands=1, relays=1, mail_delay_ms=0,
+                            durable=False, namespace="bench") as stack:
+            console.print("[dim]stack: " + ", ".join(
+                f"{p['name']} {p['pid']}" for p in stack.processes) + "[/dim]")
+            client = await Client.connect(stack.settings(worker_name="bench-client"))
+            try:
+                await _run_stack(stack, client, cfg, console, rows, extra)
+            finally:
+                await client.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    extra["loadavg_after"] = os.getloadavg()
+    elapsed = time.perf_counter() - started
+    extra["elapsed_s"] = round(elapsed, 2)
+    console.print(f"[dim]load average before {env['loadavg_1m']:.2f}, after "
+                  f"{extra['loadavg_after'][0]:.2f} (1 min); {os.cpu_count()} cores; "
+                  f"{elapsed:.1f} s[/dim]")
+    return Result(NAME, rows, env=env, extra=extra)
+
+
+async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Console,
+                     rows: list[Row], extra: dict[str, Any]) -> None:
+    # 1. The raw chain on the same servers, while the services idle.
+    chain_rows = await chain_bench.measure(stack.redis_url, stack.nats_url, cfg.chain,
+                                           mode="raw", hops=False)
+    rows.extend(chain_rows)
+    chain_p50 = chain_rows[0].p50_us
+
+    # 2. The tool round trip, this process as the Brain.
+    driven = await DrivenBrain.open(client)
+    try:
+        for i in range(cfg.rtt_warmup):
+            await driven.once(i)
+        driven.samples.clear()
+        wall0 = time.perf_counter()
+        for i in range(cfg.rtt_n):
+            await driven.once(i)
+        wall = time.perf_counter() - wall0
+    finally:
+        await driven.close()
+    s = driven.samples
+    net = [x["total_us"] - x["tool_us"] for x in s]
+    for label, values in [("tool round trip, net of the tool", net),
+                          ("  gross (incl. tool)", [x["total_us"] for x in s]),
+                          ("  the tool's own time (duration_ms)", [x["tool_us"] for x in s]),
+                          ("  intent commit (Generation._dispatch)",
+                           [x["commit_us"] for x in s]),
+                          ("  acquire + load after the wake", [x["acquire_load_us"] for x in s])]:
+        p50, p99 = _us(values)
+        rows.append(Row(mode="driven", operation=label, writers=1, n=len(values), p50_us=p50,
+                        p99_us=p99, ops_per_s=len(values) / wall,
+                        ratio=p50 / chain_p50))
+    legs = {
+        "commit_to_claim_ms_mean": _mean([x["to_claim_ms"] for x in s]),
+        "commit_to_complete_ms_mean": _mean([x["to_complete_ms"] for x in s]),
+        "total_ms_mean": _mean([x["total_us"] / 1000 for x in s]),
+        "tool_ms_mean": _mean([x["tool_us"] / 1000 for x in s]),
+    }
+    legs["results_before_release"] = driven.early
+    extra["driven_round_trip_legs"] = legs
+
+    # 3. The same with the stack's own Brain, from its receipts.
+    brain = await brain_round_trips(client, cfg.brain_rtt_n)
+    for key in ("total_ms", "tool_ms", "dispatch_ms", "wake_ms"):
+        extra.setdefault("brain_round_trip", {})[f"{key}_mean"] = _mean([b[key] for b in brain])
+    brain_net = [(b["total_ms"] - b["tool_ms"]) * 1000 for b in brain]
+    p50, p99 = _us(brain_net)
+    rows.append(Row(mode="real brain", operation="tool round trip, net (receipts, ms steps)",
+                    writers=1, n=len(brain_net), p50_us=p50, p99_us=p99, ops_per_s=float("nan"),
+                    ratio=_mean(brain_net) / chain_p50, note=f"mean {_mean(brain_net):,.0f}"))
+
+    # 4. Five-notice sessions.
+    meter = CpuMeter(stack)
+    per_level: dict[str, dict[str, Any]] = {}
+    levels = [(1, cfg.c1_n, cfg.c1_warmup), *[(c, n, 1) for c, n in cfg.levels]]
+    session_rows: dict[int, Row] = {}
+    for conc, total, warmup in levels:
+        before_cpu, before_calls = meter.read(), await redis_calls(client.store)
+        run_ = await sessions(client, conc, total, warmup)
+        after_cpu, after_calls = meter.read(), await redis_calls(client.store)
+        n = len(run_.samples_ns) + warmup * conc  # the meters saw the warm-up too
+        row = Row.from_run("sessions", "five notices, submit -> settled", run_, writers=conc)
+        row.client_cpu_us = None
+        rows.append(row)
+        session_rows[conc] = row
+        calls = after_calls - before_calls
+        calls["info"] = 0
+        per_level[f"c={conc}"] = {
+            "sessions": len(run_.samples_ns),
+            "sessions_per_s": row.ops_per_s,
+            "cpu_ms_per_session": {k: (after_cpu[k] - before_cpu[k]) * 1000 / n
+                                   for k in before_cpu},
+            "redis_calls_per_session": sum(calls.values()) / n,
+            "redis_calls_by_command": {k: round(v / n, 2) for k, v in calls.most_common()},
+            "loadavg": os.getloadavg()[0],
+        }
+    extra["sessions"] = per_level
+
+    print_rows("End to end (µs; ratio = p50 / raw chain p50 at one flow; sessions: ops/s = "
+               "sessions/s)", rows, console)
+    console.print(f"[dim]driven round trip legs (means, ms; Redis receipts vs this clock): "
+                  f"commit->claim {legs['commit_to_claim_ms_mean']:.2f}, commit->complete "
+                  f"{legs['commit_to_complete_ms_mean']:.2f}, total "
+                  f"{legs['total_ms_mean']:.2f}, tool {legs['tool_ms_mean']:.2f}[/dim]")
+    b = extra["brain_round_trip"]
+    console.print(f"[dim]real Brain (means, ms): tools commit->claim {b['dispatch_ms_mean']:.2f}"
+                  f", complete->next Brain receipt {b['wake_ms_mean']:.2f}, total "
+                  f"{b['total_ms_mean']:.2f}, tool {b['tool_ms_mean']:.2f}[/dim]")
+    print_cpu(per_level, console)
+
+    rtt_p50 = percentile(net, 50)
+    c32 = session_rows.get(32)
+    c1 = session_rows[1]
+    targets = [
+        {"figure": "tool round trip p50 (net) / raw chain p50",
+         "measured": f"{rtt_p50:,.0f} µs = {rtt_p50 / chain_p50:.2f} chains",
+         "target": f"<= {TARGET_RTT_CHAINS:.0f} chains ({TARGET_RTT_CHAINS * chain_p50:,.0f} µs)",
+         "ratio": f"{rtt_p50 / (TARGET_RTT_CHAINS * chain_p50):.2f}x of target",
+         "met": rtt_p50 <= TARGET_RTT_CHAINS * chain_p50},
+        {"figure": "five notices p50 at concurrency 1",
+         "measured": f"{c1.p50_us / 1000:.1f} ms", "target": f"<= {TARGET_C1_P50_MS:.0f} ms",
+         "ratio": f"{c1.p50_us / 1000 / TARGET_C1_P50_MS:.2f}x of target",
+         "met": c1.p50_us / 1000 <= TARGET_C1_P50_MS},
+    ]
+    if c32 is not None:
+        targets.append({
+            "figure": "five notices sessions/s at concurrency 32",
+            "measured": f"{c32.ops_per_s:.0f}/s", "target": f">= {TARGET_C32_PER_S:.0f}/s",
+            "ratio": f"{c32.ops_per_s / TARGET_C32_PER_S:.2f}x of target; " + ", ".join(
+                f"{c32.ops_per_s / v:.1f}x {k}" for k, v in COMPETITORS.items()),
+            "met": c32.ops_per_s >= TARGET_C32_PER_S})
+    print_targets(targets, console)
+    extra["targets"] = targets
