@@ -82,9 +82,7 @@ class CustomTask:
         if task.cancel_requested or state.name in ("terminal", "completing"):
             return None
         if state.name == "running":
-            if state.fence == ctx.fence or task.crashes + 1 >= ctx.settings.restart_limit:
-                return None
-            return self._running(task, ctx, crashes=task.crashes + 1)
+            return None  # ours, or re-entered on its own (advance) so a crash is its own
         if state.name == "waiting" and not wait_over(state, ctx):
             return None  # woken for its stuck runs only
         if state.name == "pending":
@@ -104,22 +102,29 @@ class CustomTask:
             await self._redispatch(task, ctx)
             return None
         if state.name == "running" and state.fence != ctx.fence:
-            crashes = task.crashes + 1
+            # A worker died while this task was running. Marked alone, it was the task in
+            # its phase: count it. Marked with others, it may not have started: run it
+            # alone now, so that a phase that kills its worker is found and counted.
+            crashes = task.crashes if state.shared else task.crashes + 1
             ctx.log.warning("phase_reentered", task_id=task.id, phase=task.checkpoint.phase,
-                            crashes=crashes, previous_worker=state.worker)
+                            crashes=crashes, previous_worker=state.worker, shared=state.shared)
             if crashes >= ctx.settings.restart_limit:
                 reason = (f"restart limit: a worker died {crashes} times in phase "
                           f"{task.checkpoint.phase}")
                 await self._finish(task, ctx, "failed", None, reason)
                 return None
-        if state.name != "running" or state.fence != ctx.fence:
-            marked = self.mark(task, ctx)
+            marked = self._running(task, ctx, crashes=crashes)
+        elif state.name != "running":
+            marked = self.mark(task, ctx)  # the scheduler marks in batches; this is a fallback
             if marked is None:
                 return None
-            await ctx.commit(Writes(kind="run", tasks=[marked], detail={
-                "task_id": task.id, "phase": marked.checkpoint.phase, "crashes": marked.crashes}))
-            task = marked
-        return await self._run_phase(task, ctx)
+        else:
+            return await self._run_phase(task, ctx)
+        detail: dict[str, Any] = {"task_id": task.id, "phase": marked.checkpoint.phase}
+        if state.name == "running":
+            detail["reentered"] = {task.id: crashes}
+        await ctx.commit(Writes(kind="run", tasks=[marked], detail=detail))
+        return await self._run_phase(marked, ctx)
 
     # ------------------------------------------------------------------ one phase
 

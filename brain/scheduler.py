@@ -3,8 +3,9 @@
 Each round looks at the live tasks, oldest first, and asks each one's handler (found in the
 registry by kind and version) whether it can run. Custom tasks about to run a phase are first
 marked ``running`` under the pass's fence, all of them in ONE commit (a worker that dies in
-any of those phases is then visible on load); then each runnable task advances until it
-waits, sleeps or ends. A round that committed nothing ends the pass.
+any of those phases is then visible on load; marked together, they are ``shared`` suspects
+that re-run one by one); then each runnable task advances until it waits, sleeps or ends.
+A round that committed nothing ends the pass.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ async def _mark_running(runnable: list[tuple[Task, Any]], ctx: TaskContext) -> N
         return
     detail: dict[str, Any] = {"tasks": [t.id for t in marked]}
     if len(marked) == 1:
-        detail["task_id"] = marked[0].id
+        detail.update(task_id=marked[0].id, phase=marked[0].checkpoint.phase)
+    else:  # a death during any of these phases is not blamed on one task (brain.custom)
+        marked = [t.model_copy(update={"state": t.state.model_copy(update={"shared": True})})
+                  for t in marked]
     timers = [_sleep_timer(t, ctx) for t, _ in runnable
               if t.state.name == "sleeping" and any(m.id == t.id for m in marked)]
     await ctx.commit(Writes(kind="run", tasks=marked, timers_remove=timers, detail=detail))

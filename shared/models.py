@@ -136,6 +136,9 @@ class Running(Model):
     worker: str = ""
     fence: int = 0
     since_ms: int = 0
+    # Marked running in one commit together with other tasks: a worker that dies then is not
+    # blamed on this task (it may not have started), which then re-runs on its own.
+    shared: bool = False
 
 
 class Waiting(Model):

@@ -1,4 +1,4 @@
-"""Per-role credentials: NATS users with subject permissions and Redis ACL users.
+"""Per-role credentials: NATS users with subject permissions and Redis ACL users; TLS.
 
 A private NATS server is started with the authorization block of :mod:`shared.auth`, and a
 private Redis with one ACL user per role. The five-notice flow runs with every service
@@ -9,9 +9,11 @@ naming the role and the action, and wrong credentials as a CredentialsError.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -23,7 +25,7 @@ from hands.worker import HandsWorker
 from shared.auth import ROLES, nats_users_config, redis_acl
 from shared.bus import Bus
 from shared.client import Client
-from shared.errors import CredentialsError, ForbiddenError, from_redis_error
+from shared.errors import CredentialsError, ForbiddenError, NatsUnavailable, from_redis_error
 from shared.mailbox import MailboxServer
 from shared.models import Entry, Task
 from shared.outbox import Outbox
@@ -203,3 +205,35 @@ async def test_redis_acls_refuse_each_role_what_it_does_not_do(secured: Secured)
 
 async def _digest(redis: aioredis.Redis, keys: list[str]) -> list[bytes | None]:
     return [await redis.dump(k) for k in keys]
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate for 127.0.0.1 (openssl CLI)."""
+    ca_key, ca, key, csr, cert = (directory / n for n in
+                                  ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt"))
+    ext = directory / "san.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=30)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+        "-days", "1", "-subj", "/CN=baton-test-ca")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+        "-subj", "/CN=127.0.0.1")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext))
+    return ca, cert, key
+
+
+async def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
+    ca, cert, key = await asyncio.to_thread(_certificates, tmp_path)
+    tls = f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n'
+    async with NatsServer(tmp_path / "nats", extra_config=tls) as server:
+        url = server.url.replace("nats://", "tls://")
+        settings = Settings(nats_url=url, nats_tls_ca=str(ca), namespace="tls")
+        async with await Bus.connect(settings, "tls-test") as bus:
+            await bus.ensure_streams()
+            assert await bus.publish(bus.wake_subject("a", 1), b"{}", msg_id="m1")
+        with pytest.raises(NatsUnavailable):  # without the CA the server is not trusted
+            await Bus.connect(settings.model_copy(update={"nats_tls_ca": ""}), "untrusted")

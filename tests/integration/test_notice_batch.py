@@ -1,0 +1,51 @@
+"""The shipped notice-batch example end to end, in one event loop against real servers."""
+
+from __future__ import annotations
+
+import httpx
+
+from brain.worker import BrainWorker
+from examples.notice_batch import PLAN, SUMMARY, app
+from hands.worker import HandsWorker
+from shared.client import Client
+from shared.mailbox import MailboxServer
+from shared.relay import Relay
+from shared.settings import Settings
+from tests.helpers import running
+
+RECIPIENTS = ["ada@example.com", "grace@example.com", "linus@example.com",
+              "margaret@example.com", "barbara@example.com"]
+
+
+async def test_five_notices_one_child_each_one_delivery_each(settings: Settings) -> None:
+    async with MailboxServer() as mailbox:
+        settings = settings.model_copy(update={"mail_url": mailbox.url})
+        brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+        hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+        relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+        async with running(relay, hands, brain):
+            client = await Client.connect(settings)
+            try:
+                sid, tid, _ = await client.start_task(
+                    None, "notice-batch",
+                    {"recipients": RECIPIENTS, "subject": "Notice", "body": "Approved."},
+                    agent="notice-batch")
+                task = await client.wait_task(sid, tid, timeout=20)
+                state = await client.store.load(sid)
+                done = await client.store.finished_tasks(sid)
+            finally:
+                await client.close()
+        async with httpx.AsyncClient() as http:
+            stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert task.state.name == "terminal" and task.state.outcome == "completed", task.state
+    assert task.result == {"total": 5, "delivered": 5, "failed": 0,
+                           "outcomes": {to: "delivered" for to in RECIPIENTS}}
+    assert state.documents[SUMMARY].value == task.result
+    assert state.documents[PLAN].value["recipients"] == RECIPIENTS
+    children = [t for t in done.values() if t.kind == "send-notice"]
+    assert len(children) == 5 and all(c.parent == tid for c in children)
+    assert sorted(c.result["to"] for c in children) == sorted(RECIPIENTS)
+    # Each child saved its operation id before sending, and sent under it.
+    assert all(c.result["operation_id"] == f"{sid}:{c.id}" for c in children)
+    assert stats["deliveries"] == {to: 1 for to in RECIPIENTS}
+    assert stats["raw_requests"] == 5 and stats["accepted"] == 5

@@ -1,0 +1,116 @@
+"""Pure parts of custom tasks: Step constructors, JSON merge patch, document changes, the
+registry's choice of handler."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from brain.custom import CustomTask
+from brain.phases import child_id
+from brain.registry import Registry
+from brain.tasks import DocumentType, Step, TaskDef
+from shared.documents import merge_diff, merge_patch, next_change
+from shared.errors import ConfigError, ValidationError
+from shared.models import Document, Task
+
+
+def test_step_constructors() -> None:
+    assert Step.goto("b", x=1) == Step("goto", phase="b", data={"x": 1})
+    wait = Step.wait(["a", "b"], "failFast", then="c")
+    assert wait.ids == ("a", "b") and wait.policy == "failFast" and wait.phase == "c"
+    assert Step.sleep(seconds=1.5, then="d").seconds == 1.5
+    assert Step.complete({"ok": True}).result == {"ok": True}
+    assert Step.fail("no").reason == "no"
+    with pytest.raises(ConfigError):
+        Step.sleep(then="d")
+    with pytest.raises(ConfigError):
+        Step.sleep(seconds=1, until_ms=5, then="d")
+    with pytest.raises(ConfigError):
+        Step.wait(["a"], "anyOf", then="c")  # type: ignore[arg-type]
+
+
+def test_merge_patch_follows_rfc_7386() -> None:
+    # Examples from RFC 7386, appendix A.
+    assert merge_patch({"a": "b"}, {"a": "c"}) == {"a": "c"}
+    assert merge_patch({"a": "b"}, {"b": "c"}) == {"a": "b", "b": "c"}
+    assert merge_patch({"a": "b"}, {"a": None}) == {}
+    assert merge_patch({"a": "b", "b": "c"}, {"a": None}) == {"b": "c"}
+    assert merge_patch({"a": ["b"]}, {"a": "c"}) == {"a": "c"}
+    assert merge_patch({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}) == {"a": {"b": "d"}}
+    assert merge_patch({"a": [{"b": "c"}]}, {"a": [1]}) == {"a": [1]}
+    assert merge_patch({"e": None}, {"a": 1}) == {"e": None, "a": 1}
+    assert merge_patch([1, 2], {"a": "b", "c": None}) == {"a": "b"}
+    assert merge_patch({}, {"a": {"bb": {"ccc": None}}}) == {"a": {"bb": {}}}
+
+
+@pytest.mark.parametrize("old,new", [
+    ({"a": 1, "b": {"c": [1, 2], "d": "x"}}, {"a": 2, "b": {"c": [1, 2, 3]}, "e": True}),
+    ({"a": {"b": {"c": 1}}}, {"a": {"b": {"c": 1, "d": 2}}}),
+    ({"a": 1}, {}),
+])
+def test_merge_diff_round_trips(old: dict, new: dict) -> None:
+    assert merge_patch(old, merge_diff(old, new)) == new
+
+
+def test_document_changes_are_deltas_between_baselines() -> None:
+    doc = None
+    modes = []
+    for n in range(1, 35):
+        change = next_change(doc, "d", {"n": n, "same": "x"}, n, every=16)
+        modes.append(change.mode)
+        doc = change.document
+    assert [v for v, m in enumerate(modes, 1) if m == "b"] == [1, 17, 33]
+    delta = next_change(doc, "d", {"n": 99, "same": "x"}, 0, every=16)
+    assert delta.mode == "d" and '"patch":{"n":99}' in delta.payload
+    # A null member cannot travel in a merge patch: that version is stored in full.
+    nulled = next_change(doc, "d", {"n": None, "same": "x"}, 0, every=16)
+    assert nulled.mode == "b" and nulled.document.value == {"n": None, "same": "x"}
+
+
+def test_typed_documents_validate() -> None:
+    class Plan(BaseModel):
+        recipients: list[str]
+
+    kind = DocumentType("plan", Plan)
+    assert kind.dump(Plan(recipients=["a"])) == {"recipients": ["a"]}
+    assert kind.dump({"recipients": ["b"]}) == {"recipients": ["b"]}
+    with pytest.raises(ValidationError, match="invalid document plan: recipients"):
+        kind.dump({"recipients": "nope"})
+    with pytest.raises(ConfigError):
+        DocumentType("Bad Name", Plan)
+    assert Document(name="plan").version == 1
+
+
+def test_registry_picks_handlers_by_kind_and_version() -> None:
+    def defn(version: int, migrate: bool = False) -> TaskDef:
+        d = TaskDef("job", version=version, migrate=(lambda t: t) if migrate else None)
+        d.phase("start")(_noop)
+        return d
+
+    def task(version: int) -> Task:
+        return Task(id="t", kind="job", version=version, owner="s")
+
+    reg = Registry([defn(1), defn(3, migrate=True)])
+    assert reg.kinds() == {"generation": [1], "job": [1, 3]}
+    assert reg.get(task(1)).version == 1  # its own version is still known
+    assert reg.get(task(2)).version == 3  # migrated by the newest
+    assert reg.get(task(4)) is None  # newer than anything known: left alone
+    assert reg.get(Task(id="x", kind="unknown", owner="s")) is None
+    assert reg.get(Task(id="g", kind="generation", owner="s")) is reg.generation
+    assert isinstance(reg.get(task(3)), CustomTask)
+    assert Registry([defn(2)]).get(task(1)) is None  # no migration: not runnable
+    with pytest.raises(ConfigError, match="twice"):
+        Registry([defn(1), defn(1)])
+    with pytest.raises(ConfigError, match="no start phase"):
+        Registry([TaskDef("empty")])
+
+
+def test_child_ids_are_derived_from_parent_visit_and_position() -> None:
+    assert child_id("leaf", "p", 1, 0) == child_id("leaf", "p", 1, 0)
+    assert len({child_id("leaf", "p", s, i) for s in range(3) for i in range(3)}) == 9
+    assert child_id("leaf", "p", 0, 0).startswith("leaf-")
+
+
+async def _noop(task: Task, ctx: object) -> Step:
+    return Step.complete()
