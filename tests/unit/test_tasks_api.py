@@ -114,3 +114,12 @@ def test_child_ids_are_derived_from_parent_visit_and_position() -> None:
 
 async def _noop(task: Task, ctx: object) -> Step:
     return Step.complete()
+
+
+def test_task_api_exports_are_pinned() -> None:
+    import brain.tasks
+
+    assert sorted(brain.tasks.__all__) == ["ChildResult", "DocumentType", "PhaseContext",
+                                           "Step", "TaskDef"]
+    for name in brain.tasks.__all__:
+        assert hasattr(brain.tasks, name), name
