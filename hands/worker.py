@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 import orjson
 import structlog
+from httpx_aiohttp import AiohttpTransport
 from nats.aio.msg import Msg
 from pydantic import BaseModel
 
@@ -375,23 +375,41 @@ class HandsWorker(Service):
                     raise _Timeout() from None
                 raise
 
+        loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         work = asyncio.ensure_future(bounded())
-        beat = asyncio.ensure_future(self._beat(intent, ctx.attempt, stop))
+        beat: asyncio.Task[None] | None = None
+
+        def on_beat_done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None and not work.done():
+                ctx.cancelled.set()  # taken over: stop the tool, never complete
+                work.cancel()
+
+        def start_beat() -> None:  # most calls end before the first beat is due
+            nonlocal beat
+            beat = loop.create_task(self._beat(intent, ctx.attempt, stop))
+            beat.add_done_callback(on_beat_done)
+
+        timer = loop.call_later(self.settings.attempt_ttl_ms / 3000, start_beat)
         try:
-            await asyncio.wait({work, beat}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({work})
         finally:
+            timer.cancel()
             stop.set()
-            if not work.done():  # taken over, or we are being cancelled ourselves
+            if not work.done():  # we are being cancelled ourselves
                 ctx.cancelled.set()
                 work.cancel()
-            beat.cancel()
-            # Bounded: a task may swallow its cancellation (redis-py does, mid-command).
-            _, stuck = await asyncio.wait({work, beat}, timeout=CANCEL_GRACE_S)
-            if stuck:
-                log.warning("cancel_ignored", tasks=[t.get_name() for t in stuck])
-        if not work.done() or work.cancelled():
-            err = beat.exception() if beat.done() and not beat.cancelled() else None
+            pending = {t for t in (work, beat) if t is not None and not t.done()}
+            if beat is not None:
+                beat.cancel()
+            if pending:
+                # Bounded: a task may swallow its cancellation (redis-py does, mid-command).
+                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
+                if stuck:
+                    log.warning("cancel_ignored", tasks=[t.get_name() for t in stuck])
+        if work.cancelled():
+            err = beat.exception() if beat is not None and beat.done() and not beat.cancelled() \
+                else None
             if isinstance(err, StaleAttemptError):
                 raise AttemptLost(err)
             raise RuntimeError("the tool was cancelled")  # not by us: a tool bug
@@ -405,11 +423,14 @@ class HandsWorker(Service):
         """
         assert self.store is not None
         interval = self.settings.attempt_ttl_ms / 3000
+        first = True
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
-            if stop.is_set():
-                return
+            if not first:  # the first beat is due when this task starts
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+                if stop.is_set():
+                    return
+            first = False
             try:
                 await self.store.heartbeat(
                     intent.session_id, intent.run_id, attempt, self.worker

@@ -139,26 +139,36 @@ async def heartbeat(msg: Msg, interval: float) -> AsyncIterator[None]:
     """Tell JetStream "still working" (``in_progress``) every ``interval`` s while the body runs.
 
     Pick ``interval`` well below the consumer's ``ack_wait``. Beats stop once the message is
-    acked; a failed beat (e.g. while reconnecting) is logged, not raised.
+    acked; a failed beat (e.g. while reconnecting) is logged, not raised. Most bodies end
+    before the first beat is due, so the beating task is only created when it is.
     """
 
     async def beat() -> None:
         while True:
-            await asyncio.sleep(interval)
             if msg.is_acked:  # acked, nak'd or terminated: nothing left to keep alive
                 return
             try:
                 await msg.in_progress()
             except Exception as exc:
                 log.debug("heartbeat_failed", subject=msg.subject, error=repr(exc))
+            await asyncio.sleep(interval)
 
-    task = asyncio.create_task(beat(), name=f"heartbeat:{msg.subject}")
+    loop = asyncio.get_running_loop()
+    task: asyncio.Task[None] | None = None
+
+    def start() -> None:
+        nonlocal task
+        task = loop.create_task(beat(), name=f"heartbeat:{msg.subject}")
+
+    timer = loop.call_later(interval, start)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class Puller:

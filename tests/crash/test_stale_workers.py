@@ -169,11 +169,10 @@ async def test_stale_hands_complete_is_refused_after_takeover(crash: Opener, sen
         (refusal,) = refusals
         assert refusal.worker is not None and refusal.worker.name == stale
         assert refusal.fence == run.attempt, refusal
-        # The run was applied meanwhile (moved out of the live runs): complete.lua reports
-        # it as status "gone", current attempt 0; before the apply it reports "completed"
-        # and the attempt that took over.
+        # complete.lua reports the attempt that took over, as "completed" before the Brain
+        # applied the result and "applied" after.
         assert (refusal.detail.get("status"), refusal.detail.get("current")) in (
-            ("gone", 0), ("completed", done.attempt)), refusal
+            ("applied", done.attempt), ("completed", done.attempt)), refusal
     else:
         assert handled["outcome"] == "taken_over" and not refusals, (handled, refusals)
     completes = [r for r in await c.receipts(session, "complete")
