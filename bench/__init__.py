@@ -12,6 +12,7 @@ BENCHES: dict[str, str] = {
     "store": "bench.store_bench",
     "chain": "bench.chain_bench",
     "e2e": "bench.e2e_bench",
+    "docs": "bench.doc_bench",
 }
 
 __all__ = ["BENCHES"]
