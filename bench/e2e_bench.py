@@ -292,8 +292,10 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     rows: list[Row] = []
     extra: dict[str, Any] = {"config": asdict(cfg)}
     try:
+        # The mail service keeps its operations in memory here (no fsync per mail): the
+        # figures measure Baton, as the compared systems were measured with a local service.
         async with DevStack(base, brains=1, hands=1, relays=1, mail_delay_ms=0,
-                            durable=False, namespace="bench") as stack:
+                            durable=False, namespace="bench", mail_persist=False) as stack:
             console.print("[dim]stack: " + ", ".join(
                 f"{p['name']} {p['pid']}" for p in stack.processes) + "[/dim]")
             client = await Client.connect(stack.settings(worker_name="bench-client"))

@@ -16,6 +16,7 @@ import structlog
 from brain.context import TaskContext
 from brain.scheduler import schedule
 from shared.errors import StaleFenceError
+from shared.store import SessionState
 
 log = structlog.get_logger("baton.brain")
 
@@ -42,39 +43,47 @@ class SessionPass:
         settings = brain.settings
         result = PassResult()
         while True:
-            lease = await brain.store.acquire(sid, brain.worker, settings.lease_ms)
+            lease, state = await brain.store.acquire_and_load(sid, brain.worker, settings.lease_ms)
             result.fence, result.takeover = lease.fence, result.takeover or lease.takeover
             brain.faults.hit("brain.after_wake")
-            await self._under_lease(lease.fence, result)
+            await self._under_lease(lease.fence, result, state)
             if not self.rewake:
                 return result
             self.rewake = False  # a wake raced our release: go round once more
 
-    async def _under_lease(self, fence: int, result: PassResult) -> None:
+    async def _under_lease(self, fence: int, result: PassResult, state: SessionState) -> None:
         """Work while a background task renews the lease; a lost lease stops the work.
 
         The renewer is stopped through an Event rather than only by cancellation: redis-py
         may swallow a cancellation that lands inside a command.
         """
+        loop = asyncio.get_running_loop()
         done = asyncio.Event()
         me = asyncio.current_task()
-        renewer = asyncio.create_task(self._renew(fence, done, me))
+        renewer: asyncio.Task[None] | None = None
+
+        def start_renewer() -> None:  # most passes end before the first renewal is due
+            nonlocal renewer
+            renewer = loop.create_task(self._renew(fence, done, me))
+
+        timer = loop.call_later(self.brain.settings.lease_ms / 3000, start_renewer)
         try:
-            await self._work(fence, result)
+            await self._work(fence, result, state)
         except asyncio.CancelledError:
             if self.lost is None or me is None:
                 raise
             me.uncancel()  # cancelled by our renewer, not by the caller
         finally:
+            timer.cancel()
             done.set()
-            await asyncio.wait({renewer}, timeout=2.0)
+            if renewer is not None:
+                await asyncio.wait({renewer}, timeout=2.0)
         if self.lost is not None:
             raise self.lost
 
-    async def _work(self, fence: int, result: PassResult) -> None:
+    async def _work(self, fence: int, result: PassResult, state: SessionState) -> None:
         brain, sid = self.brain, self.session_id
         while True:
-            state = await brain.store.load(sid)
             ctx = TaskContext(
                 session_id=sid, fence=fence, state=state, store=brain.store,
                 settings=brain.settings, app=brain.app, names=brain.names, worker=brain.worker,
@@ -85,6 +94,7 @@ class SessionPass:
             result.passes += 1
             if not await brain.store.release(sid, fence, brain.settings.lease_ms):
                 return
+            state = await brain.store.load(sid)  # work arrived meanwhile: look again
 
     async def _schedule(self, ctx: TaskContext) -> None:
         """Advance every runnable task until it waits, sleeps or ends (brain.scheduler)."""
@@ -93,12 +103,15 @@ class SessionPass:
     async def _renew(self, fence: int, done: asyncio.Event, work: asyncio.Task | None) -> None:
         brain = self.brain
         interval = brain.settings.lease_ms / 3000
+        first = True
         while not done.is_set():
-            try:
-                await asyncio.wait_for(done.wait(), interval)
-                return
-            except TimeoutError:
-                pass
+            if not first:  # the first renewal is due when this task starts
+                try:
+                    await asyncio.wait_for(done.wait(), interval)
+                    return
+                except TimeoutError:
+                    pass
+            first = False
             try:
                 await brain.store.renew(self.session_id, fence, brain.settings.lease_ms,
                                         brain.worker)

@@ -7,6 +7,7 @@ read committed state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,12 +38,21 @@ class Client:
         self.names = BusNames(settings.namespace)
         self.worker = worker_ref("client", settings.worker_id("client"))
         self.faults = Faults(settings.fault)
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._pubsub: Any = None
 
     @classmethod
     async def connect(cls, settings: Settings) -> Client:
         return cls(await Store.connect(settings), settings)
 
     async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.wait({self._listener}, timeout=2.0)
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
         await self.store.close()
 
     async def submit(
@@ -126,16 +136,46 @@ class Client:
     ) -> T:
         """Re-read on each settled notification of the session (or every second) until done."""
         channel = self.store.keys.settled_channel(session_id)
-        pubsub = self.store.redis.pubsub()
-        await pubsub.subscribe(channel)
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
+        await self._listen()
+        async with asyncio.timeout(timeout):
+            while True:
+                signal = asyncio.get_running_loop().create_future()
+                self._waiters.setdefault(channel, set()).add(signal)
+                try:
                     current = await read()
                     if done(current):
                         return current
                     # Wake on a notification, or re-check at least every second.
-                    await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-        finally:
-            await pubsub.unsubscribe(channel)
-            await pubsub.aclose()
+                    await asyncio.wait({signal}, timeout=1.0)
+                finally:
+                    waiting = self._waiters.get(channel, set())
+                    waiting.discard(signal)
+                    if not waiting:
+                        self._waiters.pop(channel, None)
+
+    async def _listen(self) -> None:
+        """One subscription per client for every wait: no connection per wait."""
+        if self._listener is not None and not self._listener.done():
+            return
+        pubsub = self.store.redis.pubsub()
+        await pubsub.psubscribe(self.store.keys.settled_channel("*"))
+        self._pubsub = pubsub
+        self._listener = asyncio.create_task(self._dispatch(pubsub), name="settled-listener")
+
+    async def _dispatch(self, pubsub: Any) -> None:
+        while True:
+            try:
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except Exception:  # connection lost: waiters fall back to re-reading each second
+                await asyncio.sleep(0.5)
+                try:
+                    await pubsub.psubscribe(self.store.keys.settled_channel("*"))
+                except Exception:
+                    continue
+                continue
+            if msg is None:
+                continue
+            channel = msg.get("channel")
+            for signal in self._waiters.get(channel, ()):
+                if not signal.done():
+                    signal.set_result(None)

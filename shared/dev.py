@@ -105,8 +105,12 @@ class DevStack:
         namespace: str = "baton",
         env: dict[str, str] | None = None,
         supervise: bool = True,
+        mail_persist: bool = True,
     ) -> None:
         self.base_dir = Path(base_dir).resolve()
+        # The mail service fsyncs each operation to survive its own restarts; benchmarks that
+        # measure Baton rather than the mail service's disk can turn that off.
+        self.mail_persist = mail_persist
         self.counts = {"brain": brains, "hands": hands, "relay": relays}
         self.mail_delay_ms = mail_delay_ms
         self.durable = durable
@@ -328,8 +332,9 @@ class DevStack:
         for attempt in range(3):
             self._mail_port = free_port()
             argv = [sys.executable, "-m", "shared.cli", "mailbox", "--port",
-                    str(self._mail_port), "--delay-ms", str(self.mail_delay_ms),
-                    "--data", str(data)]
+                    str(self._mail_port), "--delay-ms", str(self.mail_delay_ms)]
+            if self.mail_persist:
+                argv += ["--data", str(data)]
             self.mailbox = Proc("mailbox", "mailbox", argv, {}, self.log_dir / "mailbox.log")
             await self._launch(self.mailbox)
             try:

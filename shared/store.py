@@ -368,16 +368,54 @@ class Store:
     async def load(self, session_id: str, *, page: int | None = None) -> SessionState:
         """A consistent snapshot of the live state and the newest page of entries."""
         sk = self.keys.session(session_id)
-        page = page or self.settings.entries_page
         try:
             async with self.redis.pipeline(transaction=True) as p:
-                p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
-                p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1)
-                meta, tasks, docs, subs, runs, count, entries = await p.execute()
+                self._queue_load(p, sk, page)
+                results = await p.execute()
         except (RedisError, OSError) as exc:
             raise from_redis_error(
                 exc, session_id=session_id, role=redis_user(self.settings)
             ) from None
+        return self._state(session_id, results)
+
+    async def acquire_and_load(
+        self, session_id: str, worker: WorkerRef, ttl_ms: int, *, page: int | None = None
+    ) -> tuple[Lease, SessionState]:
+        """Take the lease and load the state in one round trip (one MULTI/EXEC).
+
+        The snapshot is taken right after the acquire, atomically, so it is exactly what the
+        new fence holder may build on.
+        """
+        sk = self.keys.session(session_id)
+        try:
+            async with self.redis.pipeline(transaction=True) as p:
+                await self.scripts.acquire(
+                    keys=sk.all(), args=[worker.name, ttl_ms, worker.model_dump_json()], client=p
+                )
+                self._queue_load(p, sk, page)
+                results = await p.execute(raise_on_error=False)
+        except (RedisError, OSError) as exc:
+            raise from_redis_error(
+                exc, session_id=session_id, role=redis_user(self.settings)
+            ) from None
+        if isinstance(results[0], Exception):
+            raise from_redis_error(
+                results[0], session_id=session_id, role=redis_user(self.settings)
+            )
+        fence, prev, takeover = results[0]
+        lease = Lease(session_id, int(fence), bool(takeover), prev or "")
+        return lease, self._state(session_id, results[1:])
+
+    def _queue_load(self, p: Any, sk: SessionKeys, page: int | None) -> None:
+        page = page or self.settings.entries_page
+        p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
+        p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1)
+
+    def _state(self, session_id: str, results: list[Any]) -> SessionState:
+        for r in results:
+            if isinstance(r, Exception):
+                raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
+        meta, tasks, docs, subs, runs, count, entries = results
         if not meta:
             raise NotFoundError(f"no session {session_id}", session_id=session_id)
         return SessionState(
