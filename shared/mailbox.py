@@ -7,8 +7,9 @@ replay policy:
   once per key. Repeating a key returns the original operation with ``"duplicate": true``, also
   when the repeats race each other.
 - ``GET /operations/{key}`` answers "did this send happen?" (200 with the operation, or 404).
-- ``GET /stats`` counts raw requests, accepted operations, suppressed duplicates and deliveries
-  per recipient: the numbers chaos runs check "exactly once" against.
+- ``GET /stats`` counts raw requests, accepted operations, suppressed duplicates (and how often
+  each key was repeated) and deliveries per recipient: the numbers chaos runs check "exactly
+  once" against.
 - ``GET /healthz``, and ``POST /reset`` to clear the state between test or bench runs.
 
 An operation is recorded before the send is answered: with ``--data DIR`` it is appended to
@@ -145,6 +146,7 @@ class MailboxServer:
         self.raw_requests = 0
         self.rejected = 0
         self.duplicates_suppressed = 0
+        self.repeats: Counter[str] = Counter()  # key -> requests after the first
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
 
@@ -222,6 +224,7 @@ class MailboxServer:
         op, duplicate = await self._record(key, send)
         if duplicate:
             self.duplicates_suppressed += 1
+            self.repeats[key] += 1
         elif delay_ms:
             await asyncio.sleep(delay_ms / 1000)
         return web.json_response({**op.model_dump(), "duplicate": duplicate})
@@ -270,6 +273,7 @@ class MailboxServer:
                 "duplicates_suppressed": self.duplicates_suppressed,
                 "rejected": self.rejected,
                 "deliveries": dict(deliveries),
+                "repeated_keys": dict(self.repeats),
             }
         )
 
@@ -280,6 +284,7 @@ class MailboxServer:
         await asyncio.to_thread(self._store.truncate)
         self._store.operations.clear()
         self.raw_requests = self.rejected = self.duplicates_suppressed = 0
+        self.repeats.clear()
         return web.json_response({"ok": True})
 
 

@@ -67,6 +67,7 @@ async def test_same_key_is_suppressed_and_counted(client: httpx.AsyncClient) -> 
     assert stats["accepted"] == 1
     assert stats["duplicates_suppressed"] == 1
     assert stats["deliveries"] == {MAIL["to"]: 1}
+    assert stats["repeated_keys"] == {key: 1}
 
 
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "data-dir"])
@@ -144,6 +145,7 @@ async def test_health_and_reset(client: httpx.AsyncClient) -> None:
         "duplicates_suppressed": 0,
         "rejected": 0,
         "deliveries": {},
+        "repeated_keys": {},
     }
 
 
