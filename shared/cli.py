@@ -165,5 +165,11 @@ from shared.health import health_command  # noqa: E402  (production checks)
 main.add_command(health_command)
 
 
+# Fault injection and benchmarks: `baton chaos`, `baton bench`.
+from shared.chaos import chaos_command  # noqa: E402
+
+main.add_command(chaos_command)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,44 @@
+"""Chaos runs (``shared.chaos``) as tests: the same runner and checks as ``baton chaos``.
+
+The short run is part of the default suite (marked ``crash``): a few kills and a Redis restart
+under ten sessions, within about a minute. The long run is marked ``chaos`` and run by ``make
+test-chaos``: more sessions, kills every second, pauses past the lease, Redis and NATS restarts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.chaos import ChaosConfig, ChaosReport, run_chaos
+
+
+def _passed(report: ChaosReport) -> None:
+    summary = report.summary()
+    assert not report.violations, "\n".join(report.violations)
+    assert summary["settled"] == summary["sessions"], summary
+    assert summary["duplicates"] == 0 and summary["raw_resends"] == 0, summary
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(120)
+async def test_short_chaos_run(tmp_path: Path) -> None:
+    cfg = ChaosConfig(sessions=10, kill_every=1.0, restart_redis=1, rate=3.0, seed=7,
+                      unsafe_share=0.3, deadline=90.0)
+    report = await run_chaos(cfg, tmp_path)
+    _passed(report)
+    assert sum(report.kills.values()) >= 2, report.summary()
+    assert report.restarts["redis"] == 1
+    assert report.summary()["deliveries"] >= 10 * 5 * 0.7  # every confirm mail, at least
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("seed", [101, 202])
+async def test_long_chaos_run(tmp_path: Path, seed: int) -> None:
+    cfg = ChaosConfig(sessions=200, kill_every=1.0, pause_every=3.0, restart_redis=2,
+                      restart_nats=2, seed=seed, deadline=600.0)
+    report = await run_chaos(cfg, tmp_path)
+    _passed(report)
+    assert report.pauses > 0 and report.restarts["nats"] == 2
