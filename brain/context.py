@@ -10,7 +10,7 @@ import structlog
 from shared.app import Agent, App
 from shared.bus import BusNames
 from shared.faults import Faults
-from shared.models import Task, ToolRun, WorkerRef
+from shared.models import RunStatus, Task, ToolRun, WorkerRef
 from shared.settings import Settings
 from shared.store import SessionState, Store, now_ms
 from shared.writes import Writes
@@ -62,9 +62,27 @@ class TaskContext:
         for d in writes.documents:
             st.documents[d.name] = d.document
         for intent in writes.runs:
-            st.runs[intent.run_id] = ToolRun(intent=intent)
+            status: RunStatus = ("awaiting_approval" if intent.run_id in writes.awaiting
+                                 else "dispatched")
+            st.runs[intent.run_id] = ToolRun(intent=intent, status=status)
         for rid in writes.applied:
             st.runs.pop(rid, None)
+        for rid in writes.cancel_runs:  # the script decided its fate; a reload shows it
+            if (run := st.runs.get(rid)) is not None:
+                st.runs[rid] = run.model_copy(update={"cancel_ms": self.now()})
+        if writes.wake_subject or writes.meta_set or writes.meta_del:
+            meta = st.meta
+            blocked = {k: v for k, v in meta.blocked.items()
+                       if f"blocked:{k}" not in writes.meta_del}
+            blocked.update({k[8:]: v for k, v in writes.meta_set.items()
+                            if k.startswith("blocked:")})
+            cancels = tuple(c for c in meta.cancels if f"cancel:{c}" not in writes.meta_del)
+            update: dict[str, Any] = {"blocked": blocked, "cancels": cancels}
+            if writes.wake_subject:
+                update["wake_subject"] = writes.wake_subject
+            if writes.compat:
+                update["compat"] = writes.compat
+            st.meta = meta.model_copy(update=update)
         st.entries.extend(writes.entries)
         st.entry_count = count
 

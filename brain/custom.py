@@ -12,14 +12,17 @@
   ends the task ``failed`` with the reason. A phase that raises counts the same way.
 * A terminal child stays in the live set until its parent consumed it (read its result, or
   ended itself); a root task leaves it at once.
-* ``cancel_requested`` ends a task ``aborted`` at its next scheduling, bottom-up: it first
-  asks its live children to abort and stays ``completing`` until they have ended.
+* ``cancel_requested`` ends a task at its next scheduling, bottom-up: it first asks its
+  live children to abort and its live tool runs to stop, and stays ``completing`` until they
+  have ended. A task a cancel targeted ends ``cancelled`` (brain.cancel), the children it
+  aborts ``aborted``. Any task ending other than ``completed`` stops its live runs the same.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from brain.cancel import CANCELLED_BY, cancel_result, live_runs
 from brain.context import TaskContext
 from brain.phases import PRIVATE, PhaseContext, dispatch_row
 from shared.errors import ConfigError, ConflictError, ValidationError
@@ -63,7 +66,8 @@ class CustomTask:
         if state.name == "terminal":
             return False
         if state.name == "completing":
-            return not live_children(task, ctx)
+            return not live_children(task, ctx) and not (
+                state.outcome != "completed" and live_runs(task, ctx))
         if task.cancel_requested or state.name in ("pending", "running"):
             return True
         if state.name == "waiting":
@@ -206,14 +210,20 @@ class CustomTask:
         written = {t.id: t for t in writes.tasks}
         live = [c for c in live_children(task, ctx) if c.id not in written]
         live += [t for t in written.values() if t.parent == task.id and not t.terminal]
+        # A task ending other than completed stops its runs and waits until they ended.
+        runs = live_runs(task, ctx) if outcome != "completed" else []
         now = ctx.now()
-        if live:
+        if live or runs:
             state: Any = Completing(outcome=outcome, reason=reason)
             if outcome != "completed":  # a failed or aborted parent aborts what it owns
                 for c in live:
                     if not c.cancel_requested:
                         writes.tasks = [t for t in writes.tasks if t.id != c.id]
                         writes.tasks.append(c.model_copy(update={"cancel_requested": True}))
+            stop = [r for r in runs if ctx.state.runs[r].cancel_ms is None]
+            if stop:
+                writes.cancel_runs.extend(stop)
+                writes.cancel_result = cancel_result()
         else:
             state = Terminal(outcome=outcome, reason=reason)
             for c in ctx.state.tasks.values():  # consume every terminal child left
@@ -241,8 +251,9 @@ class CustomTask:
         await ctx.commit(writes)
 
     async def _abort(self, task: Task, ctx: TaskContext) -> None:
-        reason = task.state.reason if task.state.name == "completing" else "cancelled"
-        await self._finish(task, ctx, "aborted", task.result, reason)
+        by = task.checkpoint.data.get(CANCELLED_BY)  # targeted by a cancel, or aborted
+        await self._finish(task, ctx, "cancelled" if by else "aborted", task.result,
+                           by or "cancelled")
 
     # ------------------------------------------------------------------ helpers
 
@@ -272,7 +283,8 @@ class CustomTask:
         out = []
         for rid in state.on:
             run = ctx.state.runs.get(rid)
-            if run is None or run.status == "completed" or sent.get(rid, 0) >= MAX_REDISPATCH:
+            if run is None or run.status in ("completed", "awaiting_approval") \
+                    or sent.get(rid, 0) >= MAX_REDISPATCH:
                 continue
             last = max(run.heartbeat_ms or 0, run.intent.created_ms, sent.get(f"{rid}@", 0))
             if now - last > limit:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from brain.context import TaskContext
+from shared.control import args_digest
 from shared.documents import check_name, next_change
 from shared.errors import ConfigError, ValidationError
 from shared.models import (
@@ -136,7 +137,9 @@ class PhaseContext:
     def call_tool(self, tool: str, arguments: dict[str, Any] | None = None) -> str:
         """Stage a tool run (intent + dispatch); returns its run id.
 
-        The arguments are validated now; the operation id is derived from the run id.
+        The arguments are validated now; the operation id is derived from the run id. A tool
+        declared ``approval=True`` is dispatched only once a person approves these exact
+        arguments (``baton approve``).
         """
         declared = self._tc.app.tools.get(tool)
         if declared is None:
@@ -149,6 +152,7 @@ class PhaseContext:
             tool_version=declared.version, arguments=args, replay=declared.replay,
             operation_id=f"{self.session_id}:{run_id}",
             wake_subject=self._tc.state.meta.wake_subject, created_ms=self.now,
+            approval_digest=args_digest(tool, args) if declared.approval else None,
         ))
         return run_id
 
@@ -188,7 +192,10 @@ class PhaseContext:
         w.applied.extend(sorted(self.read_runs))
         for intent in self.runs:
             w.runs.append(intent)
-            w.outbox.append(dispatch_row(intent, tc))
+            if intent.approval_digest is not None:  # dispatched once approved
+                w.awaiting[intent.run_id] = intent.approval_digest
+            else:
+                w.outbox.append(dispatch_row(intent, tc))
         for name, value in self._documents.items():
             current: Document | None = tc.state.documents.get(name)
             if current is not None and current.value == value:

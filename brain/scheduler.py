@@ -1,5 +1,10 @@
 """The scheduler of one session pass: advance every runnable task until none is.
 
+First the pass settles what the session's state asks of this Brain before any phase runs
+(brain.versions, brain.cancel): a session at a level this Brain does not serve is left
+alone; one at an older level it migrates from is migrated; cancel intents become
+``cancel_requested``; tasks nothing here can run are reported blocked.
+
 Each round looks at the live tasks, oldest first, and asks each one's handler (found in the
 registry by kind and version) whether it can run. Custom tasks about to run a phase are first
 marked ``running`` under the pass's fence, all of them in ONE commit (a worker that dies in
@@ -12,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from brain.cancel import consume_cancels
 from brain.context import TaskContext
 from brain.registry import Registry
+from brain.versions import migrate_session, note_blocked, unserved
 from shared.models import Task
 from shared.writes import Writes
 
@@ -22,6 +29,12 @@ __all__ = ["schedule"]
 
 async def schedule(registry: Registry, ctx: TaskContext) -> None:
     """Advance every runnable task of the session until nothing is runnable."""
+    if reason := unserved(ctx.app, ctx.state.meta):
+        ctx.log.warning("session_not_served", reason=reason)
+        return
+    await migrate_session(registry, ctx)
+    await consume_cancels(ctx)
+    await note_blocked(registry, ctx)
     progressed = True
     while progressed:
         progressed = False

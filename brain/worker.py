@@ -1,9 +1,12 @@
 """The Brain service: consumes wakes and runs sessions' tasks under their leases.
 
-One durable pull consumer per (agent, compat) the app declares, shared by all Brain
-replicas. A wake is acknowledged only after its session was processed; while it is being
-processed, JetStream is told so (``in_progress``), so a Brain that dies mid-session has
-its wake redelivered to another replica, which takes over once the lease expires.
+One durable pull consumer per (agent, compat level) the app serves: each agent's own level
+and the older levels it ``migrates_from`` (brain.versions), shared by all Brain replicas
+of that level, old and new. The served levels are part of the Brain's announcement, so
+``inspect`` can tell sessions at a level no live Brain serves. A wake is acknowledged only
+after its session was processed; while it is being processed, JetStream is told so
+(``in_progress``), so a Brain that dies mid-session has its wake redelivered to another
+replica, which takes over once the lease expires.
 """
 
 from __future__ import annotations
@@ -59,11 +62,11 @@ class BrainWorker(Service):
             try:
                 await self.bus.ensure_streams()
                 consumers = []
-                for agent in self.app.agents.values():
-                    durable = self.names.wake_durable(agent.name, agent.compat)
+                for agent, level in self.levels():
+                    durable = self.names.wake_durable(agent, level)
                     await self.bus.ensure_consumer(
                         self.names.wake_stream, durable,
-                        self.names.wake_subject(agent.name, agent.compat),
+                        self.names.wake_subject(agent, level),
                         max_ack_pending=max(1000, self.settings.brain_concurrency * 4),
                     )
                     consumers.append(durable)
@@ -78,18 +81,6 @@ class BrainWorker(Service):
                 await self.bus.close()
         finally:
             await self.store.close()
-            await self._close_models()
-
-    async def _close_models(self) -> None:
-        """Close the model clients this Brain built (their HTTP connection pools)."""
-        models, self.models = self.models, {}
-        for client in models.values():
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                try:
-                    await close()
-                except Exception as exc:  # closing is best effort at shutdown
-                    log.warning("model_close_failed", error=str(exc))
 
     def levels(self) -> list[tuple[str, int]]:
         """(agent, compat level) pairs whose wakes this Brain consumes."""

@@ -9,6 +9,8 @@ that tool, and one fetch loop here. Per message (:meth:`HandsWorker.handle`):
     replay policy if an earlier attempt left no result (hands.replay)
     execute with heartbeats: JetStream in_progress + Redis run heartbeat
         taken over (StaleAttemptError) -> cancel the tool, no complete, no ack
+        cancelled (the heartbeat answers so) -> cancel the tool (ctx.cancelled), result
+        outcome "cancelled"; a claim of a run the Brain stopped completes it so, unexecuted
     complete under the fence (mark "completed" + wake), then ack
 
 JetStream acks are not exclusive, so who may complete a run is decided only by the attempt
@@ -62,6 +64,17 @@ BUSY_MARGIN_S = 0.1  # after a live attempt's heartbeat would expire
 COMPLETE_RETRIES = (0.1, 0.2, 0.4, 0.8, 1.6)  # a fenced complete is safe to retry
 MAX_ERROR_TEXT = 2_000
 CANCEL_GRACE_S = 5.0  # wait this long for a cancelled tool to end
+
+
+class RunCancelled(Exception):
+    """The Brain asked the run to stop (its heartbeat said so): the tool was cancelled.
+
+    ``output`` is what the tool returned if it ended on its own after ``ctx.cancelled``.
+    """
+
+    def __init__(self, run_id: str, output: Any = None) -> None:
+        super().__init__(run_id)
+        self.output = output
 
 
 class AttemptLost(Exception):
@@ -285,6 +298,9 @@ class HandsWorker(Service):
     async def _result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
         """The run's result, or None to leave it for a later delivery."""
         attempt = claim.attempt
+        if claim.cancelled:  # stopped by the Brain before this attempt: never execute it
+            return ToolResult(outcome="cancelled", error_code="cancelled",
+                              error="cancelled before this attempt ran", attempt=attempt)
         tool = self.tools.get(intent.tool)
         if tool is None:
             return _error(attempt, "unknown_tool",
@@ -323,6 +339,8 @@ class HandsWorker(Service):
                 )
             except AttemptLost:
                 raise
+            except RunCancelled:
+                return _cancelled(attempt, "executed_after_confirm", started)
             except Exception as exc:  # cannot tell what happened: try again later
                 log.warning("confirm_failed", error=_describe(exc))
                 return None
@@ -344,6 +362,9 @@ class HandsWorker(Service):
             output = await self._supervised(intent, ctx, tool.timeout, lambda: tool(args, ctx))
         except AttemptLost:
             raise
+        except RunCancelled as exc:
+            log.info("tool_cancelled")
+            return _cancelled(attempt, recovery, started, exc.output)
         except ToolError as exc:
             return _error(attempt, exc.code, exc.message, recovery, started)
         except _Timeout:
@@ -362,7 +383,9 @@ class HandsWorker(Service):
         """Run ``call`` with a deadline while heartbeating the attempt in Redis.
 
         Raises :class:`AttemptLost` (after cancelling the call) once the heartbeat finds the
-        attempt taken over, and :class:`_Timeout` when the deadline passes.
+        attempt taken over, :class:`RunCancelled` once it says the Brain cancelled the run
+        (``ctx.cancelled`` is set, then the call is cancelled), and :class:`_Timeout` when
+        the deadline passes.
         """
 
         async def bounded() -> Any:
@@ -382,7 +405,7 @@ class HandsWorker(Service):
 
         def on_beat_done(task: asyncio.Task[None]) -> None:
             if not task.cancelled() and task.exception() is not None and not work.done():
-                ctx.cancelled.set()  # taken over: stop the tool, never complete
+                ctx.cancelled.set()  # taken over or cancelled: stop the tool
                 work.cancel()
 
         def start_beat() -> None:  # most calls end before the first beat is due
@@ -412,11 +435,18 @@ class HandsWorker(Service):
                 else None
             if isinstance(err, StaleAttemptError):
                 raise AttemptLost(err)
+            if isinstance(err, RunCancelled):
+                raise err
             raise RuntimeError("the tool was cancelled")  # not by us: a tool bug
+        if ctx.cancelled.is_set() and beat is not None and beat.done() and not beat.cancelled() \
+                and isinstance(beat.exception(), RunCancelled):
+            # The tool saw ctx.cancelled and returned before its cancellation landed.
+            raise RunCancelled(intent.run_id, work.result())
         return work.result()
 
     async def _beat(self, intent: ToolIntent, attempt: int, stop: asyncio.Event) -> None:
-        """Keep the attempt alive until ``stop``; ends early only by raising StaleAttemptError.
+        """Keep the attempt alive until ``stop``; ends early only by raising StaleAttemptError
+        (taken over) or RunCancelled (the Brain cancelled the run).
 
         ``stop`` is checked after every beat because a cancellation that arrives during a
         Redis command can be swallowed by redis-py (redis/redis-py#2028).
@@ -432,13 +462,16 @@ class HandsWorker(Service):
                     return
             first = False
             try:
-                await self.store.heartbeat(
+                cancelled = await self.store.heartbeat(
                     intent.session_id, intent.run_id, attempt, self.worker
                 )
             except StaleAttemptError:
                 raise
             except Exception as exc:  # Redis away for a moment: the tool goes on
                 log.warning("run_heartbeat_failed", error=str(exc))
+                continue
+            if cancelled:
+                raise RunCancelled(intent.run_id)
 
     # ------------------------------------------------------------------ committing
 
@@ -513,6 +546,13 @@ def _error(
         outcome="error", error_code=code, error=message[:MAX_ERROR_TEXT], recovery=recovery,
         attempt=attempt, duration_ms=_ms_since(started) if started is not None else 0.0,
     )
+
+
+def _cancelled(attempt: int, recovery: Recovery, started: float, output: Any = None
+               ) -> ToolResult:
+    return ToolResult(outcome="cancelled", output=output, error_code="cancelled",
+                      error="cancelled by request while running", recovery=recovery,
+                      attempt=attempt, duration_ms=_ms_since(started))
 
 
 def _describe(exc: BaseException) -> str:

@@ -71,6 +71,7 @@ class Tool:
         timeout: float = 30.0,
         version: int = 1,
         args_model: type[BaseModel] | None = None,
+        approval: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__.replace("_", "_")
@@ -82,6 +83,9 @@ class Tool:
         self.replay: ReplayPolicy = replay
         self.timeout = timeout
         self.version = version
+        # Each run waits for a person's approval bound to its exact arguments
+        # (``baton approve``) before it is dispatched.
+        self.approval = approval
         self.args_model = args_model or _first_arg_model(fn, self.name)
         self.confirm_fn: ConfirmFn | None = None
         self._parameters: tuple[type[BaseModel], bytes] | None = None
@@ -133,12 +137,13 @@ def tool(
     replay: ReplayPolicy = "unsafe",
     timeout: float = 30.0,
     version: int = 1,
+    approval: bool = False,
 ) -> Any:
     """Decorator declaring a tool; see the module docstring."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(f, name=name, description=description, replay=replay, timeout=timeout,
-                    version=version)
+                    version=version, approval=approval)
 
     return wrap(fn) if fn is not None else wrap
 
@@ -154,7 +159,12 @@ def _first_arg_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
 
 @dataclass(frozen=True)
 class Agent:
-    """A declared agent: its name, compat level, instructions, model and tools."""
+    """A declared agent: its name, compat level, instructions, model and tools.
+
+    ``compat`` is the level of the sessions this code creates and runs; ``migrates_from``
+    lists older levels whose sessions it can take over (each is migrated to ``compat`` when
+    a Brain of this app first runs it: see brain.versions).
+    """
 
     name: str
     compat: int = 1
@@ -162,11 +172,21 @@ class Agent:
     model: str = "scripted"
     tools: tuple[str, ...] = ()
     max_turns: int = 16
+    migrates_from: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
             raise ConfigError(f"invalid agent name {self.name!r}")
         object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "migrates_from", tuple(self.migrates_from))
+        if self.compat < 1 or any(not 1 <= c < self.compat for c in self.migrates_from):
+            raise ConfigError(f"agent {self.name}: compat must be >= 1 and migrates_from "
+                              f"only older levels (got {self.compat}, {self.migrates_from})")
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The compat levels whose wakes a Brain of this agent consumes."""
+        return (self.compat, *sorted(set(self.migrates_from), reverse=True))
 
 
 class App:

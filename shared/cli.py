@@ -171,5 +171,102 @@ from shared.chaos import chaos_command  # noqa: E402
 main.add_command(chaos_command)
 
 
+# Operator decisions: `baton cancel`, `baton approve`, `baton reject` (shared.control).
+@main.command("cancel")
+@click.argument("session_id")
+@click.option("--task", "task_id", default=None, help="cancel this task (default: the session)")
+@click.option("--reason", default="", help="recorded in the cancel receipt")
+@click.option("--wait/--no-wait", default=False, help="wait until the cancelled work has ended")
+@click.option("--timeout", default=60.0, show_default=True)
+def cancel(session_id: str, task_id: str | None, reason: str, wait: bool,
+           timeout: float) -> None:
+    """Cancel SESSION's tasks (or one --task): committed first, then carried out by a Brain.
+
+    Idempotent: a repeated cancel answers "pending"; one of finished work "finished".
+    """
+    import json
+
+    from shared.client import Client
+
+    settings = _settings()
+
+    async def go() -> None:
+        client = await Client.connect(settings)
+        try:
+            answer = await client.cancel(session_id, task_id, reason=reason)
+            click.echo(json.dumps(answer.to_dict()))
+            if wait and answer.status != "finished":
+                ended = await client.wait_cancelled(session_id, task_id, timeout)
+                click.echo(json.dumps({"ended": ended}))
+        finally:
+            await client.close()
+
+    _run(go())
+
+
+@main.command("approve")
+@click.argument("run_id")
+@click.option("--session", "session_id", required=True, help="the run's session")
+@click.option("--args-digest", "digest", default=None,
+              help="the digest of the arguments you approve (shown by inspect)")
+@click.option("--yes", is_flag=True, help="approve the shown arguments without asking")
+def approve(run_id: str, session_id: str, digest: str | None, yes: bool) -> None:
+    """Approve RUN, bound to its exact arguments; it is dispatched once.
+
+    Without --args-digest, the run's arguments and digest are shown and confirmed first.
+    """
+    import json
+
+    from shared.client import Client
+    from shared.errors import NotFoundError
+
+    settings = _settings()
+
+    async def go() -> None:
+        client = await Client.connect(settings)
+        try:
+            chosen = digest
+            if chosen is None:
+                run = await client.store.run(session_id, run_id)
+                if run is None:
+                    raise NotFoundError(f"no run {run_id} in session {session_id}")
+                click.echo(json.dumps({"run_id": run_id, "tool": run.intent.tool,
+                                       "arguments": run.intent.arguments,
+                                       "digest": run.intent.approval_digest,
+                                       "status": run.status}, indent=2))
+                if not yes and not click.confirm("approve these arguments?"):
+                    raise click.Abort()
+                chosen = run.intent.approval_digest or ""
+            seq = await client.approve(session_id, run_id, chosen)
+            click.echo(json.dumps({"run_id": run_id, "approved": True, "seq": seq}))
+        finally:
+            await client.close()
+
+    _run(go())
+
+
+@main.command("reject")
+@click.argument("run_id")
+@click.option("--session", "session_id", required=True, help="the run's session")
+@click.option("--reason", default="", help="what the model (or task) is told")
+def reject(run_id: str, session_id: str, reason: str) -> None:
+    """Reject RUN awaiting approval: it ends with error code 'rejected'."""
+    import json
+
+    from shared.client import Client
+
+    settings = _settings()
+
+    async def go() -> None:
+        client = await Client.connect(settings)
+        try:
+            seq = await client.reject(session_id, run_id, reason)
+            click.echo(json.dumps({"run_id": run_id, "rejected": True, "seq": seq}))
+        finally:
+            await client.close()
+
+    _run(go())
+
+
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """The client side: submit input to a session and wait for its submission to settle.
 
-Clients never take leases: they write only through the idempotent ``submit`` script and
-read committed state.
+Clients never take leases: they write only through idempotent scripts (submit, start,
+cancel, approve) and read committed state.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from shared import control
 from shared.bus import BusNames
+from shared.control import CancelAnswer
 from shared.errors import ConfigError
 from shared.faults import Faults
 from shared.models import Submission, Task
@@ -117,6 +119,36 @@ class Client:
             task=task, worker=self.worker,
         )
         return session_id, task_id, created
+
+    async def cancel(self, session_id: str, task_id: str | None = None, *,
+                     reason: str = "") -> CancelAnswer:
+        """Cancel a task (or every root task of the session); idempotent.
+
+        The intent is committed at once; a Brain then stops the tasks' phases, aborts their
+        children bottom-up, stops their tool runs and commits the terminal state (a
+        generation task's submission settles ``cancelled``).
+        """
+        return await control.cancel(self.store, session_id, task_id, self.worker, reason)
+
+    async def wait_cancelled(self, session_id: str, task_id: str | None = None,
+                             timeout: float = 60.0) -> bool:  # noqa: ASYNC109
+        """Wait until the task (or every task of the session) has ended; True then."""
+
+        async def ended() -> bool:
+            if task_id is not None:
+                return (await self.store.task(session_id, task_id)).terminal
+            return not await self.store.redis.hlen(self.store.keys.session(session_id).tasks)
+
+        return await self._until(session_id, ended, bool, timeout)
+
+    async def approve(self, session_id: str, run_id: str, digest: str) -> int:
+        """Approve a run awaiting approval, bound to its arguments' digest; dispatched once."""
+        return await control.approve(self.store, self.names, session_id, run_id, digest,
+                                     self.worker)
+
+    async def reject(self, session_id: str, run_id: str, reason: str = "") -> int:
+        """Reject a run awaiting approval: it ends with error code ``rejected``."""
+        return await control.reject(self.store, session_id, run_id, self.worker, reason)
 
     async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
         """Wait until the task is terminal; returns it."""

@@ -200,11 +200,16 @@ class DevStack:
             raise
 
     async def spawn(self, role: str, name: str | None = None,
-                    env: dict[str, str] | None = None, *, wait: bool = True) -> Proc:
-        """Start one more service process (e.g. with ``BATON_FAULT``); ready when returned."""
+                    env: dict[str, str] | None = None, *, wait: bool = True,
+                    app: str | None = None) -> Proc:
+        """Start one more service process (e.g. with ``BATON_FAULT``); ready when returned.
+
+        ``app`` runs a Brain or Hands with another app than the stack's (a newer version of
+        it, for a rolling upgrade).
+        """
         if role not in SERVICE_ROLES:
             raise ValueError(f"role must be one of {SERVICE_ROLES}, not {role!r}")
-        proc = self._new_proc(role, name, env)
+        proc = self._new_proc(role, name, env, app)
         await self._launch(proc)
         if wait:
             await self.wait_ready(proc.name)
@@ -311,7 +316,8 @@ class DevStack:
         return {"BATON_REDIS_URL": self.redis_url, "BATON_NATS_URL": self.nats_url,
                 "BATON_MAIL_URL": self.mail_url, "BATON_NAMESPACE": self.namespace}
 
-    def _new_proc(self, role: str, name: str | None, env: dict[str, str] | None) -> Proc:
+    def _new_proc(self, role: str, name: str | None, env: dict[str, str] | None,
+                  app: str | None = None) -> Proc:
         if name is None:
             n = 1
             while f"{role}-{n}" in self._procs:
@@ -321,7 +327,7 @@ class DevStack:
             raise ValueError(f"a process named {name!r} exists already")
         argv = [sys.executable, "-m", "shared.cli", role]
         if role in ("brain", "hands"):
-            argv += ["--app", self.app_spec]
+            argv += ["--app", app or self.app_spec]
         child_env = {**self._urls(), **(env or {}), "BATON_WORKER_NAME": name}
         proc = Proc(role, name, argv, child_env, self.log_dir / f"{name}.log")
         self._procs[name] = proc

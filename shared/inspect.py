@@ -1,10 +1,14 @@
 """``baton inspect``: what the committed state says right now, for operators.
 
 With a session: its lease (holder, fence, time left), submissions, tasks with their states,
-waits and why they are not moving, tool runs with their three marks, attempts and heartbeats,
-timers, dead letters about it, and the outbox backlog. Without one: the cluster view, i.e.
-services that announced themselves, sessions by state, backlog and oldest row per shard,
-dead letters. Read-only: it never takes a lease or writes. ``--json`` gives the same data.
+waits and why they are not moving (blocked: no definition here, or no live Brain serves the
+session's compat level), cancel intents, tool runs with their three marks, attempts and
+heartbeats, runs awaiting approval with their arguments and digest, timers, dead letters
+about it, and the outbox backlog. Without one: the cluster view, i.e. services that
+announced themselves (Brains with the compat levels they serve), sessions by state
+(``blocked`` when no live Brain serves their level or a task is blocked), backlog and oldest
+row per shard, dead letters. Read-only: it never takes a lease or writes. ``--json`` gives
+the same data.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shared.deadletter import dead_letters
-from shared.models import Task, ToolRun, loads
+from shared.models import Task, ToolRun, dumps, loads
 from shared.outbox import Outbox
 from shared.store import Store, now_ms, parse_meta
 
@@ -52,6 +56,29 @@ def _blocked(task: Task, runs: dict[str, ToolRun], fence: int, leased: bool) -> 
     return ""
 
 
+async def _services(store: Store, now: int) -> list[dict[str, Any]]:
+    services = []
+    for raw in (await store.redis.hgetall(store.keys.workers)).values():
+        info = loads(raw)
+        age = now - int(info.get("seen_ms", 0))
+        services.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
+    return services
+
+
+def _served(services: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """(agent, compat level) pairs some live Brain consumes wakes for."""
+    return {(str(a), int(c)) for s in services if s.get("role") == "brain" and s["alive"]
+            for a, c in s.get("serves", ())}
+
+
+def _level_reason(agent: str, compat: int, served: set[tuple[str, int]]) -> str:
+    if (agent, compat) in served:
+        return ""
+    levels = sorted(c for a, c in served if a == agent)
+    return (f"no live Brain serves {agent} compat {compat} (live Brains serve "
+            f"{', '.join(map(str, levels)) or 'no level of it'}): its wakes wait in the stream")
+
+
 def _run_row(run: ToolRun, now: int) -> dict[str, Any]:
     result = run.result
     return {
@@ -65,6 +92,8 @@ def _run_row(run: ToolRun, now: int) -> dict[str, Any]:
         "outcome": result.outcome if result else None,
         "recovery": result.recovery if result else None,
         "duration_ms": result.duration_ms if result else None,
+        "digest": run.intent.approval_digest, "approved_ms": run.approved_ms,
+        "cancel_ms": run.cancel_ms,
     }
 
 
@@ -89,19 +118,31 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     last = await store.redis.xrevrange(sk.receipts, count=1)
     dead = [d for d in await dead_letters(store.redis, store.keys, 1000)
             if d.get("session_id") == session_id]
+    level = _level_reason(meta.agent, meta.compat, _served(await _services(store, now)))
     tasks = []
     for t in [*state.tasks.values(), *done_tasks.values()]:
         s = t.state
+        why = ""
+        if not t.terminal:
+            why = (meta.blocked.get(t.id) and f"blocked: {meta.blocked[t.id]}") or (
+                level and f"blocked: {level}") or _blocked(t, state.runs, meta.fence, leased)
         tasks.append({
             "task_id": t.id, "kind": t.kind, "version": t.version, "state": s.name,
             "outcome": getattr(s, "outcome", None), "reason": getattr(s, "reason", None) or None,
             "phase": t.checkpoint.phase, "crashes": t.crashes,
             "waits": list(s.on) if s.name == "waiting" else [],
-            "blocked": _blocked(t, state.runs, meta.fence, leased) if not t.terminal else "",
+            "blocked": why, "cancel_requested": t.cancel_requested,
             "submission_id": t.submission_id, "updated_ms": t.updated_ms,
         })
+    awaiting = [{"run_id": r.run_id, "task_id": r.intent.task_id, "tool": r.intent.tool,
+                 "arguments": r.intent.arguments, "digest": r.intent.approval_digest,
+                 "waiting_ms": now - r.intent.created_ms}
+                for r in sorted(state.runs.values(), key=lambda r: r.run_id)
+                if r.status == "awaiting_approval"]
     return {
         "session_id": session_id, "agent": meta.agent, "compat": meta.compat,
+        "blocked": {"level": level or None, "tasks": dict(meta.blocked)},
+        "cancel_intents": list(meta.cancels), "awaiting_approval": awaiting,
         "wake_subject": meta.wake_subject, "shard": sk.shard,
         "lease": {"holder": meta.holder or None, "fence": meta.fence, "live": leased,
                   "remaining_ms": meta.lease_until_ms - now if leased else 0,
@@ -123,11 +164,8 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
 async def cluster_view(store: Store) -> dict[str, Any]:
     """Services seen, sessions by state, outbox backlog per shard, dead letters."""
     now = now_ms()
-    services = []
-    for raw in (await store.redis.hgetall(store.keys.workers)).values():
-        info = loads(raw)
-        age = now - int(info.get("seen_ms", 0))
-        services.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
+    services = await _services(store, now)
+    served = _served(services)
     services.sort(key=lambda s: (s.get("role", ""), s.get("name", "")))
     redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
     ids: list[str] = await redis.zrevrange(store.keys.sessions, 0, CLUSTER_SESSIONS - 1)
@@ -137,15 +175,21 @@ async def cluster_view(store: Store) -> dict[str, Any]:
     async with redis.pipeline(transaction=False) as p:
         for sid in ids:
             sk = store.keys.session(sid)
-            p.hgetall(sk.meta).hvals(sk.subs)
+            p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks)
         replies = await p.execute()
     for i, sid in enumerate(ids):
-        meta_raw, subs = replies[2 * i], replies[2 * i + 1]
+        meta_raw, subs, live = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
         if not meta_raw:
             continue
         meta = parse_meta(sid, meta_raw)
         statuses = [loads(s)["status"] for s in subs]
-        if meta.holder and meta.lease_until_ms > now:
+        blocked = ""
+        if live:
+            level = _level_reason(meta.agent, meta.compat, served)
+            blocked = level or "; ".join(f"task {k}: {v}" for k, v in meta.blocked.items())
+        if blocked:
+            state = "blocked"
+        elif meta.holder and meta.lease_until_ms > now:
             state = "leased"
         elif any(s in ("accepted", "running") for s in statuses):
             state = "pending"
@@ -155,11 +199,14 @@ async def cluster_view(store: Store) -> dict[str, Any]:
             state = "settled"
         states[state] = states.get(state, 0) + 1
         sessions.append({"session_id": sid, "state": state, "fence": meta.fence,
-                         "holder": meta.holder or None, "seq": meta.seq})
+                         "holder": meta.holder or None, "seq": meta.seq,
+                         "agent": meta.agent, "compat": meta.compat,
+                         "blocked": blocked or None})
     dead = await dead_letters(store.redis, store.keys, 20)
     return {
         "namespace": store.keys.ns, "services": services, "sessions_total": total,
         "sessions_by_state": states, "sessions": sessions[:20],
+        "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
         "backlog": await _backlog(store, now),
         "dead_letters": {"count": await store.redis.xlen(store.keys.dead), "newest": dead},
     }
@@ -199,6 +246,12 @@ def render_session(v: dict[str, Any], console: Console) -> None:
                   f"{v['compat']}  shard {v['shard']}")
     console.print(f"lease holder: {holder}  fence {lease['fence']}  dirty {lease['dirty']}  "
                   f"seq {v['seq']}  entries {v['entries']}  receipts {v['receipts']}")
+    if v["blocked"]["level"]:
+        console.print(f"[red]BLOCKED[/red]: {v['blocked']['level']}")
+    for tid, why in v["blocked"]["tasks"].items():
+        console.print(f"[red]BLOCKED[/red] task {tid}: {why}")
+    if v["cancel_intents"]:
+        console.print(f"cancel requested, not yet carried out: {', '.join(v['cancel_intents'])}")
     subs = _table("Submissions", ("submission", "request", "status", "answer / error"))
     for s in v["submissions"]:
         subs.add_row(s["submission_id"], s["request_id"], s["status"],
@@ -222,6 +275,13 @@ def render_session(v: dict[str, Any], console: Console) -> None:
                      _ms(r["heartbeat_age_ms"]) + (" ago" if r["heartbeat_age_ms"] else ""),
                      r["recovery"] or "-")
     console.print(runs)
+    if v["awaiting_approval"]:
+        gated = _table("Awaiting approval (baton approve RUN --session S --args-digest D)",
+                       ("run", "tool", "arguments", "digest", "waiting"))
+        for a in v["awaiting_approval"]:
+            gated.add_row(a["run_id"], a["tool"], dumps(a["arguments"])[:200], a["digest"],
+                          _ms(a["waiting_ms"]))
+        console.print(gated)
     if v["timers"]:
         console.print("timers: " + ", ".join(f"{t['timer']} due in {_ms(t['due_in_ms'])}"
                                              for t in v["timers"]))
@@ -233,11 +293,12 @@ def render_session(v: dict[str, Any], console: Console) -> None:
 
 def render_cluster(v: dict[str, Any], console: Console) -> None:
     services = _table(f"Services seen (namespace {v['namespace']})",
-                      ("role", "name", "pid", "last seen", "in flight", "state"))
+                      ("role", "name", "pid", "last seen", "in flight", "state", "serves"))
     for s in v["services"]:
         services.add_row(s.get("role", "?"), s.get("name", "?"), str(s.get("pid", "")),
                          _ms(s["seen_age_ms"]) + " ago", str(s.get("inflight", 0)),
-                         "alive" if s["alive"] else "[red]silent[/red]")
+                         "alive" if s["alive"] else "[red]silent[/red]",
+                         ", ".join(f"{a}@{c}" for a, c in s.get("serves", ())) or "-")
     console.print(services)
     states = ", ".join(f"{k} {n}" for k, n in sorted(v["sessions_by_state"].items()))
     console.print(f"sessions: {v['sessions_total']} ({states or 'none'})")
@@ -246,6 +307,9 @@ def render_cluster(v: dict[str, Any], console: Console) -> None:
         recent.add_row(s["session_id"], s["state"], str(s["fence"]), s["holder"] or "-",
                        str(s["seq"]))
     console.print(recent)
+    for b in v["blocked_sessions"]:
+        console.print(f"[red]BLOCKED[/red] session {b['session_id']} ({b['agent']} compat "
+                      f"{b['compat']}): {b['blocked']}")
     console.print(_backlog_table(v["backlog"]))
     dead = v["dead_letters"]
     console.print(f"dead letters: {dead['count']}")

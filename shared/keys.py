@@ -4,7 +4,8 @@ A session lives on one of ``settings.shards`` shards. All keys of the session *a
 shard's outbox stream and timer set share one hash tag, ``{<ns>-<shard>}``, so every
 transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash tag)::
 
-    <ns>:T:s:<sid>:meta      HASH   agent, compat, fence, holder, lease_until, seq, dirty, created
+    <ns>:T:s:<sid>:meta      HASH   agent, compat, fence, holder, lease_until, seq, dirty, created,
+                                    cancel:<task id|*> intents, blocked:<task id> reasons
     <ns>:T:s:<sid>:entries   LIST   entry JSON, append-only; the index is the entry's position
     <ns>:T:s:<sid>:tasks     HASH   task id -> task JSON (live tasks)
     <ns>:T:s:<sid>:done      HASH   task id -> task JSON (terminal tasks, moved out of the live set)
@@ -37,7 +38,7 @@ RELAY_GROUP = "relay"
 #: Fields of a tool run inside the ``runs`` hash, as ``<run id>.<field>``.
 RUN_FIELDS = (
     "intent",  # JSON ToolIntent, written once by the Brain's commit
-    "status",  # dispatched | running | completed | interrupted | failed | cancelled
+    "status",  # dispatched | awaiting_approval | running | completed
     "attempt",  # current attempt fence (0 = never claimed)
     "accepted",  # ms of the first accepted mark
     "completed",  # ms of the completed mark
@@ -46,6 +47,9 @@ RUN_FIELDS = (
     "worker",  # worker of the current attempt
     "result",  # JSON ToolResult
     "attempts",  # JSON list of finished attempt summaries (appended by Lua as text)
+    "cancel",  # ms the Brain asked the run to stop (its heartbeat answers "cancelled")
+    "digest",  # arguments digest an approval must present (approval-gated tools)
+    "approved",  # ms of the approval that dispatched it
 )
 
 

@@ -21,7 +21,7 @@ M = TypeVar("M", bound=BaseModel)
 ReplayPolicy = Literal["safe", "confirm", "unsafe"]
 WaitPolicy = Literal["allSettled", "failFast"]
 Outcome = Literal["completed", "failed", "aborted", "interrupted", "orphaned", "cancelled"]
-RunStatus = Literal["dispatched", "running", "completed"]
+RunStatus = Literal["dispatched", "awaiting_approval", "running", "completed"]
 ResultOutcome = Literal["ok", "error", "interrupted", "failed", "cancelled"]
 Recovery = Literal["none", "reexecuted", "confirmed", "executed_after_confirm", "interrupted"]
 Mark = Literal["accepted", "completed", "applied"]
@@ -218,6 +218,9 @@ class ToolIntent(Record):
     wake_each: bool = False
     created_ms: int = 0
     trace: dict[str, str] = Field(default_factory=dict)
+    # Set for a tool declared approval=True: the digest of (tool, arguments) an approval
+    # must present (shared.control.args_digest); no dispatch until it is approved.
+    approval_digest: str | None = None
 
 
 class ToolResult(Record):
@@ -248,10 +251,17 @@ class ToolRun(Model):
     worker: str | None = None
     result: ToolResult | None = None
     attempts: tuple[dict[str, Any], ...] = ()
+    cancel_ms: int | None = None  # when the Brain asked it to stop
+    approved_ms: int | None = None  # when a person approved it (approval-gated tools)
 
     @property
     def run_id(self) -> str:
         return self.intent.run_id
+
+    @property
+    def live(self) -> bool:
+        """No result yet (dispatched, awaiting approval or running)."""
+        return self.status != "completed"
 
 
 # ---------------------------------------------------------------------------- session
@@ -269,6 +279,10 @@ class SessionMeta(Model):
     dirty: bool = False
     created_ms: int = 0
     groups: dict[str, int] = Field(default_factory=dict)
+    # Cancel intents not yet consumed by a Brain: task ids, "*" for the whole session.
+    cancels: tuple[str, ...] = ()
+    # Tasks no Brain could run when it last looked, with the reason (task id -> reason).
+    blocked: dict[str, str] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- outbox and wire

@@ -22,7 +22,8 @@ SESSION_SCRIPTS = (
     "claim",
     "heartbeat",
     "complete",
-    "partial",
+    "cancel",
+    "approve",
 )
 SHARD_SCRIPTS = ("fire_timers",)
 

@@ -92,12 +92,16 @@ class Service:
             return False
         return True
 
+    def announcement(self) -> dict[str, object]:
+        """Extra facts the service announces (a Brain: the compat levels it serves)."""
+        return {}
+
     async def announce(self, redis: object, key: str) -> None:
         """Record this worker as alive in ``<ns>:workers`` until it stops (for inspect)."""
         field = f"{self.role}:{self.name}"
         while True:
             info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
-                    "seen_ms": now_ms(), "inflight": self.inflight}
+                    "seen_ms": now_ms(), "inflight": self.inflight, **self.announcement()}
             try:
                 await redis.hset(key, field, dumps(info))  # type: ignore[attr-defined]
                 self.redis_reachable = True

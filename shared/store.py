@@ -112,20 +112,12 @@ class Claim:
     previous_worker: str = ""
     holder: str = ""
     remaining_ms: int = 0
+    cancelled: bool = False  # the Brain asked the run to stop: complete it as cancelled
 
     @property
     def recovering(self) -> bool:
         """An earlier attempt ended without a result: the replay policy decides."""
         return self.status == "claimed" and self.previous_attempt > 0
-
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    """Text a model was streaming when the last partial commit saved it (partial.lua)."""
-
-    task_id: str
-    request_id: str
-    text: str
 
 
 @dataclass
@@ -165,6 +157,8 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
             worker=f.get("worker"),
             result=decode(ToolResult, f["result"]) if f.get("result") else None,
             attempts=tuple(loads(f["attempts"])) if f.get("attempts") else (),
+            cancel_ms=_int(f.get("cancel")),
+            approved_ms=_int(f.get("approved")),
         )
     return runs
 
@@ -182,6 +176,8 @@ def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
         dirty=m.get("dirty") == "1",
         created_ms=int(m.get("created", 0)),
         groups={k[4:]: int(v) for k, v in m.items() if k.startswith("grp:")},
+        cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
+        blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
     )
 
 
@@ -454,30 +450,6 @@ class Store:
         )
         return int(seq), int(count)
 
-    async def save_partial(
-        self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,
-        request_id: str, text: str, delta: str,
-    ) -> bool:
-        """Save a streaming answer's text so far (partial.lua); False when the fence is stale.
-
-        Losable by design: the caller drops a failure; the next commit clears the text.
-        """
-        sk = self.keys.session(session_id)
-        receipt = dumps({"detail": {"task_id": task_id, "request_id": request_id,
-                                    "delta": delta, "chars": len(text)}})
-        saved = await self._run("partial", sk, [fence, worker.model_dump_json(), task_id,
-                                                request_id, text, receipt])
-        return bool(saved)
-
-    async def partial(self, session_id: str) -> Partial | None:
-        """The streamed text saved since the last commit, if any."""
-        sk = self.keys.session(session_id)
-        text, of = await self.redis.hmget(sk.meta, ["partial", "partial_of"])
-        if of is None:
-            return None
-        task_id, _, request_id = of.partition(" ")
-        return Partial(task_id=task_id, request_id=request_id, text=text or "")
-
     # ------------------------------------------------------------------ Hands side
 
     async def claim(
@@ -499,6 +471,7 @@ class Store:
                 previous_status=r[3] or "",
                 intent=decode(ToolIntent, r[4]),
                 previous_worker=r[5],
+                cancelled=len(r) > 6 and int(r[6]) == 1,
             )
         if status == "busy":
             return Claim("busy", holder=r[1], remaining_ms=int(r[2]))
@@ -508,12 +481,14 @@ class Store:
 
     async def heartbeat(
         self, session_id: str, run_id: str, attempt: int, worker: WorkerRef | None = None
-    ) -> None:
-        """Raises ``StaleAttemptError`` once the attempt is no longer current."""
+    ) -> bool:
+        """True when the run was asked to stop (cancelled); raises ``StaleAttemptError``
+        once the attempt is no longer current."""
         args: list[Any] = [run_id, attempt]
         if worker is not None:
             args.append(worker.model_dump_json())
-        await self._run("heartbeat", self.keys.session(session_id), args, run_id)
+        reply = await self._run("heartbeat", self.keys.session(session_id), args, run_id)
+        return reply == "cancelled"
 
     async def complete(
         self,
@@ -606,6 +581,6 @@ def _runs_of(r: Receipt) -> set[str]:
 
 
 __all__ = [
-    "BatonError", "Claim", "Lease", "Partial", "SessionState", "Store", "connect_redis", "now_ms",
+    "BatonError", "Claim", "Lease", "SessionState", "Store", "connect_redis", "now_ms",
     "receipts_about",
 ]

@@ -14,7 +14,9 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
   (claim -> complete of the same attempt), apply (complete -> the Brain's 'applied' mark),
   wake (the commit that woke the Brain -> its lease);
 * what needs a person's eye: takeovers, refused stale writes, confirm outcomes, redeliveries,
-  re-dispatches and re-entered phases.
+  re-dispatches and re-entered phases, cancellations (the intent, then the Brain carrying it
+  out), approvals and rejections (and refused approvals), compat-level migrations and
+  blocked tasks.
 
 Renderers: :func:`render_text` (plain text), :meth:`Trace.to_json`, and
 :func:`shared.trace_html.render_html` (a self-contained picture).
@@ -259,6 +261,21 @@ class Timeline:
             ev.text = f"phase re-entered after a worker died in it (crash {d.get('crashes')})"
         elif step == "prepare":
             ev.text = f"generation started (turn {d.get('turn', 1)})"
+        elif step == "cancel":
+            ev.flags.append("cancel")
+            ev.text = (f"CANCEL carried out: cancel_requested on {len(d.get('targets', ()))} "
+                       f"task(s), {len(runs)} tool run(s) told to stop")
+        elif step == "migrate":
+            ev.flags.append("version")
+            moved = d.get("migrated") or {}
+            ev.text = (f"MIGRATED the session from compat {d.get('from')} to {d.get('to')}; "
+                       + (", ".join(f"{t} v{a}->v{b}" for t, (a, b) in moved.items())
+                          or "no task needed a migrate"))
+        elif step == "blocked":
+            ev.flags.append("version")
+            blocked, cleared = d.get("blocked") or {}, d.get("cleared") or []
+            ev.text = "; ".join([*(f"BLOCKED task {t}: {why}" for t, why in blocked.items()),
+                                 *(f"task {t} no longer blocked" for t in cleared)])
         elif step == "final":
             ev.text = f"final: task {d.get('outcome', '?')}"
             if d.get("reason"):
@@ -346,9 +363,36 @@ class Timeline:
             ev.text += f"; recovery: {hop.recovery.upper()}"
         self.waker = ev
 
+    def _on_cancel(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        ev.flags.append("cancel")
+        target = d.get("target", "*")
+        ev.text = (f"CANCEL requested for {'the session' if target == '*' else 'task ' + target}"
+                   f" ({d.get('reason', 'cancelled')})")
+        self.waker = ev
+
+    def _on_approve(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        rid = str(d.get("run_id", ""))
+        ev.flags.append("approval")
+        ev.text = f"APPROVED {_short(rid)} (digest {str(d.get('digest', ''))[:12]}...): dispatched"
+        hop = self.run(rid)
+        hop.tool = str(d.get("tool", hop.tool))
+        hop.dispatched_ms = ev.ts_ms
+
+    def _on_reject(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        ev.flags.append("approval")
+        ev.text = f"REJECTED {_short(str(d.get('run_id', '')))}: {d.get('reason', '')}"
+        self.waker = ev
+
     def _on_refused(self, ev: Event, r: Receipt) -> None:
         d = r.detail
         ev.flags.append("refused")
+        if d.get("op") == "approve":
+            ev.text = (f"REFUSED approval of {_short(str(d.get('run_id')))}: digest "
+                       f"{str(d.get('presented'))[:12]}... is not that of its arguments")
+            return
         if d.get("op") == "complete":
             ev.text = (f"REFUSED stale completion of {_short(str(d.get('run_id')))}: attempt "
                        f"{r.fence} presented, current {d.get('current')} ({d.get('status')})")
@@ -368,6 +412,8 @@ class Timeline:
         for e in reversed(self.events):
             if e.kind in ("commit:tools", "commit:redispatch") and rid in \
                     self.receipts[e.index].detail.get("runs", ()):
+                return e
+            if e.kind == "approve" and e.run_id == rid:
                 return e
         return None
 
@@ -437,7 +483,9 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
         out.append("wake hops: " + ", ".join(f"{h.ms} ms" for h in wakes))
     for title, flag in (("takeovers", "takeover"), ("refused stale writes", "refused"),
                         ("confirm / recovery outcomes", "confirm"),
-                        ("redeliveries", "redelivery"), ("retries", "retry")):
+                        ("redeliveries", "redelivery"), ("retries", "retry"),
+                        ("cancellations", "cancel"), ("approvals", "approval"),
+                        ("versions (migrations, blocked tasks)", "version")):
         found = trace.flagged(flag) + (trace.flagged("recovery") if flag == "confirm" else [])
         out.append(f"{title}: {len(found) or 'none'}")
         out += [f"  {_secs(e.t_ms)} {lanes[e.lane].label}: {e.text}" for e in found]

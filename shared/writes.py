@@ -34,6 +34,14 @@ class Writes:
     timers_remove: list[str] = field(default_factory=list)
     deadline_ms: int = 0  # > 0 arm, < 0 clear, 0 leave as is
     wake_subject: str = ""  # set to move the session to another compat level
+    compat: int = 0  # with wake_subject: the session's new compat level
+    # New runs that wait for an approval, by run id -> the arguments digest to present.
+    awaiting: dict[str, str] = field(default_factory=dict)
+    # Runs to stop: completed as cancelled at once if never claimed, else told by heartbeat.
+    cancel_runs: list[str] = field(default_factory=list)
+    cancel_result: str = ""  # the ToolResult JSON of a run cancelled before any claim
+    meta_set: dict[str, str] = field(default_factory=dict)  # "cancel:*" / "blocked:*" only
+    meta_del: list[str] = field(default_factory=list)
     notify: list[tuple[str, str]] = field(default_factory=list)  # (channel, message)
     detail: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] = field(default_factory=dict)
@@ -44,7 +52,8 @@ class Writes:
         return bool(
             self.entries or self.tasks or self.documents or self.submissions or self.runs
             or self.applied or self.outbox or self.timers_add or self.timers_remove
-            or self.deadline_ms or self.wake_subject
+            or self.deadline_ms or self.wake_subject or self.cancel_runs or self.meta_set
+            or self.meta_del
         )
 
     def moves_to_done(self, task: Task) -> bool:
@@ -63,6 +72,7 @@ class Writes:
             "applied": len(self.applied),
             "outbox": len(self.outbox),
             "timers": len(self.timers_add) + len(self.timers_remove),
+            "cancelled_runs": len(self.cancel_runs),
         }
         return {k: v for k, v in counts.items() if v}
 
@@ -75,7 +85,7 @@ class Writes:
             "detail": self.detail,
             "trace": self.trace,
         }
-        index = {
+        index: dict[str, Any] = {
             "ne": len(self.entries),
             "nt": len(self.tasks),
             "nd": len(self.documents),
@@ -90,6 +100,17 @@ class Writes:
             "w": self.wake_subject,
             "n": [list(n) for n in self.notify],
         }
+        if self.compat:
+            index["c"] = self.compat
+        if self.awaiting:
+            index["aw"] = [[r, d] for r, d in self.awaiting.items()]
+        if self.cancel_runs:
+            index["cr"] = list(self.cancel_runs)
+            index["crr"] = self.cancel_result
+        if self.meta_set:
+            index["ms"] = [[k, v] for k, v in self.meta_set.items()]
+        if self.meta_del:
+            index["md"] = list(self.meta_del)
         args = [dumps(index), dumps(receipt)]
         args.extend(e.to_json() for e in self.entries)
         for t in self.tasks:

@@ -2,13 +2,15 @@
 
 Every session script receives the same 12 KEYS, all under one hash tag (one Cluster slot):
   KEYS[1]  meta      HASH   agent compat wake fence holder lease_until seq dirty created grp:<g>
+                            cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
   KEYS[2]  entries   LIST   entry JSON
   KEYS[3]  tasks     HASH   live task id -> JSON
   KEYS[4]  done      HASH   terminal task id -> JSON
   KEYS[5]  docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
   KEYS[6]  subs      HASH   submission id -> JSON
   KEYS[7]  reqs      HASH   request id -> submission id
-  KEYS[8]  runs      HASH   "<run>.<field>" for live tool runs
+  KEYS[8]  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below;
+                            status dispatched|awaiting_approval|running|completed)
   KEYS[9]  runs_done HASH   same, for runs whose result was applied
   KEYS[10] receipts  STREAM commit log
   KEYS[11] outbox    STREAM outbox rows of the session's shard
@@ -22,7 +24,7 @@ local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS
 local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
-                    'heartbeat', 'worker', 'result', 'attempts'}
+                    'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -3,12 +3,16 @@
 KEYS: the 12 session keys (see _lib.lua).
 ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count
 The new attempt fence is the previous attempt + 1. Returns one of:
-  {'claimed', attempt, previous attempt, previous status, intent JSON, previous worker}
+  {'claimed', attempt, previous attempt, previous status, intent JSON, previous worker,
+   cancel}
       previous attempt > 0 means an earlier attempt ended without a result: the caller
-      follows the run's replay policy (safe / confirm / unsafe).
+      follows the run's replay policy (safe / confirm / unsafe). cancel = 1 when the Brain
+      has asked the run to stop: the caller completes it as cancelled without executing.
   {'busy', holder, remaining ms}   another attempt is alive (its heartbeat is fresh):
       a duplicate message must not take over a live attempt.
-  {'done', status}                 the run already has a result (or it was applied)
+  {'done', status}                 the run already has a result (or it was applied; a run
+                                   cancelled before any claim has one), or it still awaits
+                                   an approval (status awaiting_approval: nothing to run)
   {'gone'}                         no such run (unknown run id or session)
 ]==]
 local denied = acl_refusal(log_checks({{'HSET', K_RUNS, 'f', 'v'}}))
@@ -18,12 +22,12 @@ if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
   return {'done', 'applied'}
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
-                     rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted')
+                     rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
 if not r[1] then
   return {'gone'}
 end
 local status, attempt, hb = r[2], tonumber(r[3] or '0'), tonumber(r[4] or '0')
-if status == 'completed' then
+if status == 'completed' or status == 'awaiting_approval' then
   return {'done', status}
 end
 local now = now_ms()
@@ -43,4 +47,6 @@ if attempt > 0 then kind = 'reclaim' end
 receipt(kind, ARGV[4], new, 0, now, cjson.encode({
   run_id = rid, attempt = new, previous_attempt = attempt, previous_status = status,
   previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1')}))
-return {'claimed', new, attempt, status, r[1], r[5] or ''}
+local cancel = 0
+if r[7] then cancel = 1 end
+return {'claimed', new, attempt, status, r[1], r[5] or '', cancel}

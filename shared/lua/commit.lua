@@ -19,12 +19,19 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
   w  new wake subject, or "" (a migration to another compat level)
   n  [[channel, message]]    notifications PUBLISHed after the writes (waiters)
+  c  new compat level, or 0  (with w: the session moved to another compat level)
+  aw [[run id, digest]]      new runs that wait for an approval bound to this arguments
+                             digest: status 'awaiting_approval', no outbox row of their own
+  cr [run id]  crr result JSON   runs to cancel: one still 'dispatched' (never claimed) or
+                             'awaiting_approval' is completed at once with the result crr
+                             (and the dirty mark set, so the holder looks again); a 'running'
+                             one gets '<run>.cancel', which its next heartbeat reports
+  ms [[field, value]]  md [field]   meta fields to set / delete: only 'cancel:*' and
+                             'blocked:*' (cancel intents consumed, blocked tasks' reasons)
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
 a baseline deletes the deltas between the previous baseline and itself.
-Every commit clears the session's streamed partial text (meta 'partial', 'partial_of'; see
-partial.lua): a real commit supersedes whatever was streamed before it.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}.
@@ -32,7 +39,8 @@ Returns {seq, entry count after the commit}.
 local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
   {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_RUNS, 'f', 'v'},
-  {'HDEL', K_RUNS, 'f'}, {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'}}))
+  {'HDEL', K_RUNS, 'f'}, {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
+  {'HINCRBY', K_META, 'f', '1'}}))
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
@@ -47,7 +55,8 @@ if cur ~= fence then
 end
 local session = ARGV[3]
 local ok, ix = pcall(cjson.decode, ARGV[4])
-if not ok or type(ix) ~= 'table' then
+-- cjson reads "[]" and "{}" alike: only an object's text starts with "{".
+if not ok or type(ix) ~= 'table' or not string.match(ARGV[4], '^%s*{') then
   return fail('INVALID', 'write-set index is not a JSON object')
 end
 
@@ -138,6 +147,20 @@ local vok, verr = pcall(function()
   for _, t in ipairs(list('tr')) do str(t, 'timer') end
   if ix.dl ~= nil and not whole(ix.dl) then error('INVALID deadline') end
   if ix.w ~= nil then str(ix.w, 'wake subject') end
+  if ix.c ~= nil and (not whole(ix.c) or ix.c < 0) then error('INVALID compat level') end
+  for _, a in ipairs(list('aw')) do str(a[1], 'awaiting run id'); str(a[2], 'digest') end
+  if #list('cr') > 0 then
+    for _, r in ipairs(list('cr')) do str(r, 'cancelled run id') end
+    str(ix.crr, 'cancel result')
+  end
+  local function meta_field(f)
+    str(f, 'meta field')
+    if string.sub(f, 1, 7) ~= 'cancel:' and string.sub(f, 1, 8) ~= 'blocked:' then
+      error('INVALID meta field ' .. f .. ' may not be written by a commit')
+    end
+  end
+  for _, m in ipairs(list('ms')) do meta_field(m[1]); str(m[2], 'meta value') end
+  for _, f in ipairs(list('md')) do meta_field(f) end
   for _, n in ipairs(list('n')) do
     str(n[1], 'channel'); str(n[2], 'notification')
     if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', n[1], n[2]) then
@@ -185,10 +208,17 @@ for _ = 1, nd do
   p = p + 4
 end
 for _ = 1, ns do redis.call('HSET', K_SUBS, ARGV[p], ARGV[p + 1]); p = p + 2 end
+local awaiting = {}
+for _, a in ipairs(list('aw')) do awaiting[a[1]] = a[2] end
 for _ = 1, nr do
   local rid = ARGV[p]
-  redis.call('HSET', K_RUNS, rid .. '.intent', ARGV[p + 1], rid .. '.status', 'dispatched',
-             rid .. '.attempt', 0)
+  if awaiting[rid] then
+    redis.call('HSET', K_RUNS, rid .. '.intent', ARGV[p + 1], rid .. '.status',
+               'awaiting_approval', rid .. '.attempt', 0, rid .. '.digest', awaiting[rid])
+  else
+    redis.call('HSET', K_RUNS, rid .. '.intent', ARGV[p + 1], rid .. '.status', 'dispatched',
+               rid .. '.attempt', 0)
+  end
   p = p + 2
 end
 for i = 1, no do
@@ -210,6 +240,25 @@ for _, a in ipairs(list('a')) do
   redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
   redis.call('HDEL', K_RUNS, unpack(names))
 end
+for _, rid in ipairs(list('cr')) do
+  local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.intent')
+  if r[1] == 'dispatched' or r[1] == 'awaiting_approval' then
+    redis.call('HSET', K_RUNS, rid .. '.result', ix.crr, rid .. '.status', 'completed',
+               rid .. '.completed', now, rid .. '.cancel', now)
+    local iok, intent = pcall(cjson.decode, r[2])
+    if iok and type(intent) == 'table' and type(intent.group) == 'string' then
+      local left = redis.call('HINCRBY', K_META, 'grp:' .. intent.group, -1)
+      if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. intent.group) end
+    end
+    redis.call('HSET', K_META, 'dirty', 1)
+  elseif r[1] == 'running' then
+    redis.call('HSET', K_RUNS, rid .. '.cancel', now)
+  end
+end
+for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
+local md = list('md')
+if #md > 0 then redis.call('HDEL', K_META, unpack(md)) end
+if ix.c and ix.c > 0 then redis.call('HSET', K_META, 'compat', ix.c) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end
 for _, t in ipairs(list('tr')) do redis.call('ZREM', K_TIMERS, t) end
 local wake = redis.call('HGET', K_META, 'wake')
@@ -219,7 +268,6 @@ if ix.w and ix.w ~= '' and ix.w ~= wake then
   redis.call('HSET', K_META, 'wake', wake)
 end
 set_deadline(session, wake, ix.dl or 0, now)
-redis.call('HDEL', K_META, 'partial', 'partial_of')
 receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('PUBLISH', n[1], n[2]) end
 return {seq, redis.call('LLEN', K_ENTRIES)}

@@ -2,11 +2,13 @@
 
 KEYS: the 12 session keys (see _lib.lua).
 ARGV: 1 run id, 2 attempt, 3 worker JSON (optional, for a 'refused' receipt)
-Returns 1 while the attempt is current and the run has no result; refused with
+Returns 1 while the attempt is current and the run has no result, or 'cancelled' when the
+Brain has asked the run to stop (its '<run>.cancel' field, set by a commit): the worker
+stops the tool and completes the run with outcome 'cancelled'. Refused with
 STALE_ATTEMPT <presented> <current> <status> once another attempt took over (or it ended).
 ]==]
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
-local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')
+local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .. '.cancel')
 local cur = tonumber(r[1] or '0')
 if cur ~= attempt or r[2] ~= 'running' then
   if ARGV[3] then
@@ -16,4 +18,5 @@ if cur ~= attempt or r[2] ~= 'running' then
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. (r[2] or 'gone'))
 end
 redis.call('HSET', K_RUNS, rid .. '.heartbeat', now_ms())
+if r[3] then return 'cancelled' end
 return 1

@@ -1,0 +1,69 @@
+--[==[ approve.lua: a person's decision on a run that awaits approval, consumed once.
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV: 1 session id, 2 run id, 3 decision ('approve' | 'reject'), 4 arguments digest
+      presented, 5 worker JSON, 6 receipt JSON,
+      approve: 7 dispatch subject, 8 dispatch JSON, 9 headers JSON
+      reject:  7 result JSON, 8 wake JSON
+An approval is bound to the run's exact arguments: the presented digest must equal the one
+the Brain saved with the intent ('<run>.digest'), or the approval is refused with
+CONFLICT (after a 'refused' receipt) and nothing is dispatched. In one step an approval
+sets the status 'dispatched', '<run>.approved' and the run's outbox dispatch row; a
+rejection completes the run with the given result (outcome error, code 'rejected'), wakes
+the Brain (its group counter too) and sets the dirty mark. Either happens once: a run that
+no longer awaits approval is refused with CONFLICT naming its status.
+Returns {'approved', seq} or {'rejected', seq}.
+]==]
+local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
+  {'HDEL', K_META, 'f'}, {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_RUNS, 'f', 'v'}}))
+if denied then return denied end
+local sid, rid, decision, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('EXISTS', K_META) == 0 then
+  return fail('NOT_FOUND', 'session ' .. sid)
+end
+local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.digest', rid .. '.approved',
+                     rid .. '.intent')
+local now = now_ms()
+if not r[1] then
+  local d = redis.call('HMGET', K_RUNS_DONE, rid .. '.intent', rid .. '.approved')
+  if not d[1] then return fail('NOT_FOUND', 'run ' .. rid .. ' in session ' .. sid) end
+  if d[2] then
+    return fail('CONFLICT', 'run ' .. rid .. ' was approved already (at ' .. d[2] ..
+                ' ms) and has ended; nothing dispatched again')
+  end
+  return fail('CONFLICT', 'run ' .. rid .. ' has ended; it awaits no approval')
+end
+if r[1] ~= 'awaiting_approval' then
+  if r[3] then
+    return fail('CONFLICT', 'run ' .. rid .. ' was approved already (at ' .. r[3] ..
+                ' ms; status ' .. r[1] .. '); nothing dispatched again')
+  end
+  return fail('CONFLICT', 'run ' .. rid .. ' awaits no approval (status ' .. r[1] .. ')')
+end
+if decision == 'approve' and digest ~= r[2] then
+  receipt('refused', ARGV[5], 0, 0, now, cjson.encode({
+    run_id = rid, op = 'approve', presented = digest, expected = r[2]}))
+  return fail('CONFLICT', 'approval refused: digest ' .. digest .. ' does not match the ' ..
+              'arguments of run ' .. rid .. ' (their digest is ' .. r[2] .. ')')
+end
+local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+if decision == 'approve' then
+  redis.call('HSET', K_RUNS, rid .. '.status', 'dispatched', rid .. '.approved', now)
+  outbox(sid, seq, 0, ARGV[7], ARGV[8], ARGV[9], now)
+  receipt('approve', ARGV[5], 0, seq, now, ARGV[6])
+  return {'approved', seq}
+end
+redis.call('HSET', K_RUNS, rid .. '.status', 'completed', rid .. '.completed', now,
+           rid .. '.result', ARGV[7])
+local iok, intent = pcall(cjson.decode, r[4])
+local wake_now = 1
+if iok and type(intent) == 'table' and type(intent.group) == 'string' then
+  local left = redis.call('HINCRBY', K_META, 'grp:' .. intent.group, -1)
+  if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. intent.group) else wake_now = 0 end
+end
+if wake_now == 1 then
+  outbox(sid, seq, 0, redis.call('HGET', K_META, 'wake'), ARGV[8], '', now)
+end
+redis.call('HSET', K_META, 'dirty', 1)
+receipt('reject', ARGV[5], 0, seq, now, ARGV[6])
+return {'rejected', seq}

@@ -1,0 +1,66 @@
+--[==[ cancel.lua: record a cancel intent for a session's tasks, idempotently (client side).
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV: 1 session id, 2 target (a task id, or '*' for every root task of the session),
+      3 wake JSON, 4 deadline ms, 5 worker JSON, 6 receipt JSON
+The intent is committed first, before any Brain acts on it: meta 'cancel:<target>' = now,
+the dirty mark, an outbox wake row, the progress deadline (a lost wake is retried) and a
+'cancel' receipt. The Brain that loads the session next turns the intent into
+cancel_requested on the target tasks and deletes it (brain.cancel).
+Returns one of:
+  {'requested', target}              the intent was recorded now
+  {'pending', target}                recorded before and not yet consumed, or every target
+                                     task already has cancel_requested: nothing written
+  {'finished', target, outcome}      the task (or every task of the session) has ended:
+                                     nothing to cancel, nothing written
+Fails NOT_FOUND for an unknown session or task.
+]==]
+local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}}))
+if denied then return denied end
+if redis.call('EXISTS', K_META) == 0 then
+  return fail('NOT_FOUND', 'session ' .. ARGV[1])
+end
+local sid, target = ARGV[1], ARGV[2]
+local field = 'cancel:' .. target
+if redis.call('HEXISTS', K_META, field) == 1 then
+  return {'pending', target}
+end
+if target == '*' then
+  local live, requested = 0, 0
+  local all = redis.call('HVALS', K_TASKS)
+  for _, raw in ipairs(all) do
+    local ok, t = pcall(cjson.decode, raw)
+    if ok and type(t) == 'table' and (t.parent == nil or t.parent == cjson.null)
+        and type(t.state) == 'table' and t.state.name ~= 'terminal' then
+      live = live + 1
+      if t.cancel_requested == true then requested = requested + 1 end
+    end
+  end
+  if live == 0 then return {'finished', target, 'no unfinished task'} end
+  if requested == live then return {'pending', target} end
+else
+  local raw = redis.call('HGET', K_TASKS, target)
+  if not raw then
+    local done = redis.call('HGET', K_DONE, target)
+    if not done then return fail('NOT_FOUND', 'task ' .. target .. ' in session ' .. sid) end
+    local ok, t = pcall(cjson.decode, done)
+    local outcome = (ok and type(t) == 'table' and type(t.state) == 'table'
+                     and t.state.outcome) or 'ended'
+    return {'finished', target, tostring(outcome)}
+  end
+  local ok, t = pcall(cjson.decode, raw)
+  if ok and type(t) == 'table' then
+    if type(t.state) == 'table' and t.state.name == 'terminal' then
+      return {'finished', target, tostring(t.state.outcome)}
+    end
+    if t.cancel_requested == true then return {'pending', target} end
+  end
+end
+local now = now_ms()
+local wake = redis.call('HGET', K_META, 'wake')
+local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+redis.call('HSET', K_META, field, now, 'dirty', 1)
+outbox(sid, seq, 0, wake, ARGV[3], '', now)
+set_deadline(sid, wake, tonumber(ARGV[4]), now)
+receipt('cancel', ARGV[5], 0, seq, now, ARGV[6])
+return {'requested', target}

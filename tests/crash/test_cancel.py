@@ -1,0 +1,90 @@
+"""Cancellation with real processes: the intent is committed first, tool runs in flight learn
+of it through their heartbeat and stop, runs never claimed are cancelled by the Brain's
+commit, children are aborted bottom-up, and the work settles ``cancelled``; nothing is sent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.models import ToolRun
+from tests.crash.conftest import FIVE_NOTICES, RECIPIENTS, Crash, Opener
+from tests.helpers import eventually
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(90)]
+
+# The tools wait 20 s before they would send; two run at a time, the rest wait unclaimed.
+SLOW = {"TEST_SEND_DELAY_MS": "20000", "BATON_HANDS_CONCURRENCY": "2"}
+
+
+async def _two_running(c: Crash, sid: str) -> list[ToolRun]:
+    async def running() -> list[ToolRun]:
+        runs = (await c.store.load(sid)).runs.values()
+        found = [r for r in runs if r.status == "running"]
+        return found if len(found) == 2 else []
+    return await eventually(running, timeout=20, message="two runs claimed")
+
+
+async def _all_handled(c: Crash, n: int) -> None:
+    """Every tool message was handled by Hands (none left to send anything later)."""
+    async def handled() -> bool:
+        return len(c.events("hands-1", "tool_message_handled")) >= n
+    await eventually(handled, timeout=20, message=f"{n} tool messages handled")
+
+
+async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(crash: Opener) -> None:
+    c = await crash(brains=1, hands=1, app_spec="tests.control_apps:slow_app", env=SLOW)
+    sub = await c.submit(FIVE_NOTICES)
+    claimed = await _two_running(c, sub.session_id)
+    answer = await c.client.cancel(sub.session_id)
+    assert answer.status == "requested"
+    final = await c.settle(sub)
+    assert final.status == "cancelled", final
+    await _all_handled(c, 5)
+    runs = await c.runs(sub.session_id)
+    assert len(runs) == 5, runs
+    assert all(r.result and r.result.outcome == "cancelled" for r in runs), [
+        (r.run_id, r.status, r.attempt, r.result) for r in runs]
+    stopped = {r.run_id for r in runs if r.attempt == 1}
+    assert stopped == {r.run_id for r in claimed}  # told by their heartbeat, then completed
+    assert all(r.result and "while running" in (r.result.error or "") for r in runs
+               if r.run_id in stopped)
+    assert all(r.attempt == 0 for r in runs if r.run_id not in stopped)  # never claimed
+    assert len(c.events("hands-1", "tool_cancelled")) == 2
+    outcomes = [e["outcome"] for e in c.events("hands-1", "tool_message_handled")]
+    assert sorted(outcomes) == ["cancelled", "cancelled", "duplicate", "duplicate", "duplicate"]
+    assert (await c.stats())["raw_requests"] == 0  # nothing was sent
+    task = await c.store.task(sub.session_id, sub.task_id)
+    assert task.state.name == "terminal" and task.state.outcome == "cancelled"
+    kinds = [r.kind for r in await c.receipts(sub.session_id)]
+    assert kinds.count("cancel") == 1
+    assert (await c.client.cancel(sub.session_id)).status == "finished"
+
+
+async def test_cancel_notice_batch_aborts_children_bottom_up(crash: Opener) -> None:
+    c = await crash(brains=1, hands=1, app_spec="tests.control_apps:slow_batch_app", env=SLOW)
+    sid, tid, _ = await c.client.start_task(
+        None, "notice-batch",
+        {"recipients": list(RECIPIENTS), "subject": "Notice", "body": "Approved."},
+        agent="notice-batch")
+    await _two_running(c, sid)
+    first = await c.client.cancel(sid, tid)
+    second = await c.client.cancel(sid, tid)
+    assert first.status == "requested" and second.status in ("pending", "finished")
+    task = await c.client.wait_task(sid, tid, timeout=30)
+    assert task.state.name == "terminal" and task.state.outcome == "cancelled", task.state
+    await _all_handled(c, 5)
+    done = await c.store.finished_tasks(sid)
+    children = [t for t in done.values() if t.parent == tid]
+    assert len(children) == 5
+    assert all(ch.state.outcome == "aborted" and ch.cancel_requested for ch in children)
+    # Bottom-up: every child ended before its parent's terminal commit.
+    receipts = await c.receipts(sid)
+    ended = {r.detail["task_id"]: i for i, r in enumerate(receipts)
+             if r.detail.get("state") == "terminal"}
+    assert all(ended[ch.id] < ended[tid] for ch in children), ended
+    runs = await c.runs(sid)
+    assert len(runs) == 5 and all(r.result and r.result.outcome == "cancelled" for r in runs)
+    assert (await c.stats())["raw_requests"] == 0  # no delivery after the cancel
+    assert (await c.client.cancel(sid, tid)).status == "finished"
+    assert (await c.store.load(sid)).tasks == {}

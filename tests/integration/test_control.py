@@ -1,0 +1,132 @@
+"""Approvals and cancellation with Brain, Hands and Relay in one event loop (real servers).
+
+Approvals: an approval-gated tool's runs wait, unsent, until a person approves their exact
+arguments; a wrong digest is refused and dispatches nothing; the right one dispatches once;
+a second approval is refused. Cancellation: idempotent answers, a run never claimed is
+cancelled by the Brain's commit, the submission settles cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from brain.worker import BrainWorker
+from hands.worker import HandsWorker
+from shared.client import Client
+from shared.control import args_digest
+from shared.errors import ConflictError
+from shared.inspect import session_view
+from shared.mailbox import MailboxServer
+from shared.relay import Relay
+from shared.settings import Settings
+from tests.control_apps import approval_app, slow_app
+from tests.helpers import eventually, running
+
+TWO = "Send the approved notice to ada@example.com and grace@example.com, then summarise."
+
+
+@pytest.fixture
+async def mailbox() -> AsyncIterator[MailboxServer]:
+    async with MailboxServer() as server:
+        yield server
+
+
+async def _stats(mailbox: MailboxServer) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        return dict((await http.get(f"{mailbox.url}/stats")).json())
+
+
+async def test_approval_bound_to_arguments_dispatches_once(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), approval_app)
+    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), approval_app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, hands, brain):
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit(TWO, agent="notices")
+            sid = sub.session_id
+
+            async def awaiting() -> list[Any]:
+                runs = (await client.store.load(sid)).runs.values()
+                found = [r for r in runs if r.status == "awaiting_approval"]
+                return found if len(found) == 2 else []
+            runs = sorted(await eventually(awaiting, timeout=10), key=lambda r: r.run_id)
+            view = await session_view(client.store, sid)
+            assert [a["run_id"] for a in view["awaiting_approval"]] == [r.run_id for r in runs]
+            ada, grace = runs
+            assert ada.intent.approval_digest == args_digest("send_email", ada.intent.arguments)
+            assert view["awaiting_approval"][0]["arguments"] == ada.intent.arguments
+
+            # An approval for other arguments (grace's digest on ada's run) is refused.
+            with pytest.raises(ConflictError, match="does not match"):
+                await client.approve(sid, ada.run_id, grace.intent.approval_digest or "")
+            assert (await client.store.run(sid, ada.run_id)).status == "awaiting_approval"
+            assert (await _stats(mailbox))["raw_requests"] == 0  # nothing dispatched
+
+            await client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
+            with pytest.raises(ConflictError, match="approved already"):
+                await client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
+            await eventually(lambda: _delivered(mailbox, "ada@example.com"), timeout=10)
+            assert (await client.store.run(sid, grace.run_id)).status == "awaiting_approval"
+            await client.reject(sid, grace.run_id, "not this one")
+            final = await client.wait(sub, timeout=15)
+            with pytest.raises(ConflictError, match="approved already"):
+                await client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
+            receipts = await client.store.receipts(sid)
+        finally:
+            await client.close()
+    assert final.status == "completed", final
+    assert "ada@example.com: sent" in (final.answer or "")
+    assert "grace@example.com: failed (rejected)" in (final.answer or "")
+    stats = await _stats(mailbox)
+    assert stats["deliveries"] == {"ada@example.com": 1} and stats["raw_requests"] == 1
+    kinds = [r.kind for r in receipts]
+    assert kinds.count("approve") == 1 and kinds.count("reject") == 1
+    assert any(r.kind == "refused" and r.detail.get("op") == "approve" for r in receipts)
+
+
+async def _delivered(mailbox: MailboxServer, to: str) -> bool:
+    return (await _stats(mailbox))["deliveries"].get(to) == 1
+
+
+async def test_cancel_before_claim_and_idempotent_answers(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    """No Hands: the runs are never claimed, so the Brain's commit cancels them itself."""
+    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), slow_app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, brain):
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit(TWO, agent="notices")
+            sid = sub.session_id
+
+            async def dispatched() -> bool:
+                return len((await client.store.load(sid)).runs) == 2
+            await eventually(dispatched, timeout=10)
+            first = await client.cancel(sid)
+            again = await client.cancel(sid)
+            final = await client.wait(sub, timeout=10)
+            after = await client.cancel(sid)
+            task = await client.store.task(sid, sub.task_id)
+            runs = await client.store.applied_runs(sid)
+            view = await session_view(client.store, sid)
+        finally:
+            await client.close()
+    assert first.status == "requested" and again.status == "pending"
+    assert after.status == "finished"
+    assert final.status == "cancelled", final
+    assert task.state.name == "terminal" and task.state.outcome == "cancelled"
+    assert len(runs) == 2 and all(r.result and r.result.outcome == "cancelled"
+                                  for r in runs.values())
+    assert all(r.attempt == 0 for r in runs.values())  # never claimed
+    assert view["tasks"][0]["outcome"] == "cancelled"
+    assert (await _stats(mailbox))["raw_requests"] == 0
