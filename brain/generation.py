@@ -7,6 +7,17 @@
   worker that dies during the model call is visible on load and counted (restart limit).
 * ``request`` calls the model outside any commit, then commits in one step the response
   entry, the tool runs (intent, replay policy, operation id), their outbox rows and the wait.
+* ``retry`` (``sleeping{until}`` with a durable timer): a retryable model failure (429 with
+  ``Retry-After``, 5xx, connection errors, timeouts, a truncated stream; brain.retry) waits
+  with backoff, the failures and the deadline saved in the checkpoint, then re-issues the
+  request as the next attempt; past the deadline, or on a non-retryable failure (4xx, a
+  malformed answer), the task ends ``failed`` with ``model_error: <why>``.
+* Streamed text goes out through throttled, losable partial commits (brain.stream) while the
+  model answers. It is never a response: text streamed by an attempt that produced none
+  (the worker died, the call failed) becomes an ``interrupted`` entry with the next commit,
+  and the request is issued again; the model sees that text as interrupted.
+* The request id is ``<task id>:<turn>:<attempt>``; the attempt counts retries and
+  re-entries after a crash, so a re-issued request has a new id with the same prefix.
 * ``apply`` commits the tool results as entries and the runs' ``applied`` mark together with
   the next request's ``running`` mark.
 * ``cancel_requested`` (brain.cancel): no further phase runs; once the task's tool runs
@@ -22,13 +33,17 @@ from typing import Any
 
 from brain.cancel import live_runs
 from brain.context import TaskContext
-from brain.model import ModelRequest, ModelResponse, model_client
+from brain.model import ModelRequest, ModelResponse, model_client, streams
+from brain.retry import retry_at
+from brain.stream import PartialText
 from shared.control import args_digest
+from shared.errors import ModelRetryableError
 from shared.models import (
     Checkpoint,
     Entry,
     OutboxRow,
     Running,
+    Sleeping,
     Task,
     Terminal,
     ToolCall,
@@ -39,7 +54,7 @@ from shared.models import (
     Waiting,
     dumps,
 )
-from shared.writes import Writes
+from shared.writes import Writes, timer_member
 
 KIND = "generation"
 
@@ -125,6 +140,8 @@ class Generation:
             return await self._request(task, ctx)
         if state.name == "waiting":
             return await self._apply(task, ctx)
+        if state.name == "sleeping":
+            return await self._resume(task, ctx)
         return None
 
     # ------------------------------------------------------------------ phases
@@ -147,40 +164,111 @@ class Generation:
             crashes = task.crashes + 1
             ctx.log.warning("phase_reentered", task_id=task.id, phase=task.checkpoint.phase,
                             crashes=crashes, previous_worker=running.worker)
+            writes = Writes(kind="reenter", detail={"task_id": task.id, "crashes": crashes})
+            saved = await ctx.store.partial(ctx.session_id)
+            if saved and saved.task_id == task.id and saved.request_id == self._request_id(task):
+                # Its text was streamed by the attempt that died: never a response.
+                writes.entries.append(self._interrupted(task, saved.text, ctx))
+                writes.detail["interrupted"] = saved.request_id
             if crashes >= ctx.settings.restart_limit:
                 reason = (f"restart limit: a worker died {crashes} times in phase "
                           f"{task.checkpoint.phase}")
-                await self._finish(task, ctx, "failed", reason=reason)
+                await self._finish(task, ctx, "failed", reason=reason, writes=writes)
                 return None
-            task = self._running(task, ctx, task.checkpoint.phase, task.checkpoint.data,
-                                 crashes=crashes)
-            await ctx.commit(Writes(kind="reenter", tasks=[task],
-                                    detail={"task_id": task.id, "crashes": crashes}))
+            task = self._running(task, ctx, task.checkpoint.phase,
+                                 self._next_attempt(task.checkpoint.data), crashes=crashes)
+            writes.tasks.append(task)
+            await ctx.commit(writes)
         turn = int(task.checkpoint.data.get("turn", 1))
         agent = ctx.agent
+        request_id = self._request_id(task)
         request = ModelRequest(
             model=agent.model,
             instructions=agent.instructions,
             entries=tuple(ctx.state.entries),
             tools=tuple(ctx.app.tools[t].schema() for t in agent.tools),
-            request_id=f"{task.id}:{turn}:{task.crashes}",
+            request_id=request_id,
         )
         ctx.faults.hit("brain.during_model")
+        partial = PartialText(ctx, task.id, request_id)
         try:
-            response = await self._model(agent.model, ctx).generate(request)
-        except Exception as exc:  # a model error ends the task with a clear reason
-            ctx.log.error("model_failed", task_id=task.id, error=str(exc))
-            await self._finish(task, ctx, "failed", reason=f"model_error: {exc}")
+            client = self._model(agent.model, ctx)
+            if streams(client):
+                async with partial:
+                    response = await client.generate(request, on_text=partial.add)
+            else:
+                response = await client.generate(request)
+        except ModelRetryableError as exc:
+            await self._retry(task, ctx, exc, partial.text)
             return None
+        except Exception as exc:  # a model error ends the task with a clear reason
+            ctx.log.error("model_failed", task_id=task.id, request_id=request_id,
+                          error=str(exc))
+            writes = Writes(kind="final")
+            if partial.text:
+                writes.entries.append(self._interrupted(task, partial.text, ctx))
+            detail = self._attempt(task, request_id, error=exc)
+            await self._finish(task, ctx, "failed", reason=f"model_error: {exc}",
+                               writes=writes, detail=detail)
+            return None
+        detail = self._attempt(task, request_id, response=response)
         if response.tool_calls:
-            await self._dispatch(task, ctx, response, turn)
+            await self._dispatch(task, ctx, response, turn, detail=detail)
             ctx.faults.hit("brain.after_intent_commit")
             return None
-        await self._finish(task, ctx, "completed", response=response)
+        await self._finish(task, ctx, "completed", response=response, detail=detail)
         return None
 
+    async def _retry(
+        self, task: Task, ctx: TaskContext, exc: ModelRetryableError, streamed: str
+    ) -> None:
+        """A retryable failure: sleep until the backoff's time (durable), or give up."""
+        data = dict(task.checkpoint.data)
+        now = ctx.now()
+        request_id = self._request_id(task)
+        failures = int(data.get("failures", 0)) + 1
+        since = int(data.get("retry_since_ms") or now)
+        deadline = since + int(ctx.settings.model_retry_deadline_s * 1000)
+        until = retry_at(ctx.settings, now, failures, deadline, exc.retry_after_s)
+        attempt = self._attempt(task, request_id, error=exc)
+        writes = Writes(kind="retry")
+        if streamed:
+            writes.entries.append(self._interrupted(task, streamed, ctx))
+        ctx.log.warning("model_retry" if until else "model_gave_up", task_id=task.id,
+                        request_id=request_id, error=str(exc), failures=failures,
+                        retry_in_ms=until - now if until else None)
+        if until is None:
+            reason = (f"model_error: gave up after {failures} failed attempts "
+                      f"({(now - since) / 1000:.1f}s): {exc}")
+            await self._finish(task, ctx, "failed", reason=reason, writes=writes,
+                               detail=attempt)
+            return
+        data.update(failures=failures, retry_since_ms=since, deadline_ms=deadline,
+                    until_ms=until, last_error=str(exc)[:500],
+                    attempts=[*data.get("attempts", ()), attempt])
+        task = task.model_copy(update={
+            "state": Sleeping(until_ms=until),
+            "checkpoint": Checkpoint(phase="retry", data=data, step=task.checkpoint.step),
+            "crashes": 0, "updated_ms": now,
+        })
+        writes.tasks.append(task)
+        writes.timers_add[self._timer(task, ctx)] = until
+        writes.detail = {"task_id": task.id, **attempt, "until_ms": until,
+                         "retry_in_ms": until - now}
+        await ctx.commit(writes)
+
+    async def _resume(self, task: Task, ctx: TaskContext) -> Task:
+        """The retry timer is due: mark the request phase running for the next attempt."""
+        task = self._running(task, ctx, "request", self._next_attempt(task.checkpoint.data))
+        await ctx.commit(Writes(kind="resume", tasks=[task],
+                                timers_remove=[self._timer(task, ctx)],
+                                detail={"task_id": task.id,
+                                        "request_id": self._request_id(task)}))
+        return task
+
     async def _dispatch(
-        self, task: Task, ctx: TaskContext, response: ModelResponse, turn: int
+        self, task: Task, ctx: TaskContext, response: ModelResponse, turn: int,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         agent, meta = ctx.agent, ctx.state.meta
         group = f"{task.id}-{turn}"
@@ -218,7 +306,8 @@ class Generation:
         else:  # every call was refused: the model sees why on its next turn
             task = self._running(task, ctx, "request", {"turn": turn + 1, "model": agent.model})
         writes.tasks.append(task)
-        writes.detail = {"task_id": task.id, "turn": turn, "runs": [r.run_id for r in writes.runs]}
+        writes.detail = {"task_id": task.id, "turn": turn, "runs": [r.run_id for r in writes.runs],
+                         **(detail or {})}
         await ctx.commit(writes)
 
     async def _redispatch(self, task: Task, ctx: TaskContext, stuck: list[ToolRun]) -> None:
@@ -297,6 +386,7 @@ class Generation:
         response: ModelResponse | None = None,
         reason: str = "",
         writes: Writes | None = None,
+        detail: dict[str, Any] | None = None,
     ) -> None:
         writes = writes or Writes(kind="final")
         writes.kind = "final"
@@ -320,7 +410,7 @@ class Generation:
             })
             writes.submissions.append(settled)
             writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id), sub.id))
-        writes.detail = {"task_id": task.id, "outcome": outcome}
+        writes.detail = {"task_id": task.id, "outcome": outcome, **(detail or {})}
         if reason:
             writes.detail["reason"] = reason
         await ctx.commit(writes)
@@ -346,6 +436,50 @@ class Generation:
                      submission_id=task.submission_id, ts_ms=ctx.now())
 
     def _model(self, name: str, ctx: TaskContext) -> Any:
+        """The app's own client for ``name``, else one built once per Brain (brain.model)."""
+        if name in ctx.app.models:
+            return ctx.app.models[name]
         if name not in ctx.models:
-            ctx.models[name] = ctx.app.models.get(name) or model_client(name)
+            ctx.models[name] = model_client(name, ctx.settings)
         return ctx.models[name]
+
+    # ------------------------------------------------------------------ attempts
+
+    @staticmethod
+    def _request_id(task: Task) -> str:
+        """Derived, never random: ``<task id>:<turn>:<attempt>``."""
+        data = task.checkpoint.data
+        return f"{task.id}:{int(data.get('turn', 1))}:{int(data.get('attempt', 0))}"
+
+    @staticmethod
+    def _next_attempt(data: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in data.items() if k != "until_ms"}
+        out["attempt"] = int(data.get("attempt", 0)) + 1
+        return out
+
+    @staticmethod
+    def _attempt(
+        task: Task, request_id: str, *, response: ModelResponse | None = None,
+        error: Exception | None = None,
+    ) -> dict[str, Any]:
+        """What one model attempt cost and how it ended: saved in receipts and checkpoints."""
+        usage = response.usage if response else getattr(error, "usage", None)
+        out: dict[str, Any] = {
+            "request_id": request_id,
+            "attempt": int(task.checkpoint.data.get("attempt", 0)),
+            "usage": usage.model_dump() if usage else {"input_tokens": 0, "output_tokens": 0},
+        }
+        if response is not None and response.provider_request_id:
+            out["provider_request_id"] = response.provider_request_id
+        if error is not None:
+            out["error"] = str(error)[:500]
+            if getattr(error, "status", None):
+                out["status"] = error.status  # type: ignore[attr-defined]
+        return out
+
+    def _interrupted(self, task: Task, text: str, ctx: TaskContext) -> Entry:
+        return Entry(kind="interrupted", text=text, task_id=task.id,
+                     submission_id=task.submission_id, ts_ms=ctx.now())
+
+    def _timer(self, task: Task, ctx: TaskContext) -> str:
+        return timer_member("task", ctx.session_id, task.id, ctx.state.meta.wake_subject)

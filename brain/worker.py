@@ -81,6 +81,25 @@ class BrainWorker(Service):
                 await self.bus.close()
         finally:
             await self.store.close()
+            await self._close_models()
+
+    async def _close_models(self) -> None:
+        """Close the model clients this Brain built (their HTTP connection pools)."""
+        models, self.models = self.models, {}
+        for client in models.values():
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception as exc:  # closing is best effort at shutdown
+                    log.warning("model_close_failed", error=str(exc))
+
+    def levels(self) -> list[tuple[str, int]]:
+        """(agent, compat level) pairs whose wakes this Brain consumes."""
+        return [(a.name, level) for a in self.app.agents.values() for level in a.levels]
+
+    def announcement(self) -> dict[str, object]:
+        return {"serves": [[a, level] for a, level in self.levels()]}
 
     def levels(self) -> list[tuple[str, int]]:
         """(agent, compat level) pairs whose wakes this Brain consumes."""

@@ -20,6 +20,10 @@ text::
     ├── UnavailableError             retryable a server cannot be reached
     │   ├── RedisUnavailable
     │   └── NatsUnavailable
+    ├── ModelError                   terminal  a model provider refused the request or sent a
+    │   │                                      malformed answer (provider, status)
+    │   └── ModelRetryableError      retryable 429 / 5xx / overloaded, connection errors, timeouts,
+    │                                          a truncated stream (retry_after_s: the server's hint)
     ├── ServerError                  terminal  an embedded server could not start or stop
     │   └── ServerBinaryMissing      terminal  redis-server / nats-server not installed
     └── ToolError                    terminal  a tool failed; becomes a result the model sees
@@ -173,6 +177,34 @@ class RedisUnavailable(UnavailableError):
 
 class NatsUnavailable(UnavailableError):
     code = "nats_unavailable"
+
+
+class ModelError(BatonError):
+    """A model call failed in a way that asking again will not fix (4xx, malformed answer)."""
+
+    code = "model_error"
+    provider: str
+    status: int | None
+
+    def __init__(self, message: str, *, provider: str = "", status: int | None = None,
+                 **fields: Any) -> None:
+        super().__init__(message, provider=provider, status=status, **fields)
+
+
+class ModelRetryableError(ModelError):
+    """A model call failed in a way that the same request may succeed later.
+
+    ``retry_after_s`` is the provider's hint (``Retry-After``), or None.
+    """
+
+    retryable = True
+    code = "model_unavailable"
+    retry_after_s: float | None
+
+    def __init__(self, message: str, *, provider: str = "", status: int | None = None,
+                 retry_after_s: float | None = None, **fields: Any) -> None:
+        super().__init__(message, provider=provider, status=status,
+                         retry_after_s=retry_after_s, **fields)
 
 
 class ServerError(BatonError):

@@ -22,6 +22,7 @@ SESSION_SCRIPTS = (
     "claim",
     "heartbeat",
     "complete",
+    "partial",
     "cancel",
     "approve",
 )

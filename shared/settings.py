@@ -17,6 +17,14 @@ from pydantic import ValidationError as PydanticValidationError
 from shared.errors import ConfigError
 
 ENV_PREFIX = "BATON_"
+# Provider variables read when their BATON_ form is not set (the names the providers' own
+# tools use).
+FALLBACK_ENV = {
+    "openai_api_key": "OPENAI_API_KEY",
+    "openai_base_url": "OPENAI_BASE_URL",
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "anthropic_base_url": "ANTHROPIC_BASE_URL",
+}
 
 
 class Settings(BaseModel):
@@ -75,6 +83,26 @@ class Settings(BaseModel):
     # GET /healthz (live) and /readyz (ready, 503 while draining) on this port; 0 = off.
     health_port: int = Field(default=0, ge=0, le=65535)
 
+    # Models (brain.model): provider endpoints, keys, timeouts, streaming and retries. Keys
+    # come from the environment only: BATON_OPENAI_API_KEY or OPENAI_API_KEY, and
+    # BATON_ANTHROPIC_API_KEY or ANTHROPIC_API_KEY (likewise *_BASE_URL).
+    openai_base_url: str = ""  # default https://api.openai.com/v1; openai-compatible needs one
+    openai_api_key: str = Field(default="", repr=False)
+    anthropic_base_url: str = ""  # default https://api.anthropic.com
+    anthropic_api_key: str = Field(default="", repr=False)
+    model_stream: bool = True  # stream answers (SSE); False asks for one JSON answer
+    model_connect_timeout_s: float = Field(default=5.0, gt=0)
+    # Longest silence while waiting for the answer's next bytes; the whole call is bounded too.
+    model_read_timeout_s: float = Field(default=60.0, gt=0)
+    model_call_timeout_s: float = Field(default=600.0, gt=0)
+    model_max_tokens: int = Field(default=4096, ge=1)
+    # Streamed text is saved for watchers at most this often (losable partial commits).
+    model_partial_interval_ms: int = Field(default=100, ge=10)
+    # Retryable model failures: exponential backoff from base to max, given up after deadline.
+    model_backoff_ms: int = Field(default=500, ge=1)
+    model_backoff_max_ms: int = Field(default=30_000, ge=1)
+    model_retry_deadline_s: float = Field(default=300.0, gt=0)
+
     mail_url: str = "http://127.0.0.1:8025"
     worker_name: str = ""
     log_level: str = "info"
@@ -90,6 +118,8 @@ class Settings(BaseModel):
             key = ENV_PREFIX + name.upper()
             if key in env and env[key] != "":
                 values[name] = env[key]
+            elif env.get(FALLBACK_ENV.get(name, "")):
+                values[name] = env[FALLBACK_ENV[name]]
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls.model_validate(values)

@@ -120,6 +120,15 @@ class Claim:
         return self.status == "claimed" and self.previous_attempt > 0
 
 
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """Text a model was streaming when the last partial commit saved it (partial.lua)."""
+
+    task_id: str
+    request_id: str
+    text: str
+
+
 @dataclass
 class SessionState:
     """A session's live state as one consistent snapshot."""
@@ -450,6 +459,30 @@ class Store:
         )
         return int(seq), int(count)
 
+    async def save_partial(
+        self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,
+        request_id: str, text: str, delta: str,
+    ) -> bool:
+        """Save a streaming answer's text so far (partial.lua); False when the fence is stale.
+
+        Losable by design: the caller drops a failure; the next commit clears the text.
+        """
+        sk = self.keys.session(session_id)
+        receipt = dumps({"detail": {"task_id": task_id, "request_id": request_id,
+                                    "delta": delta, "chars": len(text)}})
+        saved = await self._run("partial", sk, [fence, worker.model_dump_json(), task_id,
+                                                request_id, text, receipt])
+        return bool(saved)
+
+    async def partial(self, session_id: str) -> Partial | None:
+        """The streamed text saved since the last commit, if any."""
+        sk = self.keys.session(session_id)
+        text, of = await self.redis.hmget(sk.meta, ["partial", "partial_of"])
+        if of is None:
+            return None
+        task_id, _, request_id = of.partition(" ")
+        return Partial(task_id=task_id, request_id=request_id, text=text or "")
+
     # ------------------------------------------------------------------ Hands side
 
     async def claim(
@@ -581,6 +614,6 @@ def _runs_of(r: Receipt) -> set[str]:
 
 
 __all__ = [
-    "BatonError", "Claim", "Lease", "SessionState", "Store", "connect_redis", "now_ms",
+    "BatonError", "Claim", "Lease", "Partial", "SessionState", "Store", "connect_redis", "now_ms",
     "receipts_about",
 ]

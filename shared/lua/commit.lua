@@ -32,6 +32,8 @@ Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (t
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
 a baseline deletes the deltas between the previous baseline and itself.
+Every commit clears the session's streamed partial text (meta 'partial', 'partial_of'; see
+partial.lua): a real commit supersedes whatever was streamed before it.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}.
@@ -268,6 +270,7 @@ if ix.w and ix.w ~= '' and ix.w ~= wake then
   redis.call('HSET', K_META, 'wake', wake)
 end
 set_deadline(session, wake, ix.dl or 0, now)
+redis.call('HDEL', K_META, 'partial', 'partial_of')
 receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('PUBLISH', n[1], n[2]) end
 return {seq, redis.call('LLEN', K_ENTRIES)}

@@ -1,0 +1,89 @@
+"""Streamed text for watchers: throttled, losable partial commits of a model's answer.
+
+While a model streams, :class:`PartialText` collects the text and, at most every
+``Settings.model_partial_interval_ms``, saves the text so far with one small script
+(partial.lua) that also appends a ``partial`` receipt carrying the new text, which
+``baton watch`` prints as it comes. Losable: a save never blocks the stream (at most one is
+in flight; deltas that arrive meanwhile go with the next one), a failed save is dropped, and
+a stale fence writes nothing. A partial is never a response: the next commit clears it,
+and a Brain that takes over after a crash turns it into an ``interrupted`` entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from brain.context import TaskContext
+
+
+class PartialText:
+    """The text of one model attempt; ``add`` is the client's ``on_text``.
+
+    Use as ``async with PartialText(...) as partial:``; leaving stops the saver (an unsaved
+    tail is not saved: the commit that follows holds the whole answer) after a save in
+    flight finished.
+    """
+
+    def __init__(self, ctx: TaskContext, task_id: str, request_id: str) -> None:
+        self.ctx = ctx
+        self.task_id = task_id
+        self.request_id = request_id
+        self.parts: list[str] = []
+        self.saved = 0  # characters announced by a saved partial
+        self.saves = 0
+        self._interval = ctx.settings.model_partial_interval_ms / 1000
+        self._more = asyncio.Event()
+        self._saver: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Future[None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add(self, delta: str) -> None:
+        self.parts.append(delta)
+        self._more.set()
+
+    async def __aenter__(self) -> PartialText:
+        self._saver = asyncio.create_task(self._run(), name=f"partial:{self.task_id}")
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._saver is not None:
+            self._saver.cancel()
+            await asyncio.gather(self._saver, return_exceptions=True)
+        if self._inflight is not None and not self._inflight.done():
+            # Let a save already sent finish first, so it cannot land after the commit that
+            # follows (which clears the partial).
+            await asyncio.wait({self._inflight}, timeout=2.0)
+
+    async def _run(self) -> None:
+        last = 0.0
+        while True:
+            await self._more.wait()
+            wait = last + self._interval - time.monotonic()
+            if wait > 0:  # throttled: deltas arriving meanwhile join this save
+                await asyncio.sleep(wait)
+            self._more.clear()
+            last = time.monotonic()
+            self._inflight = asyncio.ensure_future(self._save())
+            await asyncio.shield(self._inflight)
+
+    async def _save(self) -> None:
+        text = self.text
+        if len(text) <= self.saved:
+            return
+        ctx = self.ctx
+        try:
+            ok = await ctx.store.save_partial(
+                ctx.session_id, ctx.fence, ctx.worker, task_id=self.task_id,
+                request_id=self.request_id, text=text, delta=text[self.saved:],
+            )
+        except Exception as exc:  # losable: the next save carries this delta too
+            ctx.log.debug("partial_dropped", task_id=self.task_id, error=str(exc))
+            return
+        if ok:
+            self.saved = len(text)
+            self.saves += 1

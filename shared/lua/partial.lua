@@ -1,0 +1,22 @@
+--[==[ partial.lua: save the text a model is streaming, for watchers (a losable partial commit).
+
+KEYS: the 12 session keys (see _lib.lua).
+ARGV: 1 fence, 2 worker JSON, 3 task id, 4 request id, 5 the text so far, 6 receipt JSON
+Sets meta 'partial' (the text so far) and 'partial_of' ("<task id> <request id>") and appends
+a 'partial' receipt (its detail carries the new text as 'delta'). The next commit clears both
+fields (commit.lua). A partial is never a response: after a crash the Brain that takes over
+turns it into an 'interrupted' entry (brain.generation).
+Losable: a presented fence that is not the current one writes nothing and returns 0 (no
+error, no receipt): a stale Brain's text is simply dropped. Returns 1 when saved.
+]==]
+local denied = acl_refusal(log_checks({{'HSET', K_META, 'f', 'v'}}))
+if denied then return denied end
+
+local fence = tonumber(ARGV[1])
+local cur = tonumber(redis.call('HGET', K_META, 'fence') or '-1')
+if cur ~= fence then
+  return 0
+end
+redis.call('HSET', K_META, 'partial', ARGV[5], 'partial_of', ARGV[3] .. ' ' .. ARGV[4])
+receipt('partial', ARGV[2], fence, 0, now_ms(), ARGV[6])
+return 1

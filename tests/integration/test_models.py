@@ -1,0 +1,300 @@
+"""The HTTP model clients over real HTTP against tests.model_server, with Brain, Hands and
+Relay in one event loop: the five-notice run through each adapter (streamed and JSON),
+streamed text as partial receipts, retries (Retry-After, 5xx, a truncated or stalled stream)
+as durable sleeps, and clear model errors (a malformed stream, a 4xx).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from brain.worker import BrainWorker
+from hands.worker import HandsWorker
+from shared.app import App
+from shared.client import Client
+from shared.mailbox import MailboxServer
+from shared.models import Entry, Receipt, Submission, Task
+from shared.relay import Relay
+from shared.settings import Settings
+from shared.store import Partial
+from tests.helpers import eventually, running
+from tests.model_apps import anthropic_app, openai_app
+from tests.model_server import Behaviour, ModelServer
+
+FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
+        "margaret@example.com and barbara@example.com, then summarise.")
+APPS = {"openai": openai_app, "anthropic": anthropic_app}
+
+
+@pytest.fixture
+async def model_server() -> AsyncIterator[ModelServer]:
+    async with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def mailbox() -> AsyncIterator[MailboxServer]:
+    async with MailboxServer() as server:
+        yield server
+
+
+def model_settings(settings: Settings, server: ModelServer, **extra: Any) -> Settings:
+    return settings.model_copy(update={
+        "openai_base_url": server.openai_url, "openai_api_key": server.key,
+        "anthropic_base_url": server.anthropic_url, "anthropic_api_key": server.key,
+        "model_backoff_ms": 200, "model_read_timeout_s": 5.0, **extra,
+    })
+
+
+@dataclass
+class Outcome:
+    """A settled submission and what the tests check about it."""
+
+    final: Submission
+    entries: list[Entry]
+    receipts: list[Receipt]
+    task: Task
+    partial: Partial | None  # streamed text left after the final commit (none expected)
+
+    def step(self, name: str) -> Receipt:
+        return next(r for r in self.receipts if r.detail.get("step") == name)
+
+
+Check = Callable[[Client, Submission], Awaitable[None]]
+
+
+async def run_notices(settings: Settings, app: App, mailbox: MailboxServer,
+                      *, check: Check | None = None) -> Outcome:
+    """Submit the five notices with Brain, Hands and Relay in this loop; wait until settled."""
+    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, hands, brain):
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit(FIVE, agent="notices")
+            if check is not None:
+                await check(client, sub)
+            final = await client.wait(sub, timeout=30)
+            store, sid = client.store, sub.session_id
+            return Outcome(final, await store.entries(sid), await store.receipts(sid),
+                           await store.task(sid, sub.task_id), await store.partial(sid))
+        finally:
+            await client.close()
+
+
+async def mail_stats(mailbox: MailboxServer) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        return dict((await http.get(f"{mailbox.url}/stats")).json())
+
+
+def kinds(entries: list[Entry]) -> list[str]:
+    return [e.kind for e in entries]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "json"])
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_five_notices_through_each_adapter(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str,
+    stream: bool,
+) -> None:
+    s = model_settings(settings, model_server, model_stream=stream)
+    out = await run_notices(s, APPS[wire], mailbox)
+    final = out.final
+    assert final.status == "completed", final
+    assert final.answer and final.answer.count(": sent") == 5, final.answer
+    entries: list[Entry] = out.entries
+    assert kinds(entries) == ["user", "model", *["tool_result"] * 5, "model"]
+    calls = entries[1].tool_calls
+    assert [c.arguments["to"] for c in calls] == [
+        "ada@example.com", "grace@example.com", "linus@example.com", "margaret@example.com",
+        "barbara@example.com"]
+    assert {e.tool_call_id for e in entries[2:7]} == {c.id for c in calls}
+    assert all(e.usage and e.usage.input_tokens > 0 and e.usage.output_tokens > 0
+               for e in (entries[1], entries[-1]))
+    stats = await mail_stats(mailbox)
+    assert stats["accepted"] == 5 and stats["raw_requests"] == 5
+    # One request per turn, ids derived from the task (turn 1 and 2, attempt 0), streamed or not.
+    seen = model_server.requests
+    assert [r.wire for r in seen] == [wire, wire]
+    assert [r.request_id for r in seen] == [f"{final.task_id}:1:0", f"{final.task_id}:2:0"]
+    assert all(bool(r.body.get("stream")) == stream for r in seen)
+    # The second request is the conversation rebuilt from committed entries: five results
+    # answering the five calls by id.
+    body = seen[1].body
+    if wire == "openai":
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in results] == [c.id for c in calls]
+        assert body["messages"][0] == {"role": "system", "content": openai_app.agents[
+            "notices"].instructions}
+    else:
+        blocks = [b for m in body["messages"] for b in m["content"] if b["type"] == "tool_result"]
+        assert [b["tool_use_id"] for b in blocks] == [c.id for c in calls]
+        assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    receipts: list[Receipt] = out.receipts
+    tools = next(r for r in receipts if r.detail.get("step") == "tools")
+    assert tools.detail["request_id"] == f"{final.task_id}:1:0"
+    assert tools.detail["usage"] == entries[1].usage.model_dump()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_streamed_text_goes_out_as_partial_receipts(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
+) -> None:
+    model_server.script(Behaviour(), Behaviour(chunk_delay_s=0.03))  # the summary, slowly
+    s = model_settings(settings, model_server, model_partial_interval_ms=50)
+    out = await run_notices(s, APPS[wire], mailbox)
+    final = out.final
+    assert final.status == "completed" and final.answer
+    partials = [r for r in out.receipts if r.kind == "partial"]
+    assert len(partials) >= 3, partials
+    streamed = "".join(r.detail["delta"] for r in partials)
+    assert final.answer.startswith(streamed) and len(streamed) > len(final.answer) // 3
+    assert all(r.detail["request_id"] == f"{final.task_id}:2:0" for r in partials)
+    # Throttled: saves are at least the interval apart (the receipt clock is Redis's).
+    gaps = [b.ts_ms - a.ts_ms for a, b in itertools.pairwise(partials)]
+    assert min(gaps) >= 40, gaps
+    # Never a response: the final commit holds the answer and cleared the partial.
+    assert kinds(out.entries) == ["user", "model", *["tool_result"] * 5, "model"]
+    assert out.partial is None
+
+
+@pytest.mark.parametrize(("wire", "status"), [("openai", 429), ("anthropic", 429),
+                                              ("openai", 503)])
+async def test_retry_waits_as_told_then_the_next_attempt_succeeds(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str,
+    status: int,
+) -> None:
+    model_server.script(Behaviour(status=status, retry_after=1.5 if status == 429 else None))
+    s = model_settings(settings, model_server)
+    sleeping: dict[str, Any] = {}
+
+    async def check(client: Client, sub: Submission) -> None:
+        store = client.store
+
+        async def retrying() -> Task | None:
+            t = await store.task(sub.session_id, sub.task_id)
+            return t if t.state.name == "sleeping" else None
+        task = await eventually(retrying, timeout=10, message="task in its retry phase")
+        receipts = await store.receipts(sub.session_id)
+        receipt = next(r for r in receipts if r.detail.get("step") == "retry")
+        timers = await store.redis.zrange(store.keys.timers(store.keys.shard_of(sub.session_id)),
+                                          0, -1, withscores=True)
+        sleeping.update(task=task, receipt=receipt, timers=dict(timers))  # type: ignore[arg-type]
+
+    out = await run_notices(s, APPS[wire], mailbox, check=check)
+    final = out.final
+    assert final.status == "completed", final
+    task, receipt = sleeping["task"], sleeping["receipt"]
+    wait_ms = 1500 if status == 429 else s.model_backoff_ms
+    # The durable timer: due at the failure's time plus Retry-After (or the first backoff).
+    assert task.checkpoint.phase == "retry"
+    assert abs(task.state.until_ms - (receipt.ts_ms + wait_ms)) < 250, (task, receipt.ts_ms)
+    member = f"task|{final.session_id}|{final.task_id}|"
+    assert [due for m, due in sleeping["timers"].items() if m.startswith(member)] == \
+        [task.state.until_ms]
+    data = task.checkpoint.data
+    assert data["failures"] == 1 and data["deadline_ms"] > task.state.until_ms
+    assert data["attempts"][0]["status"] == status
+    assert data["attempts"][0]["request_id"] == f"{final.task_id}:1:0"
+    assert receipt.detail["retry_in_ms"] == wait_ms and receipt.detail["status"] == status
+    seen = model_server.requests
+    assert [r.request_id for r in seen] == [f"{final.task_id}:1:0", f"{final.task_id}:1:1",
+                                            f"{final.task_id}:2:0"]
+    stats = await mail_stats(mailbox)
+    assert stats["accepted"] == 5 and stats["raw_requests"] == 5
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_truncated_stream_is_retried_and_its_text_kept_as_interrupted(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
+) -> None:
+    preamble = "I will send the notice to each of the five recipients now. "
+    model_server.script(Behaviour(truncate=True, preamble=preamble))
+    out = await run_notices(model_settings(settings, model_server), APPS[wire], mailbox)
+    final = out.final
+    assert final.status == "completed", final
+    entries: list[Entry] = out.entries
+    assert kinds(entries) == ["user", "interrupted", "model", *["tool_result"] * 5, "model"]
+    assert entries[1].text and preamble.startswith(entries[1].text)
+    retry = out.step("retry")
+    assert "truncated" in retry.detail["error"]
+    # The re-issued request shows the cut-off text as interrupted, not as an answer.
+    again = model_server.requests[1]
+    assert again.request_id == f"{final.task_id}:1:1"
+    if wire == "openai":
+        msgs = again.body["messages"]
+        assert msgs[2]["role"] == "assistant" and msgs[2]["content"] == entries[1].text
+        assert msgs[3]["role"] == "user" and "interrupted" in msgs[3]["content"]
+        assert "tool_calls" not in msgs[2]
+    else:
+        msgs = again.body["messages"]
+        assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
+        assert msgs[1]["content"] == [{"type": "text", "text": entries[1].text}]
+        assert "interrupted" in msgs[2]["content"][0]["text"]
+
+
+async def test_stalled_stream_times_out_and_is_retried(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer
+) -> None:
+    model_server.script(Behaviour(stall=True))
+    s = model_settings(settings, model_server, model_read_timeout_s=0.5)
+    started = time.monotonic()
+    out = await run_notices(s, openai_app, mailbox)
+    final = out.final
+    assert final.status == "completed", final
+    assert time.monotonic() - started < 15
+    retry = out.step("retry")
+    assert "read timeout" in retry.detail["error"]
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_malformed_stream_fails_with_a_clear_model_error(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
+) -> None:
+    model_server.script(Behaviour(malformed=True))
+    out = await run_notices(model_settings(settings, model_server), APPS[wire], mailbox)
+    final = out.final
+    assert final.status == "failed"
+    assert final.error and final.error.startswith("model_error: ")
+    assert "malformed answer: invalid JSON" in final.error, final.error
+    assert len(model_server.requests) == 1  # not retried: the same request would fail again
+    task: Task = out.task
+    assert task.state.name == "terminal" and task.state.outcome == "failed"
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_client_error_is_not_retried(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
+) -> None:
+    model_server.script(Behaviour(status=400))
+    out = await run_notices(model_settings(settings, model_server), APPS[wire], mailbox)
+    final = out.final
+    assert final.status == "failed" and final.error
+    provider = {"openai": "openai-compatible", "anthropic": "anthropic"}[wire]
+    assert final.error == f"model_error: {provider} answered 400: invalid_request_error: " \
+        "scripted 400"
+    assert len(model_server.requests) == 1
+
+
+async def test_retries_give_up_at_the_deadline(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer
+) -> None:
+    model_server.script(*[Behaviour(status=500)] * 10)
+    s = model_settings(settings, model_server, model_backoff_ms=100, model_retry_deadline_s=0.5)
+    out = await run_notices(s, openai_app, mailbox)
+    final = out.final
+    assert final.status == "failed" and final.error
+    assert final.error.startswith("model_error: gave up after 3 failed attempts"), final.error
+    # Backoff 100, 200 ms, then 400 ms would pass the 500 ms deadline.
+    assert [r.request_id.rsplit(":", 1)[1] for r in model_server.requests] == ["0", "1", "2"]
+    final_receipt = out.receipts[-1]
+    assert final_receipt.detail["outcome"] == "failed" and final_receipt.detail["status"] == 500

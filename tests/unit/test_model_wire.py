@@ -1,0 +1,110 @@
+"""Model plumbing without a server: choosing a client, mapping entries to each wire format,
+reading Retry-After, backoff and deadline, provider keys from the environment."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from brain import anthropic_messages, openai_chat
+from brain.model import INTERRUPTED_NOTE, ModelRequest, model_client, streams
+from brain.model_http import retry_after, status_error
+from brain.retry import backoff_ms, retry_at
+from brain.scripted import ScriptedModel
+from shared.errors import ConfigError, ModelError, ModelRetryableError
+from shared.models import Entry, ToolCall
+from shared.settings import Settings
+
+CALL = ToolCall(id="call_1", name="send_email", arguments={"to": "ada@example.com"})
+ENTRIES = (
+    Entry(kind="user", text="notify ada@example.com"),
+    Entry(kind="interrupted", text="I will send"),
+    Entry(kind="model", text="Sending.", tool_calls=(CALL,)),
+    Entry(kind="tool_result", text='{"outcome": "ok"}', tool_call_id="call_1", is_error=False),
+)
+REQUEST = ModelRequest(model="m", instructions="Be brief.", entries=ENTRIES, request_id="t:1:0",
+                       tools=({"name": "send_email", "description": "Send.",
+                               "parameters": {"type": "object"}},))
+
+
+def test_openai_messages_rebuild_the_conversation() -> None:
+    assert openai_chat.messages(REQUEST) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "notify ada@example.com"},
+        {"role": "assistant", "content": "I will send"},
+        {"role": "user", "content": INTERRUPTED_NOTE},
+        {"role": "assistant", "content": "Sending.", "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "send_email", "arguments": '{"to":"ada@example.com"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"outcome": "ok"}'},
+    ]
+    assert openai_chat.tools(REQUEST) == [{"type": "function", "function": {
+        "name": "send_email", "description": "Send.", "parameters": {"type": "object"}}}]
+
+
+def test_anthropic_messages_alternate_and_merge_blocks() -> None:
+    assert anthropic_messages.messages(REQUEST) == [
+        {"role": "user", "content": [{"type": "text", "text": "notify ada@example.com"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "I will send"}]},
+        {"role": "user", "content": [{"type": "text", "text": INTERRUPTED_NOTE}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Sending."},
+            {"type": "tool_use", "id": "call_1", "name": "send_email",
+             "input": {"to": "ada@example.com"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1",
+                                      "content": '{"outcome": "ok"}', "is_error": False}]},
+    ]
+    assert anthropic_messages.tools(REQUEST) == [
+        {"name": "send_email", "description": "Send.", "input_schema": {"type": "object"}}]
+
+
+def test_model_names_pick_a_provider_and_keys_come_from_settings() -> None:
+    assert isinstance(model_client("scripted"), ScriptedModel)
+    s = Settings(openai_base_url="http://localhost:11434/v1", anthropic_api_key="k")
+    local = model_client("openai-compatible:llama3", s)
+    assert isinstance(local, openai_chat.OpenAIClient) and local.model == "llama3"
+    assert local.base_url == "http://localhost:11434/v1" and streams(local)
+    assert isinstance(model_client("anthropic:claude-x", s), anthropic_messages.AnthropicClient)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        model_client("openai:gpt-4o-mini", Settings())
+    with pytest.raises(ConfigError, match="BATON_OPENAI_BASE_URL"):
+        model_client("openai-compatible:llama3", Settings())
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        model_client("anthropic:claude-x", Settings())
+    with pytest.raises(ConfigError, match="unknown model"):
+        model_client("gemini:pro", s)
+    assert not streams(ScriptedModel())
+
+
+def test_provider_keys_from_their_usual_variables_or_baton_ones() -> None:
+    s = Settings.from_env({"OPENAI_API_KEY": "sk-one", "ANTHROPIC_API_KEY": "sk-two",
+                           "BATON_ANTHROPIC_API_KEY": "sk-three"})
+    assert (s.openai_api_key, s.anthropic_api_key) == ("sk-one", "sk-three")
+    assert "sk-" not in repr(s)
+
+
+def test_retry_after_in_seconds_milliseconds_or_a_date() -> None:
+    assert retry_after(httpx.Headers({"retry-after": "2"})) == 2.0
+    assert retry_after(httpx.Headers({"retry-after-ms": "250", "retry-after": "9"})) == 0.25
+    late = retry_after(httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}))
+    assert late == 0.0  # a date in the past: no wait
+    assert retry_after(httpx.Headers({})) is None
+
+
+def test_statuses_split_into_retryable_and_terminal() -> None:
+    def error(status: int, body: bytes = b"{}") -> ModelError:
+        return status_error("openai", httpx.Response(status, headers={"retry-after": "3"}), body)
+    for status in (408, 429, 500, 502, 503, 529):
+        assert isinstance(error(status), ModelRetryableError), status
+    assert error(429).retry_after_s == 3.0  # type: ignore[attr-defined]
+    bad = error(401, b'{"error": {"type": "invalid_api_key", "message": "Bad key"}}')
+    assert not isinstance(bad, ModelRetryableError) and not bad.retryable
+    assert str(bad) == "openai answered 401: invalid_api_key: Bad key"
+
+
+def test_backoff_doubles_to_its_cap_and_stops_at_the_deadline() -> None:
+    s = Settings(model_backoff_ms=500, model_backoff_max_ms=3000)
+    assert [backoff_ms(s, n) for n in range(1, 6)] == [500, 1000, 2000, 3000, 3000]
+    assert retry_at(s, 1000, 1, deadline_ms=10_000) == 1500
+    assert retry_at(s, 1000, 1, deadline_ms=10_000, retry_after_s=4.0) == 5000
+    assert retry_at(s, 9000, 3, deadline_ms=10_000) is None
