@@ -101,13 +101,6 @@ class BrainWorker(Service):
     def announcement(self) -> dict[str, object]:
         return {"serves": [[a, level] for a, level in self.levels()]}
 
-    def levels(self) -> list[tuple[str, int]]:
-        """(agent, compat level) pairs whose wakes this Brain consumes."""
-        return [(a.name, level) for a in self.app.agents.values() for level in a.levels]
-
-    def announcement(self) -> dict[str, object]:
-        return {"serves": [[a, level] for a, level in self.levels()]}
-
     async def _consume(self, durable: str) -> None:
         puller = await self.bus.pull(self.names.wake_stream, durable)
         try:
