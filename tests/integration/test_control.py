@@ -23,6 +23,7 @@ from shared.inspect import session_view
 from shared.mailbox import MailboxServer
 from shared.relay import Relay
 from shared.settings import Settings
+from shared.trace import build_trace, render_text
 from tests.control_apps import approval_app, slow_app
 from tests.helpers import eventually, running
 
@@ -90,6 +91,8 @@ async def test_approval_bound_to_arguments_dispatches_once(
     kinds = [r.kind for r in receipts]
     assert kinds.count("approve") == 1 and kinds.count("reject") == 1
     assert any(r.kind == "refused" and r.detail.get("op") == "approve" for r in receipts)
+    text = render_text(build_trace(sid, receipts))
+    assert "APPROVED" in text and "REJECTED" in text and "REFUSED approval" in text
 
 
 async def _delivered(mailbox: MailboxServer, to: str) -> bool:
@@ -119,8 +122,10 @@ async def test_cancel_before_claim_and_idempotent_answers(
             task = await client.store.task(sid, sub.task_id)
             runs = await client.store.applied_runs(sid)
             view = await session_view(client.store, sid)
+            text = render_text(build_trace(sid, await client.store.receipts(sid)))
         finally:
             await client.close()
+    assert "CANCEL requested for the session" in text and "CANCEL carried out" in text
     assert first.status == "requested" and again.status == "pending"
     assert after.status == "finished"
     assert final.status == "cancelled", final
