@@ -24,6 +24,7 @@ from shared.models import Entry, Receipt, Submission, Task
 from shared.relay import Relay
 from shared.settings import Settings
 from shared.store import Partial
+from shared.watch import Watch, render_change
 from tests.helpers import eventually, running
 from tests.model_apps import anthropic_app, openai_app
 from tests.model_server import Behaviour, ModelServer
@@ -165,6 +166,13 @@ async def test_streamed_text_goes_out_as_partial_receipts(
     # Never a response: the final commit holds the answer and cleared the partial.
     assert kinds(out.entries) == ["user", "model", *["tool_result"] * 5, "model"]
     assert out.partial is None
+    # baton watch prints the streamed text as it came.
+    seen: list[dict[str, Any]] = []
+    await Watch(s, final.session_id, seen.append, after="0-0", until_settled=True,
+                block_ms=200).run()
+    lines = [render_change(e) for e in seen if e["type"] == "stream"]
+    assert "".join(e["text"] for e in seen if e["type"] == "stream") == streamed
+    assert lines and all(line.startswith("   ... ") for line in lines)
 
 
 @pytest.mark.parametrize(("wire", "status"), [("openai", 429), ("anthropic", 429),
