@@ -50,7 +50,7 @@ test-chaos: deps venv
 	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)
 
 bench: deps venv
-	$(BIN)/python -m bench all
+	$(BIN)/baton bench
 
 lint: venv
 	$(BIN)/ruff check brain hands shared tests

@@ -13,6 +13,8 @@ BENCHES: dict[str, str] = {
     "chain": "bench.chain_bench",
     "e2e": "bench.e2e_bench",
     "docs": "bench.doc_bench",
+    "takeover": "bench.takeover_bench",
+    "history": "bench.history_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -11,6 +11,10 @@ from rich.console import Console
 
 from bench import BENCHES
 from bench.common import write_json
+from bench.summary import summarize
+
+# The benchmarks whose figures have targets: the summary table and the picture use them.
+SUMMARIZED = ("e2e", "takeover", "history")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -35,6 +39,9 @@ async def run_all(names: list[str], quick: bool, console: Console) -> None:
         result = await module.run(quick=quick, console=console)
         path = write_json(result)
         console.print(f"[dim]wrote {path.relative_to(path.parents[2])}[/dim]")
+    if set(names) & set(SUMMARIZED):
+        console.rule("summary")
+        summarize(console)
 
 
 def main(argv: list[str] | None = None) -> int:

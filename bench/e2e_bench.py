@@ -76,11 +76,13 @@ class Config:
     brain_rtt_n: int = 60
     c1_n: int = 100
     c1_warmup: int = 10
-    levels: tuple[tuple[int, int], ...] = ((8, 120), (32, 256))  # (concurrency, sessions)
+    # (concurrency, sessions)
+    levels: tuple[tuple[int, int], ...] = ((8, 120), (32, 256), (128, 512))
+    scale_out: bool = True  # the session levels again with two brains and two hands
 
 
 QUICK = Config(chain=chain_bench.QUICK, rtt_n=40, rtt_warmup=5, brain_rtt_n=15, c1_n=20,
-               c1_warmup=3, levels=((8, 32), (32, 64)))
+               c1_warmup=3, levels=((8, 32), (32, 64), (128, 128)))
 
 
 # ---------------------------------------------------------------------------- process CPU
@@ -207,6 +209,14 @@ class DrivenBrain:
 # ---------------------------------------------------------------------------- sessions
 
 
+async def bench_client(stack: DevStack) -> Client:
+    """A client for up to 128 sessions in flight: redis-py 8's asyncio pool holds at most 100
+    connections and fails (MaxConnectionsError) instead of waiting when they are all busy."""
+    client = await Client.connect(stack.settings(worker_name="bench-client"))
+    client.store.redis.connection_pool.max_connections = 1024
+    return client
+
+
 def session_call(client: Client, text: str) -> Callable[[int], Awaitable[None]]:
     async def call(_i: int) -> None:
         sub, _ = await client.submit(text, agent="notices")
@@ -280,6 +290,52 @@ def print_targets(targets: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
+async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str
+                         ) -> tuple[dict[int, Row], dict[str, dict[str, Any]]]:
+    """Five-notice sessions at each concurrency level: rows and per-level CPU and commands."""
+    meter = CpuMeter(stack)
+    per_level: dict[str, dict[str, Any]] = {}
+    levels = [(1, cfg.c1_n, cfg.c1_warmup), *[(c, n, 1) for c, n in cfg.levels]]
+    session_rows: dict[int, Row] = {}
+    for conc, total, warmup in levels:
+        before_cpu, before_calls = meter.read(), await redis_calls(client.store)
+        run_ = await sessions(client, conc, total, warmup)
+        after_cpu, after_calls = meter.read(), await redis_calls(client.store)
+        n = len(run_.samples_ns) + warmup * conc  # the meters saw the warm-up too
+        row = Row.from_run(mode, "five notices, submit -> settled", run_, writers=conc)
+        row.client_cpu_us = None
+        session_rows[conc] = row
+        calls = after_calls - before_calls
+        calls["info"] = 0
+        per_level[f"c={conc}"] = {
+            "sessions": len(run_.samples_ns),
+            "sessions_per_s": row.ops_per_s,
+            "p50_ms": row.p50_us / 1000,
+            "p99_ms": row.p99_us / 1000,
+            "cpu_ms_per_session": {k: (after_cpu[k] - before_cpu[k]) * 1000 / n
+                                   for k in before_cpu},
+            "redis_calls_per_session": sum(calls.values()) / n,
+            "redis_calls_by_command": {k: round(v / n, 2) for k, v in calls.most_common()},
+            "loadavg": os.getloadavg()[0],
+        }
+    return session_rows, per_level
+
+
+async def scale_out(cfg: Config, console: Console) -> tuple[dict[int, Row], dict[str, Any]]:
+    """The session levels on a stack with two brains and two hands (does it scale out?)."""
+    base = Path(tempfile.mkdtemp(prefix="baton-e2e2-"))
+    try:
+        async with DevStack(base, brains=2, hands=2, relays=1, mail_delay_ms=0,
+                            durable=False, namespace="bench", mail_persist=False) as stack:
+            client = await bench_client(stack)
+            try:
+                return await session_levels(stack, client, cfg, "2 brains, 2 hands")
+            finally:
+                await client.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------- run
 
 
@@ -298,13 +354,23 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                             durable=False, namespace="bench", mail_persist=False) as stack:
             console.print("[dim]stack: " + ", ".join(
                 f"{p['name']} {p['pid']}" for p in stack.processes) + "[/dim]")
-            client = await Client.connect(stack.settings(worker_name="bench-client"))
+            client = await bench_client(stack)
             try:
                 await _run_stack(stack, client, cfg, console, rows, extra)
             finally:
                 await client.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    if cfg.scale_out:
+        scaled, per_level = await scale_out(cfg, console)
+        rows.extend(scaled.values())
+        extra["sessions_scaled"] = per_level
+        one = {int(k[2:]): v for k, v in extra["sessions"].items()}
+        print_rows("Five-notice sessions with 2 brains and 2 hands (ops/s = sessions/s)",
+                   list(scaled.values()), console)
+        console.print("[dim]scale-out, sessions/s with 2 brains + 2 hands vs 1 + 1: " + ", ".join(
+            f"c={c} {r.ops_per_s / one[c]['sessions_per_s']:.2f}x" for c, r in scaled.items())
+            + f" (one machine of {os.cpu_count()} cores for every process)[/dim]")
     extra["loadavg_after"] = os.getloadavg()
     elapsed = time.perf_counter() - started
     extra["elapsed_s"] = round(elapsed, 2)
@@ -366,30 +432,8 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
                     ratio=_mean(brain_net) / chain_p50, note=f"mean {_mean(brain_net):,.0f}"))
 
     # 4. Five-notice sessions.
-    meter = CpuMeter(stack)
-    per_level: dict[str, dict[str, Any]] = {}
-    levels = [(1, cfg.c1_n, cfg.c1_warmup), *[(c, n, 1) for c, n in cfg.levels]]
-    session_rows: dict[int, Row] = {}
-    for conc, total, warmup in levels:
-        before_cpu, before_calls = meter.read(), await redis_calls(client.store)
-        run_ = await sessions(client, conc, total, warmup)
-        after_cpu, after_calls = meter.read(), await redis_calls(client.store)
-        n = len(run_.samples_ns) + warmup * conc  # the meters saw the warm-up too
-        row = Row.from_run("sessions", "five notices, submit -> settled", run_, writers=conc)
-        row.client_cpu_us = None
-        rows.append(row)
-        session_rows[conc] = row
-        calls = after_calls - before_calls
-        calls["info"] = 0
-        per_level[f"c={conc}"] = {
-            "sessions": len(run_.samples_ns),
-            "sessions_per_s": row.ops_per_s,
-            "cpu_ms_per_session": {k: (after_cpu[k] - before_cpu[k]) * 1000 / n
-                                   for k in before_cpu},
-            "redis_calls_per_session": sum(calls.values()) / n,
-            "redis_calls_by_command": {k: round(v / n, 2) for k, v in calls.most_common()},
-            "loadavg": os.getloadavg()[0],
-        }
+    session_rows, per_level = await session_levels(stack, client, cfg, "1 brain, 1 hands")
+    rows.extend(session_rows.values())
     extra["sessions"] = per_level
 
     print_rows("End to end (µs; ratio = p50 / raw chain p50 at one flow; sessions: ops/s = "

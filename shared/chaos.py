@@ -372,6 +372,8 @@ async def run_chaos(cfg: ChaosConfig, base_dir: Path,
     try:
         async with stack:
             client = await Client.connect(stack.settings(worker_name="chaos-client"))
+            # Every session waits at once: more than redis-py's default pool of 100 holds.
+            client.store.redis.connection_pool.max_connections = max(256, 2 * cfg.sessions)
             run = ChaosRun(cfg, stack, client, on_progress or (lambda _r: None))
             report = run.report
             try:

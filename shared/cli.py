@@ -171,6 +171,25 @@ from shared.chaos import chaos_command  # noqa: E402
 main.add_command(chaos_command)
 
 
+@main.command("bench", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args: tuple[str, ...]) -> None:
+    """Benchmarks side by side: chain, tool round trip, sessions/s, takeover, step cost.
+
+    Runs `python -m bench [all | NAME ...] [--quick]` in the source checkout (the benchmarks
+    ship with the sources): a table per benchmark, every figure beside its target, JSON and
+    an SVG picture in bench/results/.
+    """
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "bench" / "__main__.py").exists():
+        raise click.ClickException("the benchmarks ship with the source tree: run "
+                                   "`baton bench` from a checkout (make bench)")
+    sys.exit(subprocess.call([sys.executable, "-m", "bench", *(args or ("all",))], cwd=root))
+
+
 # Operator decisions: `baton cancel`, `baton approve`, `baton reject` (shared.control).
 @main.command("cancel")
 @click.argument("session_id")

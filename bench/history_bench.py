@@ -1,0 +1,99 @@
+"""Per-step cost as a session's history grows: a Brain step at 10, 100 and 1,000 entries.
+
+A Brain step is ``Store.acquire_and_load`` (lease + live state + the newest page of entries,
+one MULTI/EXEC) followed by a small fenced ``Store.commit`` (one entry, one task update). For
+each history length, ``sessions`` sessions are filled with that many entries (one bulk commit
+each, untimed), then each session takes ``steps`` timed steps, round robin, so the history
+grows by a few entries at most while it is measured. A private ``redis-server`` (fast mode).
+
+The store loads only the newest page (``entries_page``, 200 by default): from the page size
+on the step cost should stay flat. Target: cost at 1,000 entries <= 1.2x that at 10.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from rich.console import Console
+
+from bench.common import Result, Row, environment, print_rows, sequential
+from bench.store_bench import BRAIN, LEASE_MS, generation_task, small_writes
+from shared.models import Entry
+from shared.servers import RedisServer
+from shared.settings import Settings
+from shared.store import Store, now_ms, worker_ref
+from shared.writes import Writes
+
+NAME = "history"
+DESCRIPTION = "Brain step (acquire+load, commit) with 10, 100 and 1,000 history entries"
+
+SIZES = (10, 100, 200, 1_000)  # 200: the default page, from which on it is flat
+TARGET_RATIO = 1.2
+
+
+@dataclass(frozen=True)
+class Config:
+    sessions: int = 60
+    steps: int = 4  # per session: history grows by at most this many while measured
+
+
+QUICK = Config(sessions=20, steps=3)
+
+
+async def _fill(store: Store, session: str, entries: int) -> None:
+    task = generation_task(session)
+    await store.submit(session, agent="notices", compat=1, wake_subject="bench.wake.notices.1",
+                       request_id=f"req-{session}", text="send the five notices", task=task,
+                       worker=worker_ref("client", "bench"), submission_id=f"sub-{session}")
+    lease = await store.acquire(session, BRAIN, LEASE_MS)
+    now = now_ms()
+    history = [Entry(kind="model", text=f"Earlier turn {k}: sent one notice and noted the "
+                     f"result.", task_id=task.id, submission_id=task.submission_id, ts_ms=now)
+               for k in range(entries - 1)]  # the submit wrote the first entry
+    for start in range(0, len(history), 250):  # under the payload limit per commit
+        await store.commit(session, lease.fence,
+                           Writes(kind="history", entries=history[start:start + 250]), BRAIN)
+
+
+async def measure(store: Store, entries: int, cfg: Config, tag: str) -> Row:
+    sessions = [f"hist-{tag}-{entries}-{k}" for k in range(cfg.sessions)]
+    for s in sessions:
+        await _fill(store, s, entries)
+    tasks = {s: generation_task(s) for s in sessions}
+
+    async def step(i: int) -> None:
+        s = sessions[i % len(sessions)]
+        lease, _state = await store.acquire_and_load(s, BRAIN, LEASE_MS)
+        await store.commit(s, lease.fence, small_writes(tasks[s], i), BRAIN)
+
+    run = await sequential(step, cfg.sessions * (cfg.steps - 1), warmup=cfg.sessions)
+    return Row.from_run("fast", f"Brain step, {entries:,} entries", run)
+
+
+async def run(quick: bool = False, console: Console | None = None) -> Result:
+    console = console or Console()
+    cfg = QUICK if quick else Config()
+    env = environment()
+    started = time.perf_counter()
+    async with RedisServer() as server:
+        settings = Settings(redis_url=server.url, namespace="bench")
+        store = await Store.connect(settings)
+        try:
+            tag = f"{int(time.time())}"
+            rows = [await measure(store, n, cfg, tag) for n in SIZES]
+        finally:
+            await store.close()
+    base = rows[0].p50_us
+    for r in rows:
+        r.ratio = r.p50_us / base
+    print_rows(f"Per-step cost by history length (µs; ratio = p50 / p50 at {SIZES[0]} entries; "
+               f"the store loads the newest {settings.entries_page} entries)", rows, console)
+    last = rows[-1].ratio or 0.0
+    console.print(f"target: step at {SIZES[-1]:,} entries <= {TARGET_RATIO}x that at "
+                  f"{SIZES[0]}: measured {last:.2f}x -> " + ("met" if last <= TARGET_RATIO
+                                                             else "[red]missed[/red]"))
+    return Result(NAME, rows, env=env, extra={
+        "config": asdict(cfg), "sizes": SIZES, "entries_page": settings.entries_page,
+        "ratio_last_to_first": last, "target_ratio": TARGET_RATIO,
+        "elapsed_s": round(time.perf_counter() - started, 2)})

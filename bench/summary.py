@@ -1,0 +1,196 @@
+"""One page for one run: every figure beside its target, as a table, JSON and an SVG picture.
+
+Reads what the benchmarks wrote to ``bench/results/`` (``e2e``, ``takeover``, ``history``),
+prints the targets table, and writes ``summary.json`` and ``bench.svg`` there. The picture is
+plain SVG written here (no plotting dependency): sessions/s and latency by concurrency with
+one and two brains/hands, the takeover trials, and the step cost by history length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.common import RESULTS_DIR
+
+__all__ = ["summarize"]
+
+_COLORS = ("#3b6ea8", "#e07b39", "#5a9e5a", "#9b59b6")
+
+
+def _load(directory: Path, name: str) -> dict[str, Any] | None:
+    path = directory / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def targets(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
+            history: dict[str, Any] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if e2e:
+        out += [{"figure": t["figure"], "measured": t["measured"], "target": t["target"],
+                 "met": t["met"]} for t in e2e.get("targets", [])]
+        scaled = e2e.get("sessions_scaled", {}).get("c=32")
+        if scaled:
+            out.append({"figure": "five notices sessions/s at concurrency 32, 2 brains + 2 hands",
+                        "measured": f"{scaled['sessions_per_s']:.0f}/s", "target": ">= 150/s",
+                        "met": scaled["sessions_per_s"] >= 150})
+    if takeover:
+        for v in takeover["variants"]:
+            out.append({"figure": f"takeover median ({v['variant']}: ack_wait "
+                                  f"{v['ack_wait_s']:g}s, ttl {v['attempt_ttl_ms']} ms)",
+                        "measured": f"{v['median_s']:.2f}s (p90 {v['p90_s']:.2f}s)",
+                        "target": f"<= {takeover['target_median_s']}s",
+                        "met": v["median_s"] <= takeover["target_median_s"]})
+    if history:
+        rows = history["rows"]
+        out.append({"figure": f"Brain step at {rows[-1]['operation'].split(', ')[-1]} vs "
+                              f"{rows[0]['operation'].split(', ')[-1]}",
+                    "measured": f"{history['ratio_last_to_first']:.2f}x "
+                                f"({rows[-1]['p50_us']:.0f} vs {rows[0]['p50_us']:.0f} µs)",
+                    "target": f"<= {history['target_ratio']}x",
+                    "met": history["ratio_last_to_first"] <= history["target_ratio"]})
+    return out
+
+
+# ---------------------------------------------------------------------------- SVG
+
+
+class _Panel:
+    """One chart: a frame, a y axis from 0 to ``top``, grouped bars, lines and labels."""
+
+    W, H, PAD = 440, 260, 46
+
+    def __init__(self, x: int, y: int, title: str, top: float, unit: str) -> None:
+        self.x, self.y, self.top, self.unit = x, y, top or 1.0, unit
+        self.parts = [f'<text x="{x + 8}" y="{y + 18}" font-weight="bold">{escape(title)}'
+                      f"</text>"]
+        for k in range(5):
+            v = self.top * k / 4
+            yy = self._y(v)
+            self.parts.append(f'<line x1="{x + self.PAD}" x2="{x + self.W - 10}" y1="{yy:.1f}" '
+                              f'y2="{yy:.1f}" stroke="#ddd"/><text x="{x + self.PAD - 4}" '
+                              f'y="{yy + 4:.1f}" text-anchor="end" font-size="10">'
+                              f"{v:,.{0 if self.top >= 10 else 1}f}</text>")
+        self.parts.append(f'<text x="{x + 6}" y="{y + 40}" font-size="10">{escape(unit)}</text>')
+
+    def _y(self, v: float) -> float:
+        bottom, height = self.y + self.H - 30, self.H - 70
+        return bottom - height * min(max(v, 0.0), self.top) / self.top
+
+    def bars(self, groups: list[str], series: dict[str, list[float]]) -> None:
+        width = (self.W - self.PAD - 20) / max(len(groups), 1)
+        bar = width * 0.8 / max(len(series), 1)
+        for g, label in enumerate(groups):
+            gx = self.x + self.PAD + 6 + g * width
+            self.parts.append(f'<text x="{gx + width * 0.4:.1f}" y="{self.y + self.H - 14}" '
+                              f'text-anchor="middle" font-size="11">{escape(label)}</text>')
+            for s, (_name, values) in enumerate(series.items()):
+                v = values[g] if g < len(values) else math.nan
+                if math.isnan(v):
+                    continue
+                top = self._y(v)
+                bx = gx + s * bar
+                self.parts.append(
+                    f'<rect x="{bx:.1f}" y="{top:.1f}" width="{bar - 2:.1f}" '
+                    f'height="{self._y(0) - top:.1f}" fill="{_COLORS[s % len(_COLORS)]}"/>'
+                    f'<text x="{bx + bar / 2:.1f}" y="{top - 3:.1f}" text-anchor="middle" '
+                    f'font-size="9">{v:,.{0 if v >= 10 else 2}f}</text>')
+        for s, name in enumerate(series):
+            lx = self.x + self.W - 150
+            ly = self.y + 18 + 14 * s
+            self.parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" '
+                              f'fill="{_COLORS[s % len(_COLORS)]}"/><text x="{lx + 14}" '
+                              f'y="{ly}" font-size="10">{escape(name)}</text>')
+
+    def target(self, value: float, label: str) -> None:
+        yy = self._y(value)
+        self.parts.append(f'<line x1="{self.x + self.PAD}" x2="{self.x + self.W - 10}" '
+                          f'y1="{yy:.1f}" y2="{yy:.1f}" stroke="#c0392b" stroke-dasharray="5,3"/>'
+                          f'<text x="{self.x + self.PAD + 4}" y="{yy - 4:.1f}" font-size="10" '
+                          f'fill="#c0392b">{escape(label)}</text>')
+
+    def svg(self) -> str:
+        return "".join(self.parts)
+
+
+def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
+               history: dict[str, Any] | None, rows: list[dict[str, Any]]) -> str:
+    panels: list[_Panel] = []
+    if e2e:
+        one = e2e.get("sessions", {})
+        two = e2e.get("sessions_scaled", {})
+        levels = list(one)
+        rate = {"1 brain + 1 hands": [one[k]["sessions_per_s"] for k in levels]}
+        if two:
+            rate["2 brains + 2 hands"] = [two.get(k, {}).get("sessions_per_s", math.nan)
+                                          for k in levels]
+        top = max([150.0, *[v for vs in rate.values() for v in vs if not math.isnan(v)]]) * 1.15
+        p = _Panel(0, 0, "Five-notice sessions/s by concurrency", top, "sessions/s")
+        p.bars(levels, rate)
+        p.target(150, "target >= 150/s at c=32")
+        panels.append(p)
+        lat: dict[str, list[float]] = {}
+        for name, per in (("p50, 1+1", one), ("p99, 1+1", one), ("p50, 2+2", two)):
+            if per:
+                key = "p50_ms" if name.startswith("p50") else "p99_ms"
+                lat[name] = [per.get(k, {}).get(key, math.nan) for k in levels]
+        top = max([10.0, *[v for vs in lat.values() for v in vs if not math.isnan(v)]]) * 1.15
+        p = _Panel(460, 0, "Latency submit -> settled (ms)", top, "ms")
+        p.bars(levels, lat)
+        p.target(10, "target p50 <= 10 ms at c=1")
+        panels.append(p)
+    if takeover:
+        variants = takeover["variants"]
+        n = max(len(v["trials"]) for v in variants)
+        series = {v["variant"]: [t["done_s"] for t in v["trials"]] for v in variants}
+        top = max([2.0, *[x for xs in series.values() for x in xs]]) * 1.15
+        p = _Panel(0, 280, "Takeover: SIGKILL mid-send -> session done (s)", top, "s")
+        p.bars([f"#{i + 1}" for i in range(n)], series)
+        p.target(takeover["target_median_s"], f"target median <= {takeover['target_median_s']}s")
+        panels.append(p)
+    if history:
+        labels = [r["operation"].split(", ")[-1].replace(" entries", "") for r in
+                  history["rows"]]
+        values = [r["p50_us"] for r in history["rows"]]
+        p = _Panel(460, 280, "Brain step (acquire+load, commit) by history", max(values) * 1.3,
+                   "µs, p50")
+        p.bars(labels, {"p50 µs": values})
+        p.target(values[0] * history["target_ratio"], f"{history['target_ratio']}x the step at "
+                                                      f"{labels[0]}")
+        panels.append(p)
+    lines = [f"{'met' if r['met'] else 'MISSED'}: {r['figure']}: {r['measured']} "
+             f"(target {r['target']})" for r in rows]
+    text = "".join(f'<text x="8" y="{580 + 15 * i}" font-size="11" fill="'
+                   f'{"#2e7d32" if r["met"] else "#c0392b"}">{escape(line)}</text>'
+                   for i, (r, line) in enumerate(zip(rows, lines, strict=True)))
+    height = 590 + 15 * len(lines)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="920" height="{height}" '
+            f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '
+            f'fill="white"/>{"".join(p.svg() for p in panels)}{text}</svg>\n')
+
+
+def summarize(console: Console, directory: Path = RESULTS_DIR) -> dict[str, Any]:
+    """Print the targets table; write ``summary.json`` and ``bench.svg``."""
+    e2e, takeover, history = (_load(directory, n) for n in ("e2e", "takeover", "history"))
+    rows = targets(e2e, takeover, history)
+    table = Table(title="Every figure beside its target", title_justify="left")
+    for col in ("figure", "measured", "target", "met"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["figure"], r["measured"], r["target"],
+                      "yes" if r["met"] else "[red]no[/red]")
+    console.print(table)
+    directory.mkdir(parents=True, exist_ok=True)
+    summary = {"targets": rows}
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    picture = directory / "bench.svg"
+    picture.write_text(render_svg(e2e, takeover, history, rows))
+    console.print(f"picture: {picture} (open it in a browser); figures: "
+                  f"{directory / 'summary.json'}")
+    return summary
