@@ -54,6 +54,7 @@ from shared.models import (
     Waiting,
     dumps,
 )
+from shared.tracing import traced_model
 from shared.writes import Writes, timer_member
 
 KIND = "generation"
@@ -438,9 +439,9 @@ class Generation:
     def _model(self, name: str, ctx: TaskContext) -> Any:
         """The app's own client for ``name``, else one built once per Brain (brain.model)."""
         if name in ctx.app.models:
-            return ctx.app.models[name]
+            return traced_model(name, ctx.app.models[name])  # the model call's span
         if name not in ctx.models:
-            ctx.models[name] = model_client(name, ctx.settings)
+            ctx.models[name] = traced_model(name, model_client(name, ctx.settings))
         return ctx.models[name]
 
     # ------------------------------------------------------------------ attempts

@@ -22,6 +22,7 @@ from brain.context import TaskContext
 from brain.registry import Registry
 from brain.versions import migrate_session, note_blocked, unserved
 from shared.models import Task
+from shared.tracing import advance
 from shared.writes import Writes
 
 __all__ = ["schedule"]
@@ -47,7 +48,7 @@ async def schedule(registry: Registry, ctx: TaskContext) -> None:
                 continue  # changed by an earlier task of this round (e.g. aborted)
             before = ctx.commits
             while current is not None:
-                current = await handler.advance(current, ctx)
+                current = await advance(handler, current, ctx)  # a span per phase
             progressed = progressed or ctx.commits > before
 
 

@@ -45,6 +45,7 @@ class SessionPass:
         while True:
             lease, state = await brain.store.acquire_and_load(sid, brain.worker, settings.lease_ms)
             result.fence, result.takeover = lease.fence, result.takeover or lease.takeover
+            structlog.contextvars.bind_contextvars(fence=lease.fence)  # every later line
             brain.faults.hit("brain.after_wake")
             await self._under_lease(lease.fence, result, state)
             if not self.rewake:

@@ -35,6 +35,7 @@ from shared.models import Wake, decode
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings
 from shared.store import Store
+from shared.tracing import consumer
 
 log = structlog.get_logger("baton.brain")
 
@@ -122,6 +123,7 @@ class BrainWorker(Service):
         finally:
             await puller.close()
 
+    @consumer("brain")  # the CONSUMER span, child of the context in the wake's headers
     async def _handle(self, msg) -> None:  # type: ignore[no-untyped-def]
         started = time.perf_counter()
         logs.clear()

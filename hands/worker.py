@@ -52,6 +52,7 @@ from shared.models import Recovery, ToolDispatch, ToolIntent, ToolResult, decode
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings
 from shared.store import Claim, Store
+from shared.tracing import consumer, execute
 
 __all__ = ["HandsWorker", "main"]
 
@@ -198,6 +199,7 @@ class HandsWorker(Service):
 
     # ------------------------------------------------------------------ one message
 
+    @consumer("hands")  # the CONSUMER span, child of the context in the message's headers
     async def handle(self, msg: Msg) -> None:
         """Handle one tool message; never raises (except cancellation)."""
         started = time.monotonic()
@@ -268,12 +270,12 @@ class HandsWorker(Service):
         self.faults.hit("hands.after_claim")
         assert claim.intent is not None
         intent = claim.intent
-        bind(attempt=claim.attempt)
+        bind(attempt=claim.attempt, fence=claim.attempt, task_id=intent.task_id)
         if claim.recovering:
             log.info("attempt_recovering", previous_attempt=claim.previous_attempt,
                      previous_worker=claim.previous_worker, replay=intent.replay)
         try:
-            result = await self._result(claim, intent, delivery)
+            result = await execute(intent, claim.attempt, self._result(claim, intent, delivery))
         except AttemptLost as lost:
             done.outcome = "taken_over"
             log.warning("attempt_taken_over", current=lost.err.fields["current"],

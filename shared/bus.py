@@ -49,6 +49,7 @@ from shared.errors import (
     ValidationError,
 )
 from shared.settings import Settings
+from shared.tracing import publish_span, publish_spans
 
 __all__ = ["Bus", "BusNames", "Outgoing", "Puller", "delivery_count", "heartbeat"]
 
@@ -515,13 +516,16 @@ class Bus:
         Returns True if the stream stored a new message, False if ``msg_id`` was a duplicate
         within the duplicate window (the message is already stored: success for the caller).
         """
-        hdrs = self._headers(data, msg_id, headers)
-        try:
-            ack = await self.guarded(
-                "publish to", subject, self._js.publish(subject, data, headers=hdrs)
-            )
-        except _TRANSIENT as exc:
-            raise NatsUnavailable(f"publish to {subject} failed: {exc!r}", subject=subject) from exc
+        with publish_span(subject, msg_id, headers) as headers:
+            hdrs = self._headers(data, msg_id, headers)
+            try:
+                ack = await self.guarded(
+                    "publish to", subject, self._js.publish(subject, data, headers=hdrs)
+                )
+            except _TRANSIENT as exc:
+                raise NatsUnavailable(
+                    f"publish to {subject} failed: {exc!r}", subject=subject
+                ) from exc
         return not ack.duplicate
 
     async def publish_many(self, items: Iterable[Outgoing]) -> list[bool]:
@@ -529,7 +533,10 @@ class Bus:
 
         Raises if any publish fails (then nothing may be assumed published: keep the rows).
         """
-        batch: Sequence[Outgoing] = list(items)
+        with publish_spans(list(items)) as batch:  # one PRODUCER span per message
+            return await self._publish_many(batch)
+
+    async def _publish_many(self, batch: Sequence[Outgoing]) -> list[bool]:
         headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
         futures: list[asyncio.Future[PubAck]] = []
         try:

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from shared import log as logs
+from shared import telemetry
 from shared.demo import demo_command
 from shared.dev import dev_command
 from shared.errors import BatonError
@@ -19,12 +20,16 @@ from shared.settings import Settings
 from shared.stack import settings_from_env_or_stack
 
 
-def _settings(**overrides: Any) -> Settings:
+def _settings(role: str = "", **overrides: Any) -> Settings:
+    """Settings and logging; with ``role``, OpenTelemetry from the ``OTEL_*`` variables too
+    (nothing when none is set; flushed by :func:`_run`)."""
     try:
         settings = settings_from_env_or_stack(**overrides)
     except BatonError as exc:
         raise click.ClickException(str(exc)) from None
     logs.configure(settings.log_level, settings.log_format)
+    if role:
+        telemetry.setup(role, settings)
     return settings
 
 
@@ -35,6 +40,8 @@ def _run(coro: Coroutine[Any, Any, Any]) -> Any:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         sys.exit(130)
+    finally:
+        telemetry.shutdown()  # spans still batched go out now
 
 
 @click.group()
@@ -50,7 +57,7 @@ def brain(app_spec: str, name: str | None) -> None:
     """Run a Brain worker: consumes wakes, runs sessions' tasks under leases."""
     from brain.worker import main as brain_main
 
-    _run(brain_main(_settings(worker_name=name), app_spec))
+    _run(brain_main(_settings("brain", worker_name=name), app_spec))
 
 
 @main.command()
@@ -62,7 +69,7 @@ def hands(app_spec: str, tools: str | None, name: str | None) -> None:
     from hands.worker import main as hands_main
 
     served = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
-    _run(hands_main(_settings(worker_name=name), app_spec, served))
+    _run(hands_main(_settings("hands", worker_name=name), app_spec, served))
 
 
 @main.command()
@@ -71,7 +78,7 @@ def relay(name: str | None) -> None:
     """Run an outbox relay: publishes committed outbox rows, fires timers."""
     from shared.relay import main as relay_main
 
-    _run(relay_main(_settings(worker_name=name)))
+    _run(relay_main(_settings("relay", worker_name=name)))
 
 
 @main.command()
@@ -87,7 +94,7 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
     """Submit TEXT to a session; the same --request-id never creates a second submission."""
     from shared.client import Client
 
-    settings = _settings()
+    settings = _settings("client")
 
     async def go() -> None:
         client = await Client.connect(settings)
@@ -140,7 +147,7 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from None
     if not isinstance(task_input, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--input")
-    settings = _settings()
+    settings = _settings("client")
 
     async def go() -> None:
         client = await Client.connect(settings)

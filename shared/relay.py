@@ -46,6 +46,8 @@ from shared.outbox import Outbox, parse_row
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings
 from shared.store import connect_redis
+from shared.telemetry import trace_id_of
+from shared.tracing import sample_backlog
 
 __all__ = ["Relay", "main"]
 
@@ -141,6 +143,8 @@ class Relay(Service):
                 tg.create_task(self._claim_loop(box), name="relay-claim")
                 tg.create_task(self._timer_loop(box), name="relay-timers")
                 tg.create_task(self.announce(self._redis, self.keys.workers), name="announce")
+                # The outbox backlog gauge (a no-op without telemetry metrics).
+                tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
                 tg.create_task(self._unblock_on_stop(publisher), name="relay-unblock")
         finally:
             if self._bus is not None:
@@ -396,7 +400,8 @@ class Relay(Service):
                 row_id=row.id, subject=row.subject, session_id=row.session_id,
                 stream_id=row.stream_id,
             )
-            log.error("outbox_row_dead_lettered", row_id=row.id, reason=reason)
+            log.error("outbox_row_dead_lettered", row_id=row.id, reason=reason,
+                      session_id=row.session_id, trace_id=trace_id_of(row.headers))
         await box.ack(rows)
         new = sum(flags)
         self.published += new

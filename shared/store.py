@@ -46,6 +46,14 @@ from shared.models import (
 )
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.tracing import (
+    counted_refusals,
+    traced_claim,
+    traced_commit,
+    traced_complete,
+    traced_lease,
+    traced_submit,
+)
 from shared.writes import Writes
 
 
@@ -267,6 +275,7 @@ class Store:
 
     # ------------------------------------------------------------------ client side
 
+    @traced_submit("submit")
     async def submit(
         self,
         session_id: str,
@@ -279,8 +288,12 @@ class Store:
         task: Task,
         worker: WorkerRef,
         submission_id: str,
+        headers: dict[str, str] | None = None,
     ) -> tuple[Submission, bool]:
-        """Accept input once per request id; returns (submission, created)."""
+        """Accept input once per request id; returns (submission, created).
+
+        ``headers`` (trace context) go with the wake row and the receipt.
+        """
         sk = self.keys.session(session_id)
         now = now_ms()
         sub = Submission(
@@ -296,17 +309,19 @@ class Store:
         self._check_size(entry.to_json(), "input")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
         receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
-                                    "task_id": task.id}, "changes": {"entries": 1, "tasks": 1}})
+                                    "task_id": task.id}, "changes": {"entries": 1, "tasks": 1},
+                         "trace": headers or {}})
         created, raw = await self._run(
             "submit",
             sk,
             [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
              entry.to_json(), task.id, task.to_json(), wake, self.settings.progress_deadline_ms,
-             worker.model_dump_json(), receipt],
+             worker.model_dump_json(), receipt, dumps(headers or {})],
         )
         await self.redis.zadd(self.keys.sessions, {session_id: now}, nx=True)
         return decode(Submission, raw), bool(created)
 
+    @traced_submit("start")
     async def start_task(
         self,
         session_id: str,
@@ -317,18 +332,21 @@ class Store:
         request_id: str,
         task: Task,
         worker: WorkerRef,
+        headers: dict[str, str] | None = None,
     ) -> tuple[str, bool]:
         """Create a root task once per request id; returns (task id, created)."""
         sk = self.keys.session(session_id)
         self._check_size(task.to_json(), "task")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "start"})
         receipt = dumps({"detail": {"task_id": task.id, "kind": task.kind,
-                                    "request_id": request_id}, "changes": {"tasks": 1}})
+                                    "request_id": request_id}, "changes": {"tasks": 1},
+                         "trace": headers or {}})
         created, task_id = await self._run(
             "start",
             sk,
             [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
-             self.settings.progress_deadline_ms, worker.model_dump_json(), receipt],
+             self.settings.progress_deadline_ms, worker.model_dump_json(), receipt,
+             dumps(headers or {})],
         )
         await self.redis.zadd(self.keys.sessions, {session_id: now_ms()}, nx=True)
         return str(task_id), bool(created)
@@ -365,6 +383,7 @@ class Store:
         )
         return Lease(session_id, int(fence), bool(takeover), prev or "")
 
+    @counted_refusals("renew")
     async def renew(
         self, session_id: str, fence: int, ttl_ms: int, worker: WorkerRef | None = None
     ) -> int:
@@ -392,6 +411,7 @@ class Store:
             ) from None
         return self._state(session_id, results)
 
+    @traced_lease
     async def acquire_and_load(
         self, session_id: str, worker: WorkerRef, ttl_ms: int, *, page: int | None = None
     ) -> tuple[Lease, SessionState]:
@@ -447,6 +467,7 @@ class Store:
         raw = await self.redis.lrange(self.keys.session(session_id).entries, start, stop)
         return [decode(Entry, e) for e in raw]
 
+    @traced_commit
     async def commit(
         self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
     ) -> tuple[int, int]:
@@ -485,6 +506,7 @@ class Store:
 
     # ------------------------------------------------------------------ Hands side
 
+    @traced_claim
     async def claim(
         self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1
     ) -> Claim:
@@ -512,6 +534,7 @@ class Store:
             return Claim("done", previous_status=r[1])
         return Claim("gone")
 
+    @counted_refusals("heartbeat")
     async def heartbeat(
         self, session_id: str, run_id: str, attempt: int, worker: WorkerRef | None = None
     ) -> bool:
@@ -523,6 +546,7 @@ class Store:
         reply = await self._run("heartbeat", self.keys.session(session_id), args, run_id)
         return reply == "cancelled"
 
+    @traced_complete
     async def complete(
         self,
         session_id: str,

@@ -4,7 +4,7 @@ KEYS: the 12 session keys (see _lib.lua).
 ARGV:
   1 session id     2 agent        3 compat level   4 wake subject   5 request id
   6 task id        7 task JSON    8 wake JSON      9 deadline ms   10 worker JSON
- 11 receipt JSON
+ 11 receipt JSON  12 wake row headers JSON (trace context)
 Creates the session meta on first use. In one step: "task:<request id>" -> task id in the
 reqs hash, the pending task, an outbox wake row, the dirty mark, the progress deadline and a
 'start' receipt. Returns {1, task id} when created, {0, original task id} for a repeated
@@ -36,7 +36,7 @@ end
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 redis.call('HSET', K_REQS, req, ARGV[6])
 redis.call('HSET', K_TASKS, ARGV[6], ARGV[7])
-outbox(sid, seq, 0, wake, ARGV[8], '', now)
+outbox(sid, seq, 0, wake, ARGV[8], ARGV[12] or '', now)
 redis.call('HSET', K_META, 'dirty', 1)
 set_deadline(sid, wake, tonumber(ARGV[9]), now)
 receipt('start', ARGV[10], 0, seq, now, ARGV[11])

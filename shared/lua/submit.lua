@@ -5,7 +5,7 @@ ARGV:
   1 session id           2 agent            3 compat level     4 wake subject
   5 request id           6 submission id    7 submission JSON  8 user entry JSON
   9 task id             10 task JSON       11 wake JSON       12 deadline ms
- 13 worker name         14 receipt JSON
+ 13 worker name         14 receipt JSON      15 wake row headers JSON (trace context)
 Creates the session meta on first use. In one step: request id -> submission, submission,
 user entry, generation task, outbox wake row, dirty mark, progress deadline, receipt.
 Returns {1, submission JSON} when created, {0, original submission JSON} for a repeated
@@ -35,7 +35,7 @@ redis.call('HSET', K_REQS, ARGV[5], ARGV[6])
 redis.call('HSET', K_SUBS, ARGV[6], ARGV[7])
 redis.call('RPUSH', K_ENTRIES, ARGV[8])
 redis.call('HSET', K_TASKS, ARGV[9], ARGV[10])
-outbox(sid, seq, 0, wake, ARGV[11], '', now)
+outbox(sid, seq, 0, wake, ARGV[11], ARGV[15] or '', now)
 redis.call('HSET', K_META, 'dirty', 1)
 set_deadline(sid, wake, tonumber(ARGV[12]), now)
 receipt('submit', ARGV[13], 0, seq, now, ARGV[14])
