@@ -66,3 +66,22 @@ def test_stop_grace_periods_exceed_the_drain_timeout() -> None:
         manifest = (DEPLOY / "k8s" / f"{role}.yaml").read_text()
         grace = int(re.search(r"terminationGracePeriodSeconds: (\d+)", manifest)[1])  # type: ignore[index]
         assert grace > drain and "readinessProbe" in manifest and "PodDisruptionBudget" in manifest
+
+
+
+def test_every_baton_service_sends_telemetry_to_the_collector_and_on_to_jaeger() -> None:
+    compose = (DEPLOY / "compose.yaml").read_text()
+    endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT: http://otel-collector:4318"
+    # relay, brain and hands merge the shared block; the client sets its own.
+    shared = compose.split("x-baton-env: &baton-env", 1)[1].split("\nservices:", 1)[0]
+    client = compose.split("\n  client:", 1)[1].split("\n  otel-collector:", 1)[0]
+    assert endpoint in shared and endpoint in client
+    for role in ("relay", "brain", "hands", "client"):
+        assert f"OTEL_SERVICE_NAME: baton-{role}" in compose
+    for role in ("relay", "brain", "hands"):
+        block = compose.split(f"\n  {role}:", 1)[1].split("\n\n", 1)[0]
+        assert "<<: *baton-env" in block, role
+    assert '"4318:4318"' in compose and '"16686:16686"' in compose
+    collector = (DEPLOY / "otel" / "collector.yaml").read_text()
+    assert "endpoint: jaeger:4317" in collector
+    assert "exporters: [otlp/jaeger" in collector and "    metrics:\n" in collector
