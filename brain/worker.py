@@ -57,9 +57,11 @@ class BrainWorker(Service):
         self.handled = 0
 
     async def serve(self) -> None:
-        self.store = await Store.connect(self.settings)
+        self.store = await self.connect("redis", lambda: Store.connect(self.settings))
         try:
-            self.bus = await Bus.connect(self.settings, self.name, self.role)
+            self.bus = await self.connect(
+                "nats", lambda: Bus.connect(self.settings, self.name, self.role)
+            )
             try:
                 await self.bus.ensure_streams()
                 consumers = []

@@ -128,9 +128,9 @@ class HandsWorker(Service):
     async def serve(self) -> None:
         s = self.settings
         pullers: list[Puller] = []
-        self.store = await Store.connect(s)
+        self.store = await self.connect("redis", lambda: Store.connect(s))
         try:
-            self.bus = await Bus.connect(s, self.name, self.role)
+            self.bus = await self.connect("nats", lambda: Bus.connect(s, self.name, self.role))
             # httpx's API over aiohttp's connection pool: httpcore's pool scans every
             # connection per request, about 5x the CPU per call at 32 calls in flight.
             self.http = httpx.AsyncClient(

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import structlog
 
+from shared.errors import UnavailableError
 from shared.models import dumps
 from shared.settings import Settings
 from shared.store import now_ms, worker_ref
 
 log = structlog.get_logger("baton.service")
+T = TypeVar("T")
 
 
 class Service:
@@ -83,6 +86,24 @@ class Service:
             log.warning("drain_timeout_cancelled", role=self.role, cancelled=len(pending))
             # Bounded: redis-py may swallow a cancellation that lands inside a command.
             await asyncio.wait(pending, timeout=2.0)
+
+    async def connect(self, what: str, connect: Callable[[], Awaitable[T]]) -> T:
+        """Connect, waiting (with backoff) while the server is unavailable.
+
+        A worker started before Redis or NATS is up, or during their restart, waits for
+        them instead of exiting; a configuration or permission error still ends it at once.
+        A shutdown while waiting raises ``asyncio.CancelledError``.
+        """
+        delay = 0.2
+        while True:
+            try:
+                return await connect()
+            except UnavailableError as exc:
+                log.warning("server_unavailable_waiting", role=self.role, server=what,
+                            error=str(exc), retry_in_s=delay)
+            if await self.wait_stopping(delay):
+                raise asyncio.CancelledError(f"shutdown while waiting for {what}")
+            delay = min(delay * 2, 5.0)
 
     async def wait_stopping(self, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep."""

@@ -80,6 +80,8 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
     drain_timeout_s: float = Field(default=10.0, ge=0)
     connect_timeout_s: float = Field(default=2.0, gt=0)
+    # Connections per process; callers past it wait for one (a blocking pool).
+    redis_max_connections: int = Field(default=512, ge=4)
     # GET /healthz (live) and /readyz (ready, 503 while draining) on this port; 0 = off.
     health_port: int = Field(default=0, ge=0, le=65535)
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, overload
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
@@ -67,9 +68,15 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
     Automatic retries are off on purpose: re-sending a commit whose reply was lost could
     apply it twice. Callers decide what is safe to retry (submit is idempotent, a Brain
     re-acquires and reloads, a Hands attempt re-checks its run).
+
+    The pool is a blocking one: past ``redis_max_connections`` a caller waits for a free
+    connection (up to the connect timeout) instead of failing at once, as a burst of
+    concurrent tool runs and heartbeats would otherwise make it.
     """
-    return Redis.from_url(
+    pool = BlockingConnectionPool.from_url(
         settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        timeout=max(settings.connect_timeout_s, 5.0),
         decode_responses=True,
         socket_connect_timeout=settings.connect_timeout_s,
         socket_timeout=socket_timeout,
@@ -77,6 +84,7 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
         health_check_interval=30,
         **_tls_options(settings),
     )
+    return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:
@@ -137,6 +145,45 @@ class Partial:
     text: str
 
 
+class Entries(Sequence[Entry]):
+    """A page of entries, each decoded only when read: most steps never look at them.
+
+    A Brain step that applies tool results or marks a phase running does not need the
+    conversation; the model request that does pays for exactly what it reads.
+    """
+
+    def __init__(self, raw: Iterable[str | Entry] = ()) -> None:
+        self._items: list[str | Entry] = list(raw)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Entry]: ...
+
+    def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._items)))]
+        item = self._items[index]
+        if isinstance(item, str):
+            item = self._items[index] = decode(Entry, item)
+        return item
+
+    def extend(self, entries: Iterable[Entry]) -> None:
+        self._items.extend(entries)
+
+    def append(self, entry: Entry) -> None:
+        self._items.append(entry)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"Entries({len(self._items)})"
+
+
 @dataclass
 class SessionState:
     """A session's live state as one consistent snapshot."""
@@ -147,7 +194,7 @@ class SessionState:
     submissions: dict[str, Submission] = field(default_factory=dict)
     runs: dict[str, ToolRun] = field(default_factory=dict)
     entry_count: int = 0
-    entries: list[Entry] = field(default_factory=list)  # the newest page
+    entries: Entries = field(default_factory=lambda: Entries())  # the newest page
 
     @property
     def entries_start(self) -> int:
@@ -459,7 +506,7 @@ class Store:
             submissions={k: decode(Submission, v) for k, v in subs.items()},
             runs=parse_runs(runs),
             entry_count=int(count),
-            entries=[decode(Entry, e) for e in entries],
+            entries=Entries(entries),
         )
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:

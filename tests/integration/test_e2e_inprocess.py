@@ -101,3 +101,37 @@ async def test_lost_tool_messages_are_dispatched_again_after_the_deadline(
 async def _stream_has(js, stream: str, n: int) -> bool:  # type: ignore[no-untyped-def]
     info = await js.stream_info(stream)
     return info.state.messages >= n
+
+
+async def test_workers_started_before_redis_wait_for_it(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    from shared.servers import RedisServer, free_port
+
+    port = free_port()
+    late = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0",
+                                       "mail_url": mailbox.url})
+    brain = BrainWorker(late.model_copy(update={"worker_name": "brain-early"}), app)
+    hands = HandsWorker(late.model_copy(update={"worker_name": "hands-early"}), app)
+    relay = Relay(late.model_copy(update={"worker_name": "relay-early"}))
+    tasks = [asyncio.create_task(s.serve()) for s in (brain, hands, relay)]
+    try:
+        # Nothing listens yet: for a while (several connect attempts) no service exits.
+        done, _ = await asyncio.wait(tasks, timeout=1.0)
+        assert not done and not brain.ready.is_set()
+        async with RedisServer(port=port):
+            await asyncio.wait_for(
+                asyncio.gather(*(s.ready.wait() for s in (brain, hands, relay))), 20)
+            client = await Client.connect(late)
+            try:
+                sub, _ = await client.submit(FIVE, agent="notices")
+                final = await client.wait(sub, timeout=20)
+            finally:
+                await client.close()
+            assert final.status == "completed"
+            for s in (brain, hands, relay):
+                s.shutdown()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
+    finally:
+        for t in tasks:
+            t.cancel()
