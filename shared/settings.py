@@ -56,7 +56,8 @@ class Settings(BaseModel):
     duplicate_window_s: float = Field(default=120.0, gt=0)
 
     # Brain
-    lease_ms: int = Field(default=5_000, ge=100)
+    # A dead Brain's sessions are taken over once its lease lapses (renewed every lease/3).
+    lease_ms: int = Field(default=3_000, ge=100)
     brain_concurrency: int = Field(default=64, ge=1)
     restart_limit: int = Field(default=3, ge=1)
     progress_deadline_ms: int = Field(default=15_000, ge=100)
@@ -65,9 +66,13 @@ class Settings(BaseModel):
     document_baseline_every: int = Field(default=16, ge=1)
 
     # Hands
-    attempt_ttl_ms: int = Field(default=5_000, ge=100)
-    ack_wait_s: float = Field(default=5.0, gt=0)
-    max_deliver: int = Field(default=5, ge=1)
+    # Takeover of a dead Hands' tool run: JetStream redelivers after ack_wait, the attempt
+    # is reclaimed once its heartbeat is older than attempt_ttl (both beat every third of
+    # it while a tool runs longer than that). A stall past them is a false takeover: safe
+    # (fenced), but it ends an unsafe tool's run interrupted, so do not go much lower.
+    attempt_ttl_ms: int = Field(default=1_200, ge=100)
+    ack_wait_s: float = Field(default=1.2, gt=0)
+    max_deliver: int = Field(default=8, ge=1)
     hands_concurrency: int = Field(default=64, ge=1)  # tool runs in flight, per tool
     tool_output_limit: int = Field(default=64 * 1024, ge=256)
 
