@@ -282,7 +282,8 @@ class Store:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
-        self.scripts = Scripts(redis)
+        # A named ACL user may lack a command a script runs later: check before writing.
+        self.scripts = Scripts(redis, acl_checks=redis_user(settings) != "default")
 
     @classmethod
     async def connect(cls, settings: Settings) -> Store:

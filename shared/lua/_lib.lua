@@ -62,6 +62,9 @@ local function set_deadline(sid, wake, ms, now)
   end
 end
 
+-- ACL_CHECKS (defined above this file by shared/scripts.py) is true for clients that log in
+-- as a named ACL user; for the unrestricted default user the checks are skipped (they cost
+-- tens of microseconds of server time per script).
 -- Redis checks a script's ACL at each call: a caller lacking a command the script runs later
 -- would stop it midway, with the earlier writes applied. So scripts that write more than once
 -- check first, before any write, that the caller may run each command on its key, and refuse

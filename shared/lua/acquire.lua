@@ -7,7 +7,7 @@ A lease past its expiry may be taken over: that is recorded as a 'takeover' rece
 Clears the dirty mark: the new holder loads everything committed so far.
 Returns {fence, previous holder, 1 if takeover}.
 ]==]
-local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}}))
 if denied then return denied end
 if redis.call('EXISTS', K_META) == 0 then
   return fail('NOT_FOUND', 'session')

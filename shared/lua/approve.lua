@@ -14,7 +14,7 @@ the Brain (its group counter too) and sets the dirty mark. Either happens once: 
 no longer awaits approval is refused with CONFLICT naming its status.
 Returns {'approved', seq} or {'rejected', seq}.
 ]==]
-local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
   {'HDEL', K_META, 'f'}, {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_RUNS, 'f', 'v'}}))
 if denied then return denied end
 local sid, rid, decision, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4]

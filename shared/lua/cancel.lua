@@ -15,7 +15,7 @@ Returns one of:
                                      nothing to cancel, nothing written
 Fails NOT_FOUND for an unknown session or task.
 ]==]
-local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}}))
 if denied then return denied end
 if redis.call('EXISTS', K_META) == 0 then
   return fail('NOT_FOUND', 'session ' .. ARGV[1])

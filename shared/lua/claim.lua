@@ -15,7 +15,7 @@ The new attempt fence is the previous attempt + 1. Returns one of:
                                    an approval (status awaiting_approval: nothing to run)
   {'gone'}                         no such run (unknown run id or session)
 ]==]
-local denied = acl_refusal(log_checks({{'HSET', K_RUNS, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_RUNS, 'f', 'v'}}))
 if denied then return denied end
 local rid, worker, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then

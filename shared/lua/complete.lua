@@ -9,7 +9,7 @@ In one step: result, 'completed' mark, attempt summary and, when this completion
 last of its group (or forced), an outbox wake row plus the session's dirty mark.
 Returns {1 if a wake was written, 0 otherwise}.
 ]==]
-local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'HDEL', K_META, 'f'},
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'HDEL', K_META, 'f'},
   {'HSET', K_RUNS, 'f', 'v'}}))
 if denied then return denied end
 local rid, attempt = ARGV[1], tonumber(ARGV[2])

@@ -9,7 +9,7 @@ turns it into an 'interrupted' entry (brain.generation).
 Losable: a presented fence that is not the current one writes nothing and returns 0 (no
 error, no receipt): a stale Brain's text is simply dropped. Returns 1 when saved.
 ]==]
-local denied = acl_refusal(log_checks({{'HSET', K_META, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_META, 'f', 'v'}}))
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])

@@ -10,7 +10,7 @@ reqs hash, the pending task, an outbox wake row, the dirty mark, the progress de
 'start' receipt. Returns {1, task id} when created, {0, original task id} for a repeated
 request id. Fails CONFLICT when the session belongs to another agent.
 ]==]
-local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
   {'HSET', K_REQS, 'f', 'v'}, {'HSET', K_TASKS, 'f', 'v'}}))
 if denied then return denied end
 local sid, agent, compat, wake = ARGV[1], ARGV[2], ARGV[3], ARGV[4]

@@ -11,7 +11,7 @@ user entry, generation task, outbox wake row, dirty mark, progress deadline, rec
 Returns {1, submission JSON} when created, {0, original submission JSON} for a repeated
 request id. Fails CONFLICT when the session belongs to another agent.
 ]==]
-local denied = acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'HSET', K_REQS, 'f', 'v'},
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'HSET', K_REQS, 'f', 'v'},
   {'HSET', K_SUBS, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'}, {'HSET', K_TASKS, 'f', 'v'}}))
 if denied then return denied end
 local sid, agent, compat, wake = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
