@@ -12,7 +12,8 @@ from shared.bus import BusNames
 from shared.faults import Faults
 from shared.models import RunStatus, Task, ToolRun, WorkerRef
 from shared.settings import Settings
-from shared.store import SessionState, Store, now_ms
+from shared.state import SessionState
+from shared.store import Store, now_ms
 from shared.writes import Writes
 
 

@@ -16,7 +16,7 @@ import structlog
 from brain.context import TaskContext
 from brain.scheduler import schedule
 from shared.errors import StaleFenceError
-from shared.store import SessionState
+from shared.state import SessionState
 
 log = structlog.get_logger("baton.brain")
 

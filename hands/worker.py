@@ -51,7 +51,8 @@ from shared.log import bind
 from shared.models import Recovery, ToolDispatch, ToolIntent, ToolResult, decode
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings
-from shared.store import Claim, Store
+from shared.state import Claim
+from shared.store import Store
 from shared.tracing import consumer, execute
 
 __all__ = ["HandsWorker", "main"]

@@ -149,7 +149,7 @@ def health_command(port: int | None, path: str, role: str | None, name: str | No
 
     async def age() -> int | None:
         from shared.keys import Keys
-        from shared.store import connect_redis
+        from shared.redis_client import connect_redis
 
         redis = connect_redis(settings)
         try:

@@ -21,7 +21,8 @@ from rich.table import Table
 from shared.deadletter import dead_letters
 from shared.models import Task, ToolRun, dumps, loads
 from shared.outbox import Outbox
-from shared.store import Store, now_ms, parse_meta
+from shared.state import parse_meta
+from shared.store import Store, now_ms
 
 __all__ = ["cluster_view", "render_cluster", "render_session", "session_view"]
 

@@ -23,7 +23,8 @@ from shared.errors import BatonError, NotFoundError
 from shared.models import Receipt
 from shared.settings import Settings
 from shared.stack import home, settings_from_env_or_stack
-from shared.store import Store, receipts_about
+from shared.state import receipts_about
+from shared.store import Store
 from shared.trace import build_trace, render_text
 from shared.trace_html import render_html
 

@@ -43,9 +43,9 @@ from shared.faults import Faults
 from shared.keys import RELAY_GROUP, Keys
 from shared.models import OutboxRow
 from shared.outbox import Outbox, parse_row
+from shared.redis_client import connect_redis
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings
-from shared.store import connect_redis
 from shared.telemetry import trace_id_of
 from shared.tracing import sample_backlog
 

@@ -1,57 +1,57 @@
 """The session store on Redis: every state transition is one fenced Lua script.
 
-``Store`` owns the session-side transitions (submit, lease, load, commit) and the tool-run
-transitions of Hands (claim, heartbeat, complete). The relay's outbox and timer operations
-live in :mod:`shared.outbox`. Each method is one round trip.
+``Store`` owns the session-side transitions (submit, lease, load, commit) and the receipt
+queries; it composes the tool-run transitions of Hands (claim, heartbeat, complete) from
+:mod:`shared.runs`. The types it returns and the parsers live in :mod:`shared.state`. The
+relay's outbox and timer operations live in :mod:`shared.outbox`; connections come from
+:mod:`shared.redis_client`. Each method is one round trip.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, overload
-from urllib.parse import urlsplit
+from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from shared.documents import documents_from_hash
 from shared.errors import (
     BatonError,
-    ConfigError,
     NotFoundError,
     PayloadTooLarge,
     RedisUnavailable,
     from_redis_error,
 )
-from shared.keys import RUN_FIELDS, Keys, SessionKeys
+from shared.keys import Keys, SessionKeys
 from shared.models import (
-    Document,
     Entry,
-    MarkRef,
     Receipt,
-    SessionMeta,
     Submission,
     Task,
-    ToolIntent,
-    ToolResult,
-    ToolRun,
     WorkerRef,
     decode,
     dumps,
-    loads,
 )
+from shared.redis_client import connect_redis, redis_user
+from shared.runs import RunTransitions
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.state import (
+    Claim,
+    Entries,
+    Lease,
+    Partial,
+    SessionState,
+    parse_meta,
+    parse_receipt,
+    parse_runs,
+    receipts_about,
+)
 from shared.tracing import (
     counted_refusals,
-    traced_claim,
     traced_commit,
-    traced_complete,
     traced_lease,
     traced_submit,
 )
@@ -62,220 +62,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) -> Redis:
-    """A client that fails fast and never retries on its own.
-
-    Automatic retries are off on purpose: re-sending a commit whose reply was lost could
-    apply it twice. Callers decide what is safe to retry (submit is idempotent, a Brain
-    re-acquires and reloads, a Hands attempt re-checks its run).
-
-    The pool is a blocking one: past ``redis_max_connections`` a caller waits for a free
-    connection (up to the connect timeout) instead of failing at once, as a burst of
-    concurrent tool runs and heartbeats would otherwise make it.
-    """
-    pool = BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_max_connections,
-        timeout=max(settings.connect_timeout_s, 5.0),
-        decode_responses=True,
-        socket_connect_timeout=settings.connect_timeout_s,
-        socket_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=30,
-        **_tls_options(settings),
-    )
-    return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
-
-
-def _tls_options(settings: Settings) -> dict[str, Any]:
-    """TLS files for a ``rediss://`` URL (a CA bundle, and a client cert for mutual TLS)."""
-    s = settings
-    files = {"ssl_ca_certs": s.redis_tls_ca, "ssl_certfile": s.redis_tls_cert,
-             "ssl_keyfile": s.redis_tls_key}
-    if not s.redis_url.startswith("rediss://"):
-        if any(files.values()):
-            raise ConfigError("BATON_REDIS_TLS_* is set but BATON_REDIS_URL is not rediss://")
-        return {}
-    return {k: v for k, v in files.items() if v}
-
-
-def redis_user(settings: Settings) -> str:
-    """The ACL user of the Redis URL ("default" when none is named)."""
-    return urlsplit(settings.redis_url).username or "default"
-
-
 def worker_ref(role: str, name: str) -> WorkerRef:
     return WorkerRef(role=role, name=name, pid=os.getpid())
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    session_id: str
-    fence: int
-    takeover: bool
-    previous_holder: str
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """The outcome of a Hands claim (see claim.lua)."""
-
-    status: Literal["claimed", "busy", "done", "gone"]
-    attempt: int = 0
-    previous_attempt: int = 0
-    previous_status: str = ""
-    intent: ToolIntent | None = None
-    previous_worker: str = ""
-    holder: str = ""
-    remaining_ms: int = 0
-    cancelled: bool = False  # the Brain asked the run to stop: complete it as cancelled
-
-    @property
-    def recovering(self) -> bool:
-        """An earlier attempt ended without a result: the replay policy decides."""
-        return self.status == "claimed" and self.previous_attempt > 0
-
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    """Text a model was streaming when the last partial commit saved it (partial.lua)."""
-
-    task_id: str
-    request_id: str
-    text: str
-
-
-class Entries(Sequence[Entry]):
-    """A page of entries, each decoded only when read: most steps never look at them.
-
-    A Brain step that applies tool results or marks a phase running does not need the
-    conversation; the model request that does pays for exactly what it reads.
-    """
-
-    def __init__(self, raw: Iterable[str | Entry] = ()) -> None:
-        self._items: list[str | Entry] = list(raw)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    @overload
-    def __getitem__(self, index: int) -> Entry: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Entry]: ...
-
-    def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self._items)))]
-        item = self._items[index]
-        if isinstance(item, str):
-            item = self._items[index] = decode(Entry, item)
-        return item
-
-    def extend(self, entries: Iterable[Entry]) -> None:
-        self._items.extend(entries)
-
-    def append(self, entry: Entry) -> None:
-        self._items.append(entry)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    def __repr__(self) -> str:
-        return f"Entries({len(self._items)})"
-
-
-@dataclass
-class SessionState:
-    """A session's live state as one consistent snapshot."""
-
-    meta: SessionMeta
-    tasks: dict[str, Task] = field(default_factory=dict)
-    documents: dict[str, Document] = field(default_factory=dict)
-    submissions: dict[str, Submission] = field(default_factory=dict)
-    runs: dict[str, ToolRun] = field(default_factory=dict)
-    entry_count: int = 0
-    entries: Entries = field(default_factory=lambda: Entries())  # the newest page
-
-    @property
-    def entries_start(self) -> int:
-        return self.entry_count - len(self.entries)
-
-
-def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
-    grouped: dict[str, dict[str, str]] = {}
-    for name, value in fields.items():
-        rid, _, f = name.rpartition(".")
-        grouped.setdefault(rid, {})[f] = value
-    runs = {}
-    for rid, f in grouped.items():
-        if "intent" not in f:
-            continue
-        runs[rid] = ToolRun(
-            intent=decode(ToolIntent, f["intent"]),
-            status=f.get("status", "dispatched"),  # type: ignore[arg-type]
-            attempt=int(f.get("attempt", 0)),
-            accepted_ms=_int(f.get("accepted")),
-            completed_ms=_int(f.get("completed")),
-            applied_ms=_int(f.get("applied")),
-            heartbeat_ms=_int(f.get("heartbeat")),
-            worker=f.get("worker"),
-            result=decode(ToolResult, f["result"]) if f.get("result") else None,
-            attempts=tuple(loads(f["attempts"])) if f.get("attempts") else (),
-            cancel_ms=_int(f.get("cancel")),
-            approved_ms=_int(f.get("approved")),
-        )
-    return runs
-
-
-def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
-    return SessionMeta(
-        session_id=session_id,
-        agent=m["agent"],
-        compat=int(m["compat"]),
-        wake_subject=m["wake"],
-        fence=int(m.get("fence", 0)),
-        holder=m.get("holder", ""),
-        lease_until_ms=int(m.get("lease_until", 0)),
-        seq=int(m.get("seq", 0)),
-        dirty=m.get("dirty") == "1",
-        created_ms=int(m.get("created", 0)),
-        groups={k[4:]: int(v) for k, v in m.items() if k.startswith("grp:")},
-        cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
-        blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
-    )
-
-
-def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
-    data = loads(f.get("data") or "{}")
-    known = {k: data.pop(k) for k in ("marks", "changes", "detail", "trace") if k in data}
-    detail = {**data, **known.get("detail", {})}
-    # A commit's step (prepare, tools, apply, final, redispatch ...) rides in its data.
-    step = detail.pop("kind", None)
-    if step and f.get("kind") == "commit":
-        detail["step"] = step
-    kind = f.get("kind", "")
-    worker = loads(f["worker"]) if f.get("worker", "").startswith("{") else None
-    marks = list(known.get("marks", []))
-    if kind in ("claim", "reclaim") and detail.get("accepted_mark") == 1:
-        marks.append({"run_id": detail["run_id"], "mark": "accepted", "attempt": detail["attempt"]})
-    return Receipt(
-        seq=int(f.get("seq", 0)),
-        ts_ms=int(f.get("ts", 0)),
-        kind=kind,
-        worker=WorkerRef(**worker) if worker else None,
-        fence=int(f.get("fence", 0)),
-        marks=tuple(MarkRef(**m) for m in marks),
-        changes=known.get("changes", {}),
-        detail={"stream_id": stream_id, **detail},
-        trace=known.get("trace", {}),
-    )
-
-
-def _int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
-
-
-class Store:
+class Store(RunTransitions):
     """Session and tool-run transitions. One instance per process; safe for concurrent use."""
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
@@ -552,98 +343,7 @@ class Store:
         task_id, _, request_id = of.partition(" ")
         return Partial(task_id=task_id, request_id=request_id, text=text or "")
 
-    # ------------------------------------------------------------------ Hands side
-
-    @traced_claim
-    async def claim(
-        self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1
-    ) -> Claim:
-        sk = self.keys.session(session_id)
-        r = await self._run(
-            "claim",
-            sk,
-            [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery],
-            run_id,
-        )
-        status = r[0]
-        if status == "claimed":
-            return Claim(
-                "claimed",
-                attempt=int(r[1]),
-                previous_attempt=int(r[2]),
-                previous_status=r[3] or "",
-                intent=decode(ToolIntent, r[4]),
-                previous_worker=r[5],
-                cancelled=len(r) > 6 and int(r[6]) == 1,
-            )
-        if status == "busy":
-            return Claim("busy", holder=r[1], remaining_ms=int(r[2]))
-        if status == "done":
-            return Claim("done", previous_status=r[1])
-        return Claim("gone")
-
-    @counted_refusals("heartbeat")
-    async def heartbeat(
-        self, session_id: str, run_id: str, attempt: int, worker: WorkerRef | None = None
-    ) -> bool:
-        """True when the run was asked to stop (cancelled); raises ``StaleAttemptError``
-        once the attempt is no longer current."""
-        args: list[Any] = [run_id, attempt]
-        if worker is not None:
-            args.append(worker.model_dump_json())
-        reply = await self._run("heartbeat", self.keys.session(session_id), args, run_id)
-        return reply == "cancelled"
-
-    @traced_complete
-    async def complete(
-        self,
-        session_id: str,
-        intent: ToolIntent,
-        attempt: int,
-        result: ToolResult,
-        worker: WorkerRef,
-        *,
-        force_wake: bool = False,
-        detail: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> bool:
-        """Commit the result under the attempt fence; True when it woke the Brain."""
-        sk = self.keys.session(session_id)
-        payload = result.to_json()
-        self._check_size(payload, "tool result")
-        wake = dumps({"v": 1, "session_id": session_id, "reason": f"tool:{intent.run_id}"})
-        receipt = dumps({
-            "marks": [{"run_id": intent.run_id, "mark": "completed", "attempt": attempt}],
-            "detail": {"run_id": intent.run_id, "tool": intent.tool, "outcome": result.outcome,
-                       "recovery": result.recovery, "duration_ms": round(result.duration_ms, 1),
-                       **(detail or {})},
-            "trace": headers or {},
-        })
-        (woke,) = await self._run(
-            "complete",
-            sk,
-            [intent.run_id, attempt, payload, worker.model_dump_json(), intent.group or "",
-             "1" if force_wake or intent.wake_each else "0", wake, session_id, receipt,
-             dumps(headers or {})],
-            intent.run_id,
-        )
-        return bool(woke)
-
-    async def run(self, session_id: str, run_id: str) -> ToolRun | None:
-        """A tool run, live or applied, as a recovering worker or an operator sees it."""
-        sk = self.keys.session(session_id)
-        names = [f"{run_id}.{f}" for f in RUN_FIELDS]
-        async with self.redis.pipeline(transaction=True) as p:
-            p.hmget(sk.runs, names).hmget(sk.runs_done, names)
-            live, done = await p.execute()
-        for values in (live, done):
-            if values[0] is not None:
-                fields = {n: v for n, v in zip(names, values, strict=True) if v is not None}
-                return parse_runs(fields)[run_id]
-        return None
-
-    async def applied_runs(self, session_id: str) -> dict[str, ToolRun]:
-        return parse_runs(await self.redis.hgetall(self.keys.session(session_id).runs_done))
+    # ------------------------------------------------------------------ history
 
     async def finished_tasks(self, session_id: str) -> dict[str, Task]:
         raw = await self.redis.hgetall(self.keys.session(session_id).done)
@@ -661,28 +361,6 @@ class Store:
     ) -> list[Receipt]:
         """The session's receipts about one task (its commits and its runs) and/or one run."""
         return receipts_about(await self.receipts(session_id), task_id=task_id, run_id=run_id)
-
-
-def receipts_about(
-    receipts: list[Receipt], *, task_id: str | None = None, run_id: str | None = None
-) -> list[Receipt]:
-    """Filter a session's receipts to one task and/or one tool run."""
-    if task_id is not None:
-        runs = {rid for r in receipts if r.detail.get("task_id") == task_id
-                for rid in r.detail.get("runs", ())}
-        receipts = [r for r in receipts
-                    if r.detail.get("task_id") == task_id or _runs_of(r) & runs]
-    if run_id is not None:
-        receipts = [r for r in receipts if run_id in _runs_of(r)]
-    return receipts
-
-
-def _runs_of(r: Receipt) -> set[str]:
-    """The tool runs a receipt is about: its run, the runs it dispatched, the marks it wrote."""
-    runs = {m.run_id for m in r.marks} | set(r.detail.get("runs", ()))
-    if r.detail.get("run_id"):
-        runs.add(str(r.detail["run_id"]))
-    return runs
 
 
 __all__ = [

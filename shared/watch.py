@@ -34,7 +34,8 @@ from shared.errors import NotFoundError, RedisUnavailable
 from shared.keys import SessionKeys
 from shared.models import Entry, Receipt, Submission, Task, decode, dumps, loads
 from shared.settings import Settings
-from shared.store import Store, now_ms, parse_meta, parse_receipt, parse_runs
+from shared.state import parse_meta, parse_receipt, parse_runs
+from shared.store import Store, now_ms
 from shared.trace import Timeline
 
 __all__ = ["Watch", "emitter", "render_change"]

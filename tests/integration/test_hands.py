@@ -27,7 +27,8 @@ from shared.mailbox import MailboxServer
 from shared.models import OutboxRow, Task, ToolDispatch, ToolIntent, ToolResult
 from shared.outbox import Outbox
 from shared.settings import Settings
-from shared.store import Claim, Store, worker_ref
+from shared.state import Claim
+from shared.store import Store, worker_ref
 from shared.writes import Writes
 from tests.helpers import eventually
 

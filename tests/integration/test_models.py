@@ -23,7 +23,7 @@ from shared.mailbox import MailboxServer
 from shared.models import Entry, Receipt, Submission, Task
 from shared.relay import Relay
 from shared.settings import Settings
-from shared.store import Partial
+from shared.state import Partial
 from shared.watch import Watch, render_change
 from tests.helpers import eventually, running
 from tests.model_apps import anthropic_app, openai_app
