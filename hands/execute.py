@@ -1,0 +1,295 @@
+"""Deciding and executing one tool run: the result a claimed attempt completes with.
+
+Owns the replay-aware decision (:meth:`ToolExecution._result`: cancelled, unknown tool, bad
+arguments, interrupt, confirm, re-execute), running the tool under its deadline while
+heartbeating the attempt (:meth:`ToolExecution._supervised`, :meth:`ToolExecution._beat`),
+the output limit, and the error results. :class:`ToolExecution` is a mixin that
+:class:`~hands.worker.HandsWorker` composes; the worker owns the lifecycle and the
+per-message protocol (claim, result, complete, ack).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+from pydantic import BaseModel
+
+from hands.replay import decide
+from shared.app import Tool, ToolContext
+from shared.errors import StaleAttemptError, ToolError, ValidationError
+from shared.models import Recovery, ToolIntent, ToolResult
+from shared.state import Claim
+
+if TYPE_CHECKING:
+    import httpx
+
+    from shared.models import WorkerRef
+    from shared.settings import Settings
+    from shared.store import Store
+
+log = structlog.get_logger("baton.hands")
+
+MAX_ERROR_TEXT = 2_000
+CANCEL_GRACE_S = 5.0  # wait this long for a cancelled tool to end
+
+
+class RunCancelled(Exception):
+    """The Brain asked the run to stop (its heartbeat said so): the tool was cancelled.
+
+    ``output`` is what the tool returned if it ended on its own after ``ctx.cancelled``.
+    """
+
+    def __init__(self, run_id: str, output: Any = None) -> None:
+        super().__init__(run_id)
+        self.output = output
+
+
+class AttemptLost(Exception):
+    """Our attempt was taken over (or ended) while running: stop touching the run."""
+
+    def __init__(self, err: StaleAttemptError) -> None:
+        super().__init__(str(err))
+        self.err = err
+
+
+class ToolExecution:
+    """Turns a claimed attempt into its result; relies on the worker it is mixed into."""
+
+    if TYPE_CHECKING:
+        settings: Settings
+        tools: dict[str, Tool]
+        store: Store | None
+        worker: WorkerRef
+
+        def _client(self) -> httpx.AsyncClient: ...
+
+    async def _result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
+        """The run's result, or None to leave it for a later delivery."""
+        attempt = claim.attempt
+        if claim.cancelled:  # stopped by the Brain before this attempt: never execute it
+            return ToolResult(outcome="cancelled", error_code="cancelled",
+                              error="cancelled before this attempt ran", attempt=attempt)
+        tool = self.tools.get(intent.tool)
+        if tool is None:
+            return _error(attempt, "unknown_tool",
+                          f"no tool named {intent.tool!r} is served here; "
+                          f"available: {', '.join(self.tools)}")
+        try:
+            args = tool.parse_args(intent.arguments)
+        except ValidationError as exc:
+            return _error(attempt, "invalid_arguments", exc.message)
+        decision = decide(
+            recovering=claim.recovering,
+            saved=intent.replay,
+            current=tool.replay,
+            has_confirm=tool.confirm_fn is not None,
+            delivery=delivery,
+            max_deliver=self.settings.max_deliver,
+        )
+        ctx = ToolContext(
+            session_id=intent.session_id, run_id=intent.run_id,
+            operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
+            http=self._client(), log=log.bind(tool=tool.name),
+        )
+        if decision.action == "interrupt":
+            return ToolResult(outcome="interrupted", error_code="interrupted",
+                              error=decision.reason, recovery="interrupted", attempt=attempt)
+        if decision.action == "fail":
+            return ToolResult(outcome="failed", error_code="max_deliveries",
+                              error=decision.reason, recovery="interrupted", attempt=attempt)
+        if decision.action == "confirm":
+            assert tool.confirm_fn is not None
+            confirm = tool.confirm_fn
+            started = time.monotonic()
+            try:
+                found = await self._supervised(
+                    intent, ctx, tool.timeout, lambda: confirm(intent.operation_id, args, ctx)
+                )
+            except AttemptLost:
+                raise
+            except RunCancelled:
+                return _cancelled(attempt, "executed_after_confirm", started)
+            except Exception as exc:  # cannot tell what happened: try again later
+                log.warning("confirm_failed", error=_describe(exc))
+                return None
+            log.info("confirm_answered", found=found is not None)
+            if found is not None:
+                return ToolResult(outcome="ok", output=found, recovery="confirmed",
+                                  attempt=attempt, duration_ms=_ms_since(started))
+            return await self._execute(tool, args, intent, ctx, "executed_after_confirm")
+        recovery: Recovery = "reexecuted" if decision.action == "reexecute" else "none"
+        return await self._execute(tool, args, intent, ctx, recovery)
+
+    async def _execute(
+        self, tool: Tool, args: BaseModel, intent: ToolIntent, ctx: ToolContext,
+        recovery: Recovery,
+    ) -> ToolResult:
+        started = time.monotonic()
+        attempt = ctx.attempt
+        try:
+            output = await self._supervised(intent, ctx, tool.timeout, lambda: tool(args, ctx))
+        except AttemptLost:
+            raise
+        except RunCancelled as exc:
+            log.info("tool_cancelled")
+            return _cancelled(attempt, recovery, started, exc.output)
+        except ToolError as exc:
+            return _error(attempt, exc.code, exc.message, recovery, started)
+        except _Timeout:
+            return _error(attempt, "timeout", f"{tool.name} did not finish within "
+                          f"{tool.timeout:g}s", recovery, started)
+        except Exception as exc:  # a tool bug is a result the model sees, never a crash
+            log.warning("tool_raised", error=_describe(exc))
+            return _error(attempt, "tool_exception", _describe(exc), recovery, started)
+        return ToolResult(outcome="ok", output=output, recovery=recovery, attempt=attempt,
+                          duration_ms=_ms_since(started))
+
+    async def _supervised(
+        self, intent: ToolIntent, ctx: ToolContext, timeout: float,  # noqa: ASYNC109
+        call: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """Run ``call`` with a deadline while heartbeating the attempt in Redis.
+
+        Raises :class:`AttemptLost` (after cancelling the call) once the heartbeat finds the
+        attempt taken over, :class:`RunCancelled` once it says the Brain cancelled the run
+        (``ctx.cancelled`` is set, then the call is cancelled), and :class:`_Timeout` when
+        the deadline passes.
+        """
+
+        async def bounded() -> Any:
+            deadline = asyncio.timeout(timeout)
+            try:
+                async with deadline:
+                    return await call()
+            except TimeoutError:
+                if deadline.expired():
+                    raise _Timeout() from None
+                raise
+
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        work = asyncio.ensure_future(bounded())
+        beat: asyncio.Task[None] | None = None
+
+        def on_beat_done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None and not work.done():
+                ctx.cancelled.set()  # taken over or cancelled: stop the tool
+                work.cancel()
+
+        def start_beat() -> None:  # most calls end before the first beat is due
+            nonlocal beat
+            beat = loop.create_task(self._beat(intent, ctx.attempt, stop))
+            beat.add_done_callback(on_beat_done)
+
+        timer = loop.call_later(self.settings.attempt_ttl_ms / 3000, start_beat)
+        try:
+            await asyncio.wait({work})
+        finally:
+            timer.cancel()
+            stop.set()
+            if not work.done():  # we are being cancelled ourselves
+                ctx.cancelled.set()
+                work.cancel()
+            pending = {t for t in (work, beat) if t is not None and not t.done()}
+            if beat is not None:
+                beat.cancel()
+            if pending:
+                # Bounded: a task may swallow its cancellation (redis-py does, mid-command).
+                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
+                if stuck:
+                    log.warning("cancel_ignored", tasks=[t.get_name() for t in stuck])
+        if work.cancelled():
+            err = beat.exception() if beat is not None and beat.done() and not beat.cancelled() \
+                else None
+            if isinstance(err, StaleAttemptError):
+                raise AttemptLost(err)
+            if isinstance(err, RunCancelled):
+                raise err
+            raise RuntimeError("the tool was cancelled")  # not by us: a tool bug
+        if ctx.cancelled.is_set() and beat is not None and beat.done() and not beat.cancelled() \
+                and isinstance(beat.exception(), RunCancelled):
+            # The tool saw ctx.cancelled and returned before its cancellation landed.
+            raise RunCancelled(intent.run_id, work.result())
+        return work.result()
+
+    async def _beat(self, intent: ToolIntent, attempt: int, stop: asyncio.Event) -> None:
+        """Keep the attempt alive until ``stop``; ends early only by raising StaleAttemptError
+        (taken over) or RunCancelled (the Brain cancelled the run).
+
+        ``stop`` is checked after every beat because a cancellation that arrives during a
+        Redis command can be swallowed by redis-py (redis/redis-py#2028).
+        """
+        assert self.store is not None
+        interval = self.settings.attempt_ttl_ms / 3000
+        first = True
+        while not stop.is_set():
+            if not first:  # the first beat is due when this task starts
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+                if stop.is_set():
+                    return
+            first = False
+            try:
+                cancelled = await self.store.heartbeat(
+                    intent.session_id, intent.run_id, attempt, self.worker
+                )
+            except StaleAttemptError:
+                raise
+            except Exception as exc:  # Redis away for a moment: the tool goes on
+                log.warning("run_heartbeat_failed", error=str(exc))
+                continue
+            if cancelled:
+                raise RunCancelled(intent.run_id)
+
+    def _limit(self, result: ToolResult) -> ToolResult:
+        """Cut an output larger than ``tool_output_limit`` (as JSON), marking it truncated."""
+        limit = self.settings.tool_output_limit
+        try:
+            raw = orjson.dumps(result.output)
+        except TypeError:  # not JSON-serialisable: its text is what the model can use
+            raw = orjson.dumps(repr(result.output))
+            result = result.model_copy(update={"output": repr(result.output)})
+        if len(raw) <= limit:
+            return result
+        head = raw[:limit].decode("utf-8", errors="ignore")
+        marker = f"... [truncated: {len(raw)} bytes of JSON, limit {limit}]"
+        return result.model_copy(update={"output": head + marker, "truncated": True})
+
+
+class _Timeout(Exception):
+    """The tool's own deadline passed."""
+
+
+def _error(
+    attempt: int, code: str, message: str, recovery: Recovery = "none",
+    started: float | None = None,
+) -> ToolResult:
+    return ToolResult(
+        outcome="error", error_code=code, error=message[:MAX_ERROR_TEXT], recovery=recovery,
+        attempt=attempt, duration_ms=_ms_since(started) if started is not None else 0.0,
+    )
+
+
+def _cancelled(attempt: int, recovery: Recovery, started: float, output: Any = None
+               ) -> ToolResult:
+    return ToolResult(outcome="cancelled", output=output, error_code="cancelled",
+                      error="cancelled by request while running", recovery=recovery,
+                      attempt=attempt, duration_ms=_ms_since(started))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 3)
+
+
+__all__ = ["CANCEL_GRACE_S", "AttemptLost", "RunCancelled", "ToolExecution"]
