@@ -1,6 +1,6 @@
 """End to end: Baton's tool round trip and five-notice sessions on the real services.
 
-One :class:`~shared.dev.DevStack` (redis-server, nats-server, the mail service without delay,
+One :class:`~shared.devstack.DevStack` (redis-server, nats-server, the mail service without delay,
 one Brain, one Hands, one Relay, each its own OS process; non-durable servers) serves the
 whole run, and on the same servers, in the same run:
 
@@ -48,7 +48,7 @@ from hands.tools import send_email
 from shared.app import Agent, App
 from shared.bus import Bus, Puller
 from shared.client import Client
-from shared.dev import DevStack
+from shared.devstack import DevStack
 from shared.faults import Faults
 from shared.models import Task, ToolCall
 from shared.store import Store, worker_ref

@@ -1,6 +1,6 @@
 """Takeover: a Hands SIGKILLed mid-send, to the session done, over repeated trials.
 
-One :class:`~shared.dev.DevStack` per settings variant (one Brain, two Hands, one Relay; the
+One :class:`~shared.devstack.DevStack` per settings variant (one Brain, two Hands, one Relay; the
 mail service holds each answer 300 ms). Per trial a five-notice session is submitted; as soon
 as the mail service has *recorded* one of its sends (accepted, reply not yet seen) the Hands
 sending it is SIGKILLed and not restarted: the other, live replica must take the run over
@@ -30,7 +30,7 @@ from rich.table import Table
 
 from bench.common import Result, Row, environment, percentile
 from shared.client import Client
-from shared.dev import DevStack
+from shared.devstack import DevStack
 from shared.settings import Settings
 
 NAME = "takeover"

@@ -1,7 +1,7 @@
 """``baton chaos``: many five-notice sessions while workers are killed, paused and the servers
 restarted; then the invariants of DESIGN section 4 are checked.
 
-A durable :class:`~shared.dev.DevStack` (Redis AOF ``always``, JetStream ``sync_interval:
+A durable :class:`~shared.devstack.DevStack` (Redis AOF ``always``, JetStream ``sync_interval:
 always``) runs brains, hands and relays as separate supervised processes with the chaos app
 (:mod:`examples.chaos_app`). Sessions are submitted at a steady rate, each to five recipients
 of its own, a share of them through the non-idempotent ``unsafe`` tool. Meanwhile, from one
@@ -46,7 +46,7 @@ from shared import log as logs
 from shared.chaos_checks import Findings, SessionFacts, check_mail, check_session
 from shared.client import Client
 from shared.deadletter import dead_letters
-from shared.dev import DevStack, Proc
+from shared.devstack import DevStack, Proc
 from shared.errors import UnavailableError
 from shared.outbox import Outbox
 from shared.store import now_ms

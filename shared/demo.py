@@ -31,7 +31,7 @@ from rich.table import Table
 
 from shared import log as logs
 from shared.client import Client
-from shared.dev import DevStack
+from shared.devstack import DevStack
 from shared.models import Receipt, ToolRun
 from shared.observe import save_receipts
 from shared.stack import home

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from shared.client import Client
-from shared.dev import DevStack, Proc
+from shared.devstack import DevStack, Proc
 from shared.models import Entry, Receipt, Submission, ToolRun
 from shared.store import Store
 

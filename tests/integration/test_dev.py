@@ -12,7 +12,8 @@ import httpx
 
 from shared.client import Client
 from shared.demo import FIVE_NOTICES
-from shared.dev import DevStack, _pid_alive
+from shared.dev import _pid_alive
+from shared.devstack import DevStack
 
 
 def _baton(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:

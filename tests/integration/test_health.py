@@ -15,7 +15,7 @@ from hands.worker import HandsWorker
 from shared.bus import Bus
 from shared.client import Client
 from shared.demo import FIVE_NOTICES
-from shared.dev import DevStack
+from shared.devstack import DevStack
 from shared.health import check_http, serve_health
 from shared.relay import Relay
 from shared.settings import Settings

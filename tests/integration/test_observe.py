@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from shared.client import Client
 from shared.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, Outcome, run_demo
-from shared.dev import DevStack
+from shared.devstack import DevStack
 from shared.inspect import cluster_view, render_cluster, render_session, session_view
 from shared.observe import load_receipts, save_receipts
 from shared.store import Store

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from shared import telemetry
 from shared.client import Client
 from shared.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, _kill_after_fourth
-from shared.dev import DevStack
+from shared.devstack import DevStack
 
 pytestmark = pytest.mark.slow
 
