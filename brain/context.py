@@ -8,12 +8,12 @@ from typing import Any
 import structlog
 
 from shared.app import Agent, App
-from shared.bus import BusNames
 from shared.faults import Faults
 from shared.models import RunStatus, Task, ToolRun, WorkerRef
 from shared.settings import Settings
 from shared.state import SessionState
 from shared.store import Store, now_ms
+from shared.subjects import BusNames
 from shared.writes import Writes
 
 

@@ -20,7 +20,7 @@ from brain.registry import Registry
 from brain.session import SessionPass
 from shared import log as logs
 from shared.app import App, load_app
-from shared.bus import Bus, BusNames, delivery_count, heartbeat
+from shared.bus import Bus
 from shared.deadletter import record_dead_letter
 from shared.errors import (
     BatonError,
@@ -31,10 +31,12 @@ from shared.errors import (
     ValidationError,
 )
 from shared.faults import Faults
+from shared.messages import delivery_count, heartbeat
 from shared.models import Wake, decode
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings
 from shared.store import Store
+from shared.subjects import BusNames
 from shared.tracing import consumer
 
 log = structlog.get_logger("baton.brain")

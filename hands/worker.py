@@ -32,8 +32,7 @@ from nats.aio.msg import Msg
 
 from hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
 from shared.app import App, Tool, load_app
-from shared.bus import Bus, Puller, delivery_count
-from shared.bus import heartbeat as bus_heartbeat
+from shared.bus import Bus, Puller
 from shared.deadletter import record_dead_letter
 from shared.errors import (
     ConfigError,
@@ -44,6 +43,8 @@ from shared.errors import (
 )
 from shared.faults import Faults
 from shared.log import bind
+from shared.messages import delivery_count
+from shared.messages import heartbeat as bus_heartbeat
 from shared.models import ToolDispatch, ToolIntent, ToolResult, decode
 from shared.service import Service, run_until_signalled
 from shared.settings import Settings

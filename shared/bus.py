@@ -8,6 +8,10 @@ Baton uses two work-queue streams per namespace ``ns`` (``NS`` = upper-cased, ``
 Every publish carries ``Nats-Msg-Id`` (the outbox row id), so a re-publish after a relay crash
 is dropped by the stream's duplicate window. Acks are not exclusive (nats-server#4786): who
 may act on a message is decided by fences in Redis, never here.
+
+The names live in :mod:`shared.subjects`, one message's helpers (:class:`Outgoing`,
+:func:`delivery_count`, :func:`heartbeat`) in :mod:`shared.messages`, credentials and
+permission denials in :mod:`shared.nats_auth`; this module re-exports the public ones.
 """
 
 from __future__ import annotations
@@ -15,12 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import nats
 import nats.errors
@@ -41,14 +42,16 @@ from nats.js.api import (
 )
 
 from shared.errors import (
-    ConfigError,
     CredentialsError,
     ForbiddenError,
     NatsUnavailable,
     PayloadTooLarge,
     ValidationError,
 )
+from shared.messages import Outgoing, delivery_count, heartbeat
+from shared.nats_auth import _auth_options, _Denials, _is_auth_failure
 from shared.settings import Settings
+from shared.subjects import BusNames, _token
 from shared.tracing import publish_span, publish_spans
 
 __all__ = ["Bus", "BusNames", "Outgoing", "Puller", "delivery_count", "heartbeat"]
@@ -56,14 +59,8 @@ __all__ = ["Bus", "BusNames", "Outgoing", "Puller", "delivery_count", "heartbeat
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _STREAM_NAME_IN_USE = 10058  # JetStream API error: stream exists with another config
 _STREAM_NOT_FOUND = 10059
-# The server reports a refused publish or subscribe asynchronously, as an error line.
-# nats-py lower-cases the whole line, subject included: match prefixes case-insensitively.
-_VIOLATION = re.compile(
-    r'permissions violation for (publish|subscription) to "?([^"\s]+)"?', re.IGNORECASE
-)
 # While connected, keep retrying forever (workers must outlive a NATS restart), this often.
 _RECONNECT_WAIT_S = 0.25
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
@@ -78,98 +75,6 @@ _TRANSIENT = (
     nats.js.errors.NoStreamResponseError,
     asyncio.TimeoutError,
 )
-
-
-def _token(kind: str, value: object) -> str:
-    text = str(value)
-    if not _TOKEN.match(text):
-        raise ValidationError(
-            f"invalid {kind} {text!r}: use 1-64 of A-Z a-z 0-9 _ - (no spaces, dots, * or >)",
-            field=kind, value=text,
-        )
-    return text
-
-
-@dataclass(frozen=True, slots=True)
-class BusNames:
-    """Stream, subject and durable names of one namespace; pure, usable without a connection."""
-
-    namespace: str
-
-    @property
-    def prefix(self) -> str:
-        return self.namespace.upper().replace("-", "_")
-
-    @property
-    def wake_stream(self) -> str:
-        return f"{self.prefix}_WAKE"
-
-    @property
-    def tool_stream(self) -> str:
-        return f"{self.prefix}_TOOLS"
-
-    def wake_subject(self, agent: str, compat: str | int) -> str:
-        return f"{self.namespace}.wake.{_token('agent', agent)}.{_token('compat', compat)}"
-
-    def tool_subject(self, tool: str) -> str:
-        return f"{self.namespace}.tool.{_token('tool', tool)}"
-
-    def wake_durable(self, agent: str, compat: str | int) -> str:
-        return f"wake_{_token('agent', agent)}_{_token('compat', compat)}"
-
-    def tool_durable(self, tool: str) -> str:
-        return f"tool_{_token('tool', tool)}"
-
-
-class Outgoing(NamedTuple):
-    """One message for :meth:`Bus.publish_many`."""
-
-    subject: str
-    data: bytes
-    msg_id: str
-    headers: dict[str, str] | None = None
-
-
-def delivery_count(msg: Msg) -> int:
-    """How many times JetStream has delivered this message (1 on first delivery)."""
-    return int(msg.metadata.num_delivered)
-
-
-@contextlib.asynccontextmanager
-async def heartbeat(msg: Msg, interval: float) -> AsyncIterator[None]:
-    """Tell JetStream "still working" (``in_progress``) every ``interval`` s while the body runs.
-
-    Pick ``interval`` well below the consumer's ``ack_wait``. Beats stop once the message is
-    acked; a failed beat (e.g. while reconnecting) is logged, not raised. Most bodies end
-    before the first beat is due, so the beating task is only created when it is.
-    """
-
-    async def beat() -> None:
-        while True:
-            if msg.is_acked:  # acked, nak'd or terminated: nothing left to keep alive
-                return
-            try:
-                await msg.in_progress()
-            except Exception as exc:
-                log.debug("heartbeat_failed", subject=msg.subject, error=repr(exc))
-            await asyncio.sleep(interval)
-
-    loop = asyncio.get_running_loop()
-    task: asyncio.Task[None] | None = None
-
-    def start() -> None:
-        nonlocal task
-        task = loop.create_task(beat(), name=f"heartbeat:{msg.subject}")
-
-    timer = loop.call_later(interval, start)
-    try:
-        yield
-    finally:
-        timer.cancel()
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 class Puller:
@@ -204,59 +109,6 @@ class Puller:
     async def close(self) -> None:
         with contextlib.suppress(nats.errors.Error):
             await self._sub.unsubscribe()
-
-
-class _Denials:
-    """Permission violations the server reported, matched to the calls waiting on them."""
-
-    def __init__(self) -> None:
-        self._waiters: list[tuple[str, asyncio.Future[str]]] = []
-
-    def report(self, text: str) -> bool:
-        match = _VIOLATION.search(text)
-        if match is None:
-            return False
-        subject = match[2].lower()
-        for prefix, future in self._waiters:
-            if subject.startswith(prefix.lower()) and not future.done():
-                future.set_result(prefix if subject == prefix.lower() else subject)
-        return True
-
-    @contextlib.contextmanager
-    def watch(self, prefix: str) -> Iterator[asyncio.Future[str]]:
-        entry = (prefix, asyncio.get_running_loop().create_future())
-        self._waiters.append(entry)
-        try:
-            yield entry[1]
-        finally:
-            self._waiters.remove(entry)
-            entry[1].cancel()
-
-
-def _tls_context(settings: Settings) -> ssl.SSLContext | None:
-    s = settings
-    if not (s.nats_tls_ca or s.nats_tls_cert or s.nats_url.startswith("tls://")):
-        return None
-    try:
-        ctx = ssl.create_default_context(cafile=s.nats_tls_ca or None)
-        if s.nats_tls_cert:
-            ctx.load_cert_chain(s.nats_tls_cert, s.nats_tls_key or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load the NATS TLS files: {exc}") from None
-    return ctx
-
-
-def _auth_options(settings: Settings) -> dict[str, Any]:
-    s = settings
-    options: dict[str, Any] = {}
-    if s.nats_creds:
-        options["user_credentials"] = s.nats_creds
-    elif s.nats_user:
-        options["user"], options["password"] = s.nats_user, s.nats_password
-    tls = _tls_context(s)
-    if tls is not None:
-        options["tls"] = tls
-    return options
 
 
 class Bus:
@@ -566,8 +418,3 @@ def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:
         and abs((have.duplicate_window or 0) - (want.duplicate_window or 0)) < 1e-3
         and have.max_msg_size == want.max_msg_size
     )
-
-
-def _is_auth_failure(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text

@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from shared import control
-from shared.bus import BusNames
 from shared.control import CancelAnswer
 from shared.errors import ConfigError
 from shared.faults import Faults
 from shared.models import Submission, Task
 from shared.settings import Settings
 from shared.store import Store, now_ms, worker_ref
+from shared.subjects import BusNames
 
 GENERATION = "generation"
 T = TypeVar("T")

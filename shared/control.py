@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import orjson
 
-from shared.bus import BusNames
 from shared.errors import ConflictError, NotFoundError
 from shared.models import ToolDispatch, ToolResult, WorkerRef, dumps
 from shared.store import Store
+from shared.subjects import BusNames
 
 __all__ = ["CancelAnswer", "approve", "args_digest", "cancel", "reject"]
 

@@ -36,11 +36,12 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from shared.bus import Bus, Outgoing
+from shared.bus import Bus
 from shared.deadletter import record_dead_letter
 from shared.errors import ForbiddenError, NatsUnavailable, ValidationError
 from shared.faults import Faults
 from shared.keys import RELAY_GROUP, Keys
+from shared.messages import Outgoing
 from shared.models import OutboxRow
 from shared.outbox import Outbox, parse_row
 from shared.redis_client import connect_redis

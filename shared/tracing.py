@@ -151,7 +151,7 @@ def publish_span(subject: str, msg_id: str, headers: dict[str, str] | None
 
 @contextlib.contextmanager
 def publish_spans(batch: list[Any]) -> Iterator[list[Any]]:
-    """Around a concurrent publish of :class:`~shared.bus.Outgoing` items: one span per item,
+    """Around a concurrent publish of :class:`~shared.messages.Outgoing` items: one span per item,
     all ended when the batch is acknowledged (or failed); yields the items to send."""
     if not state.tracing:
         yield batch

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.bus import Bus, BusNames, Outgoing, delivery_count, heartbeat
+from shared.bus import Bus
 from shared.errors import NatsUnavailable, PayloadTooLarge, ValidationError
+from shared.messages import Outgoing, delivery_count, heartbeat
 from shared.servers import NatsServer, free_port
 from shared.settings import Settings
+from shared.subjects import BusNames
 from tests.helpers import eventually
 
 

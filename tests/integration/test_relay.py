@@ -10,9 +10,10 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js.api import RawStreamMsg
 
-from shared.bus import Bus, Outgoing, Puller
+from shared.bus import Bus, Puller
 from shared.deadletter import dead_letters, record_dead_letter
 from shared.keys import Keys
+from shared.messages import Outgoing
 from shared.models import OutboxRow, Task, dumps, loads
 from shared.outbox import Outbox
 from shared.relay import Relay
