@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from brain.cancel import CANCELLED_BY, cancel_result, live_runs
 from brain.context import TaskContext
 from brain.phases import PRIVATE, PhaseContext, dispatch_row
+from brain.redispatch import stuck_runs
 from shared.errors import ConfigError, ConflictError, ValidationError
 from shared.models import (
     Checkpoint,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CustomTask"]
 
-MAX_REDISPATCH = 3
 REDISPATCHED = PRIVATE + "redispatched"
 # Errors of a phase's own making (bad step, invalid document, unknown tool ...) that the
 # commit refuses: counted like a crash instead of retrying the wake forever.
@@ -275,21 +275,7 @@ class CustomTask:
 
     def _stuck(self, task: Task, ctx: TaskContext) -> list[str]:
         """Awaited runs nothing seems to work on (their tool message was probably lost)."""
-        state = task.state
-        if state.name != "waiting":
-            return []
-        sent = task.checkpoint.data.get(REDISPATCHED, {})
-        now, limit = ctx.now(), ctx.settings.progress_deadline_ms
-        out = []
-        for rid in state.on:
-            run = ctx.state.runs.get(rid)
-            if run is None or run.status in ("completed", "awaiting_approval") \
-                    or sent.get(rid, 0) >= MAX_REDISPATCH:
-                continue
-            last = max(run.heartbeat_ms or 0, run.intent.created_ms, sent.get(f"{rid}@", 0))
-            if now - last > limit:
-                out.append(rid)
-        return out
+        return [r.run_id for r in stuck_runs(task, ctx, key=REDISPATCHED)]
 
     async def _redispatch(self, task: Task, ctx: TaskContext) -> None:
         stuck = self._stuck(task, ctx)

@@ -34,6 +34,7 @@ from typing import Any
 from brain.cancel import live_runs
 from brain.context import TaskContext
 from brain.model import ModelRequest, ModelResponse, model_client, streams
+from brain.redispatch import stuck_runs
 from brain.retry import retry_at
 from brain.stream import PartialText
 from shared.control import args_digest
@@ -71,34 +72,6 @@ def result_text(result: ToolResult) -> str:
             "error": result.error,
         }
     )
-
-
-MAX_REDISPATCH = 3
-
-
-def stuck_runs(task: Task, ctx: TaskContext) -> list[ToolRun]:
-    """Awaited runs that nothing seems to work on: their tool message was probably lost.
-
-    A run still ``dispatched`` (never claimed), or ``running`` with no heartbeat, for longer
-    than the progress deadline gets its tool message sent again (at most MAX_REDISPATCH
-    times). A duplicate is harmless: a live attempt answers busy, a finished one done.
-    """
-    state = task.state
-    if state.name != "waiting":
-        return []
-    limit = ctx.settings.progress_deadline_ms
-    now = ctx.now()
-    sent = task.checkpoint.data.get("redispatched", {})
-    out = []
-    for rid in state.on:
-        run = ctx.state.runs.get(rid)
-        if run is None or run.status in ("completed", "awaiting_approval") \
-                or sent.get(rid, 0) >= MAX_REDISPATCH:
-            continue
-        last = max(run.heartbeat_ms or 0, run.intent.created_ms, sent.get(f"{rid}@", 0))
-        if now - last > limit:
-            out.append(run)
-    return out
 
 
 def runnable(task: Task, ctx: TaskContext) -> bool:

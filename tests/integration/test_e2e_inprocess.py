@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -16,22 +15,10 @@ from shared.client import Client
 from shared.mailbox import MailboxServer
 from shared.relay import Relay
 from shared.settings import Settings
-from tests.helpers import eventually
+from tests.helpers import eventually, running
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
-
-
-@asynccontextmanager
-async def running(*services) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(s.serve()) for s in services]
-    try:
-        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 10)
-        yield
-    finally:
-        for s in services:
-            s.shutdown()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @pytest.fixture
