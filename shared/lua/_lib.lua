@@ -87,3 +87,23 @@ local function log_checks(checks)
   checks[#checks + 1] = {'ZREM', K_TIMERS, 'm'}
   return checks
 end
+
+-- The session's agent, when it already belongs to another one: a CONFLICT reply, else nil.
+local function agent_conflict(sid, agent)
+  local cur = redis.call('HGET', K_META, 'agent')
+  if cur and cur ~= agent then
+    return fail('CONFLICT', 'session ' .. sid .. ' belongs to agent ' .. cur)
+  end
+  return nil
+end
+
+-- Create the session meta on first use; returns the session's wake subject (a session
+-- that exists keeps its own, which a migration may have moved to another level).
+local function open_session(agent, compat, wake, now)
+  if redis.call('HEXISTS', K_META, 'agent') == 0 then
+    redis.call('HSET', K_META, 'agent', agent, 'compat', compat, 'wake', wake, 'fence', 0,
+               'seq', 0, 'holder', '', 'lease_until', 0, 'created', now)
+    return wake
+  end
+  return redis.call('HGET', K_META, 'wake')
+end

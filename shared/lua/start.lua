@@ -19,20 +19,13 @@ local existing = redis.call('HGET', K_REQS, req)
 if existing then
   return {0, existing}
 end
-local cur_agent = redis.call('HGET', K_META, 'agent')
-if cur_agent and cur_agent ~= agent then
-  return fail('CONFLICT', 'session ' .. sid .. ' belongs to agent ' .. cur_agent)
-end
+local conflict = agent_conflict(sid, agent)
+if conflict then return conflict end
 if redis.call('HEXISTS', K_TASKS, ARGV[6]) == 1 or redis.call('HEXISTS', K_DONE, ARGV[6]) == 1 then
   return fail('CONFLICT', 'task ' .. ARGV[6] .. ' exists')
 end
 local now = now_ms()
-if not cur_agent then
-  redis.call('HSET', K_META, 'agent', agent, 'compat', compat, 'wake', wake, 'fence', 0,
-             'seq', 0, 'holder', '', 'lease_until', 0, 'created', now)
-else
-  wake = redis.call('HGET', K_META, 'wake')
-end
+wake = open_session(agent, compat, wake, now)
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 redis.call('HSET', K_REQS, req, ARGV[6])
 redis.call('HSET', K_TASKS, ARGV[6], ARGV[7])

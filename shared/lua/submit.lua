@@ -19,17 +19,10 @@ local existing = redis.call('HGET', K_REQS, ARGV[5])
 if existing then
   return {0, redis.call('HGET', K_SUBS, existing)}
 end
-local cur_agent = redis.call('HGET', K_META, 'agent')
-if cur_agent and cur_agent ~= agent then
-  return fail('CONFLICT', 'session ' .. sid .. ' belongs to agent ' .. cur_agent)
-end
+local conflict = agent_conflict(sid, agent)
+if conflict then return conflict end
 local now = now_ms()
-if not cur_agent then
-  redis.call('HSET', K_META, 'agent', agent, 'compat', compat, 'wake', wake, 'fence', 0,
-             'seq', 0, 'holder', '', 'lease_until', 0, 'created', now)
-else
-  wake = redis.call('HGET', K_META, 'wake')
-end
+wake = open_session(agent, compat, wake, now)
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 redis.call('HSET', K_REQS, ARGV[5], ARGV[6])
 redis.call('HSET', K_SUBS, ARGV[6], ARGV[7])
