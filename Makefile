@@ -52,9 +52,11 @@ test-chaos: deps venv
 bench: deps venv
 	$(BIN)/baton bench
 
+SOURCES := shared brain hands relay examples bench tests
+
 lint: venv
-	$(BIN)/ruff check brain hands shared tests
-	$(BIN)/mypy brain hands shared
+	$(BIN)/ruff check $(SOURCES)
+	MYPY=$(BIN)/mypy scripts/typecheck.sh
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache bench/results

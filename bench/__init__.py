@@ -9,12 +9,12 @@ from __future__ import annotations
 
 #: name -> module implementing it, imported only when selected.
 BENCHES: dict[str, str] = {
-    "store": "bench.store_bench",
-    "chain": "bench.chain_bench",
+    "store": "baton.bench.store_bench",
+    "chain": "baton.bench.chain_bench",
     "e2e": "bench.e2e_bench",
-    "docs": "bench.doc_bench",
-    "takeover": "bench.takeover_bench",
-    "history": "bench.history_bench",
+    "docs": "baton.bench.doc_bench",
+    "takeover": "baton.bench.takeover_bench",
+    "history": "baton.bench.history_bench",
 }
 
 __all__ = ["BENCHES"]

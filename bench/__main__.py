@@ -9,9 +9,9 @@ import sys
 
 from rich.console import Console
 
-from bench import BENCHES
-from bench.common import write_json
-from bench.summary import summarize
+from baton.bench import BENCHES
+from baton.bench.common import write_json
+from baton.bench.summary import summarize
 
 # The benchmarks whose figures have targets: the summary table and the picture use them.
 SUMMARIZED = ("e2e", "takeover", "history")

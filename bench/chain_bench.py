@@ -32,8 +32,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType,
 from redis.asyncio import Redis
 from rich.console import Console
 
-from bench.common import Result, Row, concurrent, environment, print_rows, sequential
-from shared.servers import EmbeddedStack
+from baton.bench.common import Result, Row, concurrent, environment, print_rows, sequential
+from baton.devkit.servers import EmbeddedStack
 
 NAME = "chain"
 DESCRIPTION = "raw hop chain: Lua commit -> relay -> JetStream -> pull fetch -> Lua commit -> ack"

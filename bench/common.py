@@ -11,6 +11,7 @@ import asyncio
 import gc
 import json
 import math
+import os
 import platform
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(os.environ.get("BATON_BENCH_RESULTS") or Path.cwd() / "bench" / "results")
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -20,13 +20,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import Result, Row, environment, percentile
-from shared.documents import next_change
-from shared.models import Document, Task
-from shared.servers import RedisServer
-from shared.settings import Settings
-from shared.store import Store, worker_ref
-from shared.writes import Writes
+from baton.bench.common import Result, Row, environment, percentile
+from baton.devkit.servers import RedisServer
+from baton.models import Document, Task
+from baton.settings import Settings
+from baton.store.documents import next_change
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
 
 NAME = "docs"
 DESCRIPTION = "Store.load of a session whose document has 10 .. 3,000 changes (deltas + baselines)"

@@ -1,6 +1,6 @@
 """End to end: Baton's tool round trip and five-notice sessions on the real services.
 
-One :class:`~shared.devstack.DevStack` (redis-server, nats-server, the mail service without delay,
+One :class:`~baton.devkit.devstack.DevStack` (redis-server, nats-server, the mail service without delay,
 one Brain, one Hands, one Relay, each its own OS process; non-durable servers) serves the
 whole run, and on the same servers, in the same run:
 
@@ -39,19 +39,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import chain_bench
-from bench.common import Result, Row, Run, concurrent, environment, percentile, print_rows
-from brain.context import TaskContext
-from brain.generation import Generation
-from brain.model import ModelResponse
-from hands.tools import send_email
-from shared.app import Agent, App
-from shared.bus import Bus, Puller
-from shared.client import Client
-from shared.devstack import DevStack
-from shared.faults import Faults
-from shared.models import Task, ToolCall
-from shared.store import Store, worker_ref
+from baton.app import Agent, App
+from baton.bench import chain_bench
+from baton.bench.common import Result, Row, Run, concurrent, environment, percentile, print_rows
+from baton.brain.context import TaskContext
+from baton.brain.generation import Generation
+from baton.brain.model import ModelResponse
+from baton.bus.bus import Bus, Puller
+from baton.client import Client
+from baton.devkit.devstack import DevStack
+from baton.faults import Faults
+from baton.hands.tools import send_email
+from baton.models import Task, ToolCall
+from baton.store.store import Store, worker_ref
 
 NAME = "e2e"
 DESCRIPTION = "tool round trip vs the raw chain, five-notice sessions/s and latency (DevStack)"

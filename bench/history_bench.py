@@ -17,13 +17,13 @@ from dataclasses import asdict, dataclass
 
 from rich.console import Console
 
-from bench.common import Result, Row, environment, print_rows, sequential
-from bench.store_bench import BRAIN, LEASE_MS, generation_task, small_writes
-from shared.models import Entry
-from shared.servers import RedisServer
-from shared.settings import Settings
-from shared.store import Store, now_ms, worker_ref
-from shared.writes import Writes
+from baton.bench.common import Result, Row, environment, print_rows, sequential
+from baton.bench.store_bench import BRAIN, LEASE_MS, generation_task, small_writes
+from baton.devkit.servers import RedisServer
+from baton.models import Entry
+from baton.settings import Settings
+from baton.store.store import Store, now_ms, worker_ref
+from baton.store.writes import Writes
 
 NAME = "history"
 DESCRIPTION = "Brain step (acquire+load, commit) with 10, 100 and 1,000 history entries"

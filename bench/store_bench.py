@@ -34,7 +34,7 @@ import redis.utils
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import (
+from baton.bench.common import (
     Result,
     Row,
     concurrent,
@@ -43,7 +43,8 @@ from bench.common import (
     print_rows,
     sequential,
 )
-from shared.models import (
+from baton.devkit.servers import RedisServer
+from baton.models import (
     Checkpoint,
     Entry,
     OutboxRow,
@@ -55,10 +56,9 @@ from shared.models import (
     Usage,
     Waiting,
 )
-from shared.servers import RedisServer
-from shared.settings import Settings
-from shared.store import Store, now_ms, worker_ref
-from shared.writes import Writes
+from baton.settings import Settings
+from baton.store.store import Store, now_ms, worker_ref
+from baton.store.writes import Writes
 
 NAME = "store"
 DESCRIPTION = "PING vs fenced Store.commit latency and throughput, fast and durable Redis"

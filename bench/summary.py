@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import RESULTS_DIR
+from baton.bench.common import RESULTS_DIR
 
 __all__ = ["summarize"]
 

@@ -1,6 +1,6 @@
 """Takeover: a Hands SIGKILLed mid-send, to the session done, over repeated trials.
 
-One :class:`~shared.devstack.DevStack` per settings variant (one Brain, two Hands, one Relay; the
+One :class:`~baton.devkit.devstack.DevStack` per settings variant (one Brain, two Hands, one Relay; the
 mail service holds each answer 300 ms). Per trial a five-notice session is submitted; as soon
 as the mail service has *recorded* one of its sends (accepted, reply not yet seen) the Hands
 sending it is SIGKILLed and not restarted: the other, live replica must take the run over
@@ -28,10 +28,10 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import Result, Row, environment, percentile
-from shared.client import Client
-from shared.devstack import DevStack
-from shared.settings import Settings
+from baton.bench.common import Result, Row, environment, percentile
+from baton.client import Client
+from baton.devkit.devstack import DevStack
+from baton.settings import Settings
 
 NAME = "takeover"
 DESCRIPTION = "kill a Hands mid-send -> session done (median, p90), default and short timings"

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from brain.model import INTERRUPTED_NOTE, ModelRequest, ModelResponse, TextSink
-from brain.model_http import HttpModel, arguments, json_object, malformed, truncated
-from shared.errors import ConfigError, ModelError, ModelRetryableError
-from shared.models import Entry, ToolCall, Usage
-from shared.settings import Settings
+from baton.brain.model import INTERRUPTED_NOTE, ModelRequest, ModelResponse, TextSink
+from baton.brain.model_http import HttpModel, arguments, json_object, malformed, truncated
+from baton.errors import ConfigError, ModelError, ModelRetryableError
+from baton.models import Entry, ToolCall, Usage
+from baton.settings import Settings
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

@@ -14,9 +14,9 @@ A targeted task ends ``cancelled``; the children a cancel aborts end ``aborted``
 
 from __future__ import annotations
 
-from brain.context import TaskContext
-from shared.models import Task, ToolResult
-from shared.writes import Writes
+from baton.brain.context import TaskContext
+from baton.models import Task, ToolResult
+from baton.store.writes import Writes
 
 __all__ = ["CANCELLED_BY", "cancel_result", "consume_cancels", "live_runs"]
 

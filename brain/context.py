@@ -7,14 +7,14 @@ from typing import Any
 
 import structlog
 
-from shared.app import Agent, App
-from shared.faults import Faults
-from shared.models import RunStatus, Task, ToolRun, WorkerRef
-from shared.settings import Settings
-from shared.state import SessionState
-from shared.store import Store, now_ms
-from shared.subjects import BusNames
-from shared.writes import Writes
+from baton.app import Agent, App
+from baton.bus.subjects import BusNames
+from baton.faults import Faults
+from baton.models import RunStatus, Task, ToolRun, WorkerRef
+from baton.settings import Settings
+from baton.store.state import SessionState
+from baton.store.store import Store, now_ms
+from baton.store.writes import Writes
 
 
 @dataclass

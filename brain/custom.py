@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from brain.cancel import CANCELLED_BY, cancel_result, live_runs
-from brain.context import TaskContext
-from brain.phases import PRIVATE, PhaseContext, dispatch_row
-from brain.redispatch import stuck_runs
-from shared.errors import ConfigError, ConflictError, ValidationError
-from shared.models import (
+from baton.brain.cancel import CANCELLED_BY, cancel_result, live_runs
+from baton.brain.context import TaskContext
+from baton.brain.phases import PRIVATE, PhaseContext, dispatch_row
+from baton.brain.redispatch import stuck_runs
+from baton.errors import ConfigError, ConflictError, ValidationError
+from baton.models import (
     Checkpoint,
     Completing,
     Running,
@@ -36,11 +36,11 @@ from shared.models import (
     Terminal,
     Waiting,
 )
-from shared.writes import Writes, timer_member
+from baton.store.writes import Writes, timer_member
 
 if TYPE_CHECKING:
-    from brain.registry import Registry
-    from brain.tasks import Step, TaskDef
+    from baton.brain.registry import Registry
+    from baton.brain.tasks import Step, TaskDef
 
 __all__ = ["CustomTask"]
 
@@ -167,7 +167,7 @@ class CustomTask:
     async def _apply(
         self, task: Task, ctx: TaskContext, pc: PhaseContext, step: Step
     ) -> Task | None:
-        from brain.tasks import Step
+        from baton.brain.tasks import Step
 
         if not isinstance(step, Step):
             raise ConfigError(f"phase {task.checkpoint.phase} returned {step!r}, not a Step")

@@ -31,15 +31,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from brain.cancel import live_runs
-from brain.context import TaskContext
-from brain.model import ModelRequest, ModelResponse, model_client, streams
-from brain.redispatch import stuck_runs
-from brain.retry import retry_at
-from brain.stream import PartialText
-from shared.control import args_digest
-from shared.errors import ModelRetryableError
-from shared.models import (
+from baton.brain.cancel import live_runs
+from baton.brain.context import TaskContext
+from baton.brain.model import ModelRequest, ModelResponse, model_client, streams
+from baton.brain.redispatch import stuck_runs
+from baton.brain.retry import retry_at
+from baton.brain.stream import PartialText
+from baton.errors import ModelRetryableError
+from baton.models import (
     Checkpoint,
     Entry,
     OutboxRow,
@@ -55,8 +54,9 @@ from shared.models import (
     Waiting,
     dumps,
 )
-from shared.tracing import traced_model
-from shared.writes import Writes, timer_member
+from baton.observability.tracing import traced_model
+from baton.store.control import args_digest
+from baton.store.writes import Writes, timer_member
 
 KIND = "generation"
 
@@ -266,7 +266,7 @@ class Generation:
                 approval_digest=digest,
             )
             writes.runs.append(intent)
-            if digest is not None:  # dispatched by the approval (shared.control)
+            if digest is not None:  # dispatched by the approval (baton.store.control)
                 writes.awaiting[run_id] = digest
             else:
                 writes.outbox.append(self._dispatch_row(intent, ctx))

@@ -23,11 +23,11 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shared.errors import ConfigError
-from shared.models import Entry, Model, ToolCall, Usage
+from baton.errors import ConfigError
+from baton.models import Entry, Model, ToolCall, Usage
 
 if TYPE_CHECKING:
-    from shared.settings import Settings
+    from baton.settings import Settings
 
 __all__ = [
     "INTERRUPTED_NOTE",
@@ -88,7 +88,7 @@ PROVIDERS = ("openai", "openai-compatible", "anthropic")
 def model_client(name: str, settings: Settings | None = None) -> ModelClient:
     """The client for an agent's model name. ``scripted`` is the offline default."""
     if name == "scripted":
-        from brain.scripted import ScriptedModel
+        from baton.brain.scripted import ScriptedModel
 
         return ScriptedModel()
     provider, sep, model = name.partition(":")
@@ -98,13 +98,13 @@ def model_client(name: str, settings: Settings | None = None) -> ModelClient:
             f"one of {', '.join(PROVIDERS)}"
         )
     if settings is None:
-        from shared.settings import Settings
+        from baton.settings import Settings
 
         settings = Settings.from_env()
     if provider == "anthropic":
-        from brain.anthropic_messages import AnthropicClient
+        from baton.brain.anthropic_messages import AnthropicClient
 
         return AnthropicClient(model, settings)
-    from brain.openai_chat import OpenAIClient
+    from baton.brain.openai_chat import OpenAIClient
 
     return OpenAIClient(model, settings, compatible=provider == "openai-compatible")

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import orjson
 
-from brain.model import ModelRequest, ModelResponse, TextSink
-from shared.errors import ModelError, ModelRetryableError
-from shared.models import Usage
-from shared.settings import Settings
+from baton.brain.model import ModelRequest, ModelResponse, TextSink
+from baton.errors import ModelError, ModelRetryableError
+from baton.models import Usage
+from baton.settings import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 MAX_ERROR_BODY = 2000

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from brain.model import INTERRUPTED_NOTE, ModelRequest, ModelResponse, TextSink
-from brain.model_http import HttpModel, arguments, json_object, malformed, truncated
-from shared.errors import ConfigError, ModelError, ModelRetryableError
-from shared.models import Entry, ToolCall, Usage, dumps
-from shared.settings import Settings
+from baton.brain.model import INTERRUPTED_NOTE, ModelRequest, ModelResponse, TextSink
+from baton.brain.model_http import HttpModel, arguments, json_object, malformed, truncated
+from baton.errors import ConfigError, ModelError, ModelRetryableError
+from baton.models import Entry, ToolCall, Usage, dumps
+from baton.settings import Settings
 
 OPENAI_URL = "https://api.openai.com/v1"
 STOP = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",

@@ -2,7 +2,7 @@
 
 A phase never writes to the store. Its context collects the changes (child tasks, tool runs
 with their outbox rows, document versions) and the results it read; the handler commits them
-together with the step the phase returned (see :mod:`brain.custom`).
+together with the step the phase returned (see :mod:`baton.brain.custom`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from brain.context import TaskContext
-from shared.control import args_digest
-from shared.documents import check_name, next_change
-from shared.errors import ConfigError, ValidationError
-from shared.models import (
+from baton.brain.context import TaskContext
+from baton.errors import ConfigError, ValidationError
+from baton.models import (
     Checkpoint,
     Document,
     OutboxRow,
@@ -27,10 +25,12 @@ from shared.models import (
     ToolIntent,
     ToolResult,
 )
-from shared.writes import Writes
+from baton.store.control import args_digest
+from baton.store.documents import check_name, next_change
+from baton.store.writes import Writes
 
 if TYPE_CHECKING:
-    from brain.registry import Registry
+    from baton.brain.registry import Registry
 
 __all__ = ["ChildResult", "PhaseContext", "child_id", "dispatch_row"]
 

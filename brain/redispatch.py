@@ -5,8 +5,8 @@ Shared by the generation task and custom tasks: both wait on tool runs.
 
 from __future__ import annotations
 
-from brain.context import TaskContext
-from shared.models import Task, ToolRun
+from baton.brain.context import TaskContext
+from baton.models import Task, ToolRun
 
 MAX_REDISPATCH = 3
 

@@ -1,6 +1,6 @@
 """The Brain's registry: which code runs which task, by kind and version.
 
-``generation`` is built in; applications add :class:`brain.tasks.TaskDef` s through
+``generation`` is built in; applications add :class:`baton.brain.tasks.TaskDef` s through
 ``App(tasks=[...])``. A kind may be registered in several versions. A task runs with the
 definition of its own version when the registry has it, otherwise with the newest definition
 if that one can ``migrate`` it; a task newer than anything registered, or of an unknown kind,
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from brain.custom import CustomTask
-from brain.generation import Generation
-from brain.tasks import TaskDef
-from shared.app import App
-from shared.errors import ConfigError
-from shared.models import Task
+from baton.app import App
+from baton.brain.custom import CustomTask
+from baton.brain.generation import Generation
+from baton.brain.tasks import TaskDef
+from baton.errors import ConfigError
+from baton.models import Task
 
 __all__ = ["Registry"]
 

@@ -9,7 +9,7 @@ before anyone waits, so replicas never race each other into the same retry.
 
 from __future__ import annotations
 
-from shared.settings import Settings
+from baton.settings import Settings
 
 
 def backoff_ms(settings: Settings, failures: int) -> int:

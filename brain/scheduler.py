@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from brain.cancel import consume_cancels
-from brain.context import TaskContext
-from brain.registry import Registry
-from brain.versions import migrate_session, note_blocked, unserved
-from shared.models import Task
-from shared.tracing import advance
-from shared.writes import Writes
+from baton.brain.cancel import consume_cancels
+from baton.brain.context import TaskContext
+from baton.brain.registry import Registry
+from baton.brain.versions import migrate_session, note_blocked, unserved
+from baton.models import Task
+from baton.observability.tracing import advance
+from baton.store.writes import Writes
 
 __all__ = ["schedule"]
 
@@ -68,7 +68,7 @@ async def _mark_running(runnable: list[tuple[Task, Any]], ctx: TaskContext) -> N
 
 
 def _sleep_timer(task: Task, ctx: TaskContext) -> str:
-    from shared.writes import timer_member
+    from baton.store.writes import timer_member
 
     return timer_member("task", ctx.session_id, task.id, ctx.state.meta.wake_subject)
 

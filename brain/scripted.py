@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import re
 
-from brain.model import ModelRequest, ModelResponse
-from shared.models import Entry, ToolCall, Usage
+from baton.brain.model import ModelRequest, ModelResponse
+from baton.models import Entry, ToolCall, Usage
 
 EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 

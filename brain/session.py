@@ -13,10 +13,10 @@ from typing import Any
 
 import structlog
 
-from brain.context import TaskContext
-from brain.scheduler import schedule
-from shared.errors import StaleFenceError
-from shared.state import SessionState
+from baton.brain.context import TaskContext
+from baton.brain.scheduler import schedule
+from baton.errors import StaleFenceError
+from baton.store.state import SessionState
 
 log = structlog.get_logger("baton.brain")
 

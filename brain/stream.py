@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import Any
 
-from brain.context import TaskContext
+from baton.brain.context import TaskContext
 
 
 class PartialText:

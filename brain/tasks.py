@@ -5,7 +5,7 @@ the task and its context and returns the next :class:`Step`. Everything a phase 
 tasks, tool runs, document writes, the task's next state, timers) is committed in ONE commit
 with that step; nothing is written while the phase runs::
 
-    from brain.tasks import PhaseContext, Step, TaskDef
+    from baton.brain.tasks import PhaseContext, Step, TaskDef
 
     batch = TaskDef("notice-batch", start="plan")
 
@@ -35,10 +35,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from brain.phases import ChildResult, PhaseContext
-from shared.documents import DocumentType
-from shared.errors import ConfigError
-from shared.models import Task, WaitPolicy
+from baton.brain.phases import ChildResult, PhaseContext
+from baton.errors import ConfigError
+from baton.models import Task, WaitPolicy
+from baton.store.documents import DocumentType
 
 __all__ = ["ChildResult", "DocumentType", "PhaseContext", "Step", "TaskDef"]
 

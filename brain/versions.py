@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from brain.context import TaskContext
-from brain.registry import Registry
-from shared.app import App
-from shared.models import SessionMeta, Task
-from shared.writes import Writes, timer_member
+from baton.app import App
+from baton.brain.context import TaskContext
+from baton.brain.registry import Registry
+from baton.models import SessionMeta, Task
+from baton.store.writes import Writes, timer_member
 
 __all__ = ["blocked_reason", "migrate_session", "note_blocked", "unserved"]
 

@@ -16,13 +16,13 @@ import time
 
 import structlog
 
-from brain.registry import Registry
-from brain.session import SessionPass
-from shared import log as logs
-from shared.app import App, load_app
-from shared.bus import Bus
-from shared.deadletter import record_dead_letter
-from shared.errors import (
+from baton.app import App, load_app
+from baton.brain.registry import Registry
+from baton.brain.session import SessionPass
+from baton.bus.bus import Bus
+from baton.bus.messages import delivery_count, heartbeat
+from baton.bus.subjects import BusNames
+from baton.errors import (
     BatonError,
     LeaseBusyError,
     NotFoundError,
@@ -30,14 +30,14 @@ from shared.errors import (
     UnavailableError,
     ValidationError,
 )
-from shared.faults import Faults
-from shared.messages import delivery_count, heartbeat
-from shared.models import Wake, decode
-from shared.service import Service, run_until_signalled
-from shared.settings import Settings
-from shared.store import Store
-from shared.subjects import BusNames
-from shared.tracing import consumer
+from baton.faults import Faults
+from baton.models import Wake, decode
+from baton.observability import log as logs
+from baton.observability.tracing import consumer
+from baton.service import Service, run_until_signalled
+from baton.settings import Settings
+from baton.store.deadletter import record_dead_letter
+from baton.store.store import Store
 
 log = structlog.get_logger("baton.brain")
 

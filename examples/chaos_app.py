@@ -15,12 +15,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from brain.model import ModelRequest, ModelResponse
-from brain.scripted import ScriptedModel
-from hands.tools import http_get, send_email
-from hands.tools.email import EmailArgs
-from shared.app import Agent, App, ToolContext, tool
-from shared.errors import ToolError
+from baton.app import Agent, App, ToolContext, tool
+from baton.brain.model import ModelRequest, ModelResponse
+from baton.brain.scripted import ScriptedModel
+from baton.errors import ToolError
+from baton.hands.tools import http_get, send_email
+from baton.hands.tools.email import EmailArgs
 
 __all__ = ["UNSAFE_AGENT", "UNSAFE_TOOL", "app"]
 

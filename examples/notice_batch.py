@@ -33,10 +33,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from brain.tasks import DocumentType, PhaseContext, Step, TaskDef
-from hands.tools import deliver_notice, lookup_notice
-from shared.app import Agent, App
-from shared.models import Task
+from baton.app import Agent, App
+from baton.brain.tasks import DocumentType, PhaseContext, Step, TaskDef
+from baton.hands.tools import deliver_notice, lookup_notice
+from baton.models import Task
 
 PLAN = "notice-plan"
 SUMMARY = "notice-summary"

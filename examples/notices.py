@@ -5,8 +5,8 @@ examples.notices:app``; the scripted model sends one ``send_email`` per address 
 the user's message, in one response, then names each recipient's outcome.
 """
 
-from hands.tools import http_get, send_email
-from shared.app import Agent, App
+from baton.app import Agent, App
+from baton.hands.tools import http_get, send_email
 
 notices = Agent(
     name="notices",

@@ -4,7 +4,7 @@ Owns the replay-aware decision (:meth:`ToolExecution._result`: cancelled, unknow
 arguments, interrupt, confirm, re-execute), running the tool under its deadline while
 heartbeating the attempt (:meth:`ToolExecution._supervised`, :meth:`ToolExecution._beat`),
 the output limit, and the error results. :class:`ToolExecution` is a mixin that
-:class:`~hands.worker.HandsWorker` composes; the worker owns the lifecycle and the
+:class:`~baton.hands.worker.HandsWorker` composes; the worker owns the lifecycle and the
 per-message protocol (claim, result, complete, ack).
 """
 
@@ -20,18 +20,18 @@ import orjson
 import structlog
 from pydantic import BaseModel
 
-from hands.replay import decide
-from shared.app import Tool, ToolContext
-from shared.errors import StaleAttemptError, ToolError, ValidationError
-from shared.models import Recovery, ToolIntent, ToolResult
-from shared.state import Claim
+from baton.app import Tool, ToolContext
+from baton.errors import StaleAttemptError, ToolError, ValidationError
+from baton.hands.replay import decide
+from baton.models import Recovery, ToolIntent, ToolResult
+from baton.store.state import Claim
 
 if TYPE_CHECKING:
     import httpx
 
-    from shared.models import WorkerRef
-    from shared.settings import Settings
-    from shared.store import Store
+    from baton.models import WorkerRef
+    from baton.settings import Settings
+    from baton.store.store import Store
 
 log = structlog.get_logger("baton.hands")
 

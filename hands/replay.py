@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.models import ReplayPolicy
+from baton.models import ReplayPolicy
 
 Action = Literal["execute", "reexecute", "confirm", "interrupt", "fail"]
 

@@ -15,7 +15,7 @@ that tool, and one fetch loop here. Per message (:meth:`HandsWorker.handle`):
 
 JetStream acks are not exclusive, so who may complete a run is decided only by the attempt
 fence in Redis; the message layer only brings the work. Deciding and executing a run's
-result (replay policy, deadline, heartbeats, output limit) lives in :mod:`hands.execute`.
+result (replay policy, deadline, heartbeats, output limit) lives in :mod:`baton.hands.execute`.
 """
 
 from __future__ import annotations
@@ -30,26 +30,26 @@ import structlog
 from httpx_aiohttp import AiohttpTransport
 from nats.aio.msg import Msg
 
-from hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
-from shared.app import App, Tool, load_app
-from shared.bus import Bus, Puller
-from shared.deadletter import record_dead_letter
-from shared.errors import (
+from baton.app import App, Tool, load_app
+from baton.bus.bus import Bus, Puller
+from baton.bus.messages import delivery_count
+from baton.bus.messages import heartbeat as bus_heartbeat
+from baton.errors import (
     ConfigError,
     NatsUnavailable,
     RedisUnavailable,
     StaleAttemptError,
     ValidationError,
 )
-from shared.faults import Faults
-from shared.log import bind
-from shared.messages import delivery_count
-from shared.messages import heartbeat as bus_heartbeat
-from shared.models import ToolDispatch, ToolIntent, ToolResult, decode
-from shared.service import Service, run_until_signalled
-from shared.settings import Settings
-from shared.store import Store
-from shared.tracing import consumer, execute
+from baton.faults import Faults
+from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
+from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
+from baton.observability.log import bind
+from baton.observability.tracing import consumer, execute
+from baton.service import Service, run_until_signalled
+from baton.settings import Settings
+from baton.store.deadletter import record_dead_letter
+from baton.store.store import Store
 
 __all__ = ["HandsWorker", "main"]
 

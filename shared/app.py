@@ -1,7 +1,7 @@
 """The app API: how users declare agents and tools. Brain and Hands load the same app.
 
     from pydantic import BaseModel
-    from shared.app import Agent, App, tool
+    from baton.app import Agent, App, tool
 
     class Args(BaseModel):
         to: str
@@ -32,10 +32,10 @@ import orjson
 import structlog
 from pydantic import BaseModel
 
-from shared.documents import DocumentType
-from shared.errors import ConfigError, ValidationError
-from shared.models import ReplayPolicy
-from shared.settings import Settings
+from baton.errors import ConfigError, ValidationError
+from baton.models import ReplayPolicy
+from baton.settings import Settings
+from baton.store.documents import DocumentType
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
@@ -191,7 +191,7 @@ class Agent:
 
 class App:
     """A set of agents, the tools they use, and optionally model clients of its own, custom
-    task definitions (``brain.tasks.TaskDef``) and typed documents (``DocumentType``)."""
+    task definitions (``baton.brain.tasks.TaskDef``) and typed documents (``DocumentType``)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """What each role may do on NATS and Redis: the source of the deploy files' permissions.
 
 Roles and what they need (``ns`` = namespace, ``NS`` = its stream prefix, see
-:class:`~shared.subjects.BusNames`):
+:class:`~baton.bus.subjects.BusNames`):
 
 ========  ====================================================  ==============================
 role      NATS                                                  Redis
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shared.subjects import BusNames
+from baton.bus.subjects import BusNames
 
 __all__ = [
     "ROLES", "Role", "nats_permissions", "nats_users_config", "nats_users_file", "redis_acl",

@@ -13,14 +13,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from shared import control
-from shared.control import CancelAnswer
-from shared.errors import ConfigError
-from shared.faults import Faults
-from shared.models import Submission, Task
-from shared.settings import Settings
-from shared.store import Store, now_ms, worker_ref
-from shared.subjects import BusNames
+from baton.bus.subjects import BusNames
+from baton.errors import ConfigError
+from baton.faults import Faults
+from baton.models import Submission, Task
+from baton.settings import Settings
+from baton.store import control
+from baton.store.control import CancelAnswer
+from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
 T = TypeVar("T")

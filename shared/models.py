@@ -13,7 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from shared.errors import ValidationError
+from baton.errors import ValidationError
 
 SCHEMA_VERSION = 1
 M = TypeVar("M", bound=BaseModel)
@@ -219,7 +219,7 @@ class ToolIntent(Record):
     created_ms: int = 0
     trace: dict[str, str] = Field(default_factory=dict)
     # Set for a tool declared approval=True: the digest of (tool, arguments) an approval
-    # must present (shared.control.args_digest); no dispatch until it is approved.
+    # must present (baton.store.control.args_digest); no dispatch until it is approved.
     approval_digest: str | None = None
 
 

@@ -5,7 +5,7 @@ group until :meth:`Service.shutdown` is called, then drains: no new messages are
 work in hand finishes within ``drain_timeout_s``, then what is left is cancelled. Signals
 are handled only by :func:`run_until_signalled` (the entry points): the first SIGTERM or
 SIGINT drains, a second one cancels at once. With ``health_port`` set, the entry point also
-serves ``/healthz`` and ``/readyz`` (:mod:`shared.health`) from :meth:`Service.health_checks`.
+serves ``/healthz`` and ``/readyz`` (:mod:`baton.observability.health`) from :meth:`Service.health_checks`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Self, TypeVar
 
 import structlog
 
-from shared.errors import UnavailableError
-from shared.models import dumps
-from shared.settings import Settings
-from shared.store import now_ms, worker_ref
+from baton.errors import UnavailableError
+from baton.models import dumps
+from baton.settings import Settings
+from baton.store.store import now_ms, worker_ref
 
 log = structlog.get_logger("baton.service")
 T = TypeVar("T")
@@ -165,7 +165,7 @@ async def run_until_signalled(service: Service) -> None:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         if service.settings.health_port:
-            from shared.health import serve_health
+            from baton.observability.health import serve_health
 
             async with serve_health(service, service.settings.health_port):
                 await main

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from shared.errors import ConfigError
+from baton.errors import ConfigError
 
 ENV_PREFIX = "BATON_"
 # Provider variables read when their BATON_ form is not set (the names the providers' own

@@ -22,11 +22,11 @@ from typing import Any
 
 import httpx
 
-from brain.model import ModelRequest, ModelResponse
-from brain.scripted import ScriptedModel
-from hands.tools.email import EmailArgs, confirm_email, send_email
-from shared.app import Agent, App, Tool, ToolContext
-from shared.errors import ToolError
+from baton.app import Agent, App, Tool, ToolContext
+from baton.brain.model import ModelRequest, ModelResponse
+from baton.brain.scripted import ScriptedModel
+from baton.errors import ToolError
+from baton.hands.tools.email import EmailArgs, confirm_email, send_email
 
 __all__ = ["MODEL_DELAY_ENV", "SLOW_MODEL", "blocking_app", "safe_app", "slow_app", "unsafe_app"]
 

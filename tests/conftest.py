@@ -9,9 +9,9 @@ from uuid import uuid4
 import pytest
 import redis.asyncio as aioredis
 
-from shared.errors import ServerBinaryMissing
-from shared.servers import NatsServer, RedisServer
-from shared.settings import Settings
+from baton.devkit.servers import NatsServer, RedisServer
+from baton.errors import ServerBinaryMissing
+from baton.settings import Settings
 
 
 def _start_failed(exc: ServerBinaryMissing) -> NoReturn:

@@ -16,10 +16,10 @@ import contextlib
 import os
 from typing import Any
 
-from examples import notice_batch
-from hands.tools import deliver_notice, lookup_notice, send_email
-from hands.tools.email import EmailArgs
-from shared.app import Agent, App, Tool, ToolContext
+from baton.app import Agent, App, Tool, ToolContext
+from baton.examples import notice_batch
+from baton.hands.tools import deliver_notice, lookup_notice, send_email
+from baton.hands.tools.email import EmailArgs
 
 __all__ = ["SEND_DELAY_ENV", "approval_app", "slow_app", "slow_batch_app"]
 

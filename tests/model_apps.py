@@ -7,8 +7,8 @@ and the keys), like any deployment's.
 
 from __future__ import annotations
 
-from hands.tools import send_email
-from shared.app import Agent, App
+from baton.app import Agent, App
+from baton.hands.tools import send_email
 
 __all__ = ["ANTHROPIC_MODEL", "OPENAI_MODEL", "anthropic_app", "openai_app"]
 

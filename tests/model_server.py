@@ -25,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from brain.model import INTERRUPTED_NOTE
+from baton.brain.model import INTERRUPTED_NOTE
 
 EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 

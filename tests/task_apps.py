@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from brain.tasks import DocumentType, PhaseContext, Step, TaskDef
-from shared.app import Agent, App, ToolContext, tool
-from shared.models import Task
+from baton.app import Agent, App, ToolContext, tool
+from baton.brain.tasks import DocumentType, PhaseContext, Step, TaskDef
+from baton.models import Task
 
 
 class EchoArgs(BaseModel):

@@ -12,10 +12,10 @@ finished it. Each version's definition says which version it is:
 
 from __future__ import annotations
 
-from brain.tasks import PhaseContext, Step, TaskDef
-from hands.tools import deliver_notice
-from shared.app import Agent, App
-from shared.models import Task
+from baton.app import Agent, App
+from baton.brain.tasks import PhaseContext, Step, TaskDef
+from baton.hands.tools import deliver_notice
+from baton.models import Task
 
 __all__ = ["AGENT", "v1", "v2", "v3"]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.app import ToolContext, tool
-from shared.errors import ToolError
+from baton.app import ToolContext, tool
+from baton.errors import ToolError
 
 
 class EmailArgs(BaseModel):

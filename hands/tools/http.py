@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.app import ToolContext, tool
-from shared.errors import ToolError
+from baton.app import ToolContext, tool
+from baton.errors import ToolError
 
 
 class HttpGetArgs(BaseModel):

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.app import ToolContext, tool
-from shared.errors import ToolError
+from baton.app import ToolContext, tool
+from baton.errors import ToolError
 
 OPERATION_ID = r"^[A-Za-z0-9_.:-]{1,200}$"
 

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.client import Client
-from shared.devstack import DevStack, Proc
-from shared.models import Entry, Receipt, Submission, ToolRun
-from shared.store import Store
+from baton.client import Client
+from baton.devkit.devstack import DevStack, Proc
+from baton.models import Entry, Receipt, Submission, ToolRun
+from baton.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.models import ToolRun
+from baton.models import ToolRun
 from tests.crash.conftest import FIVE_NOTICES, RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from shared.bus import Bus
-from shared.models import ToolDispatch, Wake
+from baton.bus.bus import Bus
+from baton.models import ToolDispatch, Wake
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 

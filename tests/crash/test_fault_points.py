@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.bus import Bus
+from baton.bus.bus import Bus
 from tests.crash.conftest import FIVE_NOTICES, Crash, Opener
 from tests.helpers import eventually
 
@@ -148,7 +148,7 @@ async def test_client_killed_after_submit_commit_still_completes(crash: Opener) 
     env = {**os.environ, **c.stack.env, **c.stack.settings().to_env(),
            "BATON_FAULT": "submit.after_commit"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "shared.cli", "submit", "--session", session,
+        sys.executable, "-m", "baton", "submit", "--session", session,
         "--request-id", request, FIVE_NOTICES, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from shared.models import Receipt
+from baton.models import Receipt
 from tests.crash.conftest import RECIPIENTS, Opener
 from tests.helpers import eventually
 from tests.model_server import Behaviour, ModelServer

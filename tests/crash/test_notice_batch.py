@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.models import Task
+from baton.models import Task
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(120)]
 
-APP = "examples.notice_batch:app"
+APP = "baton.examples.notice_batch:app"
 ONE_AT_A_TIME = {"BATON_HANDS_CONCURRENCY": "1"}
 BATCH = {"recipients": list(RECIPIENTS), "subject": "Notice", "body": "Approved.",
          "confirm_after_s": 0.3}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.models import Receipt, Running, ToolRun
+from baton.models import Receipt, Running, ToolRun
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
 
@@ -131,7 +131,7 @@ SENDERS = {
     # The shipped async send: on SIGCONT the overdue attempt heartbeat and the buffered reply
     # race; either the heartbeat finds the attempt taken over (the tool is cancelled, no
     # complete is tried) or the complete is refused. Both must leave the run untouched.
-    "async": "examples.notices:app",
+    "async": "baton.examples.notices:app",
 }
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from shared.inspect import cluster_view, session_view
-from shared.models import Task
+from baton.cli.inspect import cluster_view, session_view
+from baton.models import Task
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 from tests.version_apps import AGENT

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.bus import Bus
-from shared.errors import NatsUnavailable, PayloadTooLarge, ValidationError
-from shared.messages import Outgoing, delivery_count, heartbeat
-from shared.servers import NatsServer, free_port
-from shared.settings import Settings
-from shared.subjects import BusNames
+from baton.bus.bus import Bus
+from baton.bus.messages import Outgoing, delivery_count, heartbeat
+from baton.bus.subjects import BusNames
+from baton.devkit.servers import NatsServer, free_port
+from baton.errors import NatsUnavailable, PayloadTooLarge, ValidationError
+from baton.settings import Settings
 from tests.helpers import eventually
 
 

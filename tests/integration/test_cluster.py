@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from brain.worker import BrainWorker
-from examples.notices import app
-from hands.worker import HandsWorker
-from shared.bus import Bus
-from shared.client import Client
-from shared.mailbox import MailboxServer
-from shared.models import Submission
-from shared.relay import Relay
-from shared.servers import NatsCluster, RedisServer
-from shared.settings import Settings
+from baton.brain.worker import BrainWorker
+from baton.bus.bus import Bus
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.devkit.servers import NatsCluster, RedisServer
+from baton.examples.notices import app
+from baton.hands.worker import HandsWorker
+from baton.models import Submission
+from baton.relay.worker import Relay
+from baton.settings import Settings
 from tests.helpers import eventually
 from tests.integration.test_e2e_inprocess import running
 

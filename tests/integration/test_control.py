@@ -14,16 +14,16 @@ from typing import Any
 import httpx
 import pytest
 
-from brain.worker import BrainWorker
-from hands.worker import HandsWorker
-from shared.client import Client
-from shared.control import args_digest
-from shared.errors import ConflictError
-from shared.inspect import session_view
-from shared.mailbox import MailboxServer
-from shared.relay import Relay
-from shared.settings import Settings
-from shared.trace import build_trace, render_text
+from baton.brain.worker import BrainWorker
+from baton.cli.inspect import session_view
+from baton.cli.trace import build_trace, render_text
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.errors import ConflictError
+from baton.hands.worker import HandsWorker
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.control import args_digest
 from tests.control_apps import approval_app, slow_app
 from tests.helpers import eventually, running
 

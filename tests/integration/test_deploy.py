@@ -10,8 +10,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from shared.auth import ROLES, nats_users_file, redis_acl_file
-from shared.servers import NatsServer, RedisServer
+from baton.auth import ROLES, nats_users_file, redis_acl_file
+from baton.devkit.servers import NatsServer, RedisServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PASSWORDS = {f"{r.upper()}_NATS_PASSWORD": f"{r}pw" for r in ("admin", *ROLES)}

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import httpx
 
-from shared.client import Client
-from shared.demo import FIVE_NOTICES
-from shared.dev import _pid_alive
-from shared.devstack import DevStack
+from baton.client import Client
+from baton.devkit.demo import FIVE_NOTICES
+from baton.devkit.dev import _pid_alive
+from baton.devkit.devstack import DevStack
 
 
 def _baton(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "shared.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "baton", *args], capture_output=True, text=True,
         timeout=timeout, env={**os.environ, **(env or {})}, check=False,
     )
     assert done.returncode == 0, f"baton {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
@@ -82,7 +82,7 @@ def test_baton_dev_detached_serves_submit_and_stops(tmp_path: Path) -> None:
 
 
 def test_demo_kills_a_hands_mid_send_and_every_mail_goes_out_once() -> None:
-    done = subprocess.run([sys.executable, "-m", "shared.cli", "demo"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "baton", "demo"], capture_output=True,
                           text=True, timeout=110, check=False)
     last = done.stdout.strip().splitlines()[-1]
     summary = json.loads(last)

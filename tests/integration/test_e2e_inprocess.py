@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from brain.worker import BrainWorker
-from examples.notices import app
-from hands.worker import HandsWorker
-from shared.client import Client
-from shared.mailbox import MailboxServer
-from shared.relay import Relay
-from shared.settings import Settings
+from baton.brain.worker import BrainWorker
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.examples.notices import app
+from baton.hands.worker import HandsWorker
+from baton.relay.worker import Relay
+from baton.settings import Settings
 from tests.helpers import eventually, running
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
@@ -93,7 +93,7 @@ async def _stream_has(js, stream: str, n: int) -> bool:  # type: ignore[no-untyp
 async def test_workers_started_before_redis_wait_for_it(
     settings: Settings, mailbox: MailboxServer
 ) -> None:
-    from shared.servers import RedisServer, free_port
+    from baton.devkit.servers import RedisServer, free_port
 
     port = free_port()
     late = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0",

@@ -21,11 +21,11 @@ import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from shared.errors import ValidationError
-from shared.keys import Keys
-from shared.models import Task, ToolDispatch, Wake, WorkerRef, decode
-from shared.scripts import source
-from shared.servers import RedisServer
+from baton.devkit.servers import RedisServer
+from baton.errors import ValidationError
+from baton.models import Task, ToolDispatch, Wake, WorkerRef, decode
+from baton.store.keys import Keys
+from baton.store.scripts import source
 
 WIRE = [Wake, ToolDispatch]
 

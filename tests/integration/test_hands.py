@@ -17,19 +17,19 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from hands import HandsWorker
-from hands.tools import http_get, send_email
-from shared.app import Agent, App, ToolContext, tool
-from shared.bus import Bus
-from shared.deadletter import dead_letters
-from shared.errors import ConfigError, RedisUnavailable, StaleAttemptError
-from shared.mailbox import MailboxServer
-from shared.models import OutboxRow, Task, ToolDispatch, ToolIntent, ToolResult
-from shared.outbox import Outbox
-from shared.settings import Settings
-from shared.state import Claim
-from shared.store import Store, worker_ref
-from shared.writes import Writes
+from baton.app import Agent, App, ToolContext, tool
+from baton.bus.bus import Bus
+from baton.devkit.mailbox import MailboxServer
+from baton.errors import ConfigError, RedisUnavailable, StaleAttemptError
+from baton.hands import HandsWorker
+from baton.hands.tools import http_get, send_email
+from baton.models import OutboxRow, Task, ToolDispatch, ToolIntent, ToolResult
+from baton.settings import Settings
+from baton.store.deadletter import dead_letters
+from baton.store.outbox import Outbox
+from baton.store.state import Claim
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
 from tests.helpers import eventually
 
 BRAIN = worker_ref("brain", "brain-t")

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import httpx
 
-from hands.worker import HandsWorker
-from shared.bus import Bus
-from shared.client import Client
-from shared.demo import FIVE_NOTICES
-from shared.devstack import DevStack
-from shared.health import check_http, serve_health
-from shared.relay import Relay
-from shared.settings import Settings
-from shared.store import Store
+from baton.bus.bus import Bus
+from baton.client import Client
+from baton.devkit.demo import FIVE_NOTICES
+from baton.devkit.devstack import DevStack
+from baton.hands.worker import HandsWorker
+from baton.observability.health import check_http, serve_health
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.store import Store
 from tests.helpers import eventually
 from tests.integration.test_e2e_inprocess import running
 from tests.integration.test_hands import (
@@ -78,7 +78,7 @@ async def test_readyz_turns_503_while_draining_and_the_tool_still_finishes(
 
 def _baton_health(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **settings.to_env()}
-    return subprocess.run([sys.executable, "-m", "shared.cli", "health", *args],
+    return subprocess.run([sys.executable, "-m", "baton", "health", *args],
                           capture_output=True, text=True, env=env, timeout=30, check=False)
 
 

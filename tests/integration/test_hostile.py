@@ -12,19 +12,19 @@ from collections.abc import AsyncIterator
 import nats.js.errors
 import pytest
 
-from brain.worker import BrainWorker
-from examples.notices import app
-from hands.worker import HandsWorker
-from shared.bus import Bus
-from shared.client import Client
-from shared.deadletter import dead_letters
-from shared.errors import PayloadTooLarge, StaleAttemptError, StaleFenceError
-from shared.mailbox import MailboxServer
-from shared.models import Entry, ToolResult
-from shared.relay import Relay
-from shared.settings import Settings
-from shared.store import Store, worker_ref
-from shared.writes import Writes
+from baton.brain.worker import BrainWorker
+from baton.bus.bus import Bus
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.errors import PayloadTooLarge, StaleAttemptError, StaleFenceError
+from baton.examples.notices import app
+from baton.hands.worker import HandsWorker
+from baton.models import Entry, ToolResult
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.deadletter import dead_letters
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
 from tests.helpers import eventually
 from tests.integration.test_e2e_inprocess import FIVE, running
 from tests.integration.test_hands import commit_runs, make_intent, new_id

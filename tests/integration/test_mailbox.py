@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.mailbox import MailboxServer, serve_mailbox
+from baton.devkit.mailbox import MailboxServer, serve_mailbox
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAIL = {"to": "ada@example.com", "subject": "Notice", "body": "Service window on Sunday."}
@@ -217,7 +217,7 @@ async def test_command_prints_url_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "shared.mailbox",
+        "baton.devkit.mailbox",
         "--port",
         "0",
         "--data",

@@ -15,16 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
-from brain.worker import BrainWorker
-from hands.worker import HandsWorker
-from shared.app import App
-from shared.client import Client
-from shared.mailbox import MailboxServer
-from shared.models import Entry, Receipt, Submission, Task
-from shared.relay import Relay
-from shared.settings import Settings
-from shared.state import Partial
-from shared.watch import Watch, render_change
+from baton.app import App
+from baton.brain.worker import BrainWorker
+from baton.cli.watch import Watch, render_change
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.hands.worker import HandsWorker
+from baton.models import Entry, Receipt, Submission, Task
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.state import Partial
 from tests.helpers import eventually, running
 from tests.model_apps import anthropic_app, openai_app
 from tests.model_server import Behaviour, ModelServer

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import httpx
 
-from brain.worker import BrainWorker
-from examples.notice_batch import PLAN, SUMMARY, app
-from hands.worker import HandsWorker
-from shared.client import Client
-from shared.mailbox import MailboxServer
-from shared.relay import Relay
-from shared.settings import Settings
+from baton.brain.worker import BrainWorker
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.examples.notice_batch import PLAN, SUMMARY, app
+from baton.hands.worker import HandsWorker
+from baton.relay.worker import Relay
+from baton.settings import Settings
 from tests.helpers import running
 
 RECIPIENTS = ["ada@example.com", "grace@example.com", "linus@example.com",

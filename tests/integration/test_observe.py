@@ -15,20 +15,20 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.client import Client
-from shared.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, Outcome, run_demo
-from shared.devstack import DevStack
-from shared.inspect import cluster_view, render_cluster, render_session, session_view
-from shared.observe import load_receipts, save_receipts
-from shared.store import Store
-from shared.trace import build_trace, render_text
-from shared.trace_html import render_html
-from shared.watch import Watch, render_change
+from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
+from baton.cli.observe import load_receipts, save_receipts
+from baton.cli.trace import build_trace, render_text
+from baton.cli.trace_html import render_html
+from baton.cli.watch import Watch, render_change
+from baton.client import Client
+from baton.devkit.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, Outcome, run_demo
+from baton.devkit.devstack import DevStack
+from baton.store.store import Store
 from tests.helpers import eventually
 
 
 def _baton(*args: str, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "-m", "shared.cli", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "baton", *args], capture_output=True,
                           text=True, timeout=120, env={**os.environ, **env}, check=False)
     assert done.returncode == 0, f"baton {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     return done.stdout

@@ -19,21 +19,21 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 
-from brain.worker import BrainWorker
-from examples.notices import app
-from hands.worker import HandsWorker
-from shared.auth import ROLES, nats_users_config, redis_acl
-from shared.bus import Bus
-from shared.client import Client
-from shared.errors import CredentialsError, ForbiddenError, NatsUnavailable, from_redis_error
-from shared.mailbox import MailboxServer
-from shared.models import Entry, Task
-from shared.outbox import Outbox
-from shared.relay import Relay
-from shared.servers import NatsServer, RedisServer
-from shared.settings import Settings
-from shared.store import Store, worker_ref
-from shared.writes import Writes
+from baton.auth import ROLES, nats_users_config, redis_acl
+from baton.brain.worker import BrainWorker
+from baton.bus.bus import Bus
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.devkit.servers import NatsServer, RedisServer
+from baton.errors import CredentialsError, ForbiddenError, NatsUnavailable, from_redis_error
+from baton.examples.notices import app
+from baton.hands.worker import HandsWorker
+from baton.models import Entry, Task
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.outbox import Outbox
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
 from tests.integration.test_e2e_inprocess import FIVE, running
 
 PASSWORDS = {role: f"{role}-secret" for role in ROLES}

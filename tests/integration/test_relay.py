@@ -10,17 +10,17 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js.api import RawStreamMsg
 
-from shared.bus import Bus, Puller
-from shared.deadletter import dead_letters, record_dead_letter
-from shared.keys import Keys
-from shared.messages import Outgoing
-from shared.models import OutboxRow, Task, dumps, loads
-from shared.outbox import Outbox
-from shared.relay import Relay
-from shared.servers import NatsServer, RedisServer
-from shared.settings import Settings
-from shared.store import Store, now_ms, worker_ref
-from shared.writes import Writes, timer_member
+from baton.bus.bus import Bus, Puller
+from baton.bus.messages import Outgoing
+from baton.devkit.servers import NatsServer, RedisServer
+from baton.models import OutboxRow, Task, dumps, loads
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.deadletter import dead_letters, record_dead_letter
+from baton.store.keys import Keys
+from baton.store.outbox import Outbox
+from baton.store.store import Store, now_ms, worker_ref
+from baton.store.writes import Writes, timer_member
 from tests.helpers import eventually
 
 BRAIN = worker_ref("brain", "brain-a")

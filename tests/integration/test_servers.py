@@ -10,8 +10,8 @@ import nats
 import pytest
 import redis.asyncio as aioredis
 
-from shared.errors import ServerBinaryMissing, ServerError
-from shared.servers import EmbeddedStack, NatsServer, RedisServer, free_port
+from baton.devkit.servers import EmbeddedStack, NatsServer, RedisServer, free_port
+from baton.errors import ServerBinaryMissing, ServerError
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from shared.errors import (
+from baton.devkit.servers import free_port
+from baton.errors import (
     ConflictError,
     LeaseBusyError,
     NotFoundError,
@@ -16,12 +17,11 @@ from shared.errors import (
     StaleFenceError,
     ValidationError,
 )
-from shared.models import Entry, OutboxRow, Task, ToolIntent, ToolResult, Waiting
-from shared.outbox import Outbox
-from shared.servers import free_port
-from shared.settings import Settings
-from shared.store import Store, worker_ref
-from shared.writes import Writes
+from baton.models import Entry, OutboxRow, Task, ToolIntent, ToolResult, Waiting
+from baton.settings import Settings
+from baton.store.outbox import Outbox
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
 from tests.helpers import eventually
 
 BRAIN = worker_ref("brain", "brain-a")
@@ -237,7 +237,7 @@ async def test_task_state_round_trips_and_terminal_tasks_leave_the_live_set(stor
     waiting = task.model_copy(update={"state": Waiting(on=("r-1",), policy="failFast")})
     await store.commit("s10", lease.fence, Writes(tasks=[waiting]), BRAIN)
     assert (await store.load("s10")).tasks["task-r1"].state == waiting.state
-    from shared.models import Terminal
+    from baton.models import Terminal
 
     done = task.model_copy(update={"state": Terminal(outcome="completed")})
     await store.commit("s10", lease.fence, Writes(tasks=[done]), BRAIN)
@@ -251,7 +251,7 @@ async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None
     shard = store.keys.shard_of("s11")
     await outbox_rows(store, "s11")  # drain the submit's wake
     lease = await store.acquire("s11", BRAIN, 5000)
-    from shared.writes import timer_member
+    from baton.store.writes import timer_member
 
     member = timer_member("task", "s11", "task-r1", WAKE)
     await store.commit("s11", lease.fence, Writes(timers_add={member: 1}, deadline_ms=-1), BRAIN)
@@ -279,7 +279,7 @@ async def test_oversized_input_is_refused_and_nothing_lands(store: Store) -> Non
 
 
 def test_session_ids_share_one_hash_tag_with_their_shard_keys(settings: Settings) -> None:
-    from shared.keys import Keys
+    from baton.store.keys import Keys
 
     keys = Keys("ns", 16)
     for sid in (str(uuid.uuid4()) for _ in range(50)):

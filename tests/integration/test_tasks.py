@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from brain.worker import BrainWorker
-from hands.worker import HandsWorker
-from shared.client import Client
-from shared.models import Task
-from shared.relay import Relay
-from shared.settings import Settings
+from baton.brain.worker import BrainWorker
+from baton.client import Client
+from baton.hands.worker import HandsWorker
+from baton.models import Task
+from baton.relay.worker import Relay
+from baton.settings import Settings
 from tests.helpers import eventually, running
 from tests.task_apps import AGENT, app
 

@@ -20,10 +20,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from shared import telemetry
-from shared.client import Client
-from shared.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, _kill_after_fourth
-from shared.devstack import DevStack
+from baton.client import Client
+from baton.devkit.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, _kill_after_fourth
+from baton.devkit.devstack import DevStack
+from baton.observability import telemetry
 
 pytestmark = pytest.mark.slow
 

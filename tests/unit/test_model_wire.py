@@ -6,14 +6,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from brain import anthropic_messages, openai_chat
-from brain.model import INTERRUPTED_NOTE, ModelRequest, model_client, streams
-from brain.model_http import retry_after, status_error
-from brain.retry import backoff_ms, retry_at
-from brain.scripted import ScriptedModel
-from shared.errors import ConfigError, ModelError, ModelRetryableError
-from shared.models import Entry, ToolCall
-from shared.settings import Settings
+from baton.brain import anthropic_messages, openai_chat
+from baton.brain.model import INTERRUPTED_NOTE, ModelRequest, model_client, streams
+from baton.brain.model_http import retry_after, status_error
+from baton.brain.retry import backoff_ms, retry_at
+from baton.brain.scripted import ScriptedModel
+from baton.errors import ConfigError, ModelError, ModelRetryableError
+from baton.models import Entry, ToolCall
+from baton.settings import Settings
 
 CALL = ToolCall(id="call_1", name="send_email", arguments={"to": "ada@example.com"})
 ENTRIES = (

@@ -7,29 +7,13 @@ import json
 import pytest
 from pydantic import ValidationError as PydanticValidationError
 
-import brain
-import hands
-import shared
-from brain.model import ModelRequest
-from brain.scripted import ScriptedModel
-from shared.errors import ConfigError, ValidationError
-from shared.faults import Faults
-from shared.models import Entry, ToolCall, ToolDispatch, Wake, decode
-from shared.settings import Settings
-from shared.writes import Writes
-
-
-def test_public_exports_are_pinned() -> None:
-    assert sorted(shared.__all__) == sorted([
-        "Agent", "App", "BatonError", "Client", "LeaseBusyError", "Settings",
-        "StaleAttemptError", "StaleFenceError", "Tool", "ToolContext", "ToolError",
-        "ValidationError", "load_app", "tool",
-    ])
-    assert sorted(brain.__all__) == ["BrainWorker", "ModelClient", "ModelRequest", "ModelResponse"]
-    assert "HandsWorker" in hands.__all__
-    for module in (shared, brain, hands):
-        for name in module.__all__:
-            assert hasattr(module, name), name
+from baton.brain.model import ModelRequest
+from baton.brain.scripted import ScriptedModel
+from baton.errors import ConfigError, ValidationError
+from baton.faults import Faults
+from baton.models import Entry, ToolCall, ToolDispatch, Wake, decode
+from baton.settings import Settings
+from baton.store.writes import Writes
 
 
 def test_settings_from_env_are_typed_and_frozen() -> None:

@@ -19,12 +19,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from shared import telemetry, tracing
-from shared.errors import StaleFenceError
-from shared.log import add_trace_id
-from shared.models import OutboxRow, ToolIntent
-from shared.telemetry import JsonLinesSpanExporter, state
-from shared.writes import Writes
+from baton.errors import StaleFenceError
+from baton.models import OutboxRow, ToolIntent
+from baton.observability import telemetry, tracing
+from baton.observability.log import add_trace_id
+from baton.observability.telemetry import JsonLinesSpanExporter, state
+from baton.store.writes import Writes
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -1,0 +1,433 @@
+"""The relay: moves committed outbox rows to JetStream and fires due timers.
+
+Loops of one :class:`Relay`, children of one task group:
+
+* **publish**: a blocking ``XREADGROUP`` over every shard's outbox wakes as soon as a commit
+  adds a row; the whole batch goes out in one concurrent publish with ``Nats-Msg-Id`` = row
+  id, then one pipeline acknowledges and deletes it. A row is removed only after NATS
+  acknowledged it, so delivery is at least once; a re-publish within the stream's
+  duplicate window is dropped by NATS.
+* **claim**: rows another relay read but never acknowledged (it died) are claimed after
+  ``relay_claim_idle_ms`` and published here.
+* **timers**: due timers of every shard become wake rows (``fire_timers.lua``), which the
+  publish loop sends on.
+* **announce**: the liveness record ``inspect`` shows.
+
+Failures: a row NATS can never accept (subject outside the namespace's streams, payload
+over the limit, malformed headers or row) is recorded as a dead letter and acknowledged, so
+it never blocks the rows behind it. When NATS is unreachable the rows stay pending in the
+outbox and are re-sent with a capped backoff until it is back (streams are re-ensured, in
+case the server came back without them); Redis errors are retried the same way, and after a
+Redis restart the consumer groups are recreated by :class:`~baton.store.outbox.Outbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from baton.bus.bus import Bus
+from baton.bus.messages import Outgoing
+from baton.errors import ForbiddenError, NatsUnavailable, ValidationError
+from baton.faults import Faults
+from baton.models import OutboxRow
+from baton.observability.telemetry import trace_id_of
+from baton.observability.tracing import sample_backlog
+from baton.service import Service, run_until_signalled
+from baton.settings import Settings
+from baton.store.deadletter import record_dead_letter
+from baton.store.keys import RELAY_GROUP, Keys
+from baton.store.outbox import Outbox, parse_row
+from baton.store.redis_client import connect_redis
+
+__all__ = ["Relay", "main"]
+
+log = structlog.get_logger("baton.relay")
+
+# A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
+# long an idle reader sits in one call; shutdown unblocks it explicitly (CLIENT UNBLOCK).
+_BLOCK_MS = 2_000
+_BACKOFF_MIN_S = 0.05
+_BACKOFF_MAX_S = 1.0
+_HEADER_NAME = re.compile(r"^[!-9;-~]+$")  # printable ASCII without ':'
+# Errors meaning "this message will never be accepted": dead-letter it, do not retry.
+_REFUSED = (ValidationError, nats.errors.MaxPayloadError, nats.errors.BadSubjectError,
+            nats.errors.BadHeaderError, nats.js.errors.BadRequestError)
+# Errors of a NATS call meaning "not now": retry later.
+_NATS_DOWN = (NatsUnavailable, nats.errors.Error, nats.js.errors.ServiceUnavailableError,
+              TimeoutError)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, nats.js.errors.APIError):  # its repr() shows none of the facts
+        return (f"refused by NATS: {exc.description} "
+                f"(code {exc.code}, err_code {exc.err_code})")
+    return f"refused by NATS: {exc}"
+
+
+class _Backoff:
+    def __init__(self) -> None:
+        self.delay = 0.0
+
+    def next(self) -> float:
+        self.delay = min(_BACKOFF_MAX_S, max(_BACKOFF_MIN_S, self.delay * 2))
+        return self.delay
+
+    def reset(self) -> None:
+        self.delay = 0.0
+
+
+def _stream_items(reply: Any) -> Iterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """(key, entries) pairs of an XREADGROUP reply, RESP2 or RESP3 shaped."""
+    items = reply.items() if isinstance(reply, dict) else reply or []
+    for key, entries in items:
+        if len(entries) == 1 and entries[0] and not isinstance(entries[0][0], str):
+            entries = entries[0]  # RESP3 wraps the entry list once more
+        yield key, entries
+
+
+class Relay(Service):
+    """Outbox relay and timer service; run with :meth:`serve`, stop with :meth:`shutdown`."""
+
+    role = "relay"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.keys = Keys(settings.namespace, settings.shards)
+        self.faults = Faults(settings.fault)
+        self.shards = list(range(settings.shards))
+        self._shard_of = {self.keys.outbox(s): s for s in self.shards}
+        self._subject = re.compile(
+            rf"^{re.escape(settings.namespace)}\.(wake|tool)(\.[A-Za-z0-9_-]{{1,64}})+$"
+        )
+        self._redis: Redis | None = None
+        self._reader: Redis | None = None  # only for the blocking read and its acks
+        self._reader_id: int | None = None
+        self._bus: Bus | None = None
+        self._resend = True  # our own pending rows first: a restart under a stable name
+        self._probe = False  # after a failed batch: publish row by row to isolate a refusal
+        # Held while rows are in hand, so the claim loop never takes (and re-sends) rows the
+        # publish loop is still publishing: XAUTOCLAIM does not skip our own consumer.
+        self._in_hand = asyncio.Lock()
+        # counters, for tests, benchmarks and inspect
+        self.published = 0  # rows newly stored by JetStream
+        self.duplicates = 0  # rows JetStream already had (re-publish after a crash/takeover)
+        self.claimed = 0
+        self.timers_fired = 0
+        self.dead_lettered = 0
+        self.retries = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def serve(self) -> None:
+        s = self.settings
+        self._redis = connect_redis(s)
+        self._reader = connect_redis(s, socket_timeout=_BLOCK_MS / 1000 + 5.0)
+        box, reader_box = Outbox(self._redis, self.keys), Outbox(self._reader, self.keys)
+        try:
+            if not await self._connect(box):
+                return
+            self.ready.set()
+            log.info("relay_started", worker=self.name, shards=s.shards)
+            async with asyncio.TaskGroup() as tg:
+                publisher = tg.create_task(self._publish_loop(reader_box), name="relay-publish")
+                tg.create_task(self._claim_loop(box), name="relay-claim")
+                tg.create_task(self._timer_loop(box), name="relay-timers")
+                tg.create_task(self.announce(self._redis, self.keys.workers), name="announce")
+                # The outbox backlog gauge (a no-op without telemetry metrics).
+                tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
+                tg.create_task(self._unblock_on_stop(publisher), name="relay-unblock")
+        finally:
+            if self._bus is not None:
+                with contextlib.suppress(Exception):
+                    await self._bus.close()
+            await self._reader.aclose()
+            await self._redis.aclose()
+            log.info("relay_stopped", worker=self.name, **self.counters())
+
+    @property
+    def bus(self) -> Bus | None:
+        """The NATS connection while serving."""
+        return self._bus
+
+    def counters(self) -> dict[str, int]:
+        return {"published": self.published, "duplicates": self.duplicates,
+                "claimed": self.claimed, "timers_fired": self.timers_fired,
+                "dead_lettered": self.dead_lettered, "retries": self.retries}
+
+    async def _connect(self, box: Outbox) -> bool:
+        """Reach both servers and set up streams and groups; retry until up or stopping."""
+        assert self._redis is not None
+        backoff = _Backoff()
+        while not self.stopping.is_set():
+            try:
+                await self._redis.ping()
+                if self._bus is None:
+                    self._bus = await Bus.connect(self.settings, self.name, self.role)
+                await self._bus.ensure_streams()
+                await box.ensure_groups()
+                return True
+            except (RedisError, OSError, *_NATS_DOWN) as exc:
+                delay = backoff.next()
+                log.warning("relay_connect_retry", error=repr(exc), delay_s=delay)
+                await self.wait_stopping(delay)
+        return False
+
+    async def _unblock_on_stop(self, publisher: asyncio.Task[None]) -> None:
+        """At shutdown, wake the blocked reader: its read returns as if the block timed out.
+
+        Repeated until the publish loop ends, in case the read was not yet blocked.
+        """
+        await self.stopping.wait()
+        while not publisher.done():
+            if self._reader_id is not None and self._redis is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await self._redis.client_unblock(self._reader_id)
+            await asyncio.wait([publisher], timeout=0.05)
+
+    # ------------------------------------------------------------------ loops
+
+    async def _publish_loop(self, box: Outbox) -> None:
+        assert self._reader is not None
+        backoff = _Backoff()
+        while not self.stopping.is_set():
+            try:
+                if self._resend:
+                    async with self._in_hand:
+                        rows, self._resend = await self._read_own_pending(box)
+                        if rows:
+                            await self._deliver(rows, box, "pending")
+                else:
+                    if self._reader_id is None:
+                        self._reader_id = await self._reader.client_id()
+                    rows = await box.read(
+                        self.shards, self.name, self.settings.relay_batch, _BLOCK_MS
+                    )
+                    if rows:
+                        async with self._in_hand:
+                            await self._deliver(rows, box, "read")
+                backoff.reset()
+            except _NATS_DOWN as exc:
+                self._resend = True  # the rows in hand are in our pending list
+                await self._retry("nats", exc, backoff)
+            except ForbiddenError as exc:
+                # The deployment's permissions, not the rows, are wrong: keep them and retry.
+                self._resend = True
+                log.error("outbox_publish_forbidden", error=str(exc))
+                await self._retry("nats", exc, backoff)
+            except (RedisError, OSError) as exc:
+                self._resend, self._reader_id = True, None
+                await self._retry("redis", exc, backoff)
+
+    async def _claim_loop(self, box: Outbox) -> None:
+        idle = self.settings.relay_claim_idle_ms
+        while not await self.wait_stopping(idle / 2000):
+            for shard in self.shards:
+                if self.stopping.is_set():
+                    return
+                try:
+                    async with self._in_hand:
+                        rows = await box.claim_stale(
+                            shard, self.name, idle, self.settings.relay_batch
+                        )
+                        if not rows:
+                            continue
+                        self.claimed += len(rows)
+                        log.info("outbox_rows_claimed", shard=shard, rows=len(rows))
+                        await self._deliver(rows, box, "claim")
+                except (*_NATS_DOWN, ForbiddenError) as exc:
+                    self._resend = True  # claimed rows are ours now: the publish loop re-sends
+                    log.warning("outbox_claim_failed", server="nats", error=repr(exc))
+                    break
+                except (RedisError, OSError) as exc:
+                    log.warning("outbox_claim_failed", server="redis", error=repr(exc))
+                    break
+
+    async def _timer_loop(self, box: Outbox) -> None:
+        s = self.settings
+        backoff = _Backoff()
+        while not self.stopping.is_set():
+            delay = s.timer_tick_ms / 1000
+            try:
+                now, heads = await self._timer_heads()
+                fired = 0
+                for shard, due in heads.items():
+                    if due <= now:
+                        fired += await box.fire_timers(
+                            shard, limit=s.relay_batch, rearm_ms=s.progress_deadline_ms
+                        )
+                if fired:
+                    self.timers_fired += fired
+                    log.debug("timers_fired", timers=fired)
+                    continue  # look again at once: more may be due in the shards just fired
+                later = [due - now for due in heads.values() if due > now]
+                if later:
+                    delay = min(delay, max(min(later), 1) / 1000)
+                backoff.reset()
+            except (RedisError, OSError) as exc:
+                delay = backoff.next()
+                log.warning("timers_failed", error=repr(exc), delay_s=delay)
+            if await self.wait_stopping(delay):
+                return
+
+    # ------------------------------------------------------------------ steps
+
+    async def _retry(self, server: str, exc: BaseException, backoff: _Backoff) -> None:
+        self.retries += 1
+        delay = backoff.next()
+        log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
+        if await self.wait_stopping(delay):
+            return
+        bus = self._bus
+        if server == "nats" and bus is not None and bus.nc.is_connected:
+            # Reachable but failing: the server may have come back without our streams.
+            try:
+                await bus.ensure_streams()
+            except Exception as err:
+                log.warning("streams_ensure_failed", error=repr(err))
+
+    async def _timer_heads(self) -> tuple[int, dict[int, int]]:
+        """Redis' clock (ms) and each shard's earliest timer, in one round trip."""
+        assert self._redis is not None
+        async with self._redis.pipeline(transaction=False) as p:
+            p.time()
+            for shard in self.shards:
+                p.zrange(self.keys.timers(shard), 0, 0, withscores=True)
+            replies = await p.execute()
+        sec, usec = replies[0]
+        heads = {s: int(r[0][1]) for s, r in zip(self.shards, replies[1:], strict=True) if r}
+        return int(sec) * 1000 + int(usec) // 1000, heads
+
+    async def _read_own_pending(self, box: Outbox) -> tuple[list[OutboxRow], bool]:
+        """Rows read earlier by this consumer and not yet acknowledged (id "0" = own PEL).
+
+        Returns the rows and whether more may be pending. Entries whose row was already
+        deleted come back without fields: they are acknowledged here.
+        """
+        streams = {self.keys.outbox(s): "0" for s in self.shards}
+        try:
+            reply = await box.redis.xreadgroup(
+                RELAY_GROUP, self.name, streams, count=self.settings.relay_batch  # type: ignore[arg-type]
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await box.ensure_groups()
+            return [], False
+        rows: list[OutboxRow] = []
+        gone: dict[str, list[str]] = {}
+        for key, entries in _stream_items(reply):
+            shard = self._shard_of[key]
+            for stream_id, fields in entries:
+                if fields:
+                    rows.append(parse_row(shard, stream_id, fields))
+                else:
+                    gone.setdefault(key, []).append(stream_id)
+        if gone:
+            async with box.redis.pipeline(transaction=False) as p:
+                for key, ids in gone.items():
+                    p.xack(key, RELAY_GROUP, *ids)
+                await p.execute()
+        return rows, bool(rows or gone)
+
+    def _refusal(self, row: OutboxRow) -> str | None:
+        """Why NATS could never accept this row, or None. Mirrors the server's checks."""
+        if not row.subject:
+            return "malformed outbox row: a field is missing or unreadable"
+        if not self._subject.match(row.subject):
+            return (f"invalid subject {row.subject[:200]!r}: not a wake or tool subject "
+                    f"of namespace {self.settings.namespace!r}")
+        if not row.id:
+            return "row has no id (needed as Nats-Msg-Id)"
+        size = len(row.data.encode()) + len(b"NATS/1.0\r\n\r\nNats-Msg-Id: \r\n") + len(row.id)
+        for name, value in row.headers.items():
+            if not _HEADER_NAME.match(name) or "\r" in value or "\n" in value:
+                return f"invalid header {name[:100]!r}"
+            size += len(name) + len(value) + 4
+        if size > self.settings.max_payload_bytes:  # the stream's limit counts headers too
+            return f"message of {size} bytes exceeds {self.settings.max_payload_bytes}"
+        return None
+
+    @staticmethod
+    def _outgoing(row: OutboxRow) -> Outgoing:
+        return Outgoing(row.subject, row.data.encode(), msg_id=row.id, headers=row.headers or None)
+
+    async def _deliver(self, rows: list[OutboxRow], box: Outbox, via: str) -> None:
+        """Publish rows, dead-letter the refused ones, then acknowledge and delete all.
+
+        Raises (rows stay pending) when NATS or Redis is unavailable.
+        """
+        assert self._bus is not None and self._redis is not None
+        started = time.perf_counter()
+        good: list[OutboxRow] = []
+        refused: list[tuple[OutboxRow, str]] = []
+        for row in rows:
+            reason = self._refusal(row)
+            if reason is None:
+                good.append(row)
+            else:
+                refused.append((row, reason))
+        flags: list[bool] = []
+        if good:
+            if not self._bus.nc.is_connected:  # fail fast; publishes would only be buffered
+                raise NatsUnavailable("NATS is not connected")
+            if self._probe:
+                flags = await self._publish_each(good, refused)
+                self._probe = False
+            else:
+                try:
+                    flags = await self._bus.publish_many(self._outgoing(r) for r in good)
+                except ValidationError:  # the bus refused a row before sending: isolate it
+                    flags = await self._publish_each(good, refused)
+                except _NATS_DOWN:
+                    # nats-py reports a refused async publish as a timeout: if the server
+                    # is still there, the retry goes row by row to find the refused row.
+                    self._probe = self._bus.nc.is_connected
+                    raise
+        self.faults.hit("relay.after_publish")
+        for row, reason in refused:
+            await record_dead_letter(
+                self._redis, self.keys, source="relay", reason=reason, payload=row.data,
+                row_id=row.id, subject=row.subject, session_id=row.session_id,
+                stream_id=row.stream_id,
+            )
+            log.error("outbox_row_dead_lettered", row_id=row.id, reason=reason,
+                      session_id=row.session_id, trace_id=trace_id_of(row.headers))
+        await box.ack(rows)
+        new = sum(flags)
+        self.published += new
+        self.duplicates += len(flags) - new
+        self.dead_lettered += len(refused)
+        log.debug("outbox_published", rows=len(rows), new=new, duplicates=len(flags) - new,
+                  dead=len(refused), via=via, ms=round((time.perf_counter() - started) * 1e3, 3))
+
+    async def _publish_each(
+        self, rows: list[OutboxRow], refused: list[tuple[OutboxRow, str]]
+    ) -> list[bool]:
+        """Publish one at a time (each waits for its ack); collect the refused rows."""
+        assert self._bus is not None
+        flags = []
+        for row in rows:
+            item = self._outgoing(row)
+            try:
+                flags.append(await self._bus.publish(
+                    item.subject, item.data, msg_id=item.msg_id, headers=item.headers
+                ))
+            except _REFUSED as exc:
+                refused.append((row, _describe(exc)))
+        return flags
+
+
+async def main(settings: Settings) -> None:
+    """Entry point of ``baton relay``: serve until SIGTERM/SIGINT (logging set by the CLI)."""
+    await run_until_signalled(Relay(settings))

@@ -1,0 +1,1 @@
+"""The message bus: NATS JetStream streams, subjects, consumers and per-role credentials."""

@@ -1,0 +1,85 @@
+"""NATS credentials and permissions, as the bus sees them.
+
+Owns the connect options from :class:`Settings` (user/password or a creds file, TLS files),
+telling an authentication failure from other connect errors, and :class:`_Denials`, which
+matches the permission violations the server reports asynchronously to the calls waiting on
+them (see :meth:`~baton.bus.bus.Bus.guarded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+import nats.errors
+
+from baton.errors import ConfigError
+from baton.settings import Settings
+
+# The server reports a refused publish or subscribe asynchronously, as an error line.
+# nats-py lower-cases the whole line, subject included: match prefixes case-insensitively.
+_VIOLATION = re.compile(
+    r'permissions violation for (publish|subscription) to "?([^"\s]+)"?', re.IGNORECASE
+)
+
+
+class _Denials:
+    """Permission violations the server reported, matched to the calls waiting on them."""
+
+    def __init__(self) -> None:
+        self._waiters: list[tuple[str, asyncio.Future[str]]] = []
+
+    def report(self, text: str) -> bool:
+        match = _VIOLATION.search(text)
+        if match is None:
+            return False
+        subject = match[2].lower()
+        for prefix, future in self._waiters:
+            if subject.startswith(prefix.lower()) and not future.done():
+                future.set_result(prefix if subject == prefix.lower() else subject)
+        return True
+
+    @contextlib.contextmanager
+    def watch(self, prefix: str) -> Iterator[asyncio.Future[str]]:
+        entry = (prefix, asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        try:
+            yield entry[1]
+        finally:
+            self._waiters.remove(entry)
+            entry[1].cancel()
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    s = settings
+    if not (s.nats_tls_ca or s.nats_tls_cert or s.nats_url.startswith("tls://")):
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=s.nats_tls_ca or None)
+        if s.nats_tls_cert:
+            ctx.load_cert_chain(s.nats_tls_cert, s.nats_tls_key or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the NATS TLS files: {exc}") from None
+    return ctx
+
+
+def _auth_options(settings: Settings) -> dict[str, Any]:
+    s = settings
+    options: dict[str, Any] = {}
+    if s.nats_creds:
+        options["user_credentials"] = s.nats_creds
+    elif s.nats_user:
+        options["user"], options["password"] = s.nats_user, s.nats_password
+    tls = _tls_context(s)
+    if tls is not None:
+        options["tls"] = tls
+    return options
+
+
+def _is_auth_failure(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text

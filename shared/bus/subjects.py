@@ -1,0 +1,57 @@
+"""Bus names: the streams, subjects and durable consumers of one namespace.
+
+Pure and usable without a connection (the client, the ACL generator and the Brain's context
+use it). Every token that goes into a subject is checked by :func:`_token`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from baton.errors import ValidationError
+
+__all__ = ["BusNames"]
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _token(kind: str, value: object) -> str:
+    text = str(value)
+    if not _TOKEN.match(text):
+        raise ValidationError(
+            f"invalid {kind} {text!r}: use 1-64 of A-Z a-z 0-9 _ - (no spaces, dots, * or >)",
+            field=kind, value=text,
+        )
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class BusNames:
+    """Stream, subject and durable names of one namespace; pure, usable without a connection."""
+
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        return self.namespace.upper().replace("-", "_")
+
+    @property
+    def wake_stream(self) -> str:
+        return f"{self.prefix}_WAKE"
+
+    @property
+    def tool_stream(self) -> str:
+        return f"{self.prefix}_TOOLS"
+
+    def wake_subject(self, agent: str, compat: str | int) -> str:
+        return f"{self.namespace}.wake.{_token('agent', agent)}.{_token('compat', compat)}"
+
+    def tool_subject(self, tool: str) -> str:
+        return f"{self.namespace}.tool.{_token('tool', tool)}"
+
+    def wake_durable(self, agent: str, compat: str | int) -> str:
+        return f"wake_{_token('agent', agent)}_{_token('compat', compat)}"
+
+    def tool_durable(self, tool: str) -> str:
+        return f"tool_{_token('tool', tool)}"

@@ -1,0 +1,154 @@
+"""The read-only commands: ``baton trace``, ``baton watch`` and ``baton inspect``.
+
+They find the stack like every client command (``BATON_*``, else ``.baton/dev.json``), never
+take a lease and never write. ``trace`` can also read receipts saved to a file: ``baton demo``
+saves its session's receipts under ``$BATON_HOME/traces/``, so the demo's trace can be shown
+again after its private stack is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from baton.cli.trace import build_trace, render_text
+from baton.cli.trace_html import render_html
+from baton.devkit.stack import home, settings_from_env_or_stack
+from baton.errors import BatonError, NotFoundError
+from baton.models import Receipt
+from baton.observability import log as logs
+from baton.settings import Settings
+from baton.store.state import receipts_about
+from baton.store.store import Store
+
+__all__ = [
+    "inspect_command", "load_receipts", "save_receipts", "saved_receipts_path", "trace_command",
+    "watch_command",
+]
+
+
+def saved_receipts_path(session_id: str, base: Path | None = None) -> Path:
+    return (base or home()) / "traces" / f"{session_id}.json"
+
+
+def save_receipts(session_id: str, receipts: list[Receipt], base: Path | None = None) -> Path:
+    path = saved_receipts_path(session_id, base)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"session_id": session_id,
+                                "receipts": [r.model_dump(mode="json") for r in receipts]}))
+    return path
+
+
+def load_receipts(path: Path) -> tuple[str, list[Receipt]]:
+    data = json.loads(path.read_text())
+    return data["session_id"], [Receipt.model_validate(r) for r in data["receipts"]]
+
+
+def _settings() -> Settings:
+    try:
+        settings = settings_from_env_or_stack()
+    except BatonError as exc:
+        raise click.ClickException(str(exc)) from None
+    logs.configure("warning", settings.log_format)
+    return settings
+
+
+def _run(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return asyncio.run(coro)
+    except BatonError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+async def _live_receipts(settings: Settings, session_id: str, task_id: str | None,
+                         run_id: str | None) -> list[Receipt]:
+    store = await Store.connect(settings)
+    try:
+        if not await store.redis.exists(store.keys.session(session_id).meta):
+            raise NotFoundError(f"no session {session_id}", session_id=session_id)
+        return await store.receipts_for(session_id, task_id=task_id, run_id=run_id)
+    finally:
+        await store.close()
+
+
+@click.command("trace")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="the timeline as JSON")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="also write a self-contained picture (a lane per process) to this file")
+@click.option("--task", "task_id", default=None, help="only receipts about this task")
+@click.option("--run", "run_id", default=None, help="only receipts about this tool run")
+@click.option("--receipts", "receipts_file", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="read receipts saved by `baton demo` instead of Redis")
+def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_id: str | None,
+                  run_id: str | None, receipts_file: Path | None) -> None:
+    """The handoff timeline of SESSION_ID from its receipts: who did what, with which fence."""
+    saved = receipts_file or saved_receipts_path(session_id)
+    if receipts_file is None:
+        try:
+            receipts = _run(_live_receipts(_settings(), session_id, task_id, run_id))
+        except click.ClickException as exc:
+            if not saved.exists():
+                raise
+            click.echo(f"({exc.message}; showing the receipts saved at {saved})", err=True)
+            receipts_file = saved
+    if receipts_file is not None:
+        _, receipts = load_receipts(receipts_file)
+        receipts = receipts_about(receipts, task_id=task_id, run_id=run_id)
+    trace = build_trace(session_id, receipts)
+    if html_file is not None:
+        html_file.write_text(render_html(trace))
+        click.echo(f"wrote {html_file}", err=True)
+    click.echo(json.dumps(trace.to_json(), indent=2) if as_json else render_text(trace), nl=False)
+    if as_json:
+        click.echo()
+
+
+@click.command("watch")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.option("--from", "after", default=None, help="resume after this receipt id (no snapshot)")
+@click.option("--until-settled", is_flag=True, help="exit once every submission is settled")
+def watch_command(session_id: str, as_json: bool, after: str | None, until_settled: bool) -> None:
+    """A snapshot of SESSION_ID, then its changes live (read-only; survives reconnects)."""
+    from baton.cli.watch import Watch, emitter
+
+    watch = Watch(_settings(), session_id, emitter(as_json), after=after,
+                  until_settled=until_settled)
+    last = _run(watch.run())
+    click.echo(f"(last receipt {last}; resume with --from {last})", err=True)
+
+
+@click.command("inspect")
+@click.argument("session_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def inspect_command(session_id: str | None, as_json: bool) -> None:
+    """Tasks, tool runs, lease and backlog of SESSION_ID; without one, the cluster view."""
+    from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
+
+    settings = _settings()
+
+    async def go() -> dict[str, Any]:
+        store = await Store.connect(settings)
+        try:
+            return await (session_view(store, session_id) if session_id
+                          else cluster_view(store))
+        finally:
+            await store.close()
+
+    view = _run(go())
+    if as_json:
+        click.echo(json.dumps(view, indent=2, default=str))
+        return
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    (render_session if session_id else render_cluster)(view, console)

@@ -1,0 +1,496 @@
+"""The handoff timeline of a session, built from its receipts alone (``baton trace``).
+
+Receipts are the session's commit log: every lease, commit, claim, completion and refused
+write, with the writing process (role, name, pid) and its fence. That is enough to answer
+"who held it, what happened to tool call 4, why did it run twice" without a tracing backend:
+
+* a **lane** per process (a respawned worker with a new pid is a new lane);
+* **events** in commit order, each with its fence (``s:N`` a Brain's session fence, ``a:N``
+  a Hands attempt fence), run and task ids;
+* **handoffs** between lanes: *wake* (submit or completion -> the next lease), *dispatch*
+  (the commit that saved a tool intent -> the claim of the run), *takeover* (an attempt that
+  ended without a result -> its reclaim; an expired lease -> a Brain takeover);
+* **hops** timed from commit timestamps: dispatch (intent commit -> claim), execution
+  (claim -> complete of the same attempt), apply (complete -> the Brain's 'applied' mark),
+  wake (the commit that woke the Brain -> its lease);
+* what needs a person's eye: takeovers, refused stale writes, confirm outcomes, redeliveries,
+  re-dispatches and re-entered phases, cancellations (the intent, then the Brain carrying it
+  out), approvals and rejections (and refused approvals), compat-level migrations and
+  blocked tasks.
+
+Renderers: :func:`render_text` (plain text), :meth:`Trace.to_json`, and
+:func:`baton.cli.trace_html.render_html` (a self-contained picture).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from baton.models import Receipt
+
+__all__ = [
+    "Event", "Handoff", "Lane", "RunHops", "Timeline", "Trace", "build_trace", "render_text",
+]
+
+_BRAIN_KINDS = ("lease", "takeover", "commit")
+
+
+@dataclass
+class Lane:
+    """One process that wrote receipts."""
+
+    id: str
+    role: str
+    name: str
+    pid: int
+    first_ms: int = 0
+    last_ms: int = 0
+    events: int = 0
+    abandoned: list[str] = field(default_factory=list)  # "run@attempt" left without a result
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (pid {self.pid})" if self.pid else self.name
+
+
+@dataclass
+class Event:
+    """One receipt, placed on its lane and described."""
+
+    index: int
+    stream_id: str
+    t_ms: int  # since the session's first receipt
+    ts_ms: int
+    lane: str
+    kind: str  # the receipt kind, or the commit's step ("commit:tools")
+    fence: str  # "s:3" session fence, "a:2" attempt fence, "-" none
+    text: str
+    seq: int = 0
+    run_id: str = ""
+    task_id: str = ""
+    marks: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # takeover refused confirm redelivery ...
+    hops: dict[str, int] = field(default_factory=dict)  # hop name -> ms (ending here)
+
+
+@dataclass
+class Handoff:
+    """Work passing from one event to another (usually another lane)."""
+
+    kind: str  # wake | dispatch | takeover
+    src: int  # event index
+    dst: int
+    ms: int
+    text: str
+
+
+@dataclass
+class RunHops:
+    """One tool run's path: dispatch, each attempt, the result, its application."""
+
+    run_id: str
+    tool: str = ""
+    dispatched_ms: int | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    completed_ms: int | None = None
+    applied_ms: int | None = None
+    recovery: str = ""
+    outcome: str = ""
+    deliveries: int = 0
+
+    @property
+    def dispatch_hop(self) -> int | None:
+        first = self.attempts[0]["claimed_ms"] if self.attempts else None
+        return None if first is None or self.dispatched_ms is None else first - self.dispatched_ms
+
+    @property
+    def apply_hop(self) -> int | None:
+        if self.completed_ms is None or self.applied_ms is None:
+            return None
+        return self.applied_ms - self.completed_ms
+
+
+@dataclass
+class Trace:
+    session_id: str
+    t0_ms: int
+    lanes: list[Lane]
+    events: list[Event]
+    handoffs: list[Handoff]
+    runs: list[RunHops]
+
+    @property
+    def duration_ms(self) -> int:
+        return self.events[-1].t_ms if self.events else 0
+
+    def flagged(self, flag: str) -> list[Event]:
+        return [e for e in self.events if flag in e.flags]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "t0_ms": self.t0_ms,
+            "duration_ms": self.duration_ms,
+            "lanes": [{**asdict(lane), "label": lane.label} for lane in self.lanes],
+            "events": [asdict(e) for e in self.events],
+            "handoffs": [asdict(h) for h in self.handoffs],
+            "runs": [{**asdict(r), "dispatch_hop_ms": r.dispatch_hop,
+                      "apply_hop_ms": r.apply_hop} for r in self.runs],
+            "takeovers": [e.index for e in self.flagged("takeover")],
+            "refused": [e.index for e in self.flagged("refused")],
+        }
+
+
+# ---------------------------------------------------------------------- building
+
+
+def _lane_id(r: Receipt) -> str:
+    w = r.worker
+    return f"{w.role}:{w.name}:{w.pid}" if w else "unknown"
+
+
+def _fence(r: Receipt) -> str:
+    if r.kind in ("claim", "reclaim", "complete") or (
+        r.kind == "refused" and r.detail.get("op") == "complete"
+    ):
+        return f"a:{r.fence}"
+    if r.kind in _BRAIN_KINDS or r.kind == "refused":
+        return f"s:{r.fence}"
+    return "-"
+
+
+class Timeline:
+    """Builds the trace one receipt at a time (``watch`` feeds it live; ``trace`` in bulk)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.receipts: list[Receipt] = []
+        self.t0 = 0
+        self.lanes: dict[str, Lane] = {}
+        self.events: list[Event] = []
+        self.handoffs: list[Handoff] = []
+        self.runs: dict[str, RunHops] = {}
+        self.claims: dict[tuple[str, int], Event] = {}  # (run, attempt) -> claim event
+        self.completed: set[tuple[str, int]] = set()
+        self.waker: Event | None = None  # the last submit/complete: what a lease answers
+        self.brain_last: dict[str, Event] = {}  # Brain lane -> its last event
+
+    def run(self, rid: str) -> RunHops:
+        return self.runs.setdefault(rid, RunHops(run_id=rid))
+
+    def add(self, r: Receipt) -> Event:
+        """Place one receipt (the next in stream order) and return its event."""
+        if not self.receipts:
+            self.t0 = r.ts_ms
+        i = len(self.receipts)
+        self.receipts.append(r)
+        lane = self._lane(r)
+        d = r.detail
+        ev = Event(index=i, stream_id=str(d.get("stream_id", "")), t_ms=r.ts_ms - self.t0,
+                   ts_ms=r.ts_ms, lane=lane.id, kind=r.kind, fence=_fence(r), text="",
+                   seq=r.seq, run_id=str(d.get("run_id", "")),
+                   task_id=str(d.get("task_id", "")),
+                   marks=[f"{m.mark}:{m.run_id}" for m in r.marks])
+        self.events.append(ev)
+        getattr(self, f"_on_{r.kind}", self._on_other)(ev, r)
+        if lane.role == "brain":
+            self.brain_last[lane.id] = ev
+        return ev
+
+    def trace(self) -> Trace:
+        return Trace(self.session_id, self.t0, list(self.lanes.values()), self.events,
+                     self.handoffs, list(self.runs.values()))
+
+    def _lane(self, r: Receipt) -> Lane:
+        lid = _lane_id(r)
+        lane = self.lanes.get(lid)
+        if lane is None:
+            w = r.worker
+            lane = self.lanes[lid] = Lane(lid, w.role if w else "?", w.name if w else "?",
+                                          w.pid if w else 0, first_ms=r.ts_ms - self.t0)
+        lane.last_ms = r.ts_ms - self.t0
+        lane.events += 1
+        return lane
+
+    def _handoff(self, kind: str, src: Event, dst: Event, text: str) -> None:
+        self.handoffs.append(Handoff(kind, src.index, dst.index, dst.ts_ms - src.ts_ms, text))
+
+    # one method per receipt kind
+
+    def _on_submit(self, ev: Event, r: Receipt) -> None:
+        ev.text = f"input accepted: submission {r.detail.get('submission_id', '?')}"
+        self.waker = ev
+
+    def _on_lease(self, ev: Event, r: Receipt) -> None:
+        ev.text = "session lease taken"
+        if (w := self.waker) is not None:
+            ev.hops["wake"] = ev.ts_ms - w.ts_ms
+            ev.text += f" (woken by {w.kind} of {self._name(w)}, wake hop {ev.hops['wake']} ms)"
+            self._handoff("wake", w, ev, f"wake: {w.kind} -> lease, {ev.hops['wake']} ms")
+            self.waker = None
+
+    def _on_takeover(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        ev.flags.append("takeover")
+        prev = self._brain_event(str(d.get("previous_holder", "")), ev.lane)
+        self._on_lease(ev, r)
+        ev.text = (f"TAKEOVER of the session lease from {d.get('previous_holder') or '?'} "
+                   f"(fence {d.get('previous_fence')} expired -> {r.fence}); " + ev.text)
+        if prev is not None:
+            self._handoff("takeover", prev, ev,
+                          f"takeover: {self._name(prev)} s:{d.get('previous_fence')} -> "
+                          f"{self._name(ev)} s:{r.fence}")
+
+    def _on_commit(self, ev: Event, r: Receipt) -> None:
+        d, c = r.detail, r.changes
+        step = str(d.get("step", "commit"))
+        ev.kind = f"commit:{step}"
+        runs = list(d.get("runs", ()))
+        if step in ("tools", "redispatch"):
+            for rid in runs:
+                hop = self.run(rid)
+                if hop.dispatched_ms is None:
+                    hop.dispatched_ms = ev.ts_ms
+            what = "dispatched" if step == "tools" else "RE-DISPATCHED (no progress)"
+            ev.text = f"{len(runs)} tool run(s) {what}: {', '.join(_short(x) for x in runs)}"
+            if step == "redispatch":
+                ev.flags.append("retry")
+        elif step == "reenter":
+            ev.flags.append("retry")
+            ev.text = f"phase re-entered after a worker died in it (crash {d.get('crashes')})"
+        elif step == "prepare":
+            ev.text = f"generation started (turn {d.get('turn', 1)})"
+        elif step == "cancel":
+            ev.flags.append("cancel")
+            ev.text = (f"CANCEL carried out: cancel_requested on {len(d.get('targets', ()))} "
+                       f"task(s), {len(runs)} tool run(s) told to stop")
+        elif step == "migrate":
+            ev.flags.append("version")
+            moved = d.get("migrated") or {}
+            ev.text = (f"MIGRATED the session from compat {d.get('from')} to {d.get('to')}; "
+                       + (", ".join(f"{t} v{a}->v{b}" for t, (a, b) in moved.items())
+                          or "no task needed a migrate"))
+        elif step == "blocked":
+            ev.flags.append("version")
+            blocked, cleared = d.get("blocked") or {}, d.get("cleared") or []
+            ev.text = "; ".join([*(f"BLOCKED task {t}: {why}" for t, why in blocked.items()),
+                                 *(f"task {t} no longer blocked" for t in cleared)])
+        elif step == "final":
+            ev.text = f"final: task {d.get('outcome', '?')}"
+            if d.get("reason"):
+                ev.text += f" ({d['reason']})"
+        else:
+            ev.text = f"{step}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "no changes")
+        applied = [m.run_id for m in r.marks if m.mark == "applied"]
+        for rid in applied:
+            hop = self.run(rid)
+            hop.applied_ms = ev.ts_ms
+            if hop.completed_ms is not None:
+                ev.hops[f"apply:{rid}"] = ev.ts_ms - hop.completed_ms
+        if applied:
+            ev.text = f"{len(applied)} result(s) applied (mark applied)" + (
+                f"; {ev.text}" if step not in ("apply",) else "")
+
+    def _on_claim(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        rid, attempt, delivery = str(d.get("run_id")), int(d.get("attempt", r.fence)), \
+            int(d.get("delivery", 1))
+        hop = self.run(rid)
+        hop.deliveries = max(hop.deliveries, delivery)
+        hop.attempts.append({"attempt": attempt, "worker": self._name(ev), "lane": ev.lane,
+                             "claimed_ms": ev.ts_ms, "ended_ms": None, "result": None,
+                             "delivery": delivery})
+        self.claims[(rid, attempt)] = ev
+        ev.text = f"claimed {_short(rid)} attempt {attempt}"
+        if d.get("accepted_mark") == 1:
+            ev.text += " (mark accepted)"
+        if hop.dispatched_ms is not None and len(hop.attempts) == 1:
+            ev.hops["dispatch"] = ev.ts_ms - hop.dispatched_ms
+            ev.text += f", dispatch hop {ev.hops['dispatch']} ms"
+            src = self._dispatch_event(rid)
+            if src is not None:
+                self._handoff("dispatch", src, ev, f"dispatch {_short(rid)}: "
+                              f"{ev.hops['dispatch']} ms")
+        if delivery > 1:
+            ev.flags.append("redelivery")
+            ev.text += f"; REDELIVERY (delivery {delivery})"
+
+    def _on_reclaim(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        self._on_claim(ev, r)
+        rid, prev = str(d.get("run_id")), int(d.get("previous_attempt", 0))
+        before = self.claims.get((rid, prev))
+        ev.flags.append("takeover")
+        ev.text = (f"TAKEOVER of {_short(rid)}: attempt {prev} by "
+                   f"{d.get('previous_worker') or '?'} ended without a result "
+                   f"(status {d.get('previous_status')}) -> attempt {d.get('attempt')} by "
+                   f"{self._name(ev)}")
+        if before is not None:
+            ev.text += (f" (attempt {prev} claimed at +{before.t_ms / 1000:.3f}s, "
+                        f"{self._name(before)} silent since +"
+                        f"{self.lanes[before.lane].last_ms / 1000:.3f}s)")
+        if "redelivery" in ev.flags:
+            ev.text += f"; redelivery {d.get('delivery')}"
+        if before is not None and (rid, prev) not in self.completed:
+            silent = ev.t_ms - self.lanes[before.lane].last_ms
+            self.lanes[before.lane].abandoned.append(f"{rid}@{prev}")
+            for a in self.run(rid).attempts:
+                if a["attempt"] == prev:
+                    a["ended_ms"], a["result"] = ev.ts_ms, "abandoned"
+            self._handoff("takeover", before, ev,
+                          f"takeover {_short(rid)}: a:{prev} {self._name(before)} -> "
+                          f"a:{d.get('attempt')} {self._name(ev)}; old lane silent "
+                          f"{max(silent, 0)} ms")
+
+    def _on_complete(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        rid, attempt = str(d.get("run_id")), r.fence
+        hop = self.run(rid)
+        hop.tool, hop.outcome = str(d.get("tool", "")), str(d.get("outcome", ""))
+        hop.recovery, hop.completed_ms = str(d.get("recovery", "none")), ev.ts_ms
+        self.completed.add((rid, attempt))
+        claim = self.claims.get((rid, attempt))
+        ev.text = f"completed {_short(rid)} attempt {attempt}: {hop.outcome} (mark completed)"
+        if claim is not None:
+            ev.hops["execution"] = ev.ts_ms - claim.ts_ms
+            ev.text += f", execution {ev.hops['execution']} ms"
+        for a in hop.attempts:
+            if a["attempt"] == attempt:
+                a["ended_ms"], a["result"] = ev.ts_ms, hop.outcome
+        if hop.recovery not in ("", "none"):
+            ev.flags.append("confirm" if "confirm" in hop.recovery else "recovery")
+            ev.text += f"; recovery: {hop.recovery.upper()}"
+        self.waker = ev
+
+    def _on_cancel(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        ev.flags.append("cancel")
+        target = d.get("target", "*")
+        ev.text = (f"CANCEL requested for {'the session' if target == '*' else 'task ' + target}"
+                   f" ({d.get('reason', 'cancelled')})")
+        self.waker = ev
+
+    def _on_approve(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        rid = str(d.get("run_id", ""))
+        ev.flags.append("approval")
+        ev.text = f"APPROVED {_short(rid)} (digest {str(d.get('digest', ''))[:12]}...): dispatched"
+        hop = self.run(rid)
+        hop.tool = str(d.get("tool", hop.tool))
+        hop.dispatched_ms = ev.ts_ms
+
+    def _on_reject(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        ev.flags.append("approval")
+        ev.text = f"REJECTED {_short(str(d.get('run_id', '')))}: {d.get('reason', '')}"
+        self.waker = ev
+
+    def _on_refused(self, ev: Event, r: Receipt) -> None:
+        d = r.detail
+        ev.flags.append("refused")
+        if d.get("op") == "approve":
+            ev.text = (f"REFUSED approval of {_short(str(d.get('run_id')))}: digest "
+                       f"{str(d.get('presented'))[:12]}... is not that of its arguments")
+            return
+        if d.get("op") == "complete":
+            ev.text = (f"REFUSED stale completion of {_short(str(d.get('run_id')))}: attempt "
+                       f"{r.fence} presented, current {d.get('current')} ({d.get('status')})")
+        else:
+            ev.text = (f"REFUSED stale {d.get('op', 'write')}: fence {r.fence} presented, "
+                       f"current {d.get('current')}")
+
+    def _on_other(self, ev: Event, r: Receipt) -> None:
+        ev.text = ", ".join(f"{k}={v}" for k, v in r.detail.items() if k != "stream_id")
+
+    # lookups
+
+    def _name(self, ev: Event) -> str:
+        return self.lanes[ev.lane].name
+
+    def _dispatch_event(self, rid: str) -> Event | None:
+        for e in reversed(self.events):
+            if e.kind in ("commit:tools", "commit:redispatch") and rid in \
+                    self.receipts[e.index].detail.get("runs", ()):
+                return e
+            if e.kind == "approve" and e.run_id == rid:
+                return e
+        return None
+
+    def _brain_event(self, holder: str, not_lane: str) -> Event | None:
+        found = [e for lid, e in self.brain_last.items()
+                 if lid != not_lane and self.lanes[lid].name == holder]
+        return max(found, key=lambda e: e.index) if found else None
+
+
+def _short(run_id: str) -> str:
+    """Run ids are ``<task>-<turn>-<n>``; the tail is what tells runs apart on a line."""
+    parts = run_id.rsplit("-", 2)
+    return f"run {parts[-2]}-{parts[-1]}" if len(parts) == 3 else f"run {run_id}"
+
+
+def build_trace(session_id: str, receipts: list[Receipt]) -> Trace:
+    """The timeline of ``receipts`` (in stream order, as ``Store.receipts`` returns them)."""
+    timeline = Timeline(session_id)
+    for r in receipts:
+        timeline.add(r)
+    return timeline.trace()
+
+
+# ---------------------------------------------------------------------- text
+
+
+def _secs(ms: int) -> str:
+    return f"+{ms / 1000:.3f}s".rjust(9)
+
+
+def render_text(trace: Trace, *, width: int = 28) -> str:
+    """Plain text: the lanes, one line per receipt, then hops, takeovers and refusals."""
+    if not trace.events:
+        return f"session {trace.session_id}: no receipts\n"
+    lanes = {lane.id: lane for lane in trace.lanes}
+    out = [f"session {trace.session_id}: {len(trace.events)} receipts, {len(trace.lanes)} "
+           f"processes, {trace.duration_ms / 1000:.3f}s",
+           "fences: s:N = session lease fence (Brain), a:N = tool-run attempt fence (Hands)",
+           "processes:"]
+    for lane in trace.lanes:
+        note = ""
+        if lane.abandoned:
+            left = ", ".join(f"{_short(a.split('@')[0])} attempt {a.split('@')[1]}"
+                             for a in lane.abandoned)
+            note = (f"  <- left {left} without a result; no receipt after "
+                    "(process died or was cut off)")
+        out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
+                   f"{_secs(lane.first_ms)} .. {_secs(lane.last_ms)}{note}")
+    out.append("")
+    out.append(f"  {'t':>9}  {'process':<{width}} {'fence':<6} {'event':<17} what")
+    for e in trace.events:
+        lane = lanes[e.lane]
+        mark = ">>" if {"takeover", "refused"} & set(e.flags) else "  "
+        out.append(f"{mark}{_secs(e.t_ms)}  {lane.label:<{width}} {e.fence:<6} {e.kind:<17} "
+                   f"{e.text}")
+    out += ["", "tool runs (hops from commit timestamps):"]
+    for r in trace.runs:
+        attempts = "; ".join(
+            f"a:{a['attempt']} {a['worker']} "
+            + (f"{a['ended_ms'] - a['claimed_ms']} ms {a['result']}" if a["ended_ms"]
+               else "no result") for a in r.attempts) or "never claimed"
+        out.append(f"  {_short(r.run_id):<10} {r.tool or '?':<11} dispatch "
+                   f"{_ms(r.dispatch_hop)}  [{attempts}]  apply {_ms(r.apply_hop)}  "
+                   f"recovery {r.recovery or '-'}, deliveries {r.deliveries}")
+    wakes = [h for h in trace.handoffs if h.kind == "wake"]
+    if wakes:
+        out.append("wake hops: " + ", ".join(f"{h.ms} ms" for h in wakes))
+    for title, flag in (("takeovers", "takeover"), ("refused stale writes", "refused"),
+                        ("confirm / recovery outcomes", "confirm"),
+                        ("redeliveries", "redelivery"), ("retries", "retry"),
+                        ("cancellations", "cancel"), ("approvals", "approval"),
+                        ("versions (migrations, blocked tasks)", "version")):
+        found = trace.flagged(flag) + (trace.flagged("recovery") if flag == "confirm" else [])
+        out.append(f"{title}: {len(found) or 'none'}")
+        out += [f"  {_secs(e.t_ms)} {lanes[e.lane].label}: {e.text}" for e in found]
+    return "\n".join(out) + "\n"
+
+
+def _ms(value: int | None) -> str:
+    return f"{value} ms" if value is not None else "-"

@@ -1,0 +1,309 @@
+"""``baton watch``: a session's snapshot, then its changes as they are committed.
+
+The changes are read from the session's receipts stream (one entry per commit, lease, claim,
+completion or refused write), with a blocking XREAD from the last receipt id seen on a
+connection of its own (named ``baton-watch:<session>``). The snapshot and the id it ends at
+are read in one MULTI, so nothing falls between them.
+
+Each receipt becomes one *change*, emitted as a unit: the receipt (who, which fence, what,
+hops), the marks it wrote, the entries it appended (a receipt's entries are found by
+counting: the entries of every receipt before it come first), the states of the tasks and
+submissions it touched, and streamed text when a model streams. A change is read completely
+before any of it is emitted and the position advances only after, so when Redis drops the
+connection the watcher reconnects and re-reads from the same id: nothing lost, nothing twice.
+``--from ID`` resumes explicitly after a receipt id another watch printed.
+
+Read-only: no lease, no write, no consumer group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from baton.cli.trace import Timeline
+from baton.errors import NotFoundError, RedisUnavailable
+from baton.models import Entry, Receipt, Submission, Task, decode, dumps, loads
+from baton.settings import Settings
+from baton.store.keys import SessionKeys
+from baton.store.state import parse_meta, parse_receipt, parse_runs
+from baton.store.store import Store, now_ms
+
+__all__ = ["Watch", "emitter", "render_change"]
+
+Emit = Callable[[dict[str, Any]], None]
+_BATCH = 100
+_RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0)
+_GIVE_UP_S = 60.0  # Redis unreachable this long in a row: give up with RedisUnavailable
+
+
+class Watch:
+    """Follow one session; ``await Watch(...).run()`` returns the last receipt id seen."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        session_id: str,
+        emit: Emit,
+        *,
+        after: str | None = None,
+        until_settled: bool = False,
+        block_ms: int = 5_000,
+    ) -> None:
+        self.settings = settings
+        self.session_id = session_id
+        self.emit = emit
+        self.after = after
+        self.until_settled = until_settled
+        self.block_ms = block_ms
+        self.last_id = after or "0-0"
+        self.entry_count = 0  # entries appended by the receipts up to last_id
+        self.reconnects = 0
+        self._draining = False  # settled: read what is left without waiting, then stop
+        self.timeline = Timeline(session_id)
+        # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes.
+        self.redis: Any = Redis.from_url(
+            settings.redis_url, decode_responses=True, client_name=f"baton-watch:{session_id}",
+            socket_connect_timeout=settings.connect_timeout_s,
+            socket_timeout=block_ms / 1000 + 5, retry=Retry(NoBackoff(), 0),
+        )
+        self.store = Store(self.redis, settings)
+        self.sk: SessionKeys = self.store.keys.session(session_id)
+
+    async def run(self) -> str:
+        try:
+            settled = await self._retrying(self._start)
+            while not settled:
+                settled = await self._retrying(self._step)
+        finally:
+            await self.redis.aclose()
+        return self.last_id
+
+    async def _retrying(self, step: Callable[[], Any]) -> Any:
+        """Run one read-then-emit step; on a dropped connection reconnect and run it again."""
+        failed_at: float | None = None
+        attempt = 0
+        while True:
+            try:
+                return await step()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                loop = asyncio.get_running_loop()
+                failed_at = failed_at or loop.time()
+                if loop.time() - failed_at > _GIVE_UP_S:
+                    raise RedisUnavailable(f"watch lost Redis: {exc}",
+                                           url=self.settings.redis_url) from None
+                self.reconnects += 1
+                self.emit({"type": "reconnect", "after": self.last_id, "error": str(exc)})
+                await asyncio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
+                attempt += 1
+
+    # ------------------------------------------------------------------ start
+
+    async def _start(self) -> bool:
+        if self.after is not None:
+            # A resume: replay the receipts up to the id silently, to know the entry count
+            # and give the timeline its context (hops), then follow from there.
+            before = await self.redis.xrange(self.sk.receipts, "-", self.after)
+            if not await self.redis.exists(self.sk.meta):
+                raise NotFoundError(f"no session {self.session_id}", session_id=self.session_id)
+            self._prime(before)
+            self.emit({"type": "resume", "after": self.after, "entries": self.entry_count})
+            return False  # even if settled: the receipts after the id are still to show
+        sk = self.sk
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
+            p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
+            p.xrange(sk.receipts, "-", "+")
+            meta, tasks, done, subs, runs, runs_done, count, entries, receipts = await p.execute()
+        if not meta:
+            raise NotFoundError(f"no session {self.session_id}", session_id=self.session_id)
+        self._prime(receipts)
+        self.entry_count = int(count)  # the same MULTI: exactly the entries of those receipts
+        m = parse_meta(self.session_id, meta)
+        now = now_ms()
+        all_runs = {**parse_runs(runs_done), **parse_runs(runs)}
+        snapshot = {
+            "type": "snapshot", "session_id": self.session_id, "last_id": self.last_id,
+            "receipts": len(receipts), "seq": m.seq,
+            "lease": {"holder": m.holder or None, "fence": m.fence,
+                      "live": bool(m.holder) and m.lease_until_ms > now},
+            "submissions": [_sub(decode(Submission, s)) for s in subs.values()],
+            "tasks": [_task(decode(Task, t)) for t in [*tasks.values(), *done.values()]],
+            "runs": [{"run_id": r.run_id, "tool": r.intent.tool, "attempt": r.attempt,
+                      "worker": r.worker,
+                      "marks": [k for k, v in (("accepted", r.accepted_ms),
+                                               ("completed", r.completed_ms),
+                                               ("applied", r.applied_ms)) if v]}
+                     for r in sorted(all_runs.values(), key=lambda r: r.run_id)],
+            "entries": int(count),
+            "last_entries": [_entry(int(count) - len(entries) + i, decode(Entry, e))
+                             for i, e in enumerate(entries)],
+        }
+        self.emit(snapshot)
+        return self.until_settled and _all_settled(list(subs.values()))
+
+    def _prime(self, receipts: list[tuple[str, dict[str, str]]]) -> None:
+        for sid, f in receipts:
+            r = parse_receipt(sid, f)
+            self.timeline.add(r)
+            self.entry_count += int(r.changes.get("entries", 0))
+            self.last_id = sid
+
+    # ------------------------------------------------------------------ follow
+
+    async def _step(self) -> bool:
+        """Wait for the next receipts; emit one change per receipt.
+
+        True when ``until_settled`` is set and, after every submission was seen settled, a
+        read without waiting found no more receipts (what was committed before the
+        settlement was read is then all shown).
+        """
+        reply = await self.redis.xread({self.sk.receipts: self.last_id}, count=_BATCH,
+                                       block=None if self._draining else self.block_ms)
+        items = [item for _, batch in reply or () for item in batch]
+        if not items:
+            if self._draining:
+                return True
+            self._draining = self.until_settled and await self._settled()
+            return False
+        for sid, f in items:
+            change, settled = await self._read_change(parse_receipt(sid, f))
+            for event in change:  # emitted only once everything was read
+                self.emit(event)
+            self.last_id = sid
+            self.entry_count += int(change[0]["changes"].get("entries", 0))
+            self._draining = settled
+        return False
+
+    async def _read_change(self, r: Receipt) -> tuple[list[dict[str, Any]], bool]:
+        d = r.detail
+        n = int(r.changes.get("entries", 0))
+        task_ids = [d["task_id"]] if r.changes.get("tasks") and d.get("task_id") else []
+        async with self.redis.pipeline(transaction=True) as p:
+            if n:
+                p.lrange(self.sk.entries, self.entry_count, self.entry_count + n - 1)
+            for tid in task_ids:
+                p.hget(self.sk.tasks, tid).hget(self.sk.done, tid)
+            p.hvals(self.sk.subs)
+            replies = await p.execute()
+        entries = replies.pop(0) if n else []
+        subs = replies.pop()
+        # Placed on the timeline only after every read succeeded: a retried change is
+        # never placed twice.
+        ev = self.timeline.add(r)
+        lane = self.timeline.lanes[ev.lane]
+        out: list[dict[str, Any]] = [{
+            "type": "receipt", "id": ev.stream_id, "t_ms": ev.t_ms, "ts_ms": r.ts_ms,
+            "kind": ev.kind, "worker": lane.label, "role": lane.role, "fence": ev.fence,
+            "text": ev.text, "flags": ev.flags, "hops": ev.hops, "changes": r.changes,
+        }]
+        out += [{"type": "mark", "id": ev.stream_id, "run_id": m.run_id, "mark": m.mark,
+                 "attempt": m.attempt or r.fence} for m in r.marks]
+        if d.get("text") or d.get("delta"):  # streamed text of a partial commit
+            out.append({"type": "stream", "id": ev.stream_id, "task_id": d.get("task_id"),
+                        "text": d.get("delta") or d.get("text")})
+        out += [{"type": "entry", "id": ev.stream_id, **_entry(self.entry_count + i,
+                                                               decode(Entry, e))}
+                for i, e in enumerate(entries)]
+        for i in range(len(task_ids)):
+            raw = replies[2 * i] or replies[2 * i + 1]
+            if raw:
+                out.append({"type": "task", "id": ev.stream_id, **_task(decode(Task, raw))})
+        if r.changes.get("submissions"):
+            out += [{"type": "submission", "id": ev.stream_id, **_sub(decode(Submission, s))}
+                    for s in subs]
+        return out, self.until_settled and _all_settled(subs)
+
+    async def _settled(self) -> bool:
+        return _all_settled(await self.redis.hvals(self.sk.subs))
+
+
+def _all_settled(subs: list[str]) -> bool:
+    return bool(subs) and all(
+        loads(s)["status"] in ("completed", "failed", "cancelled") for s in subs)
+
+
+def _sub(s: Submission) -> dict[str, Any]:
+    return {"submission_id": s.id, "status": s.status, "answer": s.answer, "error": s.error}
+
+
+def _task(t: Task) -> dict[str, Any]:
+    st = t.state
+    return {"task_id": t.id, "kind": t.kind, "state": st.name, "phase": t.checkpoint.phase,
+            "outcome": getattr(st, "outcome", None),
+            "waits": list(st.on) if st.name == "waiting" else []}
+
+
+def _entry(index: int, e: Entry) -> dict[str, Any]:
+    return {"index": index, "kind": e.kind, "text": e.text,
+            "tool_calls": [c.name for c in e.tool_calls], "run_id": e.run_id,
+            "is_error": e.is_error}
+
+
+# ---------------------------------------------------------------------- text output
+
+
+def render_change(ev: dict[str, Any]) -> str:
+    """One emitted item as a line of text."""
+    kind = ev["type"]
+    if kind == "snapshot":
+        lease = ev["lease"]
+        lines = [f"== snapshot of {ev['session_id']} at receipt {ev['last_id']} "
+                 f"({ev['receipts']} receipts, {ev['entries']} entries); lease "
+                 f"{lease['holder'] or '-'} fence {lease['fence']}"
+                 f"{' (live)' if lease['live'] else ''}"]
+        lines += [f"   submission {s['submission_id']}: {s['status']}" for s in ev["submissions"]]
+        lines += [f"   task {t['task_id']} ({t['kind']}): {t['state']} phase {t['phase']}"
+                  + (f", waits on {len(t['waits'])}" if t["waits"] else "")
+                  for t in ev["tasks"]]
+        lines += [f"   run {r['run_id']} {r['tool']}: attempt {r['attempt']} "
+                  f"{r['worker'] or '-'} marks {'/'.join(r['marks']) or '-'}"
+                  for r in ev["runs"]]
+        lines += [f"   entry {e['index']} {e['kind']}: {_clip(e['text'])}"
+                  for e in ev["last_entries"]]
+        return "\n".join([*lines, "== live changes:"])
+    if kind == "receipt":
+        return (f"[{ev['id']}] +{ev['t_ms'] / 1000:.3f}s {ev['worker']} {ev['fence']} "
+                f"{ev['kind']}: {ev['text']}")
+    if kind == "mark":
+        return f"   mark {ev['mark']} {ev['run_id']} (attempt {ev['attempt']})"
+    if kind == "entry":
+        calls = f" -> {', '.join(ev['tool_calls'])}" if ev["tool_calls"] else ""
+        return f"   entry {ev['index']} {ev['kind']}: {_clip(ev['text'])}{calls}"
+    if kind == "task":
+        return f"   task {ev['task_id']}: {ev['state']} phase {ev['phase']}" + (
+            f" ({ev['outcome']})" if ev["outcome"] else "")
+    if kind == "submission":
+        return f"   submission {ev['submission_id']}: {ev['status']}" + (
+            f": {_clip(ev['answer'] or ev['error'] or '')}" if ev["status"] != "running" else "")
+    if kind == "stream":
+        return f"   ... {ev['text']}"
+    if kind == "reconnect":
+        return f"-- connection lost ({ev['error']}); resuming after {ev['after']}"
+    if kind == "resume":
+        return f"== resuming after receipt {ev['after']}"
+    return dumps(ev)
+
+
+def _clip(text: str, n: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def emitter(as_json: bool) -> Emit:
+    """Print each item at once (a watcher is read live); reconnect notes go to stderr."""
+    def emit(ev: dict[str, Any]) -> None:
+        line = dumps(ev) if as_json else render_change(ev)
+        stream = sys.stderr if ev["type"] == "reconnect" and not as_json else sys.stdout
+        click.echo(line, file=stream)
+        stream.flush()
+    return emit

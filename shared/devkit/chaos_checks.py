@@ -1,0 +1,157 @@
+"""The invariants a chaos run checks, from committed state, receipts and the mail service.
+
+Everything here reads facts written by the system under test (never the chaos runner's own
+bookkeeping, except what it did: which workers it paused, and when). Each broken invariant
+becomes one line in :attr:`Findings.problems`; figures go to :attr:`Findings.counts`.
+
+- **settled**: every submission completed; no live task or tool run left in its session.
+- **exactly once**: for ``confirm`` sessions every recipient got one delivery; the mail
+  service saw no repeated key, except from a worker that was SIGSTOPped while it held the
+  run (a late send of a paused worker, made harmless by the key: reported, not a violation).
+- **unsafe**: the non-idempotent tool never delivered twice; a run whose attempt was cut
+  (claimed again while the earlier attempt was accepted but not completed) ended
+  ``interrupted``.
+- **fences**: no stale write was applied: Brain commits carry the fence of the newest lease
+  before them; a run is completed once, by its newest claimed attempt. Refusals are counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from baton.models import Receipt, Submission, ToolRun
+
+__all__ = ["Findings", "SessionFacts", "check_mail", "check_session"]
+
+
+@dataclass
+class SessionFacts:
+    """What a chaos run planned for one session and what the store says happened."""
+
+    index: int
+    session_id: str
+    agent: str
+    recipients: tuple[str, ...]
+    unsafe: bool
+    submission: Submission | None = None  # as last read; None if never accepted
+    live_tasks: list[str] = field(default_factory=list)  # non-terminal tasks left
+    live_runs: list[str] = field(default_factory=list)  # runs not applied
+    runs: list[ToolRun] = field(default_factory=list)  # applied runs
+    receipts: list[Receipt] = field(default_factory=list)
+
+
+@dataclass
+class Findings:
+    problems: list[str] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, problem: str) -> None:
+        self.problems.append(problem)
+
+
+def check_session(f: SessionFacts, deliveries: dict[str, int], out: Findings) -> None:
+    """Settled, exactly once (or interrupted, for the unsafe tool), no stale write applied."""
+    sid = f.session_id
+    sub = f.submission
+    if sub is None:
+        out.add(f"{sid}: never accepted")
+        return
+    out.counts["settled"] += sub.settled
+    if not sub.settled:
+        out.add(f"{sid}: stuck ({sub.status}); live tasks {f.live_tasks}, runs {f.live_runs}")
+        return
+    if sub.status != "completed":
+        out.add(f"{sid}: submission {sub.status}: {sub.error}")
+    if f.live_tasks or f.live_runs:
+        out.add(f"{sid}: settled with live tasks {f.live_tasks} / runs {f.live_runs}")
+    by_to = {str(r.intent.arguments.get("to")): r for r in f.runs}
+    if sorted(by_to) != sorted(f.recipients) or len(f.runs) != len(f.recipients):
+        out.add(f"{sid}: applied runs for {sorted(by_to)}, expected {sorted(f.recipients)}")
+    claims = _claims(f.receipts)
+    for to in f.recipients:
+        n = deliveries.get(to, 0)
+        out.counts["deliveries"] += n
+        out.counts["duplicates"] += max(0, n - 1)
+        run = by_to.get(to)
+        outcome = run.result.outcome if run is not None and run.result else None
+        if not f.unsafe:
+            if n != 1:
+                out.add(f"{sid}: {to} got {n} deliveries (confirm tool: exactly one expected)")
+            if run is not None and outcome != "ok":
+                out.add(f"{sid}: {to}: run ended {outcome} ({run.result and run.result.error})")
+            if run is not None and run.result and run.result.recovery == "confirmed":
+                out.counts["confirmed"] += 1
+            continue
+        cut = run is not None and any(c.detail.get("previous_status") == "accepted"
+                                      for c in claims.get(run.run_id, ()))
+        out.counts["unsafe_cut"] += cut
+        out.counts["interrupted"] += outcome == "interrupted"
+        if n > 1:
+            out.add(f"{sid}: {to} got {n} deliveries from the unsafe tool (duplicated)")
+        if cut and outcome != "interrupted":
+            out.add(f"{sid}: {to}: unsafe run was cut but ended {outcome}, not interrupted")
+        if outcome == "ok" and n != 1:
+            out.add(f"{sid}: {to}: unsafe run ok but {n} deliveries")
+    check_fences(f, out)
+
+
+def _claims(receipts: list[Receipt]) -> dict[str, list[Receipt]]:
+    out: dict[str, list[Receipt]] = {}
+    for r in receipts:
+        if r.kind == "claim":
+            out.setdefault(str(r.detail.get("run_id")), []).append(r)
+    return out
+
+
+def check_fences(f: SessionFacts, out: Findings) -> None:
+    """No write with an outdated fence was applied; refusals are counted."""
+    lease_fence = 0
+    attempt: dict[str, int] = {}  # run -> newest claimed attempt
+    completed: Counter[str] = Counter()
+    for r in f.receipts:  # in commit order
+        role = r.worker.role if r.worker else ""
+        if r.kind == "refused":
+            out.counts["stale_refused"] += 1
+        elif r.kind in ("lease", "takeover") and role == "brain":
+            lease_fence = max(lease_fence, r.fence)
+        elif r.kind == "commit" and role == "brain" and r.fence < lease_fence:
+            out.add(f"{f.session_id}: Brain commit with fence {r.fence} applied after lease "
+                    f"{lease_fence} ({r.worker and r.worker.name}, {r.detail.get('step')})")
+        elif r.kind in ("claim", "reclaim"):
+            run = str(r.detail.get("run_id"))
+            attempt[run] = max(attempt.get(run, 0), int(r.detail.get("attempt") or r.fence))
+        elif r.kind == "complete":
+            run = str(r.detail.get("run_id"))
+            completed[run] += 1
+            if r.fence != attempt.get(run, 0):
+                out.add(f"{f.session_id}: run {run} completed by attempt {r.fence}, newest "
+                        f"claimed attempt {attempt.get(run)}")
+    for run, n in completed.items():
+        if n > 1:
+            out.add(f"{f.session_id}: run {run} completed {n} times")
+
+
+def check_mail(stats: dict[str, Any], facts: list[SessionFacts],
+               paused: set[str], out: Findings) -> None:
+    """Repeated keys are raw re-sends; only a worker that was paused may have made one.
+
+    ``paused``: the names of the workers SIGSTOPped during the run. A paused Hands that
+    claimed a run and had not sent yet sends late when it resumes, after another replica
+    confirmed and sent: the key makes that harmless, and it is not a re-send after a kill.
+    """
+    runs = {r.intent.operation_id: (f, r) for f in facts for r in f.runs}
+    for key, repeats in (stats.get("repeated_keys") or {}).items():
+        out.counts["raw_resends"] += int(repeats)
+        found = runs.get(key)
+        if found is None:
+            out.add(f"mail key {key} repeated {repeats}x, not the operation of any run")
+            continue
+        f, run = found
+        holders = {c.worker.name for c in _claims(f.receipts).get(run.run_id, []) if c.worker}
+        if any(name in paused for name in holders):
+            out.counts["raw_resends_by_paused"] += int(repeats)
+            continue
+        out.add(f"{f.session_id}: operation {key} sent raw {repeats + 1}x (claimed by "
+                f"{sorted(holders)}, none of them paused): a re-send after a kill")

@@ -1,0 +1,420 @@
+"""A chaos run: many five-notice sessions while workers are killed, paused and the servers
+restarted; then the invariants of DESIGN section 4 are checked.
+
+A durable :class:`~baton.devkit.devstack.DevStack` (Redis AOF ``always``, JetStream ``sync_interval:
+always``) runs brains, hands and relays as separate supervised processes with the chaos app
+(:mod:`baton.examples.chaos_app`). Sessions are submitted at a steady rate, each to five recipients
+of its own, a share of them through the non-idempotent ``unsafe`` tool. Meanwhile, from one
+seeded random generator:
+
+- every ``--kill-every`` seconds a random brain, hands or relay is SIGKILLed; the supervisor
+  starts it again after its backoff, as an orchestrator would;
+- every ``--pause-every`` seconds a random brain or hands is SIGSTOPped for longer than its
+  lease, attempt TTL and ack wait, then SIGCONTed: it comes back stale;
+- Redis and NATS are each SIGKILLed and started again on the same port and data, ``K``
+  times, spread over the submission window.
+
+Once every submission settled (or the deadline passed) the faults stop, paused workers are
+resumed and the stack is given a moment to drain; then :mod:`baton.devkit.chaos_checks` checks the
+facts. The ``baton chaos`` command (:mod:`baton.devkit.chaos`) prints a report and ends with one
+JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from redis.exceptions import RedisError
+
+from baton.client import Client
+from baton.devkit.chaos_checks import Findings, SessionFacts, check_mail, check_session
+from baton.devkit.devstack import DevStack, Proc
+from baton.errors import UnavailableError
+from baton.store.deadletter import dead_letters
+from baton.store.outbox import Outbox
+from baton.store.store import now_ms
+
+__all__ = ["CHAOS_ENV", "PAUSE_S", "ChaosConfig", "ChaosReport", "ChaosRun", "run_chaos"]
+
+T = TypeVar("T")
+
+APP = "baton.examples.chaos_app:app"
+UNSAFE_AGENT = "notices_unsafe"
+RECIPIENTS = 5
+# Timings short enough for many takeovers in a run, long enough for a loaded 2-core machine.
+CHAOS_ENV = {
+    "BATON_ACK_WAIT_S": "2",
+    "BATON_ATTEMPT_TTL_MS": "1500",
+    "BATON_LEASE_MS": "2000",
+    "BATON_RELAY_CLAIM_IDLE_MS": "1000",
+    "BATON_PROGRESS_DEADLINE_MS": "4000",
+}
+PAUSE_S = 3.0  # past the lease (2 s), the attempt TTL (1.5 s) and the ack wait (2 s)
+SERVER_DOWN_S = 0.5  # how long Redis / NATS stay down on each restart
+_RETRY_S = 60.0  # how long the runner's own reads ride out a server restart
+_DRAIN_S = 15.0
+_DOWN = (UnavailableError, RedisError, OSError)  # a server restarting: try again
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    sessions: int = 50
+    brains: int = 2
+    hands: int = 2
+    relays: int = 2
+    kill_every: float = 2.0  # 0: no kills
+    pause_every: float = 0.0  # 0: no pauses
+    restart_redis: int = 0
+    restart_nats: int = 0
+    unsafe_share: float = 0.2
+    seed: int = 1
+    rate: float = 10.0  # sessions submitted per second
+    mail_delay_ms: int = 30  # widens the "accepted, reply not yet seen" window
+    deadline: float = 600.0
+
+
+@dataclass
+class ChaosReport:
+    config: ChaosConfig
+    sessions: int = 0
+    settled: int = 0
+    kills: Counter[str] = field(default_factory=Counter)  # by role
+    pauses: int = 0
+    restarts: Counter[str] = field(default_factory=Counter)  # redis / nats
+    crashes: dict[str, int] = field(default_factory=dict)  # exits nobody caused, by process
+    crash_logs: dict[str, str] = field(default_factory=dict)
+    start_failures: dict[str, int] = field(default_factory=dict)  # started while a server was down
+    findings: Findings = field(default_factory=Findings)
+    mail: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def violations(self) -> list[str]:
+        return [*([self.error] if self.error else []), *self.findings.problems]
+
+    def summary(self) -> dict[str, Any]:
+        c = self.findings.counts
+        return {
+            "sessions": self.sessions, "settled": self.settled,
+            "kills": sum(self.kills.values()), "pauses": self.pauses,
+            "restarts": {"redis": self.restarts["redis"], "nats": self.restarts["nats"]},
+            "deliveries": c["deliveries"], "duplicates": c["duplicates"],
+            "raw_resends": c["raw_resends"] - c["raw_resends_by_paused"],
+            "late_sends_by_paused": c["raw_resends_by_paused"],
+            "stale_refused": c["stale_refused"], "confirmed": c["confirmed"],
+            "interrupted": c["interrupted"], "crashes": sum(self.crashes.values()),
+            "start_failures": sum(self.start_failures.values()),
+            "violations": len(self.violations), "problems": self.violations[:10],
+            "seed": self.config.seed, "seconds": round(self.seconds, 1),
+        }
+
+
+async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
+    """The runner's own Redis calls ride out a Redis restart (the services do the same)."""
+    deadline = time.monotonic() + _RETRY_S
+    while True:
+        try:
+            return await call()
+        except _DOWN:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+class ChaosRun:
+    """One run: the stack, the submissions, the fault loop and the collected facts."""
+
+    def __init__(self, cfg: ChaosConfig, stack: DevStack, client: Client,
+                 on_progress: Callable[[ChaosRun], None]) -> None:
+        self.cfg = cfg
+        self.stack = stack
+        self.client = client
+        self.rng = random.Random(cfg.seed)
+        self.report = ChaosReport(cfg)
+        self.on_progress = on_progress
+        self.facts: list[SessionFacts] = []
+        self.kills_by_name: Counter[str] = Counter()
+        self.paused: set[str] = set()
+        self.settled = 0
+        self.submitted = 0
+        self.done = asyncio.Event()
+        self._resumes: set[asyncio.Task[None]] = set()
+        # server -> (monotonic, wall ms, sessions submitted) at its last restart
+        self.restarted_at: dict[str, tuple[float, int, int]] = {}
+
+    def plan(self) -> None:
+        unsafe = set(self.rng.sample(range(self.cfg.sessions),
+                                     round(self.cfg.sessions * self.cfg.unsafe_share)))
+        tag = f"{self.cfg.seed}-{self.rng.randrange(16**6):06x}"
+        for i in range(self.cfg.sessions):
+            self.facts.append(SessionFacts(
+                index=i, session_id=f"s-chaos-{tag}-{i}",
+                agent=UNSAFE_AGENT if i in unsafe else "notices", unsafe=i in unsafe,
+                recipients=tuple(f"c{i}-{k}@chaos-{tag}.example" for k in range(RECIPIENTS))))
+
+    # ------------------------------------------------------------------ sessions
+
+    async def _session(self, f: SessionFacts) -> None:
+        text = ("Send the approved notice 'Our terms change on 1 March' to "
+                + ", ".join(f.recipients) + ", then summarise.")
+        # Fixed session and request ids: a submit retried across a Redis restart is the same.
+        sub, _ = await _retrying(lambda: self.client.submit(
+            text, agent=f.agent, session_id=f.session_id, request_id=f"chaos-{f.index}"))
+        f.submission = sub
+        self.submitted += 1
+        while not (f.submission and f.submission.settled):
+            with contextlib.suppress(*_DOWN, TimeoutError):
+                f.submission = await self.client.wait(sub, timeout=5.0)
+            if not f.submission.settled:
+                await asyncio.sleep(0.1)  # a connection lost mid-wait: wait again
+        self.settled += 1
+        self.on_progress(self)
+
+    async def submit_all(self) -> None:
+        gap = 1.0 / self.cfg.rate if self.cfg.rate > 0 else 0.0
+        async with asyncio.TaskGroup() as tg:
+            for f in self.facts:
+                tg.create_task(self._session(f))
+                await asyncio.sleep(gap)
+        self.done.set()
+
+    # ------------------------------------------------------------------ faults
+
+    def _victims(self, roles: tuple[str, ...]) -> list[Proc]:
+        return [p for p in self.stack.procs() if p.role in roles and p.alive and not p.paused]
+
+    def kill_one(self) -> None:
+        victims = self._victims(("brain", "hands", "relay"))
+        if victims:
+            p = self.rng.choice(victims)
+            self.stack.kill(p.name)  # the supervisor starts it again
+            self.kills_by_name[p.name] += 1
+            self.report.kills[p.role] += 1
+
+    def pause_one(self) -> None:
+        victims = self._victims(("brain", "hands"))
+        if victims:
+            p = self.rng.choice(victims)
+            self.stack.pause(p.name)
+            self.paused.add(p.name)
+            self.report.pauses += 1
+            task = asyncio.create_task(self._resume_later(p.name))
+            self._resumes.add(task)
+            task.add_done_callback(self._resumes.discard)
+
+    async def _resume_later(self, name: str) -> None:
+        await asyncio.sleep(PAUSE_S)
+        self.stack.resume(name)
+
+    async def restart(self, server: str) -> None:
+        servers = self.stack.servers
+        assert servers is not None
+        target = servers.redis if server == "redis" else servers.nats
+        target.kill()  # SIGKILL: what the durable settings are for
+        await asyncio.sleep(SERVER_DOWN_S)
+        await target.restart()
+        self.report.restarts[server] += 1
+        self.restarted_at[server] = (time.monotonic(), now_ms(), self.submitted)
+
+    def _schedule(self) -> list[tuple[float, str]]:
+        window = max(self.cfg.sessions / self.cfg.rate if self.cfg.rate > 0 else 5.0, 2.0)
+        out: list[tuple[float, str]] = []
+        for server, k, shift in (("redis", self.cfg.restart_redis, 0.0),
+                                 ("nats", self.cfg.restart_nats, 0.5)):
+            slot = window / (k + 1)  # evenly spread; NATS half a slot after Redis
+            out += [(slot * (j + 1 + shift), server) for j in range(k)]
+        return sorted(out)
+
+    async def faults(self) -> None:
+        """Kill, pause and restart until every submission settled; then resume the paused."""
+        cfg = self.cfg
+        start = time.monotonic()
+        next_kill = start + cfg.kill_every if cfg.kill_every > 0 else float("inf")
+        next_pause = start + cfg.pause_every if cfg.pause_every > 0 else float("inf")
+        restarts = [(start + at, server) for at, server in self._schedule()]
+        while not self.done.is_set() or restarts:
+            now = time.monotonic()
+            if restarts and now >= restarts[0][0]:
+                await self.restart(restarts.pop(0)[1])
+                self.on_progress(self)
+                continue
+            if now >= next_kill:
+                self.kill_one()
+                next_kill = now + cfg.kill_every * self.rng.uniform(0.5, 1.5)
+            if now >= next_pause:
+                self.pause_one()
+                next_pause = now + cfg.pause_every * self.rng.uniform(0.5, 1.5)
+            self.on_progress(self)
+            wake = min(next_kill, next_pause, restarts[0][0] if restarts else float("inf"))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), max(0.01, min(wake - now, 1.0)))
+        for task in list(self._resumes):
+            task.cancel()
+        for p in self.stack.procs():
+            if p.paused:
+                self.stack.resume(p.name)
+
+    # ------------------------------------------------------------------ after the run
+
+    async def drain(self) -> None:
+        """Let resumed workers make their late writes and the relays empty the outbox."""
+        outbox = Outbox(self.client.store.redis, self.client.store.keys)
+        deadline = time.monotonic() + _DRAIN_S
+        await asyncio.sleep(PAUSE_S if self.report.pauses else 0.5)
+        while time.monotonic() < deadline:
+            backlog = await _retrying(outbox.backlog)
+            if not any(b.rows for b in backlog):
+                return
+            await asyncio.sleep(0.2)
+
+    async def collect(self, mail_url: str) -> None:
+        store = self.client.store
+        for f in self.facts:
+            if f.submission is None:
+                continue
+            sid = f.session_id
+            f.submission = await _retrying(lambda: store.submission(sid, f.submission.id))  # type: ignore[union-attr]  # noqa: B023
+            state = await _retrying(lambda: store.load(sid))  # noqa: B023
+            f.live_tasks = [f"{t.id}:{t.state.name}" for t in state.tasks.values()
+                            if not t.terminal]
+            f.live_runs = [f"{r.run_id}:{r.status}" for r in state.runs.values()]
+            f.runs = list((await _retrying(lambda: store.applied_runs(sid))).values())  # noqa: B023
+            f.receipts = await _retrying(lambda: store.receipts(sid))  # noqa: B023
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            self.report.mail = (await http.get(f"{mail_url}/stats")).json()
+        out = self.report.findings
+        deliveries = self.report.mail.get("deliveries", {})
+        for f in self.facts:
+            check_session(f, deliveries, out)
+        check_mail(self.report.mail, self.facts, self.paused, out)
+        self.report.sessions = len(self.facts)
+        self.report.settled = out.counts["settled"]
+        await self._leftovers(out)
+        self._crashes(out)
+        self._recovered(out)
+
+    async def _leftovers(self, out: Findings) -> None:
+        store = self.client.store
+        backlog = await _retrying(Outbox(store.redis, store.keys).backlog)
+        rows = sum(b.rows for b in backlog)
+        if rows:
+            out.add(f"{rows} outbox rows left unpublished after the run")
+        dead = await _retrying(lambda: dead_letters(store.redis, store.keys, 20))
+        for d in dead:
+            out.add(f"dead letter from {d.get('source')}: {d.get('reason')}")
+        timers = 0
+        for s in range(store.keys.shards):
+            timers += await _retrying(lambda: store.redis.zcard(store.keys.timers(s)))  # noqa: B023
+        if timers:
+            out.add(f"{timers} timers left armed after every session settled")
+
+    def _recovered(self, out: Findings) -> None:
+        """A brain or hands that lived through the last Redis restart must work after it.
+
+        Its connections all failed once then (no automatic retries, on purpose): it has to
+        notice, log and go on. Relays show it through the empty outbox.
+        """
+        if "redis" not in self.restarted_at:
+            return
+        mono, wall, submitted_before = self.restarted_at["redis"]
+        if self.cfg.sessions - submitted_before < 20:
+            return  # too little work after the restart to expect every worker to get some
+        workers = {r.worker.name for f in self.facts for r in f.receipts
+                   if r.worker is not None and r.ts_ms > wall}
+        for p in self.stack.procs():
+            if p.role in ("brain", "hands") and p.alive and p.started_at < mono \
+                    and p.name not in workers:
+                out.add(f"{p.name} (pid {p.pid}) committed nothing after the last Redis "
+                        f"restart: it did not recover")
+
+    def _crashes(self, out: Findings) -> None:
+        """Exits that nobody caused: a service that died on its own (e.g. on a restart)."""
+        for p in self.stack.procs():
+            exits = p.restarts + (0 if p.alive else 1)
+            # A worker that starts while Redis or NATS is down exits at once ("cannot reach
+            # ..."), and the supervisor starts it again after its backoff: counted apart.
+            refused_start = _start_failures(p)
+            if refused_start:
+                self.report.start_failures[p.name] = refused_start
+            extra = exits - self.kills_by_name[p.name] - refused_start
+            if extra > 0:
+                self.report.crashes[p.name] = extra
+                self.report.crash_logs[p.name] = _last_errors(p)
+                out.add(f"{p.name} exited {extra}x on its own (see its log {p.log_path})")
+
+
+async def run_chaos(cfg: ChaosConfig, base_dir: Path,
+                    on_progress: Callable[[ChaosRun], None] | None = None) -> ChaosReport:
+    """Run one chaos round on a fresh durable stack under ``base_dir``; stopped after."""
+    started = time.monotonic()
+    stack = DevStack(base_dir, brains=cfg.brains, hands=cfg.hands, relays=cfg.relays,
+                     durable=True, app_spec=APP, namespace="chaos", env=dict(CHAOS_ENV),
+                     mail_delay_ms=cfg.mail_delay_ms)
+    report = ChaosReport(cfg)
+    try:
+        async with stack:
+            client = await Client.connect(stack.settings(worker_name="chaos-client"))
+            # Every session waits at once: more than redis-py's default pool of 100 holds.
+            client.store.redis.connection_pool.max_connections = max(256, 2 * cfg.sessions)
+            run = ChaosRun(cfg, stack, client, on_progress or (lambda _r: None))
+            report = run.report
+            try:
+                run.plan()
+                try:
+                    async with asyncio.timeout(cfg.deadline):
+                        async with asyncio.TaskGroup() as tg:
+                            tg.create_task(run.faults())
+                            tg.create_task(run.submit_all())
+                except TimeoutError:
+                    run.done.set()
+                    report.error = (f"deadline of {cfg.deadline:g}s passed with "
+                                    f"{cfg.sessions - run.settled} sessions unsettled")
+                    for p in stack.procs():
+                        if p.paused:
+                            stack.resume(p.name)
+                await run.drain()
+                await run.collect(stack.mail_url)
+            finally:
+                await client.close()
+    except Exception as exc:
+        report.error = report.error or _describe(exc)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _start_failures(p: Proc) -> int:
+    try:
+        text = p.log_path.read_text(errors="replace")
+    except OSError:
+        return 0
+    return sum(line.startswith("Error: cannot reach") for line in text.splitlines())
+
+
+def _last_errors(p: Proc, lines: int = 6) -> str:
+    """The last lines of a log that are not routine JSON events: tracebacks, errors."""
+    try:
+        text = p.log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    odd = [line for line in text if not line.startswith("{") or '"level":"error"' in line]
+    return "\n".join(odd[-lines:]) or "(nothing but routine events)"
+
+
+def _describe(exc: BaseException) -> str:
+    """The innermost errors of a task group, with where they were raised."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+    return f"{type(exc).__name__}: {exc}{at}"

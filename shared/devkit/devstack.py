@@ -1,0 +1,422 @@
+"""The local stack: embedded Redis and NATS, the mail service, and supervised Baton services.
+
+:class:`DevStack` is the Python API that ``baton dev``, ``baton demo``, the crash tests, chaos
+runs and benchmarks share. Every service is a separate OS process (``python -m baton
+brain|hands|relay``), as in a real deployment, so a test can SIGKILL, SIGSTOP or fault-inject
+one replica while the others carry on. With ``supervise=True`` a child that exits unexpectedly
+is started again under the same name after a short backoff, the way an orchestrator would.
+
+Readiness is read from the stack itself: a service is up once it has announced its own PID in
+``<namespace>:workers``; the mail service once it answers ``/healthz``. The ``baton dev``
+command that runs this stack from a shell lives in :mod:`baton.devkit.dev`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+import structlog
+from redis.asyncio import Redis
+
+from baton.devkit.servers import EmbeddedStack, free_port
+from baton.devkit.stack import write_stack
+from baton.errors import ServerError
+from baton.settings import Settings
+from baton.store.keys import Keys
+
+__all__ = ["DevStack", "Proc"]
+
+log = structlog.get_logger("baton.dev")
+
+SERVICE_ROLES = ("brain", "hands", "relay")
+_READY_TIMEOUT_S = 30.0
+_POLL_S = 0.02
+_BACKOFF_S = (0.3, 1.0, 3.0)  # by consecutive quick crashes; reset after a stable run
+_STABLE_S = 10.0
+
+
+@dataclass(eq=False)
+class Proc:
+    """One supervised child process (one incarnation at a time, same name across restarts)."""
+
+    role: str
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    respawn: bool = True
+    paused: bool = False
+    started_at: float = 0.0
+    crashes: int = 0  # consecutive quick exits, for the backoff
+    watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def info(self) -> dict[str, Any]:
+        return {"role": self.role, "name": self.name, "pid": self.pid,
+                "alive": self.alive, "restarts": self.restarts}
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no output)"
+        return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+
+
+class DevStack:
+    """Redis, NATS, the mail service and Brain/Hands/Relay processes under ``base_dir``.
+
+    ``async with DevStack(path, hands=2) as stack:`` starts everything and waits until every
+    process is ready; leaving the block stops everything (services drain on SIGTERM).
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        brains: int = 1,
+        hands: int = 2,
+        relays: int = 1,
+        mail_delay_ms: int = 0,
+        durable: bool = False,
+        app_spec: str = "baton.examples.notices:app",
+        namespace: str = "baton",
+        env: dict[str, str] | None = None,
+        supervise: bool = True,
+        mail_persist: bool = True,
+    ) -> None:
+        self.base_dir = Path(base_dir).resolve()
+        # The mail service fsyncs each operation to survive its own restarts; benchmarks that
+        # measure Baton rather than the mail service's disk can turn that off.
+        self.mail_persist = mail_persist
+        self.counts = {"brain": brains, "hands": hands, "relay": relays}
+        self.mail_delay_ms = mail_delay_ms
+        self.durable = durable
+        self.app_spec = app_spec
+        self.namespace = namespace
+        self.env = dict(env or {})
+        self.supervise = supervise
+        self.data_dir = self.base_dir / "data"
+        self.log_dir = self.base_dir / "logs"
+        self.servers: EmbeddedStack | None = None
+        self.mailbox: Proc | None = None
+        self._procs: dict[str, Proc] = {}
+        self._mail_port = 0
+        self._redis: Redis | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._stopping = False
+        self._stopped = False
+        self._stack_file_written = False
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def redis_url(self) -> str:
+        return self._require_servers().redis_url
+
+    @property
+    def nats_url(self) -> str:
+        return self._require_servers().nats_url
+
+    @property
+    def mail_url(self) -> str:
+        if not self._mail_port:
+            raise ServerError("the stack is not started", server="mailbox")
+        return f"http://127.0.0.1:{self._mail_port}"
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings for a client of this stack (the stack's extra ``BATON_*`` included)."""
+        return Settings.from_env({**self.env, **self._urls()}, **overrides)
+
+    @property
+    def processes(self) -> list[dict[str, Any]]:
+        """Every process of the stack: servers, the mail service, then the services."""
+        out: list[dict[str, Any]] = []
+        if self.servers is not None:
+            for server in (self.servers.redis, self.servers.nats):
+                out.append({"role": server.name, "name": server.name, "pid": server.pid,
+                            "alive": server.running, "restarts": 0})
+        if self.mailbox is not None:
+            out.append(self.mailbox.info())
+        out.extend(p.info() for p in self._procs.values())
+        return out
+
+    def proc(self, name: str) -> Proc:
+        if self.mailbox is not None and name == self.mailbox.name:
+            return self.mailbox
+        try:
+            return self._procs[name]
+        except KeyError:
+            raise KeyError(f"no process named {name!r}; have {sorted(self._procs)}") from None
+
+    def procs(self, role: str | None = None) -> list[Proc]:
+        return [p for p in self._procs.values() if role is None or p.role == role]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start servers, the mail service and the services; return once all are ready."""
+        if self.servers is not None:
+            return
+        if not self.durable:  # a fresh stack: no JetStream messages about sessions long gone
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.servers = EmbeddedStack(self.data_dir, durable=self.durable)
+            await self.servers.start()
+            self._redis = Redis.from_url(self.redis_url, decode_responses=True)
+            self._http = httpx.AsyncClient(timeout=2.0)
+            await self._start_mailbox()
+            starting = [
+                self._launch(self._new_proc(role, None, None))
+                for role in SERVICE_ROLES for _ in range(self.counts[role])
+            ]
+            await asyncio.gather(*starting)
+            await asyncio.gather(*(self.wait_ready(p.name) for p in self._procs.values()))
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def spawn(self, role: str, name: str | None = None,
+                    env: dict[str, str] | None = None, *, wait: bool = True,
+                    app: str | None = None) -> Proc:
+        """Start one more service process (e.g. with ``BATON_FAULT``); ready when returned.
+
+        ``app`` runs a Brain or Hands with another app than the stack's (a newer version of
+        it, for a rolling upgrade).
+        """
+        if role not in SERVICE_ROLES:
+            raise ValueError(f"role must be one of {SERVICE_ROLES}, not {role!r}")
+        proc = self._new_proc(role, name, env, app)
+        await self._launch(proc)
+        if wait:
+            await self.wait_ready(proc.name)
+        self._refresh_stack_file()
+        return proc
+
+    def kill(self, name: str, sig: int = signal.SIGKILL, *, respawn: bool = True) -> Proc:
+        """Send ``sig`` to a process now. The supervisor restarts it unless ``respawn=False``."""
+        proc = self.proc(name)
+        proc.respawn = respawn
+        if proc.alive:
+            assert proc.process is not None
+            proc.process.send_signal(sig)
+            log.info("process_signalled", name=name, pid=proc.pid, signal=signal.Signals(sig).name)
+        return proc
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process keeps its connections but does nothing (a long GC, a VM freeze)."""
+        self.kill(name, signal.SIGSTOP, respawn=self.proc(name).respawn).paused = True
+
+    def resume(self, name: str) -> None:
+        self.kill(name, signal.SIGCONT, respawn=self.proc(name).respawn).paused = False
+
+    async def wait_exit(self, name: str, timeout: float = 10.0) -> int:  # noqa: ASYNC109
+        """Wait until the current incarnation of ``name`` has exited; its return code."""
+        proc = self.proc(name)
+        assert proc.process is not None
+        async with asyncio.timeout(timeout):
+            return await proc.process.wait()
+
+    async def wait_ready(
+        self, name: str, timeout: float = _READY_TIMEOUT_S, *, fail_fast: bool = True  # noqa: ASYNC109
+    ) -> Proc:
+        """Wait until ``name`` serves (announced with its current PID, or answers /healthz).
+
+        ``fail_fast`` raises, with the end of its log, if the process exits meanwhile; pass
+        False to wait through a supervisor restart (e.g. right after :meth:`kill`).
+        """
+        proc = self.proc(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            if fail_fast and proc.process is not None and not proc.alive:
+                raise ServerError(f"{proc.name} exited during start (code "
+                                  f"{proc.process.returncode}); end of {proc.log_path}:\n"
+                                  f"{proc.log_tail()}", server=proc.name)
+            if proc.alive and await self._is_ready(proc):
+                return proc
+            if time.monotonic() > deadline:
+                raise ServerError(f"{proc.name} not ready within {timeout:g}s; end of "
+                                  f"{proc.log_path}:\n{proc.log_tail()}", server=proc.name)
+            await asyncio.sleep(_POLL_S)
+
+    async def stop(self, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        """SIGTERM every child (they drain), SIGKILL after ``timeout``, stop the servers."""
+        if self._stopped:
+            return
+        self._stopping = True
+        watchers = [p.watcher for p in [*self._procs.values(), self.mailbox]
+                    if p is not None and p.watcher is not None]
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        await _terminate(list(self._procs.values()), timeout)
+        if self.mailbox is not None:
+            await _terminate([self.mailbox], 5.0)
+        if self._http is not None:
+            await self._http.aclose()
+        if self._redis is not None:
+            await self._redis.aclose()
+        if self.servers is not None:
+            await self.servers.stop()
+        self._stopped = True
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def write_stack_file(self) -> Path:
+        """Describe this stack in ``base_dir/dev.json`` (kept current across restarts)."""
+        self._stack_file_written = True
+        return write_stack(self.describe(), {"BATON_HOME": str(self.base_dir)})
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
+            "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
+            "base_dir": str(self.base_dir), "supervisor_pid": os.getpid(),
+            "processes": self.processes, "ready": True,
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _require_servers(self) -> EmbeddedStack:
+        if self.servers is None:
+            raise ServerError("the stack is not started", server="dev")
+        return self.servers
+
+    def _urls(self) -> dict[str, str]:
+        return {"BATON_REDIS_URL": self.redis_url, "BATON_NATS_URL": self.nats_url,
+                "BATON_MAIL_URL": self.mail_url, "BATON_NAMESPACE": self.namespace}
+
+    def _new_proc(self, role: str, name: str | None, env: dict[str, str] | None,
+                  app: str | None = None) -> Proc:
+        if name is None:
+            n = 1
+            while f"{role}-{n}" in self._procs:
+                n += 1
+            name = f"{role}-{n}"
+        if name in self._procs:
+            raise ValueError(f"a process named {name!r} exists already")
+        argv = [sys.executable, "-m", "baton", role]
+        if role in ("brain", "hands"):
+            argv += ["--app", app or self.app_spec]
+        child_env = {**self._urls(), **(env or {}), "BATON_WORKER_NAME": name}
+        proc = Proc(role, name, argv, child_env, self.log_dir / f"{name}.log")
+        self._procs[name] = proc
+        return proc
+
+    async def _start_mailbox(self) -> None:
+        data = self.data_dir / "mailbox"
+        for attempt in range(3):
+            self._mail_port = free_port()
+            argv = [sys.executable, "-m", "baton", "mailbox", "--port",
+                    str(self._mail_port), "--delay-ms", str(self.mail_delay_ms)]
+            if self.mail_persist:
+                argv += ["--data", str(data)]
+            self.mailbox = Proc("mailbox", "mailbox", argv, {}, self.log_dir / "mailbox.log")
+            await self._launch(self.mailbox)
+            try:
+                await self.wait_ready("mailbox")
+                return
+            except ServerError:
+                failed = self.mailbox
+                failed.respawn = False
+                if failed.watcher is not None:
+                    failed.watcher.cancel()
+                if attempt == 2 or "in use" not in failed.log_tail().lower():
+                    raise
+
+    async def _launch(self, proc: Proc) -> None:
+        env = {**os.environ, **self.env, **proc.env, "PYTHONUNBUFFERED": "1"}
+        mode = "ab" if proc.started_at else "wb"
+        with proc.log_path.open(mode) as out:
+            proc.process = await asyncio.create_subprocess_exec(
+                *proc.argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C is for the supervisor only
+            )
+        proc.started_at = time.monotonic()
+        if self.supervise and (proc.watcher is None or proc.watcher.done()):
+            proc.watcher = asyncio.create_task(self._watch(proc), name=f"watch-{proc.name}")
+
+    async def _watch(self, proc: Proc) -> None:
+        """Restart ``proc`` whenever it exits, until the stack stops or respawn is off."""
+        while True:
+            assert proc.process is not None
+            code = await proc.process.wait()
+            if self._stopping or not proc.respawn:
+                log.info("process_exited", name=proc.name, code=code, respawn=False)
+                return
+            quick = time.monotonic() - proc.started_at < _STABLE_S
+            proc.crashes = proc.crashes + 1 if quick else 1
+            delay = _BACKOFF_S[min(proc.crashes, len(_BACKOFF_S)) - 1]
+            log.warning("process_exited", name=proc.name, code=code, restart_in_s=delay)
+            await asyncio.sleep(delay)  # backoff before the restart
+            if self._stopping or not proc.respawn:
+                return
+            await self._launch(proc)
+            proc.restarts += 1
+            self._refresh_stack_file()
+
+    async def _is_ready(self, proc: Proc) -> bool:
+        if proc.role == "mailbox":
+            assert self._http is not None
+            with contextlib.suppress(httpx.HTTPError):
+                return (await self._http.get(f"{self.mail_url}/healthz")).status_code == 200
+            return False
+        assert self._redis is not None
+        raw = await self._redis.hget(Keys(self.namespace, 1).workers, f"{proc.role}:{proc.name}")
+        return raw is not None and json.loads(raw).get("pid") == proc.pid
+
+    def _refresh_stack_file(self) -> None:
+        if self._stack_file_written and not self._stopping:
+            self.write_stack_file()
+
+
+async def _terminate(procs: list[Proc], timeout: float) -> None:  # noqa: ASYNC109
+    """SIGTERM (and SIGCONT, so a paused child can act on it); SIGKILL what outlives timeout."""
+    live = [p for p in procs if p.alive]
+    for p in live:
+        assert p.process is not None
+        p.process.send_signal(signal.SIGTERM)
+        if p.paused:
+            p.process.send_signal(signal.SIGCONT)
+            p.paused = False
+    if not live:
+        return
+    waits = [asyncio.ensure_future(p.process.wait()) for p in live if p.process is not None]
+    _, pending = await asyncio.wait(waits, timeout=timeout)
+    for p in live:
+        if p.alive and p.process is not None:
+            log.warning("process_killed_after_timeout", name=p.name, pid=p.pid)
+            p.process.kill()
+    if pending:
+        await asyncio.gather(*pending)

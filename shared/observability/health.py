@@ -1,0 +1,173 @@
+"""Health checks of a service: a tiny HTTP endpoint and the ``baton health`` command.
+
+With ``BATON_HEALTH_PORT`` set, every service answers on that port (all interfaces, for
+orchestrator probes):
+
+* ``GET /healthz``: liveness. Answered by the service's own event loop, so a wedged loop
+  fails the probe by timing out; 200 while the process serves or drains.
+* ``GET /readyz``: readiness. 200 once connected with its consumers created
+  (``service.ready``) and its connections up; 503 before that, while reconnecting and while
+  draining (so no new work is routed to a replica that is stopping).
+
+Both answer a small JSON object with the checks. ``baton health`` checks a service from
+outside: ``--port`` asks a local endpoint (container health checks), ``--role/--name`` reads
+the service's announcement in ``<ns>:workers`` (fresh = seen within ``--max-age-s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import click
+import structlog
+
+if TYPE_CHECKING:
+    from baton.service import Service
+
+__all__ = ["announcement_age_ms", "check_http", "health_command", "serve_health"]
+
+log = structlog.get_logger("baton.health")
+
+_READ_TIMEOUT_S = 2.0
+_STATUS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+def _reply(status: int, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    head = (f"HTTP/1.1 {status} {_STATUS[status]}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n")
+    return head.encode() + data
+
+
+def answer(service: Service, method: str, path: str) -> tuple[int, dict[str, Any]]:
+    """The status and body for one request (pure: the HTTP layer only frames it)."""
+    if method != "GET":
+        return 405, {"error": "GET only"}
+    path = path.split("?", 1)[0]
+    base = {"role": service.role, "name": service.name, "inflight": service.inflight}
+    if path == "/healthz":
+        return 200, {**base, "live": True, "draining": service.stopping.is_set()}
+    if path == "/readyz":
+        checks = service.health_checks()
+        ready = all(checks.values())
+        return (200 if ready else 503), {**base, "ready": ready, **checks}
+    return 404, {"error": f"no such path {path}; try /healthz or /readyz"}
+
+
+@contextlib.asynccontextmanager
+async def serve_health(service: Service, port: int, host: str = "0.0.0.0") -> AsyncIterator[int]:
+    """Serve /healthz and /readyz for ``service`` while the block runs; yields the port."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(_READ_TIMEOUT_S):
+                request = await reader.readline()
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # headers: nothing in them matters here
+            parts = request.decode("latin-1").split()
+            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+            status, body = answer(service, method, path)
+            writer.write(_reply(status, body))
+            await writer.drain()
+        except (TimeoutError, OSError, UnicodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, host, port)
+    bound = int(server.sockets[0].getsockname()[1])
+    log.info("health_serving", port=bound)
+    try:
+        yield bound
+    finally:
+        server.close()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+async def check_http(port: int, path: str = "/readyz", host: str = "127.0.0.1") -> tuple[int, str]:
+    """GET a health endpoint: (status, body). Status 0 when nothing answers."""
+    try:
+        async with asyncio.timeout(_READ_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+    except (TimeoutError, OSError) as exc:
+        return 0, f"no answer on {host}:{port}: {exc or type(exc).__name__}"
+    head, _, body = raw.decode("latin-1").partition("\r\n\r\n")
+    try:
+        return int(head.split()[1]), body
+    except (IndexError, ValueError):
+        return 0, f"not an HTTP answer: {raw[:100]!r}"
+
+
+async def announcement_age_ms(redis: Any, key: str, role: str, name: str, now: int) -> int | None:
+    """How old the service's ``<ns>:workers`` announcement is, or None if there is none."""
+    raw = await redis.hget(key, f"{role}:{name}")
+    if raw is None:
+        return None
+    return now - int(json.loads(raw).get("seen_ms", 0))
+
+
+def _health_settings() -> Any:
+    from baton.devkit.stack import settings_from_env_or_stack
+    from baton.observability import log as logs
+
+    settings = settings_from_env_or_stack()
+    logs.configure(settings.log_level, settings.log_format)
+    return settings
+
+
+@click.command("health")
+@click.option("--port", type=int, default=None,
+              help="ask the /readyz (or --path) endpoint of a service on this local port")
+@click.option("--path", default="/readyz", show_default=True, help="/readyz or /healthz")
+@click.option("--role", type=click.Choice(["brain", "hands", "relay"]), default=None,
+              help="check the announcement of this role's worker --name in Redis")
+@click.option("--name", default=None, help="the worker name (BATON_WORKER_NAME)")
+@click.option("--max-age-s", default=10.0, show_default=True,
+              help="an announcement older than this is stale (services announce every 2 s)")
+def health_command(port: int | None, path: str, role: str | None, name: str | None,
+                   max_age_s: float) -> None:
+    """Exit 0 if a service is healthy, 1 if not (for container and orchestrator checks)."""
+    if port is not None:
+        status, body = asyncio.run(check_http(port, path))
+        click.echo(body or f"status {status}")
+        sys.exit(0 if status == 200 else 1)
+    if role is None or name is None:
+        raise click.UsageError("give --port, or --role and --name")
+    settings = _health_settings()
+
+    async def age() -> int | None:
+        from baton.store.keys import Keys
+        from baton.store.redis_client import connect_redis
+
+        redis = connect_redis(settings)
+        try:
+            seconds, micros = await redis.time()
+            now = int(seconds) * 1000 + int(micros) // 1000
+            return await announcement_age_ms(redis, Keys(settings.namespace, 1).workers,
+                                             role, name, now)
+        finally:
+            await redis.aclose()
+
+    try:
+        found = asyncio.run(age())
+    except Exception as exc:
+        click.echo(f"cannot read the announcements: {exc}")
+        sys.exit(1)
+    if found is None:
+        click.echo(f"{role} {name}: no announcement (not running, or stopped cleanly)")
+        sys.exit(1)
+    fresh = found <= max_age_s * 1000
+    click.echo(f"{role} {name}: last seen {found} ms ago ({'fresh' if fresh else 'stale'})")
+    sys.exit(0 if fresh else 1)

@@ -1,0 +1,499 @@
+"""The spans and metrics Baton makes: middleware around its few seams, never in task code.
+
+One trace follows a submission across processes::
+
+    submit ─▶ (relay) publish ─▶ brain: process wake ─▶ lease, phase ... ─▶ commit tools
+      ─▶ (relay) publish (each) ─▶ hands: process tool ─▶ claim, execute, complete
+      ─▶ (relay) publish ─▶ brain: process wake ─▶ lease, phase apply ─▶ commit ...
+
+How the context travels: a write that hands work over (:func:`traced_submit`,
+:func:`traced_commit`, :func:`traced_complete` around the :class:`~baton.store.store.Store`
+methods) saves the W3C context of its own span in the outbox rows it writes, in the receipt
+(``Receipt.trace``) and in each tool run it creates (``ToolIntent.trace``). The relay's
+publish span (:func:`publish_spans`, in :class:`~baton.bus.bus.Bus`) is a child of the context
+saved in the row, and replaces ``traceparent`` with its own in the NATS headers; the
+consumer's span (:func:`consumer`) is a child of that. A message redelivered to another
+process after a crash carries the same headers, and a tool message sent again by the Brain
+(a stuck run) carries the context saved in the run's intent, so a takeover stays in the
+trace of the work it takes over. Timer wakes carry no context: they start a trace of their
+own (with ``baton.session_id`` like every span, to find them).
+
+The relay publishes a batch with one PRODUCER span per row, all ended when the batch's acks
+are in: rows of a batch belong to different sessions (different traces), so a batch span
+with links would leave each trace without the hop that carried it.
+
+Span names and attributes follow the messaging semantic conventions (``messaging.system``
+``nats``, ``messaging.destination.name`` the subject, ``messaging.message.id`` the
+``Nats-Msg-Id``, ``messaging.operation.type`` ``create`` / ``publish`` / ``process``) and,
+for the model call, the GenAI ones. Every wrapper first checks one flag of
+:data:`baton.observability.telemetry.state`: with telemetry off it calls straight through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import structlog
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import SpanKind, StatusCode
+
+from baton.errors import StaleAttemptError, StaleFenceError
+from baton.observability.telemetry import extract, inject, set_incoming_trace, state, trace_id_of
+
+__all__ = [
+    "advance", "consumer", "counted_refusals", "execute", "publish_span", "publish_spans",
+    "sample_backlog", "traced_claim", "traced_commit", "traced_complete", "traced_lease",
+    "traced_model", "traced_submit",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+SESSION = "baton.session_id"
+
+
+def _now_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000
+
+
+def _session_of(msg_id: str) -> str | None:
+    """The session of an outbox row id ``<session>/<seq>/<n>`` (the ``Nats-Msg-Id``)."""
+    head, _, _n = msg_id.rpartition("/")
+    session, _, _seq = head.rpartition("/")
+    return session or None
+
+
+def _role() -> dict[str, str]:
+    return {"baton.role": state.role} if state.role else {}
+
+
+def _refused(op: str, exc: BaseException) -> None:
+    if state.metrics is not None:
+        state.metrics.refused.add(1, {**_role(), "baton.op": op,
+                                      "error.type": getattr(exc, "code", type(exc).__name__)})
+
+
+def _committed(op: str, kind: str = "") -> None:
+    if state.metrics is not None:
+        attrs = {**_role(), "baton.op": op}
+        if kind:
+            attrs["baton.commit.kind"] = kind
+        state.metrics.commits.add(1, attrs)
+
+
+def _handoff(hop: str, since_ms: int | None) -> None:
+    if state.metrics is not None and since_ms:
+        state.metrics.handoff.record(max(0, _now_ms() - since_ms), {"baton.hop": hop})
+
+
+def _span(name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
+    return state.tracer.start_as_current_span(
+        name, kind=kind, attributes={k: v for k, v in attributes.items() if v is not None})
+
+
+# ---------------------------------------------------------------------------- publish
+
+
+def _publish_attrs(subject: str, msg_id: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "messaging.system": "nats",
+        "messaging.destination.name": subject,
+        "messaging.message.id": msg_id,
+        "messaging.operation.type": "publish",
+        "messaging.operation.name": "publish",
+    }
+    session = _session_of(msg_id)
+    if session:
+        attrs[SESSION] = session
+    return attrs
+
+
+def _start_publish(subject: str, msg_id: str, headers: dict[str, str] | None
+                   ) -> tuple[Any, dict[str, str]]:
+    """A PRODUCER span, child of the context saved in the row (else the current one), and
+    the headers to send: the row's, with the publish span's own context."""
+    span = state.tracer.start_span(
+        f"publish {subject}", context=extract(headers), kind=SpanKind.PRODUCER,
+        attributes=_publish_attrs(subject, msg_id))
+    out = dict(headers or {})
+    inject(out, otel_trace.set_span_in_context(span))
+    return span, out
+
+
+def _end(spans: Sequence[Any], exc: BaseException | None) -> None:
+    for span in spans:
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(StatusCode.ERROR, repr(exc))
+        span.end()
+
+
+@contextlib.contextmanager
+def publish_span(subject: str, msg_id: str, headers: dict[str, str] | None
+                 ) -> Iterator[dict[str, str] | None]:
+    """Around one publish: yields the headers to send (the same ones when not tracing)."""
+    if not state.tracing:
+        yield headers
+        return
+    span, out = _start_publish(subject, msg_id, headers)
+    try:
+        yield out
+    except BaseException as exc:
+        _end([span], exc)
+        raise
+    _end([span], None)
+
+
+@contextlib.contextmanager
+def publish_spans(batch: list[Any]) -> Iterator[list[Any]]:
+    """Around a concurrent publish of :class:`~baton.bus.messages.Outgoing` items: one span per item,
+    all ended when the batch is acknowledged (or failed); yields the items to send."""
+    if not state.tracing:
+        yield batch
+        return
+    spans, items = [], []
+    for item in batch:
+        span, headers = _start_publish(item.subject, item.msg_id, item.headers)
+        spans.append(span)
+        items.append(item._replace(headers=headers))
+    try:
+        yield items
+    except BaseException as exc:
+        _end(spans, exc)
+        raise
+    _end(spans, None)
+
+
+# ---------------------------------------------------------------------------- consume
+
+
+def consumer(role: str) -> Callable[[F], F]:
+    """Decorator of a worker's per-message handler ``handle(self, msg)``: a CONSUMER span
+    (``process <subject>``), child of the context in the message's headers; counts
+    redeliveries. Without telemetry it only notes the message's trace id for log lines."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        async def handle(self: Any, msg: Any) -> Any:
+            headers = msg.headers
+            if not state.active:
+                if headers:
+                    set_incoming_trace(trace_id_of(headers))
+                return await fn(self, msg)
+            try:
+                delivery = int(msg.metadata.num_delivered)
+            except Exception:  # not a JetStream message (tests): first delivery
+                delivery = 1
+            if delivery > 1 and state.metrics is not None:
+                state.metrics.redeliveries.add(
+                    1, {"baton.role": role, "messaging.destination.name": msg.subject})
+            if not state.tracing:
+                set_incoming_trace(trace_id_of(headers))
+                return await fn(self, msg)
+            msg_id = (headers or {}).get("Nats-Msg-Id", "")
+            attrs: dict[str, Any] = {
+                "messaging.system": "nats",
+                "messaging.destination.name": msg.subject,
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "process",
+                "messaging.message.id": msg_id or None,
+                "baton.delivery": delivery,
+                "baton.role": role,
+                SESSION: _session_of(msg_id) if msg_id else None,
+            }
+            with state.tracer.start_as_current_span(
+                f"process {msg.subject}", context=extract(headers), kind=SpanKind.CONSUMER,
+                attributes={k: v for k, v in attrs.items() if v is not None},
+            ):
+                return await fn(self, msg)
+
+        return handle  # type: ignore[return-value]
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------- store writes
+
+
+def _stamp(writes: Any, carrier: dict[str, str]) -> None:
+    """Save the committing span's context with what the commit hands over: the receipt,
+    the tool runs it creates and its outbox rows (unless a row carries one already: a tool
+    message sent again carries the context saved in its run's intent)."""
+    if not writes.trace:
+        writes.trace = dict(carrier)
+    if writes.runs:
+        writes.runs[:] = [r if r.trace else r.model_copy(update={"trace": dict(carrier)})
+                          for r in writes.runs]
+    if writes.outbox:
+        writes.outbox[:] = [
+            o if "traceparent" in o.headers
+            else o.model_copy(update={"headers": {**o.headers, **carrier}})
+            for o in writes.outbox
+        ]
+
+
+def traced_commit(fn: F) -> F:
+    """``Store.commit``: span ``commit <kind>``, context saved with the commit; counted."""
+
+    @functools.wraps(fn)
+    async def commit(self: Any, session_id: str, fence: int, writes: Any, worker: Any) -> Any:
+        if not state.active:
+            return await fn(self, session_id, fence, writes, worker)
+        with contextlib.ExitStack() as stack:
+            if state.tracing:
+                span = stack.enter_context(_span(
+                    f"commit {writes.kind}", **{SESSION: session_id, "baton.fence": fence,
+                                                "baton.commit.kind": writes.kind,
+                                                "baton.outbox_rows": len(writes.outbox),
+                                                "baton.tool_runs": len(writes.runs)}))
+                _stamp(writes, inject())
+            try:
+                result = await fn(self, session_id, fence, writes, worker)
+            except StaleFenceError as exc:
+                _refused("commit", exc)
+                raise
+            if state.tracing:
+                span.set_attribute("baton.seq", int(result[0]))
+            _committed("commit", writes.kind)
+            return result
+
+    return commit  # type: ignore[return-value]
+
+
+def traced_submit(op: str) -> Callable[[F], F]:
+    """``Store.submit`` / ``Store.start_task``: a span creating the session's wake; its
+    context goes with the wake row and the receipt (the method's ``headers``)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        async def submit(self: Any, session_id: str, **kw: Any) -> Any:
+            if not state.active:
+                return await fn(self, session_id, **kw)
+            with contextlib.ExitStack() as stack:
+                if state.tracing:
+                    span = stack.enter_context(_span(
+                        op, SpanKind.PRODUCER, **{
+                            SESSION: session_id, "baton.request_id": kw.get("request_id"),
+                            "messaging.system": "nats",
+                            "messaging.destination.name": kw.get("wake_subject"),
+                            "messaging.operation.type": "create",
+                        }))
+                    kw["headers"] = inject()
+                result = await fn(self, session_id, **kw)
+                created = bool(result[-1])
+                if state.tracing:
+                    span.set_attribute("baton.created", created)
+                if created:
+                    _committed(op)
+                return result
+
+        return submit  # type: ignore[return-value]
+
+    return decorate
+
+
+def traced_complete(fn: F) -> F:
+    """``Store.complete``: span ``complete <tool>``; its context goes with the wake row."""
+
+    @functools.wraps(fn)
+    async def complete(self: Any, session_id: str, intent: Any, attempt: int, result: Any,
+                       worker: Any, **kw: Any) -> Any:
+        if not state.active:
+            return await fn(self, session_id, intent, attempt, result, worker, **kw)
+        with contextlib.ExitStack() as stack:
+            if state.tracing:
+                span = stack.enter_context(_span(
+                    f"complete {intent.tool}", **{
+                        SESSION: session_id, "baton.run_id": intent.run_id,
+                        "baton.fence": attempt, "baton.outcome": result.outcome,
+                        "baton.recovery": result.recovery}))
+                kw["headers"] = inject()
+            try:
+                woke = await fn(self, session_id, intent, attempt, result, worker, **kw)
+            except StaleAttemptError as exc:
+                _refused("complete", exc)
+                raise
+            if state.tracing:
+                span.set_attribute("baton.woke", bool(woke))
+            _committed("complete")
+            return woke
+
+    return complete  # type: ignore[return-value]
+
+
+def traced_claim(fn: F) -> F:
+    """``Store.claim``: span ``claim``; takeovers and the dispatch hop (commit -> claim)."""
+
+    @functools.wraps(fn)
+    async def claim(self: Any, session_id: str, run_id: str, worker: Any, **kw: Any) -> Any:
+        if not state.active:
+            return await fn(self, session_id, run_id, worker, **kw)
+        with contextlib.ExitStack() as stack:
+            if state.tracing:
+                span = stack.enter_context(_span("claim", **{
+                    SESSION: session_id, "baton.run_id": run_id,
+                    "baton.delivery": kw.get("delivery", 1)}))
+            c = await fn(self, session_id, run_id, worker, **kw)
+            if state.tracing:
+                span.set_attributes({"baton.claim": c.status, "baton.fence": c.attempt})
+                if c.recovering:
+                    span.set_attributes({"baton.previous_attempt": c.previous_attempt,
+                                         "baton.previous_worker": c.previous_worker})
+            if c.status == "claimed" and state.metrics is not None:
+                if c.previous_attempt == 0 and c.intent is not None:
+                    _handoff("dispatch", c.intent.created_ms)
+                elif c.recovering and c.previous_worker not in ("", worker.name):
+                    state.metrics.takeovers.add(1, {"baton.role": "hands"})
+            return c
+
+    return claim  # type: ignore[return-value]
+
+
+def traced_lease(fn: F) -> F:
+    """``Store.acquire_and_load``: span ``lease``; takeovers and the hops that end in a
+    Brain's lease (submit -> lease, tool complete -> lease)."""
+
+    @functools.wraps(fn)
+    async def acquire_and_load(self: Any, session_id: str, worker: Any, ttl_ms: int,
+                               **kw: Any) -> Any:
+        if not state.active:
+            return await fn(self, session_id, worker, ttl_ms, **kw)
+        with contextlib.ExitStack() as stack:
+            if state.tracing:
+                span = stack.enter_context(_span("lease", **{SESSION: session_id}))
+            lease, st = await fn(self, session_id, worker, ttl_ms, **kw)
+            if state.tracing:
+                span.set_attributes({"baton.fence": lease.fence, "baton.takeover": lease.takeover,
+                                     "baton.previous_holder": lease.previous_holder})
+            if state.metrics is not None:
+                if lease.takeover:
+                    state.metrics.takeovers.add(1, {"baton.role": "brain"})
+                done = [r.completed_ms for r in st.runs.values()
+                        if r.status == "completed" and r.completed_ms]
+                _handoff("wake", max(done) if done else None)
+                for sub in st.submissions.values():
+                    if sub.status == "accepted":
+                        _handoff("submit", sub.created_ms)
+            return lease, st
+
+    return acquire_and_load  # type: ignore[return-value]
+
+
+def counted_refusals(op: str) -> Callable[[F], F]:
+    """A fenced write without a span of its own (renew, heartbeat): count its refusals."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        async def call(*args: Any, **kw: Any) -> Any:
+            if state.metrics is None:
+                return await fn(*args, **kw)
+            try:
+                return await fn(*args, **kw)
+            except (StaleFenceError, StaleAttemptError) as exc:
+                _refused(op, exc)
+                raise
+
+        return call  # type: ignore[return-value]
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------- brain, hands
+
+
+async def advance(handler: Any, task: Any, ctx: Any) -> Any:
+    """One step of a task (the scheduler's call of ``handler.advance``): a span per phase,
+    and the task and phase bound to every log line meanwhile."""
+    phase = task.checkpoint.phase
+    with structlog.contextvars.bound_contextvars(task_id=task.id, phase=phase):
+        if not state.tracing:
+            return await handler.advance(task, ctx)
+        with _span(f"phase {task.kind}.{phase}", **{
+            SESSION: ctx.session_id, "baton.task_id": task.id, "baton.task.kind": task.kind,
+            "baton.task.state": task.state.name, "baton.fence": ctx.fence,
+        }):
+            return await handler.advance(task, ctx)
+
+
+class _TracedModel:
+    """A model client whose ``generate`` is a CLIENT span (GenAI semantic conventions).
+
+    ``generate`` keeps the wrapped one's signature (``functools.wraps``): the Brain looks at
+    it to tell whether the client streams; everything else is the client's own.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        inner = client.generate
+
+        @functools.wraps(inner)
+        async def generate(request: Any, *args: Any, **kw: Any) -> Any:
+            if not state.tracing:
+                return await inner(request, *args, **kw)
+            with _span(f"chat {request.model}", SpanKind.CLIENT, **{
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
+                "baton.request_id": request.request_id, "baton.entries": len(request.entries),
+            }) as span:
+                response = await inner(request, *args, **kw)
+                usage = getattr(response, "usage", None)
+                span.set_attributes({
+                    "gen_ai.usage.input_tokens": getattr(usage, "input_tokens", 0),
+                    "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", 0),
+                    "gen_ai.response.finish_reasons": [str(getattr(response, "stop_reason",
+                                                                   ""))],
+                    "baton.tool_calls": len(getattr(response, "tool_calls", ())),
+                })
+                return response
+
+        self.generate = generate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def traced_model(name: str, client: Any) -> Any:
+    """The model client ``name``, wrapped for tracing when this process traces (else itself).
+    """
+    if not state.tracing or isinstance(client, _TracedModel):
+        return client
+    return _TracedModel(client)
+
+
+async def execute(intent: Any, attempt: int, call: Awaitable[T]) -> T:
+    """Around deciding a tool run's result (execute, or confirm / re-execute on recovery)."""
+    if not state.tracing:
+        return await call
+    with _span(f"execute {intent.tool}", **{
+        SESSION: intent.session_id, "baton.run_id": intent.run_id, "baton.fence": attempt,
+        "baton.replay": intent.replay, "baton.operation_id": intent.operation_id,
+    }) as span:
+        result: Any = await call
+        if result is not None:
+            span.set_attributes({"baton.outcome": result.outcome,
+                                 "baton.recovery": result.recovery})
+        return result
+
+
+# ---------------------------------------------------------------------------- relay
+
+
+async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
+                         every_s: float = 5.0) -> None:
+    """Keep the outbox backlog gauge current (the gauge's callback cannot read Redis)."""
+    if state.metrics is None:
+        return
+    inst = state.metrics
+    while True:
+        try:
+            now = _now_ms()
+            inst.backlog = {str(b.shard): (b.rows, now - b.oldest_ms if b.oldest_ms else 0)
+                            for b in await box.backlog()}
+        except Exception as exc:  # Redis away: the gauge keeps its last values
+            structlog.get_logger("baton.relay").debug("backlog_sample_failed", error=repr(exc))
+        if await stopping(every_s):
+            return

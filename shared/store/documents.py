@@ -1,0 +1,178 @@
+"""Documents: typed, versioned session state stored as merge-patch deltas and full baselines.
+
+A document's value is a JSON object. Every write makes a new version. Version 1, and every
+K-th version after it (``Settings.document_baseline_every``), is stored in full (a
+*baseline*); the versions in between are stored as an RFC 7386 JSON merge patch against the
+version before (a *delta*). Writing a baseline deletes the deltas before it, so loading a
+document reads one baseline and at most K-1 deltas however often it changed.
+
+Layout inside the session's ``docs`` hash (names never contain ``@``)::
+
+    <name>            "<version> <baseline version>"   the head, checked by commit.lua
+    <name>@b          Document JSON                     the baseline (full value)
+    <name>@<version>  DocumentDelta JSON                the merge patch to that version
+
+A ``DocumentType`` binds a document name to a pydantic model: the Brain validates the value
+on every write and every read.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from baton.errors import ConfigError, ValidationError
+from baton.models import Document, Model, Record, decode
+
+NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+
+__all__ = [
+    "DocumentChange",
+    "DocumentDelta",
+    "DocumentType",
+    "check_name",
+    "documents_from_hash",
+    "merge_diff",
+    "merge_patch",
+    "next_change",
+]
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise ConfigError(f"invalid document name {name!r}: lower-case letters, digits, '_.-'")
+    return name
+
+
+# ---------------------------------------------------------------------------- RFC 7386
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """Apply a JSON merge patch (RFC 7386) to ``target``; returns a new value."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def merge_diff(old: Any, new: Any) -> Any:
+    """A merge patch that turns ``old`` into ``new``.
+
+    Merge patches cannot set a member to ``null`` (null means "remove"): where ``new`` holds
+    a null inside an object, the result does not reproduce it; :func:`next_change` then
+    stores a baseline instead.
+    """
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return copy.deepcopy(new)
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = copy.deepcopy(value)
+        elif old[key] != value:
+            patch[key] = merge_diff(old[key], value)
+    return patch
+
+
+# ---------------------------------------------------------------------------- storage
+
+
+class DocumentDelta(Record):
+    """A stored change: the merge patch from ``version - 1`` to ``version``."""
+
+    name: str
+    version: int
+    patch: dict[str, Any]
+    updated_ms: int = 0
+
+
+class DocumentChange(Model):
+    """One document write of a commit: what commit.lua stores, and the resulting document."""
+
+    mode: Literal["b", "d"]  # baseline or delta
+    document: Document
+    payload: str  # Document JSON (baseline) or DocumentDelta JSON (delta)
+
+    @property
+    def name(self) -> str:
+        return self.document.name
+
+
+def next_change(
+    current: Document | None, name: str, value: dict[str, Any], now_ms: int, every: int
+) -> DocumentChange:
+    """The change that makes ``value`` the next version of a document."""
+    version = (current.version if current else 0) + 1
+    doc = Document(name=name, version=version, value=value, updated_ms=now_ms)
+    if current is not None and (version - 1) % every != 0:
+        patch = merge_diff(current.value, value)
+        if merge_patch(current.value, patch) == value:  # else: a null a patch cannot carry
+            delta = DocumentDelta(name=name, version=version, patch=patch, updated_ms=now_ms)
+            return DocumentChange(mode="d", document=doc, payload=delta.to_json())
+    return DocumentChange(mode="b", document=doc, payload=doc.to_json())
+
+
+def documents_from_hash(fields: dict[str, str]) -> dict[str, Document]:
+    """Rebuild every document of a ``docs`` hash: its baseline plus the deltas after it."""
+    heads: dict[str, int] = {}
+    baselines: dict[str, Document] = {}
+    deltas: dict[str, list[DocumentDelta]] = {}
+    for key, raw in fields.items():
+        name, at, suffix = key.partition("@")
+        if not at:
+            heads[name] = int(raw.split()[0])
+        elif suffix == "b":
+            baselines[name] = decode(Document, raw)
+        else:
+            deltas.setdefault(name, []).append(decode(DocumentDelta, raw))
+    out = {}
+    for name, head in heads.items():
+        base = baselines.get(name)
+        if base is None:
+            continue
+        value, version, updated = base.value, base.version, base.updated_ms
+        for d in sorted(deltas.get(name, ()), key=lambda d: d.version):
+            if version < d.version <= head:
+                value, version, updated = merge_patch(value, d.patch), d.version, d.updated_ms
+        out[name] = Document(name=name, version=version, value=value, updated_ms=updated)
+    return out
+
+
+# ---------------------------------------------------------------------------- types
+
+
+@dataclass(frozen=True)
+class DocumentType:
+    """A document name bound to a pydantic model, validated on every write and read."""
+
+    name: str
+    model: type[BaseModel]
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+
+    def dump(self, value: Any) -> dict[str, Any]:
+        """The stored JSON object of ``value`` (a model instance or plain data), validated."""
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return self.parse(data).model_dump(mode="json")
+
+    def parse(self, data: Any) -> BaseModel:
+        try:
+            return self.model.model_validate(data)
+        except PydanticValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(root)"
+            raise ValidationError(
+                f"invalid document {self.name}: {where}: {first['msg']}", model=self.name
+            ) from None

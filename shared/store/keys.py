@@ -1,0 +1,147 @@
+"""Every Redis key name Baton uses, in one place.
+
+A session lives on one of ``settings.shards`` shards. All keys of the session *and* its
+shard's outbox stream and timer set share one hash tag, ``{<ns>-<shard>}``, so every
+transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash tag)::
+
+    <ns>:T:s:<sid>:meta      HASH   agent, compat, fence, holder, lease_until, seq, dirty, created,
+                                    cancel:<task id|*> intents, blocked:<task id> reasons
+    <ns>:T:s:<sid>:entries   LIST   entry JSON, append-only; the index is the entry's position
+    <ns>:T:s:<sid>:tasks     HASH   task id -> task JSON (live tasks)
+    <ns>:T:s:<sid>:done      HASH   task id -> task JSON (terminal tasks, moved out of the live set)
+    <ns>:T:s:<sid>:docs      HASH   per document: head, baseline, deltas (baton.store.documents)
+    <ns>:T:s:<sid>:subs      HASH   submission id -> submission JSON
+    <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
+                                    "task:<request id>" -> task id (idempotent start)
+    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS)
+    <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
+    <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
+    <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay")
+    <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
+
+Cluster-wide (not per session): ``<ns>:sessions`` (ZSET of session ids by creation time,
+for ``inspect``), ``<ns>:dead`` (STREAM of dead letters), ``<ns>:workers`` (HASH of live
+service heartbeats). These are written outside the session scripts.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+from baton.errors import ValidationError
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+RELAY_GROUP = "relay"
+
+#: Fields of a tool run inside the ``runs`` hash, as ``<run id>.<field>``.
+RUN_FIELDS = (
+    "intent",  # JSON ToolIntent, written once by the Brain's commit
+    "status",  # dispatched | awaiting_approval | running | completed
+    "attempt",  # current attempt fence (0 = never claimed)
+    "accepted",  # ms of the first accepted mark
+    "completed",  # ms of the completed mark
+    "applied",  # ms of the applied mark
+    "heartbeat",  # ms of the current attempt's last heartbeat
+    "worker",  # worker of the current attempt
+    "result",  # JSON ToolResult
+    "attempts",  # JSON list of finished attempt summaries (appended by Lua as text)
+    "cancel",  # ms the Brain asked the run to stop (its heartbeat answers "cancelled")
+    "digest",  # arguments digest an approval must present (approval-gated tools)
+    "approved",  # ms of the approval that dispatched it
+)
+
+
+def check_session_id(session_id: str) -> str:
+    if not SESSION_ID.match(session_id):
+        raise ValidationError(
+            f"invalid session id {session_id!r}: 1-128 characters of letters, digits, '_.:-'",
+            session_id=session_id[:128],
+        )
+    return session_id
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The keys of one session plus the shard keys its commits write to."""
+
+    session_id: str
+    shard: int
+    meta: str
+    entries: str
+    tasks: str
+    done: str
+    docs: str
+    subs: str
+    reqs: str
+    runs: str
+    runs_done: str
+    receipts: str
+    outbox: str
+    timers: str
+
+    def all(self) -> list[str]:
+        """KEYS for the session scripts, in the order every script expects them."""
+        return [
+            self.meta,
+            self.entries,
+            self.tasks,
+            self.done,
+            self.docs,
+            self.subs,
+            self.reqs,
+            self.runs,
+            self.runs_done,
+            self.receipts,
+            self.outbox,
+            self.timers,
+        ]
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    def __init__(self, namespace: str, shards: int) -> None:
+        self.ns = namespace
+        self.shards = shards
+        self.sessions = f"{namespace}:sessions"
+        self.dead = f"{namespace}:dead"
+        self.workers = f"{namespace}:workers"
+
+    def shard_of(self, session_id: str) -> int:
+        return zlib.crc32(session_id.encode()) % self.shards
+
+    def tag(self, shard: int) -> str:
+        return f"{{{self.ns}-{shard}}}"
+
+    def outbox(self, shard: int) -> str:
+        return f"{self.ns}:{self.tag(shard)}:outbox"
+
+    def timers(self, shard: int) -> str:
+        return f"{self.ns}:{self.tag(shard)}:timers"
+
+    def settled_channel(self, session_id: str) -> str:
+        """Pub/sub channel announcing settled submissions of a session (for waiters)."""
+        return f"{self.ns}:settled:{session_id}"
+
+    def session(self, session_id: str) -> SessionKeys:
+        check_session_id(session_id)
+        shard = self.shard_of(session_id)
+        base = f"{self.ns}:{self.tag(shard)}:s:{session_id}"
+        return SessionKeys(
+            session_id=session_id,
+            shard=shard,
+            meta=f"{base}:meta",
+            entries=f"{base}:entries",
+            tasks=f"{base}:tasks",
+            done=f"{base}:done",
+            docs=f"{base}:docs",
+            subs=f"{base}:subs",
+            reqs=f"{base}:reqs",
+            runs=f"{base}:runs",
+            runs_done=f"{base}:runs_done",
+            receipts=f"{base}:receipts",
+            outbox=self.outbox(shard),
+            timers=self.timers(shard),
+        )

@@ -1,0 +1,225 @@
+"""A session's state as Python sees it: the types the store returns and the pure parsers.
+
+Owns :class:`SessionState` (a consistent snapshot) with its lazily decoded :class:`Entries`,
+the transition outcomes (:class:`Lease`, :class:`Claim`, :class:`Partial`), the parsers that
+turn Redis hashes and stream rows into models (:func:`parse_meta`, :func:`parse_runs`,
+:func:`parse_receipt`) and :func:`receipts_about`. Nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, overload
+
+from baton.models import (
+    Document,
+    Entry,
+    MarkRef,
+    Receipt,
+    SessionMeta,
+    Submission,
+    Task,
+    ToolIntent,
+    ToolResult,
+    ToolRun,
+    WorkerRef,
+    decode,
+    loads,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    session_id: str
+    fence: int
+    takeover: bool
+    previous_holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The outcome of a Hands claim (see claim.lua)."""
+
+    status: Literal["claimed", "busy", "done", "gone"]
+    attempt: int = 0
+    previous_attempt: int = 0
+    previous_status: str = ""
+    intent: ToolIntent | None = None
+    previous_worker: str = ""
+    holder: str = ""
+    remaining_ms: int = 0
+    cancelled: bool = False  # the Brain asked the run to stop: complete it as cancelled
+
+    @property
+    def recovering(self) -> bool:
+        """An earlier attempt ended without a result: the replay policy decides."""
+        return self.status == "claimed" and self.previous_attempt > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """Text a model was streaming when the last partial commit saved it (partial.lua)."""
+
+    task_id: str
+    request_id: str
+    text: str
+
+
+class Entries(Sequence[Entry]):
+    """A page of entries, each decoded only when read: most steps never look at them.
+
+    A Brain step that applies tool results or marks a phase running does not need the
+    conversation; the model request that does pays for exactly what it reads.
+    """
+
+    def __init__(self, raw: Iterable[str | Entry] = ()) -> None:
+        self._items: list[str | Entry] = list(raw)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Entry]: ...
+
+    def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._items)))]
+        item = self._items[index]
+        if isinstance(item, str):
+            item = self._items[index] = decode(Entry, item)
+        return item
+
+    def extend(self, entries: Iterable[Entry]) -> None:
+        self._items.extend(entries)
+
+    def append(self, entry: Entry) -> None:
+        self._items.append(entry)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"Entries({len(self._items)})"
+
+
+@dataclass
+class SessionState:
+    """A session's live state as one consistent snapshot."""
+
+    meta: SessionMeta
+    tasks: dict[str, Task] = field(default_factory=dict)
+    documents: dict[str, Document] = field(default_factory=dict)
+    submissions: dict[str, Submission] = field(default_factory=dict)
+    runs: dict[str, ToolRun] = field(default_factory=dict)
+    entry_count: int = 0
+    entries: Entries = field(default_factory=lambda: Entries())  # the newest page
+
+    @property
+    def entries_start(self) -> int:
+        return self.entry_count - len(self.entries)
+
+
+def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
+    grouped: dict[str, dict[str, str]] = {}
+    for name, value in fields.items():
+        rid, _, f = name.rpartition(".")
+        grouped.setdefault(rid, {})[f] = value
+    runs = {}
+    for rid, f in grouped.items():
+        if "intent" not in f:
+            continue
+        runs[rid] = ToolRun(
+            intent=decode(ToolIntent, f["intent"]),
+            status=f.get("status", "dispatched"),  # type: ignore[arg-type]
+            attempt=int(f.get("attempt", 0)),
+            accepted_ms=_int(f.get("accepted")),
+            completed_ms=_int(f.get("completed")),
+            applied_ms=_int(f.get("applied")),
+            heartbeat_ms=_int(f.get("heartbeat")),
+            worker=f.get("worker"),
+            result=decode(ToolResult, f["result"]) if f.get("result") else None,
+            attempts=tuple(loads(f["attempts"])) if f.get("attempts") else (),
+            cancel_ms=_int(f.get("cancel")),
+            approved_ms=_int(f.get("approved")),
+        )
+    return runs
+
+
+def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
+    return SessionMeta(
+        session_id=session_id,
+        agent=m["agent"],
+        compat=int(m["compat"]),
+        wake_subject=m["wake"],
+        fence=int(m.get("fence", 0)),
+        holder=m.get("holder", ""),
+        lease_until_ms=int(m.get("lease_until", 0)),
+        seq=int(m.get("seq", 0)),
+        dirty=m.get("dirty") == "1",
+        created_ms=int(m.get("created", 0)),
+        groups={k[4:]: int(v) for k, v in m.items() if k.startswith("grp:")},
+        cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
+        blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
+    )
+
+
+def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
+    data = loads(f.get("data") or "{}")
+    known = {k: data.pop(k) for k in ("marks", "changes", "detail", "trace") if k in data}
+    detail = {**data, **known.get("detail", {})}
+    # A commit's step (prepare, tools, apply, final, redispatch ...) rides in its data.
+    step = detail.pop("kind", None)
+    if step and f.get("kind") == "commit":
+        detail["step"] = step
+    kind = f.get("kind", "")
+    worker = loads(f["worker"]) if f.get("worker", "").startswith("{") else None
+    marks = list(known.get("marks", []))
+    if kind in ("claim", "reclaim") and detail.get("accepted_mark") == 1:
+        marks.append({"run_id": detail["run_id"], "mark": "accepted", "attempt": detail["attempt"]})
+    return Receipt(
+        seq=int(f.get("seq", 0)),
+        ts_ms=int(f.get("ts", 0)),
+        kind=kind,
+        worker=WorkerRef(**worker) if worker else None,
+        fence=int(f.get("fence", 0)),
+        marks=tuple(MarkRef(**m) for m in marks),
+        changes=known.get("changes", {}),
+        detail={"stream_id": stream_id, **detail},
+        trace=known.get("trace", {}),
+    )
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+def receipts_about(
+    receipts: list[Receipt], *, task_id: str | None = None, run_id: str | None = None
+) -> list[Receipt]:
+    """Filter a session's receipts to one task and/or one tool run."""
+    if task_id is not None:
+        runs = {rid for r in receipts if r.detail.get("task_id") == task_id
+                for rid in r.detail.get("runs", ())}
+        receipts = [r for r in receipts
+                    if r.detail.get("task_id") == task_id or _runs_of(r) & runs]
+    if run_id is not None:
+        receipts = [r for r in receipts if run_id in _runs_of(r)]
+    return receipts
+
+
+def _runs_of(r: Receipt) -> set[str]:
+    """The tool runs a receipt is about: its run, the runs it dispatched, the marks it wrote."""
+    runs = {m.run_id for m in r.marks} | set(r.detail.get("runs", ()))
+    if r.detail.get("run_id"):
+        runs.add(str(r.detail["run_id"]))
+    return runs
+
+
+
+__all__ = [
+    "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta", "parse_receipt",
+    "parse_runs", "receipts_about",
+]

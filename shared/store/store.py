@@ -1,0 +1,369 @@
+"""The session store on Redis: every state transition is one fenced Lua script.
+
+``Store`` owns the session-side transitions (submit, lease, load, commit) and the receipt
+queries; it composes the tool-run transitions of Hands (claim, heartbeat, complete) from
+:mod:`baton.store.runs`. The types it returns and the parsers live in :mod:`baton.store.state`. The
+relay's outbox and timer operations live in :mod:`baton.store.outbox`; connections come from
+:mod:`baton.store.redis_client`. Each method is one round trip.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
+
+from baton.errors import (
+    BatonError,
+    NotFoundError,
+    PayloadTooLarge,
+    RedisUnavailable,
+    from_redis_error,
+)
+from baton.models import (
+    Entry,
+    Receipt,
+    Submission,
+    Task,
+    WorkerRef,
+    decode,
+    dumps,
+)
+from baton.observability.tracing import (
+    counted_refusals,
+    traced_commit,
+    traced_lease,
+    traced_submit,
+)
+from baton.settings import Settings
+from baton.store.documents import documents_from_hash
+from baton.store.keys import Keys, SessionKeys
+from baton.store.redis_client import connect_redis, redis_user
+from baton.store.runs import RunTransitions
+from baton.store.scripts import Scripts
+from baton.store.state import (
+    Claim,
+    Entries,
+    Lease,
+    Partial,
+    SessionState,
+    parse_meta,
+    parse_receipt,
+    parse_runs,
+    receipts_about,
+)
+from baton.store.writes import Writes
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def worker_ref(role: str, name: str) -> WorkerRef:
+    return WorkerRef(role=role, name=name, pid=os.getpid())
+
+
+class Store(RunTransitions):
+    """Session and tool-run transitions. One instance per process; safe for concurrent use."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.namespace, settings.shards)
+        # A named ACL user may lack a command a script runs later: check before writing.
+        self.scripts = Scripts(redis, acl_checks=redis_user(settings) != "default")
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> Store:
+        """Connect and check the server answers; ``RedisUnavailable`` within the timeout."""
+        redis = connect_redis(settings)
+        store = cls(redis, settings)
+        try:
+            await redis.ping()
+        except (AuthenticationError, NoPermissionError) as exc:
+            await redis.aclose()
+            raise from_redis_error(exc, role=redis_user(settings)) from None
+        except (RedisError, OSError) as exc:
+            await redis.aclose()
+            raise RedisUnavailable(
+                f"cannot reach Redis at {settings.redis_url}: {exc}", url=settings.redis_url
+            ) from None
+        return store
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def _run(self, script: str, sk: SessionKeys, args: list[Any], run_id: str = "") -> Any:
+        try:
+            return await getattr(self.scripts, script)(keys=sk.all(), args=args)
+        except (RedisError, OSError) as exc:
+            raise from_redis_error(
+                exc, session_id=sk.session_id, run_id=run_id, role=redis_user(self.settings)
+            ) from None
+
+    def _check_size(self, payload: str | list[str], what: str) -> None:
+        size = len(payload) if isinstance(payload, str) else sum(map(len, payload))
+        if size > self.settings.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"{what} is {size} bytes, over the {self.settings.max_payload_bytes} limit",
+                size=size,
+            )
+
+    # ------------------------------------------------------------------ client side
+
+    @traced_submit("submit")
+    async def submit(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        compat: int,
+        wake_subject: str,
+        request_id: str,
+        text: str,
+        task: Task,
+        worker: WorkerRef,
+        submission_id: str,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[Submission, bool]:
+        """Accept input once per request id; returns (submission, created).
+
+        ``headers`` (trace context) go with the wake row and the receipt.
+        """
+        sk = self.keys.session(session_id)
+        now = now_ms()
+        sub = Submission(
+            id=submission_id,
+            session_id=session_id,
+            request_id=request_id,
+            agent=agent,
+            text=text,
+            task_id=task.id,
+            created_ms=now,
+        )
+        entry = Entry(kind="user", text=text, submission_id=sub.id, task_id=task.id, ts_ms=now)
+        self._check_size(entry.to_json(), "input")
+        wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
+        receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
+                                    "task_id": task.id}, "changes": {"entries": 1, "tasks": 1},
+                         "trace": headers or {}})
+        created, raw = await self._run(
+            "submit",
+            sk,
+            [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
+             entry.to_json(), task.id, task.to_json(), wake, self.settings.progress_deadline_ms,
+             worker.model_dump_json(), receipt, dumps(headers or {})],
+        )
+        await self.redis.zadd(self.keys.sessions, {session_id: now}, nx=True)
+        return decode(Submission, raw), bool(created)
+
+    @traced_submit("start")
+    async def start_task(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        compat: int,
+        wake_subject: str,
+        request_id: str,
+        task: Task,
+        worker: WorkerRef,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[str, bool]:
+        """Create a root task once per request id; returns (task id, created)."""
+        sk = self.keys.session(session_id)
+        self._check_size(task.to_json(), "task")
+        wake = dumps({"v": 1, "session_id": session_id, "reason": "start"})
+        receipt = dumps({"detail": {"task_id": task.id, "kind": task.kind,
+                                    "request_id": request_id}, "changes": {"tasks": 1},
+                         "trace": headers or {}})
+        created, task_id = await self._run(
+            "start",
+            sk,
+            [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
+             self.settings.progress_deadline_ms, worker.model_dump_json(), receipt,
+             dumps(headers or {})],
+        )
+        await self.redis.zadd(self.keys.sessions, {session_id: now_ms()}, nx=True)
+        return str(task_id), bool(created)
+
+    async def task(self, session_id: str, task_id: str) -> Task:
+        """A task, live or finished."""
+        sk = self.keys.session(session_id)
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hget(sk.tasks, task_id).hget(sk.done, task_id)
+            live, done = await p.execute()
+        if live is None and done is None:
+            raise NotFoundError(f"no task {task_id} in session {session_id}",
+                                session_id=session_id)
+        return decode(Task, live or done)
+
+    async def submission(self, session_id: str, submission_id: str) -> Submission:
+        raw = await self.redis.hget(self.keys.session(session_id).subs, submission_id)
+        if raw is None:
+            raise NotFoundError(f"no submission {submission_id} in session {session_id}")
+        return decode(Submission, raw)
+
+    async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
+        sk = self.keys.session(session_id)
+        sub_id = await self.redis.hget(sk.reqs, request_id)
+        return await self.submission(session_id, sub_id) if sub_id else None
+
+    # ------------------------------------------------------------------ Brain side
+
+    async def acquire(self, session_id: str, worker: WorkerRef, ttl_ms: int) -> Lease:
+        """Take the lease: ``LeaseBusyError`` while another live worker holds it."""
+        sk = self.keys.session(session_id)
+        fence, prev, takeover = await self._run(
+            "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json()]
+        )
+        return Lease(session_id, int(fence), bool(takeover), prev or "")
+
+    @counted_refusals("renew")
+    async def renew(
+        self, session_id: str, fence: int, ttl_ms: int, worker: WorkerRef | None = None
+    ) -> int:
+        """Extend the lease; a stale holder gets ``StaleFenceError`` (and a receipt says so)."""
+        args: list[Any] = [fence, ttl_ms]
+        if worker is not None:
+            args.append(worker.model_dump_json())
+        return int(await self._run("renew", self.keys.session(session_id), args))
+
+    async def release(self, session_id: str, fence: int, ttl_ms: int) -> bool:
+        """Release the lease; True means work arrived meanwhile and the lease is kept."""
+        sk = self.keys.session(session_id)
+        return bool(await self._run("release", sk, [fence, ttl_ms]))
+
+    async def load(self, session_id: str, *, page: int | None = None) -> SessionState:
+        """A consistent snapshot of the live state and the newest page of entries."""
+        sk = self.keys.session(session_id)
+        try:
+            async with self.redis.pipeline(transaction=True) as p:
+                self._queue_load(p, sk, page)
+                results = await p.execute()
+        except (RedisError, OSError) as exc:
+            raise from_redis_error(
+                exc, session_id=session_id, role=redis_user(self.settings)
+            ) from None
+        return self._state(session_id, results)
+
+    @traced_lease
+    async def acquire_and_load(
+        self, session_id: str, worker: WorkerRef, ttl_ms: int, *, page: int | None = None
+    ) -> tuple[Lease, SessionState]:
+        """Take the lease and load the state in one round trip (one MULTI/EXEC).
+
+        The snapshot is taken right after the acquire, atomically, so it is exactly what the
+        new fence holder may build on.
+        """
+        sk = self.keys.session(session_id)
+        try:
+            async with self.redis.pipeline(transaction=True) as p:
+                await self.scripts.acquire(
+                    keys=sk.all(), args=[worker.name, ttl_ms, worker.model_dump_json()], client=p
+                )
+                self._queue_load(p, sk, page)
+                results = await p.execute(raise_on_error=False)
+        except (RedisError, OSError) as exc:
+            raise from_redis_error(
+                exc, session_id=session_id, role=redis_user(self.settings)
+            ) from None
+        if isinstance(results[0], Exception):
+            raise from_redis_error(
+                results[0], session_id=session_id, role=redis_user(self.settings)
+            )
+        fence, prev, takeover = results[0]
+        lease = Lease(session_id, int(fence), bool(takeover), prev or "")
+        return lease, self._state(session_id, results[1:])
+
+    def _queue_load(self, p: Any, sk: SessionKeys, page: int | None) -> None:
+        page = page or self.settings.entries_page
+        p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
+        p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1)
+
+    def _state(self, session_id: str, results: list[Any]) -> SessionState:
+        for r in results:
+            if isinstance(r, Exception):
+                raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
+        meta, tasks, docs, subs, runs, count, entries = results
+        if not meta:
+            raise NotFoundError(f"no session {session_id}", session_id=session_id)
+        return SessionState(
+            meta=parse_meta(session_id, meta),
+            tasks={k: decode(Task, v) for k, v in tasks.items()},
+            documents=documents_from_hash(docs),
+            submissions={k: decode(Submission, v) for k, v in subs.items()},
+            runs=parse_runs(runs),
+            entry_count=int(count),
+            entries=Entries(entries),
+        )
+
+    async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
+        """Entries ``start..stop`` (inclusive, Redis LRANGE semantics)."""
+        raw = await self.redis.lrange(self.keys.session(session_id).entries, start, stop)
+        return [decode(Entry, e) for e in raw]
+
+    @traced_commit
+    async def commit(
+        self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
+    ) -> tuple[int, int]:
+        """Apply a write-set atomically under the fence; returns (seq, entry count)."""
+        sk = self.keys.session(session_id)
+        args = writes.to_script()
+        self._check_size(args, "commit")
+        seq, count = await self._run(
+            "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
+        )
+        return int(seq), int(count)
+
+    async def save_partial(
+        self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,
+        request_id: str, text: str, delta: str,
+    ) -> bool:
+        """Save a streaming answer's text so far (partial.lua); False when the fence is stale.
+
+        Losable by design: the caller drops a failure; the next commit clears the text.
+        """
+        sk = self.keys.session(session_id)
+        receipt = dumps({"detail": {"task_id": task_id, "request_id": request_id,
+                                    "delta": delta, "chars": len(text)}})
+        saved = await self._run("partial", sk, [fence, worker.model_dump_json(), task_id,
+                                                request_id, text, receipt])
+        return bool(saved)
+
+    async def partial(self, session_id: str) -> Partial | None:
+        """The streamed text saved since the last commit, if any."""
+        sk = self.keys.session(session_id)
+        text, of = await self.redis.hmget(sk.meta, ["partial", "partial_of"])
+        if of is None:
+            return None
+        task_id, _, request_id = of.partition(" ")
+        return Partial(task_id=task_id, request_id=request_id, text=text or "")
+
+    # ------------------------------------------------------------------ history
+
+    async def finished_tasks(self, session_id: str) -> dict[str, Task]:
+        raw = await self.redis.hgetall(self.keys.session(session_id).done)
+        return {k: decode(Task, v) for k, v in raw.items()}
+
+    async def receipts(
+        self, session_id: str, after: str = "-", count: int = 10_000
+    ) -> list[Receipt]:
+        start = after if after == "-" else f"({after}"
+        raw = await self.redis.xrange(self.keys.session(session_id).receipts, start, "+", count)
+        return [parse_receipt(sid, f) for sid, f in raw]
+
+    async def receipts_for(
+        self, session_id: str, *, task_id: str | None = None, run_id: str | None = None
+    ) -> list[Receipt]:
+        """The session's receipts about one task (its commits and its runs) and/or one run."""
+        return receipts_about(await self.receipts(session_id), task_id=task_id, run_id=run_id)
+
+
+__all__ = [
+    "BatonError", "Claim", "Lease", "Partial", "SessionState", "Store", "connect_redis", "now_ms",
+    "receipts_about",
+]

@@ -1,0 +1,66 @@
+"""The public surface: what ``from baton import ...`` offers is pinned, and cheap to import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import baton
+import baton.brain
+import baton.brain.tasks
+import baton.hands
+import baton.relay
+from baton import errors
+
+PUBLIC = [
+    "Agent", "App", "BatonError", "ChildResult", "Client", "ConfigError", "ConflictError",
+    "CredentialsError", "DocumentType", "FenceError", "ForbiddenError", "LeaseBusyError",
+    "ModelError", "ModelRetryableError", "NatsUnavailable", "NotFoundError", "PayloadTooLarge",
+    "PhaseContext", "RedisUnavailable", "ServerBinaryMissing", "ServerError", "Settings",
+    "StaleAttemptError", "StaleFenceError", "Step", "TaskDef", "Tool", "ToolContext",
+    "ToolError", "UnavailableError", "ValidationError", "load_app", "tool",
+]
+
+
+def test_top_level_exports_are_pinned() -> None:
+    assert sorted(baton.__all__) == sorted(PUBLIC)
+    for name in baton.__all__:
+        assert getattr(baton, name) is not None, name
+    assert set(dir(baton)) >= set(PUBLIC)
+
+
+def test_the_whole_error_tree_is_public() -> None:
+    tree = {name for name, obj in vars(errors).items()
+            if isinstance(obj, type) and issubclass(obj, errors.BatonError)}
+    assert tree <= set(baton.__all__)
+
+
+def test_role_packages_are_pinned() -> None:
+    assert sorted(baton.brain.__all__) == ["BrainWorker", "ModelClient", "ModelRequest",
+                                           "ModelResponse"]
+    assert sorted(baton.hands.__all__) == ["HandsWorker", "ReplayDecision", "decide", "main"]
+    assert sorted(baton.relay.__all__) == ["Relay", "main"]
+    assert sorted(baton.brain.tasks.__all__) == ["ChildResult", "DocumentType", "PhaseContext",
+                                                 "Step", "TaskDef"]
+    for module in (baton.brain, baton.hands, baton.relay, baton.brain.tasks):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, name
+
+
+def test_unknown_names_raise_attribute_error() -> None:
+    try:
+        baton.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:
+        raise AssertionError("baton.NoSuchThing resolved")
+
+
+def test_import_baton_loads_nothing_heavy() -> None:
+    # A health probe or `baton --help` imports the package: it must not pull the runtime in.
+    code = ("import sys, baton; heavy = [m for m in ('redis', 'nats', 'pydantic', 'rich', "
+            "'opentelemetry.sdk', 'baton.store.store', 'baton.brain') if m in sys.modules]; "
+            "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == ""
