@@ -13,7 +13,44 @@ import re
 from baton.brain.model import ModelRequest, ModelResponse
 from baton.models import Entry, ToolCall, Usage
 
-EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+# Addresses in linear time, whatever the text. The plain pattern
+# ``[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}`` rescanned a run of address characters once
+# per start position inside it (20 KB took 2.3 s). Here a search may only start where a local
+# part starts (the look-behind fails at once inside a run), the domain is a look-ahead (a failed
+# domain may still hold the next address's local part), and both parts are bounded by RFC
+# 5321's lengths (64 and 255). Found addresses are the plain pattern's, up to those bounds.
+_LOCAL_AT = r"([A-Za-z0-9._%+-]{1,64})@(?=([A-Za-z0-9.-]{1,255}))"
+EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])" + _LOCAL_AT)
+# Right after an address the next may start at once, as it does for the plain pattern.
+_ADJACENT = re.compile(_LOCAL_AT)
+
+
+def find_emails(text: str) -> list[str]:
+    """The distinct e-mail addresses in ``text``, in order of first appearance."""
+    found: dict[str, None] = {}
+    pos, after_address = 0, False
+    while True:
+        match = _ADJACENT.match(text, pos) if after_address else None
+        match = match or EMAIL.search(text, pos)
+        if match is None:
+            return list(found)
+        domain = _domain(match.group(2))
+        if domain:
+            found.setdefault(f"{match.group(1)}@{domain}")
+        pos, after_address = match.end() + len(domain), bool(domain)
+
+
+def _domain(run: str) -> str:
+    """The longest prefix of ``run`` ending in a dot and a top-level label of two letters or
+    more (``sub.example.org`` of ``sub.example.org-``), or "" when there is none."""
+    dot = len(run)
+    while (dot := run.rfind(".", 0, dot)) > 0:
+        end = dot + 1
+        while end < len(run) and run[end].isascii() and run[end].isalpha():
+            end += 1
+        if end - dot > 2:
+            return run[:end]
+    return ""
 
 
 def _turn(entries: tuple[Entry, ...]) -> tuple[Entry | None, list[Entry]]:
@@ -47,7 +84,7 @@ class ScriptedModel:
         tool_names = {t["name"] for t in request.tools}
         called = [e for e in after if e.kind == "model" and e.tool_calls]
         if not called and "send_email" in tool_names:
-            recipients = list(dict.fromkeys(EMAIL.findall(user.text)))
+            recipients = find_emails(user.text)
             if recipients:
                 calls = tuple(
                     ToolCall(
