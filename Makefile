@@ -2,6 +2,7 @@
 #
 #   make demo        system deps + virtualenv, then the five-notice crash/takeover demo
 #   make test        system deps + virtualenv, then the default test suite (crash tests included)
+#   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
 #   make bench       benchmarks (not timed tests)
 #   make lint        ruff + mypy
@@ -19,7 +20,7 @@ PYTHON ?= $(shell scripts/bootstrap.sh find-python 2>/dev/null || echo python3)
 STAMP := $(VENV)/.baton-installed
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv demo test test-chaos bench lint clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos bench lint clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -45,6 +46,11 @@ demo: deps venv
 
 test: deps venv
 	$(BIN)/pytest -q -m "not chaos" $(PYTEST_ARGS)
+
+HOGS ?= 8
+
+test-stress: deps venv
+	scripts/with-cpu-hogs.sh $(HOGS) $(BIN)/pytest -q -m "not chaos" $(PYTEST_ARGS)
 
 test-chaos: deps venv
 	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)

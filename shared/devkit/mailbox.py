@@ -11,6 +11,9 @@ replay policy:
   each key was repeated) and deliveries per recipient: the numbers chaos runs check "exactly
   once" against.
 - ``GET /healthz``, and ``POST /reset`` to clear the state between test or bench runs.
+- ``POST /hold`` and ``POST /release``: while held, every new send is recorded and its answer
+  waits for the release (``held`` in ``/stats`` counts them). Tests use it to stop work at a
+  known point (every job has one mail accepted, none answered) instead of racing a delay.
 
 An operation is recorded before the send is answered: with ``--data DIR`` it is appended to
 ``DIR/operations.jsonl`` and fsync'd, so it survives a restart of the service. ``--delay-ms``
@@ -149,6 +152,9 @@ class MailboxServer:
         self.repeats: Counter[str] = Counter()  # key -> requests after the first
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
+        self._open = asyncio.Event()  # cleared by POST /hold, set by POST /release
+        self._open.set()
+        self.held = 0
 
     @property
     def url(self) -> str:
@@ -174,6 +180,8 @@ class MailboxServer:
                 web.get("/stats", self._stats),
                 web.get("/healthz", self._healthz),
                 web.post("/reset", self._reset),
+                web.post("/hold", self._hold),
+                web.post("/release", self._release),
             ]
         )
         # A held (delayed) reply must not hold up a shutdown for long.
@@ -192,6 +200,7 @@ class MailboxServer:
     async def stop(self) -> None:
         """Stop listening and finish in-flight requests; idempotent."""
         runner, self._runner = self._runner, None
+        self._open.set()  # held answers go out before the server stops
         if runner is not None:
             await runner.cleanup()
 
@@ -225,8 +234,15 @@ class MailboxServer:
         if duplicate:
             self.duplicates_suppressed += 1
             self.repeats[key] += 1
-        elif delay_ms:
-            await asyncio.sleep(delay_ms / 1000)
+        else:
+            if not self._open.is_set():
+                self.held += 1
+                try:
+                    await self._open.wait()
+                finally:
+                    self.held -= 1
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
         return web.json_response({**op.model_dump(), "duplicate": duplicate})
 
     async def _record(self, key: str, send: SendRequest) -> tuple[Operation, bool]:
@@ -274,11 +290,20 @@ class MailboxServer:
                 "rejected": self.rejected,
                 "deliveries": dict(deliveries),
                 "repeated_keys": dict(self.repeats),
+                "held": self.held,
             }
         )
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
+
+    async def _hold(self, request: web.Request) -> web.Response:
+        self._open.clear()
+        return web.json_response({"ok": True, "held": self.held})
+
+    async def _release(self, request: web.Request) -> web.Response:
+        self._open.set()
+        return web.json_response({"ok": True, "released": self.held})
 
     async def _reset(self, request: web.Request) -> web.Response:
         await asyncio.to_thread(self._store.truncate)

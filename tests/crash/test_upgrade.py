@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(120)]
 
 V1, V2, V3 = (f"tests.version_apps:v{n}" for n in (1, 2, 3))
 JOBS = 4
-SENDS = 4  # per job, one after another; each held 600 ms by the mail service
+SENDS = 4  # per job, one after another
 
 
 async def _start(c: Crash, kind: str, compat: int, to: str) -> tuple[str, str]:
@@ -39,7 +39,10 @@ async def _done(c: Crash, sid: str, tid: str) -> Task:
 async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
     crash: Opener,
 ) -> None:
-    c = await crash(brains=2, hands=2, app_spec=V1, mail_delay_ms=600)
+    c = await crash(brains=2, hands=2, app_spec=V1)
+    # The mail service holds every answer until released: each job's first mail is accepted
+    # and none is answered, so every job is mid-way under v1 however slow the machine is.
+    await c.http.post("/hold")
     jobs = [await _start(c, "job", 1, f"user{i}@example.com") for i in range(JOBS)]
     extra = (await c.client.start_task(None, "extra", {}, agent=AGENT, compat=1))[:2]
 
@@ -50,11 +53,12 @@ async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
     reason = await eventually(extra_blocked, timeout=15, message="extra blocked under v1")
     assert "no definition of task kind 'extra'" in reason
 
-    async def midway() -> bool:  # every job has sent something and none has finished
-        accepted = (await c.stats())["accepted"]
-        tasks = [await c.store.task(s, t) for s, t in jobs]
-        return accepted >= JOBS and not any(t.terminal for t in tasks)
-    await eventually(midway, timeout=15, message="jobs mid-way under v1")
+    async def midway() -> bool:  # every job has one mail accepted and held, none finished
+        stats = await c.stats()
+        return stats["accepted"] == stats["held"] == JOBS
+    await eventually(midway, timeout=30, message="jobs mid-way under v1")
+    tasks = [await c.store.task(s, t) for s, t in jobs]
+    assert not any(t.terminal for t in tasks) and all(t.version == 1 for t in tasks)
 
     for n in (1, 2):
         await c.stack.spawn("brain", f"brain-v2-{n}", app=V2)
@@ -62,6 +66,7 @@ async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
         c.stack.kill(old, signal.SIGTERM, respawn=False)
     for old in ("brain-1", "brain-2"):
         assert await c.stack.wait_exit(old, timeout=20) == 0
+    await c.http.post("/release")  # the held mails are answered; only v2 Brains are left
 
     # A session at a level no running Brain serves waits, visibly.
     later = await _start(c, "job", 3, "late@example.com")

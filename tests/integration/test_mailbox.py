@@ -146,6 +146,7 @@ async def test_health_and_reset(client: httpx.AsyncClient) -> None:
         "rejected": 0,
         "deliveries": {},
         "repeated_keys": {},
+        "held": 0,
     }
 
 
@@ -211,6 +212,28 @@ async def test_delay_holds_reply_after_recording() -> None:
             # The server-wide delay applies unless a request overrides it.
             fast = await _send(c, _key(), **{"X-Delay-Ms": "0"})
             assert fast.status_code == 200
+
+
+async def test_hold_keeps_answers_until_release() -> None:
+    """While held, sends are recorded and counted as held; release answers them all."""
+    async with MailboxServer() as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as c:
+            assert (await c.post("/hold")).status_code == 200
+            keys = [_key() for _ in range(3)]
+            posts = [asyncio.create_task(_send(c, k)) for k in keys]
+            async with asyncio.timeout(5):
+                while (await c.get("/stats")).json()["held"] < 3:
+                    pass
+            stats = (await c.get("/stats")).json()
+            assert stats["accepted"] == 3 and not any(p.done() for p in posts)
+            # A duplicate and a confirm query are answered while held.
+            assert (await _send(c, keys[0])).json()["duplicate"] is True
+            assert (await c.get(f"/operations/{keys[1]}")).status_code == 200
+
+            assert (await c.post("/release")).json()["released"] == 3
+            replies = await asyncio.gather(*posts)
+            assert [r.json()["duplicate"] for r in replies] == [False] * 3
+            assert (await c.get("/stats")).json()["held"] == 0
 
 
 async def test_command_prints_url_and_stops_on_sigterm(tmp_path: Path) -> None:
