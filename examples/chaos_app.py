@@ -15,10 +15,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from baton.app import Agent, App, ToolContext, tool
-from baton.brain.model import ModelRequest, ModelResponse
+from baton import Agent, App, ModelRequest, ModelResponse, ToolContext, ToolError, tool
 from baton.brain.scripted import ScriptedModel
-from baton.errors import ToolError
 from baton.hands.tools import http_get, send_email
 from baton.hands.tools.email import EmailArgs
 

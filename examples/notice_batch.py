@@ -33,10 +33,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from baton.app import Agent, App
-from baton.brain.tasks import DocumentType, PhaseContext, Step, TaskDef
+from baton import Agent, App, DocumentType, PhaseContext, Step, Task, TaskDef
 from baton.hands.tools import deliver_notice, lookup_notice
-from baton.models import Task
 
 PLAN = "notice-plan"
 SUMMARY = "notice-summary"

@@ -5,7 +5,7 @@ examples.notices:app``; the scripted model sends one ``send_email`` per address 
 the user's message, in one response, then names each recipient's outcome.
 """
 
-from baton.app import Agent, App
+from baton import Agent, App
 from baton.hands.tools import http_get, send_email
 
 notices = Agent(

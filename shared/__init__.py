@@ -4,6 +4,8 @@ The public surface, importable as ``from baton import ...``::
 
     App, Agent, tool, Tool, ToolContext      declare agents and tools   (baton.app)
     TaskDef, Step, PhaseContext, ChildResult custom durable tasks       (baton.brain.tasks)
+    Task                                     a task as a phase sees it  (baton.models)
+    ModelClient, ModelRequest, ModelResponse bring your own model       (baton.brain.model)
     DocumentType                             typed, versioned documents (baton.store.documents)
     Client                                   submit, wait, cancel, approve (baton.client)
     Settings, load_app                       configuration
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from baton.app import Agent, App, Tool, ToolContext, load_app, tool
+    from baton.brain.model import ModelClient, ModelRequest, ModelResponse
     from baton.brain.tasks import ChildResult, PhaseContext, Step, TaskDef
     from baton.client import Client
     from baton.errors import (
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
         UnavailableError,
         ValidationError,
     )
+    from baton.models import Task
     from baton.settings import Settings
     from baton.store.documents import DocumentType
 
@@ -64,6 +68,10 @@ _EXPORTS: dict[str, str] = {
     "PhaseContext": "baton.brain.tasks",
     "Step": "baton.brain.tasks",
     "TaskDef": "baton.brain.tasks",
+    "Task": "baton.models",
+    "ModelClient": "baton.brain.model",
+    "ModelRequest": "baton.brain.model",
+    "ModelResponse": "baton.brain.model",
     "Client": "baton.client",
     "DocumentType": "baton.store.documents",
     "Settings": "baton.settings",
@@ -94,7 +102,46 @@ _EXPORTS: dict[str, str] = {
     },
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Agent",
+    "App",
+    "BatonError",
+    "ChildResult",
+    "Client",
+    "ConfigError",
+    "ConflictError",
+    "CredentialsError",
+    "DocumentType",
+    "FenceError",
+    "ForbiddenError",
+    "LeaseBusyError",
+    "ModelClient",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelRetryableError",
+    "NatsUnavailable",
+    "NotFoundError",
+    "PayloadTooLarge",
+    "PhaseContext",
+    "RedisUnavailable",
+    "ServerBinaryMissing",
+    "ServerError",
+    "Settings",
+    "StaleAttemptError",
+    "StaleFenceError",
+    "Step",
+    "Task",
+    "TaskDef",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "UnavailableError",
+    "ValidationError",
+    "load_app",
+    "tool",
+]
+
 
 
 def __getattr__(name: str) -> Any:

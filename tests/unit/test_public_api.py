@@ -13,17 +13,49 @@ import baton.relay
 from baton import errors
 
 PUBLIC = [
-    "Agent", "App", "BatonError", "ChildResult", "Client", "ConfigError", "ConflictError",
-    "CredentialsError", "DocumentType", "FenceError", "ForbiddenError", "LeaseBusyError",
-    "ModelError", "ModelRetryableError", "NatsUnavailable", "NotFoundError", "PayloadTooLarge",
-    "PhaseContext", "RedisUnavailable", "ServerBinaryMissing", "ServerError", "Settings",
-    "StaleAttemptError", "StaleFenceError", "Step", "TaskDef", "Tool", "ToolContext",
-    "ToolError", "UnavailableError", "ValidationError", "load_app", "tool",
+    "Agent",
+    "App",
+    "BatonError",
+    "ChildResult",
+    "Client",
+    "ConfigError",
+    "ConflictError",
+    "CredentialsError",
+    "DocumentType",
+    "FenceError",
+    "ForbiddenError",
+    "LeaseBusyError",
+    "ModelClient",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelRetryableError",
+    "NatsUnavailable",
+    "NotFoundError",
+    "PayloadTooLarge",
+    "PhaseContext",
+    "RedisUnavailable",
+    "ServerBinaryMissing",
+    "ServerError",
+    "Settings",
+    "StaleAttemptError",
+    "StaleFenceError",
+    "Step",
+    "Task",
+    "TaskDef",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "UnavailableError",
+    "ValidationError",
+    "load_app",
+    "tool",
 ]
 
 
 def test_top_level_exports_are_pinned() -> None:
     assert sorted(baton.__all__) == sorted(PUBLIC)
+    assert set(baton._EXPORTS) == set(PUBLIC)  # what __getattr__ can load
     for name in baton.__all__:
         assert getattr(baton, name) is not None, name
     assert set(dir(baton)) >= set(PUBLIC)
