@@ -73,7 +73,8 @@ def test_baton_dev_detached_serves_submit_and_stops(tmp_path: Path) -> None:
     try:
         info = json.loads((tmp_path / "home" / "dev.json").read_text())
         pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
-        out = _baton("submit", "--wait", "Send the approved notice to ada@example.com", env=env)
+        out = _baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com",
+                     env=env)
         assert json.loads(out.splitlines()[-1])["status"] == "completed"
     finally:
         _baton("dev", "--stop", env=env)
