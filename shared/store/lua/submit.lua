@@ -23,8 +23,8 @@ if existing then
   local original = redis.call('HGET', K_SUBS, existing)
   local digest = ARGV[16] or ''
   if digest ~= '' and original and redis.sha1hex(cjson.decode(original).text) ~= digest then
-    return fail('CONFLICT', 'request id ' .. ARGV[5] .. ' was used before for submission '
-                .. existing .. ' with a different text')
+    return fail('CONFLICT', 'request id ' .. ARGV[5] .. ' in session ' .. sid
+                .. ' was used before for submission ' .. existing .. ' with a different text')
   end
   return {0, original}
 end
