@@ -28,7 +28,8 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click declares exit_code on the class; this error carries its own per instance.
+        setattr(self, "exit_code", exit_code)  # noqa: B010
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", file=file, err=file is None)
