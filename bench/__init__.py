@@ -15,6 +15,7 @@ BENCHES: dict[str, str] = {
     "docs": "baton.bench.doc_bench",
     "takeover": "baton.bench.takeover_bench",
     "history": "baton.bench.history_bench",
+    "cli": "baton.bench.cli_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -94,6 +94,17 @@ class Client:
         self.faults.hit("submit.after_commit")
         return result
 
+    async def live_brains(self, agent: str, compat: int = 1) -> list[str]:
+        """Names of the live Brains that consume ``agent``'s wakes at level ``compat``.
+
+        Read from the services' announcements; empty means input would wait (durably) until
+        such a Brain starts.
+        """
+        from baton.store.workers import live_brains, services
+
+        announced = await services(self.store.redis, self.store.keys.workers, now_ms())
+        return live_brains(announced, agent, compat)
+
     async def start_task(
         self,
         session_id: str | None,

@@ -72,6 +72,15 @@ class NotFoundError(BatonError):
     code = "not_found"
 
 
+def not_found(what: str, *, namespace: str = "", **fields: Any) -> NotFoundError:
+    """A NOT_FOUND as a sentence: ``no session s-x in namespace baton``,
+    ``no run r-1 in session s-x (namespace baton)``."""
+    where = ""
+    if namespace:
+        where = f" (namespace {namespace})" if " in " in what else f" in namespace {namespace}"
+    return NotFoundError(f"no {what}{where}", namespace=namespace, **fields)
+
+
 class ConflictError(BatonError):
     code = "conflict"
 
@@ -226,7 +235,8 @@ class ToolError(BatonError):
 
 
 def from_redis_error(
-    exc: Exception, *, session_id: str = "", run_id: str = "", role: str = ""
+    exc: Exception, *, session_id: str = "", run_id: str = "", role: str = "",
+    namespace: str = "",
 ) -> BatonError:
     """Map a redis-py exception (or a Baton Lua error reply) to the error tree.
 
@@ -234,6 +244,7 @@ def from_redis_error(
     ``NOPERM command key`` (the caller's ACL lacks it; checked before any write),
     ``STALE_FENCE presented current``, ``STALE_ATTEMPT presented current status``,
     ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``.
+    A NOT_FOUND becomes a sentence naming the id and ``namespace`` (see :func:`not_found`).
     """
     import redis.exceptions as rex
 
@@ -265,7 +276,9 @@ def from_redis_error(
                 return LeaseBusyError(session_id, parts[1], int(parts[2]))
             detail = " ".join(parts[1:])
             if word == "NOT_FOUND":
-                return NotFoundError(detail, session_id=session_id)
+                if detail == "session" and session_id:
+                    detail = f"session {session_id}"
+                return not_found(detail, namespace=namespace, session_id=session_id)
             if word == "INVALID":
                 return ValidationError(detail, session_id=session_id)
             return ConflictError(detail, session_id=session_id)

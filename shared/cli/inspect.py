@@ -23,10 +23,11 @@ from baton.store.deadletter import dead_letters
 from baton.store.outbox import Outbox
 from baton.store.state import parse_meta
 from baton.store.store import Store, now_ms
+from baton.store.workers import served_levels as _served
+from baton.store.workers import services
 
 __all__ = ["cluster_view", "render_cluster", "render_session", "session_view"]
 
-SERVICE_STALE_MS = 10_000  # services announce every 2 s; silent this long = probably gone
 CLUSTER_SESSIONS = 1_000  # newest sessions classified in the cluster view
 
 
@@ -58,18 +59,7 @@ def _blocked(task: Task, runs: dict[str, ToolRun], fence: int, leased: bool) -> 
 
 
 async def _services(store: Store, now: int) -> list[dict[str, Any]]:
-    services = []
-    for raw in (await store.redis.hgetall(store.keys.workers)).values():
-        info = loads(raw)
-        age = now - int(info.get("seen_ms", 0))
-        services.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
-    return services
-
-
-def _served(services: list[dict[str, Any]]) -> set[tuple[str, int]]:
-    """(agent, compat level) pairs some live Brain consumes wakes for."""
-    return {(str(a), int(c)) for s in services if s.get("role") == "brain" and s["alive"]
-            for a, c in s.get("serves", ())}
+    return await services(store.redis, store.keys.workers, now)
 
 
 def _level_reason(agent: str, compat: int, served: set[tuple[str, int]]) -> str:

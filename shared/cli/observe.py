@@ -8,22 +8,21 @@ again after its private stack is gone.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
+from baton.cli.common import run as _run
+from baton.cli.common import settings
 from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
-from baton.devkit.stack import home, settings_from_env_or_stack
-from baton.errors import BatonError, NotFoundError
+from baton.devkit.stack import home
+from baton.errors import not_found
 from baton.models import Receipt
-from baton.observability import log as logs
 from baton.settings import Settings
 from baton.store.state import receipts_about
 from baton.store.store import Store
@@ -52,21 +51,7 @@ def load_receipts(path: Path) -> tuple[str, list[Receipt]]:
 
 
 def _settings() -> Settings:
-    try:
-        settings = settings_from_env_or_stack()
-    except BatonError as exc:
-        raise click.ClickException(str(exc)) from None
-    logs.configure("warning", settings.log_format)
-    return settings
-
-
-def _run(coro: Coroutine[Any, Any, Any]) -> Any:
-    try:
-        return asyncio.run(coro)
-    except BatonError as exc:
-        raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
-        sys.exit(130)
+    return settings(log_level="warning")
 
 
 async def _live_receipts(settings: Settings, session_id: str, task_id: str | None,
@@ -74,7 +59,8 @@ async def _live_receipts(settings: Settings, session_id: str, task_id: str | Non
     store = await Store.connect(settings)
     try:
         if not await store.redis.exists(store.keys.session(session_id).meta):
-            raise NotFoundError(f"no session {session_id}", session_id=session_id)
+            raise not_found(f"session {session_id}", namespace=settings.namespace,
+                            session_id=session_id)
         return await store.receipts_for(session_id, task_id=task_id, run_id=run_id)
     finally:
         await store.close()

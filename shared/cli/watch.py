@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.cli.trace import Timeline
-from baton.errors import NotFoundError, RedisUnavailable
+from baton.errors import RedisUnavailable, not_found
 from baton.models import Entry, Receipt, Submission, Task, decode, dumps, loads
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
@@ -44,6 +44,8 @@ Emit = Callable[[dict[str, Any]], None]
 _BATCH = 100
 _RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 _GIVE_UP_S = 60.0  # Redis unreachable this long in a row: give up with RedisUnavailable
+# Before the first successful read there may be no stack at all: give up sooner.
+_FIRST_GIVE_UP_S = 5.0
 
 
 class Watch:
@@ -58,6 +60,7 @@ class Watch:
         after: str | None = None,
         until_settled: bool = False,
         block_ms: int = 5_000,
+        first_give_up_s: float = _FIRST_GIVE_UP_S,
     ) -> None:
         self.settings = settings
         self.session_id = session_id
@@ -68,6 +71,8 @@ class Watch:
         self.last_id = after or "0-0"
         self.entry_count = 0  # entries appended by the receipts up to last_id
         self.reconnects = 0
+        self.first_give_up_s = first_give_up_s
+        self._reached = False  # Redis answered once: from then on, retry for _GIVE_UP_S
         self._draining = False  # settled: read what is left without waiting, then stop
         self.timeline = Timeline(session_id)
         # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes.
@@ -94,13 +99,19 @@ class Watch:
         attempt = 0
         while True:
             try:
-                return await step()
+                done = await step()
+                self._reached = True
+                return done
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 loop = asyncio.get_running_loop()
                 failed_at = failed_at or loop.time()
-                if loop.time() - failed_at > _GIVE_UP_S:
-                    raise RedisUnavailable(f"watch lost Redis: {exc}",
-                                           url=self.settings.redis_url) from None
+                limit = _GIVE_UP_S if self._reached else self.first_give_up_s
+                if loop.time() - failed_at > limit:
+                    what = "lost" if self._reached else "cannot reach"
+                    raise RedisUnavailable(
+                        f"watch {what} Redis at {self.settings.redis_url} (gave up after "
+                        f"{limit:g} s of retries): {exc}", url=self.settings.redis_url,
+                    ) from None
                 self.reconnects += 1
                 self.emit({"type": "reconnect", "after": self.last_id, "error": str(exc)})
                 await asyncio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
@@ -114,7 +125,8 @@ class Watch:
             # and give the timeline its context (hops), then follow from there.
             before = await self.redis.xrange(self.sk.receipts, "-", self.after)
             if not await self.redis.exists(self.sk.meta):
-                raise NotFoundError(f"no session {self.session_id}", session_id=self.session_id)
+                raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
+                                session_id=self.session_id)
             self._prime(before)
             self.emit({"type": "resume", "after": self.after, "entries": self.entry_count})
             return False  # even if settled: the receipts after the id are still to show
@@ -125,7 +137,8 @@ class Watch:
             p.xrange(sk.receipts, "-", "+")
             meta, tasks, done, subs, runs, runs_done, count, entries, receipts = await p.execute()
         if not meta:
-            raise NotFoundError(f"no session {self.session_id}", session_id=self.session_id)
+            raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
+                            session_id=self.session_id)
         self._prime(receipts)
         self.entry_count = int(count)  # the same MULTI: exactly the entries of those receipts
         m = parse_meta(self.session_id, meta)

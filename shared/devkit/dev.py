@@ -1,14 +1,18 @@
 """``baton dev``: run the local stack from a shell, in the foreground or detached.
 
-Owns the command: starting a :class:`~baton.devkit.devstack.DevStack` and describing it in
-``dev.json``, printing it, detaching it into the background, and ``--stop``, which finds the
-stack's processes again from ``dev.json`` (checking each PID still runs what it ran).
+Owns the command group: ``up`` starts a :class:`~baton.devkit.devstack.DevStack`, describes
+it in ``dev.json`` and prints it (``--detach`` runs it in the background); ``down`` finds the
+stack's processes again from ``dev.json`` (checking each PID still runs what it ran) and
+stops them; ``status`` shows the processes and URLs (exit 1 when no stack runs); ``logs``
+prints (``-f``: follows) a process's log. The older spellings stay: plain ``baton dev`` and
+``baton dev --detach`` are ``up``, ``baton dev --stop`` is ``down``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -56,14 +60,16 @@ def _print_stack(info: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(highlight=False)
     table = Table(title=f"baton dev ({info['base_dir']})", title_justify="left")
-    for col in ("role", "name", "pid", "log"):
+    status = any("alive" in p for p in info["processes"])
+    for col in ("role", "name", "pid", *(["alive"] if status else []), "log"):
         table.add_column(col)
     logs_dir = Path(info["base_dir"]) / "logs"
     for p in info["processes"]:
         logf = logs_dir / f"{p['name']}.log" if p["role"] not in ("redis", "nats") else ""
-        table.add_row(p["role"], p["name"], str(p["pid"]), str(logf))
+        alive = (["yes" if p.get("alive") else "NO"] if status else [])
+        table.add_row(p["role"], p["name"], str(p["pid"]), *alive, str(logf))
     console.print(table)
     for key in ("redis_url", "nats_url", "mail_url", "namespace"):
         console.print(f"  {key:<10} {info[key]}")
@@ -80,7 +86,7 @@ async def _serve_foreground(stack: DevStack) -> None:
         await stack.start()
         stack.write_stack_file()
         _print_stack(stack.describe())
-        click.echo("running; Ctrl-C (or `baton dev --stop`) stops everything")
+        click.echo("running; Ctrl-C (or `baton dev down`) stops everything")
         await stop.wait()
         click.echo("stopping: services drain, then the servers stop")
     finally:
@@ -130,7 +136,7 @@ def _detach(base: Path, argv: list[str]) -> None:
         if info and info.get("supervisor_pid") == child.pid and info.get("ready"):
             _print_stack(info)
             click.echo(f"detached (supervisor pid {child.pid}, log {log_path}); "
-                       "stop with `baton dev --stop`")
+                       "stop with `baton dev down`")
             return
         if child.poll() is not None or time.monotonic() > deadline:
             if child.poll() is None:
@@ -140,33 +146,140 @@ def _detach(base: Path, argv: list[str]) -> None:
         time.sleep(0.05)
 
 
-@click.command("dev")
-@click.option("--brains", default=1, show_default=True, type=click.IntRange(0, 64))
-@click.option("--hands", default=2, show_default=True, type=click.IntRange(0, 64))
-@click.option("--relays", default=1, show_default=True, type=click.IntRange(0, 64))
-@click.option("--mail-delay-ms", default=0, show_default=True, type=click.IntRange(0, 60_000),
-              help="hold each new mail this long before the mail service answers")
-@click.option("--durable", is_flag=True, help="AOF fsync always, JetStream sync always; keep data")
-@click.option("--detach", is_flag=True, help="run the stack in the background and return")
-@click.option("--app", "app_spec", default="baton.examples.notices:app", show_default=True)
-@click.option("--stop", "stop_", is_flag=True, help="stop the stack described in dev.json")
-def dev_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-                detach: bool, app_spec: str, stop_: bool) -> None:
+def _up_options(f: Any) -> Any:
+    for option in reversed([
+        click.option("--brains", default=1, show_default=True, type=click.IntRange(0, 64)),
+        click.option("--hands", default=2, show_default=True, type=click.IntRange(0, 64)),
+        click.option("--relays", default=1, show_default=True, type=click.IntRange(0, 64)),
+        click.option("--mail-delay-ms", default=0, show_default=True,
+                     type=click.IntRange(0, 60_000),
+                     help="hold each new mail this long before the mail service answers"),
+        click.option("--durable", is_flag=True,
+                     help="AOF fsync always, JetStream sync always; keep data"),
+        click.option("--detach", is_flag=True, help="run the stack in the background and return"),
+        click.option("--app", "app_spec", default="baton.examples.notices:app",
+                     show_default=True),
+    ]):
+        f = option(f)
+    return f
+
+
+@click.group("dev", invoke_without_command=True)
+@_up_options
+@click.option("--stop", "stop_", is_flag=True, help="same as `baton dev down`")
+@click.pass_context
+def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
+                durable: bool, detach: bool, app_spec: str, stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
     The stack lives in $BATON_HOME (default ./.baton); `baton submit` finds it via dev.json.
+    Without a subcommand: `up` (and `--stop`: `down`).
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    if stop_:
+        _stop_stack(home())
+        return
+    _up(brains, hands, relays, mail_delay_ms, durable, detach, app_spec)
+
+
+@dev_command.command("up")
+@_up_options
+def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
+               detach: bool, app_spec: str) -> None:
+    """Start the stack (in the foreground until Ctrl-C, or --detach)."""
+    _up(brains, hands, relays, mail_delay_ms, durable, detach, app_spec)
+
+
+@dev_command.command("down")
+def down_command() -> None:
+    """Stop the stack described in dev.json (services drain first)."""
+    _stop_stack(home())
+
+
+@dev_command.command("status")
+@click.option("--json", "as_json", is_flag=True, help="the stack's description as JSON")
+def status_command(as_json: bool) -> None:
+    """The stack's processes and URLs; exit 1 when no stack runs."""
+    base = home()
+    info = read_stack({"BATON_HOME": str(base)})
+    running = bool(info) and _pid_alive(int((info or {}).get("supervisor_pid") or 0))
+    if not info or not running:
+        from baton.cli.failures import CliError
+
+        if as_json:
+            click.echo(json.dumps({"running": False, "base_dir": str(base)}))
+        raise CliError(f"no stack running in {base}"
+                       + (" (dev.json is left from a stack that died; `baton dev down` "
+                          "cleans up)" if info else "; start one with `baton dev up`"))
+    procs = [{**p, "alive": _pid_alive(p.get("pid"))} for p in info.get("processes", [])]
+    view = {**info, "running": True, "processes": procs}
+    if as_json:
+        click.echo(json.dumps(view))
+        return
+    _print_stack(view)
+
+
+@dev_command.command("logs")
+@click.argument("name", required=False)
+@click.option("-f", "--follow", is_flag=True, help="keep printing what is appended")
+@click.option("-n", "--lines", default=0, type=click.IntRange(0),
+              help="only the last N lines (default: all)")
+def logs_command(name: str | None, follow: bool, lines: int) -> None:
+    """Print the log of process NAME (brain-1, hands-2, relay-1, mailbox, redis, nats, dev).
+
+    Without NAME, list the logs there are.
+    """
+    from baton.cli.failures import CliError
+
+    base = home()
+    found = _log_files(base)
+    if name is None:
+        if not found:
+            raise CliError(f"no logs in {base}; start a stack with `baton dev up`")
+        for key in sorted(found):
+            click.echo(f"{key:<12} {found[key]}")
+        return
+    path = found.get(name)
+    if path is None:
+        raise CliError(f"no log of {name!r} in {base}; there are: "
+                       f"{', '.join(sorted(found)) or 'none'}")
+    _print_log(path, follow, lines)
+
+
+def _log_files(base: Path) -> dict[str, Path]:
+    """Process name -> log file: services under logs/, the servers in their data dirs."""
+    found: dict[str, Path] = {}
+    if base.exists():
+        for path in sorted(base.rglob("*.log")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def _print_log(path: Path, follow: bool, lines: int) -> None:
+    with path.open("rb") as src:
+        text = src.read().decode(errors="replace")
+        if lines:
+            text = "".join(text.splitlines(keepends=True)[-lines:])
+        click.echo(text, nl=False)
+        while follow:  # like tail -f: until Ctrl-C
+            chunk = src.read()
+            if chunk:
+                click.echo(chunk.decode(errors="replace"), nl=False)
+            else:
+                time.sleep(0.2)
+
+
+def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, detach: bool,
+        app_spec: str) -> None:
     from baton.observability import log as logs
 
     base = home()
-    if stop_:
-        _stop_stack(base)
-        return
     running = read_stack({"BATON_HOME": str(base)})
     if running and _pid_alive(running.get("supervisor_pid")):
         raise click.ClickException(
             f"a stack is running already (supervisor pid {running['supervisor_pid']}); "
-            "stop it with `baton dev --stop`")
+            "stop it with `baton dev down`")
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,

@@ -1,4 +1,4 @@
-"""Health checks of a service: a tiny HTTP endpoint and the ``baton health`` command.
+"""Health checks of a service: an HTTP endpoint (aiohttp.web) and the ``baton health`` command.
 
 With ``BATON_HEALTH_PORT`` set, every service answers on that port (all interfaces, for
 orchestrator probes):
@@ -11,7 +11,9 @@ orchestrator probes):
 
 Both answer a small JSON object with the checks. ``baton health`` checks a service from
 outside: ``--port`` asks a local endpoint (container health checks), ``--role/--name`` reads
-the service's announcement in ``<ns>:workers`` (fresh = seen within ``--max-age-s``).
+the service's announcement in ``<ns>:workers`` (fresh = seen within ``--max-age-s``). A probe
+runs every few seconds, so its path imports neither aiohttp nor redis unless it needs them:
+the ``--port`` check is a raw HTTP/1.1 GET over asyncio streams.
 """
 
 from __future__ import annotations
@@ -24,24 +26,13 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import click
-import structlog
 
 if TYPE_CHECKING:
     from baton.service import Service
 
-__all__ = ["announcement_age_ms", "check_http", "health_command", "serve_health"]
-
-log = structlog.get_logger("baton.health")
+__all__ = ["announcement_age_ms", "answer", "check_http", "health_command", "serve_health"]
 
 _READ_TIMEOUT_S = 2.0
-_STATUS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
-
-
-def _reply(status: int, body: dict[str, Any]) -> bytes:
-    data = json.dumps(body).encode()
-    head = (f"HTTP/1.1 {status} {_STATUS[status]}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n")
-    return head.encode() + data
 
 
 def answer(service: Service, method: str, path: str) -> tuple[int, dict[str, Any]]:
@@ -61,35 +52,31 @@ def answer(service: Service, method: str, path: str) -> tuple[int, dict[str, Any
 
 @contextlib.asynccontextmanager
 async def serve_health(service: Service, port: int, host: str = "0.0.0.0") -> AsyncIterator[int]:
-    """Serve /healthz and /readyz for ``service`` while the block runs; yields the port."""
+    """Serve /healthz and /readyz for ``service`` while the block runs; yields the port.
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(_READ_TIMEOUT_S):
-                request = await reader.readline()
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass  # headers: nothing in them matters here
-            parts = request.decode("latin-1").split()
-            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            status, body = answer(service, method, path)
-            writer.write(_reply(status, body))
-            await writer.drain()
-        except (TimeoutError, OSError, UnicodeError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+    An aiohttp.web application on the service's own event loop (so a wedged loop fails the
+    probe); one catch-all route hands every request to :func:`answer`.
+    """
+    import structlog
+    from aiohttp import web
 
-    server = await asyncio.start_server(handle, host, port)
-    bound = int(server.sockets[0].getsockname()[1])
-    log.info("health_serving", port=bound)
+    async def handle(request: web.Request) -> web.Response:
+        status, body = answer(service, request.method, request.path)
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    # No access log: orchestrators probe every few seconds. A short shutdown: probes are tiny.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
     try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = int(runner.addresses[0][1])  # the port given, or the one picked for 0
+        structlog.get_logger("baton.health").info("health_serving", port=bound)
         yield bound
     finally:
-        server.close()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(server.wait_closed(), 1.0)
+        await runner.cleanup()
 
 
 async def check_http(port: int, path: str = "/readyz", host: str = "127.0.0.1") -> tuple[int, str]:
@@ -97,7 +84,8 @@ async def check_http(port: int, path: str = "/readyz", host: str = "127.0.0.1") 
     try:
         async with asyncio.timeout(_READ_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(host, port)
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                         .encode())
             await writer.drain()
             raw = await reader.read()
             writer.close()
@@ -136,12 +124,22 @@ def _health_settings() -> Any:
 @click.option("--name", default=None, help="the worker name (BATON_WORKER_NAME)")
 @click.option("--max-age-s", default=10.0, show_default=True,
               help="an announcement older than this is stale (services announce every 2 s)")
+@click.option("--json", "as_json", is_flag=True, help="the answer as one JSON object")
 def health_command(port: int | None, path: str, role: str | None, name: str | None,
-                   max_age_s: float) -> None:
+                   max_age_s: float, as_json: bool) -> None:
     """Exit 0 if a service is healthy, 1 if not (for container and orchestrator checks)."""
     if port is not None:
         status, body = asyncio.run(check_http(port, path))
-        click.echo(body or f"status {status}")
+        if as_json:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = {"error": body}
+            click.echo(json.dumps({"port": port, "path": path, "status": status,
+                                   "body": parsed}))
+        else:
+            click.echo(f"{path} on port {port}: "
+                       + (f"{status} {body}" if status else body))
         sys.exit(0 if status == 200 else 1)
     if role is None or name is None:
         raise click.UsageError("give --port, or --role and --name")
@@ -163,11 +161,18 @@ def health_command(port: int | None, path: str, role: str | None, name: str | No
     try:
         found = asyncio.run(age())
     except Exception as exc:
-        click.echo(f"cannot read the announcements: {exc}")
+        _report(as_json, {"role": role, "name": name, "healthy": False, "error": str(exc)},
+                f"cannot read the announcements: {exc}")
         sys.exit(1)
     if found is None:
-        click.echo(f"{role} {name}: no announcement (not running, or stopped cleanly)")
+        _report(as_json, {"role": role, "name": name, "healthy": False, "age_ms": None},
+                f"{role} {name}: no announcement (not running, or stopped cleanly)")
         sys.exit(1)
     fresh = found <= max_age_s * 1000
-    click.echo(f"{role} {name}: last seen {found} ms ago ({'fresh' if fresh else 'stale'})")
+    _report(as_json, {"role": role, "name": name, "healthy": fresh, "age_ms": found},
+            f"{role} {name}: last seen {found} ms ago ({'fresh' if fresh else 'stale'})")
     sys.exit(0 if fresh else 1)
+
+
+def _report(as_json: bool, data: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(data) if as_json else text)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import orjson
 
 from baton.bus.subjects import BusNames
-from baton.errors import ConflictError, NotFoundError
+from baton.errors import ConflictError, not_found
 from baton.models import ToolDispatch, ToolResult, WorkerRef, dumps
 from baton.store.store import Store
 
@@ -97,7 +97,8 @@ async def reject(store: Store, session_id: str, run_id: str, worker: WorkerRef,
 async def _intent(store: Store, session_id: str, run_id: str) -> Any:
     run = await store.run(session_id, run_id)
     if run is None:
-        raise NotFoundError(f"no run {run_id} in session {session_id}", session_id=session_id)
+        raise not_found(f"run {run_id} in session {session_id}",
+                        namespace=store.settings.namespace, session_id=session_id)
     if run.intent.approval_digest is None:
         raise ConflictError(f"run {run_id} ({run.intent.tool}) needs no approval",
                             session_id=session_id)

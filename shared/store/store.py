@@ -9,6 +9,7 @@ relay's outbox and timer operations live in :mod:`baton.store.outbox`; connectio
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any
@@ -18,10 +19,10 @@ from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from baton.errors import (
     BatonError,
-    NotFoundError,
     PayloadTooLarge,
     RedisUnavailable,
     from_redis_error,
+    not_found,
 )
 from baton.models import (
     Entry,
@@ -101,7 +102,8 @@ class Store(RunTransitions):
             return await getattr(self.scripts, script)(keys=sk.all(), args=args)
         except (RedisError, OSError) as exc:
             raise from_redis_error(
-                exc, session_id=sk.session_id, run_id=run_id, role=redis_user(self.settings)
+                exc, session_id=sk.session_id, run_id=run_id, role=redis_user(self.settings),
+                namespace=self.settings.namespace,
             ) from None
 
     def _check_size(self, payload: str | list[str], what: str) -> None:
@@ -131,6 +133,8 @@ class Store(RunTransitions):
     ) -> tuple[Submission, bool]:
         """Accept input once per request id; returns (submission, created).
 
+        The same request id with the same text answers the original submission (created
+        False); with another text it is a ``ConflictError`` (checked in the script, atomically).
         ``headers`` (trace context) go with the wake row and the receipt.
         """
         sk = self.keys.session(session_id)
@@ -155,7 +159,8 @@ class Store(RunTransitions):
             sk,
             [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
              entry.to_json(), task.id, task.to_json(), wake, self.settings.progress_deadline_ms,
-             worker.model_dump_json(), receipt, dumps(headers or {})],
+             worker.model_dump_json(), receipt, dumps(headers or {}),
+             hashlib.sha1(text.encode()).hexdigest()],
         )
         await self.redis.zadd(self.keys.sessions, {session_id: now}, nx=True)
         return decode(Submission, raw), bool(created)
@@ -197,14 +202,15 @@ class Store(RunTransitions):
             p.hget(sk.tasks, task_id).hget(sk.done, task_id)
             live, done = await p.execute()
         if live is None and done is None:
-            raise NotFoundError(f"no task {task_id} in session {session_id}",
-                                session_id=session_id)
+            raise not_found(f"task {task_id} in session {session_id}",
+                            namespace=self.settings.namespace, session_id=session_id)
         return decode(Task, live or done)
 
     async def submission(self, session_id: str, submission_id: str) -> Submission:
         raw = await self.redis.hget(self.keys.session(session_id).subs, submission_id)
         if raw is None:
-            raise NotFoundError(f"no submission {submission_id} in session {session_id}")
+            raise not_found(f"submission {submission_id} in session {session_id}",
+                            namespace=self.settings.namespace, session_id=session_id)
         return decode(Submission, raw)
 
     async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
@@ -290,7 +296,8 @@ class Store(RunTransitions):
                 raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
         meta, tasks, docs, subs, runs, count, entries = results
         if not meta:
-            raise NotFoundError(f"no session {session_id}", session_id=session_id)
+            raise not_found(f"session {session_id}", namespace=self.settings.namespace,
+                            session_id=session_id)
         return SessionState(
             meta=parse_meta(session_id, meta),
             tasks={k: decode(Task, v) for k, v in tasks.items()},

@@ -73,7 +73,8 @@ def test_baton_dev_detached_serves_submit_and_stops(tmp_path: Path) -> None:
     try:
         info = json.loads((tmp_path / "home" / "dev.json").read_text())
         pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
-        out = _baton("submit", "--wait", "Send the approved notice to ada@example.com", env=env)
+        out = _baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com",
+                     env=env)
         assert json.loads(out.splitlines()[-1])["status"] == "completed"
     finally:
         _baton("dev", "--stop", env=env)
@@ -92,3 +93,26 @@ def test_demo_kills_a_hands_mid_send_and_every_mail_goes_out_once() -> None:
     assert summary["raw_sends"] == 5 and summary["takeovers"] >= 1
     assert summary["status"] == "completed"
     assert "takeover" in done.stdout and "confirm" in done.stdout
+
+
+def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
+    env = {"BATON_HOME": str(tmp_path / "home")}
+    _baton("dev", "up", "--detach", "--hands", "1", env=env)
+    try:
+        status = json.loads(_baton("dev", "status", "--json", env=env))
+        assert status["running"] is True and status["redis_url"].startswith("redis://")
+        names = {p["name"] for p in status["processes"] if p["alive"]}
+        assert {"brain-1", "hands-1", "relay-1", "redis", "nats"} <= names
+        table = _baton("dev", "status", env=env)
+        assert "relay-1" in table and status["nats_url"] in table
+        assert "relay-1" in _baton("dev", "logs", env=env).split()
+        assert "relay_started" in _baton("dev", "logs", "relay-1", env=env)
+        # a Brain serves the notices agent here: --require-brain lets the input in
+        out = _baton("submit", "--require-brain", "--json", "hello", env=env)
+        assert json.loads(out)["created"] is True
+    finally:
+        _baton("dev", "down", env=env)
+    gone = subprocess.run([sys.executable, "-m", "baton", "dev", "status"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **env}, check=False)
+    assert gone.returncode == 1 and "no stack running" in gone.stderr
+    assert not [pid for pid in (p["pid"] for p in status["processes"]) if _pid_alive(pid)]

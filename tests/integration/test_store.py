@@ -63,9 +63,11 @@ async def outbox_rows(store: Store, session: str) -> list[OutboxRow]:
 
 async def test_submit_is_idempotent_and_writes_everything_at_once(store: Store) -> None:
     sub, created = await submit(store, "s1")
-    again, created_again = await submit(store, "s1", text="different text")
+    again, created_again = await submit(store, "s1")
     assert created and not created_again
     assert again == sub
+    with pytest.raises(ConflictError, match=r"request id r1 in session s1 .* sub-r1"):
+        await submit(store, "s1", text="different text")  # a reused id, another input
     state = await store.load("s1")
     assert state.meta.agent == "notices" and state.meta.wake_subject == WAKE
     assert [e.text for e in state.entries] == ["hi"]

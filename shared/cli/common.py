@@ -1,0 +1,88 @@
+"""What every client command shares: finding the stack, running a coroutine, printing results.
+
+Results go to stdout, readable by a person by default and one JSON document per result with
+``--json`` (for scripts); notes and warnings go to stderr, so stdout stays clean to pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from baton.cli.failures import CliError, failure
+
+if TYPE_CHECKING:
+    from baton.settings import Settings
+
+__all__ = ["emit", "json_option", "note", "run", "settings"]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(f: F) -> F:
+    """``--json``: print results as JSON (one document per line) instead of text."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="print results as JSON, one object per line")(f)
+
+
+def settings(role: str = "", log_level: str | None = None, **overrides: Any) -> Settings:
+    """Settings from ``BATON_*`` or the running ``baton dev``, and logging; with ``role``,
+    OpenTelemetry from the ``OTEL_*`` variables too (nothing when none is set; flushed by
+    :func:`run`)."""
+    from baton.devkit.stack import settings_from_env_or_stack
+    from baton.errors import BatonError
+    from baton.observability import log as logs
+
+    try:
+        found = settings_from_env_or_stack(**overrides)
+    except BatonError as exc:
+        raise failure(exc) from None
+    logs.configure(log_level or found.log_level, found.log_format)
+    if role:
+        from baton.observability import telemetry
+
+        telemetry.setup(role, found)
+    return found
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; its errors become one-line :class:`CliError` s."""
+    try:
+        return asyncio.run(coro)
+    except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        raise
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except Exception as exc:
+        from baton.cli.lazy import debugging
+
+        if debugging(click.get_current_context(silent=True)):
+            raise
+        raise failure(exc) from None
+    finally:
+        import sys
+
+        if "baton.observability.telemetry" in sys.modules:
+            sys.modules["baton.observability.telemetry"].shutdown()  # flush batched spans
+
+
+def emit(as_json: bool, data: Any, text: str | Callable[[], str]) -> None:
+    """One result: ``data`` as a JSON line with ``--json``, else ``text`` for a person."""
+    if as_json:
+        click.echo(json.dumps(data, default=str))
+    else:
+        click.echo(text() if callable(text) else text)
+
+
+def note(message: str) -> None:
+    """A remark for the person at the terminal (stderr: never mixed into piped results)."""
+    click.echo(message, err=True)
+
+
+def fail(message: str, exit_code: int = 1) -> CliError:
+    return CliError(message, exit_code)

@@ -1,0 +1,75 @@
+"""How a failed command reads: one sentence on stderr and an exit code, never a traceback.
+
+Operators run ``baton`` against stacks that may be down, with ids they typed by hand. Every
+error that is about their input or their stack (a :class:`~baton.errors.BatonError`, a
+refused connection, a timeout) becomes :class:`CliError`: ``error: <sentence>`` plus, where
+it helps, what to run next. Anything else is a bug in Baton; it is reported on one line too,
+with the hint to rerun with ``--debug`` (or ``BATON_DEBUG=1``) for the traceback.
+
+Exit codes: 1 for errors, 2 for usage (click's), 3 when a server cannot be reached, 124 when a
+wait timed out (the ``timeout`` command's code), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO, Any
+
+import click
+
+__all__ = ["EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "CliError", "failure", "no_stack_hint"]
+
+EXIT_UNAVAILABLE = 3
+EXIT_TIMEOUT = 124
+
+
+class CliError(click.ClickException):
+    """A one-line error with its own exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        # click declares exit_code on the class; this error carries its own per instance.
+        setattr(self, "exit_code", exit_code)  # noqa: B010
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+
+
+def no_stack_hint() -> str:
+    """What to do when the servers cannot be reached and nothing says where a stack is."""
+    from baton.devkit.stack import stack_file
+
+    if os.environ.get("BATON_REDIS_URL") or stack_file().exists():
+        return ""
+    return (f" (no BATON_REDIS_URL set and no stack described in {stack_file()}; "
+            "start one with `baton dev up`)")
+
+
+def failure(exc: BaseException) -> CliError:
+    """The :class:`CliError` an escaped exception becomes."""
+    from baton.errors import BatonError, UnavailableError
+
+    if isinstance(exc, CliError):
+        return exc
+    module = type(exc).__module__
+    if not isinstance(exc, BatonError) and module.startswith("redis"):
+        from baton.errors import from_redis_error
+
+        exc = from_redis_error(exc if isinstance(exc, Exception) else Exception(str(exc)))
+    elif not isinstance(exc, BatonError) and module.startswith("nats"):
+        from baton.errors import NatsUnavailable
+
+        exc = NatsUnavailable(f"NATS: {exc or type(exc).__name__}")
+    if isinstance(exc, UnavailableError):
+        return CliError(f"{exc.message}{no_stack_hint()}", EXIT_UNAVAILABLE)
+    if isinstance(exc, BatonError):
+        return CliError(exc.message)
+    if isinstance(exc, TimeoutError):
+        return CliError("timed out" + (f": {exc}" if str(exc) else ""), EXIT_TIMEOUT)
+    if isinstance(exc, ConnectionError):
+        return CliError(f"cannot connect: {exc}{no_stack_hint()}", EXIT_UNAVAILABLE)
+    if isinstance(exc, OSError):
+        return CliError(f"{exc.strerror or exc}"
+                        + (f": {exc.filename}" if exc.filename else ""))
+    return CliError(f"unexpected {type(exc).__name__}: {exc} "
+                    "(a bug in baton; rerun with --debug or BATON_DEBUG=1 for the traceback)")

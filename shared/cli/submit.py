@@ -1,0 +1,169 @@
+"""``baton submit`` and ``baton start``: put input into a session, optionally wait for it.
+
+Both are idempotent by ``--request-id``. Before submitting, ``submit`` reads the services'
+announcements: with no live Brain serving the agent at that compat level the input would
+wait (durably, but silently) until one starts, so it says so on stderr, or refuses with
+``--require-brain``. A wait that runs out names the submission, where it stands, and the
+commands that show more; it never ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from baton.cli.common import emit, json_option, note, run, settings
+from baton.cli.failures import EXIT_TIMEOUT, CliError
+
+if TYPE_CHECKING:
+    from baton.client import Client
+    from baton.models import Submission, Task
+
+__all__ = ["start", "submit"]
+
+
+def _read_text(text: str) -> str:
+    if text != "-":
+        return text
+    if sys.stdin.isatty():
+        note("reading the text from stdin (end with Ctrl-D)")
+    return sys.stdin.read()
+
+
+async def _check_brains(client: Client, agent: str, compat: int, require: bool) -> None:
+    if await client.live_brains(agent, compat):
+        return
+    message = (f"no live Brain serves agent {agent} at compat level {compat} in namespace "
+               f"{client.settings.namespace}")
+    if require:
+        raise CliError(f"{message}; not submitting (--require-brain)")
+    note(f"warning: {message}: the input is kept and waits until one starts")
+
+
+def _sub_text(sub: Submission, created: bool) -> str:
+    head = "submitted" if created else "already submitted (same request id)"
+    return (f"{head} {sub.id} to session {sub.session_id} (agent {sub.agent}, "
+            f"request id {sub.request_id})")
+
+
+def _final_text(sub: Submission) -> str:
+    if sub.status == "completed":
+        return f"{sub.status}: {sub.answer or ''}"
+    return f"{sub.status}: {sub.error or sub.answer or '(no detail)'}"
+
+
+def _timed_out(what: str, session_id: str, status: str, timeout: float) -> CliError:
+    return CliError(
+        f"{what} in session {session_id} is still {status} after {timeout:g} s; follow it with "
+        f"`baton watch {session_id}` or see its timeline with `baton trace {session_id}`",
+        EXIT_TIMEOUT)
+
+
+@click.command()
+@click.option("--agent", default="notices", show_default=True)
+@click.option("--compat", default=1, show_default=True)
+@click.option("--session", "session_id", default=None, help="session id (default: new)")
+@click.option("--request-id", default=None,
+              help="idempotency key: the same id and text give the same submission; "
+                   "the same id with another text is a conflict")
+@click.option("--wait/--no-wait", default=False, help="wait for the final answer")
+@click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")
+@click.option("--require-brain", is_flag=True,
+              help="refuse (exit 1) when no live Brain serves the agent at that level")
+@json_option
+@click.argument("text")
+def submit(agent: str, compat: int, session_id: str | None, request_id: str | None,
+           wait: bool, timeout: float, require_brain: bool, as_json: bool, text: str) -> None:
+    """Submit TEXT to a session (TEXT `-` reads it from stdin).
+
+    Prints the submission; with --wait, then its settled state (exit 1 unless completed,
+    124 if it did not settle within --timeout).
+    """
+    from baton.client import Client
+
+    body = _read_text(text)
+    config = settings("client", log_level="warning")
+
+    async def go() -> int:
+        client = await Client.connect(config)
+        try:
+            await _check_brains(client, agent, compat, require_brain)
+            sub, created = await client.submit(body, agent=agent, compat=compat,
+                                               session_id=session_id, request_id=request_id)
+            emit(as_json, {**sub.model_dump(mode="json"), "created": created},
+                 lambda: _sub_text(sub, created))
+            if not wait:
+                return 0
+            try:
+                final = await client.wait(sub, timeout)
+            except TimeoutError:
+                now = await client.store.submission(sub.session_id, sub.id)
+                raise _timed_out(f"submission {sub.id}", sub.session_id, now.status,
+                                 timeout) from None
+            emit(as_json, final.model_dump(mode="json"), lambda: _final_text(final))
+            return 0 if final.status == "completed" else 1
+        finally:
+            await client.close()
+
+    sys.exit(run(go()))
+
+
+@click.command("start")
+@click.argument("kind")
+@click.option("--input", "input_json", default="{}", show_default=True,
+              help="the task's input, a JSON object")
+@click.option("--session", "session_id", default=None, help="session id (default: new)")
+@click.option("--agent", default=None, help="the session's agent (default: KIND)")
+@click.option("--compat", default=1, show_default=True)
+@click.option("--request-id", default=None, help="idempotency key of this start")
+@click.option("--wait/--no-wait", default=False, help="wait until the task has ended")
+@click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")
+@json_option
+def start(kind: str, input_json: str, session_id: str | None, agent: str | None, compat: int,
+          request_id: str | None, wait: bool, timeout: float, as_json: bool) -> None:
+    """Start a root task of KIND (a custom task the app registers) in a session."""
+    from baton.client import Client
+
+    try:
+        task_input = json.loads(input_json)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from None
+    if not isinstance(task_input, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--input")
+    config = settings("client", log_level="warning")
+
+    async def go() -> int:
+        client = await Client.connect(config)
+        try:
+            sid, task_id, created = await client.start_task(
+                session_id, kind, task_input, agent=agent or kind, compat=compat,
+                request_id=request_id)
+            head = "started" if created else "already started (same request id)"
+            emit(as_json, {"session_id": sid, "task_id": task_id, "created": created},
+                 f"{head} task {task_id} ({kind}) in session {sid}")
+            if not wait:
+                return 0
+            try:
+                task = await client.wait_task(sid, task_id, timeout)
+            except TimeoutError:
+                now = await client.store.task(sid, task_id)
+                raise _timed_out(f"task {task_id}", sid, now.state.name, timeout) from None
+            ok = task.state.name == "terminal" and task.state.outcome == "completed"
+            emit(as_json, task.model_dump(mode="json"), lambda: _task_text(task))
+            return 0 if ok else 1
+        finally:
+            await client.close()
+
+    sys.exit(run(go()))
+
+
+def _task_text(task: Task) -> str:
+    state = task.state
+    outcome = state.outcome if state.name == "terminal" else state.name
+    reason = state.reason if state.name == "terminal" else ""
+    result = json.dumps(task.result, default=str) if task.result is not None else ""
+    return f"task {task.id} {outcome}" + (f": {reason}" if reason else "") + (
+        f" {result}" if result else "")

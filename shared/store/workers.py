@@ -1,0 +1,41 @@
+"""Who is alive: the services' announcements in ``<ns>:workers``.
+
+Every service writes ``role:name -> {role, name, pid, seen_ms, inflight, ...}`` there every
+2 s while it runs (:meth:`baton.service.Service.announce`) and deletes it when it stops; a
+Brain adds ``serves``, the ``[agent, compat level]`` pairs whose wakes it consumes. Read by
+``inspect`` (services, sessions no live Brain serves) and by ``baton submit`` (a warning
+before input waits for a Brain that is not there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baton.models import loads
+
+__all__ = ["SERVICE_STALE_MS", "live_brains", "served_levels", "services"]
+
+SERVICE_STALE_MS = 10_000  # services announce every 2 s; silent this long = probably gone
+
+
+async def services(redis: Any, key: str, now: int) -> list[dict[str, Any]]:
+    """Every announcement, with ``seen_age_ms`` and ``alive`` (seen within the stale age)."""
+    found = []
+    for raw in (await redis.hgetall(key)).values():
+        info = loads(raw)
+        age = now - int(info.get("seen_ms", 0))
+        found.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
+    return found
+
+
+def served_levels(announced: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """(agent, compat level) pairs some live Brain consumes wakes for."""
+    return {(str(a), int(c)) for s in announced if s.get("role") == "brain" and s["alive"]
+            for a, c in s.get("serves", ())}
+
+
+def live_brains(announced: list[dict[str, Any]], agent: str, compat: int) -> list[str]:
+    """Names of the live Brains serving ``agent`` at ``compat``."""
+    return sorted(str(s["name"]) for s in announced
+                  if s.get("role") == "brain" and s["alive"]
+                  and [agent, compat] in [[str(a), int(c)] for a, c in s.get("serves", ())])

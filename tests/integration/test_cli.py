@@ -1,0 +1,159 @@
+"""The ``baton`` command line as a user meets it: one-line errors, readable or JSON output.
+
+Every test runs the real CLI as a child process (``python -m baton``) against the real
+Redis and NATS of the test session (or against nothing, for the "no stack" cases).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from baton.client import Client
+from baton.errors import ConflictError, NotFoundError, from_redis_error
+from baton.settings import Settings
+from baton.store.store import Store
+
+
+def _cli(*args: str, env: dict[str, str], stdin: str | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "baton", *args], capture_output=True,
+                          text=True, input=stdin, timeout=timeout, check=False,
+                          env={**os.environ, "BATON_DEBUG": "", **env})
+
+
+def _env(settings: Settings, tmp_path: Path) -> dict[str, str]:
+    return {**settings.to_env(), "BATON_HOME": str(tmp_path / "home")}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _one_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The single ``error:`` line a failed command printed; no traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+def test_submit_wait_past_its_timeout_names_the_submission_and_what_to_run(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    done = _cli("submit", "--agent", "ghost", "--session", "s-late", "--wait", "--timeout",
+                "0.5", "hello", env=_env(settings, tmp_path))
+    assert done.returncode == 124, done.stderr
+    line = _one_error(done)
+    assert "submission sub-" in line and "session s-late" in line and "still accepted" in line
+    assert "baton watch s-late" in line and "baton trace s-late" in line
+    # no Brain serves "ghost": a warning first, on stderr; stdout has only the result
+    assert "warning: no live Brain serves agent ghost at compat level 1" in done.stderr
+    assert done.stdout.startswith("submitted sub-") and "warning" not in done.stdout
+
+
+def test_submit_require_brain_refuses_and_stores_nothing(settings: Settings,
+                                                         tmp_path: Path) -> None:
+    done = _cli("submit", "--agent", "ghost", "--session", "s-refused", "--require-brain",
+                "hello", env=_env(settings, tmp_path))
+    assert done.returncode == 1
+    assert "no live Brain serves agent ghost at compat level 1" in _one_error(done)
+    assert done.stdout == ""
+
+    async def exists() -> int:
+        store = await Store.connect(settings)
+        try:
+            return int(await store.redis.exists(store.keys.session("s-refused").meta))
+        finally:
+            await store.close()
+
+    import asyncio
+
+    assert asyncio.run(exists()) == 0
+
+
+def test_submit_dash_reads_stdin_and_json_gives_the_submission(settings: Settings,
+                                                               tmp_path: Path) -> None:
+    env = _env(settings, tmp_path)
+    text = "Send the approved notice to ada@example.com\nfrom a pipe"
+    done = _cli("submit", "--agent", "ghost", "--json", "-", env=env, stdin=text)
+    assert done.returncode == 0, done.stderr
+    sub = json.loads(done.stdout)
+    assert sub["text"] == text and sub["created"] is True and sub["status"] == "accepted"
+    human = _cli("submit", "--agent", "ghost", "plain words", env=env)
+    assert human.returncode == 0 and human.stdout.startswith("submitted sub-")
+    with pytest.raises(ValueError):
+        json.loads(human.stdout)
+
+
+async def test_a_reused_request_id_with_other_text_is_a_conflict(settings: Settings,
+                                                                  tmp_path: Path) -> None:
+    client = await Client.connect(settings)
+    try:
+        first, created = await client.submit("café ☕ one", agent="ghost", session_id="s-rid",
+                                             request_id="r-1")
+        again, created_again = await client.submit("café ☕ one", agent="ghost",
+                                                   session_id="s-rid", request_id="r-1")
+        assert created and not created_again and again.id == first.id  # idempotent
+        with pytest.raises(ConflictError) as caught:
+            await client.submit("two", agent="ghost", session_id="s-rid", request_id="r-1")
+        assert "r-1" in caught.value.message and first.id in caught.value.message
+        subs = await client.store.redis.hlen(client.store.keys.session("s-rid").subs)
+        assert subs == 1  # the refused input wrote nothing
+    finally:
+        await client.close()
+    import asyncio
+
+    env = _env(settings, tmp_path)
+    done = await asyncio.to_thread(_cli, "submit", "--agent", "ghost", "--session", "s-rid",
+                                   "--request-id", "r-1", "three", env=env)
+    assert done.returncode == 1
+    line = _one_error(done)
+    assert "request id r-1 in session s-rid" in line and first.id in line
+    same = await asyncio.to_thread(_cli, "submit", "--agent", "ghost", "--session", "s-rid",
+                                   "--request-id", "r-1", "--json", "café ☕ one", env=env)
+    assert same.returncode == 0 and json.loads(same.stdout)["id"] == first.id
+
+
+def test_not_found_replies_are_sentences(settings: Settings, tmp_path: Path) -> None:
+    env, ns = _env(settings, tmp_path), settings.namespace
+    for args in (("cancel", "s-missing"), ("inspect", "s-missing"), ("trace", "s-missing"),
+                 ("watch", "s-missing"), ("cancel", "--json", "s-missing")):
+        done = _cli(*args, env=env)
+        assert done.returncode == 1, (args, done.stderr)
+        assert _one_error(done) == f"error: no session s-missing in namespace {ns}", args
+    for args in (("approve", "r-1", "--session", "s-missing", "--yes"),
+                 ("reject", "r-1", "--session", "s-missing")):
+        done = _cli(*args, env=env)
+        assert done.returncode == 1, (args, done.stderr)
+        assert _one_error(done) == f"error: no run r-1 in session s-missing (namespace {ns})"
+    # a Lua script's bare reply becomes the same sentence
+    mapped = from_redis_error(Exception("NOT_FOUND session"), session_id="s-x", namespace="baton")
+    assert isinstance(mapped, NotFoundError)
+    assert mapped.message == "no session s-x in namespace baton"
+
+
+def test_with_no_stack_every_command_fails_in_one_line(tmp_path: Path) -> None:
+    env = {"BATON_HOME": str(tmp_path / "empty"),
+           "BATON_REDIS_URL": f"redis://127.0.0.1:{_closed_port()}/0",
+           "BATON_NATS_URL": f"nats://127.0.0.1:{_closed_port()}"}
+    for args in (("submit", "hi"), ("start", "notice_batch"), ("inspect",),
+                 ("cancel", "s-1"), ("reject", "r-1", "--session", "s-1"),
+                 ("watch", "s-1")):  # watch: a bounded retry, then the same error
+        done = _cli(*args, env=env)
+        assert done.returncode == 3, (args, done.stdout, done.stderr)
+        assert "cannot reach Redis" in _one_error(done), args
+    bad = _cli("start", "notice_batch", "--input", "[not json", env=env)
+    assert bad.returncode == 2 and "not JSON" in bad.stderr and "Traceback" not in bad.stderr
+    missing = _cli("dev", "status", env=env)
+    assert missing.returncode == 1 and "no stack running" in _one_error(missing)
+    debug = _cli("--debug", "inspect", env=env)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr  # the escape hatch
