@@ -130,13 +130,14 @@ class RedisClusterServers:
         node_timeout_ms: int = 1_000,
         cli: str | None = None,
     ) -> None:
-        hint = "install Redis >= 7 with its CLI (Debian: apt-get install redis-server / redis-tools)"
+        hint = "install Redis >= 7 with its CLI (Debian: apt-get install redis-tools)"
         self._cli = _find_binary("redis-cli", cli, "BATON_REDIS_CLI", [], hint)
         self.primaries = primaries
         self.replicas = replicas
         self.durable = durable
         self._owns_dir = base_dir is None
-        self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-redis-cluster-"))).resolve()
+        tmp = base_dir or Path(tempfile.mkdtemp(prefix="baton-redis-cluster-"))
+        self.base_dir = tmp.resolve()
         self.nodes = [
             RedisClusterNode(self.base_dir / f"r{i + 1}", durable=durable,
                              node_timeout_ms=node_timeout_ms)
