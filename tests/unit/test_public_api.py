@@ -17,7 +17,7 @@ PUBLIC = [
     "CredentialsError", "DocumentType", "FenceError", "ForbiddenError", "LeaseBusyError",
     "ModelError", "ModelRetryableError", "NatsUnavailable", "NotFoundError", "PayloadTooLarge",
     "PhaseContext", "RedisUnavailable", "ServerBinaryMissing", "ServerError", "Settings",
-    "StaleAttemptError", "StaleFenceError", "Step", "TaskDef", "Tool", "ToolContext",
+    "StaleAttemptError", "StaleFenceError", "Step", "StoreEpochError", "TaskDef", "Tool", "ToolContext",
     "ToolError", "UnavailableError", "ValidationError", "load_app", "tool",
 ]
 
