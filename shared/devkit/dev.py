@@ -147,11 +147,12 @@ def _detach(base: Path, argv: list[str]) -> None:
 @click.option("--mail-delay-ms", default=0, show_default=True, type=click.IntRange(0, 60_000),
               help="hold each new mail this long before the mail service answers")
 @click.option("--durable", is_flag=True, help="AOF fsync always, JetStream sync always; keep data")
+@click.option("--cluster", is_flag=True, help="a 3+3 Redis Cluster and 3 NATS nodes")
 @click.option("--detach", is_flag=True, help="run the stack in the background and return")
 @click.option("--app", "app_spec", default="baton.examples.notices:app", show_default=True)
 @click.option("--stop", "stop_", is_flag=True, help="stop the stack described in dev.json")
 def dev_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-                detach: bool, app_spec: str, stop_: bool) -> None:
+                cluster: bool, detach: bool, app_spec: str, stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
     The stack lives in $BATON_HOME (default ./.baton); `baton submit` finds it via dev.json.
@@ -170,12 +171,12 @@ def dev_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durabl
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
-                       *(["--durable"] if durable else [])])
+                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else [])])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
-                     namespace=os.environ.get("BATON_NAMESPACE") or "baton")
+                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton")
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:

@@ -28,10 +28,10 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from baton.devkit.servers import RedisServer, _find_binary, free_port
+from baton.devkit.servers import NatsCluster, NatsServer, RedisServer, _find_binary, free_port
 from baton.errors import ServerError
 
-__all__ = ["ClusterNodeInfo", "RedisClusterNode", "RedisClusterServers"]
+__all__ = ["ClusterNodeInfo", "ClusterStack", "RedisClusterNode", "RedisClusterServers"]
 
 SLOTS = 16384
 _POLL_S = 0.05
@@ -346,3 +346,32 @@ def _info_field(info: object, name: str) -> str:
         if key == name:
             return value.strip()
     return ""
+
+
+class ClusterStack:
+    """What ``baton dev --cluster`` runs: a 3+3 Redis Cluster and a 3-node JetStream
+    cluster, with the surface of :class:`~baton.devkit.servers.EmbeddedStack`."""
+
+    def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
+        self.redis = RedisClusterServers(base_dir / "redis" if base_dir else None,
+                                         durable=durable)
+        self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable)
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def nats_url(self) -> str:
+        return self.nats.url
+
+    @property
+    def members(self) -> list[RedisServer | NatsServer]:
+        """Every server process (for a stack's process list)."""
+        return [*self.redis.nodes, *self.nats.nodes]
+
+    async def start(self) -> None:
+        await asyncio.gather(self.redis.start(), self.nats.start())
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        await asyncio.gather(self.redis.stop(timeout), self.nats.stop(timeout))
