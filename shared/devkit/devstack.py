@@ -128,7 +128,9 @@ class DevStack:
         self.supervise = supervise
         self.data_dir = self.base_dir / "data"
         self.log_dir = self.base_dir / "logs"
-        self.servers: EmbeddedStack | ClusterStack | None = None
+        # One of the two is set once started: the single servers, or the clusters.
+        self.servers: EmbeddedStack | None = None
+        self.clusters: ClusterStack | None = None
         self.mailbox: Proc | None = None
         self._procs: dict[str, Proc] = {}
         self._mail_port = 0
@@ -162,12 +164,12 @@ class DevStack:
     def processes(self) -> list[dict[str, Any]]:
         """Every process of the stack: servers, the mail service, then the services."""
         out: list[dict[str, Any]] = []
-        if self.servers is not None:
-            members = (self.servers.members if isinstance(self.servers, ClusterStack)
-                       else (self.servers.redis, self.servers.nats))
-            for server in members:
-                out.append({"role": server.name, "name": server.name, "pid": server.pid,
-                            "alive": server.running, "restarts": 0})
+        members = (self.clusters.members if self.clusters is not None
+                   else (self.servers.redis, self.servers.nats) if self.servers is not None
+                   else ())
+        for server in members:
+            out.append({"role": server.name, "name": server.name, "pid": server.pid,
+                        "alive": server.running, "restarts": 0})
         if self.mailbox is not None:
             out.append(self.mailbox.info())
         out.extend(p.info() for p in self._procs.values())
@@ -188,15 +190,18 @@ class DevStack:
 
     async def start(self) -> None:
         """Start servers, the mail service and the services; return once all are ready."""
-        if self.servers is not None:
+        if self.servers is not None or self.clusters is not None:
             return
         if not self.durable:  # a fresh stack: no JetStream messages about sessions long gone
             shutil.rmtree(self.data_dir, ignore_errors=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            stack = ClusterStack if self.cluster else EmbeddedStack
-            self.servers = stack(self.data_dir, durable=self.durable)
-            await self.servers.start()
+            if self.cluster:
+                self.clusters = ClusterStack(self.data_dir, durable=self.durable)
+                await self.clusters.start()
+            else:
+                self.servers = EmbeddedStack(self.data_dir, durable=self.durable)
+                await self.servers.start()
             self._redis = (connect_redis(Settings(redis_url=self.redis_url)) if self.cluster
                            else Redis.from_url(self.redis_url, decode_responses=True))
             self._http = httpx.AsyncClient(timeout=2.0)
@@ -293,6 +298,8 @@ class DevStack:
             await self._redis.aclose()
         if self.servers is not None:
             await self.servers.stop()
+        if self.clusters is not None:
+            await self.clusters.stop()
         self._stopped = True
 
     async def __aenter__(self) -> Self:
@@ -321,6 +328,8 @@ class DevStack:
     # ------------------------------------------------------------------ internals
 
     def _require_servers(self) -> EmbeddedStack | ClusterStack:
+        if self.clusters is not None:
+            return self.clusters
         if self.servers is None:
             raise ServerError("the stack is not started", server="dev")
         return self.servers
