@@ -37,6 +37,7 @@ from baton.observability.tracing import consumer
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
+from baton.store.epoch import StoreEpoch
 from baton.store.store import Store
 
 log = structlog.get_logger("baton.brain")
@@ -61,6 +62,8 @@ class BrainWorker(Service):
     async def serve(self) -> None:
         self.store = await self.connect("redis", lambda: Store.connect(self.settings))
         try:
+            epoch = await self.connect("redis", lambda: StoreEpoch.establish(
+                self.store.redis, self.store.keys))
             self.bus = await self.connect(
                 "nats", lambda: Bus.connect(self.settings, self.name, self.role)
             )
@@ -79,6 +82,8 @@ class BrainWorker(Service):
                 log.info("brain_ready", worker=self.name, consumers=consumers)
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self.announce(self.store.redis, self.store.keys.workers))
+                    tg.create_task(epoch.watch(self.stopping,
+                                               epoch.watch_interval(self.settings.lease_ms)))
                     for durable in consumers:
                         tg.create_task(self._consume(durable))
                 await self.drain()

@@ -49,6 +49,7 @@ from baton.observability.tracing import consumer, execute
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
+from baton.store.epoch import StoreEpoch
 from baton.store.store import Store
 
 __all__ = ["HandsWorker", "main"]
@@ -105,7 +106,10 @@ class HandsWorker(ToolExecution, Service):
         s = self.settings
         pullers: list[Puller] = []
         self.store = await self.connect("redis", lambda: Store.connect(s))
+        store = self.store
         try:
+            epoch = await self.connect("redis",
+                                       lambda: StoreEpoch.establish(store.redis, store.keys))
             self.bus = await self.connect("nats", lambda: Bus.connect(s, self.name, self.role))
             # httpx's API over aiohttp's connection pool: httpcore's pool scans every
             # connection per request, about 5x the CPU per call at 32 calls in flight.
@@ -128,6 +132,7 @@ class HandsWorker(ToolExecution, Service):
             log.info("hands_ready", worker=self.name, tools=list(self.tools))
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.announce(self.store.redis, self.store.keys.workers))
+                tg.create_task(epoch.watch(self.stopping, epoch.watch_interval(s.lease_ms)))
                 for tool, puller in zip(self.tools, pullers, strict=True):
                     tg.create_task(self._fetch_loop(tool, puller), name=f"fetch:{tool}")
             await self.drain()

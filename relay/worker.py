@@ -46,6 +46,7 @@ from baton.observability.tracing import sample_backlog
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
+from baton.store.epoch import StoreEpoch
 from baton.store.keys import RELAY_GROUP, Keys
 from baton.store.outbox import Outbox, parse_row
 from baton.store.redis_client import connect_redis
@@ -137,6 +138,8 @@ class Relay(Service):
         try:
             if not await self._connect(box):
                 return
+            redis = self._redis
+            epoch = await self.connect("redis", lambda: StoreEpoch.establish(redis, self.keys))
             self.ready.set()
             log.info("relay_started", worker=self.name, shards=s.shards)
             async with asyncio.TaskGroup() as tg:
@@ -144,6 +147,8 @@ class Relay(Service):
                 tg.create_task(self._claim_loop(box), name="relay-claim")
                 tg.create_task(self._timer_loop(box), name="relay-timers")
                 tg.create_task(self.announce(self._redis, self.keys.workers), name="announce")
+                tg.create_task(epoch.watch(self.stopping, epoch.watch_interval(s.lease_ms)),
+                               name="relay-epoch")
                 # The outbox backlog gauge (a no-op without telemetry metrics).
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
                 tg.create_task(self._unblock_on_stop(publisher), name="relay-unblock")

@@ -14,12 +14,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from baton.bus.subjects import BusNames
-from baton.errors import ConfigError
+from baton.errors import ConfigError, NotFoundError
 from baton.faults import Faults
 from baton.models import Submission, Task
 from baton.settings import Settings
 from baton.store import control
 from baton.store.control import CancelAnswer
+from baton.store.epoch import StoreEpoch
 from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
@@ -43,10 +44,20 @@ class Client:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._pubsub: Any = None
+        # Set by connect(): a "not found" is checked against it, so a store that lost its
+        # state raises StoreEpochError instead.
+        self.epoch: StoreEpoch | None = None
 
     @classmethod
     async def connect(cls, settings: Settings) -> Client:
-        return cls(await Store.connect(settings), settings)
+        """Connect and read the store's epoch (StoreEpochError if the store lost its state)."""
+        client = cls(await Store.connect(settings), settings)
+        try:
+            client.epoch = await StoreEpoch.establish(client.store.redis, client.store.keys)
+        except BaseException:
+            await client.store.close()
+            raise
+        return client
 
     async def close(self) -> None:
         if self._listener is not None:
@@ -185,7 +196,7 @@ class Client:
                 signal = asyncio.get_running_loop().create_future()
                 self._waiters.setdefault(channel, set()).add(signal)
                 try:
-                    current = await read()
+                    current = await self._read_checked(read)
                     if done(current):
                         return current
                     # Wake on a notification, or re-check at least every second.
@@ -195,6 +206,15 @@ class Client:
                     waiting.discard(signal)
                     if not waiting:
                         self._waiters.pop(channel, None)
+
+    async def _read_checked(self, read: Callable[[], Awaitable[T]]) -> T:
+        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state."""
+        try:
+            return await read()
+        except NotFoundError:
+            if self.epoch is not None:
+                await self.epoch.verify()
+            raise
 
     async def _listen(self) -> None:
         """One subscription per client for every wait: no connection per wait."""

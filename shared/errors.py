@@ -17,6 +17,9 @@ text::
     │   ├── StaleFenceError          session fence (Brain)  (session_id, presented, current)
     │   └── StaleAttemptError        tool-run attempt fence (Hands)  (session_id, run_id, ...)
     ├── LeaseBusyError               retryable another live worker holds the session lease
+    ├── StoreEpochError              terminal  the store lost its state: its epoch changed or
+    │                                          vanished since this process saw it (namespace,
+    │                                          reason, shards, expected, found)
     ├── UnavailableError             retryable a server cannot be reached
     │   ├── RedisUnavailable
     │   └── NatsUnavailable
@@ -172,6 +175,38 @@ class LeaseBusyError(BatonError):
             session_id=session_id,
             holder=holder,
             remaining_ms=remaining_ms,
+        )
+
+
+class StoreEpochError(BatonError):
+    """The store is not the one this process started with: stop, do not start sessions anew.
+
+    Each shard of a store carries an epoch written when the store was first used
+    (:mod:`baton.store.epoch`). It vanishes when the Redis node holding it restarts empty
+    (non-durable mode) or fails over to a replica that never had it; a different one means
+    the store was re-initialised meanwhile. Either way sessions this process knew are gone,
+    and carrying on would treat them as new (a lost submission reads as "not found").
+    ``reason`` is ``missing``, ``changed`` or ``mixed``; ``shards`` lists the affected ones.
+    """
+
+    code = "store_epoch"
+    namespace: str
+    reason: str
+    shards: str
+    expected: str
+    found: str
+
+    def __init__(self, namespace: str, reason: str, shards: list[int], expected: str = "",
+                 found: str = "") -> None:
+        listed = ",".join(map(str, shards[:16])) + ("..." if len(shards) > 16 else "")
+        what = {"missing": "is missing", "changed": "changed",
+                "mixed": "differs between shards"}.get(reason, reason)
+        super().__init__(
+            f"the store of namespace {namespace} lost its state: its epoch {what} on shard(s) "
+            f"{listed} (expected {expected or '-'}, found {found or 'none'}); Redis restarted "
+            f"empty or failed over without the data. Stop and investigate; sessions started "
+            f"before are gone from it",
+            namespace=namespace, reason=reason, shards=listed, expected=expected, found=found,
         )
 
 

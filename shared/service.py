@@ -18,7 +18,7 @@ from typing import Self, TypeVar
 
 import structlog
 
-from baton.errors import UnavailableError
+from baton.errors import BatonError, UnavailableError
 from baton.models import dumps
 from baton.settings import Settings
 from baton.store.store import now_ms, worker_ref
@@ -174,6 +174,16 @@ async def run_until_signalled(service: Service) -> None:
     except asyncio.CancelledError:
         if signals < 2:
             raise
+    except BaseExceptionGroup as group:
+        # A terminal error from one of the service's loops (e.g. StoreEpochError) ends the
+        # process with its own one-line message, not a task-group traceback.
+        fatal = group.subgroup(lambda e: isinstance(e, BatonError))
+        if fatal is None:
+            raise
+        first: BaseException = fatal
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -32,7 +32,9 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # rediss://user:password@host:port/0 for TLS and a per-role ACL user.
+    # rediss://user:password@host:port/0 for TLS and a per-role ACL user; a Redis Cluster by
+    # its seed nodes: redis+cluster://[user:password@]host1:port1,host2:port2 (rediss+cluster
+    # for TLS). See baton.store.redis_client.
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)
     # One URL, or several separated by commas (the seed servers of a NATS cluster).
     nats_url: str = "nats://127.0.0.1:4222"

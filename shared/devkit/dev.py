@@ -156,6 +156,8 @@ def _up_options(f: Any) -> Any:
                      help="hold each new mail this long before the mail service answers"),
         click.option("--durable", is_flag=True,
                      help="AOF fsync always, JetStream sync always; keep data"),
+        click.option("--cluster", is_flag=True,
+                     help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
         click.option("--app", "app_spec", default="baton.examples.notices:app",
                      show_default=True),
@@ -169,7 +171,7 @@ def _up_options(f: Any) -> Any:
 @click.option("--stop", "stop_", is_flag=True, help="same as `baton dev down`")
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
-                durable: bool, detach: bool, app_spec: str, stop_: bool) -> None:
+                durable: bool, cluster: bool, detach: bool, app_spec: str, stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
     The stack lives in $BATON_HOME (default ./.baton); `baton submit` finds it via dev.json.
@@ -180,15 +182,15 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if stop_:
         _stop_stack(home())
         return
-    _up(brains, hands, relays, mail_delay_ms, durable, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-               detach: bool, app_spec: str) -> None:
+               cluster: bool, detach: bool, app_spec: str) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
-    _up(brains, hands, relays, mail_delay_ms, durable, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
 
 
 @dev_command.command("down")
@@ -270,8 +272,8 @@ def _print_log(path: Path, follow: bool, lines: int) -> None:
                 time.sleep(0.2)
 
 
-def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, detach: bool,
-        app_spec: str) -> None:
+def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
+        detach: bool, app_spec: str) -> None:
     from baton.observability import log as logs
 
     base = home()
@@ -283,12 +285,12 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
-                       *(["--durable"] if durable else [])])
+                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else [])])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
-                     namespace=os.environ.get("BATON_NAMESPACE") or "baton")
+                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton")
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:

@@ -31,11 +31,13 @@ import httpx
 import structlog
 from redis.asyncio import Redis
 
+from baton.devkit.redis_cluster import ClusterStack
 from baton.devkit.servers import EmbeddedStack, free_port
 from baton.devkit.stack import write_stack
 from baton.errors import ServerError
 from baton.settings import Settings
 from baton.store.keys import Keys
+from baton.store.redis_client import connect_redis
 
 __all__ = ["DevStack", "Proc"]
 
@@ -106,6 +108,7 @@ class DevStack:
         env: dict[str, str] | None = None,
         supervise: bool = True,
         mail_persist: bool = True,
+        cluster: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir).resolve()
         # The mail service fsyncs each operation to survive its own restarts; benchmarks that
@@ -114,17 +117,24 @@ class DevStack:
         self.counts = {"brain": brains, "hands": hands, "relay": relays}
         self.mail_delay_ms = mail_delay_ms
         self.durable = durable
+        # A Redis Cluster (3 primaries + 3 replicas) and a 3-node NATS cluster instead of one
+        # server each (baton.devkit.redis_cluster.ClusterStack).
+        self.cluster = cluster
         self.app_spec = app_spec
         self.namespace = namespace
         self.env = dict(env or {})
+        if cluster:  # JetStream streams replicated over the 3 NATS nodes
+            self.env.setdefault("BATON_STREAM_REPLICAS", "3")
         self.supervise = supervise
         self.data_dir = self.base_dir / "data"
         self.log_dir = self.base_dir / "logs"
+        # One of the two is set once started: the single servers, or the clusters.
         self.servers: EmbeddedStack | None = None
+        self.clusters: ClusterStack | None = None
         self.mailbox: Proc | None = None
         self._procs: dict[str, Proc] = {}
         self._mail_port = 0
-        self._redis: Redis | None = None
+        self._redis: Any = None  # Redis, or RedisCluster with cluster=True
         self._http: httpx.AsyncClient | None = None
         self._stopping = False
         self._stopped = False
@@ -154,10 +164,12 @@ class DevStack:
     def processes(self) -> list[dict[str, Any]]:
         """Every process of the stack: servers, the mail service, then the services."""
         out: list[dict[str, Any]] = []
-        if self.servers is not None:
-            for server in (self.servers.redis, self.servers.nats):
-                out.append({"role": server.name, "name": server.name, "pid": server.pid,
-                            "alive": server.running, "restarts": 0})
+        members = (self.clusters.members if self.clusters is not None
+                   else (self.servers.redis, self.servers.nats) if self.servers is not None
+                   else ())
+        for server in members:
+            out.append({"role": server.name, "name": server.name, "pid": server.pid,
+                        "alive": server.running, "restarts": 0})
         if self.mailbox is not None:
             out.append(self.mailbox.info())
         out.extend(p.info() for p in self._procs.values())
@@ -178,15 +190,20 @@ class DevStack:
 
     async def start(self) -> None:
         """Start servers, the mail service and the services; return once all are ready."""
-        if self.servers is not None:
+        if self.servers is not None or self.clusters is not None:
             return
         if not self.durable:  # a fresh stack: no JetStream messages about sessions long gone
             shutil.rmtree(self.data_dir, ignore_errors=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.servers = EmbeddedStack(self.data_dir, durable=self.durable)
-            await self.servers.start()
-            self._redis = Redis.from_url(self.redis_url, decode_responses=True)
+            if self.cluster:
+                self.clusters = ClusterStack(self.data_dir, durable=self.durable)
+                await self.clusters.start()
+            else:
+                self.servers = EmbeddedStack(self.data_dir, durable=self.durable)
+                await self.servers.start()
+            self._redis = (connect_redis(Settings(redis_url=self.redis_url)) if self.cluster
+                           else Redis.from_url(self.redis_url, decode_responses=True))
             self._http = httpx.AsyncClient(timeout=2.0)
             await self._start_mailbox()
             starting = [
@@ -281,6 +298,8 @@ class DevStack:
             await self._redis.aclose()
         if self.servers is not None:
             await self.servers.stop()
+        if self.clusters is not None:
+            await self.clusters.stop()
         self._stopped = True
 
     async def __aenter__(self) -> Self:
@@ -301,13 +320,16 @@ class DevStack:
         return {
             "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
+            "cluster": self.cluster,
             "base_dir": str(self.base_dir), "supervisor_pid": os.getpid(),
             "processes": self.processes, "ready": True,
         }
 
     # ------------------------------------------------------------------ internals
 
-    def _require_servers(self) -> EmbeddedStack:
+    def _require_servers(self) -> EmbeddedStack | ClusterStack:
+        if self.clusters is not None:
+            return self.clusters
         if self.servers is None:
             raise ServerError("the stack is not started", server="dev")
         return self.servers

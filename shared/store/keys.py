@@ -18,6 +18,7 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
     <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay")
     <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
+    <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
 
 Cluster-wide (not per session): ``<ns>:sessions`` (ZSET of session ids by creation time,
 for ``inspect``), ``<ns>:dead`` (STREAM of dead letters), ``<ns>:workers`` (HASH of live
@@ -120,6 +121,11 @@ class Keys:
 
     def timers(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:timers"
+
+    def epoch(self, shard: int) -> str:
+        """The shard's copy of the store epoch: on the slot of the shard's sessions, so it
+        is lost exactly when they are."""
+        return f"{self.ns}:{self.tag(shard)}:epoch"
 
     def settled_channel(self, session_id: str) -> str:
         """Pub/sub channel announcing settled submissions of a session (for waiters)."""

@@ -2,19 +2,88 @@
 
 Owns :func:`connect_redis` (the pool, timeouts and TLS files from :class:`Settings`) and
 :func:`redis_user`, the ACL user the URL names.
+
+``BATON_REDIS_URL`` names one server (``redis://`` / ``rediss://``, as redis-py reads it) or
+the seed nodes of a Redis Cluster::
+
+    redis+cluster://[user:password@]host1:port1[,host2:port2,...]
+    rediss+cluster://...        the same over TLS (BATON_REDIS_TLS_* as for rediss://)
+
+One reachable seed is enough to discover the cluster; list several so a start does not
+depend on one node. A cluster has only database 0, so the URL takes no ``/db`` other than
+``/0``. For such a URL :func:`connect_redis` returns a :class:`redis.asyncio.RedisCluster`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import urlsplit
+import socket
+from dataclasses import dataclass
+from typing import Any, TypeAlias, cast
+from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 
 from baton.errors import ConfigError
 from baton.settings import Settings
+
+#: Either client. Both offer the commands Baton uses (scripts, hashes, streams, pub/sub);
+#: cluster-only code checks :func:`is_cluster` first.
+AnyRedis: TypeAlias = Redis | RedisCluster
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SLOTS = 16384
+_SETTING = "BATON_REDIS_URL"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUrl:
+    """The parts of a ``redis+cluster://`` URL."""
+
+    seeds: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+def is_cluster(redis: object) -> bool:
+    return isinstance(redis, RedisCluster)
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """Split a cluster URL into its seeds and credentials; ConfigError naming the setting."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in CLUSTER_SCHEMES:
+        raise ConfigError(f"{_SETTING}: not a redis+cluster:// URL", setting=_SETTING)
+    rest, _, query = rest.partition("?")
+    if query:
+        raise ConfigError(f"{_SETTING}: a cluster URL takes no query options "
+                          f"(use the BATON_REDIS_* settings)", setting=_SETTING)
+    hosts, _, path = rest.partition("/")
+    if path not in ("", "0"):
+        raise ConfigError(f"{_SETTING}: a Redis Cluster has only database 0, not /{path}",
+                          setting=_SETTING)
+    userinfo, at, hosts = hosts.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username, password = (unquote(user) or None), (unquote(secret) if colon else None)
+    seeds = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{_SETTING}: cluster seed {item.strip()!r} is not host:port",
+                              setting=_SETTING)
+        seeds.append((host.strip("[]"), int(port)))
+    return ClusterUrl(tuple(seeds), username, password, scheme.lower() == "rediss+cluster")
 
 
 def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) -> Redis:
@@ -27,7 +96,13 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
     The pool is a blocking one: past ``redis_max_connections`` a caller waits for a free
     connection (up to the connect timeout) instead of failing at once, as a burst of
     concurrent tool runs and heartbeats would otherwise make it.
+
+    For a ``redis+cluster://`` URL the client is a :class:`RedisCluster` (see
+    :func:`connect_cluster`), typed as ``Redis`` because it offers the same commands to the
+    store; :data:`AnyRedis` is the honest type for new code.
     """
+    if is_cluster_url(settings.redis_url):
+        return cast(Redis, connect_cluster(settings, socket_timeout=socket_timeout))
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
@@ -42,12 +117,88 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
+def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0) -> RedisCluster:
+    """A :class:`RedisCluster` client with the same no-retry policy as a single server.
+
+    MOVED and ASK redirections are still followed (the command did not run there); an
+    error that may leave a command applied (a lost reply, a dead node) is raised to the
+    caller. ``require_full_coverage`` is off so that, during a failover, the slots of the
+    live primaries keep serving; full coverage is checked once, when the client first
+    connects (:class:`_Cluster`). Seeds whose names resolve nowhere are a ConfigError here.
+    """
+    parsed = parse_cluster_url(settings.redis_url)
+    _check_resolves(parsed)
+    return _Cluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in parsed.seeds],
+        username=parsed.username,
+        password=parsed.password,
+        require_full_coverage=False,
+        retry=Retry(NoBackoff(), 0),
+        max_connections=settings.redis_max_connections,  # per node
+        decode_responses=True,
+        socket_connect_timeout=settings.connect_timeout_s,
+        socket_timeout=socket_timeout,
+        health_check_interval=30,
+        **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
+    )
+
+
+class _Cluster(RedisCluster):
+    """RedisCluster whose first topology load checks the cluster is whole.
+
+    All seeds unreachable stays a connection error (retryable: the cluster may be
+    starting); a cluster that answers with slots unassigned is a ConfigError, so a worker
+    does not start against half a store.
+    """
+
+    _coverage_checked = False
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> RedisCluster:
+        covered = -1
+        try:
+            await super().initialize(additional_startup_nodes_info, last_failed_node_name)
+        except RedisClusterException as exc:
+            # redis-py's "cannot be connected" is not a RedisError: make it one.
+            raise RedisConnectionError(f"Redis Cluster unreachable: {exc}") from None
+        except IndexError:  # redis-py's answer to a cluster whose nodes serve no slot
+            if self._coverage_checked:
+                raise RedisConnectionError("Redis Cluster: no node serves a slot") from None
+            covered = 0
+        if not self._coverage_checked:
+            if covered < 0:
+                covered = sum(1 for s in range(SLOTS) if self.nodes_manager.slots_cache.get(s))
+            if covered < SLOTS:
+                await super().aclose()
+                raise ConfigError(
+                    f"{_SETTING}: the Redis Cluster assigns {covered} of {SLOTS} slots; "
+                    f"assign every slot (redis-cli --cluster fix) before starting Baton",
+                    setting=_SETTING, covered=covered)
+            self._coverage_checked = True
+        return self
+
+
+def _check_resolves(parsed: ClusterUrl) -> None:
+    for host, port in parsed.seeds:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return
+        except OSError:
+            continue
+    names = ", ".join(f"{h}:{p}" for h, p in parsed.seeds)
+    raise ConfigError(f"{_SETTING}: no cluster seed resolves to an address ({names})",
+                      setting=_SETTING)
+
+
 def _tls_options(settings: Settings) -> dict[str, Any]:
     """TLS files for a ``rediss://`` URL (a CA bundle, and a client cert for mutual TLS)."""
     s = settings
     files = {"ssl_ca_certs": s.redis_tls_ca, "ssl_certfile": s.redis_tls_cert,
              "ssl_keyfile": s.redis_tls_key}
-    if not s.redis_url.startswith("rediss://"):
+    if not s.redis_url.startswith(("rediss://", "rediss+cluster://")):
         if any(files.values()):
             raise ConfigError("BATON_REDIS_TLS_* is set but BATON_REDIS_URL is not rediss://")
         return {}
@@ -56,7 +207,10 @@ def _tls_options(settings: Settings) -> dict[str, Any]:
 
 def redis_user(settings: Settings) -> str:
     """The ACL user of the Redis URL ("default" when none is named)."""
+    if is_cluster_url(settings.redis_url):
+        return parse_cluster_url(settings.redis_url).username or "default"
     return urlsplit(settings.redis_url).username or "default"
 
 
-__all__ = ["connect_redis", "redis_user"]
+__all__ = ["AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis", "is_cluster",
+           "is_cluster_url", "parse_cluster_url", "redis_user"]

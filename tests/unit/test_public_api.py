@@ -41,6 +41,7 @@ PUBLIC = [
     "StaleAttemptError",
     "StaleFenceError",
     "Step",
+    "StoreEpochError",
     "Task",
     "TaskDef",
     "Tool",

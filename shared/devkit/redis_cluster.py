@@ -1,0 +1,377 @@
+"""A private Redis Cluster on loopback: 3 primaries with one replica each, for tests and dev.
+
+:class:`RedisClusterServers` starts ``redis-server`` processes in cluster mode (each with its
+own port, cluster-bus port and data dir), joins them with ``redis-cli --cluster create
+--cluster-replicas 1`` and returns once the cluster itself says it serves: every node reports
+``cluster_state:ok`` with all 16384 slots assigned, and every primary has a replica whose
+replication link is up. Single nodes can be SIGKILLed and restarted on their port, data and
+``nodes.conf`` to test failover (a killed primary's replica is promoted after
+``node_timeout_ms``) and lost state (a non-durable primary restarted empty before a failover
+comes back as the primary of its slots, with no data).
+
+It lives beside :mod:`baton.devkit.servers` (whose :class:`RedisServer` each node is) rather
+than inside it, to keep both modules readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from redis.asyncio import Redis
+from redis.crc import key_slot
+from redis.exceptions import RedisError
+
+from baton.devkit.servers import NatsCluster, NatsServer, RedisServer, _find_binary, free_port
+from baton.errors import ServerError
+
+__all__ = ["ClusterNodeInfo", "ClusterStack", "RedisClusterNode", "RedisClusterServers"]
+
+SLOTS = 16384
+_POLL_S = 0.05
+
+
+class RedisClusterNode(RedisServer):
+    """One ``redis-server`` in cluster mode; its cluster-bus port is chosen free, not port+10000.
+
+    ``nodes.conf`` stays in the data dir across :meth:`restart`, so a restarted node keeps its
+    identity and rejoins the cluster (as a replica if its slots were failed over meanwhile).
+    """
+
+    name = "redis-cluster-node"
+
+    def __init__(self, data_dir: Path, *, durable: bool, node_timeout_ms: int) -> None:
+        super().__init__(data_dir, durable=durable)
+        self.node_timeout_ms = node_timeout_ms
+        self.bus_port = 0
+
+    def _argv(self) -> list[str]:
+        if not self._fixed_port or not self.bus_port:  # a new port: a new bus port with it
+            self.bus_port = free_port()
+        return [
+            *super()._argv(),
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            "--cluster-port", str(self.bus_port),
+        ]  # fmt: skip
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNodeInfo:
+    """One line of ``CLUSTER NODES``, as seen by some node."""
+
+    node_id: str
+    address: str  # host:port
+    role: str  # "primary" | "replica"
+    primary_id: str  # the primary a replica follows ("" for a primary)
+    failed: bool
+    connected: bool
+    slots: tuple[tuple[int, int], ...]  # inclusive ranges served (primaries)
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    def serves(self, slot: int) -> bool:
+        return any(lo <= slot <= hi for lo, hi in self.slots)
+
+
+def parse_cluster_nodes(text: str) -> list[ClusterNodeInfo]:
+    """Parse ``CLUSTER NODES`` output (importing/migrating slot markers are ignored)."""
+    out = []
+    for line in text.strip().splitlines():
+        parts = line.split()
+        if len(parts) < 8:
+            continue
+        flags = set(parts[2].split(","))
+        slots = []
+        for item in parts[8:]:
+            if item.startswith("["):
+                continue
+            lo, _, hi = item.partition("-")
+            slots.append((int(lo), int(hi or lo)))
+        out.append(ClusterNodeInfo(
+            node_id=parts[0],
+            address=parts[1].split("@", 1)[0],
+            role="primary" if "master" in flags else "replica",
+            primary_id="" if parts[3] == "-" else parts[3],
+            failed=bool(flags & {"fail", "fail?", "noaddr"}),
+            connected=parts[7] == "connected",
+            slots=tuple(slots),
+        ))
+    return out
+
+
+class RedisClusterServers:
+    """``primaries`` x (1 + ``replicas``) private cluster nodes on loopback.
+
+    ``url`` (same as :attr:`seed_url`) is the ``redis+cluster://`` form ``BATON_REDIS_URL``
+    takes. ``node_timeout_ms`` bounds how soon a dead primary's replica is promoted.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path | None = None,
+        *,
+        primaries: int = 3,
+        replicas: int = 1,
+        durable: bool = False,
+        node_timeout_ms: int = 1_000,
+        cli: str | None = None,
+    ) -> None:
+        hint = "install Redis >= 7 with its CLI (Debian: apt-get install redis-tools)"
+        self._cli = _find_binary("redis-cli", cli, "BATON_REDIS_CLI", [], hint)
+        self.primaries = primaries
+        self.replicas = replicas
+        self.durable = durable
+        self._owns_dir = base_dir is None
+        tmp = base_dir or Path(tempfile.mkdtemp(prefix="baton-redis-cluster-"))
+        self.base_dir = tmp.resolve()
+        self.nodes = [
+            RedisClusterNode(self.base_dir / f"r{i + 1}", durable=durable,
+                             node_timeout_ms=node_timeout_ms)
+            for i in range(primaries * (1 + replicas))
+        ]
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def seed_url(self) -> str:
+        """Every node as a seed: a client finds the cluster while any one of them answers."""
+        return "redis+cluster://" + ",".join(n.address for n in self.nodes)
+
+    @property
+    def url(self) -> str:
+        return self.seed_url
+
+    def node_at(self, port: int) -> RedisClusterNode:
+        for node in self.nodes:
+            if node.port == port:
+                return node
+        raise KeyError(f"no cluster node on port {port}")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the nodes, create the cluster once (a restart rejoins from nodes.conf)."""
+        await asyncio.gather(*(n.start() for n in self.nodes))
+        if not await self._formed():
+            await self._create()
+        await self.wait_ready()
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        await asyncio.gather(*(n.stop(timeout) for n in self.nodes))
+        if self._owns_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def kill(self, node: RedisClusterNode) -> None:
+        """SIGKILL one node; its data dir and nodes.conf stay for :meth:`restart`."""
+        node.kill()
+
+    async def restart(self, node: RedisClusterNode, *, empty: bool = False) -> None:
+        """Start ``node`` again on its port; ``empty`` drops its data (not its identity) first,
+        as a non-durable node that lost its memory does."""
+        await node._terminate(5.0)
+        if empty:
+            for name in ("appendonlydir", "dump.rdb"):
+                path = node.data_dir / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
+                    missing_ok=True)
+        await node.restart()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ topology queries
+
+    async def topology(self) -> list[ClusterNodeInfo]:
+        """``CLUSTER NODES`` as the first running node that answers sees it."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            try:
+                async with _client(node) as r:
+                    return parse_cluster_nodes(await r.execute_command("CLUSTER", "NODES"))
+            except (RedisError, OSError):
+                continue
+        raise ServerError("no Redis Cluster node answers", server="redis-cluster")
+
+    async def primary_for_slot(self, slot: int) -> RedisClusterNode:
+        for info in await self.topology():
+            if info.role == "primary" and not info.failed and info.serves(slot):
+                return self.node_at(info.port)
+        raise ServerError(f"no live primary serves slot {slot}", server="redis-cluster")
+
+    async def primary_for_key(self, key: str) -> RedisClusterNode:
+        """The primary serving ``key`` (hash tags respected)."""
+        return await self.primary_for_slot(key_slot(key.encode()))
+
+    async def replica_of(self, primary: RedisClusterNode) -> RedisClusterNode:
+        topo = await self.topology()
+        ids = {i.port: i.node_id for i in topo}
+        for info in topo:
+            if info.role == "replica" and info.primary_id == ids.get(primary.port):
+                return self.node_at(info.port)
+        raise ServerError(f"primary {primary.address} has no replica", server="redis-cluster")
+
+    # ------------------------------------------------------------------ readiness
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Until every running node says ``cluster_state:ok`` with all slots assigned, and
+        each primary that serves slots has a replica whose replication link is up."""
+        deadline = time.monotonic() + timeout
+        problem = "not checked"
+        while time.monotonic() < deadline:
+            problem = await self._not_ready()
+            if not problem:
+                return
+            await asyncio.sleep(_POLL_S)
+        raise ServerError(f"Redis Cluster not ready within {timeout:g}s: {problem}",
+                          server="redis-cluster")
+
+    async def wait_promoted(self, old: RedisClusterNode, timeout: float = 30.0) -> RedisClusterNode:  # noqa: ASYNC109
+        """After ``old`` (a primary) died: wait until another node serves its slots and the
+        surviving nodes report ``cluster_state:ok``; returns the new primary."""
+        deadline = time.monotonic() + timeout
+        ranges: tuple[tuple[int, int], ...] = ()
+        while time.monotonic() < deadline:
+            try:
+                topo = await self.topology()
+            except ServerError:
+                topo = []
+            for info in topo:
+                if info.port == old.port and info.slots:
+                    ranges = info.slots
+            if ranges:
+                slot = ranges[0][0]
+                for info in topo:
+                    if (info.role == "primary" and info.port != old.port and not info.failed
+                            and info.serves(slot) and await self._states_ok()):
+                        return self.node_at(info.port)
+            await asyncio.sleep(_POLL_S)
+        raise ServerError(f"no replica of {old.address} promoted within {timeout:g}s",
+                          server="redis-cluster")
+
+    # ------------------------------------------------------------------ internals
+
+    async def _formed(self) -> bool:
+        async with _client(self.nodes[0]) as r:
+            info = await r.execute_command("CLUSTER", "INFO")
+        return _info_field(info, "cluster_known_nodes") == str(len(self.nodes))
+
+    async def _create(self) -> None:
+        argv = [self._cli, "--cluster", "create", *(n.address for n in self.nodes),
+                "--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise ServerError(f"redis-cli --cluster create failed ({proc.returncode}):\n"
+                              f"{out.decode(errors='replace')[-2000:]}", server="redis-cluster")
+
+    async def _states_ok(self) -> bool:
+        for node in self.nodes:
+            if not node.running:
+                continue
+            try:
+                async with _client(node) as r:
+                    info = await r.execute_command("CLUSTER", "INFO")
+            except (RedisError, OSError):
+                return False
+            if _info_field(info, "cluster_state") != "ok":
+                return False
+        return True
+
+    async def _not_ready(self) -> str:
+        """Why the cluster is not ready yet ("" once it is)."""
+        running = [n for n in self.nodes if n.running]
+        for node in running:
+            try:
+                async with _client(node) as r:
+                    info = await r.execute_command("CLUSTER", "INFO")
+                    repl = await r.info("replication")
+            except (RedisError, OSError) as exc:
+                return f"{node.address}: {exc}"
+            state = _info_field(info, "cluster_state")
+            assigned = _info_field(info, "cluster_slots_assigned")
+            if state != "ok" or assigned != str(SLOTS):
+                return f"{node.address}: cluster_state {state}, {assigned} slots assigned"
+            if repl.get("role") == "slave" and repl.get("master_link_status") != "up":
+                return f"{node.address}: replica link {repl.get('master_link_status')}"
+        topo = await self.topology()
+        live = {n.port for n in running}
+        for info in topo:
+            if info.role != "primary" or not info.slots or info.failed:
+                continue
+            followers = [r for r in topo if r.primary_id == info.node_id and not r.failed
+                         and r.port in live]
+            if not followers:
+                return f"primary {info.address} has no connected replica"
+        return ""
+
+
+def _client(node: RedisClusterNode) -> Redis:
+    return Redis(host="127.0.0.1", port=node.port, decode_responses=True,
+                 socket_connect_timeout=0.5, socket_timeout=1.0)
+
+
+def _info_field(info: object, name: str) -> str:
+    """A field of ``CLUSTER INFO`` (redis-py returns text or a parsed dict by version)."""
+    if isinstance(info, dict):
+        return str(info.get(name, ""))
+    for line in str(info).splitlines():
+        key, _, value = line.partition(":")
+        if key == name:
+            return value.strip()
+    return ""
+
+
+class ClusterStack:
+    """What ``baton dev --cluster`` runs: a 3+3 Redis Cluster and a 3-node JetStream
+    cluster, with the surface of :class:`~baton.devkit.servers.EmbeddedStack`."""
+
+    def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
+        self.redis = RedisClusterServers(base_dir / "redis" if base_dir else None,
+                                         durable=durable)
+        self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable)
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def nats_url(self) -> str:
+        return self.nats.url
+
+    @property
+    def members(self) -> list[RedisServer | NatsServer]:
+        """Every server process (for a stack's process list)."""
+        return [*self.redis.nodes, *self.nats.nodes]
+
+    async def start(self) -> None:
+        await asyncio.gather(self.redis.start(), self.nats.start())
+
+    async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        await asyncio.gather(self.redis.stop(timeout), self.nats.stop(timeout))

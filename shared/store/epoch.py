@@ -1,0 +1,165 @@
+"""The store's epoch: lost Redis state is detected and reported, never taken for a new store.
+
+Redis that restarts empty (non-durable mode), or a Redis Cluster primary that fails over to a
+replica lacking its data, looks to a worker like a store where sessions were never created:
+a waiting client reads "no submission", a Brain would start work anew. To tell the two apart
+each shard carries an epoch, ``<ns>:{<ns>-<shard>}:epoch`` = ``{"v": 1, "id", "created_ms"}``,
+written once when the store is first used. It sits on the slot of the shard's sessions, so on
+a cluster it is lost exactly when they are.
+
+Every role reads the epoch when it connects (:meth:`StoreEpoch.establish`) and re-reads it
+while it runs (:meth:`StoreEpoch.watch`, every third of a lease) and whenever a read says
+"not found" (:meth:`StoreEpoch.verify`). A shard whose epoch vanished or changed makes it
+stop with :class:`~baton.errors.StoreEpochError`.
+
+Initialisation: shard 0 is the anchor. A process that finds no epoch at all writes one to the
+anchor (``SET NX``: racing processes agree on the first), then copies it to the other shards.
+A process that finds the anchor but misses other shards fills them in only while the anchor
+is younger than :data:`INIT_GRACE_MS` (another process is initialising); later, a missing
+shard is lost state. What no epoch can detect: a process that never saw the store before
+finds an entirely empty Redis, which is a new store to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import structlog
+from redis.exceptions import RedisError
+
+from baton.errors import RedisUnavailable, StoreEpochError
+from baton.store.keys import Keys
+
+__all__ = ["INIT_GRACE_MS", "StoreEpoch"]
+
+log = structlog.get_logger("baton.store.epoch")
+
+#: How long after a store's creation missing shard epochs are taken for an initialisation
+#: still in progress rather than for lost state.
+INIT_GRACE_MS = 30_000
+ANCHOR = 0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class StoreEpoch:
+    """The epoch of one namespace's store, as this process first saw it."""
+
+    def __init__(self, redis: Any, keys: Keys) -> None:
+        # Any: a redis.asyncio Redis or RedisCluster (both pipeline GET/SET across slots).
+        self.redis = redis
+        self.keys = keys
+        self.id = ""
+        self.created_ms = 0
+
+    @classmethod
+    async def establish(cls, redis: Any, keys: Keys) -> StoreEpoch:
+        """Read the store's epoch (writing it on a new store); StoreEpochError on lost state."""
+        epoch = cls(redis, keys)
+        try:
+            return await epoch._establish()
+        except (RedisError, OSError) as exc:  # unreachable: the caller's connect loop retries
+            raise RedisUnavailable(f"cannot read the store epoch: {exc}") from None
+
+    def watch_interval(self, lease_ms: int) -> float:
+        """Seconds between checks: a third of a lease, so loss is seen before a takeover."""
+        return max(lease_ms / 3000, 0.1)
+
+    async def _establish(self) -> StoreEpoch:
+        epoch, keys = self, self.keys
+        found = await epoch._read()
+        if all(v is None for v in found):
+            await epoch._initialise()
+            found = await epoch._read()
+        anchor = found[ANCHOR]
+        if anchor is None:
+            present = [s for s, v in enumerate(found) if v is not None]
+            raise StoreEpochError(keys.ns, "missing", [ANCHOR], expected=_id(found[present[0]]))
+        missing = [s for s, v in enumerate(found) if v is None]
+        if missing:
+            if _now_ms() - int(anchor.get("created_ms", 0)) > INIT_GRACE_MS:
+                raise StoreEpochError(keys.ns, "missing", missing, expected=_id(anchor))
+            await epoch._fill(anchor, missing)
+            found = await epoch._read()
+        other = [s for s, v in enumerate(found) if _id(v) != _id(anchor)]
+        if other:
+            raise StoreEpochError(keys.ns, "mixed", other, expected=_id(anchor),
+                                  found=_id(found[other[0]]))
+        epoch.id, epoch.created_ms = _id(anchor), int(anchor.get("created_ms", 0))
+        log.info("store_epoch_established", namespace=keys.ns, epoch=epoch.id,
+                 created_ms=epoch.created_ms, shards=keys.shards)
+        return epoch
+
+    async def verify(self) -> None:
+        """Raise StoreEpochError unless every shard still carries the epoch seen at start."""
+        found = await self._read()
+        missing = [s for s, v in enumerate(found) if v is None]
+        if missing:
+            self._stop("missing", missing, "")
+        changed = [s for s, v in enumerate(found) if _id(v) != self.id]
+        if changed:
+            self._stop("changed", changed, _id(found[changed[0]]))
+
+    async def watch(self, stopping: asyncio.Event, interval_s: float) -> None:
+        """Verify every ``interval_s`` until ``stopping`` is set; raises StoreEpochError.
+
+        An unreachable Redis is not lost state: it is checked again once it answers.
+        """
+        while not stopping.is_set():
+            try:
+                await self.verify()
+            except (RedisError, OSError) as exc:
+                log.debug("store_epoch_check_skipped", error=str(exc))
+            try:
+                await asyncio.wait_for(stopping.wait(), interval_s)
+            except TimeoutError:
+                continue
+
+    # ------------------------------------------------------------------ internals
+
+    def _stop(self, reason: str, shards: list[int], found: str) -> None:
+        err = StoreEpochError(self.keys.ns, reason, shards, expected=self.id, found=found)
+        log.error("store_epoch_lost", namespace=self.keys.ns, reason=reason, shards=err.shards,
+                  expected=self.id, found=found)
+        raise err
+
+    async def _read(self) -> list[dict[str, Any] | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.get(self.keys.epoch(shard))
+        return [_parse(raw) for raw in await pipe.execute()]
+
+    async def _initialise(self) -> None:
+        value = json.dumps({"v": 1, "id": uuid.uuid4().hex, "created_ms": _now_ms()})
+        await self.redis.set(self.keys.epoch(ANCHOR), value, nx=True)
+        anchor = _parse(await self.redis.get(self.keys.epoch(ANCHOR)))
+        if anchor is not None:
+            await self._fill(anchor, [s for s in range(self.keys.shards) if s != ANCHOR])
+            log.info("store_epoch_created", namespace=self.keys.ns, epoch=_id(anchor))
+
+    async def _fill(self, anchor: dict[str, Any], shards: list[int]) -> None:
+        value = json.dumps(anchor)
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.set(self.keys.epoch(shard), value, nx=True)
+        await pipe.execute()
+
+
+def _parse(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {"id": f"unreadable:{str(raw)[:32]}"}
+    return value if isinstance(value, dict) else {"id": f"unreadable:{str(raw)[:32]}"}
+
+
+def _id(value: dict[str, Any] | None) -> str:
+    return str(value.get("id", "")) if value else ""

@@ -1,0 +1,106 @@
+"""Lost state is loud: a store that restarted empty stops its users with StoreEpochError.
+
+Each test runs its own non-durable ``redis-server``, since it restarts it empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from baton.client import Client
+from baton.devkit.servers import NatsServer, RedisServer
+from baton.errors import RedisUnavailable, StoreEpochError
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.epoch import StoreEpoch
+from baton.store.keys import Keys
+from baton.store.redis_client import connect_redis
+from tests.helpers import eventually
+
+
+@pytest.fixture
+async def own_redis() -> AsyncIterator[RedisServer]:
+    async with RedisServer(durable=False) as server:
+        yield server
+
+
+async def _restart_empty(server: RedisServer) -> None:
+    server.kill()
+    await server.restart()
+
+
+async def test_a_waiting_client_gets_store_epoch_error_not_not_found(
+    own_redis: RedisServer,
+) -> None:
+    settings = Settings(redis_url=own_redis.url, namespace="epoch")
+    client = await Client.connect(settings)
+    try:
+        sub, _ = await client.submit("hello", agent="notices")
+        await _restart_empty(own_redis)
+
+        async def outcome() -> BaseException | None:
+            try:
+                await client.wait(sub, timeout=2)
+            except RedisUnavailable:  # the pooled connection died with the server
+                return None
+            except Exception as exc:
+                return exc
+            return None
+
+        error = await eventually(outcome, timeout=10, message="the wait fails")
+    finally:
+        await client.close()
+    assert isinstance(error, StoreEpochError), error
+    assert error.reason == "missing" and error.namespace == "epoch"
+
+
+async def test_a_running_relay_stops_with_store_epoch_error(
+    own_redis: RedisServer, nats_server: NatsServer
+) -> None:
+    settings = Settings(redis_url=own_redis.url, nats_url=nats_server.url,
+                        namespace="epochrelay", lease_ms=300, worker_name="relay-1")
+    relay = Relay(settings)
+    serving = asyncio.create_task(relay.serve())
+    try:
+        await asyncio.wait_for(relay.ready.wait(), 10)
+        await _restart_empty(own_redis)
+        async with asyncio.timeout(10):
+            with pytest.raises(BaseExceptionGroup) as caught:
+                await serving
+    finally:
+        relay.shutdown()
+        await asyncio.gather(serving, return_exceptions=True)
+    lost = caught.value.subgroup(lambda e: isinstance(e, StoreEpochError))
+    assert lost is not None, caught.value
+
+
+async def test_a_new_process_refuses_a_store_missing_shards_after_initialisation(
+    own_redis: RedisServer,
+) -> None:
+    settings = Settings(redis_url=own_redis.url, namespace="epochinit", shards=4)
+    redis: Any = connect_redis(settings)
+    keys = Keys(settings.namespace, settings.shards)
+    try:
+        first = await StoreEpoch.establish(redis, keys)
+        again = await StoreEpoch.establish(redis, keys)
+        assert again.id == first.id  # a second process adopts the store's epoch
+        old = json.dumps({"v": 1, "id": first.id, "created_ms": 1})  # long initialised
+        await redis.set(keys.epoch(0), old)
+        await redis.delete(keys.epoch(2))
+        with pytest.raises(StoreEpochError) as running:
+            await first.verify()
+        with pytest.raises(StoreEpochError) as starting:
+            await StoreEpoch.establish(redis, keys)
+        await redis.set(keys.epoch(2), json.dumps({"v": 1, "id": "other", "created_ms": 1}))
+        with pytest.raises(StoreEpochError) as changed:
+            await first.verify()
+    finally:
+        await redis.aclose()
+    assert running.value.reason == "missing" and running.value.shards == "2"
+    assert starting.value.reason == "missing"
+    assert changed.value.reason == "changed" and changed.value.found == "other"
