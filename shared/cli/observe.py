@@ -22,8 +22,8 @@ from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.devkit.stack import home, settings_from_env_or_stack
 from baton.errors import BatonError, NotFoundError
-from baton.models import Receipt
 from baton.observability import log as logs
+from baton.receipts import Receipt
 from baton.settings import Settings
 from baton.store.state import receipts_about
 from baton.store.store import Store

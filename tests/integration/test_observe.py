@@ -74,7 +74,7 @@ def test_trace_json_and_html_picture(demo: Outcome, tmp_path: Path) -> None:
     trace = build_trace(demo.session, demo.receipts)
     data = json.loads(json.dumps(trace.to_json()))
     assert len(data["events"]) == len(demo.receipts)
-    assert [e["stream_id"] for e in data["events"]] == [r.detail["stream_id"]
+    assert [e["stream_id"] for e in data["events"]] == [r.stream_id
                                                         for r in demo.receipts]
     take = [data["events"][i] for i in data["takeovers"]]
     assert take and take[0]["kind"] == "reclaim" and take[0]["fence"] == "a:2"
@@ -147,7 +147,7 @@ async def test_watch_inspect_live_session_resume_and_redis_connection_drop(
             finally:
                 await store.close()
             receipts = await client.store.receipts(sid)
-            all_ids = [r.detail["stream_id"] for r in receipts]
+            all_ids = [r.stream_id for r in receipts]
         finally:
             await client.close()
             await admin.aclose()
@@ -201,7 +201,7 @@ async def test_watch_resume_from_an_id_repeats_nothing_and_loses_nothing(tmp_pat
         try:
             sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
             await client.wait(sub, timeout=60)
-            all_ids = [r.detail["stream_id"] for r in await client.store.receipts(sub.session_id)]
+            all_ids = [r.stream_id for r in await client.store.receipts(sub.session_id)]
         finally:
             await client.close()
         # a finished session: the snapshot, nothing after it, and it ends at once
