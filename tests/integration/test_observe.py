@@ -96,6 +96,44 @@ def test_trace_json_and_html_picture(demo: Outcome, tmp_path: Path) -> None:
     (tmp_path / "trace.html").write_text(html)
 
 
+def test_trace_names_the_relay_and_the_consumer_of_every_hop(demo: Outcome) -> None:
+    """Each wake and tool message names who carried it: the relay process that published the
+    outbox row (and when), and the Brain or Hands process that acted on it."""
+    trace = build_trace(demo.session, demo.receipts)
+    data = json.loads(json.dumps(trace.to_json()))
+    lanes = {lane["id"]: lane for lane in data["lanes"]}
+    hops = [e for e in data["events"] if e["kind"] in ("lease", "takeover", "claim", "reclaim")]
+    assert hops and all(e["carrier"] is not None for e in hops), hops
+    relays = set(data["relays"])
+    assert relays and all(r.startswith("relay-") for r in relays), relays
+    for e in hops:
+        c = e["carrier"]
+        lane = lanes[e["lane"]]
+        assert c["consumer"] == lane["name"] and c["relay"] in relays, c
+        assert c["row_id"] and c["stream_seq"] > 0 and c["delivery"] >= 1, c
+        assert c["published_t_ms"] is not None, c
+        assert lane["role"] == ("brain" if e["kind"] in ("lease", "takeover") else "hands")
+        if c["timer"]:
+            continue
+        src = data["events"][c["source"]]  # the commit whose outbox row this was
+        assert int(c["row_id"].rsplit("/", 2)[1]) == src["seq"], (c, src)
+        if lane["role"] == "hands":
+            assert src["kind"] in ("commit:tools", "commit:redispatch"), src
+        else:
+            assert src["kind"] in ("submit", "complete", "commit:apply", "cancel") or \
+                src["kind"].startswith("commit"), src
+    assert data["carriers"] == [e["carrier"] for e in hops]
+    via = {h["via"] for h in data["handoffs"] if h["kind"] in ("wake", "dispatch")}
+    assert via and via <= relays
+    text = render_text(trace)
+    first = next(e for e in hops if e["kind"] == "claim")
+    relay, worker = first["carrier"]["relay"], lanes[first["lane"]]["name"]
+    assert re.search(rf"{relay} published outbox row \S+ from commit:tools of brain-\d at "
+                     rf"\+\d+\.\d+s \(stream seq \d+, delivery \d\) -> {worker} claimed", text)
+    assert "message hops (outbox row -> relay -> the process that acted on it):" in text
+    assert f"{relay} (" in render_html(trace)  # the page names the relays too
+
+
 def test_saved_receipts_and_the_cli_trace(demo: Outcome, tmp_path: Path) -> None:
     env = {"BATON_HOME": str(tmp_path / "home"), "BATON_REDIS_URL": "redis://127.0.0.1:1/0"}
     save_receipts(demo.session, demo.receipts, tmp_path / "home")
