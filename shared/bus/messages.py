@@ -65,7 +65,8 @@ def carrier_of(msg: Msg) -> Carrier | None:
             stream_seq=int(meta.sequence.stream),
             delivery=int(meta.num_delivered),
         )
-    except (PydanticValidationError, NatsError, ValueError, TypeError, IndexError) as exc:
+    except (PydanticValidationError, NatsError, ValueError, TypeError, IndexError,
+            AttributeError) as exc:
         log.warning("carrier_unreadable", subject=msg.subject, error=str(exc)[:200])
         return None
 

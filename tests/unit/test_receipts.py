@@ -172,3 +172,31 @@ def test_carrier_names_the_commit_that_wrote_its_row() -> None:
     timer = Carrier(row_id="t/deadline|s-1|-|baton.wake.a.1/1700000000000")
     assert timer.timer and timer.source_seq is None
     assert Carrier(row_id="odd").source_seq is None
+
+
+class _Msg:
+    """The parts of a JetStream message carrier_of reads."""
+
+    def __init__(self, headers: dict[str, str], seq: int = 42, delivered: int = 1) -> None:
+        self.headers, self.subject = headers, "t.tool.send_email"
+        self.metadata = type("Meta", (), {
+            "sequence": type("Seq", (), {"stream": seq})(), "num_delivered": delivered})()
+
+
+def test_carrier_of_reads_the_relay_headers_and_drops_what_does_not_fit() -> None:
+    from typing import cast
+
+    from nats.aio.msg import Msg
+
+    from baton.bus.messages import carrier_headers, carrier_of
+
+    headers = {**carrier_headers("relay-1", 1_700_000_000_123), "Nats-Msg-Id": "s-1/4/0"}
+    c = carrier_of(cast(Msg, _Msg(headers, delivered=3)))
+    assert c == Carrier(relay="relay-1", published_ms=1_700_000_000_123, row_id="s-1/4/0",
+                        stream_seq=42, delivery=3)
+    bare = carrier_of(cast(Msg, _Msg({})))  # an older relay: no carrier headers
+    assert bare is not None and bare.relay == "" and bare.stream_seq == 42
+    for bad in ({"Baton-Relay": "relay 1\u00e9"}, {"Baton-Relay": "r" * 5000},
+                {"Nats-Msg-Id": "a b"}):
+        assert carrier_of(cast(Msg, _Msg(bad))) is None
+    assert carrier_of(cast(Msg, _Msg({"Baton-Published-At": "soon"}))).published_ms == 0
