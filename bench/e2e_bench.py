@@ -51,6 +51,7 @@ from baton.devkit.devstack import DevStack
 from baton.faults import Faults
 from baton.hands.tools import send_email
 from baton.models import Task, ToolCall
+from baton.receipts import CommitDetail
 from baton.store.store import Store, worker_ref
 
 NAME = "e2e"
@@ -241,7 +242,8 @@ async def brain_round_trips(client: Client, n: int) -> list[dict[str, float]]:
         if final.status != "completed":
             raise RuntimeError(f"session {sub.session_id} ended {final.status}: {final.error}")
         receipts = await client.store.receipts(sub.session_id)  # in commit order
-        tools = next(r for r in receipts if r.detail.get("step") == "tools")
+        tools = next(r for r in receipts
+                     if isinstance(r.detail, CommitDetail) and r.detail.step == "tools")
         claim = next(r for r in receipts if r.kind == "claim")
         k, complete = next((k, r) for k, r in enumerate(receipts) if r.kind == "complete")
         after = next(r for r in receipts[k + 1:] if r.worker and r.worker.role == "brain")

@@ -31,6 +31,7 @@ from rich.table import Table
 from baton.bench.common import Result, Row, environment, percentile
 from baton.client import Client
 from baton.devkit.devstack import DevStack
+from baton.receipts import ClaimDetail
 from baton.settings import Settings
 
 NAME = "takeover"
@@ -79,7 +80,7 @@ async def _trial(stack: DevStack, client: Client, http: httpx.AsyncClient,
     if final.status != "completed":
         raise RuntimeError(f"trial {i}: session ended {final.status}: {final.error}")
     claims = [r for r in await store.receipts(sub.session_id)
-              if r.kind in ("claim", "reclaim") and r.detail.get("run_id") == found.run_id
+              if isinstance(r.detail, ClaimDetail) and r.detail.run_id == found.run_id
               and r.worker and r.worker.name != found.worker]
     reclaim_s = (claims[0].ts_ms - wall0) / 1000 if claims else float("nan")
     await stack.wait_exit(found.worker)

@@ -10,7 +10,7 @@ import structlog
 from baton.app import Agent, App
 from baton.bus.subjects import BusNames
 from baton.faults import Faults
-from baton.models import RunStatus, Task, ToolRun, WorkerRef
+from baton.models import RunStatus, Task, ToolResult, ToolRun, WorkerRef, decode
 from baton.settings import Settings
 from baton.store.state import SessionState
 from baton.store.store import Store, now_ms
@@ -50,9 +50,17 @@ class TaskContext:
         if writes.deadline_ms == 0:
             live = self.live_tasks_after(writes.tasks)
             writes.deadline_ms = self.settings.progress_deadline_ms if live else -1
-        _, count = await self.store.commit(self.session_id, self.fence, writes, self.worker)
+        seq, count = await self.store.commit(self.session_id, self.fence, writes, self.worker)
         self.commits += 1
+        self._fold(writes, seq, count)
+
+    def _fold(self, writes: Writes, seq: int, count: int) -> None:
+        """Apply a committed write-set to ``self.state`` the way commit.lua applied it to
+        Redis, so the state equals a reload (tests/integration/test_commit_property.py)."""
         st = self.state
+        now = self.now()
+        groups = {**st.meta.groups, **writes.groups}
+        dirty = st.meta.dirty
         for t in writes.tasks:
             if writes.moves_to_done(t):
                 st.tasks.pop(t.id, None)
@@ -68,9 +76,22 @@ class TaskContext:
             st.runs[intent.run_id] = ToolRun(intent=intent, status=status)
         for rid in writes.applied:
             st.runs.pop(rid, None)
-        for rid in writes.cancel_runs:  # the script decided its fate; a reload shows it
-            if (run := st.runs.get(rid)) is not None:
-                st.runs[rid] = run.model_copy(update={"cancel_ms": self.now()})
+        for rid in writes.cancel_runs:
+            run = st.runs.get(rid)
+            if run is None:
+                continue
+            if run.status in ("dispatched", "awaiting_approval"):  # never claimed: ended now
+                st.runs[rid] = run.model_copy(update={
+                    "status": "completed", "completed_ms": now, "cancel_ms": now,
+                    "result": decode(ToolResult, writes.cancel_result)})
+                if (g := run.intent.group) and g in groups:
+                    groups[g] -= 1
+                    if groups[g] <= 0:
+                        del groups[g]
+                dirty = True
+            elif run.status == "running":  # its next heartbeat tells the attempt to stop
+                st.runs[rid] = run.model_copy(update={"cancel_ms": now})
+        st.meta = st.meta.model_copy(update={"seq": seq, "groups": groups, "dirty": dirty})
         if writes.wake_subject or writes.meta_set or writes.meta_del:
             meta = st.meta
             blocked = {k: v for k, v in meta.blocked.items()

@@ -16,6 +16,7 @@ import structlog
 from baton.brain.context import TaskContext
 from baton.brain.scheduler import schedule
 from baton.errors import StaleFenceError
+from baton.receipts import Carrier
 from baton.store.state import SessionState
 
 log = structlog.get_logger("baton.brain")
@@ -32,9 +33,11 @@ class PassResult:
 class SessionPass:
     """Processes one session until nothing is runnable. Created per wake."""
 
-    def __init__(self, brain: Any, session_id: str) -> None:
+    def __init__(self, brain: Any, session_id: str, *, carrier: Carrier | None = None) -> None:
         self.brain = brain
         self.session_id = session_id
+        # How the wake that (re)started this pass arrived: recorded in the lease receipt.
+        self.carrier = carrier
         self.rewake = False  # set when another wake for this session arrives meanwhile
         self.lost: StaleFenceError | None = None
 
@@ -43,7 +46,10 @@ class SessionPass:
         settings = brain.settings
         result = PassResult()
         while True:
-            lease, state = await brain.store.acquire_and_load(sid, brain.worker, settings.lease_ms)
+            lease, state = await brain.store.acquire_and_load(
+                sid, brain.worker, settings.lease_ms, carrier=self.carrier
+            )
+            self.carrier = None  # recorded; a joined wake sets the next one
             result.fence, result.takeover = lease.fence, result.takeover or lease.takeover
             structlog.contextvars.bind_contextvars(fence=lease.fence)  # every later line
             brain.faults.hit("brain.after_wake")

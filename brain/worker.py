@@ -20,7 +20,7 @@ from baton.app import App, load_app
 from baton.brain.registry import Registry
 from baton.brain.session import SessionPass
 from baton.bus.bus import Bus
-from baton.bus.messages import delivery_count, heartbeat
+from baton.bus.messages import carrier_of, delivery_count, heartbeat
 from baton.bus.subjects import BusNames
 from baton.errors import (
     BatonError,
@@ -149,12 +149,13 @@ class BrainWorker(Service):
         current = self.active.get(sid)
         if current is not None:  # already in hand here: make that pass look again
             current.rewake = True
+            current.carrier = carrier_of(msg)  # its next lease receipt names this wake
             await msg.ack()
             log.info("wake_handled", outcome="joined", fence=0,
                      ms=round((time.perf_counter() - started) * 1000, 2))
             logs.clear()
             return
-        session = SessionPass(self, sid)
+        session = SessionPass(self, sid, carrier=carrier_of(msg))
         self.active[sid] = session
         outcome, fence = "done", 0
         try:

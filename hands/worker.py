@@ -32,7 +32,7 @@ from nats.aio.msg import Msg
 
 from baton.app import App, Tool, load_app
 from baton.bus.bus import Bus, Puller
-from baton.bus.messages import delivery_count
+from baton.bus.messages import carrier_of, delivery_count
 from baton.bus.messages import heartbeat as bus_heartbeat
 from baton.errors import (
     ConfigError,
@@ -233,7 +233,8 @@ class HandsWorker(ToolExecution, Service):
     ) -> None:
         assert self.store is not None
         claim = await self.store.claim(
-            dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery
+            dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
+            carrier=carrier_of(msg),  # the trace names the relay that carried this message
         )
         if claim.status == "done":
             done.outcome = "duplicate"

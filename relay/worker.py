@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from baton.bus.bus import Bus
-from baton.bus.messages import Outgoing
+from baton.bus.messages import Outgoing, carrier_headers
 from baton.errors import ForbiddenError, NatsUnavailable, ValidationError
 from baton.faults import Faults
 from baton.models import OutboxRow
@@ -363,9 +363,21 @@ class Relay(Service):
             return f"message of {size} bytes exceeds {self.settings.max_payload_bytes}"
         return None
 
-    @staticmethod
-    def _outgoing(row: OutboxRow) -> Outgoing:
-        return Outgoing(row.subject, row.data.encode(), msg_id=row.id, headers=row.headers or None)
+    def _outgoing(self, row: OutboxRow) -> Outgoing:
+        """The message for ``row``, with the carrier headers naming this relay and the time.
+
+        Consumers record them in the receipt they commit (the claim, the lease), so the
+        trace names the relay of every hop without the relay writing session state. A row
+        the headers would push over the size limit goes without them: they are an
+        observation, never a reason to refuse a row.
+        """
+        data = row.data.encode()
+        carrier = carrier_headers(self.name, int(time.time() * 1000))
+        headers = {**row.headers, **carrier}
+        size = len(data) + 27 + len(row.id) + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        if size > self.settings.max_payload_bytes:
+            headers = row.headers
+        return Outgoing(row.subject, data, msg_id=row.id, headers=headers or None)
 
     async def _deliver(self, rows: list[OutboxRow], box: Outbox, via: str) -> None:
         """Publish rows, dead-letter the refused ones, then acknowledge and delete all.

@@ -38,7 +38,8 @@ class Record(Model):
     v: Literal[1] = SCHEMA_VERSION
 
 
-# ---------------------------------------------------------------------------- workers, receipts
+# ---------------------------------------------------------------------------- workers, marks
+# (receipts, which use these, are typed in baton.receipts)
 
 
 class WorkerRef(Model):
@@ -51,20 +52,6 @@ class MarkRef(Model):
     run_id: str
     mark: Mark
     attempt: int = 0
-
-
-class Receipt(Record):
-    """One line of a session's commit log (built partly in Python, completed by the scripts)."""
-
-    seq: int = 0
-    ts_ms: int = 0
-    kind: str
-    worker: WorkerRef | None = None
-    fence: int = 0
-    marks: tuple[MarkRef, ...] = ()
-    changes: dict[str, int] = Field(default_factory=dict)
-    detail: dict[str, Any] = Field(default_factory=dict)
-    trace: dict[str, str] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- conversation

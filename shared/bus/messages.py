@@ -1,7 +1,9 @@
 """One JetStream message, either side of the bus.
 
-Owns :class:`Outgoing` (what :meth:`~baton.bus.bus.Bus.publish_many` sends), and for a consumer
-:func:`delivery_count` and :func:`heartbeat`, which keeps a message alive while it is handled.
+Owns :class:`Outgoing` (what :meth:`~baton.bus.bus.Bus.publish_many` sends), the carrier
+headers a relay adds (:func:`carrier_headers`), and for a consumer :func:`delivery_count`,
+:func:`carrier_of` (who carried the message, bounded and validated) and :func:`heartbeat`,
+which keeps a message alive while it is handled.
 """
 
 from __future__ import annotations
@@ -13,8 +15,19 @@ from typing import NamedTuple
 
 import structlog
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from pydantic import ValidationError as PydanticValidationError
 
-__all__ = ["Outgoing", "delivery_count", "heartbeat"]
+from baton.receipts import Carrier
+
+__all__ = [
+    "RELAY_HEADER", "RELAY_PUBLISHED_HEADER", "Outgoing", "carrier_headers", "carrier_of",
+    "delivery_count", "heartbeat",
+]
+
+#: The relay that published a message, and when (ms since the epoch, the relay's clock).
+RELAY_HEADER = "Baton-Relay"
+RELAY_PUBLISHED_HEADER = "Baton-Published-At"
 
 log = structlog.get_logger(__name__)
 
@@ -26,6 +39,36 @@ class Outgoing(NamedTuple):
     data: bytes
     msg_id: str
     headers: dict[str, str] | None = None
+
+
+def carrier_headers(relay: str, published_ms: int) -> dict[str, str]:
+    """The headers a relay adds to each message it publishes (read back by :func:`carrier_of`)."""
+    return {RELAY_HEADER: relay, RELAY_PUBLISHED_HEADER: str(published_ms)}
+
+
+def carrier_of(msg: Msg) -> Carrier | None:
+    """Who carried ``msg``: the relay and publish time from its headers, the outbox row id
+    (``Nats-Msg-Id``), its stream sequence and delivery count.
+
+    The headers come from the network: a value that does not fit :class:`Carrier`'s bounds
+    drops the carrier (None), it never fails the message. A message without the relay's
+    headers (published by an older relay, or directly) still reports its sequence.
+    """
+    headers = msg.headers or {}
+    try:
+        meta = msg.metadata
+        published = headers.get(RELAY_PUBLISHED_HEADER, "0")
+        return Carrier(
+            relay=headers.get(RELAY_HEADER, "")[:129],
+            published_ms=int(published) if published.isdigit() and len(published) < 17 else 0,
+            row_id=headers.get("Nats-Msg-Id", "")[:513],
+            stream_seq=int(meta.sequence.stream),
+            delivery=int(meta.num_delivered),
+        )
+    except (PydanticValidationError, NatsError, ValueError, TypeError, IndexError,
+            AttributeError) as exc:
+        log.warning("carrier_unreadable", subject=msg.subject, error=str(exc)[:200])
+        return None
 
 
 def delivery_count(msg: Msg) -> int:

@@ -22,7 +22,7 @@ from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.devkit.stack import home
 from baton.errors import not_found
-from baton.models import Receipt
+from baton.receipts import Receipt
 from baton.settings import Settings
 from baton.store.state import receipts_about
 from baton.store.store import Store

@@ -13,6 +13,9 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
 * **hops** timed from commit timestamps: dispatch (intent commit -> claim), execution
   (claim -> complete of the same attempt), apply (complete -> the Brain's 'applied' mark),
   wake (the commit that woke the Brain -> its lease);
+* **carriers**: each message hop names the relay that published the outbox row and when,
+  and the process that acted on it (read from the carrier a Brain records in its lease
+  receipt and a Hands worker in its claim receipt; see :class:`baton.receipts.Carrier`);
 * what needs a person's eye: takeovers, refused stale writes, confirm outcomes, redeliveries,
   re-dispatches and re-entered phases, cancellations (the intent, then the Brain carrying it
   out), approvals and rejections (and refused approvals), compat-level migrations and
@@ -27,10 +30,25 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from baton.models import Receipt
+from baton.receipts import (
+    ApprovalDetail,
+    CancelDetail,
+    Carrier,
+    ClaimDetail,
+    CommitDetail,
+    CompleteDetail,
+    LeaseDetail,
+    OtherDetail,
+    PartialDetail,
+    Receipt,
+    RefusedDetail,
+    StartDetail,
+    SubmitDetail,
+)
 
 __all__ = [
-    "Event", "Handoff", "Lane", "RunHops", "Timeline", "Trace", "build_trace", "render_text",
+    "Carried", "Event", "Handoff", "Lane", "RunHops", "Timeline", "Trace", "build_trace",
+    "render_text",
 ]
 
 _BRAIN_KINDS = ("lease", "takeover", "commit")
@@ -55,6 +73,36 @@ class Lane:
 
 
 @dataclass
+class Carried:
+    """One message hop: the outbox row, the relay that published it, who acted on it.
+
+    Read from the carrier the consumer recorded in its receipt (the Brain's lease, the
+    Hands' claim); ``source`` is the event whose commit wrote the row (None for a timer).
+    """
+
+    event: int  # the consuming event
+    consumer: str
+    action: str  # what the consumer did: "took the lease", "claimed run 3-1"
+    relay: str
+    row_id: str
+    published_ms: int
+    published_t_ms: int | None
+    stream_seq: int
+    delivery: int
+    source: int | None
+    timer: bool = False
+
+    def describe(self, source: str = "") -> str:
+        """``relay-1 published outbox row X at +0.012s (...) -> hands-2 claimed run 3-1``."""
+        at = f" at {_secs(self.published_t_ms).strip()}" if self.published_t_ms is not None \
+            else ""
+        origin = f" from {source}" if source else ""
+        return (f"{self.relay} published outbox row {self.row_id or '?'}{origin}{at} "
+                f"(stream seq {self.stream_seq}, delivery {self.delivery}) -> "
+                f"{self.consumer} {self.action}")
+
+
+@dataclass
 class Event:
     """One receipt, placed on its lane and described."""
 
@@ -72,6 +120,7 @@ class Event:
     marks: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # takeover refused confirm redelivery ...
     hops: dict[str, int] = field(default_factory=dict)  # hop name -> ms (ending here)
+    carrier: Carried | None = None  # how the message that caused it arrived (lease, claim)
 
 
 @dataclass
@@ -83,6 +132,7 @@ class Handoff:
     dst: int
     ms: int
     text: str
+    via: str = ""  # the relay that published the message carrying it ("" when unknown)
 
 
 @dataclass
@@ -127,6 +177,19 @@ class Trace:
     def flagged(self, flag: str) -> list[Event]:
         return [e for e in self.events if flag in e.flags]
 
+    @property
+    def carried(self) -> list[Carried]:
+        """Every message hop a consumer recorded, in commit order."""
+        return [e.carrier for e in self.events if e.carrier is not None]
+
+    @property
+    def relays(self) -> dict[str, int]:
+        """The relays that carried this session's messages, with how many each carried."""
+        out: dict[str, int] = {}
+        for c in self.carried:
+            out[c.relay] = out.get(c.relay, 0) + 1
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
@@ -137,6 +200,8 @@ class Trace:
             "handoffs": [asdict(h) for h in self.handoffs],
             "runs": [{**asdict(r), "dispatch_hop_ms": r.dispatch_hop,
                       "apply_hop_ms": r.apply_hop} for r in self.runs],
+            "carriers": [asdict(c) for c in self.carried],
+            "relays": self.relays,
             "takeovers": [e.index for e in self.flagged("takeover")],
             "refused": [e.index for e in self.flagged("refused")],
         }
@@ -151,11 +216,12 @@ def _lane_id(r: Receipt) -> str:
 
 
 def _fence(r: Receipt) -> str:
-    if r.kind in ("claim", "reclaim", "complete") or (
-        r.kind == "refused" and r.detail.get("op") == "complete"
+    d = r.detail
+    if isinstance(d, ClaimDetail | CompleteDetail) or (
+        isinstance(d, RefusedDetail) and d.op in ("complete", "heartbeat")
     ):
         return f"a:{r.fence}"
-    if r.kind in _BRAIN_KINDS or r.kind == "refused":
+    if isinstance(d, LeaseDetail | CommitDetail | RefusedDetail):
         return f"s:{r.fence}"
     return "-"
 
@@ -175,6 +241,7 @@ class Timeline:
         self.completed: set[tuple[str, int]] = set()
         self.waker: Event | None = None  # the last submit/complete: what a lease answers
         self.brain_last: dict[str, Event] = {}  # Brain lane -> its last event
+        self.by_seq: dict[int, Event] = {}  # commit seq -> the event that wrote its rows
 
     def run(self, rid: str) -> RunHops:
         return self.runs.setdefault(rid, RunHops(run_id=rid))
@@ -187,13 +254,34 @@ class Timeline:
         self.receipts.append(r)
         lane = self._lane(r)
         d = r.detail
-        ev = Event(index=i, stream_id=str(d.get("stream_id", "")), t_ms=r.ts_ms - self.t0,
+        ev = Event(index=i, stream_id=r.stream_id, t_ms=r.ts_ms - self.t0,
                    ts_ms=r.ts_ms, lane=lane.id, kind=r.kind, fence=_fence(r), text="",
-                   seq=r.seq, run_id=str(d.get("run_id", "")),
-                   task_id=str(d.get("task_id", "")),
+                   seq=r.seq, run_id=str(getattr(d, "run_id", "")), task_id=d.task_ref,
                    marks=[f"{m.mark}:{m.run_id}" for m in r.marks])
         self.events.append(ev)
-        getattr(self, f"_on_{r.kind}", self._on_other)(ev, r)
+        match d:
+            case SubmitDetail() | StartDetail():
+                self._on_input(ev, d)
+            case LeaseDetail():
+                self._on_lease(ev, r, d)
+            case CommitDetail():
+                self._on_commit(ev, r, d)
+            case ClaimDetail():
+                self._on_claim(ev, r, d)
+            case CompleteDetail():
+                self._on_complete(ev, r, d)
+            case CancelDetail():
+                self._on_cancel(ev, d)
+            case ApprovalDetail():
+                self._on_approval(ev, d)
+            case RefusedDetail():
+                self._on_refused(ev, r, d)
+            case PartialDetail():
+                ev.text = f"streamed text saved ({d.chars} chars)"
+            case _:
+                self._on_other(ev, d)
+        if r.seq and not isinstance(d, RefusedDetail):
+            self.by_seq.setdefault(r.seq, ev)
         if lane.role == "brain":
             self.brain_last[lane.id] = ev
         return ev
@@ -214,39 +302,63 @@ class Timeline:
         return lane
 
     def _handoff(self, kind: str, src: Event, dst: Event, text: str) -> None:
-        self.handoffs.append(Handoff(kind, src.index, dst.index, dst.ts_ms - src.ts_ms, text))
+        via = dst.carrier.relay if dst.carrier is not None else ""
+        if via:
+            text += f" (carried by {via})"
+        self.handoffs.append(Handoff(kind, src.index, dst.index, dst.ts_ms - src.ts_ms, text,
+                                     via=via))
+
+    def _carried(self, ev: Event, carrier: Carrier | None, verb: str) -> Event | None:
+        """Note how the message that made ``ev`` happen got there; return its source event.
+
+        The carrier's row id names the commit that wrote the row (its seq), so the hop's
+        source is exact even when several wakes are in flight.
+        """
+        if carrier is None:
+            return None
+        source = None if carrier.source_seq is None else self.by_seq.get(carrier.source_seq)
+        ev.carrier = Carried(
+            event=ev.index, consumer=self._name(ev), action=verb, relay=carrier.relay or "?",
+            row_id=carrier.row_id, published_ms=carrier.published_ms,
+            published_t_ms=carrier.published_ms - self.t0 if carrier.published_ms else None,
+            stream_seq=carrier.stream_seq, delivery=carrier.delivery,
+            source=source.index if source is not None else None, timer=carrier.timer,
+        )
+        return source
 
     # one method per receipt kind
 
-    def _on_submit(self, ev: Event, r: Receipt) -> None:
-        ev.text = f"input accepted: submission {r.detail.get('submission_id', '?')}"
+    def _on_input(self, ev: Event, d: SubmitDetail | StartDetail) -> None:
+        if isinstance(d, SubmitDetail):
+            ev.text = f"input accepted: submission {d.submission_id or '?'}"
+        else:
+            ev.text = f"task started: {d.task_kind or '?'} {d.task_id}"
         self.waker = ev
 
-    def _on_lease(self, ev: Event, r: Receipt) -> None:
+    def _on_lease(self, ev: Event, r: Receipt, d: LeaseDetail) -> None:
+        takeover = d.kind == "takeover"
+        prev = self._brain_event(d.previous_holder, ev.lane) if takeover else None
         ev.text = "session lease taken"
-        if (w := self.waker) is not None:
+        w = self._carried(ev, d.carrier, "took the lease") or self.waker
+        if w is not None:
             ev.hops["wake"] = ev.ts_ms - w.ts_ms
             ev.text += f" (woken by {w.kind} of {self._name(w)}, wake hop {ev.hops['wake']} ms)"
             self._handoff("wake", w, ev, f"wake: {w.kind} -> lease, {ev.hops['wake']} ms")
             self.waker = None
+        self._describe_carrier(ev)
+        if takeover:
+            ev.flags.append("takeover")
+            ev.text = (f"TAKEOVER of the session lease from {d.previous_holder or '?'} "
+                       f"(fence {d.previous_fence} expired -> {r.fence}); " + ev.text)
+            if prev is not None:
+                self._handoff("takeover", prev, ev,
+                              f"takeover: {self._name(prev)} s:{d.previous_fence} -> "
+                              f"{self._name(ev)} s:{r.fence}")
 
-    def _on_takeover(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
-        ev.flags.append("takeover")
-        prev = self._brain_event(str(d.get("previous_holder", "")), ev.lane)
-        self._on_lease(ev, r)
-        ev.text = (f"TAKEOVER of the session lease from {d.get('previous_holder') or '?'} "
-                   f"(fence {d.get('previous_fence')} expired -> {r.fence}); " + ev.text)
-        if prev is not None:
-            self._handoff("takeover", prev, ev,
-                          f"takeover: {self._name(prev)} s:{d.get('previous_fence')} -> "
-                          f"{self._name(ev)} s:{r.fence}")
-
-    def _on_commit(self, ev: Event, r: Receipt) -> None:
-        d, c = r.detail, r.changes
-        step = str(d.get("step", "commit"))
+    def _on_commit(self, ev: Event, r: Receipt, d: CommitDetail) -> None:
+        step = d.step
         ev.kind = f"commit:{step}"
-        runs = list(d.get("runs", ()))
+        runs = list(d.runs)
         if step in ("tools", "redispatch"):
             for rid in runs:
                 hop = self.run(rid)
@@ -258,30 +370,29 @@ class Timeline:
                 ev.flags.append("retry")
         elif step == "reenter":
             ev.flags.append("retry")
-            ev.text = f"phase re-entered after a worker died in it (crash {d.get('crashes')})"
+            ev.text = f"phase re-entered after a worker died in it (crash {d.crashes})"
         elif step == "prepare":
-            ev.text = f"generation started (turn {d.get('turn', 1)})"
+            ev.text = f"generation started (turn {d.turn or 1})"
         elif step == "cancel":
             ev.flags.append("cancel")
-            ev.text = (f"CANCEL carried out: cancel_requested on {len(d.get('targets', ()))} "
+            ev.text = (f"CANCEL carried out: cancel_requested on {len(d.targets)} "
                        f"task(s), {len(runs)} tool run(s) told to stop")
         elif step == "migrate":
             ev.flags.append("version")
-            moved = d.get("migrated") or {}
-            ev.text = (f"MIGRATED the session from compat {d.get('from')} to {d.get('to')}; "
-                       + (", ".join(f"{t} v{a}->v{b}" for t, (a, b) in moved.items())
+            ev.text = (f"MIGRATED the session from compat {d.compat_from} to {d.compat_to}; "
+                       + (", ".join(f"{t} v{a}->v{b}" for t, (a, b) in d.migrated.items())
                           or "no task needed a migrate"))
         elif step == "blocked":
             ev.flags.append("version")
-            blocked, cleared = d.get("blocked") or {}, d.get("cleared") or []
-            ev.text = "; ".join([*(f"BLOCKED task {t}: {why}" for t, why in blocked.items()),
-                                 *(f"task {t} no longer blocked" for t in cleared)])
+            ev.text = "; ".join([*(f"BLOCKED task {t}: {why}" for t, why in d.blocked.items()),
+                                 *(f"task {t} no longer blocked" for t in d.cleared)])
         elif step == "final":
-            ev.text = f"final: task {d.get('outcome', '?')}"
-            if d.get("reason"):
-                ev.text += f" ({d['reason']})"
+            ev.text = f"final: task {d.outcome or '?'}"
+            if d.reason:
+                ev.text += f" ({d.reason})"
         else:
-            ev.text = f"{step}: " + (", ".join(f"{k} {v}" for k, v in c.items()) or "no changes")
+            ev.text = f"{step}: " + (", ".join(f"{k} {v}" for k, v in r.changes.items())
+                                     or "no changes")
         applied = [m.run_id for m in r.marks if m.mark == "applied"]
         for rid in applied:
             hop = self.run(rid)
@@ -292,46 +403,58 @@ class Timeline:
             ev.text = f"{len(applied)} result(s) applied (mark applied)" + (
                 f"; {ev.text}" if step not in ("apply",) else "")
 
-    def _on_claim(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
-        rid, attempt, delivery = str(d.get("run_id")), int(d.get("attempt", r.fence)), \
-            int(d.get("delivery", 1))
+    def _on_claim(self, ev: Event, r: Receipt, d: ClaimDetail) -> None:
+        rid, attempt, delivery = d.run_id, d.attempt or r.fence, d.delivery
         hop = self.run(rid)
         hop.deliveries = max(hop.deliveries, delivery)
         hop.attempts.append({"attempt": attempt, "worker": self._name(ev), "lane": ev.lane,
                              "claimed_ms": ev.ts_ms, "ended_ms": None, "result": None,
-                             "delivery": delivery})
+                             "delivery": delivery,
+                             "via": d.carrier.relay if d.carrier is not None else None})
         self.claims[(rid, attempt)] = ev
         ev.text = f"claimed {_short(rid)} attempt {attempt}"
-        if d.get("accepted_mark") == 1:
+        if d.accepted_mark:
             ev.text += " (mark accepted)"
         if hop.dispatched_ms is not None and len(hop.attempts) == 1:
             ev.hops["dispatch"] = ev.ts_ms - hop.dispatched_ms
             ev.text += f", dispatch hop {ev.hops['dispatch']} ms"
-            src = self._dispatch_event(rid)
-            if src is not None:
-                self._handoff("dispatch", src, ev, f"dispatch {_short(rid)}: "
-                              f"{ev.hops['dispatch']} ms")
         if delivery > 1:
             ev.flags.append("redelivery")
             ev.text += f"; REDELIVERY (delivery {delivery})"
+        if d.kind == "reclaim":
+            self._on_reclaim(ev, d)
+        source = self._carried(ev, d.carrier, f"claimed {_short(rid)}")
+        if "dispatch" in ev.hops:
+            src = source or self._dispatch_event(rid)
+            if src is not None:
+                self._handoff("dispatch", src, ev, f"dispatch {_short(rid)}: "
+                              f"{ev.hops['dispatch']} ms")
+        self._describe_carrier(ev)
 
-    def _on_reclaim(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
-        self._on_claim(ev, r)
-        rid, prev = str(d.get("run_id")), int(d.get("previous_attempt", 0))
+    def _describe_carrier(self, ev: Event) -> None:
+        c = ev.carrier
+        if c is None:
+            return
+        source = self.events[c.source] if c.source is not None else None
+        origin = "timer" if c.timer else (
+            f"{source.kind} of {self._name(source)}" if source is not None else "")
+        ev.text += f"; {c.describe(origin)}"
+
+    def _on_reclaim(self, ev: Event, d: ClaimDetail) -> None:
+        rid, prev = d.run_id, d.previous_attempt
         before = self.claims.get((rid, prev))
         ev.flags.append("takeover")
+        redelivered = "redelivery" in ev.flags
         ev.text = (f"TAKEOVER of {_short(rid)}: attempt {prev} by "
-                   f"{d.get('previous_worker') or '?'} ended without a result "
-                   f"(status {d.get('previous_status')}) -> attempt {d.get('attempt')} by "
+                   f"{d.previous_worker or '?'} ended without a result "
+                   f"(status {d.previous_status}) -> attempt {d.attempt} by "
                    f"{self._name(ev)}")
         if before is not None:
             ev.text += (f" (attempt {prev} claimed at +{before.t_ms / 1000:.3f}s, "
                         f"{self._name(before)} silent since +"
                         f"{self.lanes[before.lane].last_ms / 1000:.3f}s)")
-        if "redelivery" in ev.flags:
-            ev.text += f"; redelivery {d.get('delivery')}"
+        if redelivered:
+            ev.text += f"; redelivery {d.delivery}"
         if before is not None and (rid, prev) not in self.completed:
             silent = ev.t_ms - self.lanes[before.lane].last_ms
             self.lanes[before.lane].abandoned.append(f"{rid}@{prev}")
@@ -340,15 +463,14 @@ class Timeline:
                     a["ended_ms"], a["result"] = ev.ts_ms, "abandoned"
             self._handoff("takeover", before, ev,
                           f"takeover {_short(rid)}: a:{prev} {self._name(before)} -> "
-                          f"a:{d.get('attempt')} {self._name(ev)}; old lane silent "
+                          f"a:{d.attempt} {self._name(ev)}; old lane silent "
                           f"{max(silent, 0)} ms")
 
-    def _on_complete(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
-        rid, attempt = str(d.get("run_id")), r.fence
+    def _on_complete(self, ev: Event, r: Receipt, d: CompleteDetail) -> None:
+        rid, attempt = d.run_id, r.fence
         hop = self.run(rid)
-        hop.tool, hop.outcome = str(d.get("tool", "")), str(d.get("outcome", ""))
-        hop.recovery, hop.completed_ms = str(d.get("recovery", "none")), ev.ts_ms
+        hop.tool, hop.outcome = d.tool, d.outcome
+        hop.recovery, hop.completed_ms = d.recovery, ev.ts_ms
         self.completed.add((rid, attempt))
         claim = self.claims.get((rid, attempt))
         ev.text = f"completed {_short(rid)} attempt {attempt}: {hop.outcome} (mark completed)"
@@ -363,45 +485,42 @@ class Timeline:
             ev.text += f"; recovery: {hop.recovery.upper()}"
         self.waker = ev
 
-    def _on_cancel(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
+    def _on_cancel(self, ev: Event, d: CancelDetail) -> None:
         ev.flags.append("cancel")
-        target = d.get("target", "*")
+        target = d.target
         ev.text = (f"CANCEL requested for {'the session' if target == '*' else 'task ' + target}"
-                   f" ({d.get('reason', 'cancelled')})")
+                   f" ({d.reason})")
         self.waker = ev
 
-    def _on_approve(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
-        rid = str(d.get("run_id", ""))
+    def _on_approval(self, ev: Event, d: ApprovalDetail) -> None:
         ev.flags.append("approval")
-        ev.text = f"APPROVED {_short(rid)} (digest {str(d.get('digest', ''))[:12]}...): dispatched"
-        hop = self.run(rid)
-        hop.tool = str(d.get("tool", hop.tool))
+        if d.kind == "reject":
+            ev.text = f"REJECTED {_short(d.run_id)}: {d.reason}"
+            self.waker = ev
+            return
+        ev.text = f"APPROVED {_short(d.run_id)} (digest {d.digest[:12]}...): dispatched"
+        hop = self.run(d.run_id)
+        hop.tool = d.tool or hop.tool
         hop.dispatched_ms = ev.ts_ms
 
-    def _on_reject(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
-        ev.flags.append("approval")
-        ev.text = f"REJECTED {_short(str(d.get('run_id', '')))}: {d.get('reason', '')}"
-        self.waker = ev
-
-    def _on_refused(self, ev: Event, r: Receipt) -> None:
-        d = r.detail
+    def _on_refused(self, ev: Event, r: Receipt, d: RefusedDetail) -> None:
         ev.flags.append("refused")
-        if d.get("op") == "approve":
-            ev.text = (f"REFUSED approval of {_short(str(d.get('run_id')))}: digest "
-                       f"{str(d.get('presented'))[:12]}... is not that of its arguments")
+        if d.op == "approve":
+            ev.text = (f"REFUSED approval of {_short(d.run_id)}: digest "
+                       f"{d.presented[:12]}... is not that of its arguments")
             return
-        if d.get("op") == "complete":
-            ev.text = (f"REFUSED stale completion of {_short(str(d.get('run_id')))}: attempt "
-                       f"{r.fence} presented, current {d.get('current')} ({d.get('status')})")
+        if d.op in ("complete", "heartbeat"):
+            ev.text = (f"REFUSED stale {d.op} of {_short(d.run_id)}: attempt "
+                       f"{r.fence} presented, current {d.current} ({d.status})")
         else:
-            ev.text = (f"REFUSED stale {d.get('op', 'write')}: fence {r.fence} presented, "
-                       f"current {d.get('current')}")
+            ev.text = (f"REFUSED stale {d.op}: fence {r.fence} presented, "
+                       f"current {d.current}")
 
-    def _on_other(self, ev: Event, r: Receipt) -> None:
-        ev.text = ", ".join(f"{k}={v}" for k, v in r.detail.items() if k != "stream_id")
+    def _on_other(self, ev: Event, d: Any) -> None:
+        fields = d.fields if isinstance(d, OtherDetail) else d.model_dump(exclude={"kind"})
+        ev.text = ", ".join(f"{k}={v}" for k, v in fields.items())
+        if isinstance(d, OtherDetail) and d.undecodable:
+            ev.text = f"(undecodable: {d.undecodable}) {ev.text}"
 
     # lookups
 
@@ -410,8 +529,8 @@ class Timeline:
 
     def _dispatch_event(self, rid: str) -> Event | None:
         for e in reversed(self.events):
-            if e.kind in ("commit:tools", "commit:redispatch") and rid in \
-                    self.receipts[e.index].detail.get("runs", ()):
+            if e.kind in ("commit:tools", "commit:redispatch") and \
+                    rid in self.receipts[e.index].detail.run_refs:
                 return e
             if e.kind == "approve" and e.run_id == rid:
                 return e
@@ -462,6 +581,8 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
                     "(process died or was cut off)")
         out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
                    f"{_secs(lane.first_ms)} .. {_secs(lane.last_ms)}{note}")
+    for relay, n in trace.relays.items():
+        out.append(f"  {'relay':<6} {relay:<{width}} published {n} message(s) acted on here")
     out.append("")
     out.append(f"  {'t':>9}  {'process':<{width}} {'fence':<6} {'event':<17} what")
     for e in trace.events:
@@ -473,11 +594,19 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
     for r in trace.runs:
         attempts = "; ".join(
             f"a:{a['attempt']} {a['worker']} "
+            + (f"via {a['via']} " if a.get("via") else "")
             + (f"{a['ended_ms'] - a['claimed_ms']} ms {a['result']}" if a["ended_ms"]
                else "no result") for a in r.attempts) or "never claimed"
         out.append(f"  {_short(r.run_id):<10} {r.tool or '?':<11} dispatch "
                    f"{_ms(r.dispatch_hop)}  [{attempts}]  apply {_ms(r.apply_hop)}  "
                    f"recovery {r.recovery or '-'}, deliveries {r.deliveries}")
+    if trace.carried:
+        out.append("message hops (outbox row -> relay -> the process that acted on it):")
+        for c in trace.carried:
+            src = trace.events[c.source] if c.source is not None else None
+            origin = "timer" if c.timer else (
+                f"{src.kind} of {lanes[src.lane].name}" if src is not None else "")
+            out.append(f"  {_secs(trace.events[c.event].t_ms)} {c.describe(origin)}")
     wakes = [h for h in trace.handoffs if h.kind == "wake"]
     if wakes:
         out.append("wake hops: " + ", ".join(f"{h.ms} ms" for h in wakes))

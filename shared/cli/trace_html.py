@@ -2,9 +2,10 @@
 
 A lane per process, the receipts as dots on their lane, attempts as bars from claim to
 completion (an attempt that ended without a result is drawn red up to its takeover), and
-handoffs as arrows between lanes: wakes, dispatches, and takeovers (red). Everything has a
-hover title. No script, no external fonts, styles or images: the file opens anywhere, and
-the plain-text trace is embedded below the picture.
+handoffs as arrows between lanes: wakes, dispatches, and takeovers (red); a wake or
+dispatch arrow names the relay that carried its message. Everything has a hover title. No
+script, no external fonts, styles or images: the file opens anywhere, and the plain-text
+trace is embedded below the picture.
 
 Time runs left to right on a compressed scale: short gaps stay readable next to long
 waits, and a gap over :data:`BREAK_MS` is drawn as a break labelled with its length.
@@ -133,6 +134,9 @@ def _svg(trace: Trace) -> str:
         big = bool({"takeover", "refused", "confirm"} & set(e.flags))
         title = (f"+{e.t_ms / 1000:.3f}s {e.kind} fence {e.fence}\n{e.text}"
                  + (f"\nmarks: {', '.join(e.marks)}" if e.marks else "")
+                 + (f"\ncarried by {e.carrier.relay}: outbox row {e.carrier.row_id}, stream "
+                    f"seq {e.carrier.stream_seq}, delivery {e.carrier.delivery}"
+                    if e.carrier is not None else "")
                  + f"\nreceipt {e.stream_id}")
         shape = (f'<rect x="{xs[i] - 7}" y="{y(e.lane) - 7}" width="14" height="14" '
                  f'transform="rotate(45 {xs[i]} {y(e.lane)})"' if big else
@@ -201,7 +205,10 @@ def render_html(trace: Trace) -> str:
         f'<div class="sub">{len(trace.events)} receipts · {len(trace.lanes)} processes · '
         f"{trace.duration_ms / 1000:.3f} s · fences: s:N session lease (Brain), a:N tool-run "
         "attempt (Hands) · arrows: blue wake, green dashed dispatch, red takeover · "
-        "hover anything for details</div>"
+        "hover anything for details"
+        + (" · carried by relays: " + ", ".join(
+            f"{escape(name)} ({n})" for name, n in trace.relays.items()) if trace.relays else "")
+        + "</div>"
         f'<div class="legend">{legend}</div>'
         f'<div class="scroll">{_svg(trace)}</div>'
         f'<h2>Takeovers, refusals, recoveries</h2><ul class="alerts">'

@@ -32,7 +32,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.cli.trace import Timeline
 from baton.errors import RedisUnavailable, not_found
-from baton.models import Entry, Receipt, Submission, Task, decode, dumps, loads
+from baton.models import Entry, Submission, Task, decode, dumps, loads
+from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
 from baton.store.state import parse_meta, parse_receipt, parse_runs
@@ -200,7 +201,7 @@ class Watch:
     async def _read_change(self, r: Receipt) -> tuple[list[dict[str, Any]], bool]:
         d = r.detail
         n = int(r.changes.get("entries", 0))
-        task_ids = [d["task_id"]] if r.changes.get("tasks") and d.get("task_id") else []
+        task_ids = [d.task_ref] if r.changes.get("tasks") and d.task_ref else []
         async with self.redis.pipeline(transaction=True) as p:
             if n:
                 p.lrange(self.sk.entries, self.entry_count, self.entry_count + n - 1)
@@ -221,9 +222,9 @@ class Watch:
         }]
         out += [{"type": "mark", "id": ev.stream_id, "run_id": m.run_id, "mark": m.mark,
                  "attempt": m.attempt or r.fence} for m in r.marks]
-        if d.get("text") or d.get("delta"):  # streamed text of a partial commit
-            out.append({"type": "stream", "id": ev.stream_id, "task_id": d.get("task_id"),
-                        "text": d.get("delta") or d.get("text")})
+        if isinstance(d, PartialDetail) and d.delta:  # streamed text of a partial commit
+            out.append({"type": "stream", "id": ev.stream_id, "task_id": d.task_id,
+                        "text": d.delta})
         out += [{"type": "entry", "id": ev.stream_id, **_entry(self.entry_count + i,
                                                                decode(Entry, e))}
                 for i, e in enumerate(entries)]

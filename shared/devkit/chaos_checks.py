@@ -21,7 +21,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from baton.models import Receipt, Submission, ToolRun
+from baton.models import Submission, ToolRun
+from baton.receipts import (
+    ClaimDetail,
+    CommitDetail,
+    CompleteDetail,
+    LeaseDetail,
+    Receipt,
+    RefusedDetail,
+)
 
 __all__ = ["Findings", "SessionFacts", "check_mail", "check_session"]
 
@@ -84,8 +92,9 @@ def check_session(f: SessionFacts, deliveries: dict[str, int], out: Findings) ->
             if run is not None and run.result and run.result.recovery == "confirmed":
                 out.counts["confirmed"] += 1
             continue
-        cut = run is not None and any(c.detail.get("previous_status") == "accepted"
-                                      for c in claims.get(run.run_id, ()))
+        cut = run is not None and any(
+            isinstance(c.detail, ClaimDetail) and c.detail.previous_status == "accepted"
+            for c in claims.get(run.run_id, ()))
         out.counts["unsafe_cut"] += cut
         out.counts["interrupted"] += outcome == "interrupted"
         if n > 1:
@@ -98,10 +107,11 @@ def check_session(f: SessionFacts, deliveries: dict[str, int], out: Findings) ->
 
 
 def _claims(receipts: list[Receipt]) -> dict[str, list[Receipt]]:
+    """First claims by run id (reclaims excluded)."""
     out: dict[str, list[Receipt]] = {}
     for r in receipts:
-        if r.kind == "claim":
-            out.setdefault(str(r.detail.get("run_id")), []).append(r)
+        if isinstance(r.detail, ClaimDetail) and r.detail.kind == "claim":
+            out.setdefault(r.detail.run_id, []).append(r)
     return out
 
 
@@ -112,18 +122,19 @@ def check_fences(f: SessionFacts, out: Findings) -> None:
     completed: Counter[str] = Counter()
     for r in f.receipts:  # in commit order
         role = r.worker.role if r.worker else ""
-        if r.kind == "refused":
+        d = r.detail
+        if isinstance(d, RefusedDetail):
             out.counts["stale_refused"] += 1
-        elif r.kind in ("lease", "takeover") and role == "brain":
+        elif isinstance(d, LeaseDetail) and role == "brain":
             lease_fence = max(lease_fence, r.fence)
-        elif r.kind == "commit" and role == "brain" and r.fence < lease_fence:
+        elif isinstance(d, CommitDetail) and role == "brain" and r.fence < lease_fence:
             out.add(f"{f.session_id}: Brain commit with fence {r.fence} applied after lease "
-                    f"{lease_fence} ({r.worker and r.worker.name}, {r.detail.get('step')})")
-        elif r.kind in ("claim", "reclaim"):
-            run = str(r.detail.get("run_id"))
-            attempt[run] = max(attempt.get(run, 0), int(r.detail.get("attempt") or r.fence))
-        elif r.kind == "complete":
-            run = str(r.detail.get("run_id"))
+                    f"{lease_fence} ({r.worker and r.worker.name}, {d.step})")
+        elif isinstance(d, ClaimDetail):
+            run = d.run_id
+            attempt[run] = max(attempt.get(run, 0), d.attempt or r.fence)
+        elif isinstance(d, CompleteDetail):
+            run = d.run_id
             completed[run] += 1
             if r.fence != attempt.get(run, 0):
                 out.add(f"{f.session_id}: run {run} completed by attempt {r.fence}, newest "

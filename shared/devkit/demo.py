@@ -35,8 +35,9 @@ from baton.cli.trace_html import render_html
 from baton.client import Client
 from baton.devkit.devstack import DevStack
 from baton.devkit.stack import home
-from baton.models import Receipt, ToolRun
+from baton.models import ToolRun, WorkerRef
 from baton.observability import log as logs
+from baton.receipts import ClaimDetail, Receipt
 from baton.store.store import Store
 
 __all__ = ["FIVE_NOTICES", "demo_command", "run_demo"]
@@ -81,9 +82,12 @@ class Outcome:
     error: str = ""
 
     @property
-    def takeovers(self) -> list[Receipt]:
-        return [r for r in self.receipts if r.kind == "reclaim" and r.worker is not None
-                and r.detail.get("previous_worker") not in ("", r.worker.name)]
+    def takeovers(self) -> list[tuple[WorkerRef, ClaimDetail]]:
+        """Reclaims by another worker than the one that left the run: (taker, the reclaim)."""
+        return [(r.worker, r.detail) for r in self.receipts
+                if isinstance(r.detail, ClaimDetail) and r.detail.kind == "reclaim"
+                and r.worker is not None
+                and r.detail.previous_worker not in ("", r.worker.name)]
 
     def summary(self) -> dict[str, Any]:
         deliveries: dict[str, int] = self.stats.get("deliveries", {})
@@ -216,14 +220,13 @@ def _render(console: Console, out: Outcome) -> None:
                       result.outcome if result else run.status)
     console.print(mails)
 
-    for r in out.takeovers:
-        assert r.worker is not None
-        d = r.detail
+    for taker, d in out.takeovers:
+        via = f", published by {d.carrier.relay}" if d.carrier and d.carrier.relay else ""
         console.print(
-            f"[bold]takeover[/bold]: {names.get(d.get('run_id', ''), '?')}: attempt "
-            f"{d.get('previous_attempt')} by {d.get('previous_worker')} (killed) -> attempt "
-            f"{d.get('attempt')} by [bold]{r.worker.name}[/bold], "
-            f"delivery {d.get('delivery')} of the JetStream message")
+            f"[bold]takeover[/bold]: {names.get(d.run_id, '?')}: attempt "
+            f"{d.previous_attempt} by {d.previous_worker} (killed) -> attempt "
+            f"{d.attempt} by [bold]{taker.name}[/bold], "
+            f"delivery {d.delivery} of the JetStream message{via}")
     for run in out.runs:
         if run.result and run.result.recovery == "confirmed":
             found = run.result.output or {}

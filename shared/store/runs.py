@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from baton.models import ToolIntent, ToolResult, ToolRun, WorkerRef, decode, dumps
 from baton.observability.tracing import counted_refusals, traced_claim, traced_complete
+from baton.receipts import Carrier
 from baton.store.keys import RUN_FIELDS
 from baton.store.state import Claim, parse_runs
 
@@ -37,13 +38,16 @@ class RunTransitions:
 
     @traced_claim
     async def claim(
-        self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1
+        self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1,
+        carrier: Carrier | None = None,
     ) -> Claim:
+        """Claim the next attempt; ``carrier`` (how the tool message came) goes in the receipt."""
         sk = self.keys.session(session_id)
         r = await self._run(
             "claim",
             sk,
-            [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery],
+            [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery,
+             carrier.model_dump_json() if carrier is not None else ""],
             run_id,
         )
         status = r[0]

@@ -15,18 +15,16 @@ from typing import Literal, overload
 from baton.models import (
     Document,
     Entry,
-    MarkRef,
-    Receipt,
     SessionMeta,
     Submission,
     Task,
     ToolIntent,
     ToolResult,
     ToolRun,
-    WorkerRef,
     decode,
     loads,
 )
+from baton.receipts import Receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,29 +165,8 @@ def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
 
 
 def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
-    data = loads(f.get("data") or "{}")
-    known = {k: data.pop(k) for k in ("marks", "changes", "detail", "trace") if k in data}
-    detail = {**data, **known.get("detail", {})}
-    # A commit's step (prepare, tools, apply, final, redispatch ...) rides in its data.
-    step = detail.pop("kind", None)
-    if step and f.get("kind") == "commit":
-        detail["step"] = step
-    kind = f.get("kind", "")
-    worker = loads(f["worker"]) if f.get("worker", "").startswith("{") else None
-    marks = list(known.get("marks", []))
-    if kind in ("claim", "reclaim") and detail.get("accepted_mark") == 1:
-        marks.append({"run_id": detail["run_id"], "mark": "accepted", "attempt": detail["attempt"]})
-    return Receipt(
-        seq=int(f.get("seq", 0)),
-        ts_ms=int(f.get("ts", 0)),
-        kind=kind,
-        worker=WorkerRef(**worker) if worker else None,
-        fence=int(f.get("fence", 0)),
-        marks=tuple(MarkRef(**m) for m in marks),
-        changes=known.get("changes", {}),
-        detail={"stream_id": stream_id, **detail},
-        trace=known.get("trace", {}),
-    )
+    """Decode one receipts-stream entry (the one place receipts are decoded)."""
+    return Receipt.from_stream(stream_id, f)
 
 
 def _int(value: str | None) -> int | None:
@@ -201,10 +178,10 @@ def receipts_about(
 ) -> list[Receipt]:
     """Filter a session's receipts to one task and/or one tool run."""
     if task_id is not None:
-        runs = {rid for r in receipts if r.detail.get("task_id") == task_id
-                for rid in r.detail.get("runs", ())}
+        runs = {rid for r in receipts if r.detail.task_ref == task_id
+                for rid in r.detail.run_refs}
         receipts = [r for r in receipts
-                    if r.detail.get("task_id") == task_id or _runs_of(r) & runs]
+                    if r.detail.task_ref == task_id or _runs_of(r) & runs]
     if run_id is not None:
         receipts = [r for r in receipts if run_id in _runs_of(r)]
     return receipts
@@ -212,11 +189,7 @@ def receipts_about(
 
 def _runs_of(r: Receipt) -> set[str]:
     """The tool runs a receipt is about: its run, the runs it dispatched, the marks it wrote."""
-    runs = {m.run_id for m in r.marks} | set(r.detail.get("runs", ()))
-    if r.detail.get("run_id"):
-        runs.add(str(r.detail["run_id"]))
-    return runs
-
+    return {m.run_id for m in r.marks} | set(r.detail.run_refs)
 
 
 __all__ = [

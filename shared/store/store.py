@@ -26,7 +26,6 @@ from baton.errors import (
 )
 from baton.models import (
     Entry,
-    Receipt,
     Submission,
     Task,
     WorkerRef,
@@ -39,6 +38,7 @@ from baton.observability.tracing import (
     traced_lease,
     traced_submit,
 )
+from baton.receipts import Carrier, Receipt
 from baton.settings import Settings
 from baton.store.documents import documents_from_hash
 from baton.store.keys import Keys, SessionKeys
@@ -61,6 +61,10 @@ from baton.store.writes import Writes
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _carrier_arg(carrier: Carrier | None) -> str:
+    return carrier.model_dump_json() if carrier is not None else ""
 
 
 def worker_ref(role: str, name: str) -> WorkerRef:
@@ -220,11 +224,16 @@ class Store(RunTransitions):
 
     # ------------------------------------------------------------------ Brain side
 
-    async def acquire(self, session_id: str, worker: WorkerRef, ttl_ms: int) -> Lease:
-        """Take the lease: ``LeaseBusyError`` while another live worker holds it."""
+    async def acquire(
+        self, session_id: str, worker: WorkerRef, ttl_ms: int, *, carrier: Carrier | None = None
+    ) -> Lease:
+        """Take the lease: ``LeaseBusyError`` while another live worker holds it.
+
+        ``carrier`` (how the wake that caused this arrived) is saved in the lease receipt.
+        """
         sk = self.keys.session(session_id)
         fence, prev, takeover = await self._run(
-            "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json()]
+            "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)]
         )
         return Lease(session_id, int(fence), bool(takeover), prev or "")
 
@@ -258,7 +267,8 @@ class Store(RunTransitions):
 
     @traced_lease
     async def acquire_and_load(
-        self, session_id: str, worker: WorkerRef, ttl_ms: int, *, page: int | None = None
+        self, session_id: str, worker: WorkerRef, ttl_ms: int, *, page: int | None = None,
+        carrier: Carrier | None = None,
     ) -> tuple[Lease, SessionState]:
         """Take the lease and load the state in one round trip (one MULTI/EXEC).
 
@@ -269,7 +279,9 @@ class Store(RunTransitions):
         try:
             async with self.redis.pipeline(transaction=True) as p:
                 await self.scripts.acquire(
-                    keys=sk.all(), args=[worker.name, ttl_ms, worker.model_dump_json()], client=p
+                    keys=sk.all(),
+                    args=[worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)],
+                    client=p,
                 )
                 self._queue_load(p, sk, page)
                 results = await p.execute(raise_on_error=False)

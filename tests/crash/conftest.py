@@ -18,7 +18,8 @@ import pytest
 
 from baton.client import Client
 from baton.devkit.devstack import DevStack, Proc
-from baton.models import Entry, Receipt, Submission, ToolRun
+from baton.models import Entry, Submission, ToolRun
+from baton.receipts import Receipt
 from baton.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -80,8 +80,8 @@ async def test_cancel_notice_batch_aborts_children_bottom_up(crash: Opener) -> N
     assert all(ch.state.outcome == "aborted" and ch.cancel_requested for ch in children)
     # Bottom-up: every child ended before its parent's terminal commit.
     receipts = await c.receipts(sid)
-    ended = {r.detail["task_id"]: i for i, r in enumerate(receipts)
-             if r.detail.get("state") == "terminal"}
+    ended = {r.detail.task_id: i for i, r in enumerate(receipts)
+             if getattr(r.detail, "state", None) == "terminal"}
     assert all(ended[ch.id] < ended[tid] for ch in children), ended
     runs = await c.runs(sid)
     assert len(runs) == 5 and all(r.result and r.result.outcome == "cancelled" for r in runs)

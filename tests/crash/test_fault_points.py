@@ -98,7 +98,7 @@ async def test_killed_at_fault_point_completes_exactly_once(crash: Opener, case:
 
     if case.role == "brain":
         takeovers = await c.receipts(session, "takeover")
-        assert takeovers and takeovers[0].detail.get("previous_holder") == armed, takeovers
+        assert takeovers and takeovers[0].detail.previous_holder == armed, takeovers
         refused = await c.receipts(session, "refused")
         assert not refused, refused
     if case.point == "relay.after_publish":
@@ -106,9 +106,9 @@ async def test_killed_at_fault_point_completes_exactly_once(crash: Opener, case:
 
 
 async def _reclaimed(c: Crash, session: str, run_id: str, previous: str) -> bool:
-    found = [r for r in await c.receipts(session, "reclaim") if r.detail.get("run_id") == run_id]
+    found = [r for r in await c.receipts(session, "reclaim") if r.detail.run_id == run_id]
     assert len(found) == 1, found
-    assert found[0].detail.get("previous_worker") == previous, found[0]
+    assert found[0].detail.previous_worker == previous, found[0]
     return True
 
 

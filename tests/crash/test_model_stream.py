@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from baton.models import Receipt
+from baton.receipts import Receipt
 from tests.crash.conftest import RECIPIENTS, Opener
 from tests.helpers import eventually
 from tests.model_server import Behaviour, ModelServer
@@ -44,7 +44,7 @@ async def test_brain_killed_mid_stream_resumes_with_the_partial_as_interrupted(
         assert await c.stack.wait_exit("brain-1") == -signal.SIGKILL
         saved = await c.store.partial(sub.session_id)
         assert saved is not None and saved.text and PREAMBLE.startswith(saved.text)
-        assert saved.request_id == f"{sub.task_id}:1:0" == partials[0].detail["request_id"]
+        assert saved.request_id == f"{sub.task_id}:1:0" == partials[0].detail.request_id
         assert len(saved.text) < len(PREAMBLE)  # killed before the answer was complete
 
         await c.stack.spawn("brain", "brain-2")
@@ -60,9 +60,9 @@ async def test_brain_killed_mid_stream_resumes_with_the_partial_as_interrupted(
     assert len(entries[2].tool_calls) == 5
     # The takeover's re-entry commit turned the partial into the interrupted entry.
     reenter = next(r for r in await c.receipts(sub.session_id, "commit")
-                   if r.detail.get("step") == "reenter")
+                   if getattr(r.detail, "step", None) == "reenter")
     assert reenter.worker is not None and reenter.worker.name == "brain-2"
-    assert reenter.detail["interrupted"] == f"{sub.task_id}:1:0"
+    assert reenter.detail.interrupted == f"{sub.task_id}:1:0"
     # Same derived id prefix, next attempt; the model saw the cut-off text as interrupted.
     ids = [r.request_id for r in server.requests]
     assert ids == [f"{sub.task_id}:1:0", f"{sub.task_id}:1:1", f"{sub.task_id}:2:0"], ids

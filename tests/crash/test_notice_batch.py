@@ -77,12 +77,12 @@ async def test_brain_killed_in_a_phase_is_replaced_and_each_notice_goes_once(
     # without blame, since only one of them can have been in its phase.
     reentered: dict[str, int] = {}
     for r in await c.receipts(sid):
-        if r.detail.get("step") == "run":
-            reentered.update(r.detail.get("reentered", {}))
+        if getattr(r.detail, "step", None) == "run":
+            reentered.update(getattr(r.detail, "reentered", {}))
     assert reentered and set(reentered.values()) <= {0, 1}, reentered
     if case.blamed is not None:
         assert sum(reentered.values()) == case.blamed, reentered
-    assert (await c.receipts(sid, "takeover"))[0].detail.get("previous_holder") == armed.name
+    assert (await c.receipts(sid, "takeover"))[0].detail.previous_holder == armed.name
 
 
 async def test_hands_killed_after_delivering_the_task_confirms_instead_of_resending(

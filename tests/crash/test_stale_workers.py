@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from baton.models import Receipt, Running, ToolRun
+from baton.models import Running, ToolRun
+from baton.receipts import Receipt
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
 
@@ -71,7 +72,7 @@ async def test_stale_brain_commit_is_refused_after_takeover(crash: Opener) -> No
         return found[0] if found else None
 
     takeover = await eventually(taken_over, timeout=15, message="another Brain took over")
-    assert takeover.detail.get("previous_holder") == stale
+    assert getattr(takeover.detail, "previous_holder", None) == stale
     assert takeover.worker is not None and takeover.worker.name != stale
     final = await c.settle(sub)
     await c.check_completed(final)
@@ -82,11 +83,11 @@ async def test_stale_brain_commit_is_refused_after_takeover(crash: Opener) -> No
     c.stack.resume(stale)
 
     async def refused() -> list[Receipt]:
-        return [r for r in await c.receipts(session, "refused") if r.detail.get("op") == "commit"]
+        return [r for r in await c.receipts(session, "refused") if r.detail.op == "commit"]
 
     (refusal,) = await eventually(refused, timeout=10, message="the stale commit was refused")
     assert refusal.worker is not None and refusal.worker.name == stale
-    assert refusal.fence == fence and refusal.detail.get("current", 0) > fence, refusal
+    assert refusal.fence == fence and getattr(refusal.detail, "current", 0) > fence, refusal
     await eventually(lambda: c.events(stale, "wake_handled", session_id=session,
                                       outcome="fenced"),
                      timeout=10, message="the stale Brain stopped with 'fenced'")
@@ -163,7 +164,7 @@ async def test_stale_hands_complete_is_refused_after_takeover(crash: Opener, sen
 
     (handled,) = await eventually(ended, timeout=10, message="the stale Hands gave up the run")
     refusals = [r for r in await c.receipts(session, "refused")
-                if r.detail.get("op") == "complete" and r.detail.get("run_id") == run.run_id]
+                if r.detail.op == "complete" and r.detail.run_id == run.run_id]
     if sender == "blocking" or handled["outcome"] == "complete_refused":
         assert handled["outcome"] == "complete_refused", handled
         (refusal,) = refusals
@@ -171,12 +172,12 @@ async def test_stale_hands_complete_is_refused_after_takeover(crash: Opener, sen
         assert refusal.fence == run.attempt, refusal
         # complete.lua reports the attempt that took over, as "completed" before the Brain
         # applied the result and "applied" after.
-        assert (refusal.detail.get("status"), refusal.detail.get("current")) in (
+        assert (refusal.detail.status, refusal.detail.current) in (
             ("applied", done.attempt), ("completed", done.attempt)), refusal
     else:
         assert handled["outcome"] == "taken_over" and not refusals, (handled, refusals)
     completes = [r for r in await c.receipts(session, "complete")
-                 if r.detail.get("run_id") == run.run_id]
+                 if getattr(r.detail, "run_id", None) == run.run_id]
     assert [r.worker.name for r in completes if r.worker] == [done.worker], completes
     # The run keeps the result of the attempt that took over; one mail per recipient.
     now = await c.store.run(session, run.run_id)

@@ -90,7 +90,7 @@ async def test_approval_bound_to_arguments_dispatches_once(
     assert stats["deliveries"] == {"ada@example.com": 1} and stats["raw_requests"] == 1
     kinds = [r.kind for r in receipts]
     assert kinds.count("approve") == 1 and kinds.count("reject") == 1
-    assert any(r.kind == "refused" and r.detail.get("op") == "approve" for r in receipts)
+    assert any(r.kind == "refused" and getattr(r.detail, "op", None) == "approve" for r in receipts)
     text = render_text(build_trace(sid, receipts))
     assert "APPROVED" in text and "REJECTED" in text and "REFUSED approval" in text
 

@@ -78,7 +78,7 @@ async def test_lost_tool_messages_are_dispatched_again_after_the_deadline(
         finally:
             await client.close()
     assert final.status == "completed" and final.answer and final.answer.count(": sent") == 5
-    redispatch = [r for r in receipts if r.detail.get("step") == "redispatch"]
+    redispatch = [r for r in receipts if getattr(r.detail, "step", None) == "redispatch"]
     assert redispatch and redispatch[0].changes["outbox"] == 5
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"{mailbox.url}/stats")).json()

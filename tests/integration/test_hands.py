@@ -299,7 +299,7 @@ async def test_confirm_adopts_a_send_that_already_happened(
     assert result.output["message_id"] == sent.json()["message_id"]
     assert mailbox.raw_requests == 1  # confirmed, never re-sent
     reclaims = [r for r in await store.receipts(session) if r.kind == "reclaim"]
-    assert reclaims and reclaims[0].detail["previous_worker"] == "hands-x"
+    assert reclaims and reclaims[0].detail.previous_worker == "hands-x"
 
 
 async def test_confirm_with_nothing_found_executes_once(
@@ -474,7 +474,7 @@ async def test_a_taken_over_attempt_is_cancelled_and_never_completes(
     # The stale attempt learnt of the takeover from its heartbeat (a traced refusal) and
     # never tried to complete.
     refused = [r for r in await store.receipts(session) if r.kind == "refused"]
-    assert refused and {r.detail["op"] for r in refused} == {"heartbeat"}
+    assert refused and {r.detail.op for r in refused} == {"heartbeat"}
     assert CALLS[intent.run_id] == 1
 
 
@@ -504,7 +504,7 @@ async def test_a_stale_attempts_complete_is_refused_and_the_new_result_stands(
         await settled(bus, "gate")
     assert (await result_of(store, intent)) == winner
     refusal = next(r for r in await store.receipts(session) if r.kind == "refused")
-    assert refusal.detail["current"] == 2 and refusal.worker and refusal.worker.name == "hands-t"
+    assert refusal.detail.current == 2 and refusal.worker and refusal.worker.name == "hands-t"
 
 
 async def test_a_retried_complete_that_had_landed_counts_as_completed(settings: Settings) -> None:

@@ -21,7 +21,8 @@ from baton.cli.watch import Watch, render_change
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.hands.worker import HandsWorker
-from baton.models import Entry, Receipt, Submission, Task
+from baton.models import Entry, Submission, Task
+from baton.receipts import Receipt
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.state import Partial
@@ -65,7 +66,7 @@ class Outcome:
     partial: Partial | None  # streamed text left after the final commit (none expected)
 
     def step(self, name: str) -> Receipt:
-        return next(r for r in self.receipts if r.detail.get("step") == name)
+        return next(r for r in self.receipts if getattr(r.detail, "step", None) == name)
 
 
 Check = Callable[[Client, Submission], Awaitable[None]]
@@ -141,9 +142,9 @@ async def test_five_notices_through_each_adapter(
         assert [b["tool_use_id"] for b in blocks] == [c.id for c in calls]
         assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     receipts: list[Receipt] = out.receipts
-    tools = next(r for r in receipts if r.detail.get("step") == "tools")
-    assert tools.detail["request_id"] == f"{final.task_id}:1:0"
-    assert tools.detail["usage"] == entries[1].usage.model_dump()  # type: ignore[union-attr]
+    tools = next(r for r in receipts if getattr(r.detail, "step", None) == "tools")
+    assert tools.detail.request_id == f"{final.task_id}:1:0"
+    assert tools.detail.usage == entries[1].usage
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
@@ -157,9 +158,9 @@ async def test_streamed_text_goes_out_as_partial_receipts(
     assert final.status == "completed" and final.answer
     partials = [r for r in out.receipts if r.kind == "partial"]
     assert len(partials) >= 3, partials
-    streamed = "".join(r.detail["delta"] for r in partials)
+    streamed = "".join(r.detail.delta for r in partials)
     assert final.answer.startswith(streamed) and len(streamed) > len(final.answer) // 3
-    assert all(r.detail["request_id"] == f"{final.task_id}:2:0" for r in partials)
+    assert all(r.detail.request_id == f"{final.task_id}:2:0" for r in partials)
     # Throttled: saves are at least the interval apart (the receipt clock is Redis's).
     gaps = [b.ts_ms - a.ts_ms for a, b in itertools.pairwise(partials)]
     assert min(gaps) >= 40, gaps
@@ -193,7 +194,7 @@ async def test_retry_waits_as_told_then_the_next_attempt_succeeds(
             return t if t.state.name == "sleeping" else None
         task = await eventually(retrying, timeout=10, message="task in its retry phase")
         receipts = await store.receipts(sub.session_id)
-        receipt = next(r for r in receipts if r.detail.get("step") == "retry")
+        receipt = next(r for r in receipts if getattr(r.detail, "step", None) == "retry")
         timers = await store.redis.zrange(store.keys.timers(store.keys.shard_of(sub.session_id)),
                                           0, -1, withscores=True)
         sleeping.update(task=task, receipt=receipt, timers=dict(timers))  # type: ignore[arg-type]
@@ -213,7 +214,7 @@ async def test_retry_waits_as_told_then_the_next_attempt_succeeds(
     assert data["failures"] == 1 and data["deadline_ms"] > task.state.until_ms
     assert data["attempts"][0]["status"] == status
     assert data["attempts"][0]["request_id"] == f"{final.task_id}:1:0"
-    assert receipt.detail["retry_in_ms"] == wait_ms and receipt.detail["status"] == status
+    assert receipt.detail.retry_in_ms == wait_ms and receipt.detail.status == status
     seen = model_server.requests
     assert [r.request_id for r in seen] == [f"{final.task_id}:1:0", f"{final.task_id}:1:1",
                                             f"{final.task_id}:2:0"]
@@ -234,7 +235,7 @@ async def test_truncated_stream_is_retried_and_its_text_kept_as_interrupted(
     assert kinds(entries) == ["user", "interrupted", "model", *["tool_result"] * 5, "model"]
     assert entries[1].text and preamble.startswith(entries[1].text)
     retry = out.step("retry")
-    assert "truncated" in retry.detail["error"]
+    assert "truncated" in retry.detail.error
     # The re-issued request shows the cut-off text as interrupted, not as an answer.
     again = model_server.requests[1]
     assert again.request_id == f"{final.task_id}:1:1"
@@ -261,7 +262,7 @@ async def test_stalled_stream_times_out_and_is_retried(
     assert final.status == "completed", final
     assert time.monotonic() - started < 15
     retry = out.step("retry")
-    assert "read timeout" in retry.detail["error"]
+    assert "read timeout" in retry.detail.error
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
@@ -305,4 +306,4 @@ async def test_retries_give_up_at_the_deadline(
     # Backoff 100, 200 ms, then 400 ms would pass the 500 ms deadline.
     assert [r.request_id.rsplit(":", 1)[1] for r in model_server.requests] == ["0", "1", "2"]
     final_receipt = out.receipts[-1]
-    assert final_receipt.detail["outcome"] == "failed" and final_receipt.detail["status"] == 500
+    assert final_receipt.detail.outcome == "failed" and final_receipt.detail.status == 500

@@ -74,7 +74,7 @@ def test_trace_json_and_html_picture(demo: Outcome, tmp_path: Path) -> None:
     trace = build_trace(demo.session, demo.receipts)
     data = json.loads(json.dumps(trace.to_json()))
     assert len(data["events"]) == len(demo.receipts)
-    assert [e["stream_id"] for e in data["events"]] == [r.detail["stream_id"]
+    assert [e["stream_id"] for e in data["events"]] == [r.stream_id
                                                         for r in demo.receipts]
     take = [data["events"][i] for i in data["takeovers"]]
     assert take and take[0]["kind"] == "reclaim" and take[0]["fence"] == "a:2"
@@ -94,6 +94,44 @@ def test_trace_json_and_html_picture(demo: Outcome, tmp_path: Path) -> None:
     assert html.count('class="handoff takeover"') == 1 and "TAKEOVER" in html
     assert "DIED?" in html  # the killed lane is highlighted
     (tmp_path / "trace.html").write_text(html)
+
+
+def test_trace_names_the_relay_and_the_consumer_of_every_hop(demo: Outcome) -> None:
+    """Each wake and tool message names who carried it: the relay process that published the
+    outbox row (and when), and the Brain or Hands process that acted on it."""
+    trace = build_trace(demo.session, demo.receipts)
+    data = json.loads(json.dumps(trace.to_json()))
+    lanes = {lane["id"]: lane for lane in data["lanes"]}
+    hops = [e for e in data["events"] if e["kind"] in ("lease", "takeover", "claim", "reclaim")]
+    assert hops and all(e["carrier"] is not None for e in hops), hops
+    relays = set(data["relays"])
+    assert relays and all(r.startswith("relay-") for r in relays), relays
+    for e in hops:
+        c = e["carrier"]
+        lane = lanes[e["lane"]]
+        assert c["consumer"] == lane["name"] and c["relay"] in relays, c
+        assert c["row_id"] and c["stream_seq"] > 0 and c["delivery"] >= 1, c
+        assert c["published_t_ms"] is not None, c
+        assert lane["role"] == ("brain" if e["kind"] in ("lease", "takeover") else "hands")
+        if c["timer"]:
+            continue
+        src = data["events"][c["source"]]  # the commit whose outbox row this was
+        assert int(c["row_id"].rsplit("/", 2)[1]) == src["seq"], (c, src)
+        if lane["role"] == "hands":
+            assert src["kind"] in ("commit:tools", "commit:redispatch"), src
+        else:
+            assert src["kind"] in ("submit", "complete", "commit:apply", "cancel") or \
+                src["kind"].startswith("commit"), src
+    assert data["carriers"] == [e["carrier"] for e in hops]
+    via = {h["via"] for h in data["handoffs"] if h["kind"] in ("wake", "dispatch")}
+    assert via and via <= relays
+    text = render_text(trace)
+    first = next(e for e in hops if e["kind"] == "claim")
+    relay, worker = first["carrier"]["relay"], lanes[first["lane"]]["name"]
+    assert re.search(rf"{relay} published outbox row \S+ from commit:tools of brain-\d at "
+                     rf"\+\d+\.\d+s \(stream seq \d+, delivery \d\) -> {worker} claimed", text)
+    assert "message hops (outbox row -> relay -> the process that acted on it):" in text
+    assert f"{relay} (" in render_html(trace)  # the page names the relays too
 
 
 def test_saved_receipts_and_the_cli_trace(demo: Outcome, tmp_path: Path) -> None:
@@ -147,7 +185,7 @@ async def test_watch_inspect_live_session_resume_and_redis_connection_drop(
             finally:
                 await store.close()
             receipts = await client.store.receipts(sid)
-            all_ids = [r.detail["stream_id"] for r in receipts]
+            all_ids = [r.stream_id for r in receipts]
         finally:
             await client.close()
             await admin.aclose()
@@ -201,7 +239,7 @@ async def test_watch_resume_from_an_id_repeats_nothing_and_loses_nothing(tmp_pat
         try:
             sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
             await client.wait(sub, timeout=60)
-            all_ids = [r.detail["stream_id"] for r in await client.store.receipts(sub.session_id)]
+            all_ids = [r.stream_id for r in await client.store.receipts(sub.session_id)]
         finally:
             await client.close()
         # a finished session: the snapshot, nothing after it, and it ends at once

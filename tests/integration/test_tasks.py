@@ -13,6 +13,7 @@ from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.hands.worker import HandsWorker
 from baton.models import Task
+from baton.receipts import CommitDetail
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from tests.helpers import eventually, running
@@ -74,8 +75,8 @@ async def test_fail_fast_aborts_live_siblings_and_parent_completes_after_them(
     assert all(c.cancel_requested for c in children[:2])
     # The parent's result was decided first; it stayed completing until the siblings ended.
     receipts = await client.store.receipts(sid)
-    states = [r.detail.get("state") for r in receipts if r.detail.get("task_id") == tid
-              and r.detail.get("state")]
+    states = [r.detail.state for r in receipts
+              if isinstance(r.detail, CommitDetail) and r.detail.task_id == tid and r.detail.state]
     assert states == ["completing", "terminal"], states
     timers = await client.store.redis.zrange(client.store.keys.session(sid).timers, 0, -1)
     assert not [m for m in timers if m.startswith("task|")], timers  # sleeps cancelled
@@ -147,8 +148,8 @@ async def test_a_phase_that_raises_every_time_ends_failed_at_the_restart_limit(
     assert task.state.reason == ("restart limit: phase start failed 3 times; last: "
                                  "RuntimeError: this phase always breaks"), task.state
     receipts = await client.store.receipts(sid)
-    assert [r.detail["crashes"] for r in receipts if r.detail.get("step") == "phase_failed"] \
-        == [1, 2]
+    assert [r.detail.crashes for r in receipts
+            if isinstance(r.detail, CommitDetail) and r.detail.step == "phase_failed"] == [1, 2]
 
 
 async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:

@@ -1,7 +1,9 @@
 --[==[ acquire.lua: take a session's lease; the new fence is the previous fence + 1.
 
 KEYS: the 12 session keys (see _lib.lua).
-ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt)
+ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
+      4 carrier JSON (optional: how the wake that started this pass arrived, see
+        baton.receipts.Carrier; saved in the receipt as 'carrier')
 Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
 A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
 Clears the dirty mark: the new holder loads everything committed so far.
@@ -13,6 +15,8 @@ if redis.call('EXISTS', K_META) == 0 then
   return fail('NOT_FOUND', 'session')
 end
 local worker, ttl = ARGV[1], tonumber(ARGV[2])
+local carrier = nil
+if ARGV[4] and ARGV[4] ~= '' then carrier = cjson.decode(ARGV[4]) end  -- before any write
 local m = redis.call('HMGET', K_META, 'holder', 'lease_until', 'fence')
 local holder, lease_until = m[1] or '', tonumber(m[2] or '0')
 local now = now_ms()
@@ -26,5 +30,6 @@ redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 
 local kind = 'lease'
 if takeover == 1 then kind = 'takeover' end
 receipt(kind, ARGV[3], fence, 0, now,
-        cjson.encode({previous_holder = holder, previous_fence = tonumber(m[3] or '0')}))
+        cjson.encode({previous_holder = holder, previous_fence = tonumber(m[3] or '0'),
+                      carrier = carrier}))
 return {fence, holder, takeover}

@@ -1,7 +1,9 @@
 --[==[ claim.lua: a Hands worker claims an attempt of a tool run (mark 'accepted').
 
 KEYS: the 12 session keys (see _lib.lua).
-ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count
+ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count,
+      6 carrier JSON (optional: the relay, publish time, row id and stream sequence of the
+        tool message, see baton.receipts.Carrier; saved in the receipt as 'carrier')
 The new attempt fence is the previous attempt + 1. Returns one of:
   {'claimed', attempt, previous attempt, previous status, intent JSON, previous worker,
    cancel}
@@ -18,6 +20,8 @@ The new attempt fence is the previous attempt + 1. Returns one of:
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_RUNS, 'f', 'v'}}))
 if denied then return denied end
 local rid, worker, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local carrier = nil
+if ARGV[6] and ARGV[6] ~= '' then carrier = cjson.decode(ARGV[6]) end  -- before any write
 if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
   return {'done', 'applied'}
 end
@@ -46,7 +50,8 @@ local kind = 'claim'
 if attempt > 0 then kind = 'reclaim' end
 receipt(kind, ARGV[4], new, 0, now, cjson.encode({
   run_id = rid, attempt = new, previous_attempt = attempt, previous_status = status,
-  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1')}))
+  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1'),
+  carrier = carrier}))
 local cancel = 0
 if r[7] then cancel = 1 end
 return {'claimed', new, attempt, status, r[1], r[5] or '', cancel}
