@@ -29,6 +29,7 @@ it installs the global providers from the standard ``OTEL_*`` variables, and
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import sys
@@ -42,6 +43,7 @@ from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
@@ -167,12 +169,31 @@ def _version() -> str:
         return "0"
 
 
+def _unset(api: Any, name: str, env: str) -> bool:
+    """Whether no global provider is set: the fast path of every wrapper.
+
+    ``get_tracer_provider()`` / ``get_meter_provider()`` look the environment up on every
+    call until a provider is set (microseconds, several times per handled message); the
+    API module's global answers the same question in tens of nanoseconds. Should a future
+    API drop that global, this falls back to the public call.
+    """
+    return getattr(api, name, False) is None and not _provider_in_env(env)
+
+
+@functools.cache
+def _provider_in_env(env: str) -> bool:
+    """A provider named by the API's own variable, loaded on the first public call."""
+    return env in os.environ
+
+
 def tracer() -> Any:
     """Baton's tracer from the global TracerProvider; None when no provider is configured.
 
     Called by every wrapper at use time: one look at the global provider, and a new tracer
     only when the provider changed.
     """
+    if _unset(otel_trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
+        return None
     provider = otel_trace.get_tracer_provider()
     if provider is not state.tracer_provider:
         found: Any = None
@@ -186,6 +207,8 @@ def tracer() -> Any:
 
 def instruments() -> Instruments | None:
     """Baton's instruments on the global MeterProvider; None when no provider is configured."""
+    if _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
+        return None
     provider = otel_metrics.get_meter_provider()
     if provider is not state.meter_provider:
         found = None
@@ -193,11 +216,6 @@ def instruments() -> Instruments | None:
             found = Instruments.create(provider.get_meter(SCOPE, _version()))
         state.instruments, state.meter_provider = found, provider
     return state.instruments
-
-
-def active() -> bool:
-    """Whether anything records (spans or metrics): the wrappers' first check."""
-    return tracer() is not None or instruments() is not None
 
 
 # ---------------------------------------------------------------------------- set up

@@ -52,7 +52,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 from baton.errors import StaleAttemptError, StaleFenceError
 from baton.observability.telemetry import (
     Instruments,
-    active,
     extract,
     inject,
     instruments,
@@ -96,15 +95,13 @@ def _role() -> dict[str, str]:
     return {"baton.role": state.role} if state.role else {}
 
 
-def _refused(op: str, exc: BaseException) -> None:
-    inst = instruments()
+def _refused(inst: Instruments | None, op: str, exc: BaseException) -> None:
     if inst is not None:
         inst.refused.add(1, {**_role(), "baton.op": op,
                              "error.type": getattr(exc, "code", type(exc).__name__)})
 
 
-def _committed(op: str, kind: str = "") -> None:
-    inst = instruments()
+def _committed(inst: Instruments | None, op: str, kind: str = "") -> None:
     if inst is not None:
         attrs = {**_role(), "baton.op": op}
         if kind:
@@ -294,9 +291,9 @@ def traced_commit(fn: F) -> F:
 
     @functools.wraps(fn)
     async def commit(self: Any, session_id: str, fence: int, writes: Any, worker: Any) -> Any:
-        if not active():
+        t, inst = tracer(), instruments()
+        if t is None and inst is None:
             return await fn(self, session_id, fence, writes, worker)
-        t = tracer()
         with contextlib.ExitStack() as stack:
             if t is not None:
                 span = stack.enter_context(_span(
@@ -309,11 +306,11 @@ def traced_commit(fn: F) -> F:
             try:
                 result = await fn(self, session_id, fence, writes, worker)
             except StaleFenceError as exc:
-                _refused("commit", exc)
+                _refused(inst, "commit", exc)
                 raise
             if t is not None:
                 span.set_attribute("baton.seq", int(result[0]))
-            _committed("commit", writes.kind)
+            _committed(inst, "commit", writes.kind)
             return result
 
     return commit  # type: ignore[return-value]
@@ -331,11 +328,11 @@ def traced_submit(op: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         async def submit(self: Any, session_id: str, **kw: Any) -> Any:
-            if not active():
+            t, inst = tracer(), instruments()
+            if t is None and inst is None:
                 if otel_trace.get_current_span().get_span_context().is_valid:
                     kw["headers"] = inject()
                 return await fn(self, session_id, **kw)
-            t = tracer()
             with contextlib.ExitStack() as stack:
                 if t is not None:
                     span = stack.enter_context(_span(
@@ -351,7 +348,7 @@ def traced_submit(op: str) -> Callable[[F], F]:
                 if t is not None:
                     span.set_attribute("baton.created", created)
                 if created:
-                    _committed(op)
+                    _committed(inst, op)
                 return result
 
         return submit  # type: ignore[return-value]
@@ -365,9 +362,9 @@ def traced_complete(fn: F) -> F:
     @functools.wraps(fn)
     async def complete(self: Any, session_id: str, intent: Any, attempt: int, result: Any,
                        worker: Any, **kw: Any) -> Any:
-        if not active():
+        t, inst = tracer(), instruments()
+        if t is None and inst is None:
             return await fn(self, session_id, intent, attempt, result, worker, **kw)
-        t = tracer()
         with contextlib.ExitStack() as stack:
             if t is not None:
                 span = stack.enter_context(_span(
@@ -379,11 +376,11 @@ def traced_complete(fn: F) -> F:
             try:
                 woke = await fn(self, session_id, intent, attempt, result, worker, **kw)
             except StaleAttemptError as exc:
-                _refused("complete", exc)
+                _refused(inst, "complete", exc)
                 raise
             if t is not None:
                 span.set_attribute("baton.woke", bool(woke))
-            _committed("complete")
+            _committed(inst, "complete")
             return woke
 
     return complete  # type: ignore[return-value]
@@ -394,9 +391,9 @@ def traced_claim(fn: F) -> F:
 
     @functools.wraps(fn)
     async def claim(self: Any, session_id: str, run_id: str, worker: Any, **kw: Any) -> Any:
-        if not active():
-            return await fn(self, session_id, run_id, worker, **kw)
         t, inst = tracer(), instruments()
+        if t is None and inst is None:
+            return await fn(self, session_id, run_id, worker, **kw)
         with contextlib.ExitStack() as stack:
             if t is not None:
                 span = stack.enter_context(_span(t, "claim", **_db("claim"), **{
@@ -425,9 +422,9 @@ def traced_lease(fn: F) -> F:
     @functools.wraps(fn)
     async def acquire_and_load(self: Any, session_id: str, worker: Any, ttl_ms: int,
                                **kw: Any) -> Any:
-        if not active():
-            return await fn(self, session_id, worker, ttl_ms, **kw)
         t, inst = tracer(), instruments()
+        if t is None and inst is None:
+            return await fn(self, session_id, worker, ttl_ms, **kw)
         with contextlib.ExitStack() as stack:
             if t is not None:
                 span = stack.enter_context(_span(t, "lease", **_db("acquire"),
@@ -459,7 +456,7 @@ def counted_refusals(op: str) -> Callable[[F], F]:
             try:
                 return await fn(*args, **kw)
             except (StaleFenceError, StaleAttemptError) as exc:
-                _refused(op, exc)
+                _refused(instruments(), op, exc)
                 raise
 
         return call  # type: ignore[return-value]
