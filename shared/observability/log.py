@@ -1,25 +1,53 @@
-"""structlog configuration, done once per process by its entry point.
+"""structlog configuration, done once per process by Baton's own entry point.
 
 JSON lines when stderr is not a terminal (services, CI), a readable console otherwise.
 Ids of the message being handled are bound with contextvars at the message boundary, so
 every line logged while handling it carries them (``session_id``, ``task_id``, ``run_id``,
 ``fence``); ``trace_id`` is added to each line from the current span (or, in a process that
 does not trace, from the handled message's ``traceparent``: :mod:`baton.observability.telemetry`).
+
+The standard library's records (asyncio, nats, redis, aiohttp, OpenTelemetry's exporters,
+``warnings.warn``) go through the same processors and renderer, by a
+``structlog.stdlib.ProcessorFormatter`` on one root handler: a service's stderr is JSON
+lines only. :func:`configure` is called by the ``baton`` commands alone; an application
+that embeds Baton keeps its own logging configuration untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import orjson
 import structlog
 
 from baton.observability.telemetry import current_trace_id
 
+# Library records below this level stay out (aiohttp's access log is INFO per request).
+LIBRARY_LEVEL = logging.WARNING
+
+
+class _BatonHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The root handler :func:`configure` installs; found again and replaced on a second call.
+
+    Writes to whatever ``sys.stderr`` is when a record comes (a redirected stderr included),
+    like structlog's own loggers.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
 
 def configure(level: str = "info", fmt: str = "auto") -> None:
+    """Configure structlog, and route the standard library's logging through it."""
     json_out = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     processors: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         add_trace_id,
@@ -27,9 +55,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
     ]
-    wrapper = structlog.make_filtering_bound_logger(
-        logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
-    )
+    wrapper = structlog.make_filtering_bound_logger(numeric)
     if json_out:  # the hot path of every service: orjson straight to the byte stream
         structlog.configure(
             processors=[*processors, structlog.processors.JSONRenderer(serializer=orjson.dumps)],
@@ -37,6 +63,8 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             logger_factory=structlog.BytesLoggerFactory(file=sys.stderr.buffer),
             cache_logger_on_first_use=True,
         )
+        renderer: structlog.types.Processor = structlog.processors.JSONRenderer(
+            serializer=_json_text)
     else:
         structlog.configure(
             processors=[*processors, structlog.dev.ConsoleRenderer()],
@@ -44,6 +72,30 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
             cache_logger_on_first_use=True,
         )
+        renderer = structlog.dev.ConsoleRenderer()
+    _route_stdlib(processors, renderer, max(numeric, LIBRARY_LEVEL))
+
+
+def _route_stdlib(processors: list[structlog.types.Processor],
+                  renderer: structlog.types.Processor, level: int) -> None:
+    """One root handler rendering stdlib records like structlog's own lines."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name,
+                           structlog.stdlib.ExtraAdder(), *processors],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = _BatonHandler()
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _BatonHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)  # warnings.warn(...) becomes a record, hence a line
+
+
+def _json_text(obj: object, **kw: object) -> str:
+    return orjson.dumps(obj).decode()
 
 
 def add_trace_id(

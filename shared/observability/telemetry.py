@@ -1,7 +1,19 @@
-"""OpenTelemetry for one process: set up from the standard ``OTEL_*`` variables, or nothing.
+"""OpenTelemetry the way a library does it: Baton records through the global API only.
 
-:func:`setup` is called once by each entry point (``baton brain|hands|relay|submit|start``)
-and :func:`shutdown` flushes at exit. What it reads:
+Every span and metric Baton makes goes through ``trace.get_tracer("baton", version)`` and
+``metrics.get_meter("baton", version)``, looked up at use time (:func:`tracer`,
+:func:`instruments`). So an application that embeds Baton (a web app calling
+``Client.submit``) and has configured its own TracerProvider / MeterProvider records Baton's
+spans with its own, and its current span is the parent of the submit: the W3C context saved
+with the submission carries the host's trace id on to the relay, the Brains and the Hands.
+Importing or using Baton never installs a provider, and this module never imports the SDK
+outside :func:`setup`. With no provider configured, :func:`tracer` and :func:`instruments`
+return None after one look at the global provider, and every wrapper in
+:mod:`baton.observability.tracing` calls straight through: no span, context or header.
+
+:func:`setup` is for Baton's own entry points only (``baton brain|hands|relay|submit|start``):
+it installs the global providers from the standard ``OTEL_*`` variables, and
+:func:`shutdown` flushes at exit. What it reads:
 
 * traces: an OTLP (http/protobuf) exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
   ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set; ``OTEL_TRACES_EXPORTER`` may name
@@ -12,15 +24,12 @@ and :func:`shutdown` flushes at exit. What it reads:
 * metrics: the same, with ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_METRICS_EXPORTER``.
 * ``BATON_OTEL_FILE=PATH`` (ours, for tests): every finished span as one JSON line appended
   to PATH as it ends, so the spans of several processes (even one SIGKILLed) can be merged.
-
-With none of these set nothing is installed: :data:`state` stays inactive, and every wrapper
-in :mod:`baton.observability.tracing` returns after one attribute check, creating no span, context or
-header. The spans and instruments themselves are made only by :mod:`baton.observability.tracing`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import sys
@@ -29,17 +38,32 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.metrics import _internal as _metrics_api
+from opentelemetry.metrics._internal import _ProxyMeterProvider
+from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 __all__ = [
-    "FILE_ENV", "Instruments", "JsonLinesSpanExporter", "current_trace_id", "extract", "inject",
-    "install", "reset", "setup", "shutdown", "state", "trace_id_of",
+    "FILE_ENV", "SCOPE", "Instruments", "JsonLinesSpanExporter", "current_trace_id", "extract",
+    "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer",
 ]
 
 FILE_ENV = "BATON_OTEL_FILE"
-TRACER_NAME = "baton"
+SCOPE = "baton"  # the instrumentation scope of every span and instrument Baton makes
+
+# Seconds, per the semantic conventions' advice for duration histograms.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                    7.5, 10.0, 30.0, 60.0)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+
+# The global providers that mean "nobody configured telemetry": the API's proxies (before
+# any set_*_provider) and the explicit no-ops.
+_NO_TRACING = (ProxyTracerProvider, NoOpTracerProvider)
+_NO_METRICS = (_ProxyMeterProvider, NoOpMeterProvider)
 
 
 @dataclass
@@ -51,7 +75,10 @@ class Instruments:
     handoff: Any
     redeliveries: Any
     takeovers: Any
-    backlog: dict[str, tuple[int, int]] = field(default_factory=dict)  # shard -> (rows, age)
+    process: Any
+    model_duration: Any
+    model_tokens: Any
+    backlog: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard -> (rows, age s)
 
     @classmethod
     def create(cls, meter: Any) -> Instruments:
@@ -65,9 +92,10 @@ class Instruments:
                 "baton.commits.refused", unit="{write}",
                 description="Writes refused by a fence: a stale lease or a stale attempt"),
             handoff=meter.create_histogram(
-                "baton.handoff.duration", unit="ms",
+                "baton.handoff.duration", unit="s",
                 description="Time from the commit that hands work over to the process that "
-                            "takes it (hop: submit, dispatch, wake)"),
+                            "takes it (hop: submit, dispatch, wake)",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
             redeliveries=meter.create_counter(
                 "baton.redeliveries", unit="{message}",
                 description="Messages JetStream delivered more than once"),
@@ -75,6 +103,18 @@ class Instruments:
                 "baton.takeovers", unit="{takeover}",
                 description="Leases (brain) and tool attempts (hands) taken from another "
                             "worker"),
+            process=meter.create_histogram(
+                "messaging.process.duration", unit="s",
+                description="Duration of handling one consumed message (wake or tool)",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
+            model_duration=meter.create_histogram(
+                "gen_ai.client.operation.duration", unit="s",
+                description="Duration of one model call",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
+            model_tokens=meter.create_histogram(
+                "gen_ai.client.token.usage", unit="{token}",
+                description="Tokens used by one model call (gen_ai.token.type input/output)",
+                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS),
         )
 
         def rows(_: CallbackOptions) -> Iterable[Observation]:
@@ -82,28 +122,34 @@ class Instruments:
                 yield Observation(n, {"baton.shard": shard})
 
         def age(_: CallbackOptions) -> Iterable[Observation]:
-            for shard, (_n, ms) in list(inst.backlog.items()):
-                yield Observation(ms, {"baton.shard": shard})
+            for shard, (_n, seconds) in list(inst.backlog.items()):
+                yield Observation(seconds, {"baton.shard": shard})
 
         meter.create_observable_gauge(
             "baton.outbox.backlog", callbacks=[rows], unit="{row}",
             description="Outbox rows not yet published, per shard (sampled by the relay)")
         meter.create_observable_gauge(
-            "baton.outbox.oldest_age", callbacks=[age], unit="ms",
+            "baton.outbox.oldest_age", callbacks=[age], unit="s",
             description="Age of the oldest unpublished outbox row, per shard")
         return inst
 
 
 class _State:
-    """What this process has installed. ``tracing`` / ``metrics`` are the fast-path flags."""
+    """What this process knows about telemetry.
+
+    ``role`` and the exporters to flush exist only when an entry point called :func:`setup`.
+    The rest is a cache of Baton's tracer and instruments for the global providers last
+    seen, re-made when a provider changes (a host may configure its own after import).
+    """
 
     def __init__(self) -> None:
-        self.tracing = False
-        self.tracer: Any = otel_trace.NoOpTracer()
-        self.metrics: Instruments | None = None
-        self.active = False  # tracing or metrics: whether the wrappers do anything
         self.role = ""
+        self.installed = False
         self._shutdown: list[Callable[[], Any]] = []
+        self.tracer_provider: object = None
+        self.tracer: Any = None
+        self.meter_provider: object = None
+        self.instruments: Instruments | None = None
 
 
 state = _State()
@@ -114,22 +160,85 @@ _incoming_trace: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "baton_incoming_trace", default=None)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("baton")
+    except PackageNotFoundError:  # run from a source tree without an install
+        return "0"
+
+
+def _unset(api: Any, name: str, env: str) -> bool:
+    """Whether no global provider is set: the fast path of every wrapper.
+
+    ``get_tracer_provider()`` / ``get_meter_provider()`` look the environment up on every
+    call until a provider is set (microseconds, several times per handled message); the
+    API module's global answers the same question in tens of nanoseconds. Should a future
+    API drop that global, this falls back to the public call.
+    """
+    return getattr(api, name, False) is None and not _provider_in_env(env)
+
+
+@functools.cache
+def _provider_in_env(env: str) -> bool:
+    """A provider named by the API's own variable, loaded on the first public call."""
+    return env in os.environ
+
+
+def tracer() -> Any:
+    """Baton's tracer from the global TracerProvider; None when no provider is configured.
+
+    Called by every wrapper at use time: one look at the global provider, and a new tracer
+    only when the provider changed.
+    """
+    if _unset(otel_trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
+        return None
+    provider = otel_trace.get_tracer_provider()
+    if provider is not state.tracer_provider:
+        found: Any = None
+        if not isinstance(provider, _NO_TRACING):
+            found = provider.get_tracer(SCOPE, _version())
+            if isinstance(found, NoOpTracer):  # an SDK provider disabled by OTEL_SDK_DISABLED
+                found = None
+        state.tracer, state.tracer_provider = found, provider
+    return state.tracer
+
+
+def instruments() -> Instruments | None:
+    """Baton's instruments on the global MeterProvider; None when no provider is configured."""
+    if _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
+        return None
+    provider = otel_metrics.get_meter_provider()
+    if provider is not state.meter_provider:
+        found = None
+        if not isinstance(provider, _NO_METRICS):
+            found = Instruments.create(provider.get_meter(SCOPE, _version()))
+        state.instruments, state.meter_provider = found, provider
+    return state.instruments
+
+
 # ---------------------------------------------------------------------------- set up
 
 
 def setup(service_name: str, settings: Any = None,
           env: Mapping[str, str] | None = None) -> bool:
-    """Install exporters from the environment; True when anything was installed.
+    """Install global providers with exporters from the environment; True when it did.
 
-    ``service_name`` is the role (``brain``, ``hands``, ``relay``, ``client``): the service
-    is ``baton-<role>`` unless ``OTEL_SERVICE_NAME`` (or ``service.name`` in
-    ``OTEL_RESOURCE_ATTRIBUTES``) says otherwise. Idempotent: a second call does nothing.
+    For Baton's own entry points only: a library must not decide where its host's telemetry
+    goes. ``service_name`` is the role (``brain``, ``hands``, ``relay``, ``client``): the
+    service is ``baton-<role>`` unless ``OTEL_SERVICE_NAME`` (or ``service.name`` in
+    ``OTEL_RESOURCE_ATTRIBUTES``) says otherwise. A provider that is already global (set by
+    ``OTEL_PYTHON_TRACER_PROVIDER``, or by code that ran first) is kept. Idempotent.
     """
     env = os.environ if env is None else env
-    if state.active or _truthy(env.get("OTEL_SDK_DISABLED")):
-        return state.active
-    span_exporters = _span_exporters(env)
-    metric_exporters = _metric_exporters(env)
+    state.role = state.role or service_name
+    if state.installed or _truthy(env.get("OTEL_SDK_DISABLED")):
+        return state.installed
+    unset_traces = isinstance(otel_trace.get_tracer_provider(), _NO_TRACING)
+    unset_metrics = isinstance(otel_metrics.get_meter_provider(), _NO_METRICS)
+    span_exporters = _span_exporters(env) if unset_traces else []
+    metric_exporters = _metric_exporters(env) if unset_metrics else []
     if not span_exporters and not metric_exporters:
         return False
 
@@ -145,7 +254,6 @@ def setup(service_name: str, settings: Any = None,
         ours["baton.namespace"] = settings.namespace
     # The environment's attributes win over ours (Resource.create merges the other way).
     resource = Resource.create(ours).merge(OTELResourceDetector().detect())
-    tracer_provider = meter_provider = None
     if span_exporters:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -155,49 +263,27 @@ def setup(service_name: str, settings: Any = None,
             processor = SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter)
             tracer_provider.add_span_processor(processor)
         otel_trace.set_tracer_provider(tracer_provider)
+        state._shutdown.append(tracer_provider.shutdown)
     if metric_exporters:
-        from opentelemetry import metrics as otel_metrics
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         readers = [PeriodicExportingMetricReader(e) for e in metric_exporters]
         meter_provider = MeterProvider(resource=resource, metric_readers=readers)
         otel_metrics.set_meter_provider(meter_provider)
-    install(tracer_provider, meter_provider, role=service_name)
+        state._shutdown.append(meter_provider.shutdown)
+    state.installed = True
     return True
 
 
-def install(tracer_provider: Any = None, meter_provider: Any = None, *, role: str = "") -> None:
-    """Use these providers (an SDK TracerProvider / MeterProvider) from now on.
-
-    :func:`setup` calls it; tests call it directly with in-memory exporters and readers,
-    without touching the global providers, and undo it with :func:`reset`.
-    """
-    if tracer_provider is not None:
-        state.tracer = tracer_provider.get_tracer(TRACER_NAME)
-        state.tracing = True
-        state._shutdown.append(tracer_provider.shutdown)
-    if meter_provider is not None:
-        state.metrics = Instruments.create(meter_provider.get_meter(TRACER_NAME))
-        state._shutdown.append(meter_provider.shutdown)
-    state.role = role or state.role
-    state.active = state.tracing or state.metrics is not None
-
-
 def shutdown() -> None:
-    """Flush and stop the exporters (spans still in a batch are sent now). Idempotent."""
+    """Flush and stop what :func:`setup` installed (batched spans go out now). Idempotent."""
     calls, state._shutdown = state._shutdown, []
     for call in calls:
         try:
             call()
         except Exception as exc:  # an unreachable collector must not fail the exit
             print(f"telemetry shutdown: {exc!r}", file=sys.stderr)
-
-
-def reset() -> None:
-    """Back to nothing installed (tests); flushes what was."""
-    shutdown()
-    state.__init__()  # type: ignore[misc]
 
 
 def _truthy(value: str | None) -> bool:
@@ -340,8 +426,7 @@ def set_incoming_trace(trace_id: str | None) -> None:
 
 def current_trace_id() -> str | None:
     """The trace id log lines carry: the current span's, else the handled message's."""
-    if state.tracing:
-        ctx = otel_trace.get_current_span().get_span_context()
-        if ctx.is_valid:
-            return f"{ctx.trace_id:032x}"
+    ctx = otel_trace.get_current_span().get_span_context()
+    if ctx.is_valid:
+        return f"{ctx.trace_id:032x}"
     return _incoming_trace.get()

@@ -22,17 +22,26 @@ The relay publishes a batch with one PRODUCER span per row, all ended when the b
 are in: rows of a batch belong to different sessions (different traces), so a batch span
 with links would leave each trace without the hop that carried it.
 
-Span names and attributes follow the messaging semantic conventions (``messaging.system``
-``nats``, ``messaging.destination.name`` the subject, ``messaging.message.id`` the
-``Nats-Msg-Id``, ``messaging.operation.type`` ``create`` / ``publish`` / ``process``) and,
-for the model call, the GenAI ones. Every wrapper first checks one flag of
-:data:`baton.observability.telemetry.state`: with telemetry off it calls straight through.
+Span names and attributes follow the semantic conventions: messaging for publish and
+consume (``messaging.system`` ``nats``, ``messaging.destination.name`` the subject,
+``messaging.message.id`` the ``Nats-Msg-Id``, ``messaging.operation.type`` ``create`` /
+``send`` / ``process``, ``messaging.consumer.group.name`` the durable consumer), GenAI for
+the model call (``gen_ai.*``), database for the Redis scripts behind a transition
+(``db.system.name`` ``redis``, ``db.operation.name`` ``EVALSHA``,
+``db.stored_procedure.name`` the script); Baton's own ids are ``baton.*`` (``session_id``,
+``fence``, ``run_id``, ``task_id``). Durations are recorded in seconds.
+
+The tracer and instruments come from the global providers at use time
+(:func:`baton.observability.telemetry.tracer` / ``instruments``): the host application's,
+or those Baton's own entry point installed. With none configured every wrapper calls
+straight through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -41,7 +50,16 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.errors import StaleAttemptError, StaleFenceError
-from baton.observability.telemetry import extract, inject, set_incoming_trace, state, trace_id_of
+from baton.observability.telemetry import (
+    Instruments,
+    extract,
+    inject,
+    instruments,
+    set_incoming_trace,
+    state,
+    trace_id_of,
+    tracer,
+)
 
 __all__ = [
     "advance", "consumer", "counted_refusals", "execute", "publish_span", "publish_spans",
@@ -53,11 +71,10 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 SESSION = "baton.session_id"
+NATS = {"messaging.system": "nats"}
 
 
 def _now_ms() -> int:
-    import time
-
     return time.time_ns() // 1_000_000
 
 
@@ -68,31 +85,37 @@ def _session_of(msg_id: str) -> str | None:
     return session or None
 
 
+def _db(script: str) -> dict[str, str]:
+    """Database attributes of a transition: one Lua script run by ``EVALSHA``."""
+    return {"db.system.name": "redis", "db.operation.name": "EVALSHA",
+            "db.stored_procedure.name": script}
+
+
 def _role() -> dict[str, str]:
     return {"baton.role": state.role} if state.role else {}
 
 
-def _refused(op: str, exc: BaseException) -> None:
-    if state.metrics is not None:
-        state.metrics.refused.add(1, {**_role(), "baton.op": op,
-                                      "error.type": getattr(exc, "code", type(exc).__name__)})
+def _refused(inst: Instruments | None, op: str, exc: BaseException) -> None:
+    if inst is not None:
+        inst.refused.add(1, {**_role(), "baton.op": op,
+                             "error.type": getattr(exc, "code", type(exc).__name__)})
 
 
-def _committed(op: str, kind: str = "") -> None:
-    if state.metrics is not None:
+def _committed(inst: Instruments | None, op: str, kind: str = "") -> None:
+    if inst is not None:
         attrs = {**_role(), "baton.op": op}
         if kind:
             attrs["baton.commit.kind"] = kind
-        state.metrics.commits.add(1, attrs)
+        inst.commits.add(1, attrs)
 
 
-def _handoff(hop: str, since_ms: int | None) -> None:
-    if state.metrics is not None and since_ms:
-        state.metrics.handoff.record(max(0, _now_ms() - since_ms), {"baton.hop": hop})
+def _handoff(inst: Instruments, hop: str, since_ms: int | None) -> None:
+    if since_ms:
+        inst.handoff.record(max(0, _now_ms() - since_ms) / 1000, {"baton.hop": hop})
 
 
-def _span(name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
-    return state.tracer.start_as_current_span(
+def _span(t: Any, name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
+    return t.start_as_current_span(
         name, kind=kind, attributes={k: v for k, v in attributes.items() if v is not None})
 
 
@@ -101,10 +124,10 @@ def _span(name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -
 
 def _publish_attrs(subject: str, msg_id: str) -> dict[str, Any]:
     attrs: dict[str, Any] = {
-        "messaging.system": "nats",
+        **NATS,
         "messaging.destination.name": subject,
         "messaging.message.id": msg_id,
-        "messaging.operation.type": "publish",
+        "messaging.operation.type": "send",
         "messaging.operation.name": "publish",
     }
     session = _session_of(msg_id)
@@ -113,11 +136,11 @@ def _publish_attrs(subject: str, msg_id: str) -> dict[str, Any]:
     return attrs
 
 
-def _start_publish(subject: str, msg_id: str, headers: dict[str, str] | None
+def _start_publish(t: Any, subject: str, msg_id: str, headers: dict[str, str] | None
                    ) -> tuple[Any, dict[str, str]]:
     """A PRODUCER span, child of the context saved in the row (else the current one), and
     the headers to send: the row's, with the publish span's own context."""
-    span = state.tracer.start_span(
+    span = t.start_span(
         f"publish {subject}", context=extract(headers), kind=SpanKind.PRODUCER,
         attributes=_publish_attrs(subject, msg_id))
     out = dict(headers or {})
@@ -137,10 +160,11 @@ def _end(spans: Sequence[Any], exc: BaseException | None) -> None:
 def publish_span(subject: str, msg_id: str, headers: dict[str, str] | None
                  ) -> Iterator[dict[str, str] | None]:
     """Around one publish: yields the headers to send (the same ones when not tracing)."""
-    if not state.tracing:
+    t = tracer()
+    if t is None:
         yield headers
         return
-    span, out = _start_publish(subject, msg_id, headers)
+    span, out = _start_publish(t, subject, msg_id, headers)
     try:
         yield out
     except BaseException as exc:
@@ -151,14 +175,16 @@ def publish_span(subject: str, msg_id: str, headers: dict[str, str] | None
 
 @contextlib.contextmanager
 def publish_spans(batch: list[Any]) -> Iterator[list[Any]]:
-    """Around a concurrent publish of :class:`~baton.bus.messages.Outgoing` items: one span per item,
-    all ended when the batch is acknowledged (or failed); yields the items to send."""
-    if not state.tracing:
+    """Around a concurrent publish of :class:`~baton.bus.messages.Outgoing` items: one span
+    per item, all ended when the batch is acknowledged (or failed); yields the items to
+    send."""
+    t = tracer()
+    if t is None:
         yield batch
         return
     spans, items = [], []
     for item in batch:
-        span, headers = _start_publish(item.subject, item.msg_id, item.headers)
+        span, headers = _start_publish(t, item.subject, item.msg_id, item.headers)
         spans.append(span)
         items.append(item._replace(headers=headers))
     try:
@@ -172,45 +198,68 @@ def publish_spans(batch: list[Any]) -> Iterator[list[Any]]:
 # ---------------------------------------------------------------------------- consume
 
 
+def _consume_attrs(msg: Any, role: str, delivery: int) -> dict[str, Any]:
+    msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
+    attrs: dict[str, Any] = {
+        **NATS,
+        "messaging.destination.name": msg.subject,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.message.id": msg_id or None,
+        "messaging.consumer.group.name": getattr(getattr(msg, "metadata", None), "consumer",
+                                                 None),
+        "baton.delivery": delivery,
+        "baton.role": role,
+        SESSION: _session_of(msg_id) if msg_id else None,
+    }
+    data = getattr(msg, "data", None)
+    if isinstance(data, bytes | bytearray):
+        attrs["messaging.message.body.size"] = len(data)
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
 def consumer(role: str) -> Callable[[F], F]:
     """Decorator of a worker's per-message handler ``handle(self, msg)``: a CONSUMER span
     (``process <subject>``), child of the context in the message's headers; counts
-    redeliveries. Without telemetry it only notes the message's trace id for log lines."""
+    redeliveries and records ``messaging.process.duration``. Without telemetry it only
+    notes the message's trace id for log lines."""
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         async def handle(self: Any, msg: Any) -> Any:
             headers = msg.headers
-            if not state.active:
-                if headers:
-                    set_incoming_trace(trace_id_of(headers))
-                return await fn(self, msg)
+            t, inst = tracer(), instruments()
+            if t is None:
+                set_incoming_trace(trace_id_of(headers) if headers else None)
+                if inst is None:
+                    return await fn(self, msg)
             try:
                 delivery = int(msg.metadata.num_delivered)
             except Exception:  # not a JetStream message (tests): first delivery
                 delivery = 1
-            if delivery > 1 and state.metrics is not None:
-                state.metrics.redeliveries.add(
+            if delivery > 1 and inst is not None:
+                inst.redeliveries.add(
                     1, {"baton.role": role, "messaging.destination.name": msg.subject})
-            if not state.tracing:
-                set_incoming_trace(trace_id_of(headers))
-                return await fn(self, msg)
-            msg_id = (headers or {}).get("Nats-Msg-Id", "")
-            attrs: dict[str, Any] = {
-                "messaging.system": "nats",
-                "messaging.destination.name": msg.subject,
-                "messaging.operation.type": "process",
-                "messaging.operation.name": "process",
-                "messaging.message.id": msg_id or None,
-                "baton.delivery": delivery,
-                "baton.role": role,
-                SESSION: _session_of(msg_id) if msg_id else None,
-            }
-            with state.tracer.start_as_current_span(
-                f"process {msg.subject}", context=extract(headers), kind=SpanKind.CONSUMER,
-                attributes={k: v for k, v in attrs.items() if v is not None},
-            ):
-                return await fn(self, msg)
+            started = time.perf_counter()
+            error: str | None = None
+            try:
+                if t is None:
+                    return await fn(self, msg)
+                with t.start_as_current_span(
+                    f"process {msg.subject}", context=extract(headers),
+                    kind=SpanKind.CONSUMER, attributes=_consume_attrs(msg, role, delivery),
+                ):
+                    return await fn(self, msg)
+            except BaseException as exc:
+                error = type(exc).__name__
+                raise
+            finally:
+                if inst is not None:
+                    attrs = {**NATS, "messaging.destination.name": msg.subject,
+                             "messaging.operation.name": "process", "baton.role": role}
+                    if error:
+                        attrs["error.type"] = error
+                    inst.process.record(time.perf_counter() - started, attrs)
 
         return handle  # type: ignore[return-value]
 
@@ -242,24 +291,26 @@ def traced_commit(fn: F) -> F:
 
     @functools.wraps(fn)
     async def commit(self: Any, session_id: str, fence: int, writes: Any, worker: Any) -> Any:
-        if not state.active:
+        t, inst = tracer(), instruments()
+        if t is None and inst is None:
             return await fn(self, session_id, fence, writes, worker)
         with contextlib.ExitStack() as stack:
-            if state.tracing:
+            if t is not None:
                 span = stack.enter_context(_span(
-                    f"commit {writes.kind}", **{SESSION: session_id, "baton.fence": fence,
-                                                "baton.commit.kind": writes.kind,
-                                                "baton.outbox_rows": len(writes.outbox),
-                                                "baton.tool_runs": len(writes.runs)}))
+                    t, f"commit {writes.kind}", **_db("commit"), **{
+                        SESSION: session_id, "baton.fence": fence,
+                        "baton.commit.kind": writes.kind,
+                        "baton.outbox_rows": len(writes.outbox),
+                        "baton.tool_runs": len(writes.runs)}))
                 _stamp(writes, inject())
             try:
                 result = await fn(self, session_id, fence, writes, worker)
             except StaleFenceError as exc:
-                _refused("commit", exc)
+                _refused(inst, "commit", exc)
                 raise
-            if state.tracing:
+            if t is not None:
                 span.set_attribute("baton.seq", int(result[0]))
-            _committed("commit", writes.kind)
+            _committed(inst, "commit", writes.kind)
             return result
 
     return commit  # type: ignore[return-value]
@@ -267,29 +318,37 @@ def traced_commit(fn: F) -> F:
 
 def traced_submit(op: str) -> Callable[[F], F]:
     """``Store.submit`` / ``Store.start_task``: a span creating the session's wake; its
-    context goes with the wake row and the receipt (the method's ``headers``)."""
+    context goes with the wake row and the receipt (the method's ``headers``).
+
+    The span is a child of the caller's current span: a host application's request span
+    becomes the root of the whole trace. A caller that carries a context but records no
+    spans (propagation only) still hands its trace on in the headers.
+    """
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         async def submit(self: Any, session_id: str, **kw: Any) -> Any:
-            if not state.active:
+            t, inst = tracer(), instruments()
+            if t is None and inst is None:
+                if otel_trace.get_current_span().get_span_context().is_valid:
+                    kw["headers"] = inject()
                 return await fn(self, session_id, **kw)
             with contextlib.ExitStack() as stack:
-                if state.tracing:
+                if t is not None:
                     span = stack.enter_context(_span(
-                        op, SpanKind.PRODUCER, **{
+                        t, op, SpanKind.PRODUCER, **_db(op), **NATS, **{
                             SESSION: session_id, "baton.request_id": kw.get("request_id"),
-                            "messaging.system": "nats",
                             "messaging.destination.name": kw.get("wake_subject"),
                             "messaging.operation.type": "create",
+                            "messaging.operation.name": op,
                         }))
                     kw["headers"] = inject()
                 result = await fn(self, session_id, **kw)
                 created = bool(result[-1])
-                if state.tracing:
+                if t is not None:
                     span.set_attribute("baton.created", created)
                 if created:
-                    _committed(op)
+                    _committed(inst, op)
                 return result
 
         return submit  # type: ignore[return-value]
@@ -303,24 +362,25 @@ def traced_complete(fn: F) -> F:
     @functools.wraps(fn)
     async def complete(self: Any, session_id: str, intent: Any, attempt: int, result: Any,
                        worker: Any, **kw: Any) -> Any:
-        if not state.active:
+        t, inst = tracer(), instruments()
+        if t is None and inst is None:
             return await fn(self, session_id, intent, attempt, result, worker, **kw)
         with contextlib.ExitStack() as stack:
-            if state.tracing:
+            if t is not None:
                 span = stack.enter_context(_span(
-                    f"complete {intent.tool}", **{
+                    t, f"complete {intent.tool}", **_db("complete"), **{
                         SESSION: session_id, "baton.run_id": intent.run_id,
-                        "baton.fence": attempt, "baton.outcome": result.outcome,
-                        "baton.recovery": result.recovery}))
+                        "baton.task_id": intent.task_id, "baton.fence": attempt,
+                        "baton.outcome": result.outcome, "baton.recovery": result.recovery}))
                 kw["headers"] = inject()
             try:
                 woke = await fn(self, session_id, intent, attempt, result, worker, **kw)
             except StaleAttemptError as exc:
-                _refused("complete", exc)
+                _refused(inst, "complete", exc)
                 raise
-            if state.tracing:
+            if t is not None:
                 span.set_attribute("baton.woke", bool(woke))
-            _committed("complete")
+            _committed(inst, "complete")
             return woke
 
     return complete  # type: ignore[return-value]
@@ -331,24 +391,25 @@ def traced_claim(fn: F) -> F:
 
     @functools.wraps(fn)
     async def claim(self: Any, session_id: str, run_id: str, worker: Any, **kw: Any) -> Any:
-        if not state.active:
+        t, inst = tracer(), instruments()
+        if t is None and inst is None:
             return await fn(self, session_id, run_id, worker, **kw)
         with contextlib.ExitStack() as stack:
-            if state.tracing:
-                span = stack.enter_context(_span("claim", **{
+            if t is not None:
+                span = stack.enter_context(_span(t, "claim", **_db("claim"), **{
                     SESSION: session_id, "baton.run_id": run_id,
                     "baton.delivery": kw.get("delivery", 1)}))
             c = await fn(self, session_id, run_id, worker, **kw)
-            if state.tracing:
+            if t is not None:
                 span.set_attributes({"baton.claim": c.status, "baton.fence": c.attempt})
                 if c.recovering:
                     span.set_attributes({"baton.previous_attempt": c.previous_attempt,
                                          "baton.previous_worker": c.previous_worker})
-            if c.status == "claimed" and state.metrics is not None:
+            if c.status == "claimed" and inst is not None:
                 if c.previous_attempt == 0 and c.intent is not None:
-                    _handoff("dispatch", c.intent.created_ms)
+                    _handoff(inst, "dispatch", c.intent.created_ms)
                 elif c.recovering and c.previous_worker not in ("", worker.name):
-                    state.metrics.takeovers.add(1, {"baton.role": "hands"})
+                    inst.takeovers.add(1, {"baton.role": "hands"})
             return c
 
     return claim  # type: ignore[return-value]
@@ -361,24 +422,26 @@ def traced_lease(fn: F) -> F:
     @functools.wraps(fn)
     async def acquire_and_load(self: Any, session_id: str, worker: Any, ttl_ms: int,
                                **kw: Any) -> Any:
-        if not state.active:
+        t, inst = tracer(), instruments()
+        if t is None and inst is None:
             return await fn(self, session_id, worker, ttl_ms, **kw)
         with contextlib.ExitStack() as stack:
-            if state.tracing:
-                span = stack.enter_context(_span("lease", **{SESSION: session_id}))
+            if t is not None:
+                span = stack.enter_context(_span(t, "lease", **_db("acquire"),
+                                                 **{SESSION: session_id}))
             lease, st = await fn(self, session_id, worker, ttl_ms, **kw)
-            if state.tracing:
+            if t is not None:
                 span.set_attributes({"baton.fence": lease.fence, "baton.takeover": lease.takeover,
                                      "baton.previous_holder": lease.previous_holder})
-            if state.metrics is not None:
+            if inst is not None:
                 if lease.takeover:
-                    state.metrics.takeovers.add(1, {"baton.role": "brain"})
+                    inst.takeovers.add(1, {"baton.role": "brain"})
                 done = [r.completed_ms for r in st.runs.values()
                         if r.status == "completed" and r.completed_ms]
-                _handoff("wake", max(done) if done else None)
+                _handoff(inst, "wake", max(done) if done else None)
                 for sub in st.submissions.values():
                     if sub.status == "accepted":
-                        _handoff("submit", sub.created_ms)
+                        _handoff(inst, "submit", sub.created_ms)
             return lease, st
 
     return acquire_and_load  # type: ignore[return-value]
@@ -390,12 +453,10 @@ def counted_refusals(op: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         async def call(*args: Any, **kw: Any) -> Any:
-            if state.metrics is None:
-                return await fn(*args, **kw)
             try:
                 return await fn(*args, **kw)
             except (StaleFenceError, StaleAttemptError) as exc:
-                _refused(op, exc)
+                _refused(instruments(), op, exc)
                 raise
 
         return call  # type: ignore[return-value]
@@ -411,44 +472,69 @@ async def advance(handler: Any, task: Any, ctx: Any) -> Any:
     and the task and phase bound to every log line meanwhile."""
     phase = task.checkpoint.phase
     with structlog.contextvars.bound_contextvars(task_id=task.id, phase=phase):
-        if not state.tracing:
+        t = tracer()
+        if t is None:
             return await handler.advance(task, ctx)
-        with _span(f"phase {task.kind}.{phase}", **{
+        with _span(t, f"phase {task.kind}.{phase}", **{
             SESSION: ctx.session_id, "baton.task_id": task.id, "baton.task.kind": task.kind,
             "baton.task.state": task.state.name, "baton.fence": ctx.fence,
         }):
             return await handler.advance(task, ctx)
 
 
-class _TracedModel:
-    """A model client whose ``generate`` is a CLIENT span (GenAI semantic conventions).
+def _provider(name: str) -> str:
+    """``gen_ai.provider.name`` from a model name ``<provider>:<model>`` (else the name)."""
+    provider, sep, _model = name.partition(":")
+    return provider if sep else name
 
-    ``generate`` keeps the wrapped one's signature (``functools.wraps``): the Brain looks at
-    it to tell whether the client streams; everything else is the client's own.
+
+class _TracedModel:
+    """A model client whose ``generate`` is a CLIENT span (GenAI semantic conventions) and
+    records ``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage``.
+
+    Always wrapped, checked at each call: a provider configured after the Brain built its
+    clients still sees the calls. ``generate`` keeps the wrapped one's signature
+    (``functools.wraps``): the Brain looks at it to tell whether the client streams;
+    everything else is the client's own.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, name: str, client: Any) -> None:
         self._client = client
         inner = client.generate
+        provider = _provider(name)
 
         @functools.wraps(inner)
         async def generate(request: Any, *args: Any, **kw: Any) -> Any:
-            if not state.tracing:
+            t, inst = tracer(), instruments()
+            if t is None and inst is None:
                 return await inner(request, *args, **kw)
-            with _span(f"chat {request.model}", SpanKind.CLIENT, **{
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
-                "baton.request_id": request.request_id, "baton.entries": len(request.entries),
-            }) as span:
-                response = await inner(request, *args, **kw)
-                usage = getattr(response, "usage", None)
-                span.set_attributes({
-                    "gen_ai.usage.input_tokens": getattr(usage, "input_tokens", 0),
-                    "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", 0),
-                    "gen_ai.response.finish_reasons": [str(getattr(response, "stop_reason",
-                                                                   ""))],
-                    "baton.tool_calls": len(getattr(response, "tool_calls", ())),
-                })
-                return response
+            gen_ai = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
+                      "gen_ai.system": provider, "gen_ai.request.model": request.model}
+            started = time.perf_counter()
+            error: str | None = None
+            response: Any = None
+            try:
+                if t is None:
+                    response = await inner(request, *args, **kw)
+                    return response
+                with _span(t, f"chat {request.model}", SpanKind.CLIENT, **gen_ai, **{
+                    "baton.request_id": request.request_id,
+                    "baton.entries": len(request.entries),
+                }) as span:
+                    response = await inner(request, *args, **kw)
+                    span.set_attributes({
+                        **_usage(response),
+                        "gen_ai.response.finish_reasons": [
+                            str(getattr(response, "stop_reason", ""))],
+                        "baton.tool_calls": len(getattr(response, "tool_calls", ())),
+                    })
+                    return response
+            except BaseException as exc:
+                error = type(exc).__name__
+                raise
+            finally:
+                if inst is not None:
+                    _record_model(inst, gen_ai, time.perf_counter() - started, response, error)
 
         self.generate = generate
 
@@ -456,20 +542,38 @@ class _TracedModel:
         return getattr(self._client, name)
 
 
+def _usage(response: Any) -> dict[str, int]:
+    usage = getattr(response, "usage", None)
+    return {"gen_ai.usage.input_tokens": getattr(usage, "input_tokens", 0),
+            "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", 0)}
+
+
+def _record_model(inst: Instruments, gen_ai: dict[str, Any], seconds: float, response: Any,
+                  error: str | None) -> None:
+    inst.model_duration.record(seconds, {**gen_ai, "error.type": error} if error else gen_ai)
+    if response is not None:
+        usage = _usage(response)
+        inst.model_tokens.record(usage["gen_ai.usage.input_tokens"],
+                                 {**gen_ai, "gen_ai.token.type": "input"})
+        inst.model_tokens.record(usage["gen_ai.usage.output_tokens"],
+                                 {**gen_ai, "gen_ai.token.type": "output"})
+
+
 def traced_model(name: str, client: Any) -> Any:
-    """The model client ``name``, wrapped for tracing when this process traces (else itself).
-    """
-    if not state.tracing or isinstance(client, _TracedModel):
+    """The model client ``name``, wrapped so each call is a span when something records."""
+    if isinstance(client, _TracedModel):
         return client
-    return _TracedModel(client)
+    return _TracedModel(name, client)
 
 
 async def execute(intent: Any, attempt: int, call: Awaitable[T]) -> T:
     """Around deciding a tool run's result (execute, or confirm / re-execute on recovery)."""
-    if not state.tracing:
+    t = tracer()
+    if t is None:
         return await call
-    with _span(f"execute {intent.tool}", **{
-        SESSION: intent.session_id, "baton.run_id": intent.run_id, "baton.fence": attempt,
+    with _span(t, f"execute {intent.tool}", **{
+        SESSION: intent.session_id, "baton.run_id": intent.run_id,
+        "baton.task_id": intent.task_id, "baton.fence": attempt,
         "baton.replay": intent.replay, "baton.operation_id": intent.operation_id,
     }) as span:
         result: Any = await call
@@ -484,16 +588,20 @@ async def execute(intent: Any, attempt: int, call: Awaitable[T]) -> T:
 
 async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
                          every_s: float = 5.0) -> None:
-    """Keep the outbox backlog gauge current (the gauge's callback cannot read Redis)."""
-    if state.metrics is None:
-        return
-    inst = state.metrics
+    """Keep the outbox backlog gauge current (the gauge's callback cannot read Redis).
+
+    Reads the backlog only while a MeterProvider is configured; checked at each round.
+    """
     while True:
-        try:
-            now = _now_ms()
-            inst.backlog = {str(b.shard): (b.rows, now - b.oldest_ms if b.oldest_ms else 0)
-                            for b in await box.backlog()}
-        except Exception as exc:  # Redis away: the gauge keeps its last values
-            structlog.get_logger("baton.relay").debug("backlog_sample_failed", error=repr(exc))
+        inst = instruments()
+        if inst is not None:
+            try:
+                now = _now_ms()
+                inst.backlog = {
+                    str(b.shard): (b.rows, (now - b.oldest_ms) / 1000 if b.oldest_ms else 0.0)
+                    for b in await box.backlog()}
+            except Exception as exc:  # Redis away: the gauge keeps its last values
+                structlog.get_logger("baton.relay").debug("backlog_sample_failed",
+                                                          error=repr(exc))
         if await stopping(every_s):
             return

@@ -16,14 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from baton.client import Client
 from baton.devkit.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, _kill_after_fourth
 from baton.devkit.devstack import DevStack
 from baton.observability import telemetry
+from tests.otel_host import host_telemetry
 
 pytestmark = pytest.mark.slow
 
@@ -50,23 +49,22 @@ async def test_one_trace_runs_from_submit_through_a_takeover_to_the_answer(
     stack = DevStack(tmp_path / "stack", brains=0, hands=0, relays=0,
                      mail_delay_ms=MAIL_DELAY_MS, env=DEMO_ENV)
     client_spans = telemetry.JsonLinesSpanExporter(str(files / "client.jsonl"))
-    provider = TracerProvider(resource=Resource.create({"service.name": "baton-client"}))
-    provider.add_span_processor(SimpleSpanProcessor(client_spans))
     async with stack:
         for role, name in (("relay", "relay-1"), ("brain", "brain-1"),
                            ("hands", "hands-1"), ("hands", "hands-2")):
             await stack.spawn(role, name, env={telemetry.FILE_ENV: str(files / f"{name}.jsonl")})
-        telemetry.install(provider, role="client")
-        client = await Client.connect(stack.settings())
-        try:
-            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
-            async with httpx.AsyncClient(base_url=stack.mail_url, timeout=2.0) as http:
-                kill = await _kill_after_fourth(stack, client.store, http, sub.session_id)
-            final = await client.wait(sub, timeout=60)
-            receipts = await client.store.receipts(sub.session_id)
-        finally:
-            await client.close()
-            telemetry.reset()
+        # This process plays the client's application, with its own global provider.
+        with host_telemetry("baton-client") as host:
+            host.tracer_provider.add_span_processor(SimpleSpanProcessor(client_spans))
+            client = await Client.connect(stack.settings())
+            try:
+                sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+                async with httpx.AsyncClient(base_url=stack.mail_url, timeout=2.0) as http:
+                    kill = await _kill_after_fourth(stack, client.store, http, sub.session_id)
+                final = await client.wait(sub, timeout=60)
+                receipts = await client.store.receipts(sub.session_id)
+            finally:
+                await client.close()
         logs = {p.name: p.log_path.read_text() for p in stack.procs("hands")}
     assert final.status == "completed", final
 

@@ -1,9 +1,12 @@
-"""Telemetry: nothing without OTEL_* (the wrappers call straight through), and with it the
-spans, context propagation and metrics of the middleware (in-memory exporter and reader)."""
+"""Telemetry: nothing without a configured provider (the wrappers call straight through),
+and with a host's global providers the spans, context propagation and metrics of the
+middleware (in-memory exporter and reader); Baton's own setup() only from its entry points."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -12,7 +15,6 @@ import pytest
 from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,6 +27,7 @@ from baton.observability import telemetry, tracing
 from baton.observability.log import add_trace_id
 from baton.observability.telemetry import JsonLinesSpanExporter, state
 from baton.store.writes import Writes
+from tests.otel_host import host_telemetry
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -74,15 +77,9 @@ def intent(run_id: str = "r-1") -> ToolIntent:
 
 @pytest.fixture
 def otel() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    reader = InMemoryMetricReader()
-    telemetry.install(provider, MeterProvider(metric_readers=[reader]), role="brain")
-    try:
-        yield spans, reader
-    finally:
-        telemetry.reset()
+    """The host application's global providers (Baton installs none of its own)."""
+    with host_telemetry() as host:
+        yield host.spans, host.metrics
 
 
 def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
@@ -98,10 +95,11 @@ def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
 # ---------------------------------------------------------------------------- off
 
 
-def test_no_otel_environment_installs_nothing() -> None:
+def test_no_otel_environment_installs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state, "role", "")
     env = {"BATON_NAMESPACE": "x", "PATH": "/usr/bin"}
     assert telemetry.setup("brain", env=env) is False
-    assert not state.active and not state.tracing and state.metrics is None
+    assert telemetry.tracer() is None and telemetry.instruments() is None
     # The process-wide providers are still the API's proxies: no SDK was installed.
     assert type(otel_trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"
     assert telemetry.setup("brain", env={"OTEL_SDK_DISABLED": "true",
@@ -113,7 +111,10 @@ async def test_wrappers_call_straight_through_when_off(monkeypatch: pytest.Monke
         def __getattr__(self, name: str) -> Any:
             raise AssertionError(f"tracer used while telemetry is off: {name}")
 
-    monkeypatch.setattr(state, "tracer", Explodes())
+    # No provider configured: the API's proxy would hand out a tracer, Baton must not ask.
+    monkeypatch.setattr(otel_trace.ProxyTracerProvider, "get_tracer",
+                        lambda *a, **k: Explodes())
+    assert telemetry.tracer() is None
     headers = {"Nats-Msg-Id": "s/1/0"}
     with tracing.publish_span("t.wake.a.1", "s/1/0", headers) as sent:
         assert sent is headers  # the very same object: nothing added, nothing copied
@@ -126,8 +127,13 @@ async def test_wrappers_call_straight_through_when_off(monkeypatch: pytest.Monke
     assert writes.trace == {} and writes.runs[0].trace == {} and writes.outbox[0].headers == {}
     assert await store.submit("s-1", request_id="q", wake_subject="t.wake.a.1") == ("sub", True)
     assert store.seen[-1] is None  # no trace headers were made
-    client = object()
-    assert tracing.traced_model("scripted", client) is client
+    class Model:
+        async def generate(self, request: Any) -> str:
+            return "answer"
+
+    # Wrapped once, checked at each call: a provider configured later still sees the calls.
+    model = tracing.traced_model("scripted", Model())
+    assert await model.generate(object()) == "answer"
 
     class Worker:
         @tracing.consumer("hands")
@@ -177,7 +183,8 @@ def test_a_relay_publish_is_a_child_of_the_row_and_hands_its_own_context_on(otel
     assert first.attributes["messaging.system"] == "nats"
     assert first.attributes["messaging.destination.name"] == "t.tool.send_email"
     assert first.attributes["messaging.message.id"] == "s-1/4/0"
-    assert first.attributes["messaging.operation.type"] == "publish"
+    assert first.attributes["messaging.operation.type"] == "send"
+    assert first.attributes["messaging.operation.name"] == "publish"
     assert first.attributes["baton.session_id"] == "s-1"
     assert second.parent is None and second.attributes["baton.session_id"] == "s-2"
 
@@ -269,3 +276,129 @@ def test_the_file_exporter_writes_one_json_line_per_span(tmp_path: Path) -> None
     inner, outer = (json.loads(line) for line in path.read_text().splitlines())
     assert inner["parent_span_id"] == outer["span_id"] and outer["parent_span_id"] is None
     assert inner["trace_id"] == outer["trace_id"] and inner["kind"] == "INTERNAL"
+
+
+# ---------------------------------------------------------------------------- a library
+
+
+async def test_the_host_span_is_the_parent_of_a_submit_and_its_trace_goes_on(otel: Any) -> None:
+    spans, _ = otel
+    store = FakeStore()
+    host = otel_trace.get_tracer("host-app")
+    with host.start_as_current_span("POST /notices") as request:
+        await store.submit("s-1", request_id="q", wake_subject="t.wake.a.1")
+    submit, root = spans.get_finished_spans()
+    assert root.name == "POST /notices" and root.parent is None
+    assert submit.parent is not None and submit.parent.span_id == request.get_span_context().span_id
+    assert submit.instrumentation_scope.name == "baton"
+    assert submit.attributes["messaging.operation.type"] == "create"
+    assert submit.attributes["db.system.name"] == "redis"
+    assert submit.attributes["db.stored_procedure.name"] == "submit"
+    # The headers saved with the wake row carry the host's trace, with the submit as parent.
+    saved = store.seen[-1]["traceparent"]
+    assert saved.startswith(f"00-{root.context.trace_id:032x}-{submit.context.span_id:016x}-")
+
+
+async def test_a_propagated_context_flows_into_a_submit_without_any_provider() -> None:
+    # A host that only propagates (no SDK): no span is made, the trace id still goes on.
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    assert telemetry.tracer() is None
+    incoming = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331,
+                           is_remote=True, trace_flags=TraceFlags(1))
+    store = FakeStore()
+    with otel_trace.use_span(NonRecordingSpan(incoming)):
+        await store.submit("s-1", request_id="q", wake_subject="t.wake.a.1")
+    assert store.seen[-1] == {"traceparent": PARENT}
+
+
+async def test_durations_are_seconds_and_names_follow_the_conventions(otel: Any) -> None:
+    spans, reader = otel
+
+    class Worker:
+        @tracing.consumer("brain")
+        async def handle(self, msg: Any) -> None:
+            return None
+
+    msg = FakeMsg({"traceparent": PARENT, "Nats-Msg-Id": "s-1/4/0"})
+    msg.metadata.consumer = "wake-notices-1"  # type: ignore[attr-defined]
+    msg.data = b"{}"  # type: ignore[attr-defined]
+    await Worker().handle(msg)
+    [span] = spans.get_finished_spans()
+    assert span.attributes["messaging.consumer.group.name"] == "wake-notices-1"
+    assert span.attributes["messaging.message.body.size"] == 2
+    assert span.attributes["baton.session_id"] == "s-1"
+    data = reader.get_metrics_data()
+    units = {m.name: m.unit for rm in data.resource_metrics for sm in rm.scope_metrics
+             for m in sm.metrics}
+    assert units["messaging.process.duration"] == "s"
+    [point] = metric_points(reader)["messaging.process.duration"]
+    assert point.attributes["messaging.system"] == "nats" and 0 <= point.sum < 60
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+
+
+def test_using_baton_as_a_library_installs_no_provider_no_sdk_and_no_log_handler() -> None:
+    code = """
+import logging, sys
+from opentelemetry import metrics, trace
+import baton.brain.worker, baton.hands.worker, baton.relay.worker, baton.client
+from baton.observability import tracing
+from baton.observability.telemetry import tracer, instruments
+assert tracer() is None and instruments() is None
+assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"
+assert type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
+# (redis-py imports the metrics SDK for its own instruments; the tracing SDK stays out.)
+assert "opentelemetry.sdk.trace" not in sys.modules, "the SDK is imported on a library path"
+assert logging.getLogger().handlers == [], logging.getLogger().handlers
+print("ok")
+"""
+    assert _run_python(code).stdout.strip() == "ok"
+
+
+def test_an_entry_points_configure_renders_library_records_as_json_lines() -> None:
+    code = """
+import logging, warnings
+from baton.observability import log
+log.configure("info", "json")
+logging.getLogger("nats.aio.client").warning("reconnecting to %s", "n1")
+logging.getLogger("aiohttp.access").info("GET /healthz 200")  # below the library level
+warnings.warn("an old argument", DeprecationWarning)
+import structlog
+structlog.get_logger("baton").info("worker_started", worker="brain-1")
+log.configure("info", "json")  # a second call replaces its handler, never adds one
+assert len(logging.getLogger().handlers) == 1
+"""
+    lines = [json.loads(line) for line in
+             _run_python(code).stderr.splitlines() if line.strip()]
+    assert [(ln.get("logger"), ln["level"]) for ln in lines] == [
+        ("nats.aio.client", "warning"), ("py.warnings", "warning"), (None, "info")]
+    assert lines[0]["event"] == "reconnecting to n1" and "timestamp" in lines[0]
+    assert lines[2]["event"] == "worker_started" and lines[2]["worker"] == "brain-1"
+
+
+def test_the_sdk_is_imported_only_inside_setup() -> None:
+    import ast
+    import importlib
+
+    found = []
+    roots = [Path(d) for name in ("baton", "baton.brain", "baton.hands", "baton.relay")
+             for d in importlib.import_module(name).__path__]
+    files = {f for root in roots for f in root.rglob("*.py")}
+    assert len(files) > 50
+    for path in files:
+        tree = ast.parse(path.read_text())
+        nested = {id(n) for f in ast.walk(tree)
+                  if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                  for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                    a.name for a in node.names]
+                if any(n.startswith("opentelemetry.sdk") for n in names):
+                    found.append((path.name, id(node) in nested))
+    assert found and all(inside for _, inside in found), found
+    assert {name for name, _ in found} == {"telemetry.py"}, found
