@@ -37,6 +37,7 @@ class PartialText:
         self._more = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
         self._inflight: asyncio.Future[None] | None = None
+        self._started = time.monotonic()
 
     @property
     def text(self) -> str:
@@ -68,10 +69,13 @@ class PartialText:
                 await asyncio.sleep(wait)
             self._more.clear()
             last = time.monotonic()
-            self._inflight = asyncio.ensure_future(self._save())
+            # The throttle's own clock goes with the save, so a reader can check the interval
+            # on it: Redis's receipt times also carry each save's trip to Redis.
+            at_ms = int((last - self._started) * 1000)
+            self._inflight = asyncio.ensure_future(self._save(at_ms))
             await asyncio.shield(self._inflight)
 
-    async def _save(self) -> None:
+    async def _save(self, at_ms: int) -> None:
         text = self.text
         if len(text) <= self.saved:
             return
@@ -79,7 +83,7 @@ class PartialText:
         try:
             ok = await ctx.store.save_partial(
                 ctx.session_id, ctx.fence, ctx.worker, task_id=self.task_id,
-                request_id=self.request_id, text=text, delta=text[self.saved:],
+                request_id=self.request_id, text=text, delta=text[self.saved:], at_ms=at_ms,
             )
         except Exception as exc:  # losable: the next save carries this delta too
             ctx.log.debug("partial_dropped", task_id=self.task_id, error=str(exc))

@@ -154,13 +154,15 @@ class StartDetail(_Detail):
 
 
 class PartialDetail(_Detail):
-    """``partial`` (partial.lua): streamed text saved; ``delta`` is the new text."""
+    """``partial`` (partial.lua): streamed text saved; ``delta`` is the new text, ``stream_ms``
+    when the Brain sent the save (ms since the stream began, on the Brain's throttle clock)."""
 
     kind: Literal["partial"]
     task_id: Name = ""
     request_id: Name = ""
     delta: str = ""
     chars: Count = 0
+    stream_ms: Count = 0
 
 
 class CancelDetail(_Detail):

@@ -340,15 +340,19 @@ class Store(RunTransitions):
 
     async def save_partial(
         self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,
-        request_id: str, text: str, delta: str,
+        request_id: str, text: str, delta: str, at_ms: int = 0,
     ) -> bool:
         """Save a streaming answer's text so far (partial.lua); False when the fence is stale.
+
+        ``at_ms``: when the Brain sent this save, in ms since the stream began (its throttle's
+        clock), kept in the receipt as ``stream_ms``.
 
         Losable by design: the caller drops a failure; the next commit clears the text.
         """
         sk = self.keys.session(session_id)
         receipt = dumps({"detail": {"task_id": task_id, "request_id": request_id,
-                                    "delta": delta, "chars": len(text)}})
+                                    "delta": delta, "chars": len(text),
+                                    "stream_ms": at_ms}})
         saved = await self._run("partial", sk, [fence, worker.model_dump_json(), task_id,
                                                 request_id, text, receipt])
         return bool(saved)
