@@ -236,7 +236,7 @@ class ToolExecution:
                     return
             first = False
             try:
-                cancelled = await self.store.heartbeat(
+                cancelled = await self.store.runs.heartbeat(
                     intent.session_id, intent.run_id, attempt, self.worker
                 )
             except StaleAttemptError:

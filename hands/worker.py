@@ -232,7 +232,7 @@ class HandsWorker(ToolExecution, Service):
         self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
     ) -> None:
         assert self.store is not None
-        claim = await self.store.claim(
+        claim = await self.store.runs.claim(
             dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
             carrier=carrier_of(msg),  # the trace names the relay that carried this message
         )
@@ -291,7 +291,7 @@ class HandsWorker(ToolExecution, Service):
         delays = iter(COMPLETE_RETRIES)
         while True:
             try:
-                woke = await self.store.complete(
+                woke = await self.store.runs.complete(
                     intent.session_id, intent, attempt, result, self.worker,
                     force_wake=not result.ok, detail={"delivery": delivery},
                 )
