@@ -114,7 +114,6 @@ class Relay(Service):
         self._redis: Redis | None = None
         self._reader: Redis | None = None  # only for the blocking read and its acks
         self._reader_id: int | None = None
-        self._bus: Bus | None = None
         self._resend = True  # our own pending rows first: a restart under a stable name
         self._probe = False  # after a failed batch: publish row by row to isolate a refusal
         # Held while rows are in hand, so the claim loop never takes (and re-sends) rows the
@@ -153,17 +152,12 @@ class Relay(Service):
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
                 tg.create_task(self._unblock_on_stop(publisher), name="relay-unblock")
         finally:
-            if self._bus is not None:
+            if self.bus is not None:
                 with contextlib.suppress(Exception):
-                    await self._bus.close()
+                    await self.bus.close()
             await self._reader.aclose()
             await self._redis.aclose()
             log.info("relay_stopped", worker=self.name, **self.counters())
-
-    @property
-    def bus(self) -> Bus | None:
-        """The NATS connection while serving."""
-        return self._bus
 
     def counters(self) -> dict[str, int]:
         return {"published": self.published, "duplicates": self.duplicates,
@@ -177,9 +171,9 @@ class Relay(Service):
         while not self.stopping.is_set():
             try:
                 await self._redis.ping()
-                if self._bus is None:
-                    self._bus = await Bus.connect(self.settings, self.name, self.role)
-                await self._bus.ensure_streams()
+                if self.bus is None:
+                    self.bus = await Bus.connect(self.settings, self.name, self.role)
+                await self.bus.ensure_streams()
                 await box.ensure_groups()
                 return True
             except (RedisError, OSError, *_NATS_DOWN) as exc:
@@ -293,7 +287,7 @@ class Relay(Service):
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
         if await self.wait_stopping(delay):
             return
-        bus = self._bus
+        bus = self.bus
         if server == "nats" and bus is not None and bus.nc.is_connected:
             # Reachable but failing: the server may have come back without our streams.
             try:
@@ -384,7 +378,7 @@ class Relay(Service):
 
         Raises (rows stay pending) when NATS or Redis is unavailable.
         """
-        assert self._bus is not None and self._redis is not None
+        assert self.bus is not None and self._redis is not None
         started = time.perf_counter()
         good: list[OutboxRow] = []
         refused: list[tuple[OutboxRow, str]] = []
@@ -396,20 +390,20 @@ class Relay(Service):
                 refused.append((row, reason))
         flags: list[bool] = []
         if good:
-            if not self._bus.nc.is_connected:  # fail fast; publishes would only be buffered
+            if not self.bus.nc.is_connected:  # fail fast; publishes would only be buffered
                 raise NatsUnavailable("NATS is not connected")
             if self._probe:
                 flags = await self._publish_each(good, refused)
                 self._probe = False
             else:
                 try:
-                    flags = await self._bus.publish_many(self._outgoing(r) for r in good)
+                    flags = await self.bus.publish_many(self._outgoing(r) for r in good)
                 except ValidationError:  # the bus refused a row before sending: isolate it
                     flags = await self._publish_each(good, refused)
                 except _NATS_DOWN:
                     # nats-py reports a refused async publish as a timeout: if the server
                     # is still there, the retry goes row by row to find the refused row.
-                    self._probe = self._bus.nc.is_connected
+                    self._probe = self.bus.nc.is_connected
                     raise
         self.faults.hit("relay.after_publish")
         for row, reason in refused:
@@ -432,12 +426,12 @@ class Relay(Service):
         self, rows: list[OutboxRow], refused: list[tuple[OutboxRow, str]]
     ) -> list[bool]:
         """Publish one at a time (each waits for its ack); collect the refused rows."""
-        assert self._bus is not None
+        assert self.bus is not None
         flags = []
         for row in rows:
             item = self._outgoing(row)
             try:
-                flags.append(await self._bus.publish(
+                flags.append(await self.bus.publish(
                     item.subject, item.data, msg_id=item.msg_id, headers=item.headers
                 ))
             except _REFUSED as exc:
