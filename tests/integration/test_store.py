@@ -264,6 +264,24 @@ async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None
     assert (await store.load("s11")).meta.dirty
 
 
+async def test_own_pending_rows_are_read_again_and_deleted_ones_acknowledged(
+    store: Store,
+) -> None:
+    """What a relay restarted under its name finds: its unacknowledged rows, and none left
+    pending forever once their row was deleted."""
+    await submit(store, "s12")
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of("s12")
+    await box.ensure_groups([shard])
+    taken = await box.read([shard], "relay-a", 100, None)
+    assert len(taken) == 1
+    assert await box.read_pending([shard], "relay-a", 100) == (taken, True)
+    assert await box.read_pending([shard], "relay-b", 100) == ([], False)  # only its own
+    await store.redis.xdel(store.keys.outbox(shard), taken[0].stream_id.partition(":")[2])
+    assert await box.read_pending([shard], "relay-a", 100) == ([], True)  # acknowledged
+    assert await box.read_pending([shard], "relay-a", 100) == ([], False)
+
+
 async def test_down_redis_gives_a_clear_error_fast() -> None:
     settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", namespace="down")
     loop = asyncio.get_running_loop()
