@@ -247,7 +247,7 @@ async def brain_round_trips(client: Client, n: int) -> list[dict[str, float]]:
         claim = next(r for r in receipts if r.kind == "claim")
         k, complete = next((k, r) for k, r in enumerate(receipts) if r.kind == "complete")
         after = next(r for r in receipts[k + 1:] if r.worker and r.worker.role == "brain")
-        run = (await client.store.applied_runs(sub.session_id)).popitem()[1]
+        run = (await client.store.runs.applied(sub.session_id)).popitem()[1]
         tool_ms = run.result.duration_ms if run.result else 0.0
         out.append({"total_ms": after.ts_ms - tools.ts_ms, "tool_ms": tool_ms,
                     "dispatch_ms": claim.ts_ms - tools.ts_ms,

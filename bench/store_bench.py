@@ -294,7 +294,7 @@ async def split(store: Store, kind: str, cfg: Config) -> dict[str, Any]:
                                *payloads[state["i"]])
 
     async def preserialized() -> object:
-        return await store.scripts.commit(
+        return await store.scripts.registered.commit(
             keys=keys, args=[w.fence, worker_json, w.session, *payloads[step()]])
 
     async def store_commit() -> None:

@@ -9,8 +9,6 @@ has no handler: it stays as it is until a Brain that knows it picks it up.
 
 from __future__ import annotations
 
-from typing import Any
-
 from baton.app import App
 from baton.brain.custom import CustomTask
 from baton.brain.generation import Generation
@@ -58,7 +56,7 @@ class Registry:
             return None
         return versions.get(version if version is not None else max(versions))
 
-    def get(self, task: Task) -> Any:
+    def get(self, task: Task) -> Generation | CustomTask | None:
         """The handler that can run this task now, or None (unknown kind or version)."""
         if task.kind == "generation":
             return self.generation

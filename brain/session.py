@@ -3,23 +3,48 @@
 The lease is renewed in the background while phases run; if renewal finds a newer fence
 (this Brain was paused or partitioned and another took over), the pass is cancelled and
 nothing more is written: every later commit would be refused anyway.
+
+A pass sees its Brain only through :class:`BrainContext`: the connections, configuration
+and the app's code a pass needs, built once by the Brain when it has connected.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from baton.app import App
 from baton.brain.context import TaskContext
+from baton.brain.registry import Registry
 from baton.brain.scheduler import schedule
+from baton.bus.subjects import BusNames
 from baton.errors import StaleFenceError
+from baton.faults import Faults
+from baton.models import WorkerRef
 from baton.receipts import Carrier
+from baton.settings import Settings
 from baton.store.state import SessionState
+from baton.store.store import Store
 
 log = structlog.get_logger("baton.brain")
+
+
+@dataclass(frozen=True)
+class BrainContext:
+    """What every session pass of one Brain shares."""
+
+    store: Store
+    settings: Settings
+    worker: WorkerRef
+    app: App
+    names: BusNames
+    faults: Faults
+    handlers: Registry
+    # Model clients built on first use, shared by the passes (the Brain closes them).
+    models: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -33,7 +58,9 @@ class PassResult:
 class SessionPass:
     """Processes one session until nothing is runnable. Created per wake."""
 
-    def __init__(self, brain: Any, session_id: str, *, carrier: Carrier | None = None) -> None:
+    def __init__(
+        self, brain: BrainContext, session_id: str, *, carrier: Carrier | None = None
+    ) -> None:
         self.brain = brain
         self.session_id = session_id
         # How the wake that (re)started this pass arrived: recorded in the lease receipt.

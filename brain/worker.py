@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import structlog
+from nats.aio.msg import Msg
 
 from baton.app import App, load_app
 from baton.brain.registry import Registry
-from baton.brain.session import SessionPass
+from baton.brain.session import BrainContext, SessionPass
 from baton.bus.bus import Bus
 from baton.bus.messages import carrier_of, delivery_count, heartbeat
 from baton.bus.subjects import BusNames
@@ -52,27 +54,30 @@ class BrainWorker(Service):
         self.names = BusNames(settings.namespace)
         self.faults = Faults(settings.fault)
         self.handlers = Registry.from_app(app)
-        self.models: dict[str, object] = {}
         self.active: dict[str, SessionPass] = {}
         self.slot_freed = asyncio.Event()
-        self.store: Store
-        self.bus: Bus
+        self.context: BrainContext | None = None  # what the passes share, once connected
         self.handled = 0
 
     async def serve(self) -> None:
-        self.store = await self.connect("redis", lambda: Store.connect(self.settings))
+        store = await self.connect("redis", lambda: Store.connect(self.settings))
+        self.context = BrainContext(
+            store=store, settings=self.settings, worker=self.worker, app=self.app,
+            names=self.names, faults=self.faults, handlers=self.handlers,
+        )
         try:
-            epoch = await self.connect("redis", lambda: StoreEpoch.establish(
-                self.store.redis, self.store.keys))
-            self.bus = await self.connect(
+            epoch = await self.connect(
+                "redis", lambda: StoreEpoch.establish(store.redis, store.keys)
+            )
+            bus = self.bus = await self.connect(
                 "nats", lambda: Bus.connect(self.settings, self.name, self.role)
             )
             try:
-                await self.bus.ensure_streams()
+                await bus.ensure_streams()
                 consumers = []
                 for agent, level in self.levels():
                     durable = self.names.wake_durable(agent, level)
-                    await self.bus.ensure_consumer(
+                    await bus.ensure_consumer(
                         self.names.wake_stream, durable,
                         self.names.wake_subject(agent, level),
                         max_ack_pending=max(1000, self.settings.brain_concurrency * 4),
@@ -81,22 +86,24 @@ class BrainWorker(Service):
                 self.ready.set()
                 log.info("brain_ready", worker=self.name, consumers=consumers)
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self.announce(self.store.redis, self.store.keys.workers))
+                    tg.create_task(self.announce(store.redis, store.keys.workers))
                     tg.create_task(epoch.watch(self.stopping,
                                                epoch.watch_interval(self.settings.lease_ms)))
                     for durable in consumers:
-                        tg.create_task(self._consume(durable))
+                        tg.create_task(self._consume(bus, durable))
                 await self.drain()
             finally:
-                await self.bus.close()
+                await bus.close()
         finally:
-            await self.store.close()
-            await self._close_models()
+            await store.close()
+            await self._close_models(self.context.models)
 
-    async def _close_models(self) -> None:
+    @staticmethod
+    async def _close_models(models: dict[str, Any]) -> None:
         """Close the model clients this Brain built (their HTTP connection pools)."""
-        models, self.models = self.models, {}
-        for client in models.values():
+        built = list(models.values())
+        models.clear()
+        for client in built:
             close = getattr(client, "aclose", None)
             if close is not None:
                 try:
@@ -111,8 +118,8 @@ class BrainWorker(Service):
     def announcement(self) -> dict[str, object]:
         return {"serves": [[a, level] for a, level in self.levels()]}
 
-    async def _consume(self, durable: str) -> None:
-        puller = await self.bus.pull(self.names.wake_stream, durable)
+    async def _consume(self, bus: Bus, durable: str) -> None:
+        puller = await bus.pull(self.names.wake_stream, durable)
         try:
             while not self.stopping.is_set():
                 free = self.settings.brain_concurrency - self.inflight
@@ -133,13 +140,15 @@ class BrainWorker(Service):
             await puller.close()
 
     @consumer("brain")  # the CONSUMER span, child of the context in the wake's headers
-    async def _handle(self, msg) -> None:  # type: ignore[no-untyped-def]
+    async def _handle(self, msg: Msg) -> None:
+        assert self.context is not None  # set before any consumer starts
+        store = self.context.store
         started = time.perf_counter()
         logs.clear()
         try:
             wake = decode(Wake, msg.data)
         except ValidationError as exc:
-            await record_dead_letter(self.store.redis, self.store.keys, source="wake",
+            await record_dead_letter(store.redis, store.keys, source="wake",
                                      reason=str(exc), payload=msg.data)
             await msg.term()
             log.error("wake_undecodable", error=str(exc))
@@ -155,7 +164,7 @@ class BrainWorker(Service):
                      ms=round((time.perf_counter() - started) * 1000, 2))
             logs.clear()
             return
-        session = SessionPass(self, sid, carrier=carrier_of(msg))
+        session = SessionPass(self.context, sid, carrier=carrier_of(msg))
         self.active[sid] = session
         outcome, fence = "done", 0
         try:
@@ -171,7 +180,7 @@ class BrainWorker(Service):
             outcome, fence = "fenced", exc.presented  # a newer Brain owns it: stop touching it
         except NotFoundError as exc:
             outcome = "unknown_session"
-            await record_dead_letter(self.store.redis, self.store.keys, source="wake",
+            await record_dead_letter(store.redis, store.keys, source="wake",
                                      reason=str(exc), payload=msg.data, session_id=sid)
             await msg.ack()
         except UnavailableError as exc:
@@ -190,7 +199,7 @@ class BrainWorker(Service):
             logs.clear()
 
 
-async def _nak(msg, delay: float) -> None:  # type: ignore[no-untyped-def]
+async def _nak(msg: Msg, delay: float) -> None:
     try:
         await msg.nak(delay=delay)
     except Exception as exc:  # connection gone: redelivery after ack_wait does the same

@@ -1,10 +1,11 @@
 """Deciding and executing one tool run: the result a claimed attempt completes with.
 
-Owns the replay-aware decision (:meth:`ToolExecution._result`: cancelled, unknown tool, bad
+Owns the replay-aware decision (:meth:`ToolExecution.result`: cancelled, unknown tool, bad
 arguments, interrupt, confirm, re-execute), running the tool under its deadline while
 heartbeating the attempt (:meth:`ToolExecution._supervised`, :meth:`ToolExecution._beat`),
-the output limit, and the error results. :class:`ToolExecution` is a mixin that
-:class:`~baton.hands.worker.HandsWorker` composes; the worker owns the lifecycle and the
+the output limit (:meth:`ToolExecution.limit`), and the error results.
+:class:`~baton.hands.worker.HandsWorker` builds one :class:`ToolExecution` once it is
+connected and hands it each claimed attempt; the worker owns the lifecycle and the
 per-message protocol (claim, result, complete, ack).
 """
 
@@ -13,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
+import httpx
 import orjson
 import structlog
 from pydantic import BaseModel
@@ -23,15 +25,10 @@ from pydantic import BaseModel
 from baton.app import Tool, ToolContext
 from baton.errors import StaleAttemptError, ToolError, ValidationError
 from baton.hands.replay import decide
-from baton.models import Recovery, ToolIntent, ToolResult
+from baton.models import Recovery, ToolIntent, ToolResult, WorkerRef
+from baton.settings import Settings
+from baton.store.runs import Runs
 from baton.store.state import Claim
-
-if TYPE_CHECKING:
-    import httpx
-
-    from baton.models import WorkerRef
-    from baton.settings import Settings
-    from baton.store.store import Store
 
 log = structlog.get_logger("baton.hands")
 
@@ -59,17 +56,23 @@ class AttemptLost(Exception):
 
 
 class ToolExecution:
-    """Turns a claimed attempt into its result; relies on the worker it is mixed into."""
+    """Turns a claimed attempt into its result.
 
-    if TYPE_CHECKING:
-        settings: Settings
-        tools: dict[str, Tool]
-        store: Store | None
-        worker: WorkerRef
+    ``tools`` are the tools served here, ``runs`` heartbeats the attempt as ``worker``,
+    ``http`` is the client every :class:`~baton.app.ToolContext` gets.
+    """
 
-        def _client(self) -> httpx.AsyncClient: ...
+    def __init__(
+        self, settings: Settings, tools: Mapping[str, Tool], runs: Runs, worker: WorkerRef,
+        http: httpx.AsyncClient,
+    ) -> None:
+        self.settings = settings
+        self.tools = tools
+        self.runs = runs
+        self.worker = worker
+        self.http = http
 
-    async def _result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
+    async def result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
         """The run's result, or None to leave it for a later delivery."""
         attempt = claim.attempt
         if claim.cancelled:  # stopped by the Brain before this attempt: never execute it
@@ -95,7 +98,7 @@ class ToolExecution:
         ctx = ToolContext(
             session_id=intent.session_id, run_id=intent.run_id,
             operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
-            http=self._client(), log=log.bind(tool=tool.name),
+            http=self.http, log=log.bind(tool=tool.name),
         )
         if decision.action == "interrupt":
             return ToolResult(outcome="interrupted", error_code="interrupted",
@@ -225,7 +228,6 @@ class ToolExecution:
         ``stop`` is checked after every beat because a cancellation that arrives during a
         Redis command can be swallowed by redis-py (redis/redis-py#2028).
         """
-        assert self.store is not None
         interval = self.settings.attempt_ttl_ms / 3000
         first = True
         while not stop.is_set():
@@ -236,7 +238,7 @@ class ToolExecution:
                     return
             first = False
             try:
-                cancelled = await self.store.heartbeat(
+                cancelled = await self.runs.heartbeat(
                     intent.session_id, intent.run_id, attempt, self.worker
                 )
             except StaleAttemptError:
@@ -247,7 +249,7 @@ class ToolExecution:
             if cancelled:
                 raise RunCancelled(intent.run_id)
 
-    def _limit(self, result: ToolResult) -> ToolResult:
+    def limit(self, result: ToolResult) -> ToolResult:
         """Cut an output larger than ``tool_output_limit`` (as JSON), marking it truncated."""
         limit = self.settings.tool_output_limit
         try:

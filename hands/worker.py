@@ -15,7 +15,8 @@ that tool, and one fetch loop here. Per message (:meth:`HandsWorker.handle`):
 
 JetStream acks are not exclusive, so who may complete a run is decided only by the attempt
 fence in Redis; the message layer only brings the work. Deciding and executing a run's
-result (replay policy, deadline, heartbeats, output limit) lives in :mod:`baton.hands.execute`.
+result (replay policy, deadline, heartbeats, output limit) is the job of the
+:class:`~baton.hands.execute.ToolExecution` the worker builds once connected.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Handled:
     recovery: str = "none"
 
 
-class HandsWorker(ToolExecution, Service):
+class HandsWorker(Service):
     """Executes the tools of an app (all of them, or ``tools``) for any session."""
 
     role = "hands"
@@ -90,9 +91,9 @@ class HandsWorker(ToolExecution, Service):
         self.app = app
         self.tools: dict[str, Tool] = {n: app.tools[n] for n in names}
         self.faults = Faults(settings.fault)
-        self.store: Store | None = None
-        self.bus: Bus | None = None
+        self.store: Store | None = None  # these three are set by serve() once connected
         self.http: httpx.AsyncClient | None = None
+        self.execution: ToolExecution | None = None
         # One bound per tool: an idle tool's long poll must not hold slots another needs.
         self._slots = {n: asyncio.Semaphore(settings.hands_concurrency) for n in names}
         # Runs this process is handling now. claim.lua lets a worker of the same name take
@@ -119,6 +120,7 @@ class HandsWorker(ToolExecution, Service):
                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
                 ),
             )
+            self.execution = ToolExecution(s, self.tools, self.store.runs, self.worker, self.http)
             await self.bus.ensure_streams()
             names = self.bus.names
             for tool in self.tools:
@@ -231,8 +233,8 @@ class HandsWorker(ToolExecution, Service):
     async def _claimed(
         self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
     ) -> None:
-        assert self.store is not None
-        claim = await self.store.claim(
+        assert self.store is not None and self.execution is not None
+        claim = await self.store.runs.claim(
             dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
             carrier=carrier_of(msg),  # the trace names the relay that carried this message
         )
@@ -257,7 +259,9 @@ class HandsWorker(ToolExecution, Service):
             log.info("attempt_recovering", previous_attempt=claim.previous_attempt,
                      previous_worker=claim.previous_worker, replay=intent.replay)
         try:
-            result = await execute(intent, claim.attempt, self._result(claim, intent, delivery))
+            result = await execute(
+                intent, claim.attempt, self.execution.result(claim, intent, delivery)
+            )
         except AttemptLost as lost:
             done.outcome = "taken_over"
             log.warning("attempt_taken_over", current=lost.err.fields["current"],
@@ -268,7 +272,7 @@ class HandsWorker(ToolExecution, Service):
             await _settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
             return
         self.faults.hit("hands.after_effect")
-        result = self._limit(result)
+        result = self.execution.limit(result)
         done.recovery = result.recovery
         done.outcome = result.outcome
         if not await self._complete(intent, claim.attempt, result, delivery):
@@ -291,7 +295,7 @@ class HandsWorker(ToolExecution, Service):
         delays = iter(COMPLETE_RETRIES)
         while True:
             try:
-                woke = await self.store.complete(
+                woke = await self.store.runs.complete(
                     intent.session_id, intent, attempt, result, self.worker,
                     force_wake=not result.ok, detail={"delivery": delivery},
                 )
@@ -318,10 +322,6 @@ class HandsWorker(ToolExecution, Service):
             self.store.redis, self.store.keys, source="hands", reason=reason,
             payload=msg.data, subject=msg.subject, delivery=delivery, worker=self.name,
         )
-
-    def _client(self) -> httpx.AsyncClient:
-        assert self.http is not None
-        return self.http
 
 
 async def _settle(op: Awaitable[None]) -> None:

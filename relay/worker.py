@@ -13,6 +13,11 @@ Loops of one :class:`Relay`, children of one task group:
   publish loop sends on.
 * **announce**: the liveness record ``inspect`` shows.
 
+Reading, claiming and acknowledging rows and reading the timer heads go through
+:class:`~baton.store.outbox.Outbox`, which owns the outbox's key layout and reply shapes;
+the relay owns the loops, the publish (:meth:`Relay._deliver`, the one place rows become
+messages), backoff and dead-lettering.
+
 Failures: a row NATS can never accept (subject outside the namespace's streams, payload
 over the limit, malformed headers or row) is recorded as a dead letter and acknowledged, so
 it never blocks the rows behind it. When NATS is unreachable the rows stay pending in the
@@ -27,14 +32,12 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import nats.errors
 import nats.js.errors
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from baton.bus.bus import Bus
 from baton.bus.messages import Outgoing, carrier_headers
@@ -47,8 +50,8 @@ from baton.service import Service, run_until_signalled
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
-from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.outbox import Outbox, parse_row
+from baton.store.keys import Keys
+from baton.store.outbox import Outbox
 from baton.store.redis_client import connect_redis
 
 __all__ = ["Relay", "main"]
@@ -88,15 +91,6 @@ class _Backoff:
         self.delay = 0.0
 
 
-def _stream_items(reply: Any) -> Iterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
-    """(key, entries) pairs of an XREADGROUP reply, RESP2 or RESP3 shaped."""
-    items = reply.items() if isinstance(reply, dict) else reply or []
-    for key, entries in items:
-        if len(entries) == 1 and entries[0] and not isinstance(entries[0][0], str):
-            entries = entries[0]  # RESP3 wraps the entry list once more
-        yield key, entries
-
-
 class Relay(Service):
     """Outbox relay and timer service; run with :meth:`serve`, stop with :meth:`shutdown`."""
 
@@ -107,14 +101,12 @@ class Relay(Service):
         self.keys = Keys(settings.namespace, settings.shards)
         self.faults = Faults(settings.fault)
         self.shards = list(range(settings.shards))
-        self._shard_of = {self.keys.outbox(s): s for s in self.shards}
         self._subject = re.compile(
             rf"^{re.escape(settings.namespace)}\.(wake|tool)(\.[A-Za-z0-9_-]{{1,64}})+$"
         )
         self._redis: Redis | None = None
         self._reader: Redis | None = None  # only for the blocking read and its acks
         self._reader_id: int | None = None
-        self._bus: Bus | None = None
         self._resend = True  # our own pending rows first: a restart under a stable name
         self._probe = False  # after a failed batch: publish row by row to isolate a refusal
         # Held while rows are in hand, so the claim loop never takes (and re-sends) rows the
@@ -153,17 +145,12 @@ class Relay(Service):
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
                 tg.create_task(self._unblock_on_stop(publisher), name="relay-unblock")
         finally:
-            if self._bus is not None:
+            if self.bus is not None:
                 with contextlib.suppress(Exception):
-                    await self._bus.close()
+                    await self.bus.close()
             await self._reader.aclose()
             await self._redis.aclose()
             log.info("relay_stopped", worker=self.name, **self.counters())
-
-    @property
-    def bus(self) -> Bus | None:
-        """The NATS connection while serving."""
-        return self._bus
 
     def counters(self) -> dict[str, int]:
         return {"published": self.published, "duplicates": self.duplicates,
@@ -177,9 +164,9 @@ class Relay(Service):
         while not self.stopping.is_set():
             try:
                 await self._redis.ping()
-                if self._bus is None:
-                    self._bus = await Bus.connect(self.settings, self.name, self.role)
-                await self._bus.ensure_streams()
+                if self.bus is None:
+                    self.bus = await Bus.connect(self.settings, self.name, self.role)
+                await self.bus.ensure_streams()
                 await box.ensure_groups()
                 return True
             except (RedisError, OSError, *_NATS_DOWN) as exc:
@@ -209,7 +196,9 @@ class Relay(Service):
             try:
                 if self._resend:
                     async with self._in_hand:
-                        rows, self._resend = await self._read_own_pending(box)
+                        rows, self._resend = await box.read_pending(
+                            self.shards, self.name, self.settings.relay_batch
+                        )
                         if rows:
                             await self._deliver(rows, box, "pending")
                 else:
@@ -264,7 +253,7 @@ class Relay(Service):
         while not self.stopping.is_set():
             delay = s.timer_tick_ms / 1000
             try:
-                now, heads = await self._timer_heads()
+                now, heads = await box.timer_heads(self.shards)
                 fired = 0
                 for shard, due in heads.items():
                     if due <= now:
@@ -293,57 +282,13 @@ class Relay(Service):
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
         if await self.wait_stopping(delay):
             return
-        bus = self._bus
+        bus = self.bus
         if server == "nats" and bus is not None and bus.nc.is_connected:
             # Reachable but failing: the server may have come back without our streams.
             try:
                 await bus.ensure_streams()
             except Exception as err:
                 log.warning("streams_ensure_failed", error=repr(err))
-
-    async def _timer_heads(self) -> tuple[int, dict[int, int]]:
-        """Redis' clock (ms) and each shard's earliest timer, in one round trip."""
-        assert self._redis is not None
-        async with self._redis.pipeline(transaction=False) as p:
-            p.time()
-            for shard in self.shards:
-                p.zrange(self.keys.timers(shard), 0, 0, withscores=True)
-            replies = await p.execute()
-        sec, usec = replies[0]
-        heads = {s: int(r[0][1]) for s, r in zip(self.shards, replies[1:], strict=True) if r}
-        return int(sec) * 1000 + int(usec) // 1000, heads
-
-    async def _read_own_pending(self, box: Outbox) -> tuple[list[OutboxRow], bool]:
-        """Rows read earlier by this consumer and not yet acknowledged (id "0" = own PEL).
-
-        Returns the rows and whether more may be pending. Entries whose row was already
-        deleted come back without fields: they are acknowledged here.
-        """
-        streams = {self.keys.outbox(s): "0" for s in self.shards}
-        try:
-            reply = await box.redis.xreadgroup(
-                RELAY_GROUP, self.name, streams, count=self.settings.relay_batch  # type: ignore[arg-type]
-            )
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            await box.ensure_groups()
-            return [], False
-        rows: list[OutboxRow] = []
-        gone: dict[str, list[str]] = {}
-        for key, entries in _stream_items(reply):
-            shard = self._shard_of[key]
-            for stream_id, fields in entries:
-                if fields:
-                    rows.append(parse_row(shard, stream_id, fields))
-                else:
-                    gone.setdefault(key, []).append(stream_id)
-        if gone:
-            async with box.redis.pipeline(transaction=False) as p:
-                for key, ids in gone.items():
-                    p.xack(key, RELAY_GROUP, *ids)
-                await p.execute()
-        return rows, bool(rows or gone)
 
     def _refusal(self, row: OutboxRow) -> str | None:
         """Why NATS could never accept this row, or None. Mirrors the server's checks."""
@@ -384,7 +329,7 @@ class Relay(Service):
 
         Raises (rows stay pending) when NATS or Redis is unavailable.
         """
-        assert self._bus is not None and self._redis is not None
+        assert self.bus is not None and self._redis is not None
         started = time.perf_counter()
         good: list[OutboxRow] = []
         refused: list[tuple[OutboxRow, str]] = []
@@ -396,20 +341,20 @@ class Relay(Service):
                 refused.append((row, reason))
         flags: list[bool] = []
         if good:
-            if not self._bus.nc.is_connected:  # fail fast; publishes would only be buffered
+            if not self.bus.nc.is_connected:  # fail fast; publishes would only be buffered
                 raise NatsUnavailable("NATS is not connected")
             if self._probe:
                 flags = await self._publish_each(good, refused)
                 self._probe = False
             else:
                 try:
-                    flags = await self._bus.publish_many(self._outgoing(r) for r in good)
+                    flags = await self.bus.publish_many(self._outgoing(r) for r in good)
                 except ValidationError:  # the bus refused a row before sending: isolate it
                     flags = await self._publish_each(good, refused)
                 except _NATS_DOWN:
                     # nats-py reports a refused async publish as a timeout: if the server
                     # is still there, the retry goes row by row to find the refused row.
-                    self._probe = self._bus.nc.is_connected
+                    self._probe = self.bus.nc.is_connected
                     raise
         self.faults.hit("relay.after_publish")
         for row, reason in refused:
@@ -432,12 +377,12 @@ class Relay(Service):
         self, rows: list[OutboxRow], refused: list[tuple[OutboxRow, str]]
     ) -> list[bool]:
         """Publish one at a time (each waits for its ack); collect the refused rows."""
-        assert self._bus is not None
+        assert self.bus is not None
         flags = []
         for row in rows:
             item = self._outgoing(row)
             try:
-                flags.append(await self._bus.publish(
+                flags.append(await self.bus.publish(
                     item.subject, item.data, msg_id=item.msg_id, headers=item.headers
                 ))
             except _REFUSED as exc:

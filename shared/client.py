@@ -18,7 +18,6 @@ from baton.errors import ConfigError, NotFoundError
 from baton.faults import Faults
 from baton.models import Submission, Task
 from baton.settings import Settings
-from baton.store import control
 from baton.store.control import CancelAnswer
 from baton.store.epoch import StoreEpoch
 from baton.store.store import Store, now_ms, worker_ref
@@ -150,7 +149,7 @@ class Client:
         children bottom-up, stops their tool runs and commits the terminal state (a
         generation task's submission settles ``cancelled``).
         """
-        return await control.cancel(self.store, session_id, task_id, self.worker, reason)
+        return await self.store.decisions.cancel(session_id, task_id, self.worker, reason)
 
     async def wait_cancelled(self, session_id: str, task_id: str | None = None,
                              timeout: float = 60.0) -> bool:  # noqa: ASYNC109
@@ -165,12 +164,12 @@ class Client:
 
     async def approve(self, session_id: str, run_id: str, digest: str) -> int:
         """Approve a run awaiting approval, bound to its arguments' digest; dispatched once."""
-        return await control.approve(self.store, self.names, session_id, run_id, digest,
-                                     self.worker)
+        return await self.store.decisions.approve(self.names, session_id, run_id, digest,
+                                                  self.worker)
 
     async def reject(self, session_id: str, run_id: str, reason: str = "") -> int:
         """Reject a run awaiting approval: it ends with error code ``rejected``."""
-        return await control.reject(self.store, session_id, run_id, self.worker, reason)
+        return await self.store.decisions.reject(session_id, run_id, self.worker, reason)
 
     async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
         """Wait until the task is terminal; returns it."""

@@ -116,7 +116,7 @@ class ClaimDetail(_Detail):
 
 
 class CompleteDetail(_Detail):
-    """``complete`` (complete.lua, built by RunTransitions.complete): mark completed."""
+    """``complete`` (complete.lua, built by Runs.complete): mark completed."""
 
     kind: Literal["complete"]
     run_id: Name

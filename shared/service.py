@@ -1,34 +1,48 @@
 """The lifecycle every long-lived Baton worker shares (Brain, Hands, Relay).
 
-A service implements :meth:`Service.serve`, which runs its loops as children of one task
-group until :meth:`Service.shutdown` is called, then drains: no new messages are taken,
+:class:`Service` is an abstract base: a worker *is* a service (``serve()``, idempotent
+``shutdown()``, ``async with``, the drain), so the three roles inherit one lifecycle rather
+than each delegating the same public surface to a held object. The base owns every
+attribute it reads (nothing is looked up on the subclass by name); a subclass implements
+:meth:`Service.serve` and sets :attr:`Service.bus` while it is connected.
+
+``serve()`` runs the worker's loops as children of one task group until
+:meth:`Service.shutdown` is called, then drains: no new messages are taken,
 work in hand finishes within ``drain_timeout_s``, then what is left is cancelled. Signals
 are handled only by :func:`run_until_signalled` (the entry points): the first SIGTERM or
 SIGINT drains, a second one cancels at once. With ``health_port`` set, the entry point also
-serves ``/healthz`` and ``/readyz`` (:mod:`baton.observability.health`) from :meth:`Service.health_checks`.
+serves ``/healthz`` and ``/readyz`` (:mod:`baton.observability.health`) from
+:meth:`Service.health_checks`.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import structlog
+from redis.asyncio import Redis
 
 from baton.errors import BatonError, UnavailableError
 from baton.models import dumps
 from baton.settings import Settings
 from baton.store.store import now_ms, worker_ref
 
+if TYPE_CHECKING:
+    from baton.bus.bus import Bus
+
 log = structlog.get_logger("baton.service")
 T = TypeVar("T")
 
 
-class Service:
-    role = "service"
+class Service(abc.ABC):
+    """A long-lived worker: serve until shut down, then drain."""
+
+    role: ClassVar[str]  # "brain", "hands", "relay": names the worker and its announcement
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -36,12 +50,13 @@ class Service:
         self.worker = worker_ref(self.role, self.name)
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
+        self.bus: Bus | None = None  # the NATS connection while serving (set by serve)
         self._inflight: set[asyncio.Task[object]] = set()
         self.redis_reachable = True  # as of the last announcement
 
+    @abc.abstractmethod
     async def serve(self) -> None:
-        """Run until ``self.stopping`` is set; subclasses implement it."""
-        raise NotImplementedError
+        """Connect, set ``ready``, run until ``stopping`` is set, drain, close."""
 
     def shutdown(self) -> None:
         """Begin a graceful drain; idempotent."""
@@ -49,9 +64,9 @@ class Service:
             log.info("service_draining", role=self.role, worker=self.name)
             self.stopping.set()
 
-    def spawn(self, coro: object) -> asyncio.Task[object]:
+    def spawn(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         """Run one unit of work (a message) tracked for the drain."""
-        task: asyncio.Task[object] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        task: asyncio.Task[object] = asyncio.ensure_future(coro)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
@@ -60,13 +75,12 @@ class Service:
         """Readiness checks for /readyz; all True = ready.
 
         Started (connected, consumers created), not draining, the last announcement reached
-        Redis, and the NATS connection (Brain, Hands and Relay expose theirs as ``bus``) is up.
+        Redis, and the NATS connection (``bus``, once serve made it) is up.
         """
         checks = {"started": self.ready.is_set(), "not_draining": not self.stopping.is_set(),
                   "redis_reachable": self.redis_reachable}
-        bus = getattr(self, "bus", None)
-        if bus is not None:
-            checks["nats_connected"] = bool(bus.nc.is_connected)
+        if self.bus is not None:
+            checks["nats_connected"] = bool(self.bus.nc.is_connected)
         return checks
 
     @property
@@ -117,21 +131,21 @@ class Service:
         """Extra facts the service announces (a Brain: the compat levels it serves)."""
         return {}
 
-    async def announce(self, redis: object, key: str) -> None:
+    async def announce(self, redis: Redis, key: str) -> None:
         """Record this worker as alive in ``<ns>:workers`` until it stops (for inspect)."""
         field = f"{self.role}:{self.name}"
         while True:
             info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
                     "seen_ms": now_ms(), "inflight": self.inflight, **self.announcement()}
             try:
-                await redis.hset(key, field, dumps(info))  # type: ignore[attr-defined]
+                await redis.hset(key, field, dumps(info))
                 self.redis_reachable = True
             except Exception as exc:  # Redis down: keep serving, report later
                 self.redis_reachable = False
                 log.warning("announce_failed", error=str(exc))
             if await self.wait_stopping(2.0):
                 try:
-                    await redis.hdel(key, field)  # type: ignore[attr-defined]
+                    await redis.hdel(key, field)
                 except Exception:
                     pass
                 return

@@ -78,7 +78,7 @@ def approve(run_id: str, session_id: str, digest: str | None, yes: bool, as_json
         try:
             chosen = digest
             if chosen is None:
-                run_ = await client.store.run(session_id, run_id)
+                run_ = await client.store.runs.get(session_id, run_id)
                 if run_ is None:
                     raise not_found(f"run {run_id} in session {session_id}",
                                     namespace=config.namespace, session_id=session_id)

@@ -101,7 +101,7 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     meta = state.meta
     leased = bool(meta.holder) and meta.lease_until_ms > now
     done_tasks = await store.finished_tasks(session_id)
-    runs = {**await store.applied_runs(session_id), **state.runs}
+    runs = {**await store.runs.applied(session_id), **state.runs}
     sk = store.keys.session(session_id)
     timers = [{"timer": m.split("|")[0], "member": m, "due_in_ms": int(score) - now}
               async for m, score in store.redis.zscan_iter(sk.timers, match=f"*|{session_id}|*")]

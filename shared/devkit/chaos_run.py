@@ -289,7 +289,7 @@ class ChaosRun:
             f.live_tasks = [f"{t.id}:{t.state.name}" for t in state.tasks.values()
                             if not t.terminal]
             f.live_runs = [f"{r.run_id}:{r.status}" for r in state.runs.values()]
-            f.runs = list((await _retrying(lambda: store.applied_runs(sid))).values())  # noqa: B023
+            f.runs = list((await _retrying(lambda: store.runs.applied(sid))).values())  # noqa: B023
             f.receipts = await _retrying(lambda: store.receipts(sid))  # noqa: B023
         async with httpx.AsyncClient(timeout=10.0) as http:
             self.report.mail = (await http.get(f"{mail_url}/stats")).json()

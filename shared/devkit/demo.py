@@ -199,7 +199,7 @@ async def _kill_after_fourth(stack: DevStack, store: Store, http: httpx.AsyncCli
 
 async def _runs(store: Store, session: str) -> list[ToolRun]:
     """Live and applied runs, in the order the model called them."""
-    runs = {**await store.applied_runs(session), **(await store.load(session)).runs}
+    runs = {**await store.runs.applied(session), **(await store.load(session)).runs}
     return sorted(runs.values(), key=lambda r: (r.intent.created_ms, r.intent.tool_call_id or ""))
 
 

@@ -357,7 +357,7 @@ def traced_submit(op: str) -> Callable[[F], F]:
 
 
 def traced_complete(fn: F) -> F:
-    """``Store.complete``: span ``complete <tool>``; its context goes with the wake row."""
+    """``Runs.complete``: span ``complete <tool>``; its context goes with the wake row."""
 
     @functools.wraps(fn)
     async def complete(self: Any, session_id: str, intent: Any, attempt: int, result: Any,
@@ -387,7 +387,7 @@ def traced_complete(fn: F) -> F:
 
 
 def traced_claim(fn: F) -> F:
-    """``Store.claim``: span ``claim``; takeovers and the dispatch hop (commit -> claim)."""
+    """``Runs.claim``: span ``claim``; takeovers and the dispatch hop (commit -> claim)."""
 
     @functools.wraps(fn)
     async def claim(self: Any, session_id: str, run_id: str, worker: Any, **kw: Any) -> Any:

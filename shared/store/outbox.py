@@ -3,15 +3,19 @@
 Each shard has one outbox stream read through the consumer group ``relay``: relays share
 the rows, a row stays pending until acknowledged, and the pending rows of a relay that died
 are claimed by another after ``relay_claim_idle_ms``. A row is deleted only after NATS
-acknowledged its publish.
+acknowledged its publish. :class:`Outbox` owns this layout (keys, group, reply shapes);
+the relay only decides what to publish and when.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
+from redis.typing import KeyT, StreamIdT
 
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
@@ -46,6 +50,15 @@ def parse_row(shard: int, stream_id: str, f: dict[str, str]) -> OutboxRow:
         )
 
 
+def _stream_entries(reply: Any) -> Iterator[tuple[str, list[tuple[str, dict[str, str] | None]]]]:
+    """(key, entries) pairs of an XREADGROUP reply, RESP2 or RESP3 shaped."""
+    items = reply.items() if isinstance(reply, dict) else reply or []
+    for key, entries in items:
+        if len(entries) == 1 and entries[0] and not isinstance(entries[0][0], str):
+            entries = entries[0]  # RESP3 wraps the entry list once more
+        yield key, entries
+
+
 @dataclass(frozen=True, slots=True)
 class Backlog:
     shard: int
@@ -77,7 +90,31 @@ class Outbox:
         self, shards: list[int], consumer: str, count: int, block_ms: int | None
     ) -> list[OutboxRow]:
         """New rows of these shards for this consumer (blocks up to block_ms if none)."""
-        streams = {self.keys.outbox(s): ">" for s in shards}
+        rows, _ = await self._read_group(shards, consumer, ">", count, block_ms)
+        return rows
+
+    async def read_pending(
+        self, shards: list[int], consumer: str, count: int
+    ) -> tuple[list[OutboxRow], bool]:
+        """Rows this consumer read earlier and has not acknowledged (its own pending list).
+
+        Returns the rows and whether more may be pending. Entries whose row was already
+        deleted come back without fields: they are acknowledged here.
+        """
+        rows, gone = await self._read_group(shards, consumer, "0", count, None)
+        if gone:
+            async with self.redis.pipeline(transaction=False) as p:
+                for key, ids in gone.items():
+                    p.xack(key, RELAY_GROUP, *ids)
+                await p.execute()
+        return rows, bool(rows or gone)
+
+    async def _read_group(
+        self, shards: list[int], consumer: str, start: str, count: int, block_ms: int | None
+    ) -> tuple[list[OutboxRow], dict[str, list[str]]]:
+        """XREADGROUP from ``start`` ("0": own pending, ">": new): the rows, and the ids of
+        entries whose row was deleted, by stream key. A missing group is recreated."""
+        streams: dict[KeyT, StreamIdT] = {self.keys.outbox(s): start for s in shards}
         try:
             reply = await self.redis.xreadgroup(
                 RELAY_GROUP, consumer, streams, count=count, block=block_ms
@@ -86,29 +123,24 @@ class Outbox:
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups(shards)
-            return []
-        return self._rows(reply)
-
-    def _rows(self, reply: object) -> list[OutboxRow]:
-        rows = []
-        items = reply.items() if isinstance(reply, dict) else reply or []
-        for key, entries in items:  # type: ignore[union-attr]
+            return [], {}
+        rows: list[OutboxRow] = []
+        gone: dict[str, list[str]] = {}
+        for key, entries in _stream_entries(reply):
             shard = self._by_key[key]
-            if entries and isinstance(entries[0], list) and len(entries) == 1 and not isinstance(
-                entries[0][0], str
-            ):
-                entries = entries[0]
             for stream_id, fields in entries:
-                if fields:  # a deleted row claimed back has no fields
+                if fields:
                     rows.append(parse_row(shard, stream_id, fields))
-        return rows
+                else:  # a deleted row still pending has no fields
+                    gone.setdefault(key, []).append(stream_id)
+        return rows, gone
 
     async def ack(self, rows: list[OutboxRow]) -> None:
         """Acknowledge and delete published rows, one round trip for the batch."""
         by_shard: dict[int, list[str]] = {}
         for row in rows:
-            shard, _, sid = row.stream_id.partition(":")
-            by_shard.setdefault(int(shard), []).append(sid)
+            shard_text, _, sid = row.stream_id.partition(":")
+            by_shard.setdefault(int(shard_text), []).append(sid)
         async with self.redis.pipeline(transaction=False) as p:
             for shard, ids in by_shard.items():
                 key = self.keys.outbox(shard)
@@ -146,14 +178,16 @@ class Outbox:
             )
         )
 
-    async def next_timer_ms(self, shards: list[int]) -> int | None:
-        """The earliest due time among these shards' timers."""
+    async def timer_heads(self, shards: list[int]) -> tuple[int, dict[int, int]]:
+        """Redis' clock (ms) and each shard's earliest timer, in one round trip."""
         async with self.redis.pipeline(transaction=False) as p:
-            for s in shards:
-                p.zrange(self.keys.timers(s), 0, 0, withscores=True)
+            p.time()
+            for shard in shards:
+                p.zrange(self.keys.timers(shard), 0, 0, withscores=True)
             replies = await p.execute()
-        due = [int(r[0][1]) for r in replies if r]
-        return min(due) if due else None
+        sec, usec = replies[0]
+        heads = {s: int(r[0][1]) for s, r in zip(shards, replies[1:], strict=True) if r}
+        return int(sec) * 1000 + int(usec) // 1000, heads
 
     async def backlog(self) -> list[Backlog]:
         async with self.redis.pipeline(transaction=False) as p:

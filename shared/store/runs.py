@@ -1,49 +1,47 @@
 """The tool-run transitions of Hands: claim, heartbeat, complete, and run lookups.
 
-:class:`RunTransitions` is a mixin that :class:`~baton.store.store.Store` composes; callers use
-``Store``. Each transition is one fenced Lua script under the run's attempt (see claim.lua,
-heartbeat.lua, complete.lua).
+:class:`Runs` is the collaborator a :class:`~baton.store.store.Store` holds as
+``store.runs``: ``store.runs.claim(...)``. Each transition is one fenced Lua script under
+the run's attempt (see claim.lua, heartbeat.lua, complete.lua), run through the store's
+:class:`~baton.store.scripts.ScriptRunner`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from redis.asyncio import Redis
 
 from baton.models import ToolIntent, ToolResult, ToolRun, WorkerRef, decode, dumps
 from baton.observability.tracing import counted_refusals, traced_claim, traced_complete
 from baton.receipts import Carrier
-from baton.store.keys import RUN_FIELDS
+from baton.settings import Settings
+from baton.store.keys import RUN_FIELDS, Keys
+from baton.store.scripts import ScriptRunner
 from baton.store.state import Claim, parse_runs
 
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
 
-    from baton.settings import Settings
-    from baton.store.keys import Keys, SessionKeys
+class Runs:
+    """Hands-side transitions of tool runs, and reading a run as a worker or operator sees it."""
 
-
-class RunTransitions:
-    """Hands-side transitions; relies on the ``Store`` it is mixed into."""
-
-    if TYPE_CHECKING:
-        redis: Redis
-        settings: Settings
-        keys: Keys
-
-        async def _run(
-            self, script: str, sk: SessionKeys, args: list[Any], run_id: str = ""
-        ) -> Any: ...
-
-        def _check_size(self, payload: str | list[str], what: str) -> None: ...
+    def __init__(
+        self, redis: Redis, keys: Keys, settings: Settings, scripts: ScriptRunner
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.settings = settings
+        self.scripts = scripts
 
     @traced_claim
     async def claim(
         self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1,
         carrier: Carrier | None = None,
     ) -> Claim:
-        """Claim the next attempt; ``carrier`` (how the tool message came) goes in the receipt."""
+        """Take the next attempt of a run (mark "accepted"): its fence and saved intent, or
+        why not (``busy``: a live attempt holds it; ``done``; ``gone``: no such run).
+        ``carrier`` (how the tool message came) goes in the receipt."""
         sk = self.keys.session(session_id)
-        r = await self._run(
+        r = await self.scripts.run(
             "claim",
             sk,
             [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery,
@@ -76,7 +74,7 @@ class RunTransitions:
         args: list[Any] = [run_id, attempt]
         if worker is not None:
             args.append(worker.model_dump_json())
-        reply = await self._run("heartbeat", self.keys.session(session_id), args, run_id)
+        reply = await self.scripts.run("heartbeat", self.keys.session(session_id), args, run_id)
         return reply == "cancelled"
 
     @traced_complete
@@ -95,7 +93,7 @@ class RunTransitions:
         """Commit the result under the attempt fence; True when it woke the Brain."""
         sk = self.keys.session(session_id)
         payload = result.to_json()
-        self._check_size(payload, "tool result")
+        self.scripts.check_size(payload, "tool result")
         wake = dumps({"v": 1, "session_id": session_id, "reason": f"tool:{intent.run_id}"})
         receipt = dumps({
             "marks": [{"run_id": intent.run_id, "mark": "completed", "attempt": attempt}],
@@ -104,7 +102,7 @@ class RunTransitions:
                        **(detail or {})},
             "trace": headers or {},
         })
-        (woke,) = await self._run(
+        (woke,) = await self.scripts.run(
             "complete",
             sk,
             [intent.run_id, attempt, payload, worker.model_dump_json(), intent.group or "",
@@ -114,12 +112,13 @@ class RunTransitions:
         )
         return bool(woke)
 
-    async def run(self, session_id: str, run_id: str) -> ToolRun | None:
+    async def get(self, session_id: str, run_id: str) -> ToolRun | None:
         """A tool run, live or applied, as a recovering worker or an operator sees it."""
         sk = self.keys.session(session_id)
         names = [f"{run_id}.{f}" for f in RUN_FIELDS]
         async with self.redis.pipeline(transaction=True) as p:
-            p.hmget(sk.runs, names).hmget(sk.runs_done, names)
+            p.hmget(sk.runs, names)
+            p.hmget(sk.runs_done, names)
             live, done = await p.execute()
         for values in (live, done):
             if values[0] is not None:
@@ -127,8 +126,11 @@ class RunTransitions:
                 return parse_runs(fields)[run_id]
         return None
 
-    async def applied_runs(self, session_id: str) -> dict[str, ToolRun]:
-        return parse_runs(await self.redis.hgetall(self.keys.session(session_id).runs_done))
+    async def applied(self, session_id: str) -> dict[str, ToolRun]:
+        """The session's runs whose result a Brain applied (moved out of the live runs)."""
+        fields: dict[str, str] = await self.redis.hgetall(  # type: ignore[assignment]
+            self.keys.session(session_id).runs_done)  # decode_responses: str, not bytes
+        return parse_runs(fields)
 
 
-__all__ = ["RunTransitions"]
+__all__ = ["Runs"]

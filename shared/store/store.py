@@ -1,10 +1,14 @@
 """The session store on Redis: every state transition is one fenced Lua script.
 
 ``Store`` owns the session-side transitions (submit, lease, load, commit) and the receipt
-queries; it composes the tool-run transitions of Hands (claim, heartbeat, complete) from
-:mod:`baton.store.runs`. The types it returns and the parsers live in :mod:`baton.store.state`. The
-relay's outbox and timer operations live in :mod:`baton.store.outbox`; connections come from
-:mod:`baton.store.redis_client`. Each method is one round trip.
+queries. It holds two collaborators that share its connection and its
+:class:`~baton.store.scripts.ScriptRunner`: ``store.runs``, the tool-run transitions of
+Hands (:class:`~baton.store.runs.Runs`: claim, heartbeat, complete), and
+``store.decisions``, the operator decisions (:class:`~baton.store.control.Decisions`:
+cancel, approve, reject). The types it returns and the parsers live in
+:mod:`baton.store.state`. The relay's outbox and timer operations live in
+:mod:`baton.store.outbox`; connections come from :mod:`baton.store.redis_client`. Each
+method is one round trip.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from baton.errors import (
     BatonError,
-    PayloadTooLarge,
     RedisUnavailable,
     from_redis_error,
     not_found,
@@ -40,11 +43,12 @@ from baton.observability.tracing import (
 )
 from baton.receipts import Carrier, Receipt
 from baton.settings import Settings
+from baton.store.control import Decisions
 from baton.store.documents import documents_from_hash
 from baton.store.keys import Keys, SessionKeys
 from baton.store.redis_client import connect_redis, redis_user
-from baton.store.runs import RunTransitions
-from baton.store.scripts import Scripts
+from baton.store.runs import Runs
+from baton.store.scripts import ScriptRunner
 from baton.store.state import (
     Claim,
     Entries,
@@ -71,15 +75,17 @@ def worker_ref(role: str, name: str) -> WorkerRef:
     return WorkerRef(role=role, name=name, pid=os.getpid())
 
 
-class Store(RunTransitions):
-    """Session and tool-run transitions. One instance per process; safe for concurrent use."""
+class Store:
+    """Session transitions, with the tool-run transitions as ``runs`` and the operator
+    decisions as ``decisions``. One instance per process; safe for concurrent use."""
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
-        # A named ACL user may lack a command a script runs later: check before writing.
-        self.scripts = Scripts(redis, acl_checks=redis_user(settings) != "default")
+        self.scripts = ScriptRunner(redis, settings)
+        self.runs = Runs(redis, self.keys, settings, self.scripts)
+        self.decisions = Decisions(self.keys, settings, self.scripts, self.runs)
 
     @classmethod
     async def connect(cls, settings: Settings) -> Store:
@@ -100,23 +106,6 @@ class Store(RunTransitions):
 
     async def close(self) -> None:
         await self.redis.aclose()
-
-    async def _run(self, script: str, sk: SessionKeys, args: list[Any], run_id: str = "") -> Any:
-        try:
-            return await getattr(self.scripts, script)(keys=sk.all(), args=args)
-        except (RedisError, OSError) as exc:
-            raise from_redis_error(
-                exc, session_id=sk.session_id, run_id=run_id, role=redis_user(self.settings),
-                namespace=self.settings.namespace,
-            ) from None
-
-    def _check_size(self, payload: str | list[str], what: str) -> None:
-        size = len(payload) if isinstance(payload, str) else sum(map(len, payload))
-        if size > self.settings.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"{what} is {size} bytes, over the {self.settings.max_payload_bytes} limit",
-                size=size,
-            )
 
     # ------------------------------------------------------------------ client side
 
@@ -153,12 +142,12 @@ class Store(RunTransitions):
             created_ms=now,
         )
         entry = Entry(kind="user", text=text, submission_id=sub.id, task_id=task.id, ts_ms=now)
-        self._check_size(entry.to_json(), "input")
+        self.scripts.check_size(entry.to_json(), "input")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
         receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
                                     "task_id": task.id}, "changes": {"entries": 1, "tasks": 1},
                          "trace": headers or {}})
-        created, raw = await self._run(
+        created, raw = await self.scripts.run(
             "submit",
             sk,
             [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
@@ -184,12 +173,12 @@ class Store(RunTransitions):
     ) -> tuple[str, bool]:
         """Create a root task once per request id; returns (task id, created)."""
         sk = self.keys.session(session_id)
-        self._check_size(task.to_json(), "task")
+        self.scripts.check_size(task.to_json(), "task")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "start"})
         receipt = dumps({"detail": {"task_id": task.id, "kind": task.kind,
                                     "request_id": request_id}, "changes": {"tasks": 1},
                          "trace": headers or {}})
-        created, task_id = await self._run(
+        created, task_id = await self.scripts.run(
             "start",
             sk,
             [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
@@ -232,7 +221,7 @@ class Store(RunTransitions):
         ``carrier`` (how the wake that caused this arrived) is saved in the lease receipt.
         """
         sk = self.keys.session(session_id)
-        fence, prev, takeover = await self._run(
+        fence, prev, takeover = await self.scripts.run(
             "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)]
         )
         return Lease(session_id, int(fence), bool(takeover), prev or "")
@@ -245,12 +234,12 @@ class Store(RunTransitions):
         args: list[Any] = [fence, ttl_ms]
         if worker is not None:
             args.append(worker.model_dump_json())
-        return int(await self._run("renew", self.keys.session(session_id), args))
+        return int(await self.scripts.run("renew", self.keys.session(session_id), args))
 
     async def release(self, session_id: str, fence: int, ttl_ms: int) -> bool:
         """Release the lease; True means work arrived meanwhile and the lease is kept."""
         sk = self.keys.session(session_id)
-        return bool(await self._run("release", sk, [fence, ttl_ms]))
+        return bool(await self.scripts.run("release", sk, [fence, ttl_ms]))
 
     async def load(self, session_id: str, *, page: int | None = None) -> SessionState:
         """A consistent snapshot of the live state and the newest page of entries."""
@@ -278,10 +267,9 @@ class Store(RunTransitions):
         sk = self.keys.session(session_id)
         try:
             async with self.redis.pipeline(transaction=True) as p:
-                await self.scripts.acquire(
-                    keys=sk.all(),
-                    args=[worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)],
-                    client=p,
+                await self.scripts.queue(
+                    p, "acquire", sk,
+                    [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)],
                 )
                 self._queue_load(p, sk, page)
                 results = await p.execute(raise_on_error=False)
@@ -332,8 +320,8 @@ class Store(RunTransitions):
         """Apply a write-set atomically under the fence; returns (seq, entry count)."""
         sk = self.keys.session(session_id)
         args = writes.to_script()
-        self._check_size(args, "commit")
-        seq, count = await self._run(
+        self.scripts.check_size(args, "commit")
+        seq, count = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
         return int(seq), int(count)
@@ -353,7 +341,7 @@ class Store(RunTransitions):
         receipt = dumps({"detail": {"task_id": task_id, "request_id": request_id,
                                     "delta": delta, "chars": len(text),
                                     "stream_ms": at_ms}})
-        saved = await self._run("partial", sk, [fence, worker.model_dump_json(), task_id,
+        saved = await self.scripts.run("partial", sk, [fence, worker.model_dump_json(), task_id,
                                                 request_id, text, receipt])
         return bool(saved)
 

@@ -126,7 +126,7 @@ class Crash:
 
     async def runs(self, session: str) -> list[ToolRun]:
         """Live and applied runs, in the order the model called them."""
-        found = {**await self.store.applied_runs(session), **(await self.store.load(session)).runs}
+        found = {**await self.store.runs.applied(session), **(await self.store.load(session)).runs}
         return sorted(found.values(), key=lambda r: r.run_id)
 
     async def receipts(self, session: str, kind: str | None = None) -> list[Receipt]:

@@ -118,7 +118,7 @@ async def _pause_hands_mid_send(c: Crash, session: str) -> tuple[ToolRun, str]:
         run = await eventually(in_flight, timeout=20, message="a send in flight")
         assert run.worker is not None
         await _pause(c, run.worker)
-        now = await c.store.run(session, run.run_id)
+        now = await c.store.runs.get(session, run.run_id)
         if now is not None and now.status == "running" and now.attempt == run.attempt:
             return run, run.worker
         c.stack.resume(run.worker)  # its reply came first: try another mail
@@ -147,7 +147,7 @@ async def test_stale_hands_complete_is_refused_after_takeover(crash: Opener, sen
     to = str(run.intent.arguments["to"])
 
     async def taken_over() -> ToolRun | None:
-        now = await c.store.run(session, run.run_id)
+        now = await c.store.runs.get(session, run.run_id)
         return now if now and now.result and now.worker != stale else None
 
     done = await eventually(taken_over, timeout=15, message="another Hands completed the run")
@@ -180,7 +180,7 @@ async def test_stale_hands_complete_is_refused_after_takeover(crash: Opener, sen
                  if getattr(r.detail, "run_id", None) == run.run_id]
     assert [r.worker.name for r in completes if r.worker] == [done.worker], completes
     # The run keeps the result of the attempt that took over; one mail per recipient.
-    now = await c.store.run(session, run.run_id)
+    now = await c.store.runs.get(session, run.run_id)
     assert now is not None and (now.result, now.worker, now.attempt) == \
         (done.result, done.worker, done.attempt), now
     stats = await c.check_exactly_once(raw_requests=5)

@@ -100,11 +100,11 @@ class Session:
         """What Hands do between two Brain commits; the Brain then reloads (a new pass)."""
         live = [r for r in self.ctx.state.runs.values() if r.status == "dispatched"]
         for run in live[: s["complete"]]:
-            claim = await self.store.claim(self.sid, run.run_id, HANDS)
+            claim = await self.store.runs.claim(self.sid, run.run_id, HANDS)
             result = ToolResult(outcome="ok", output={"n": 1}, attempt=claim.attempt)
-            await self.store.complete(self.sid, run.intent, claim.attempt, result, HANDS)
+            await self.store.runs.complete(self.sid, run.intent, claim.attempt, result, HANDS)
         for run in live[s["complete"]: s["complete"] + s["claim"]]:
-            await self.store.claim(self.sid, run.run_id, HANDS)
+            await self.store.runs.claim(self.sid, run.run_id, HANDS)
         self.ctx.state = await self.store.load(self.sid)
 
     def writes(self, s: dict[str, Any]) -> Writes:

@@ -68,14 +68,14 @@ async def test_approval_bound_to_arguments_dispatches_once(
             # An approval for other arguments (grace's digest on ada's run) is refused.
             with pytest.raises(ConflictError, match="does not match"):
                 await client.approve(sid, ada.run_id, grace.intent.approval_digest or "")
-            assert (await client.store.run(sid, ada.run_id)).status == "awaiting_approval"
+            assert (await client.store.runs.get(sid, ada.run_id)).status == "awaiting_approval"
             assert (await _stats(mailbox))["raw_requests"] == 0  # nothing dispatched
 
             await client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
             with pytest.raises(ConflictError, match="approved already"):
                 await client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
             await eventually(lambda: _delivered(mailbox, "ada@example.com"), timeout=10)
-            assert (await client.store.run(sid, grace.run_id)).status == "awaiting_approval"
+            assert (await client.store.runs.get(sid, grace.run_id)).status == "awaiting_approval"
             await client.reject(sid, grace.run_id, "not this one")
             final = await client.wait(sub, timeout=15)
             with pytest.raises(ConflictError, match="approved already"):
@@ -120,7 +120,7 @@ async def test_cancel_before_claim_and_idempotent_answers(
             final = await client.wait(sub, timeout=10)
             after = await client.cancel(sid)
             task = await client.store.task(sid, sub.task_id)
-            runs = await client.store.applied_runs(sid)
+            runs = await client.store.runs.applied(sid)
             view = await session_view(client.store, sid)
             text = render_text(build_trace(sid, await client.store.receipts(sid)))
         finally:

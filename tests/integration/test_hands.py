@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -182,7 +183,7 @@ async def dispatch(bus: Bus, intent: ToolIntent, *, msg_id: str | None = None,
 
 async def result_of(store: Store, intent: ToolIntent, timeout: float = 10.0) -> ToolResult:  # noqa: ASYNC109
     async def completed() -> ToolResult | None:
-        run = await store.run(intent.session_id, intent.run_id)
+        run = await store.runs.get(intent.session_id, intent.run_id)
         return run.result if run and run.status == "completed" else None
 
     return await eventually(completed, timeout=timeout, message=f"result of {intent.tool}")
@@ -204,12 +205,12 @@ async def settled(bus: Bus, *tools: str) -> None:
 
 async def abandon(store: Store, intent: ToolIntent) -> Claim:
     """An earlier attempt by a Hands that died: claimed, then its heartbeat runs out."""
-    claim = await store.claim(intent.session_id, intent.run_id, DEAD_HANDS)
+    claim = await store.runs.claim(intent.session_id, intent.run_id, DEAD_HANDS)
     assert claim.status == "claimed" and claim.attempt == 1
     ttl = store.settings.attempt_ttl_ms
 
     async def expired() -> bool:
-        run = await store.run(intent.session_id, intent.run_id)
+        run = await store.runs.get(intent.session_id, intent.run_id)
         seconds, micros = await store.redis.time()
         assert run and run.heartbeat_ms
         return run.heartbeat_ms + ttl < seconds * 1000 + micros // 1000
@@ -272,7 +273,7 @@ async def test_a_duplicate_tool_message_executes_once(
         await settled(bus, "send_email")
     assert result.ok and result.attempt == 1
     assert mailbox.raw_requests == 1 and len(mailbox.operations) == 1
-    run = await store.run(session, intent.run_id)
+    run = await store.runs.get(session, intent.run_id)
     assert run and run.attempt == 1
 
 
@@ -440,7 +441,7 @@ async def _take_over(store: Store, intent: ToolIntent) -> Claim:
     """A paused worker's heartbeat lapses and another Hands claims the run."""
     sk = store.keys.session(intent.session_id)
     await store.redis.hset(sk.runs, f"{intent.run_id}.heartbeat", 0)
-    claim = await store.claim(intent.session_id, intent.run_id, OTHER_HANDS, delivery=2)
+    claim = await store.runs.claim(intent.session_id, intent.run_id, OTHER_HANDS, delivery=2)
     assert claim.status == "claimed" and claim.recovering
     return claim
 
@@ -467,7 +468,7 @@ async def test_a_taken_over_attempt_is_cancelled_and_never_completes(
         second = await _take_over(store, intent)
         await asyncio.wait_for(cancelled.wait(), 10)  # the heartbeat saw the takeover
         winner = ToolResult(outcome="ok", output={"by": "hands-b"}, attempt=second.attempt)
-        await store.complete(session, intent, second.attempt, winner, OTHER_HANDS)
+        await store.runs.complete(session, intent, second.attempt, winner, OTHER_HANDS)
         # The old message comes back after ack_wait and is acked as a duplicate.
         await settled(bus, "gate")
     assert (await result_of(store, intent)) == winner
@@ -500,7 +501,7 @@ async def test_a_stale_attempts_complete_is_refused_and_the_new_result_stands(
         await eventually(refused, timeout=10, message="stale complete refused")
         second = taken[0]
         winner = ToolResult(outcome="ok", output={"by": "hands-b"}, attempt=second.attempt)
-        await store.complete(session, intent, second.attempt, winner, OTHER_HANDS)
+        await store.runs.complete(session, intent, second.attempt, winner, OTHER_HANDS)
         await settled(bus, "gate")
     assert (await result_of(store, intent)) == winner
     refusal = next(r for r in await store.receipts(session) if r.kind == "refused")
@@ -519,7 +520,7 @@ async def test_a_retried_complete_that_had_landed_counts_as_completed(settings: 
         async def complete(self, *args: Any, **kwargs: Any) -> bool:
             raise answers.pop(0)
 
-    worker.store = LostReply()  # type: ignore[assignment]
+    worker.store = SimpleNamespace(runs=LostReply())  # type: ignore[assignment]
     answers[:] = [RedisUnavailable("reply lost"), StaleAttemptError("s", "r", 1, 1, "completed")]
     assert await worker._complete(intent, 1, result, delivery=1) is True
     answers[:] = [StaleAttemptError("s", "r", 1, 2, "running")]
@@ -546,7 +547,7 @@ async def test_shutdown_drains_an_in_flight_tool(
         assert worker.inflight == 1
         worker.shutdown()
         await asyncio.wait_for(serving, 15)
-        run = await store.run(session, intent.run_id)
+        run = await store.runs.get(session, intent.run_id)
         assert run and run.status == "completed" and run.result and run.result.ok
         assert slow_mail.raw_requests == 1
         await settled(bus, "send_email")

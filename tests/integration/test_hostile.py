@@ -131,10 +131,10 @@ async def test_forged_and_stale_fences_are_refused_with_their_facts(
     assert (ahead.value.fields["presented"], ahead.value.fields["current"]) == (99, 1)
     with pytest.raises(StaleFenceError):  # an old one
         await store.commit(session, 0, writes, forger)
-    claim = await store.claim(session, intent.run_id, worker_ref("hands", "h1"))
+    claim = await store.runs.claim(session, intent.run_id, worker_ref("hands", "h1"))
     result = ToolResult(outcome="ok", output={"forged": True}, attempt=claim.attempt + 5)
     with pytest.raises(StaleAttemptError) as attempt:
-        await store.complete(session, intent, claim.attempt + 5, result,
+        await store.runs.complete(session, intent, claim.attempt + 5, result,
                              worker_ref("hands", "forger"))
     assert attempt.value.fields["current"] == claim.attempt
     state = await store.load(session)

@@ -180,30 +180,30 @@ async def test_hands_claim_and_complete_under_attempt_fences(store: Store) -> No
     lease = await store.acquire("s8", BRAIN, 5000)
     runs = [intent("s8", "r-a", group="g"), intent("s8", "r-b", group="g")]
     await store.commit("s8", lease.fence, Writes(runs=runs, groups={"g": 2}), BRAIN)
-    first = await store.claim("s8", "r-a", HANDS)
+    first = await store.runs.claim("s8", "r-a", HANDS)
     assert first.status == "claimed" and first.attempt == 1 and not first.recovering
     # A duplicate message while the attempt is alive does not take over.
-    dup = await store.claim("s8", "r-a", HANDS_B)
+    dup = await store.runs.claim("s8", "r-a", HANDS_B)
     assert dup.status == "busy" and dup.holder == "hands-a"
 
     async def takeover():
-        c = await store.claim("s8", "r-a", HANDS_B, delivery=2)
+        c = await store.runs.claim("s8", "r-a", HANDS_B, delivery=2)
         return c if c.status != "busy" else None
 
     second = await eventually(takeover, message="attempt takeover after heartbeat ttl")
     assert second.attempt == 2 and second.recovering and second.previous_worker == "hands-a"
     ok = ToolResult(outcome="ok", output={"sent": True}, attempt=1)
     with pytest.raises(StaleAttemptError) as stale:
-        await store.complete("s8", runs[0], first.attempt, ok, HANDS)
+        await store.runs.complete("s8", runs[0], first.attempt, ok, HANDS)
     assert (stale.value.presented, stale.value.current) == (1, 2)
     with pytest.raises(StaleAttemptError):
-        await store.heartbeat("s8", "r-a", first.attempt)
-    await store.heartbeat("s8", "r-a", second.attempt)
-    woke = await store.complete("s8", runs[0], second.attempt, ok, HANDS_B)
+        await store.runs.heartbeat("s8", "r-a", first.attempt)
+    await store.runs.heartbeat("s8", "r-a", second.attempt)
+    woke = await store.runs.complete("s8", runs[0], second.attempt, ok, HANDS_B)
     assert woke is False  # r-b of the same group is still out
-    assert (await store.claim("s8", "r-a", HANDS)).status == "done"
-    b = await store.claim("s8", "r-b", HANDS)
-    assert await store.complete("s8", runs[1], b.attempt, ok, HANDS) is True
+    assert (await store.runs.claim("s8", "r-a", HANDS)).status == "done"
+    b = await store.runs.claim("s8", "r-b", HANDS)
+    assert await store.runs.complete("s8", runs[1], b.attempt, ok, HANDS) is True
     state = await store.load("s8")
     assert state.meta.dirty
     run = state.runs["r-a"]
@@ -213,9 +213,9 @@ async def test_hands_claim_and_complete_under_attempt_fences(store: Store) -> No
     await store.commit("s8", lease.fence, Writes(applied=["r-a", "r-b"]), BRAIN)
     state = await store.load("s8")
     assert state.runs == {}
-    applied = await store.run("s8", "r-a")
+    applied = await store.runs.get("s8", "r-a")
     assert applied and applied.applied_ms and applied.result == ok
-    assert (await store.claim("s8", "r-a", HANDS)).status == "done"
+    assert (await store.runs.claim("s8", "r-a", HANDS)).status == "done"
     marks = [(m.run_id, m.mark) for r in await store.receipts("s8") for m in r.marks]
     assert ("r-a", "accepted") in marks and ("r-a", "completed") in marks
     assert ("r-a", "applied") in marks
@@ -223,7 +223,7 @@ async def test_hands_claim_and_complete_under_attempt_fences(store: Store) -> No
 
 async def test_unknown_run_and_session(store: Store) -> None:
     await submit(store, "s9")
-    assert (await store.claim("s9", "r-none", HANDS)).status == "gone"
+    assert (await store.runs.claim("s9", "r-none", HANDS)).status == "gone"
     with pytest.raises(NotFoundError):
         await store.load("nope")
     with pytest.raises(NotFoundError):
@@ -262,6 +262,24 @@ async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None
     assert [r.subject for r in rows] == [WAKE] and '"timer:task"' in rows[0].data
     assert await box.fire_timers(shard, 100, 1000) == 0  # fired once, removed
     assert (await store.load("s11")).meta.dirty
+
+
+async def test_own_pending_rows_are_read_again_and_deleted_ones_acknowledged(
+    store: Store,
+) -> None:
+    """What a relay restarted under its name finds: its unacknowledged rows, and none left
+    pending forever once their row was deleted."""
+    await submit(store, "s12")
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of("s12")
+    await box.ensure_groups([shard])
+    taken = await box.read([shard], "relay-a", 100, None)
+    assert len(taken) == 1
+    assert await box.read_pending([shard], "relay-a", 100) == (taken, True)
+    assert await box.read_pending([shard], "relay-b", 100) == ([], False)  # only its own
+    await store.redis.xdel(store.keys.outbox(shard), taken[0].stream_id.partition(":")[2])
+    assert await box.read_pending([shard], "relay-a", 100) == ([], True)  # acknowledged
+    assert await box.read_pending([shard], "relay-a", 100) == ([], False)
 
 
 async def test_down_redis_gives_a_clear_error_fast() -> None:
