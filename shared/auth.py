@@ -77,6 +77,9 @@ def redis_acl(role: Role, namespace: str, password: str | None = None) -> list[s
         rules += ["+@read", "-@dangerous"]
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += [f"~{k}" for k in _redis_keys(role, namespace)]
+    # Every role reads the store's epoch and may write it once on a new store (SET NX, see
+    # baton.store.epoch): a selector grants GET/SET on the epoch keys and nothing else.
+    rules.append(f"(+get +set ~{namespace}:{{{namespace}-*}}:epoch)")
     if role in ("brain", "client"):  # commits announce settled submissions; clients wait
         rules.append(f"&{namespace}:settled:*")
     return rules
