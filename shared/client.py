@@ -58,7 +58,14 @@ class Client:
             raise
         return client
 
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
+        """Stop listening for settled sessions and close the connections; idempotent."""
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.wait({self._listener}, timeout=2.0)
