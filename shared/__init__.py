@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         ToolError,
         UnavailableError,
         ValidationError,
+        WriteInDoubtError,
     )
     from baton.models import Task
     from baton.settings import Settings
@@ -100,6 +101,7 @@ _EXPORTS: dict[str, str] = {
             "ToolError",
             "UnavailableError",
             "ValidationError",
+            "WriteInDoubtError",
         )
     },
 }
@@ -141,6 +143,7 @@ __all__ = [
     "ToolError",
     "UnavailableError",
     "ValidationError",
+    "WriteInDoubtError",
     "load_app",
     "tool",
 ]

@@ -42,9 +42,13 @@ ROLES: tuple[Role, ...] = ("relay", "brain", "hands", "client")
 # Redis commands by purpose. Lua scripts need the commands they call (see shared/lua).
 # CLIENT SETINFO (Redis >= 7.2) is left out: redis-py ignores its refusal.
 _CONNECT = ["ping", "hello", "auth", "client|id", "select", "quit", "reset"]
-_SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time"]
+# WAIT: in cluster mode a transition is acknowledged once a replica has it (store/replication.py).
+_SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
+            "wait"]
 _ANNOUNCE = ["hset", "hdel", "xadd"]  # <ns>:workers liveness, <ns>:dead records
-_SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "zadd", "zrem"]
+# hlen/hgetall/pexpire: the applied commit ids of a session (see store/lua/_applied.lua).
+_SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "zadd", "zrem", "hlen",
+                   "hgetall", "pexpire"]
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
               "publish"],

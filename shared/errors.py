@@ -22,6 +22,9 @@ text::
     │                                          reason, shards, expected, found)
     ├── UnavailableError             retryable a server cannot be reached
     │   ├── RedisUnavailable
+    │   │   └── WriteInDoubtError    retryable no replica acknowledged a write in time: it
+    │   │                                      may survive or vanish (what, session_id,
+    │   │                                      commit_id, wanted, reason)
     │   └── NatsUnavailable
     ├── ModelError                   terminal  a model provider refused the request or sent a
     │   │                                      malformed answer (provider, status)
@@ -217,6 +220,34 @@ class UnavailableError(BatonError):
 
 class RedisUnavailable(UnavailableError):
     code = "redis_unavailable"
+
+
+class WriteInDoubtError(RedisUnavailable):
+    """A write ran on a primary but no replica acknowledged it in time: it is in doubt.
+
+    It may survive (no failover came) or vanish (the primary failed over, or was on the
+    minority side of a partition). The writer must not act on it (publish, reply, execute);
+    retrying it is safe: the same ``commit_id`` applies at most once (see
+    :mod:`baton.store.replication`), and the callers' own retries are idempotent. A subclass
+    of :class:`RedisUnavailable`, so a worker treats it as "try again later".
+    """
+
+    code = "write_in_doubt"
+    what: str
+    session_id: str
+    commit_id: str
+    wanted: int
+    reason: str
+
+    def __init__(self, what: str, *, session_id: str, commit_id: str, wanted: int,
+                 reason: str) -> None:
+        super().__init__(
+            f"{what} of session {session_id or '-'} is in doubt (commit {commit_id}): "
+            f"{reason}; it was not acknowledged by {wanted} replica(s) and may be lost on a "
+            f"failover. Do not act on it; retry",
+            what=what, session_id=session_id, commit_id=commit_id, wanted=wanted,
+            reason=reason,
+        )
 
 
 class NatsUnavailable(UnavailableError):

@@ -89,6 +89,16 @@ class Settings(BaseModel):
     connect_timeout_s: float = Field(default=2.0, gt=0)
     # Connections per process; callers past it wait for one (a blocking pool).
     redis_max_connections: int = Field(default=512, ge=4)
+    # A transition is acknowledged only once this many replicas have it (WAIT after each
+    # script, see baton.store.replication). Unset: 1 on a Redis Cluster, 0 on one server
+    # (no WAIT). The cluster must have that many replicas per primary.
+    redis_min_replicas: int | None = Field(default=None, ge=0, le=5)
+    # How long each WAIT waits for the replicas' acknowledgement.
+    redis_replica_timeout_ms: int = Field(default=1_000, ge=1)
+    # How long a write in doubt (no acknowledgement in time, or the connection dropped after
+    # the script) is retried with its commit id before WriteInDoubtError: long enough for a
+    # failover (a few cluster-node-timeouts) so that a promoted replica takes the retry.
+    redis_in_doubt_retry_ms: int = Field(default=10_000, ge=0)
     # GET /healthz (live) and /readyz (ready, 503 while draining) on this port; 0 = off.
     health_port: int = Field(default=0, ge=0, le=65535)
 
@@ -138,6 +148,12 @@ class Settings(BaseModel):
                 for e in exc.errors()
             )
             raise ConfigError(f"invalid settings: {problems}") from None
+
+    def min_replicas(self) -> int:
+        """Replicas that must acknowledge a write: the setting, or 1 on a cluster, else 0."""
+        if self.redis_min_replicas is not None:
+            return self.redis_min_replicas
+        return 1 if self.redis_url.split("://", 1)[0].lower().endswith("+cluster") else 0
 
     def worker_id(self, role: str) -> str:
         """A readable unique worker name: the configured one, or role-host-pid."""

@@ -4,7 +4,9 @@ With a session: its lease (holder, fence, time left), submissions, tasks with th
 waits and why they are not moving (blocked: no definition here, or no live Brain serves the
 session's compat level), cancel intents, tool runs with their three marks, attempts and
 heartbeats, runs awaiting approval with their arguments and digest, timers, dead letters
-about it, and the outbox backlog. Without one: the cluster view, i.e. services that
+about it, and the outbox backlog. Both views start with the store's epoch (its id and when
+it was created), and say in one red line when it is missing or changed: Redis lost state.
+Without one: the cluster view, i.e. services that
 announced themselves (Brains with the compat levels they serve), sessions by state
 (``blocked`` when no live Brain serves their level or a task is blocked), backlog and oldest
 row per shard, dead letters. Read-only: it never takes a lease or writes. ``--json`` gives
@@ -13,6 +15,7 @@ the same data.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +23,7 @@ from rich.table import Table
 
 from baton.models import Task, ToolRun, dumps, loads
 from baton.store.deadletter import dead_letters
+from baton.store.epoch import StoreEpoch
 from baton.store.outbox import Outbox
 from baton.store.state import parse_meta
 from baton.store.store import Store, now_ms
@@ -94,6 +98,21 @@ async def _backlog(store: Store, now: int) -> list[dict[str, Any]]:
             for b in rows]
 
 
+async def _epoch(store: Store, shard: int | None = None) -> dict[str, Any]:
+    """The store epoch as every shard carries it (and, for a session, its own shard's)."""
+    e = await StoreEpoch.survey(store.redis, store.keys)
+    out: dict[str, Any] = {"state": e.state, "id": e.id or None,
+                           "created_ms": e.created_ms or None, "shards": e.shards,
+                           "missing_shards": list(e.missing),
+                           "differing_shards": list(e.differing)}
+    if shard is not None:
+        mine = e.of_shard(shard)
+        out["session_shard"] = {"shard": shard, "id": mine or None,
+                                "state": "missing" if not mine else
+                                "ok" if mine == e.id else "changed"}
+    return out
+
+
 async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     """Everything ``inspect SESSION`` shows, as plain data."""
     state = await store.load(session_id, page=20)
@@ -131,7 +150,8 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
                 for r in sorted(state.runs.values(), key=lambda r: r.run_id)
                 if r.status == "awaiting_approval"]
     return {
-        "session_id": session_id, "agent": meta.agent, "compat": meta.compat,
+        "session_id": session_id, "epoch": await _epoch(store, sk.shard),
+        "agent": meta.agent, "compat": meta.compat,
         "blocked": {"level": level or None, "tasks": dict(meta.blocked)},
         "cancel_intents": list(meta.cancels), "awaiting_approval": awaiting,
         "wake_subject": meta.wake_subject, "shard": sk.shard,
@@ -195,7 +215,9 @@ async def cluster_view(store: Store) -> dict[str, Any]:
                          "blocked": blocked or None})
     dead = await dead_letters(store.redis, store.keys, 20)
     return {
-        "namespace": store.keys.ns, "services": services, "sessions_total": total,
+        "namespace": store.keys.ns, "epoch": await _epoch(store),
+        "replica_acks": store.scripts.min_replicas,
+        "services": services, "sessions_total": total,
         "sessions_by_state": states, "sessions": sessions[:20],
         "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
         "backlog": await _backlog(store, now),
@@ -229,12 +251,36 @@ def _backlog_table(backlog: list[dict[str, Any]], mine: int | None = None) -> Ta
     return t
 
 
+def _epoch_lines(e: dict[str, Any]) -> list[str]:
+    """One line naming the epoch, and a red one when it is missing or changed."""
+    created = (datetime.fromtimestamp(e["created_ms"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+               if e["created_ms"] else "-")
+    if e["state"] == "new":
+        return ["store epoch: none yet (no Baton process has used this store)"]
+    lines = [f"store epoch: {e['id']}  created {created}  ({e['shards']} shards)"]
+    lost = "Redis restarted empty or failed over without the data; sessions before it are gone"
+    if e["missing_shards"]:
+        shards = ", ".join(map(str, e["missing_shards"][:16]))
+        lines.append(f"[red]STORE EPOCH MISSING[/red] on shard(s) {shards}: {lost}")
+    if e["differing_shards"]:
+        shards = ", ".join(map(str, e["differing_shards"][:16]))
+        lines.append(f"[red]STORE EPOCH CHANGED[/red] on shard(s) {shards}: the store was "
+                     f"initialised again while they kept another epoch")
+    own = e.get("session_shard")
+    if own and own["state"] != "ok" and not (e["missing_shards"] or e["differing_shards"]):
+        lines.append(f"[red]STORE EPOCH {own['state'].upper()}[/red] on this session's shard "
+                     f"{own['shard']}: {lost}")
+    return lines
+
+
 def render_session(v: dict[str, Any], console: Console) -> None:
     lease = v["lease"]
     holder = (f"[bold]{lease['holder']}[/bold] (live, {_ms(lease['remaining_ms'])} left)"
               if lease["live"] else f"none (last: {lease['holder'] or '-'}, released/expired)")
     console.print(f"session [bold]{v['session_id']}[/bold]  agent {v['agent']} compat "
                   f"{v['compat']}  shard {v['shard']}")
+    for line in _epoch_lines(v["epoch"]):
+        console.print(line)
     console.print(f"lease holder: {holder}  fence {lease['fence']}  dirty {lease['dirty']}  "
                   f"seq {v['seq']}  entries {v['entries']}  receipts {v['receipts']}")
     if v["blocked"]["level"]:
@@ -283,6 +329,11 @@ def render_session(v: dict[str, Any], console: Console) -> None:
 
 
 def render_cluster(v: dict[str, Any], console: Console) -> None:
+    for line in _epoch_lines(v["epoch"]):
+        console.print(line)
+    acks = v["replica_acks"]
+    console.print("writes acknowledged after " + (f"{acks} replica(s) have them (WAIT)"
+                                                   if acks else "the primary alone (no WAIT)"))
     services = _table(f"Services seen (namespace {v['namespace']})",
                       ("role", "name", "pid", "last seen", "in flight", "state", "serves"))
     for s in v["services"]:

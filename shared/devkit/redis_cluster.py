@@ -9,6 +9,13 @@ replication link is up. Single nodes can be SIGKILLed and restarted on their por
 ``node_timeout_ms``) and lost state (a non-durable primary restarted empty before a failover
 comes back as the primary of its slots, with no data).
 
+Split-brain guard: every node runs with ``min-replicas-to-write`` (default 1) and
+``min-replicas-max-lag`` (seconds), so a primary cut off from its replica refuses writes
+(``NOREPLICAS``) once the replica's last acknowledgement is older than the lag, instead of
+acknowledging writes its promoted replica on the majority side will never have. The price:
+a primary whose replica died refuses writes too, until the replica is back or replaced
+(or the primary fails over). ``min_replicas_to_write=0`` turns the guard off.
+
 It lives beside :mod:`baton.devkit.servers` (whose :class:`RedisServer` each node is) rather
 than inside it, to keep both modules readable.
 """
@@ -46,9 +53,12 @@ class RedisClusterNode(RedisServer):
 
     name = "redis-cluster-node"
 
-    def __init__(self, data_dir: Path, *, durable: bool, node_timeout_ms: int) -> None:
+    def __init__(self, data_dir: Path, *, durable: bool, node_timeout_ms: int,
+                 min_replicas_to_write: int = 0, min_replicas_max_lag_s: int = 10) -> None:
         super().__init__(data_dir, durable=durable)
         self.node_timeout_ms = node_timeout_ms
+        self.min_replicas_to_write = min_replicas_to_write
+        self.min_replicas_max_lag_s = min_replicas_max_lag_s
         self.bus_port = 0
 
     def _argv(self) -> list[str]:
@@ -60,6 +70,8 @@ class RedisClusterNode(RedisServer):
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(self.node_timeout_ms),
             "--cluster-port", str(self.bus_port),
+            "--min-replicas-to-write", str(self.min_replicas_to_write),
+            "--min-replicas-max-lag", str(self.min_replicas_max_lag_s),
         ]  # fmt: skip
 
     @property
@@ -118,6 +130,8 @@ class RedisClusterServers:
 
     ``url`` (same as :attr:`seed_url`) is the ``redis+cluster://`` form ``BATON_REDIS_URL``
     takes. ``node_timeout_ms`` bounds how soon a dead primary's replica is promoted.
+    ``min_replicas_to_write`` / ``min_replicas_max_lag_s``: the split-brain guard (see the
+    module docstring); the guard is off when there are no replicas.
     """
 
     def __init__(
@@ -128,6 +142,8 @@ class RedisClusterServers:
         replicas: int = 1,
         durable: bool = False,
         node_timeout_ms: int = 1_000,
+        min_replicas_to_write: int = 1,
+        min_replicas_max_lag_s: int = 5,
         cli: str | None = None,
     ) -> None:
         hint = "install Redis >= 7 with its CLI (Debian: apt-get install redis-tools)"
@@ -140,7 +156,9 @@ class RedisClusterServers:
         self.base_dir = tmp.resolve()
         self.nodes = [
             RedisClusterNode(self.base_dir / f"r{i + 1}", durable=durable,
-                             node_timeout_ms=node_timeout_ms)
+                             node_timeout_ms=node_timeout_ms,
+                             min_replicas_to_write=min(min_replicas_to_write, replicas),
+                             min_replicas_max_lag_s=min_replicas_max_lag_s)
             for i in range(primaries * (1 + replicas))
         ]
 

@@ -26,6 +26,7 @@ import asyncio
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -34,7 +35,7 @@ from redis.exceptions import RedisError
 from baton.errors import RedisUnavailable, StoreEpochError
 from baton.store.keys import Keys
 
-__all__ = ["INIT_GRACE_MS", "StoreEpoch"]
+__all__ = ["INIT_GRACE_MS", "EpochSurvey", "StoreEpoch"]
 
 log = structlog.get_logger("baton.store.epoch")
 
@@ -42,6 +43,28 @@ log = structlog.get_logger("baton.store.epoch")
 #: still in progress rather than for lost state.
 INIT_GRACE_MS = 30_000
 ANCHOR = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EpochSurvey:
+    """What every shard's epoch key says now, read without writing (for ``baton inspect``).
+
+    ``state``: ``ok`` (every shard carries the anchor's epoch), ``new`` (no shard has one: a
+    store no Baton process has used yet), ``missing`` (some shards, or the anchor, lost it:
+    Redis restarted empty or failed over without the data), ``mixed`` (shards disagree: the
+    store was re-initialised while some kept the old epoch).
+    """
+
+    state: str
+    id: str
+    created_ms: int
+    shards: int
+    missing: tuple[int, ...]
+    differing: tuple[int, ...]
+    ids: tuple[str, ...]  # per shard, "" where missing
+
+    def of_shard(self, shard: int) -> str:
+        return self.ids[shard] if 0 <= shard < len(self.ids) else ""
 
 
 def _now_ms() -> int:
@@ -66,6 +89,21 @@ class StoreEpoch:
             return await epoch._establish()
         except (RedisError, OSError) as exc:  # unreachable: the caller's connect loop retries
             raise RedisUnavailable(f"cannot read the store epoch: {exc}") from None
+
+    @classmethod
+    async def survey(cls, redis: Any, keys: Keys) -> EpochSurvey:
+        """Every shard's epoch as it is now; never writes (an operator's view)."""
+        found = await cls(redis, keys)._read()
+        ids = tuple(_id(v) for v in found)
+        anchor = found[ANCHOR]
+        missing = tuple(s for s, v in enumerate(found) if v is None)
+        if len(missing) == len(found):
+            return EpochSurvey("new", "", 0, len(found), missing, (), ids)
+        ref = anchor or next(v for v in found if v is not None)
+        differing = tuple(s for s, v in enumerate(found) if v is not None and _id(v) != _id(ref))
+        state = "missing" if missing else "mixed" if differing else "ok"
+        return EpochSurvey(state, _id(ref), int(ref.get("created_ms", 0)), len(found), missing,
+                           differing, ids)
 
     def watch_interval(self, lease_ms: int) -> float:
         """Seconds between checks: a third of a lease, so loss is seen before a takeover."""

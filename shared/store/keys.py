@@ -16,6 +16,8 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
     <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
+    <ns>:T:s:<sid>:applied   HASH   commit id -> reply of a transition (retries in doubt apply
+                                    once; expires, see lua/_applied.lua)
     <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay")
     <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
@@ -81,6 +83,7 @@ class SessionKeys:
     receipts: str
     outbox: str
     timers: str
+    applied: str
 
     def all(self) -> list[str]:
         """KEYS for the session scripts, in the order every script expects them."""
@@ -97,6 +100,7 @@ class SessionKeys:
             self.receipts,
             self.outbox,
             self.timers,
+            self.applied,
         ]
 
 
@@ -150,4 +154,5 @@ class Keys:
             receipts=f"{base}:receipts",
             outbox=self.outbox(shard),
             timers=self.timers(shard),
+            applied=f"{base}:applied",
         )

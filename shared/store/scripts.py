@@ -1,20 +1,23 @@
-"""Loads Baton's Lua scripts (``shared/lua/*.lua``), each prefixed with ``_lib.lua``, and
-runs the session scripts.
+"""Loads Baton's Lua scripts (``shared/lua/*.lua``), each prefixed with ``_lib.lua`` and
+wrapped by ``_applied.lua``, and runs the session scripts.
 
 Scripts are registered with redis-py, which runs them by SHA and reloads them after a
 server restart flushed its script cache. :class:`ScriptRunner` is the one way a session
 transition reaches Redis: the store, the tool-run transitions and the operator decisions
-all share it, so every transition maps Redis errors to Baton's error tree the same way.
+all share it, so every transition maps Redis errors to Baton's error tree the same way, and
+in cluster mode every transition that moves a session forward is acknowledged only once a
+replica has it (:mod:`baton.store.replication`), under a commit id that makes its retry
+apply at most once.
 """
 
 from __future__ import annotations
 
+import uuid
 from functools import cache
 from importlib import resources
 from typing import Any, Literal, get_args
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
@@ -22,6 +25,7 @@ from baton.errors import PayloadTooLarge, from_redis_error
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import redis_user
+from baton.store.replication import Reads, ReplicatedWrites
 
 SessionScript = Literal[
     "submit",
@@ -39,6 +43,16 @@ SessionScript = Literal[
 ]
 SESSION_SCRIPTS: tuple[str, ...] = get_args(SessionScript)
 SHARD_SCRIPTS = ("fire_timers",)
+#: Transitions a failover must not lose once acknowledged: fences (acquire), commits, input,
+#: tool-run claims and results, operator decisions. Heartbeats, lease renewals and streamed
+#: partial text are losable by design (a lost one at worst causes a fenced takeover), so
+#: they skip the replica acknowledgement.
+REPLICATED: frozenset[str] = frozenset(
+    {"submit", "start", "acquire", "release", "commit", "claim", "complete", "cancel",
+     "approve"})
+#: How long a session keeps the replies of its applied commit ids (see _applied.lua).
+APPLIED_TTL_MS = 600_000
+APPLIED_MAX = 256
 
 
 @cache
@@ -52,15 +66,23 @@ def source(name: str, *, acl_checks: bool = True) -> str:
     lua = resources.files("baton.store") / "lua"
     body = (lua / f"{name}.lua").read_text()
     if name in SESSION_SCRIPTS:
-        flag = f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
-        return flag + (lua / "_lib.lua").read_text() + "\n" + body
+        head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
+                f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n")
+        # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
+        return (head + (lua / "_lib.lua").read_text() + "\nlocal function __script(ARGV)\n"
+                + body + "\nend\n" + (lua / "_applied.lua").read_text())
     return body
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
 
 
 class Scripts:
     """The registered scripts of one Redis client."""
 
     def __init__(self, redis: Redis, *, acl_checks: bool = True) -> None:
+        self.redis = redis
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(source(name, acl_checks=acl_checks))
             for name in SESSION_SCRIPTS + SHARD_SCRIPTS
@@ -78,6 +100,11 @@ class ScriptRunner:
 
     A named ACL user may lack a command a script runs later, so its scripts check that before
     writing (``acl_checks``); the default user skips the checks.
+
+    With ``min_replicas`` > 0 (:meth:`Settings.min_replicas`: 1 on a cluster) each
+    :data:`REPLICATED` transition gets a fresh commit id and is answered only after ``WAIT``
+    saw that many replicas acknowledge it; one in doubt raises
+    :class:`~baton.errors.WriteInDoubtError` after its retries.
     """
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
@@ -85,24 +112,70 @@ class ScriptRunner:
         self.registered = Scripts(redis, acl_checks=self.role != "default")
         self.namespace = settings.namespace
         self.max_payload_bytes = settings.max_payload_bytes
+        self.min_replicas = settings.min_replicas()
+        self.writes = ReplicatedWrites(
+            redis, min_replicas=self.min_replicas, timeout_ms=settings.redis_replica_timeout_ms,
+            retry_ms=settings.redis_in_doubt_retry_ms)
+
+    def replicated(self, script: str) -> bool:
+        return self.min_replicas > 0 and script in REPLICATED
 
     async def run(
-        self, script: SessionScript, sk: SessionKeys, args: list[Any], run_id: str = ""
+        self, script: SessionScript, sk: SessionKeys, args: list[Any], run_id: str = "",
+        *, commit_id: str | None = None,
     ) -> Any:
-        """The script's reply; a Redis error becomes the matching :class:`BatonError`."""
-        try:
-            return await getattr(self.registered, script)(keys=sk.all(), args=args)
-        except (RedisError, OSError) as exc:
-            raise from_redis_error(
-                exc, session_id=sk.session_id, run_id=run_id, role=self.role,
-                namespace=self.namespace,
-            ) from None
+        """The script's reply; a Redis error becomes the matching :class:`BatonError`.
 
-    async def queue(
-        self, pipe: Pipeline, script: SessionScript, sk: SessionKeys, args: list[Any]
-    ) -> None:
-        """Queue the script in a MULTI/EXEC pipeline; its reply (or error) comes with the rest."""
-        await getattr(self.registered, script)(keys=sk.all(), args=args, client=pipe)
+        ``commit_id``: the id of a write retried after :class:`WriteInDoubtError` (its
+        ``commit_id``): the script returns the original reply if that write was applied.
+        """
+        if self.replicated(script):
+            reply, _ = await self._replicated(script, sk, args, commit_id or _new_id(), None)
+            return reply
+        try:
+            return await getattr(self.registered, script)(
+                keys=sk.all(), args=[commit_id or "", *args])
+        except (RedisError, OSError) as exc:
+            raise self._error(exc, sk, run_id) from None
+
+    async def run_and_read(
+        self, script: SessionScript, sk: SessionKeys, args: list[Any], reads: Reads
+    ) -> tuple[Any, list[Any]]:
+        """The script's reply and the results of the reads ``reads`` queues, one round trip.
+
+        Without replica acknowledgement the reads share a MULTI/EXEC with the script (a
+        snapshot taken atomically after it); with it they follow the ``WAIT`` on the same
+        connection, so they also see the writes of others made meanwhile (each checked by
+        its own fence, as any later read would be). A read's error comes back as its result.
+        """
+        if self.replicated(script):
+            return await self._replicated(script, sk, args, _new_id(), reads)
+        try:
+            async with self.registered.redis.pipeline(transaction=True) as pipe:
+                await getattr(self.registered, script)(
+                    keys=sk.all(), args=["", *args], client=pipe)
+                reads(pipe)
+                results = await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError) as exc:
+            raise self._error(exc, sk, "") from None
+        if isinstance(results[0], Exception):
+            raise self._error(results[0], sk, "")
+        return results[0], list(results[1:])
+
+    async def _replicated(
+        self, script: str, sk: SessionKeys, args: list[Any], commit_id: str,
+        reads: Reads | None,
+    ) -> tuple[Any, list[Any]]:
+        try:
+            return await self.writes.run(
+                getattr(self.registered, script), sk.all(), [commit_id, *args],
+                commit_id=commit_id, what=script, session_id=sk.session_id, reads=reads)
+        except (RedisError, OSError) as exc:
+            raise self._error(exc, sk, "") from None
+
+    def _error(self, exc: Exception, sk: SessionKeys, run_id: str) -> Exception:
+        return from_redis_error(exc, session_id=sk.session_id, run_id=run_id, role=self.role,
+                                namespace=self.namespace)
 
     def check_size(self, payload: str | list[str], what: str) -> None:
         """``PayloadTooLarge`` when ``payload`` is over ``max_payload_bytes``."""

@@ -259,31 +259,20 @@ class Store:
         self, session_id: str, worker: WorkerRef, ttl_ms: int, *, page: int | None = None,
         carrier: Carrier | None = None,
     ) -> tuple[Lease, SessionState]:
-        """Take the lease and load the state in one round trip (one MULTI/EXEC).
+        """Take the lease and load the state in one round trip.
 
-        The snapshot is taken right after the acquire, atomically, so it is exactly what the
-        new fence holder may build on.
+        The snapshot is taken right after the acquire (atomically, in one MULTI/EXEC, unless
+        the acquire waits for a replica: see :meth:`ScriptRunner.run_and_read`), so it holds
+        everything the new fence holder may build on.
         """
         sk = self.keys.session(session_id)
-        try:
-            async with self.redis.pipeline(transaction=True) as p:
-                await self.scripts.queue(
-                    p, "acquire", sk,
-                    [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)],
-                )
-                self._queue_load(p, sk, page)
-                results = await p.execute(raise_on_error=False)
-        except (RedisError, OSError) as exc:
-            raise from_redis_error(
-                exc, session_id=session_id, role=redis_user(self.settings)
-            ) from None
-        if isinstance(results[0], Exception):
-            raise from_redis_error(
-                results[0], session_id=session_id, role=redis_user(self.settings)
-            )
-        fence, prev, takeover = results[0]
+        reply, reads = await self.scripts.run_and_read(
+            "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)],
+            lambda p: self._queue_load(p, sk, page),
+        )
+        fence, prev, takeover = reply
         lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-        return lease, self._state(session_id, results[1:])
+        return lease, self._state(session_id, reads)
 
     def _queue_load(self, p: Any, sk: SessionKeys, page: int | None) -> None:
         page = page or self.settings.entries_page

@@ -82,11 +82,11 @@ def commit_env(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, Any, in
     submit = client.register_script(source("submit"))
     task = Task(id="t1", kind="generation", owner=SESSION)
     submit(keys=sk.all(), args=[
-        SESSION, "notices", 1, f"{NS}.wake.notices.1", "r1", "sub-1", "{}", "{}", task.id,
+        "", SESSION, "notices", 1, f"{NS}.wake.notices.1", "r1", "sub-1", "{}", "{}", task.id,
         task.to_json(), "{}", 60_000, WORKER, "{}",
     ])
     acquire = client.register_script(source("acquire"))
-    fence = int(acquire(keys=sk.all(), args=["fuzzer", 600_000, WORKER])[0])
+    fence = int(acquire(keys=sk.all(), args=["", "fuzzer", 600_000, WORKER])[0])
     # A live run, so "applied" and duplicate-run checks have something real to find.
     client.hset(sk.runs, mapping={"r-live.intent": "{}", "r-live.status": "completed"})
     yield client, client.register_script(source("commit")), fence
@@ -155,7 +155,7 @@ def test_commit_applies_or_refuses_cleanly(
     client, commit, fence = commit_env
     index, rest = write_set
     before = _digest(client)
-    args = [fence, WORKER, SESSION, index, "{}", *rest]
+    args = ["", fence, WORKER, SESSION, index, "{}", *rest]
     try:
         seq, _count = commit(keys=KEYS.session(SESSION).all(), args=args)
     except redis.ResponseError as exc:

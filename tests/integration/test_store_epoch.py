@@ -104,3 +104,39 @@ async def test_a_new_process_refuses_a_store_missing_shards_after_initialisation
     assert running.value.reason == "missing" and running.value.shards == "2"
     assert starting.value.reason == "missing"
     assert changed.value.reason == "changed" and changed.value.found == "other"
+
+
+async def test_inspect_shows_the_epoch_and_a_red_line_once_a_shard_lost_it(
+    own_redis: RedisServer,
+) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
+
+    settings = Settings(redis_url=own_redis.url, namespace="epinspect", shards=4)
+    client = await Client.connect(settings)
+    try:
+        await client.submit("hello", agent="notices", session_id="s-epoch")
+        store = client.store
+        view = await cluster_view(store)
+        epoch = view["epoch"]
+        assert client.epoch is not None
+        assert epoch["state"] == "ok" and epoch["id"] == client.epoch.id
+        assert epoch["created_ms"] and not epoch["missing_shards"]
+        shard = store.keys.shard_of("s-epoch")
+        await store.redis.delete(store.keys.epoch(shard))
+        view = await cluster_view(store)
+        assert view["epoch"]["state"] == "missing"
+        assert view["epoch"]["missing_shards"] == [shard]
+        session = await session_view(store, "s-epoch")
+        assert session["epoch"]["session_shard"]["state"] == "missing"
+        out = StringIO()
+        render_cluster(view, Console(file=out, width=200))
+        render_session(session, Console(file=out, width=200))
+        text = out.getvalue()
+        assert f"store epoch: {epoch['id']}" in text
+        assert f"STORE EPOCH MISSING on shard(s) {shard}" in text
+    finally:
+        await client.close()

@@ -49,6 +49,7 @@ PUBLIC = [
     "ToolError",
     "UnavailableError",
     "ValidationError",
+    "WriteInDoubtError",
     "load_app",
     "tool",
 ]

@@ -1,6 +1,6 @@
 --[==[ _lib.lua: helpers prepended to every Baton session script (Redis has no includes).
 
-Every session script receives the same 12 KEYS, all under one hash tag (one Cluster slot):
+Every session script receives the same 13 KEYS, all under one hash tag (one Cluster slot):
   KEYS[1]  meta      HASH   agent compat wake fence holder lease_until seq dirty created grp:<g>
                             cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
   KEYS[2]  entries   LIST   entry JSON
@@ -15,6 +15,9 @@ Every session script receives the same 12 KEYS, all under one hash tag (one Clus
   KEYS[10] receipts  STREAM commit log
   KEYS[11] outbox    STREAM outbox rows of the session's shard
   KEYS[12] timers    ZSET   timers of the session's shard
+  KEYS[13] applied   HASH   commit id -> recorded reply (see _applied.lua)
+ARGV[1] is the commit id, consumed by the wrapper in _applied.lua: each script's own ARGV,
+as its header lists them, starts after it.
 
 Rule of every script: all checks come before the first write. Redis does not roll back a
 script that fails midway, so validation first is what makes a transition all-or-nothing.

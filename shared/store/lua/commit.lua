@@ -1,6 +1,6 @@
 --[==[ commit.lua: apply one Brain write-set atomically, guarded by the session fence.
 
-KEYS: the 12 session keys (see _lib.lua).
+KEYS: the 13 session keys (see _lib.lua).
 ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then the records,
       each an argument of its own (no JSON nested in JSON: nothing to unescape), in order:
       entries      ne x  entry JSON                      appended to entries

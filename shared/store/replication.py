@@ -1,0 +1,148 @@
+"""A write is acknowledged only once a replica has it: ``WAIT`` on the write's own connection.
+
+On a Redis Cluster a primary answers a script before its replica has the writes; if the
+primary dies then, its promoted replica never had them and an acknowledged commit is lost.
+:class:`ReplicatedWrites` sends each transition script and ``WAIT numreplicas timeout`` in one
+pipeline to the node serving the session's slot, so both run on one connection, in order
+(``WAIT`` counts the replicas that acknowledged that connection's last write).
+
+A write whose acknowledgement did not come (``WAIT`` answered fewer replicas, or the node
+dropped the connection after the script) is *in doubt*: it may survive or vanish with a
+failover. It is retried, for up to ``redis_in_doubt_retry_ms``, with the same **commit id**:
+the script wrapper (see ``_applied.lua``) returns the original reply of a commit id it has
+already applied, without writing again, and touches the applied record so that the ``WAIT``
+after the retry also covers the original write. Past the budget the caller gets
+:class:`~baton.errors.WriteInDoubtError` and must not act on the write (publish, reply,
+execute); its own later retry goes through its usual idempotent path (a re-acquire and
+reload, a re-claim, a resubmit with the same request id).
+
+Replies that prove the script did not run (``NOSCRIPT``, ``MOVED``/``ASK``/``TRYAGAIN``
+during a failover, ``NOREPLICAS`` from a primary whose ``min-replicas-to-write`` guard
+refuses writes) are retried the same way but are never in doubt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from baton.errors import RedisUnavailable, WriteInDoubtError
+from baton.store.redis_client import is_cluster
+
+__all__ = ["Reads", "ReplicatedWrites"]
+
+log = structlog.get_logger("baton.store.replication")
+
+#: Queues read commands after the write, on the same connection (one round trip).
+Reads = Callable[[Any], None]
+
+_NOT_RUN = (NoScriptError, MovedError, AskError, TryAgainError, ClusterDownError)
+_LOST = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException)
+
+
+class ReplicatedWrites:
+    """Runs a script, then ``WAIT``, on the connection of the node serving its keys."""
+
+    def __init__(self, redis: Any, *, min_replicas: int, timeout_ms: int, retry_ms: int) -> None:
+        # Any: a redis.asyncio Redis or RedisCluster (their pipelines differ only in routing).
+        self.redis = redis
+        self.cluster = is_cluster(redis)
+        self.min_replicas = min_replicas
+        self.timeout_ms = timeout_ms
+        self.retry_ms = retry_ms
+
+    async def run(
+        self, script: AsyncScript, keys: list[str], args: list[Any], *, commit_id: str,
+        what: str, session_id: str = "", reads: Reads | None = None,
+    ) -> tuple[Any, list[Any]]:
+        """The script's reply (an exception reply is raised as is) and the reads' results.
+
+        Raises :class:`WriteInDoubtError` when no attempt within the budget was acknowledged
+        but one may have been applied, :class:`RedisUnavailable` when none was applied.
+        """
+        deadline = time.monotonic() + self.retry_ms / 1000
+        delay, doubt, reason = 0.02, False, ""
+        while True:
+            try:
+                results = await self._attempt(script, keys, args, reads)
+            except _LOST as exc:  # the script may have run before the connection dropped
+                doubt, reason = True, f"connection lost: {exc}"
+            else:
+                reply, acked = results[0], results[1]
+                if isinstance(reply, NoScriptError):
+                    await self.redis.script_load(script.script)
+                    continue
+                if isinstance(reply, _NOT_RUN) or _refused_for_replicas(reply):
+                    reason = f"not applied: {reply}"
+                elif isinstance(reply, Exception):
+                    raise reply
+                elif isinstance(acked, Exception) or int(acked) < self.min_replicas:
+                    doubt = True
+                    reason = (f"{acked} of {self.min_replicas} replica(s) acknowledged within "
+                              f"{self.timeout_ms} ms")
+                else:
+                    return reply, list(results[2:])
+            if time.monotonic() + delay > deadline:
+                break
+            log.warning("write_unacknowledged_retrying", what=what, session_id=session_id,
+                        commit_id=commit_id, reason=reason)
+            await asyncio.sleep(delay)  # backoff between attempts, not a wait for an event
+            delay = min(delay * 2, 0.5)
+            await self._refresh()
+        log.error("write_in_doubt" if doubt else "write_refused", what=what,
+                  session_id=session_id, commit_id=commit_id, reason=reason)
+        if doubt:
+            raise WriteInDoubtError(what, session_id=session_id, commit_id=commit_id,
+                                    wanted=self.min_replicas, reason=reason)
+        raise RedisUnavailable(f"redis refused {what} for session {session_id}: {reason}",
+                               cause=reason)
+
+    async def _attempt(
+        self, script: AsyncScript, keys: list[str], args: list[Any], reads: Reads | None
+    ) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        if self.cluster:
+            # WAIT has no key: pin it to the node the script goes to, so the cluster
+            # pipeline sends both on that node's one connection.
+            node = self.redis.get_node_from_key(keys[0])
+            pipe.execute_command("WAIT", self.min_replicas, self.timeout_ms, target_nodes=node)
+        else:
+            pipe.execute_command("WAIT", self.min_replicas, self.timeout_ms)
+        if reads is not None:
+            reads(pipe)
+        if self.cluster:
+            # No redirection: a MOVED script is re-sent by us, with its WAIT beside it.
+            return list(await pipe.execute(raise_on_error=False, allow_redirections=False))
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def _refresh(self) -> None:
+        """Reload the cluster's slot map (a failover moves slots to the promoted replica)."""
+        if not self.cluster:
+            return
+        try:
+            await self.redis.nodes_manager.initialize()
+        except (RedisError, OSError, RedisClusterException, IndexError) as exc:
+            log.debug("cluster_topology_refresh_failed", error=str(exc))
+
+
+def _refused_for_replicas(reply: Any) -> bool:
+    """A primary's ``min-replicas-to-write`` guard refused the script's first write."""
+    return isinstance(reply, ResponseError) and "NOREPLICAS" in str(reply)

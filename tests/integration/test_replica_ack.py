@@ -1,0 +1,152 @@
+"""A transition on a Redis Cluster is acknowledged only once a replica has it (WAIT), and one
+whose acknowledgement did not come is in doubt: WriteInDoubtError, retried exactly once.
+
+Real 3+3 cluster; the replica is frozen with SIGSTOP so it cannot acknowledge.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import pytest
+from redis.asyncio import Redis
+
+from baton.devkit.redis_cluster import RedisClusterNode, RedisClusterServers
+from baton.errors import WriteInDoubtError
+from baton.models import Entry, Task
+from baton.settings import Settings
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
+
+pytestmark = pytest.mark.slow
+
+BRAIN = worker_ref("brain", "brain-a")
+WAKE = "rep.wake.notices.1"
+
+
+@pytest.fixture(scope="module")
+async def cluster() -> AsyncIterator[RedisClusterServers]:
+    async with RedisClusterServers(node_timeout_ms=2_000, min_replicas_max_lag_s=30) as servers:
+        yield servers
+
+
+async def _submit(store: Store, session: str, request_id: str = "r1") -> None:
+    task = Task(id=f"task-{request_id}", kind="generation", owner=session)
+    await store.submit(
+        session, agent="notices", compat=1, wake_subject=WAKE, request_id=request_id,
+        text="hi", task=task, worker=worker_ref("client", "c"),
+        submission_id=f"sub-{request_id}",
+    )
+
+
+async def _replica_llen(node: RedisClusterNode, key: str) -> int:
+    """LLEN read on the replica itself (READONLY on one connection)."""
+    async with Redis(host="127.0.0.1", port=node.port, decode_responses=True,
+                     single_connection_client=True) as r:
+        await r.execute_command("READONLY")
+        return int(await r.llen(key))
+
+
+@contextmanager
+def frozen(node: RedisClusterNode) -> Iterator[None]:
+    assert node.pid is not None
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+
+
+def test_min_replicas_defaults_to_one_on_a_cluster_and_zero_on_one_server() -> None:
+    assert Settings(redis_url="redis+cluster://127.0.0.1:7000").min_replicas() == 1
+    assert Settings(redis_url="redis://127.0.0.1:6379/0").min_replicas() == 0
+    assert Settings(redis_url="redis+cluster://h:1", redis_min_replicas=0).min_replicas() == 0
+
+
+async def test_an_acknowledged_commit_is_already_on_the_replica(
+    cluster: RedisClusterServers,
+) -> None:
+    store = await Store.connect(Settings(redis_url=cluster.url, namespace="repack"))
+    try:
+        await _submit(store, "s1")
+        lease, _ = await store.acquire_and_load("s1", BRAIN, 60_000)
+        sk = store.keys.session("s1")
+        primary = await cluster.primary_for_key(sk.entries)
+        replica = await cluster.replica_of(primary)
+        for n in range(5):
+            _, count = await store.commit(
+                "s1", lease.fence, Writes(entries=[Entry(kind="model", text=f"e{n}")]), BRAIN)
+            # No polling: the acknowledgement itself means the replica has the entry.
+            assert await _replica_llen(replica, sk.entries) == count
+    finally:
+        await store.close()
+
+
+async def test_a_commit_no_replica_acknowledges_is_in_doubt_and_its_retry_applies_once(
+    cluster: RedisClusterServers,
+) -> None:
+    settings = Settings(redis_url=cluster.url, namespace="repdoubt",
+                        redis_replica_timeout_ms=100, redis_in_doubt_retry_ms=300)
+    store = await Store.connect(settings)
+    try:
+        await _submit(store, "s1")
+        lease, state = await store.acquire_and_load("s1", BRAIN, 60_000)
+        sk = store.keys.session("s1")
+        before = state.entry_count
+        replica = await cluster.replica_of(await cluster.primary_for_key(sk.entries))
+        writes = Writes(entries=[Entry(kind="model", text="in doubt")])
+        args = [lease.fence, BRAIN.model_dump_json(), "s1", *writes.to_script()]
+        with frozen(replica):
+            with pytest.raises(WriteInDoubtError) as caught:
+                await store.commit("s1", lease.fence, writes, BRAIN)
+            err = caught.value
+            assert err.retryable and err.commit_id and err.what == "commit"
+            # No failover came: the primary applied it once, across all its retries.
+            assert await store.redis.llen(sk.entries) == before + 1
+        await cluster.wait_ready()
+        # The writer's retry with the same commit id answers the original reply and is
+        # acknowledged now; nothing is applied again, however often it is retried.
+        first = await store.scripts.run("commit", sk, args, commit_id=err.commit_id)
+        again = await store.scripts.run("commit", sk, args, commit_id=err.commit_id)
+        assert first == again and int(first[1]) == before + 1
+        assert await store.redis.llen(sk.entries) == before + 1
+        replica = await cluster.replica_of(await cluster.primary_for_key(sk.entries))
+        assert await _replica_llen(replica, sk.entries) == before + 1
+        # A new commit id is a new write.
+        seq, count = await store.commit("s1", lease.fence, writes, BRAIN)
+        assert count == before + 2 and seq > int(first[0])
+    finally:
+        await store.close()
+
+
+async def test_a_submit_in_doubt_retries_to_its_original_reply(
+    cluster: RedisClusterServers,
+) -> None:
+    settings = Settings(redis_url=cluster.url, namespace="repsub",
+                        redis_replica_timeout_ms=100, redis_in_doubt_retry_ms=300)
+    store = await Store.connect(settings)
+    try:
+        await _submit(store, "s1")  # the session exists and its epoch key is written
+        sk = store.keys.session("s1")
+        replica = await cluster.replica_of(await cluster.primary_for_key(sk.meta))
+        task = Task(id="task-r2", kind="generation", owner="s1")
+        with frozen(replica):
+            with pytest.raises(WriteInDoubtError) as caught:
+                await store.submit(
+                    "s1", agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
+                    text="again", task=task, worker=worker_ref("client", "c"),
+                    submission_id="sub-r2")
+        await cluster.wait_ready()
+        assert caught.value.what == "submit"
+        seq = await store.redis.hget(sk.meta, "seq")
+        # The recorded reply answers the commit id before the script body runs (so the
+        # arguments do not matter here): "created", and still exactly one new entry.
+        reply = await store.scripts.run("submit", sk, ["s1"], commit_id=caught.value.commit_id)
+        assert int(reply[0]) == 1
+        assert await store.redis.llen(sk.entries) == 2
+        assert await store.redis.hget(sk.meta, "seq") == seq
+    finally:
+        await store.close()
