@@ -1,4 +1,4 @@
-"""Baton's benchmarks: figures, not assertions (``python -m bench``, ``make bench``).
+"""Baton's benchmarks: figures, not assertions (``baton bench``, ``make bench``).
 
 Each benchmark is a module with ``NAME``, ``DESCRIPTION`` and ``async def run(quick, console)
 -> Result``, registered in :data:`BENCHES`. Results are printed as a table and written to
