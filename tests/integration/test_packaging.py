@@ -9,6 +9,7 @@ is pinned against the folders on disk, and the wheel itself is built and read.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -117,3 +118,12 @@ def test_the_wheel_holds_one_package_its_command_and_its_data(tmp_path: Path) ->
         for module in folder.glob("*.py")
     }
     assert expected <= set(names)
+
+
+def test_every_benchmark_names_a_module_of_the_package() -> None:
+    """`baton bench` runs the installed baton.bench, so each entry must resolve there."""
+    from baton.bench import BENCHES
+
+    for name, module in BENCHES.items():
+        assert module.startswith("baton.bench."), name
+        assert importlib.util.find_spec(module) is not None, name
