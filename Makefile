@@ -6,6 +6,7 @@
 #   make test-chaos  the long randomized fault runs
 #   make bench       benchmarks (not timed tests)
 #   make lint        ruff + mypy
+#   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
 
 SHELL := bash
@@ -16,11 +17,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # First python >= 3.11 on PATH; override with `make PYTHON=python3.12 ...`.
 PYTHON ?= $(shell scripts/bootstrap.sh find-python 2>/dev/null || echo python3)
-# Re-install into the virtualenv only when the project's dependencies changed.
+# Re-install into the virtualenv only when the project's dependencies or their pins changed.
 STAMP := $(VENV)/.baton-installed
+# Exact, hashed pins of every dependency (pip-compile from pyproject.toml, which keeps ranges for
+# library users): the runtime set for the image, the runtime + dev set for the venv and CI.
+RUNTIME_LOCK := requirements/runtime.lock
+DEV_LOCK := requirements/dev.lock
+LOCK_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv demo test test-stress test-chaos bench lint clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos bench lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -31,14 +37,15 @@ deps:
 venv: $(STAMP)
 
 # deps first (order-only): creating the venv needs python's venv module.
-$(STAMP): pyproject.toml | deps
+$(STAMP): pyproject.toml $(DEV_LOCK) | deps
 	@if [ ! -x "$(BIN)/python" ]; then \
 		echo "creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv "$(VENV)"; \
 	fi
 	@$(BIN)/python -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
 		echo "$(VENV) uses python < 3.11: remove it and run make again" >&2; exit 1; }
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -r $(DEV_LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch "$@"
 
 demo: deps venv
@@ -63,6 +70,16 @@ SOURCES := shared brain hands relay examples bench tests
 lint: venv
 	$(BIN)/ruff check $(SOURCES)
 	MYPY=$(BIN)/mypy scripts/typecheck.sh
+
+# The dev lock is constrained by the runtime lock, so the two agree on every shared package.
+# pip-compile keeps existing pins that still fit; LOCK_ARGS=--upgrade (or
+# --upgrade-package NAME) moves them. No index URLs are written: pip's own configuration applies.
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --allow-unsafe \
+	--generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+
+lock: venv
+	$(PIP_COMPILE) -o $(RUNTIME_LOCK) pyproject.toml
+	$(PIP_COMPILE) --extra dev -c $(RUNTIME_LOCK) -o $(DEV_LOCK) pyproject.toml
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache bench/results

@@ -1,4 +1,4 @@
-"""Baton's benchmarks: figures, not assertions (``python -m bench``, ``make bench``).
+"""Baton's benchmarks: figures, not assertions (``baton bench``, ``make bench``).
 
 Each benchmark is a module with ``NAME``, ``DESCRIPTION`` and ``async def run(quick, console)
 -> Result``, registered in :data:`BENCHES`. Results are printed as a table and written to
@@ -11,7 +11,7 @@ from __future__ import annotations
 BENCHES: dict[str, str] = {
     "store": "baton.bench.store_bench",
     "chain": "baton.bench.chain_bench",
-    "e2e": "bench.e2e_bench",
+    "e2e": "baton.bench.e2e_bench",
     "docs": "baton.bench.doc_bench",
     "takeover": "baton.bench.takeover_bench",
     "history": "baton.bench.history_bench",

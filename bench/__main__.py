@@ -1,4 +1,8 @@
-"""``python -m bench [all | NAME ...] [--quick] [--uvloop]``: run benchmarks, print, save JSON."""
+"""``baton bench [all | NAME ...] [--quick] [--uvloop]``: run benchmarks, print, save JSON.
+
+Also ``python -m baton.bench``. Results go to ``./bench/results/`` of the current directory,
+or to ``$BATON_BENCH_RESULTS`` (:data:`baton.bench.common.RESULTS_DIR`).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ SUMMARIZED = ("e2e", "takeover", "history")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="baton bench", description=__doc__)
     parser.add_argument("names", nargs="*", default=["all"], metavar="NAME",
                         help=f"'all' (default) or any of: {', '.join(BENCHES)}")
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
@@ -38,7 +42,7 @@ async def run_all(names: list[str], quick: bool, console: Console) -> None:
         console.rule(f"{name}: {module.DESCRIPTION}")
         result = await module.run(quick=quick, console=console)
         path = write_json(result)
-        console.print(f"[dim]wrote {path.relative_to(path.parents[2])}[/dim]")
+        console.print(f"[dim]wrote {path}[/dim]")
     if set(names) & set(SUMMARIZED):
         console.rule("summary")
         summarize(console)

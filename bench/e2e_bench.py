@@ -1,8 +1,8 @@
 """End to end: Baton's tool round trip and five-notice sessions on the real services.
 
-One :class:`~baton.devkit.devstack.DevStack` (redis-server, nats-server, the mail service without delay,
-one Brain, one Hands, one Relay, each its own OS process; non-durable servers) serves the
-whole run, and on the same servers, in the same run:
+One :class:`~baton.devkit.devstack.DevStack` (redis-server, nats-server, the mail service
+without delay, one Brain, one Hands, one Relay, each its own OS process; non-durable
+servers) serves the whole run, and on the same servers, in the same run:
 
 1. **raw chain**: the hop chain of ``bench chain`` (Lua commit -> relay -> JetStream -> pull
    fetch -> Lua commit -> ack), the floor each leg of a tool round trip stands on;

@@ -1,13 +1,13 @@
 """Takeover: a Hands SIGKILLed mid-send, to the session done, over repeated trials.
 
-One :class:`~baton.devkit.devstack.DevStack` per settings variant (one Brain, two Hands, one Relay; the
-mail service holds each answer 300 ms). Per trial a five-notice session is submitted; as soon
-as the mail service has *recorded* one of its sends (accepted, reply not yet seen) the Hands
-sending it is SIGKILLed and not restarted: the other, live replica must take the run over
-(JetStream redelivers after ``ack_wait``; the attempt is reclaimed once its heartbeat is older
-than ``attempt_ttl``), confirm it by its operation id and the Brain must finish. Measured: kill
--> the run's reclaim receipt, and kill -> submission settled. A fresh Hands replaces the dead
-one between trials (untimed).
+One :class:`~baton.devkit.devstack.DevStack` per settings variant (one Brain, two Hands, one
+Relay; the mail service holds each answer 300 ms). Per trial a five-notice session is
+submitted; as soon as the mail service has *recorded* one of its sends (accepted, reply not yet
+seen) the Hands sending it is SIGKILLed and not restarted: the other, live replica must take
+the run over (JetStream redelivers after ``ack_wait``; the attempt is reclaimed once its
+heartbeat is older than ``attempt_ttl``), confirm it by its operation id and the Brain must
+finish. Measured: kill -> the run's reclaim receipt, and kill -> submission settled. A fresh
+Hands replaces the dead one between trials (untimed).
 
 Variants: the defaults (``ack_wait_s`` 5, ``attempt_ttl_ms`` 5000), and the shorter timings
 proposed when the default misses the target (section "Takeover" of the printed note).

@@ -119,9 +119,10 @@ class CustomTask:
                 return None
             marked = self._running(task, ctx, crashes=crashes)
         elif state.name != "running":
-            marked = self.mark(task, ctx)  # the scheduler marks in batches; this is a fallback
-            if marked is None:
+            fallback = self.mark(task, ctx)  # the scheduler marks in batches; this is a fallback
+            if fallback is None:
                 return None
+            marked = fallback
         else:
             return await self._run_phase(task, ctx)
         detail: dict[str, Any] = {"task_id": task.id, "phase": marked.checkpoint.phase}

@@ -2,7 +2,7 @@
 
 * A session records its agent and compat level; its wakes go to ``<ns>.wake.<agent>.<compat>``.
   A Brain consumes its agent's own level and the levels it ``migrates_from``
-  (:attr:`shared.app.Agent.levels`). A session at any other level (e.g. a newer one reached
+  (:attr:`baton.app.Agent.levels`). A session at any other level (e.g. a newer one reached
   through a stale wake) is left untouched.
 * The first pass of a newer Brain over a session at an older level migrates it in ONE
   commit: custom tasks whose definition has a newer version go through its

@@ -1,7 +1,7 @@
 """The seed's five-mail example as durable custom tasks: a batch and one child per recipient.
 
-    baton brain --app examples.notice_batch:app
-    baton hands --app examples.notice_batch:app
+    baton brain --app baton.examples.notice_batch:app
+    baton hands --app baton.examples.notice_batch:app
     baton start notice-batch --wait --input '{"recipients": ["ada@example.com"],
                                               "subject": "Notice", "body": "..."}'
 

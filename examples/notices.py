@@ -1,7 +1,7 @@
 """The seed example: send an approved notice to each customer, then summarise.
 
-Run it with ``baton brain --app examples.notices:app`` and ``baton hands --app
-examples.notices:app``; the scripted model sends one ``send_email`` per address found in
+Run it with ``baton brain --app baton.examples.notices:app`` and ``baton hands --app
+baton.examples.notices:app``; the scripted model sends one ``send_email`` per address found in
 the user's message, in one response, then names each recipient's outcome.
 """
 

@@ -235,5 +235,5 @@ def load_app(spec: str) -> App:
         raise ConfigError(f"cannot import app module {module_name!r}: {exc}") from None
     app = getattr(module, attr, None)
     if not isinstance(app, App):
-        raise ConfigError(f"{spec} is not a shared.app.App (got {type(app).__name__})")
+        raise ConfigError(f"{spec} is not a baton.App (got {type(app).__name__})")
     return app

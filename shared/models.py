@@ -7,7 +7,7 @@ know rejects the record with a clear error instead of guessing.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,7 +15,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from baton.errors import ValidationError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1  # Final: its type is Literal[1], the type of Record.v
 M = TypeVar("M", bound=BaseModel)
 
 ReplayPolicy = Literal["safe", "confirm", "unsafe"]

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("baton.devkit.demo:demo_command", "Five notices, a Hands killed mid-send."),
     "mailbox": ("baton.devkit.mailbox:mailbox_command", "Run the bundled mail service."),
     "chaos": ("baton.devkit.chaos:chaos_command", "Many sessions while killing workers."),
-    "bench": ("baton.cli.workers:bench", "Benchmarks side by side (source checkout)."),
+    "bench": ("baton.cli.workers:bench", "Benchmarks side by side (installed with Baton)."),
 }
 
 

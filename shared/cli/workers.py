@@ -47,15 +47,10 @@ def relay(name: str | None) -> None:
 def bench(args: tuple[str, ...]) -> None:
     """Benchmarks side by side: chain, tool round trip, sessions/s, takeover, step cost.
 
-    Runs `python -m bench [all | NAME ...] [--quick]` in the source checkout (the benchmarks
-    ship with the sources): a table per benchmark, every figure beside its target, JSON and
-    an SVG picture in bench/results/.
+    Runs `python -m baton.bench [all | NAME ...] [--quick]` (installed with Baton) in its own
+    process: a table per benchmark, every figure beside its target, JSON and an SVG picture
+    in ./bench/results/ of the current directory, or in $BATON_BENCH_RESULTS.
     """
     import subprocess
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "bench" / "__main__.py").exists():
-        raise click.ClickException("the benchmarks ship with the source tree: run "
-                                   "`baton bench` from a checkout (make bench)")
-    sys.exit(subprocess.call([sys.executable, "-m", "bench", *(args or ("all",))], cwd=root))
+    sys.exit(subprocess.call([sys.executable, "-m", "baton.bench", *(args or ("all",))]))

@@ -123,8 +123,8 @@ class SessionState:
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
     grouped: dict[str, dict[str, str]] = {}
     for name, value in fields.items():
-        rid, _, f = name.rpartition(".")
-        grouped.setdefault(rid, {})[f] = value
+        rid, _, attr = name.rpartition(".")
+        grouped.setdefault(rid, {})[attr] = value
     runs = {}
     for rid, f in grouped.items():
         if "intent" not in f:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
@@ -192,7 +192,8 @@ class Store:
         """A task, live or finished."""
         sk = self.keys.session(session_id)
         async with self.redis.pipeline(transaction=True) as p:
-            p.hget(sk.tasks, task_id).hget(sk.done, task_id)
+            p.hget(sk.tasks, task_id)
+            p.hget(sk.done, task_id)
             live, done = await p.execute()
         if live is None and done is None:
             raise not_found(f"task {task_id} in session {session_id}",
@@ -208,7 +209,8 @@ class Store:
 
     async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
         sk = self.keys.session(session_id)
-        sub_id = await self.redis.hget(sk.reqs, request_id)
+        # cast: connect_redis decodes replies, which redis-py's types cannot express
+        sub_id = cast(str | None, await self.redis.hget(sk.reqs, request_id))
         return await self.submission(session_id, sub_id) if sub_id else None
 
     # ------------------------------------------------------------------ Brain side
@@ -337,7 +339,8 @@ class Store:
     async def partial(self, session_id: str) -> Partial | None:
         """The streamed text saved since the last commit, if any."""
         sk = self.keys.session(session_id)
-        text, of = await self.redis.hmget(sk.meta, ["partial", "partial_of"])
+        reply = await self.redis.hmget(sk.meta, ["partial", "partial_of"])
+        text, of = cast(list[str | None], reply)  # decoded replies, as above
         if of is None:
             return None
         task_id, _, request_id = of.partition(" ")
@@ -346,14 +349,15 @@ class Store:
     # ------------------------------------------------------------------ history
 
     async def finished_tasks(self, session_id: str) -> dict[str, Task]:
-        raw = await self.redis.hgetall(self.keys.session(session_id).done)
+        raw = cast(dict[str, str], await self.redis.hgetall(self.keys.session(session_id).done))
         return {k: decode(Task, v) for k, v in raw.items()}
 
     async def receipts(
         self, session_id: str, after: str = "-", count: int = 10_000
     ) -> list[Receipt]:
         start = after if after == "-" else f"({after}"
-        raw = await self.redis.xrange(self.keys.session(session_id).receipts, start, "+", count)
+        reply = await self.redis.xrange(self.keys.session(session_id).receipts, start, "+", count)
+        raw = cast(list[tuple[str, dict[str, str]]], reply)  # decoded replies
         return [parse_receipt(sid, f) for sid, f in raw]
 
     async def receipts_for(

@@ -18,7 +18,7 @@ PASSWORDS = {f"{r.upper()}_NATS_PASSWORD": f"{r}pw" for r in ("admin", *ROLES)}
 
 
 def test_permission_files_are_generated_from_the_code() -> None:
-    # Regenerate with `python -m shared.auth` after changing shared/auth.py.
+    # Regenerate with `python -m baton.auth` after changing shared/auth.py.
     assert (DEPLOY / "nats" / "users.conf").read_text() == nats_users_file("baton")
     assert (DEPLOY / "redis" / "users.acl").read_text() == redis_acl_file("baton")
 

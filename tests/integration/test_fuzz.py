@@ -1,7 +1,7 @@
 """Property-based fuzzing of the two doors hostile input comes through.
 
 * Wire decoding: ``decode(Wake | ToolDispatch, bytes)`` raises nothing but
-  :class:`shared.errors.ValidationError`, whatever the bytes.
+  :class:`baton.errors.ValidationError`, whatever the bytes.
 * The commit script's input checks: a random write-set argument list either applies or is
   refused with ``INVALID`` / ``CONFLICT``, and a refusal leaves every key of the session and
   its shard byte-for-byte as it was (Redis does not roll back a script that fails midway).

@@ -1,6 +1,6 @@
 """Per-role credentials: NATS users with subject permissions and Redis ACL users; TLS.
 
-A private NATS server is started with the authorization block of :mod:`shared.auth`, and a
+A private NATS server is started with the authorization block of :mod:`baton.auth`, and a
 private Redis with one ACL user per role. The five-notice flow runs with every service
 under its own users; each forbidden action is refused and reported as a ForbiddenError
 naming the role and the action, and wrong credentials as a CredentialsError.

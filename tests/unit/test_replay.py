@@ -1,4 +1,4 @@
-"""The replay-policy decision (pure) and the hands package's public surface."""
+"""The replay-policy decision (pure): execute, re-execute, confirm or interrupt."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-import baton.hands
 from baton.hands.replay import ReplayDecision, decide
 
 POLICIES = ("safe", "confirm", "unsafe")

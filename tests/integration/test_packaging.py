@@ -1,0 +1,129 @@
+"""The distribution: one import package ``baton`` built from the role folders, and locks that pin
+what pyproject.toml declares.
+
+The repository keeps ``shared/ brain/ hands/ relay/ examples/ bench/`` at the top and setuptools
+mounts them under ``baton`` (``[tool.setuptools] packages`` and ``package-dir``). A subpackage
+missing from that list builds without complaint and is simply absent from the wheel, so the list
+is pinned against the folders on disk, and the wheel itself is built and read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+# What the sdist/wheel build reads; everything else in the repository stays out.
+BUILD_INPUTS = ("pyproject.toml", "README.md")
+NOT_TOP_LEVEL = {"shared", "brain", "hands", "relay", "examples", "bench", "tests"}
+
+
+def source_packages() -> dict[str, Path]:
+    """Every folder with an ``__init__.py`` under a mounted folder, by its ``baton.*`` name."""
+    found = {}
+    for package, folder in SETUPTOOLS["package-dir"].items():
+        base = ROOT / folder
+        for init in base.rglob("__init__.py"):
+            if "__pycache__" in init.parts:
+                continue
+            rel = init.parent.relative_to(base).parts
+            found[".".join((package, *rel))] = init.parent
+    return found
+
+
+def test_the_package_list_covers_every_folder_with_an_init() -> None:
+    # Every top-level package folder but the tests is mounted under baton ...
+    mounted = set(SETUPTOOLS["package-dir"].values())
+    assert mounted == {init.parent.name for init in ROOT.glob("*/__init__.py")} - {"tests"}
+    # ... and every package inside them is listed.
+    assert sorted(SETUPTOOLS["packages"]) == sorted(source_packages())
+
+
+def _pins(lock: Path) -> dict[str, str]:
+    pins = {}
+    for line in lock.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", line)
+        if match:
+            pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+def test_the_locks_pin_every_declared_dependency_within_its_range() -> None:
+    """`make lock` was run after the last change to the dependencies in pyproject.toml."""
+    runtime = _pins(ROOT / "requirements" / "runtime.lock")
+    dev = _pins(ROOT / "requirements" / "dev.lock")
+    declared = [(Requirement(r), (runtime, dev)) for r in PYPROJECT["project"]["dependencies"]]
+    declared += [(Requirement(r), (dev,))
+                 for r in PYPROJECT["project"]["optional-dependencies"]["dev"]]
+    for req, locks in declared:
+        for pins in locks:
+            name = canonicalize_name(req.name)
+            assert name in pins, f"{req} is not in a lock: run make lock"
+            assert req.specifier.contains(pins[name], prereleases=True), (
+                f"{name}=={pins[name]} is outside {req}: run make lock")
+    # The dev lock is built on the runtime lock: one version of each shared package.
+    assert {n: v for n, v in dev.items() if n in runtime} == runtime
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_one_package_its_command_and_its_data(tmp_path: Path) -> None:
+    # Built from a copy of what the build reads: a build/ left in the checkout could
+    # otherwise bring back files that no longer exist.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in BUILD_INPUTS:
+        shutil.copy(ROOT / name, src / name)
+    for folder in SETUPTOOLS["package-dir"].values():
+        shutil.copytree(ROOT / folder, src / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results"))
+    # No build isolation: the locked setuptools in this environment, no index needed.
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    [wheel] = (tmp_path / "dist").glob("baton-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+
+    top = {n.split("/", 1)[0] for n in names}
+    [dist_info] = [t for t in top if t.endswith(".dist-info")]
+    assert top == {"baton", dist_info}
+    assert not top & NOT_TOP_LEVEL
+
+    entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
+    assert re.search(r"^baton = baton\.cli:main$", entry_points, re.M)
+
+    lua = sorted(p.name for p in (ROOT / "shared" / "store" / "lua").glob("*.lua"))
+    assert lua
+    assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("baton/store/lua/")) == lua
+    assert "baton/py.typed" in names
+
+    # Every module of every mounted folder is in the wheel, at its baton.* path.
+    expected = {
+        "/".join(package.split(".")) + "/" + module.name
+        for package, folder in source_packages().items()
+        for module in folder.glob("*.py")
+    }
+    assert expected <= set(names)
+
+
+def test_every_benchmark_names_a_module_of_the_package() -> None:
+    """`baton bench` runs the installed baton.bench, so each entry must resolve there."""
+    from baton.bench import BENCHES
+
+    for name, module in BENCHES.items():
+        assert module.startswith("baton.bench."), name
+        assert importlib.util.find_spec(module) is not None, name
