@@ -28,14 +28,19 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from baton.devkit.servers import NatsCluster, NatsServer, RedisServer, _find_binary, free_port
+from baton.devkit.servers import (
+    Managed,
+    NatsCluster,
+    NatsServer,
+    RedisServer,
+    _find_binary,
+    free_port,
+)
 from baton.errors import ServerError
 
 __all__ = ["ClusterNodeInfo", "ClusterStack", "RedisClusterNode", "RedisClusterServers"]
@@ -125,7 +130,7 @@ def parse_cluster_nodes(text: str) -> list[ClusterNodeInfo]:
     return out
 
 
-class RedisClusterServers:
+class RedisClusterServers(Managed):
     """``primaries`` x (1 + ``replicas``) private cluster nodes on loopback.
 
     ``url`` (same as :attr:`seed_url`) is the ``redis+cluster://`` form ``BATON_REDIS_URL``
@@ -208,18 +213,6 @@ class RedisClusterServers:
                     missing_ok=True)
         await node.restart()
 
-    async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------ topology queries
 
@@ -366,7 +359,7 @@ def _info_field(info: object, name: str) -> str:
     return ""
 
 
-class ClusterStack:
+class ClusterStack(Managed):
     """What ``baton dev --cluster`` runs: a 3+3 Redis Cluster and a 3-node JetStream
     cluster, with the surface of :class:`~baton.devkit.servers.EmbeddedStack`."""
 

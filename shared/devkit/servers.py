@@ -23,6 +23,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -42,6 +43,30 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class Managed(ABC):
+    """A group of servers used as ``async with``: a start that fails part-way stops what it
+    started, so a test or a dev stack never leaves processes behind."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def stop(self, timeout: float = 5.0) -> None: ...  # noqa: ASYNC109
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
 
 class _Server:
@@ -349,7 +374,7 @@ def _check_nats_version(path: str, hint: str) -> None:
         )
 
 
-class NatsCluster:
+class NatsCluster(Managed):
     """A JetStream cluster of ``size`` private ``nats-server`` processes on loopback.
 
     Nodes are named ``n1..nN`` and routed to each other; :attr:`url` lists every client
@@ -436,21 +461,9 @@ class NatsCluster:
         if self._owns_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
-class EmbeddedStack:
+class EmbeddedStack(Managed):
     """Redis and NATS together, as ``baton dev`` runs them; data under ``base_dir`` if given."""
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
@@ -471,15 +484,3 @@ class EmbeddedStack:
     async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
         await asyncio.gather(self.redis.stop(timeout), self.nats.stop(timeout))
 
-    async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
