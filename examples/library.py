@@ -73,5 +73,7 @@ async def ask(text: str, settings: Settings) -> str:
 
 if __name__ == "__main__":
     from baton.devkit.stack import settings_from_env_or_stack
+    from baton.observability.log import configure
 
+    configure("warning")  # an application configures logging; here: warnings only
     print(asyncio.run(ask(sys.argv[1], settings_from_env_or_stack())))

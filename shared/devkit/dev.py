@@ -73,7 +73,21 @@ def _print_stack(info: dict[str, Any]) -> None:
     console.print(table)
     for key in ("redis_url", "nats_url", "mail_url", "namespace"):
         console.print(f"  {key:<10} {info[key]}")
-    console.print('  try: baton submit --wait "Send the approved notice to ada@example.com"')
+    console.print(f"  try: {_first_submit(info.get('app', ''))}")
+
+
+def _first_submit(app_spec: str) -> str:
+    """A first command to try against the stack's app (its first agent)."""
+    if app_spec.endswith("examples.notices:app"):
+        return 'baton submit --wait "Send the approved notice to ada@example.com"'
+    try:
+        from baton.app import load_app
+
+        agent = next(iter(load_app(app_spec).agents.values()))
+    except Exception:  # the hint is a courtesy: a broken app is reported by its workers
+        return 'baton submit --wait --agent AGENT "..."'
+    return f'baton submit --wait --agent {agent.name} --compat {agent.compat} "..."'
+
 
 
 async def _serve_foreground(stack: DevStack) -> None:
