@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from baton.app import Agent, App
 from baton.bus.subjects import BusNames
 from baton.faults import Faults
 from baton.models import RunStatus, Task, ToolResult, ToolRun, WorkerRef, decode
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.state import SessionState
 from baton.store.store import Store, now_ms
@@ -31,7 +30,7 @@ class TaskContext:
     worker: WorkerRef
     faults: Faults
     models: dict[str, Any] = field(default_factory=dict)
-    log: Any = field(default_factory=lambda: structlog.get_logger("baton.brain"))
+    log: Any = field(default_factory=lambda: get_logger("baton.brain"))
     commits: int = 0
 
     @property

@@ -24,12 +24,13 @@ from baton.bus.subjects import BusNames
 from baton.errors import StaleFenceError
 from baton.faults import Faults
 from baton.models import WorkerRef
+from baton.observability.log import get_logger
 from baton.receipts import Carrier
 from baton.settings import Settings
 from baton.store.state import SessionState
 from baton.store.store import Store
 
-log = structlog.get_logger("baton.brain")
+log = get_logger("baton.brain")
 
 
 @dataclass(frozen=True)

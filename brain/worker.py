@@ -15,7 +15,6 @@ import asyncio
 import time
 from typing import Any
 
-import structlog
 from nats.aio.msg import Msg
 
 from baton.app import App, load_app
@@ -35,6 +34,7 @@ from baton.errors import (
 from baton.faults import Faults
 from baton.models import Wake, decode
 from baton.observability import log as logs
+from baton.observability.log import get_logger
 from baton.observability.tracing import consumer
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
@@ -42,7 +42,7 @@ from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
 from baton.store.store import Store
 
-log = structlog.get_logger("baton.brain")
+log = get_logger("baton.brain")
 
 
 class BrainWorker(Service):

@@ -19,18 +19,18 @@ from typing import Any
 
 import httpx
 import orjson
-import structlog
 from pydantic import BaseModel
 
 from baton.app import Tool, ToolContext
 from baton.errors import StaleAttemptError, ToolError, ValidationError
 from baton.hands.replay import decide
 from baton.models import Recovery, ToolIntent, ToolResult, WorkerRef
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.runs import Runs
 from baton.store.state import Claim
 
-log = structlog.get_logger("baton.hands")
+log = get_logger("baton.hands")
 
 MAX_ERROR_TEXT = 2_000
 CANCEL_GRACE_S = 5.0  # wait this long for a cancelled tool to end

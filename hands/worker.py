@@ -27,7 +27,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import httpx
-import structlog
 from httpx_aiohttp import AiohttpTransport
 from nats.aio.msg import Msg
 
@@ -45,7 +44,7 @@ from baton.errors import (
 from baton.faults import Faults
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
-from baton.observability.log import bind
+from baton.observability.log import bind, get_logger
 from baton.observability.tracing import consumer, execute
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
@@ -55,7 +54,7 @@ from baton.store.store import Store
 
 __all__ = ["HandsWorker", "main"]
 
-log = structlog.get_logger("baton.hands")
+log = get_logger("baton.hands")
 
 FETCH_TIMEOUT_S = 1.0  # a fetch loop notices shutdown within this
 MAX_BATCH = 32  # messages per fetch, at most (and never more than free slots)

@@ -35,7 +35,6 @@ import time
 
 import nats.errors
 import nats.js.errors
-import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -44,6 +43,7 @@ from baton.bus.messages import Outgoing, carrier_headers
 from baton.errors import ForbiddenError, NatsUnavailable, ValidationError
 from baton.faults import Faults
 from baton.models import OutboxRow
+from baton.observability.log import get_logger
 from baton.observability.telemetry import trace_id_of
 from baton.observability.tracing import sample_backlog
 from baton.service import Service, run_until_signalled
@@ -56,7 +56,7 @@ from baton.store.redis_client import connect_redis
 
 __all__ = ["Relay", "main"]
 
-log = structlog.get_logger("baton.relay")
+log = get_logger("baton.relay")
 
 # A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
 # long an idle reader sits in one call; shutdown unblocks it explicitly (CLIENT UNBLOCK).

@@ -29,11 +29,11 @@ from typing import Any, get_type_hints
 
 import httpx
 import orjson
-import structlog
 from pydantic import BaseModel
 
 from baton.errors import ConfigError, ValidationError
 from baton.models import ReplayPolicy
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.documents import DocumentType
 
@@ -51,7 +51,7 @@ class ToolContext:
     settings: Settings
     http: httpx.AsyncClient
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    log: Any = field(default_factory=lambda: structlog.get_logger("baton.tool"))
+    log: Any = field(default_factory=lambda: get_logger("baton.tool"))
 
 
 ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]

@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 
-import structlog
+from baton.observability.log import get_logger
 
 POINTS = frozenset(
     {
@@ -60,7 +60,7 @@ class Faults:
             return
         self._hits[name] = self._hits.get(name, 0) + 1
         if self._hits[name] == self._at[name]:
-            structlog.get_logger("baton.fault").warning("fault_point_hit", point=name)
+            get_logger("baton.fault").warning("fault_point_hit", point=name)
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)

@@ -24,18 +24,18 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
-import structlog
 from redis.asyncio import Redis
 
 from baton.errors import BatonError, UnavailableError
 from baton.models import dumps
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.store import now_ms, worker_ref
 
 if TYPE_CHECKING:
     from baton.bus.bus import Bus
 
-log = structlog.get_logger("baton.service")
+log = get_logger("baton.service")
 T = TypeVar("T")
 
 

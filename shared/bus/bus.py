@@ -26,7 +26,6 @@ from typing import Any, Self, TypeVar
 import nats
 import nats.errors
 import nats.js.errors
-import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -51,12 +50,13 @@ from baton.errors import (
     PayloadTooLarge,
     ValidationError,
 )
+from baton.observability.log import get_logger
 from baton.observability.tracing import publish_span, publish_spans
 from baton.settings import Settings
 
 __all__ = ["Bus", "BusNames", "Outgoing", "Puller", "delivery_count", "heartbeat"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
 _STREAM_NAME_IN_USE = 10058  # JetStream API error: stream exists with another config

@@ -13,11 +13,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
-import structlog
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from pydantic import ValidationError as PydanticValidationError
 
+from baton.observability.log import get_logger
 from baton.receipts import Carrier
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
 RELAY_HEADER = "Baton-Relay"
 RELAY_PUBLISHED_HEADER = "Baton-Published-At"
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Outgoing(NamedTuple):

@@ -28,20 +28,20 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
-import structlog
 from redis.asyncio import Redis
 
 from baton.devkit.redis_cluster import ClusterStack
 from baton.devkit.servers import EmbeddedStack, free_port
 from baton.devkit.stack import write_stack
 from baton.errors import ServerError
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
 from baton.store.redis_client import connect_redis
 
 __all__ = ["DevStack", "Proc"]
 
-log = structlog.get_logger("baton.dev")
+log = get_logger("baton.dev")
 
 SERVICE_ROLES = ("brain", "hands", "relay")
 _READY_TIMEOUT_S = 30.0

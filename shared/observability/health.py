@@ -57,8 +57,9 @@ async def serve_health(service: Service, port: int, host: str = "0.0.0.0") -> As
     An aiohttp.web application on the service's own event loop (so a wedged loop fails the
     probe); one catch-all route hands every request to :func:`answer`.
     """
-    import structlog
     from aiohttp import web
+
+    from baton.observability.log import get_logger
 
     async def handle(request: web.Request) -> web.Response:
         status, body = answer(service, request.method, request.path)
@@ -73,7 +74,7 @@ async def serve_health(service: Service, port: int, host: str = "0.0.0.0") -> As
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = int(runner.addresses[0][1])  # the port given, or the one picked for 0
-        structlog.get_logger("baton.health").info("health_serving", port=bound)
+        get_logger("baton.health").info("health_serving", port=bound)
         yield bound
     finally:
         await runner.cleanup()

@@ -11,6 +11,13 @@ The standard library's records (asyncio, nats, redis, aiohttp, OpenTelemetry's e
 ``structlog.stdlib.ProcessorFormatter`` on one root handler: a service's stderr is JSON
 lines only. :func:`configure` is called by the ``baton`` commands alone; an application
 that embeds Baton keeps its own logging configuration untouched.
+
+Baton's modules log through :func:`get_logger`. Once structlog is configured (by
+:func:`configure`, or by an application that uses structlog itself) that is structlog's
+configured logger. Until then, Baton's lines go to the standard library logger of the same
+name (``baton.brain``, ``baton.store.epoch`` ...) with their fields in ``extra``, so an
+application that only uses :mod:`logging` decides their level and handlers, and nothing is
+printed to its stdout (unconfigured structlog would print every line there).
 """
 
 from __future__ import annotations
@@ -92,6 +99,67 @@ def _route_stdlib(processors: list[structlog.types.Processor],
     root.addHandler(handler)
     root.setLevel(level)
     logging.captureWarnings(True)  # warnings.warn(...) becomes a record, hence a line
+
+
+class BatonLogger:
+    """A structlog-style logger (``info``, ``warning``, ``bind`` ...) that follows whoever
+    configures logging: see the module docstring."""
+
+    __slots__ = ("_context", "_name", "_target")
+
+    def __init__(self, name: str, context: dict[str, Any] | None = None) -> None:
+        self._name = name
+        self._context = context or {}
+        self._target: Any = None  # structlog's logger, once structlog is configured
+
+    def bind(self, **values: Any) -> BatonLogger:
+        return BatonLogger(self._name, {**self._context, **values})
+
+    def new(self, **values: Any) -> BatonLogger:
+        return BatonLogger(self._name, values)
+
+    def _resolve(self) -> Any:
+        if self._target is not None:
+            return self._target
+        if structlog.is_configured():
+            self._target = structlog.get_logger(self._name).bind(**self._context)
+            return self._target
+        return _stdlib_logger(self._name).bind(**self._context)
+
+    def __getattr__(self, method: str) -> Any:
+        return getattr(self._resolve(), method)
+
+
+def _stdlib_logger(name: str) -> Any:
+    """A structlog logger writing to ``logging.getLogger(name)``, its fields as ``extra``;
+    its own processors, so structlog's global configuration stays the application's."""
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=[structlog.contextvars.merge_contextvars, add_trace_id,
+                    structlog.stdlib.filter_by_level, _to_log_call],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+
+#: LogRecord attributes a field must not overwrite (logging raises KeyError on them).
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
+
+
+def _to_log_call(logger: object, method: str, event: structlog.types.EventDict
+                 ) -> dict[str, Any]:
+    """The keyword arguments of the stdlib call: ``event k=v ...`` as the message, so a plain
+    formatter shows the fields too, and every field in ``extra`` for structured handlers."""
+    name = str(event.pop("event", ""))
+    exc_info = event.pop("exc_info", None)
+    fields = " ".join(f"{k}={v!r}" for k, v in event.items())
+    extra = {f"baton_{k}" if k in _RESERVED else k: v for k, v in event.items()}
+    return {"msg": f"{name} {fields}" if fields else name, "extra": extra,
+            "exc_info": exc_info}
+
+
+def get_logger(name: str) -> BatonLogger:
+    """The logger Baton's modules use (``log = get_logger("baton.relay")``)."""
+    return BatonLogger(name)
 
 
 def _json_text(obj: object, **kw: object) -> str:

@@ -50,6 +50,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.errors import StaleAttemptError, StaleFenceError
+from baton.observability.log import get_logger
 from baton.observability.telemetry import (
     Instruments,
     extract,
@@ -601,7 +602,7 @@ async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
                     str(b.shard): (b.rows, (now - b.oldest_ms) / 1000 if b.oldest_ms else 0.0)
                     for b in await box.backlog()}
             except Exception as exc:  # Redis away: the gauge keeps its last values
-                structlog.get_logger("baton.relay").debug("backlog_sample_failed",
+                get_logger("baton.relay").debug("backlog_sample_failed",
                                                           error=repr(exc))
         if await stopping(every_s):
             return

@@ -29,15 +29,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from redis.exceptions import RedisError
 
 from baton.errors import RedisUnavailable, StoreEpochError
+from baton.observability.log import get_logger
 from baton.store.keys import Keys
 
 __all__ = ["INIT_GRACE_MS", "EpochSurvey", "StoreEpoch"]
 
-log = structlog.get_logger("baton.store.epoch")
+log = get_logger("baton.store.epoch")
 
 #: How long after a store's creation missing shard epochs are taken for an initialisation
 #: still in progress rather than for lost state.

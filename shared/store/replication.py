@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -44,11 +43,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.errors import RedisUnavailable, WriteInDoubtError
+from baton.observability.log import get_logger
 from baton.store.redis_client import is_cluster
 
 __all__ = ["Reads", "ReplicatedWrites"]
 
-log = structlog.get_logger("baton.store.replication")
+log = get_logger("baton.store.replication")
 
 #: Queues read commands after the write, on the same connection (one round trip).
 Reads = Callable[[Any], None]
