@@ -96,7 +96,7 @@ class CorruptStateError(BatonError):
 
     A wrong-typed key, a meta hash without its agent, a non-numeric fence, task or entry JSON
     that does not parse. Retrying cannot fix it: the Brain counts such failures and
-    quarantines the session after a bounded number (:mod:`baton.brain.poison`).
+    quarantines the session after a bounded number (:mod:`baton.store.quarantine`).
     """
 
     code = "corrupt"

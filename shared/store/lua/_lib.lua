@@ -26,7 +26,7 @@ Before any script body runs, corrupt_refusal() (called by _applied.lua) checks w
 script relies on: each key has its type (or does not exist), a session whose meta is gone
 has no receipts either, and the meta's agent/wake are set and its counters are integers.
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
-quarantines such a session (baton.brain.poison).
+quarantines such a session (baton.store.quarantine).
 ]==]
 local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
