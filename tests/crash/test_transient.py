@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.crash.conftest import Opener
+from tests.crash.conftest import Crash, Opener
+from tests.helpers import eventually
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(120)]
 
@@ -87,8 +88,17 @@ async def gate_factory() -> AsyncIterator[list[ConnectGate]]:
         await g.close()
 
 
-async def _redis_ms(c: object) -> int:
-    secs, micros = await c.store.redis.time()  # type: ignore[attr-defined]
+async def _all_five(claimed: Callable[[], Awaitable[list[int]]]) -> list[int] | None:
+    found = await claimed()
+    return found if len(found) == 5 else None
+
+
+async def _past(c: Crash, until_ms: int) -> bool:
+    return await _redis_ms(c) >= until_ms
+
+
+async def _redis_ms(c: Crash) -> int:
+    secs, micros = await c.store.redis.time()
     return int(secs) * 1000 + int(micros) // 1000
 
 
@@ -107,16 +117,12 @@ async def test_hands_stalled_mid_connect_sends_each_mail_once(
         return [r.accepted_ms or 0 for r in runs
                 if r.intent.tool == "send_email" and r.status == "running"]
 
-    async with asyncio.timeout(30):
-        while len(accepted := await claimed()) < 5:
-            await asyncio.sleep(0.02)
+    accepted = await eventually(lambda: _all_five(claimed), timeout=30, interval=0.02)
     c.stack.pause(hands.name)  # every send is connecting through the closed gate
     try:
         # Past the connect timeout on Redis's clock, well within the attempt ttl.
         until = max(accepted) + int(CONNECT_TIMEOUT_S * 1000) * 3
-        async with asyncio.timeout(30):
-            while await _redis_ms(c) < until:
-                await asyncio.sleep(0.05)
+        await eventually(lambda: _past(c, until), timeout=30, interval=0.05)
         assert (await c.stats())["raw_requests"] == 0  # nothing got through the gate
         await gate.open()
     finally:
