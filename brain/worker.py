@@ -25,6 +25,7 @@ from baton.bus.messages import carrier_of, delivery_count, heartbeat
 from baton.bus.subjects import BusNames
 from baton.errors import (
     BatonError,
+    CorruptStateError,
     LeaseBusyError,
     NotFoundError,
     StaleFenceError,
@@ -38,6 +39,7 @@ from baton.observability.log import get_logger
 from baton.observability.tracing import consumer
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
+from baton.store import quarantine
 from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
 from baton.store.store import Store
@@ -166,7 +168,7 @@ class BrainWorker(Service):
             return
         session = SessionPass(self.context, sid, carrier=carrier_of(msg))
         self.active[sid] = session
-        outcome, fence = "done", 0
+        outcome, fence = "crashed", 0
         try:
             async with heartbeat(msg, self.settings.ack_wait_s / 3):
                 result = await session.run()
@@ -187,16 +189,39 @@ class BrainWorker(Service):
             outcome = "unavailable"
             log.warning("wake_retry_later", error=str(exc))
             await _nak(msg, 1.0)
+        except (CorruptStateError, ValidationError) as exc:  # undecodable: counted, bounded
+            outcome = await self._poisoned(msg, sid, exc)
         except BatonError as exc:
             outcome = "error"
             log.error("wake_failed", error=str(exc), code=exc.code)
             await _nak(msg, 1.0)
+        except Exception as exc:  # a KeyError in a parser, a bug: the same bound, no loop
+            outcome = await self._poisoned(msg, sid, exc)
         finally:
             self.active.pop(sid, None)
             self.handled += 1
             log.info("wake_handled", outcome=outcome, fence=fence,
                      ms=round((time.perf_counter() - started) * 1000, 2))
             logs.clear()
+
+
+    async def _poisoned(self, msg: Msg, sid: str, exc: Exception) -> str:
+        """Count a failure to process ``sid``; ack its wake once it is quarantined."""
+        assert self.context is not None
+        log.error("session_failed", error=quarantine.reason_of(exc), code=getattr(
+            exc, "code", type(exc).__name__))
+        try:
+            verdict = await quarantine.count_failure(
+                self.context.store, sid, exc, self.settings.poison_limit)
+        except BatonError as err:  # Redis away: the redelivery counts it later
+            log.warning("poison_count_failed", error=str(err))
+            await _nak(msg, 1.0)
+            return "error"
+        if verdict.quarantined:
+            await msg.ack()
+            return "quarantined"
+        await _nak(msg, 1.0)
+        return "poisoned"
 
 
 async def _nak(msg: Msg, delay: float) -> None:

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from baton.app import Tool, ToolContext
 from baton.errors import StaleAttemptError, ToolError, ValidationError
+from baton.hands import retries
 from baton.hands.replay import decide
 from baton.models import Recovery, ToolIntent, ToolResult, WorkerRef
 from baton.observability.log import get_logger
@@ -135,8 +136,15 @@ class ToolExecution:
     ) -> ToolResult:
         started = time.monotonic()
         attempt = ctx.attempt
+        confirm_fn = tool.confirm_fn
+        confirm = (lambda: confirm_fn(intent.operation_id, args, ctx)) if confirm_fn else None
         try:
-            output = await self._supervised(intent, ctx, tool.timeout, lambda: tool(args, ctx))
+            output, confirmed = await self._supervised(
+                intent, ctx, tool.timeout, lambda: retries.call_with_retries(
+                    lambda: tool(args, ctx), timeout=tool.timeout, replay=tool.replay,
+                    retry_on=tool.retry_on, confirm=confirm))
+            if confirmed:
+                recovery = "confirmed"
         except AttemptLost:
             raise
         except RunCancelled as exc:

@@ -43,6 +43,7 @@ from baton.errors import (
 )
 from baton.faults import Faults
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
+from baton.hands.retries import RetryTransport
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
 from baton.observability.log import bind, get_logger
 from baton.observability.tracing import consumer, execute
@@ -115,9 +116,9 @@ class HandsWorker(Service):
             # connection per request, about 5x the CPU per call at 32 calls in flight.
             self.http = httpx.AsyncClient(
                 timeout=httpx.Timeout(30.0, connect=s.connect_timeout_s),
-                transport=AiohttpTransport(
+                transport=RetryTransport(AiohttpTransport(
                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
-                ),
+                )),
             )
             self.execution = ToolExecution(s, self.tools, self.store.runs, self.worker, self.http)
             await self.bus.ensure_streams()

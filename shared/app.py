@@ -72,6 +72,7 @@ class Tool:
         version: int = 1,
         args_model: type[BaseModel] | None = None,
         approval: bool = False,
+        retry_on: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__.replace("_", "_")
@@ -86,6 +87,9 @@ class Tool:
         # Each run waits for a person's approval bound to its exact arguments
         # (``baton approve``) before it is dispatched.
         self.approval = approval
+        # Errors that prove the call had no effect: the whole call is retried with backoff
+        # within its timeout (baton.hands.retries), whatever the replay policy.
+        self.retry_on = tuple(retry_on)
         self.args_model = args_model or _first_arg_model(fn, self.name)
         self.confirm_fn: ConfirmFn | None = None
         self._parameters: tuple[type[BaseModel], bytes] | None = None
@@ -138,12 +142,13 @@ def tool(
     timeout: float = 30.0,
     version: int = 1,
     approval: bool = False,
+    retry_on: tuple[type[BaseException], ...] = (),
 ) -> Any:
     """Decorator declaring a tool; see the module docstring."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(f, name=name, description=description, replay=replay, timeout=timeout,
-                    version=version, approval=approval)
+                    version=version, approval=approval, retry_on=retry_on)
 
     return wrap(fn) if fn is not None else wrap
 

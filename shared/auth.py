@@ -46,12 +46,13 @@ _CONNECT = ["ping", "hello", "auth", "client|id", "select", "quit", "reset"]
 _SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
             "wait"]
 _ANNOUNCE = ["hset", "hdel", "xadd"]  # <ns>:workers liveness, <ns>:dead records
-# hlen/hgetall/pexpire: the applied commit ids of a session (see store/lua/_applied.lua).
-_SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "zadd", "zrem", "hlen",
-                   "hgetall", "pexpire"]
+# hlen/hgetall/pexpire: the applied commit ids of a session (see store/lua/_applied.lua);
+# type: every script first checks the types of the session keys (corrupt_refusal, _lib.lua).
+_SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zadd", "zrem",
+                   "hlen", "hgetall", "pexpire"]
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "publish"],
+              "publish", "zscan"],  # zscan: a quarantine drops the session's timers
     "hands": [*_SESSION_WRITES, "hgetall"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrevrange", "zrange", "zadd", "zrem", "exists", "client|unblock"],

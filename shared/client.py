@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from baton.bus.subjects import BusNames
-from baton.errors import ConfigError, NotFoundError
+from baton.errors import ConfigError, CorruptStateError, NotFoundError, ValidationError
 from baton.faults import Faults
 from baton.models import Submission, Task
 from baton.settings import Settings
+from baton.store import quarantine
 from baton.store.control import CancelAnswer
 from baton.store.epoch import StoreEpoch
 from baton.store.store import Store, now_ms, worker_ref
@@ -202,9 +203,10 @@ class Client:
                 signal = asyncio.get_running_loop().create_future()
                 self._waiters.setdefault(channel, set()).add(signal)
                 try:
-                    current = await self._read_checked(read)
+                    current = await self._read_checked(read, session_id)
                     if done(current):
                         return current
+                    await quarantine.raise_if_quarantined(self.store, session_id)
                     # Wake on a notification, or re-check at least every second.
                     await asyncio.wait({signal}, timeout=1.0)
                 finally:
@@ -213,10 +215,14 @@ class Client:
                     if not waiting:
                         self._waiters.pop(channel, None)
 
-    async def _read_checked(self, read: Callable[[], Awaitable[T]]) -> T:
-        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state."""
+    async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str) -> T:
+        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
+        and a failure to decode the session becomes QuarantinedError once it is quarantined."""
         try:
             return await read()
+        except (CorruptStateError, ValidationError):
+            await quarantine.raise_if_quarantined(self.store, session_id)
+            raise
         except NotFoundError:
             if self.epoch is not None:
                 await self.epoch.verify()

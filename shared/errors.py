@@ -91,6 +91,36 @@ class ConflictError(BatonError):
     code = "conflict"
 
 
+class CorruptStateError(BatonError):
+    """A session's stored state cannot be decoded, or a script refused to write over it.
+
+    A wrong-typed key, a meta hash without its agent, a non-numeric fence, task or entry JSON
+    that does not parse. Retrying cannot fix it: the Brain counts such failures and
+    quarantines the session after a bounded number (:mod:`baton.store.quarantine`).
+    """
+
+    code = "corrupt"
+    session_id: str
+    reason: str
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id or '-'} has corrupt state: {reason}",
+                         session_id=session_id, reason=reason)
+
+
+class QuarantinedError(CorruptStateError):
+    """The session was quarantined: its state could not be processed within the bound.
+
+    A waiting client gets this instead of waiting for ever; ``baton inspect`` shows why.
+    """
+
+    code = "quarantined"
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        BatonError.__init__(self, f"session {session_id} is quarantined: {reason}",
+                            session_id=session_id, reason=reason)
+
+
 class ForbiddenError(BatonError):
     """The server refused this role an action: fix the deployment's permissions, not the data.
 
@@ -309,7 +339,8 @@ def from_redis_error(
     Baton's scripts fail with replies of the form ``CODE detail...`` where CODE is one of
     ``NOPERM command key`` (the caller's ACL lacks it; checked before any write),
     ``STALE_FENCE presented current``, ``STALE_ATTEMPT presented current status``,
-    ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``.
+    ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``,
+    ``CORRUPT what`` (the session's stored state; checked before any write).
     A NOT_FOUND becomes a sentence naming the id and ``namespace`` (see :func:`not_found`).
     """
     import redis.exceptions as rex
@@ -326,8 +357,11 @@ def from_redis_error(
         return ForbiddenError(role, "run", _denied_redis_target(text), text)
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
         return RedisUnavailable(f"redis unavailable: {exc}", cause=str(exc))
+    if text.startswith("WRONGTYPE"):  # a read of a session key that holds another type
+        return CorruptStateError(session_id, f"a key holds the wrong type ({text})")
     # redis-py may prefix script errors; find our code word.
-    for word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY", "NOT_FOUND", "INVALID", "CONFLICT"):
+    for word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY", "NOT_FOUND", "INVALID", "CONFLICT",
+                 "CORRUPT"):
         idx = text.find(word + " ")
         if idx < 0 and text.endswith(word):
             idx = text.find(word)
@@ -347,6 +381,8 @@ def from_redis_error(
                 return not_found(detail, namespace=namespace, session_id=session_id)
             if word == "INVALID":
                 return ValidationError(detail, session_id=session_id)
+            if word == "CORRUPT":
+                return CorruptStateError(session_id, detail)
             return ConflictError(detail, session_id=session_id)
     return BatonError(f"redis error: {text}", cause=text)
 

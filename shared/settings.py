@@ -62,6 +62,9 @@ class Settings(BaseModel):
     lease_ms: int = Field(default=3_000, ge=100)
     brain_concurrency: int = Field(default=64, ge=1)
     restart_limit: int = Field(default=3, ge=1)
+    # Failures to decode or process a session's state before it is quarantined
+    # (baton.store.quarantine).
+    poison_limit: int = Field(default=3, ge=1)
     progress_deadline_ms: int = Field(default=15_000, ge=100)
     entries_page: int = Field(default=200, ge=1)
     # A document is stored in full every this many versions, as merge-patch deltas between.

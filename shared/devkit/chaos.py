@@ -79,13 +79,15 @@ def _render(console: Console, report: ChaosReport) -> None:
               help="sessions submitted per second (0: all at once)")
 @click.option("--mail-delay-ms", default=30, show_default=True, type=click.IntRange(0, 10_000),
               help="the mail service holds each answer this long: wider windows mid-send")
+@click.option("--cpu-hogs", default=0, show_default=True, type=click.IntRange(0, 256),
+              help="busy processes started beside the stack (CPU starvation)")
 @click.option("--deadline", default=600.0, show_default=True, type=click.FloatRange(1))
 @click.option("--json", "json_only", is_flag=True, help="print only the final JSON line")
 @click.option("--keep", is_flag=True, help="keep the stack's directory (logs, data)")
 def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_every: float,
                   pause_every: float, restart_redis: int, restart_nats: int,
                   unsafe_share: float, seed: int | None, rate: float, mail_delay_ms: int,
-                  deadline: float, json_only: bool, keep: bool) -> None:
+                  cpu_hogs: int, deadline: float, json_only: bool, keep: bool) -> None:
     """Five-notice sessions under SIGKILLs, pauses and server restarts; check the invariants.
 
     Exits 1 on any violation. The last line of output is one JSON object.
@@ -96,7 +98,7 @@ def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_ever
                       kill_every=kill_every, pause_every=pause_every,
                       restart_redis=restart_redis, restart_nats=restart_nats,
                       unsafe_share=unsafe_share, seed=seed, rate=rate,
-                      mail_delay_ms=mail_delay_ms, deadline=deadline)
+                      mail_delay_ms=mail_delay_ms, deadline=deadline, cpu_hogs=cpu_hogs)
     console = Console(quiet=json_only, highlight=False, stderr=False,
                       width=None if sys.stdout.isatty() else 110)
     base = Path(tempfile.mkdtemp(prefix="baton-chaos-"))

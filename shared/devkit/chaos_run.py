@@ -25,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +83,7 @@ class ChaosConfig:
     rate: float = 10.0  # sessions submitted per second
     mail_delay_ms: int = 30  # widens the "accepted, reply not yet seen" window
     deadline: float = 600.0
+    cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
 
 
 @dataclass
@@ -116,7 +119,8 @@ class ChaosReport:
             "interrupted": c["interrupted"], "crashes": sum(self.crashes.values()),
             "start_failures": sum(self.start_failures.values()),
             "violations": len(self.violations), "problems": self.violations[:10],
-            "seed": self.config.seed, "seconds": round(self.seconds, 1),
+            "seed": self.config.seed, "cpu_hogs": self.config.cpu_hogs,
+            "seconds": round(self.seconds, 1),
         }
 
 
@@ -363,7 +367,7 @@ async def run_chaos(cfg: ChaosConfig, base_dir: Path,
                      mail_delay_ms=cfg.mail_delay_ms)
     report = ChaosReport(cfg)
     try:
-        async with stack:
+        async with stack, cpu_hogs(cfg.cpu_hogs):
             client = await Client.connect(stack.settings(worker_name="chaos-client"))
             # Every session waits at once: more than redis-py's default pool of 100 holds.
             client.store.redis.connection_pool.max_connections = max(256, 2 * cfg.sessions)
@@ -391,6 +395,23 @@ async def run_chaos(cfg: ChaosConfig, base_dir: Path,
         report.error = report.error or _describe(exc)
     report.seconds = time.monotonic() - started
     return report
+
+
+@asynccontextmanager
+async def cpu_hogs(count: int) -> AsyncIterator[None]:
+    """``count`` busy processes for the duration: workers paused or starved of CPU by their
+    neighbours are the case where timeouts fire late and connects time out unsent."""
+    hogs = [await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "while True: pass",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL)
+        for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            with contextlib.suppress(ProcessLookupError):
+                hog.kill()
+            await hog.wait()
 
 
 def _start_failures(p: Proc) -> int:

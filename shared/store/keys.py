@@ -85,6 +85,12 @@ class SessionKeys:
     timers: str
     applied: str
 
+    @property
+    def poison(self) -> str:
+        """HASH of the session's undecodable-state failures and its quarantine (poison.lua);
+        apart from the 13 script keys, so a session too corrupt to run can still be marked."""
+        return self.meta.removesuffix("meta") + "poison"
+
     def all(self) -> list[str]:
         """KEYS for the session scripts, in the order every script expects them."""
         return [

@@ -42,7 +42,7 @@ SessionScript = Literal[
     "approve",
 ]
 SESSION_SCRIPTS: tuple[str, ...] = get_args(SessionScript)
-SHARD_SCRIPTS = ("fire_timers",)
+SHARD_SCRIPTS = ("fire_timers", "poison")
 #: Transitions a failover must not lose once acknowledged: fences (acquire), commits, input,
 #: tool-run claims and results, operator decisions. Heartbeats, lease renewals and streamed
 #: partial text are losable by design (a lost one at worst causes a fenced takeover), so

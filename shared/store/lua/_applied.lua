@@ -13,6 +13,8 @@ KEYS[13] applied  HASH  commit id -> "<ms> <reply JSON>", expiring APPLIED_TTL_M
 A retry in doubt (its replica acknowledgement timed out) carries the same commit id, so a
 retried submit, commit, claim or complete applies at most once.
 ]==]
+local corrupt = corrupt_refusal()  -- before anything, replies recorded or not
+if corrupt then return corrupt end
 local COMMIT_ID = ARGV[1]
 local K_APPLIED = KEYS[13]
 local argv = {}

@@ -22,6 +22,11 @@ as its header lists them, starts after it.
 Rule of every script: all checks come before the first write. Redis does not roll back a
 script that fails midway, so validation first is what makes a transition all-or-nothing.
 Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis_error).
+Before any script body runs, corrupt_refusal() (called by _applied.lua) checks what every
+script relies on: each key has its type (or does not exist), a session whose meta is gone
+has no receipts either, and the meta's agent/wake are set and its counters are integers.
+A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
+quarantines such a session (baton.store.quarantine).
 ]==]
 local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
@@ -109,4 +114,40 @@ local function open_session(agent, compat, wake, now)
     return wake
   end
   return redis.call('HGET', K_META, 'wake')
+end
+
+local KEY_TYPES = {{1, 'hash'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'hash'}, {6, 'hash'},
+                   {7, 'hash'}, {8, 'hash'}, {9, 'hash'}, {10, 'stream'}, {11, 'stream'},
+                   {12, 'zset'}, {13, 'hash'}}
+local KEY_NAMES = {'meta', 'entries', 'tasks', 'done', 'docs', 'subs', 'reqs', 'runs',
+                   'runs_done', 'receipts', 'outbox', 'timers', 'applied'}
+
+local function integer(v)
+  return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil
+end
+
+-- A CORRUPT reply when the session's keys cannot be written safely, else nil (no writes).
+local function corrupt_refusal()
+  for _, kt in ipairs(KEY_TYPES) do
+    local t = redis.call('TYPE', KEYS[kt[1]])['ok']
+    if t ~= 'none' and t ~= kt[2] then
+      return fail('CORRUPT', KEY_NAMES[kt[1]] .. ' key is a ' .. t .. ', not a ' .. kt[2])
+    end
+  end
+  if redis.call('EXISTS', K_META) == 0 then
+    if redis.call('EXISTS', K_RECEIPTS) == 1 then
+      return fail('CORRUPT', 'meta is missing from a session that has receipts')
+    end
+    return nil
+  end
+  local m = redis.call('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until')
+  if not m[1] or m[1] == '' then return fail('CORRUPT', 'meta has no agent') end
+  if not m[2] or m[2] == '' then return fail('CORRUPT', 'meta has no wake subject') end
+  local names = {'compat', 'fence', 'seq', 'lease_until'}
+  for i = 3, 6 do
+    if not integer(m[i]) then
+      return fail('CORRUPT', 'meta ' .. names[i - 2] .. ' is not an integer: ' .. string.sub(m[i], 1, 40))
+    end
+  end
+  return nil
 end

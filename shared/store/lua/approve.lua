@@ -46,6 +46,11 @@ if decision == 'approve' and digest ~= r[2] then
   return fail('CONFLICT', 'approval refused: digest ' .. digest .. ' does not match the ' ..
               'arguments of run ' .. rid .. ' (their digest is ' .. r[2] .. ')')
 end
+local iok, intent = pcall(cjson.decode, r[4])
+local group = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
+if decision ~= 'approve' and group and not integer(redis.call('HGET', K_META, 'grp:' .. group)) then
+  return fail('CORRUPT', 'meta grp:' .. group .. ' is not an integer')  -- before any write
+end
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 if decision == 'approve' then
   redis.call('HSET', K_RUNS, rid .. '.status', 'dispatched', rid .. '.approved', now)
@@ -55,11 +60,10 @@ if decision == 'approve' then
 end
 redis.call('HSET', K_RUNS, rid .. '.status', 'completed', rid .. '.completed', now,
            rid .. '.result', ARGV[7])
-local iok, intent = pcall(cjson.decode, r[4])
 local wake_now = 1
-if iok and type(intent) == 'table' and type(intent.group) == 'string' then
-  local left = redis.call('HINCRBY', K_META, 'grp:' .. intent.group, -1)
-  if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. intent.group) else wake_now = 0 end
+if group then
+  local left = redis.call('HINCRBY', K_META, 'grp:' .. group, -1)
+  if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. group) else wake_now = 0 end
 end
 if wake_now == 1 then
   outbox(sid, seq, 0, redis.call('HGET', K_META, 'wake'), ARGV[8], '', now)

@@ -152,7 +152,15 @@ local vok, verr = pcall(function()
   if ix.c ~= nil and (not whole(ix.c) or ix.c < 0) then error('INVALID compat level') end
   for _, a in ipairs(list('aw')) do str(a[1], 'awaiting run id'); str(a[2], 'digest') end
   if #list('cr') > 0 then
-    for _, r in ipairs(list('cr')) do str(r, 'cancelled run id') end
+    for _, r in ipairs(list('cr')) do
+      str(r, 'cancelled run id')
+      -- the write loop decrements the run's group counter: it must be an integer
+      local iok, intent = pcall(cjson.decode, redis.call('HGET', K_RUNS, r .. '.intent') or 'null')
+      if iok and type(intent) == 'table' and type(intent.group) == 'string'
+          and not integer(redis.call('HGET', K_META, 'grp:' .. intent.group)) then
+        error('CORRUPT meta grp:' .. intent.group .. ' is not an integer')
+      end
+    end
     str(ix.crr, 'cancel result')
   end
   local function meta_field(f)
@@ -173,7 +181,7 @@ end)
 if not vok then
   local msg = tostring(verr)
   local at = string.find(msg, 'INVALID ') or string.find(msg, 'CONFLICT ')
-    or string.find(msg, 'NOPERM ')
+    or string.find(msg, 'NOPERM ') or string.find(msg, 'CORRUPT ')
   if at then return redis.error_reply(string.sub(msg, at)) end
   return fail('INVALID', msg)
 end

@@ -27,6 +27,10 @@ if not r[2] or cur ~= attempt or r[2] ~= 'running' then
     run_id = rid, current = cur, status = status, op = 'complete'}))
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. status)
 end
+local group = ARGV[5]
+if group ~= '' and not integer(redis.call('HGET', K_META, 'grp:' .. group)) then
+  return fail('CORRUPT', 'meta grp:' .. group .. ' is not an integer')
+end
 local wake = redis.call('HGET', K_META, 'wake')
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 local summary = '{"attempt":' .. attempt .. ',"ended":' .. now .. '}'
@@ -36,7 +40,6 @@ else attempts = '[' .. summary .. ']' end
 redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'completed',
            rid .. '.completed', now, rid .. '.attempts', attempts)
 local woke = 0
-local group = ARGV[5]
 if group ~= '' then
   local left = redis.call('HINCRBY', K_META, 'grp:' .. group, -1)
   if left <= 0 then

@@ -1,0 +1,158 @@
+"""Every session script validates before its first write (DESIGN 4.2; _lib.lua's rule).
+
+Redis does not roll back a script that fails midway. Hypothesis picks a script, one of the
+session's keys and a corruption (deleted, replaced by a value of the wrong type, a field or
+element overwritten with garbage); the script then runs with otherwise valid arguments on a
+session that has a submission, a lease, a dispatched tool run in a group and a claimed
+attempt. It must either apply or write nothing: when it fails, a DUMP of every key of the
+session and its shard is what it was before (a 'refused' receipt, which a fence or attempt
+refusal appends on purpose, is the one allowed write).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from baton.errors import BatonError
+from baton.models import Entry, Task, ToolIntent, ToolResult
+from baton.settings import Settings
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
+
+BRAIN = worker_ref("brain", "brain-a")
+HANDS = worker_ref("hands", "hands-a")
+CLIENT = worker_ref("client", "c")
+WAKE = "a.wake.notices.1"
+KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "runs", "runs_done",
+        "receipts", "outbox", "timers", "applied")
+CORRUPTIONS = ("delete", "wrong_type", "garbage")
+
+
+class Session:
+    """A session with a submission, a lease (fence), a run in group 'g', claimed (attempt)."""
+
+    def __init__(self, store: Store, sid: str, fence: int, intent: ToolIntent, attempt: int):
+        self.store, self.sid, self.fence, self.intent, self.attempt = \
+            store, sid, fence, intent, attempt
+
+    @classmethod
+    async def start(cls, store: Store) -> Session:
+        sid = "a-" + uuid.uuid4().hex[:12]
+        await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                           text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                           worker=CLIENT, submission_id=f"{sid}-sub")
+        lease = await store.acquire(sid, BRAIN, 60_000)
+        intent = ToolIntent(run_id=f"{sid}-r1", session_id=sid, task_id=f"{sid}-root",
+                            tool="send_email", operation_id=f"{sid}-op1", wake_subject=WAKE,
+                            group="g")
+        await store.commit(sid, lease.fence, Writes(runs=[intent], groups={"g": 1}), BRAIN)
+        claim = await store.runs.claim(sid, intent.run_id, HANDS)
+        return cls(store, sid, lease.fence, intent, claim.attempt)
+
+
+Op = Callable[[Session], Awaitable[Any]]
+RESULT = ToolResult(outcome="ok", output="sent", attempt=1)
+OPS: dict[str, Op] = {
+    "submit": lambda s: s.store.submit(
+        s.sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2", text="again",
+        task=Task(id=f"{s.sid}-t2", kind="generation", owner=s.sid), worker=CLIENT,
+        submission_id=f"{s.sid}-sub2"),
+    "start": lambda s: s.store.start_task(
+        s.sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r3",
+        task=Task(id=f"{s.sid}-t3", kind="generation", owner=s.sid), worker=CLIENT),
+    "acquire": lambda s: s.store.acquire(s.sid, BRAIN, 60_000),
+    "renew": lambda s: s.store.renew(s.sid, s.fence, 60_000, BRAIN),
+    "release": lambda s: s.store.release(s.sid, s.fence, 60_000),
+    "commit": lambda s: s.store.commit(s.sid, s.fence, Writes(
+        entries=[Entry(kind="model", text="ok", task_id=f"{s.sid}-root")],
+        deadline_ms=5_000, cancel_runs=[s.intent.run_id],
+        cancel_result=RESULT.to_json()), BRAIN),
+    "claim": lambda s: s.store.runs.claim(s.sid, s.intent.run_id, HANDS),
+    "heartbeat": lambda s: s.store.runs.heartbeat(s.sid, s.intent.run_id, s.attempt, HANDS),
+    "complete": lambda s: s.store.runs.complete(s.sid, s.intent, s.attempt, RESULT, HANDS),
+    "partial": lambda s: s.store.save_partial(s.sid, s.fence, BRAIN, task_id=f"{s.sid}-root",
+                                              request_id="q", text="hel", delta="hel"),
+    "cancel": lambda s: s.store.decisions.cancel(s.sid, None, CLIENT, "stop"),
+}
+
+
+async def _corrupt(store: Store, key: str, kind: str, garbage: str, pick: int) -> None:
+    r = store.redis
+    if kind == "delete":
+        await r.delete(key)
+        return
+    kind_of = await r.type(key)
+    if kind == "wrong_type" or kind_of == "none":
+        await r.delete(key)
+        if kind_of == "string":
+            await r.rpush(key, garbage)
+        else:
+            await r.set(key, garbage)
+        return
+    if kind_of == "hash":
+        fields = sorted(await r.hkeys(key))
+        await r.hset(key, fields[pick % len(fields)], garbage)
+    elif kind_of == "list":
+        await r.lset(key, pick % await r.llen(key), garbage)
+    elif kind_of == "zset":
+        await r.zadd(key, {garbage: 0})
+    elif kind_of == "stream":
+        await r.xadd(key, {"garbage": garbage})
+
+
+async def _snapshot(store: Store, keys: list[str]) -> dict[str, Any]:
+    return {k: await store.redis.dump(k) for k in keys}
+
+
+@pytest.fixture
+async def store(settings: Settings) -> Any:
+    s = await Store.connect(settings)
+    yield s
+    await s.close()
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(op=st.sampled_from(sorted(OPS)), key=st.sampled_from(KEYS),
+       kind=st.sampled_from(CORRUPTIONS), pick=st.integers(0, 20),
+       garbage=st.sampled_from(["", "x", "{not json", "-1.5", "[1,", "nan"]))
+async def test_a_script_applies_fully_or_writes_nothing(
+    store: Store, op: str, key: str, kind: str, pick: int, garbage: str
+) -> None:
+    s = await Session.start(store)
+    sk = store.keys.session(s.sid)
+    names = dict(zip(KEYS, sk.all(), strict=True))
+    shard = {k: await store.redis.dump(names[k]) for k in ("outbox", "timers")}
+    try:
+        await _corrupt(store, names[key], kind, garbage, pick)
+        await _check(store, s, names, op, key, kind, garbage)
+    finally:  # the shard's keys are shared by the next examples' sessions
+        for k, dumped in shard.items():
+            await store.redis.delete(names[k])
+            if dumped is not None:
+                await store.redis.restore(names[k], 0, dumped)
+
+
+async def _check(store: Store, s: Session, names: dict[str, str], op: str, key: str,
+                 kind: str, garbage: str) -> None:
+    before = await _snapshot(store, list(names.values()))
+    receipts_before = await store.redis.xlen(names["receipts"]) \
+        if await store.redis.type(names["receipts"]) == "stream" else None
+    try:
+        await OPS[op](s)
+    except BatonError as exc:
+        after = await _snapshot(store, list(names.values()))
+        changed = {k for k, v in before.items() if after[k] != v}
+        if changed == {names["receipts"]} and exc.code in ("stale_fence", "stale_attempt"):
+            assert receipts_before is not None
+            assert await store.redis.xlen(names["receipts"]) == receipts_before + 1
+            last = await store.redis.xrevrange(names["receipts"], count=1)
+            assert last[0][1]["kind"] == "refused"
+            return
+        assert not changed, (op, key, kind, garbage, exc, changed)
