@@ -16,6 +16,7 @@ BENCHES: dict[str, str] = {
     "takeover": "baton.bench.takeover_bench",
     "history": "baton.bench.history_bench",
     "cli": "baton.bench.cli_bench",
+    "fanout": "baton.bench.fanout_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from baton.errors import BatonError, UnavailableError
 from baton.models import dumps
 from baton.settings import Settings
+from baton.store.keys import Keys
 from baton.store.store import now_ms, worker_ref
 
 if TYPE_CHECKING:
@@ -131,9 +132,11 @@ class Service(abc.ABC):
         """Extra facts the service announces (a Brain: the compat levels it serves)."""
         return {}
 
-    async def announce(self, redis: Redis, key: str) -> None:
-        """Record this worker as alive in ``<ns>:workers`` until it stops (for inspect)."""
+    async def announce(self, redis: Redis, keys: Keys) -> None:
+        """Record this worker as alive in its shard's ``workers`` hash until it stops (for
+        inspect and the relays' count of each other)."""
         field = f"{self.role}:{self.name}"
+        key = keys.workers(field)
         while True:
             info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
                     "seen_ms": now_ms(), "inflight": self.inflight, **self.announcement()}

@@ -29,10 +29,10 @@ import uuid
 from typing import Any
 
 import structlog
-from redis.exceptions import RedisError
 
 from baton.errors import RedisUnavailable, StoreEpochError
 from baton.store.keys import Keys
+from baton.store.redis_client import REDIS_ERRORS
 
 __all__ = ["INIT_GRACE_MS", "StoreEpoch"]
 
@@ -64,7 +64,7 @@ class StoreEpoch:
         epoch = cls(redis, keys)
         try:
             return await epoch._establish()
-        except (RedisError, OSError) as exc:  # unreachable: the caller's connect loop retries
+        except REDIS_ERRORS as exc:  # unreachable: the caller's connect loop retries
             raise RedisUnavailable(f"cannot read the store epoch: {exc}") from None
 
     def watch_interval(self, lease_ms: int) -> float:
@@ -114,7 +114,7 @@ class StoreEpoch:
         while not stopping.is_set():
             try:
                 await self.verify()
-            except (RedisError, OSError) as exc:
+            except REDIS_ERRORS as exc:
                 log.debug("store_epoch_check_skipped", error=str(exc))
             try:
                 await asyncio.wait_for(stopping.wait(), interval_s)

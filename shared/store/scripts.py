@@ -16,12 +16,11 @@ from typing import Any, Literal, get_args
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from baton.errors import PayloadTooLarge, from_redis_error
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
-from baton.store.redis_client import redis_user
+from baton.store.redis_client import REDIS_ERRORS, redis_user
 
 SessionScript = Literal[
     "submit",
@@ -38,7 +37,7 @@ SessionScript = Literal[
     "approve",
 ]
 SESSION_SCRIPTS: tuple[str, ...] = get_args(SessionScript)
-SHARD_SCRIPTS = ("fire_timers",)
+SHARD_SCRIPTS = ("fire_timers", "relay_lease", "relay_ack")
 
 
 @cache
@@ -92,7 +91,7 @@ class ScriptRunner:
         """The script's reply; a Redis error becomes the matching :class:`BatonError`."""
         try:
             return await getattr(self.registered, script)(keys=sk.all(), args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             raise from_redis_error(
                 exc, session_id=sk.session_id, run_id=run_id, role=self.role,
                 namespace=self.namespace,

@@ -11,6 +11,7 @@ import pytest
 
 from baton.bus.bus import Bus
 from baton.models import ToolDispatch, Wake
+from baton.store.deadletter import dead_letter_count
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 
@@ -86,7 +87,8 @@ async def test_duplicate_wakes_and_tool_messages_are_harmless(
     await c.check_exactly_once(raw_requests=5)
     claims = [r for r in await c.receipts(session) if r.kind in ("claim", "reclaim")]
     assert len(claims) == 5, claims
-    assert await c.store.redis.xlen(c.store.keys.dead) == 0, "a duplicate was dead-lettered"
+    assert await dead_letter_count(c.store.redis, c.store.keys) == 0, \
+        "a duplicate was dead-lettered"
     duplicates = sum(len(c.events(h, "tool_message_handled", session_id=session,
                                   outcome="duplicate")) for h in ("hands-1", "hands-2"))
     assert duplicates >= 10, duplicates  # every copy was recognised by its claim

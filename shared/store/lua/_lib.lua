@@ -1,6 +1,6 @@
 --[==[ _lib.lua: helpers prepended to every Baton session script (Redis has no includes).
 
-Every session script receives the same 12 KEYS, all under one hash tag (one Cluster slot):
+Every session script receives the same 13 KEYS, all under one hash tag (one Cluster slot):
   KEYS[1]  meta      HASH   agent compat wake fence holder lease_until seq dirty created grp:<g>
                             cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
   KEYS[2]  entries   LIST   entry JSON
@@ -15,6 +15,9 @@ Every session script receives the same 12 KEYS, all under one hash tag (one Clus
   KEYS[10] receipts  STREAM commit log
   KEYS[11] outbox    STREAM outbox rows of the session's shard
   KEYS[12] timers    ZSET   timers of the session's shard
+  KEYS[13] sessions  ZSET   the shard's session index (id -> created ms), for inspect
+Sharded pub/sub channels written with SPUBLISH (commit's notifications) carry the same hash
+tag, so on a Redis Cluster they too belong to the script's slot.
 
 Rule of every script: all checks come before the first write. Redis does not roll back a
 script that fails midway, so validation first is what makes a transition all-or-nothing.
@@ -22,6 +25,7 @@ Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis
 ]==]
 local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_SESSIONS = KEYS[13]
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -85,6 +89,7 @@ local function log_checks(checks)
   checks[#checks + 1] = {'XADD', K_OUTBOX, '*', 'f', 'v'}
   checks[#checks + 1] = {'ZADD', K_TIMERS, '0', 'm'}
   checks[#checks + 1] = {'ZREM', K_TIMERS, 'm'}
+  checks[#checks + 1] = {'ZADD', K_SESSIONS, 'NX', '0', 'm'}
   return checks
 end
 
@@ -99,10 +104,12 @@ end
 
 -- Create the session meta on first use; returns the session's wake subject (a session
 -- that exists keeps its own, which a migration may have moved to another level).
-local function open_session(agent, compat, wake, now)
+local function open_session(sid, agent, compat, wake, now)
   if redis.call('HEXISTS', K_META, 'agent') == 0 then
     redis.call('HSET', K_META, 'agent', agent, 'compat', compat, 'wake', wake, 'fence', 0,
                'seq', 0, 'holder', '', 'lease_until', 0, 'created', now)
+    -- the shard's session index, in the same step: never a session inspect cannot list
+    redis.call('ZADD', K_SESSIONS, 'NX', now, sid)
     return wake
   end
   return redis.call('HGET', K_META, 'wake')
