@@ -90,6 +90,18 @@ def _describe(exc: BaseException) -> str:
     return f"refused by NATS: {exc}"
 
 
+def _reraise_cancel() -> None:
+    """Re-raise a cancellation an error handler would otherwise swallow.
+
+    On Python 3.11 a cancel that lands as a library's own timeout expires can surface as
+    TimeoutError, which the loops treat as "NATS down, retry": the task would go on
+    looping, cancelled, and its task group would never end.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class _Backoff:
     def __init__(self) -> None:
         self.delay = 0.0
@@ -207,6 +219,7 @@ class Relay(Service):
                 backoff.reset()
                 delay = self.leases.tick_s
             except _REDIS_DOWN as exc:
+                _reraise_cancel()
                 delay = min(backoff.next(), self.leases.tick_s)
                 log.warning("relay_leases_failed", error=repr(exc), delay_s=delay)
             if await self.wait_stopping(delay):
@@ -302,11 +315,13 @@ class Relay(Service):
                         log.info("outbox_rows_claimed", shard=shard, rows=len(rows))
                         await self._deliver(rows, box, "claim")
                 except (*_NATS_DOWN, ForbiddenError) as exc:
+                    _reraise_cancel()
                     # Claimed rows are ours now: the next claim round (our own idle rows)
                     # or the shard's reader (its pending read) sends them again.
                     log.warning("outbox_claim_failed", server="nats", error=repr(exc))
                     break
                 except _REDIS_DOWN as exc:
+                    _reraise_cancel()
                     log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                     break
 
@@ -339,6 +354,7 @@ class Relay(Service):
                     delay = min(delay, max(min(later), 1) / 1000)
                 backoff.reset()
             except _REDIS_DOWN as exc:
+                _reraise_cancel()
                 delay = backoff.next()
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
             if await self.wait_stopping(delay):
@@ -347,6 +363,7 @@ class Relay(Service):
     # ------------------------------------------------------------------ steps
 
     async def _retry(self, server: str, exc: BaseException, backoff: _Backoff) -> None:
+        _reraise_cancel()
         self.retries += 1
         delay = backoff.next()
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)

@@ -121,9 +121,16 @@ class Service(abc.ABC):
             delay = min(delay * 2, 5.0)
 
     async def wait_stopping(self, timeout: float) -> bool:  # noqa: ASYNC109
-        """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep."""
+        """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep.
+
+        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` can swallow a
+        cancellation that arrives as its inner wait ends, leaving a cancelled loop running.
+        """
+        if self.stopping.is_set():
+            return True
         try:
-            await asyncio.wait_for(self.stopping.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.stopping.wait()
         except TimeoutError:
             return False
         return True

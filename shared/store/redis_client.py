@@ -118,7 +118,7 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
         socket_timeout=socket_timeout,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
-        **({"client_name": client_name} if client_name else {}),
+        **_named(client_name),
         **_tls_options(settings),
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
@@ -147,7 +147,7 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
         socket_connect_timeout=settings.connect_timeout_s,
         socket_timeout=socket_timeout,
         health_check_interval=30,
-        **({"client_name": client_name} if client_name else {}),
+        **_named(client_name),
         **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
     )
 
@@ -200,6 +200,11 @@ def _check_resolves(parsed: ClusterUrl) -> None:
     names = ", ".join(f"{h}:{p}" for h, p in parsed.seeds)
     raise ConfigError(f"{_SETTING}: no cluster seed resolves to an address ({names})",
                       setting=_SETTING)
+
+
+def _named(client_name: str | None) -> dict[str, Any]:
+    """The CLIENT SETNAME option, when a name is given (operators find the connection)."""
+    return {"client_name": client_name} if client_name else {}
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:
