@@ -124,8 +124,14 @@ class Service(abc.ABC):
         """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep.
 
         ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` can swallow a
-        cancellation that arrives as its inner wait ends, leaving a cancelled loop running.
+        cancellation that arrives as its inner wait ends. And a loop whose cancellation a
+        library swallowed (redis-py's cluster client can) is still marked cancelling: every
+        loop ticks through here, so it ends here instead of running on, cancelled, and
+        keeping its task group (and the process's shutdown) from ever finishing.
         """
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         if self.stopping.is_set():
             return True
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from baton.models import ToolRun
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import FIVE_NOTICES, RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
 
@@ -32,7 +33,10 @@ async def _all_handled(c: Crash, n: int) -> None:
     await eventually(handled, timeout=20, message=f"{n} tool messages handled")
 
 
-async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(
+    crash: Opener, topology: str
+) -> None:
     c = await crash(brains=1, hands=1, app_spec="tests.control_apps:slow_app", env=SLOW)
     sub = await c.submit(FIVE_NOTICES)
     claimed = await _two_running(c, sub.session_id)

@@ -12,6 +12,7 @@ import pytest
 from baton.bus.bus import Bus
 from baton.models import ToolDispatch, Wake
 from baton.store.deadletter import dead_letter_count
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 
@@ -99,7 +100,10 @@ async def _running(c: Crash, session: str) -> bool:
     return len(runs) == 5 and any(r.status == "running" for r in runs)
 
 
-async def test_lost_wake_is_recovered_by_the_progress_deadline(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_lost_wake_is_recovered_by_the_progress_deadline(
+    crash: Opener, topology: str
+) -> None:
     """The submit's wake row disappears before any relay saw it: the session's progress
     deadline (a Redis timer armed by the same commit) wakes it anyway."""
     c = await crash(brains=1, hands=2, relays=0, env={"BATON_PROGRESS_DEADLINE_MS": "1500"})

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from baton.bus.bus import Bus
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import FIVE_NOTICES, Crash, Opener
 from tests.helpers import eventually
 
@@ -140,7 +141,10 @@ async def _outbox_drained(c: Crash) -> None:
     await eventually(empty, timeout=10, message="every outbox row published and removed")
 
 
-async def test_client_killed_after_submit_commit_still_completes(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_client_killed_after_submit_commit_still_completes(
+    crash: Opener, topology: str
+) -> None:
     """``baton submit`` dies right after its commit, before answering: the input is kept,
     the session completes, and retrying the same request id returns the same submission."""
     c = await crash(brains=1, hands=2, relays=1)

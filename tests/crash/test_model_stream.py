@@ -21,9 +21,10 @@ PREAMBLE = ("I will now send the approved notice to each of the five recipients,
             "per recipient, and then summarise the outcome for each of them. ")
 
 
-@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+@pytest.mark.parametrize(("wire", "topology"),
+                         [("openai", "single"), ("anthropic", "single"), ("openai", "cluster")])
 async def test_brain_killed_mid_stream_resumes_with_the_partial_as_interrupted(
-    crash: Opener, wire: str
+    crash: Opener, wire: str, topology: str
 ) -> None:
     async with ModelServer() as server:
         server.script(Behaviour(preamble=PREAMBLE, chunk_delay_s=0.2))  # about 5 s of text

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from baton.models import Task
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(120)]
@@ -85,8 +86,9 @@ async def test_brain_killed_in_a_phase_is_replaced_and_each_notice_goes_once(
     assert (await c.receipts(sid, "takeover"))[0].detail.previous_holder == armed.name
 
 
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_hands_killed_after_delivering_the_task_confirms_instead_of_resending(
-    crash: Opener,
+    crash: Opener, topology: str,
 ) -> None:
     c = await crash(brains=1, hands=0, relays=1, app_spec=APP)
     armed = await c.spawn_armed("hands", "hands.after_effect@3", env=ONE_AT_A_TIME)

@@ -14,6 +14,7 @@ import pytest
 
 from baton.cli.inspect import cluster_view, session_view
 from baton.models import Task
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 from tests.version_apps import AGENT
@@ -36,8 +37,9 @@ async def _done(c: Crash, sid: str, tid: str) -> Task:
     return await c.client.wait_task(sid, tid, timeout=45)
 
 
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
-    crash: Opener,
+    crash: Opener, topology: str,
 ) -> None:
     c = await crash(brains=2, hands=2, app_spec=V1)
     # The mail service holds every answer until released: each job's first mail is accepted

@@ -133,7 +133,6 @@ async def test_three_relays_one_killed_its_shards_are_taken_over_and_nothing_is_
             lambda: set().union(*(r.shards for r in survivors)) == set(range(settings.shards)),
             timeout=15, message="the dead relay's shards are taken over")
         finals = await asyncio.gather(*(client.wait(s, timeout=60) for s in subs))
-        taken = [dict(r.leases.held) for r in survivors if r.leases is not None]
     finally:
         await client.close()
         for s in tasks:
@@ -141,7 +140,7 @@ async def test_three_relays_one_killed_its_shards_are_taken_over_and_nothing_is_
         await asyncio.gather(*tasks.values(), return_exceptions=True)
     assert [f.status for f in finals] == ["completed"] * SESSIONS, finals
     assert all(f.answer and f.answer.count(": sent") == 5 for f in finals)
-    assert lost and all(any(s in held for held in taken) for s in lost)
+    assert lost  # the victim held shards, which the survivors took (waited on above)
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"{mailbox.url}/stats")).json()
     # One mail per recipient, each sent once: no row was acted on twice.
