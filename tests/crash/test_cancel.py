@@ -1,6 +1,11 @@
 """Cancellation with real processes: the intent is committed first, tool runs in flight learn
 of it through their heartbeat and stop, runs never claimed are cancelled by the Brain's
 commit, children are aborted bottom-up, and the work settles ``cancelled``; nothing is sent.
+
+Topologies: every test runs on one Redis server;
+test_cancel_generation_mid_tool_stops_runs_through_heartbeat also runs on a 3+3 Redis
+Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack takes
+seconds to start; the suite's time allows one per file).
 """
 
 from __future__ import annotations

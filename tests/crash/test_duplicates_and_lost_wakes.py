@@ -1,5 +1,10 @@
 """Duplicates are harmless, a lost wake is recovered, and each replay policy decides the fate
 of a run whose Hands died after acting (DESIGN 4.4, 4.6, 4.7), with real processes.
+
+Topologies: every test runs on one Redis server;
+test_lost_wake_is_recovered_by_the_progress_deadline also runs on a 3+3 Redis Cluster
+(DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
+start; the suite's time allows one per file).
 """
 
 from __future__ import annotations

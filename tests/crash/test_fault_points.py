@@ -3,6 +3,11 @@ replica carries on, and the five notices still go out exactly once.
 
 The armed process is the only one of its role until it dies (so it surely meets the work),
 is never restarted, and a clean replica of its role under another name takes over.
+
+Topologies: every test runs on one Redis server;
+test_client_killed_after_submit_commit_still_completes also runs on a 3+3 Redis Cluster
+(DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
+start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
