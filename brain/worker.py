@@ -88,7 +88,7 @@ class BrainWorker(Service):
                 self.ready.set()
                 log.info("brain_ready", worker=self.name, consumers=consumers)
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self.announce(store.redis, store.keys.workers))
+                    tg.create_task(self.announce(store.redis, store.keys))
                     tg.create_task(epoch.watch(self.stopping,
                                                epoch.watch_interval(self.settings.lease_ms)))
                     for durable in consumers:

@@ -37,9 +37,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import httpx
-import structlog
 
-log = structlog.get_logger("baton.hands")
+from baton.observability.log import get_logger
+
+log = get_logger("baton.hands")
 
 Kind = Literal["never_sent", "ambiguous", "declared", "final"]
 

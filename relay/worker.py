@@ -1,17 +1,22 @@
 """The relay: moves committed outbox rows to JetStream and fires due timers.
 
-Loops of one :class:`Relay`, children of one task group:
+Live relays divide the shards by fenced leases (:mod:`baton.relay.leases`); a relay works
+only on the shards it holds. Loops of one :class:`Relay`, children of one task group:
 
-* **publish**: a blocking ``XREADGROUP`` over every shard's outbox wakes as soon as a commit
-  adds a row; the whole batch goes out in one concurrent publish with ``Nats-Msg-Id`` = row
-  id, then one pipeline acknowledges and deletes it. A row is removed only after NATS
-  acknowledged it, so delivery is at least once; a re-publish within the stream's
-  duplicate window is dropped by NATS.
-* **claim**: rows another relay read but never acknowledged (it died) are claimed after
-  ``relay_claim_idle_ms`` and published here.
-* **timers**: due timers of every shard become wake rows (``fire_timers.lua``), which the
-  publish loop sends on.
-* **announce**: the liveness record ``inspect`` shows.
+* **leases**: renew the held shards' leases and rebalance (take free or expired shards,
+  hand on a surplus when another relay joins).
+* **read**: one blocking ``XREADGROUP`` per read group of the held shards (all of them on
+  one server; one per shard on a Redis Cluster, where a multi-key read cannot span slots),
+  each on its own connection; it wakes as soon as a commit adds a row. The batch goes out
+  in one concurrent publish with ``Nats-Msg-Id`` = row id, then each shard's rows are
+  acknowledged and deleted by one script that checks the shard's lease fence. A row is
+  removed only after NATS acknowledged it, so delivery is at least once; a re-publish
+  within the stream's duplicate window is dropped by NATS.
+* **claim**: rows another relay read but never acknowledged (it died, or lost the shard)
+  are claimed after ``relay_claim_idle_ms`` and published here.
+* **timers**: due timers of the held shards become wake rows (``fire_timers.lua``, also
+  fenced by the lease), which the read loop sends on.
+* **announce**: the liveness record ``inspect`` shows and the relays count each other by.
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
 :class:`~baton.store.outbox.Outbox`, which owns the outbox's key layout and reply shapes;
@@ -36,11 +41,11 @@ import time
 import nats.errors
 import nats.js.errors
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from baton.bus.bus import Bus
 from baton.bus.messages import Outgoing, carrier_headers
-from baton.errors import ForbiddenError, NatsUnavailable, ValidationError
+from baton.errors import ForbiddenError, NatsUnavailable, UnavailableError, ValidationError
 from baton.faults import Faults
 from baton.models import OutboxRow
 from baton.observability.log import get_logger
@@ -54,12 +59,14 @@ from baton.store.keys import Keys
 from baton.store.outbox import Outbox
 from baton.store.redis_client import connect_redis
 
+from .leases import ShardLeases
+
 __all__ = ["Relay", "main"]
 
 log = get_logger("baton.relay")
 
 # A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
-# long an idle reader sits in one call; shutdown unblocks it explicitly (CLIENT UNBLOCK).
+# long an idle reader sits in one call; shutdown and regrouping cancel a blocked reader.
 _BLOCK_MS = 2_000
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
@@ -70,6 +77,10 @@ _REFUSED = (ValidationError, nats.errors.MaxPayloadError, nats.errors.BadSubject
 # Errors of a NATS call meaning "not now": retry later.
 _NATS_DOWN = (NatsUnavailable, nats.errors.Error, nats.js.errors.ServiceUnavailableError,
               TimeoutError)
+# Errors of a Redis call meaning "not now". redis-py's RedisClusterException (no node
+# serves a slot, a failover in progress) is not a RedisError: without it here a cluster
+# hiccup would end the relay's task group instead of being retried.
+_REDIS_DOWN = (RedisError, RedisClusterException, OSError, UnavailableError)
 
 
 def _describe(exc: BaseException) -> str:
@@ -77,6 +88,18 @@ def _describe(exc: BaseException) -> str:
         return (f"refused by NATS: {exc.description} "
                 f"(code {exc.code}, err_code {exc.err_code})")
     return f"refused by NATS: {exc}"
+
+
+def _reraise_cancel() -> None:
+    """Re-raise a cancellation an error handler would otherwise swallow.
+
+    On Python 3.11 a cancel that lands as a library's own timeout expires can surface as
+    TimeoutError, which the loops treat as "NATS down, retry": the task would go on
+    looping, cancelled, and its task group would never end.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class _Backoff:
@@ -100,17 +123,15 @@ class Relay(Service):
         super().__init__(settings)
         self.keys = Keys(settings.namespace, settings.shards)
         self.faults = Faults(settings.fault)
-        self.shards = list(range(settings.shards))
         self._subject = re.compile(
             rf"^{re.escape(settings.namespace)}\.(wake|tool)(\.[A-Za-z0-9_-]{{1,64}})+$"
         )
         self._redis: Redis | None = None
-        self._reader: Redis | None = None  # only for the blocking read and its acks
-        self._reader_id: int | None = None
-        self._resend = True  # our own pending rows first: a restart under a stable name
+        self._reader: Redis | None = None  # only for the blocking reads and their acks
+        self.leases: ShardLeases | None = None
         self._probe = False  # after a failed batch: publish row by row to isolate a refusal
-        # Held while rows are in hand, so the claim loop never takes (and re-sends) rows the
-        # publish loop is still publishing: XAUTOCLAIM does not skip our own consumer.
+        # Held while rows are in hand, so the claim loop never takes (and re-sends) rows a
+        # read loop is still publishing: XAUTOCLAIM does not skip our own consumer.
         self._in_hand = asyncio.Lock()
         # counters, for tests, benchmarks and inspect
         self.published = 0  # rows newly stored by JetStream
@@ -119,6 +140,12 @@ class Relay(Service):
         self.timers_fired = 0
         self.dead_lettered = 0
         self.retries = 0
+        self.acks_refused = 0  # batches whose shard lease was lost before their ack
+
+    @property
+    def shards(self) -> list[int]:
+        """The shards this relay holds now."""
+        return self.leases.held_shards() if self.leases is not None else []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -127,6 +154,7 @@ class Relay(Service):
         self._redis = connect_redis(s)
         self._reader = connect_redis(s, socket_timeout=_BLOCK_MS / 1000 + 5.0)
         box, reader_box = Outbox(self._redis, self.keys), Outbox(self._reader, self.keys)
+        self.leases = ShardLeases(box, self.name, s.shards, s.lease_ms)
         try:
             if not await self._connect(box):
                 return
@@ -135,16 +163,18 @@ class Relay(Service):
             self.ready.set()
             log.info("relay_started", worker=self.name, shards=s.shards)
             async with asyncio.TaskGroup() as tg:
-                publisher = tg.create_task(self._publish_loop(reader_box), name="relay-publish")
+                tg.create_task(self.announce(self._redis, self.keys), name="announce")
+                tg.create_task(self._lease_loop(), name="relay-leases")
+                tg.create_task(self._read_loop(reader_box), name="relay-read")
                 tg.create_task(self._claim_loop(box), name="relay-claim")
                 tg.create_task(self._timer_loop(box), name="relay-timers")
-                tg.create_task(self.announce(self._redis, self.keys.workers), name="announce")
                 tg.create_task(epoch.watch(self.stopping, epoch.watch_interval(s.lease_ms)),
                                name="relay-epoch")
                 # The outbox backlog gauge (a no-op without telemetry metrics).
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
-                tg.create_task(self._unblock_on_stop(publisher), name="relay-unblock")
         finally:
+            with contextlib.suppress(*_REDIS_DOWN):  # a graceful stop hands the shards on
+                await self.leases.release_all()
             if self.bus is not None:
                 with contextlib.suppress(Exception):
                     await self.bus.close()
@@ -155,7 +185,8 @@ class Relay(Service):
     def counters(self) -> dict[str, int]:
         return {"published": self.published, "duplicates": self.duplicates,
                 "claimed": self.claimed, "timers_fired": self.timers_fired,
-                "dead_lettered": self.dead_lettered, "retries": self.retries}
+                "dead_lettered": self.dead_lettered, "retries": self.retries,
+                "acks_refused": self.acks_refused}
 
     async def _connect(self, box: Outbox) -> bool:
         """Reach both servers and set up streams and groups; retry until up or stopping."""
@@ -169,58 +200,102 @@ class Relay(Service):
                 await self.bus.ensure_streams()
                 await box.ensure_groups()
                 return True
-            except (RedisError, OSError, *_NATS_DOWN) as exc:
+            except (*_REDIS_DOWN, *_NATS_DOWN) as exc:
                 delay = backoff.next()
                 log.warning("relay_connect_retry", error=repr(exc), delay_s=delay)
                 await self.wait_stopping(delay)
         return False
 
-    async def _unblock_on_stop(self, publisher: asyncio.Task[None]) -> None:
-        """At shutdown, wake the blocked reader: its read returns as if the block timed out.
-
-        Repeated until the publish loop ends, in case the read was not yet blocked.
-        """
-        await self.stopping.wait()
-        while not publisher.done():
-            if self._reader_id is not None and self._redis is not None:
-                with contextlib.suppress(RedisError, OSError):
-                    await self._redis.client_unblock(self._reader_id)
-            await asyncio.wait([publisher], timeout=0.05)
-
     # ------------------------------------------------------------------ loops
 
-    async def _publish_loop(self, box: Outbox) -> None:
-        assert self._reader is not None
+    async def _lease_loop(self) -> None:
+        """Hold a fair share of the shards (see :mod:`baton.relay.leases`)."""
+        assert self.leases is not None
         backoff = _Backoff()
-        while not self.stopping.is_set():
+        delay = self.leases.tick_s
+        while True:
             try:
-                if self._resend:
+                await self.leases.tick(int(time.time() * 1000))
+                backoff.reset()
+                delay = self.leases.tick_s
+            except _REDIS_DOWN as exc:
+                _reraise_cancel()
+                delay = min(backoff.next(), self.leases.tick_s)
+                log.warning("relay_leases_failed", error=repr(exc), delay_s=delay)
+            if await self.wait_stopping(delay):
+                return
+
+    async def _read_loop(self, box: Outbox) -> None:
+        """One blocking reader per read group of the held shards; regrouped whenever the
+        leases change. A reader blocked in XREADGROUP is cancelled (rows the server handed
+        it stay pending and are claimed again); one with rows in hand finishes them."""
+        assert self.leases is not None
+        leases = self.leases
+        while not self.stopping.is_set():
+            leases.changed.clear()
+            done = asyncio.Event()
+            readers = [asyncio.create_task(self._reader_loop(box, group, done),
+                                           name=f"relay-read-{group[0]}")
+                       for group in box.groups(leases.held_shards())]
+            stop = asyncio.create_task(self._first(self.stopping, leases.changed))
+            try:
+                await asyncio.wait([stop, *readers], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                done.set()
+                stop.cancel()
+                for task in readers:
+                    if getattr(task, "blocked", False):
+                        task.cancel()
+                results = await asyncio.gather(*readers, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(
+                        result, asyncio.CancelledError):
+                    raise result
+
+    @staticmethod
+    async def _first(*events: asyncio.Event) -> None:
+        waits = [asyncio.create_task(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _reader_loop(self, box: Outbox, shards: list[int], done: asyncio.Event) -> None:
+        """Publish the rows of ``shards``: first this relay's own pending rows, then new ones
+        as they arrive (a blocking XREADGROUP on its own connection)."""
+        me = asyncio.current_task()
+        backoff = _Backoff()
+        resend = True  # our own pending rows first: a restart under a stable name
+        while not done.is_set():
+            try:
+                if resend:
                     async with self._in_hand:
-                        rows, self._resend = await box.read_pending(
-                            self.shards, self.name, self.settings.relay_batch
-                        )
+                        rows, resend = await box.read_pending(
+                            shards, self.name, self.settings.relay_batch)
                         if rows:
                             await self._deliver(rows, box, "pending")
                 else:
-                    if self._reader_id is None:
-                        self._reader_id = await self._reader.client_id()
-                    rows = await box.read(
-                        self.shards, self.name, self.settings.relay_batch, _BLOCK_MS
-                    )
+                    me.blocked = True  # type: ignore[union-attr]
+                    try:
+                        rows = await box.read(shards, self.name, self.settings.relay_batch,
+                                              _BLOCK_MS)
+                    finally:
+                        me.blocked = False  # type: ignore[union-attr]
                     if rows:
                         async with self._in_hand:
                             await self._deliver(rows, box, "read")
                 backoff.reset()
             except _NATS_DOWN as exc:
-                self._resend = True  # the rows in hand are in our pending list
+                resend = True  # the rows in hand are in our pending list
                 await self._retry("nats", exc, backoff)
             except ForbiddenError as exc:
                 # The deployment's permissions, not the rows, are wrong: keep them and retry.
-                self._resend = True
+                resend = True
                 log.error("outbox_publish_forbidden", error=str(exc))
                 await self._retry("nats", exc, backoff)
-            except (RedisError, OSError) as exc:
-                self._resend, self._reader_id = True, None
+            except _REDIS_DOWN as exc:
+                resend = True
                 await self._retry("redis", exc, backoff)
 
     async def _claim_loop(self, box: Outbox) -> None:
@@ -240,26 +315,36 @@ class Relay(Service):
                         log.info("outbox_rows_claimed", shard=shard, rows=len(rows))
                         await self._deliver(rows, box, "claim")
                 except (*_NATS_DOWN, ForbiddenError) as exc:
-                    self._resend = True  # claimed rows are ours now: the publish loop re-sends
+                    _reraise_cancel()
+                    # Claimed rows are ours now: the next claim round (our own idle rows)
+                    # or the shard's reader (its pending read) sends them again.
                     log.warning("outbox_claim_failed", server="nats", error=repr(exc))
                     break
-                except (RedisError, OSError) as exc:
+                except _REDIS_DOWN as exc:
+                    _reraise_cancel()
                     log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                     break
 
     async def _timer_loop(self, box: Outbox) -> None:
         s = self.settings
+        assert self.leases is not None
+        leases = self.leases
         backoff = _Backoff()
         while not self.stopping.is_set():
             delay = s.timer_tick_ms / 1000
             try:
-                now, heads = await box.timer_heads(self.shards)
+                held = dict(leases.held)
+                now, heads = await box.timer_heads(sorted(held))
                 fired = 0
                 for shard, due in heads.items():
                     if due <= now:
-                        fired += await box.fire_timers(
-                            shard, limit=s.relay_batch, rearm_ms=s.progress_deadline_ms
-                        )
+                        n = await box.fire_timers(shard, limit=s.relay_batch,
+                                                  rearm_ms=s.progress_deadline_ms,
+                                                  holder=self.name, fence=held[shard])
+                        if n < 0:
+                            leases.lost(shard)
+                        else:
+                            fired += n
                 if fired:
                     self.timers_fired += fired
                     log.debug("timers_fired", timers=fired)
@@ -268,7 +353,8 @@ class Relay(Service):
                 if later:
                     delay = min(delay, max(min(later), 1) / 1000)
                 backoff.reset()
-            except (RedisError, OSError) as exc:
+            except _REDIS_DOWN as exc:
+                _reraise_cancel()
                 delay = backoff.next()
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
             if await self.wait_stopping(delay):
@@ -277,6 +363,7 @@ class Relay(Service):
     # ------------------------------------------------------------------ steps
 
     async def _retry(self, server: str, exc: BaseException, backoff: _Backoff) -> None:
+        _reraise_cancel()
         self.retries += 1
         delay = backoff.next()
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
@@ -365,7 +452,14 @@ class Relay(Service):
             )
             log.error("outbox_row_dead_lettered", row_id=row.id, reason=reason,
                       session_id=row.session_id, trace_id=trace_id_of(row.headers))
-        await box.ack(rows)
+        assert self.leases is not None
+        lost = await box.ack(rows, self.name, dict(self.leases.held))
+        for shard, holder in lost.items():
+            # Published, but the shard is another relay's now: it re-sends these rows under
+            # the same Nats-Msg-Id (dropped by JetStream's dedupe) and acknowledges them.
+            self.acks_refused += 1
+            log.warning("outbox_ack_refused", shard=shard, holder=holder)
+            self.leases.lost(shard, holder)
         new = sum(flags)
         self.published += new
         self.duplicates += len(flags) - new

@@ -45,28 +45,28 @@ _CONNECT = ["ping", "hello", "auth", "client|id", "select", "quit", "reset"]
 # WAIT: in cluster mode a transition is acknowledged once a replica has it (store/replication.py).
 _SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
             "wait"]
-_ANNOUNCE = ["hset", "hdel", "xadd"]  # <ns>:workers liveness, <ns>:dead records
+_ANNOUNCE = ["hset", "hdel", "xadd"]  # per-shard workers liveness and dead-letter records
 # hlen/hgetall/pexpire: the applied commit ids of a session (see store/lua/_applied.lua);
 # type: every script first checks the types of the session keys (corrupt_refusal, _lib.lua).
 _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zadd", "zrem",
                    "hlen", "hgetall", "pexpire"]
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "publish", "zscan"],  # zscan: a quarantine drops the session's timers
+              "spublish", "zscan"],  # zscan: a quarantine drops the session's timers
     "hands": [*_SESSION_WRITES, "hgetall"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
-              "xrevrange", "zrange", "zadd", "zrem", "exists", "client|unblock"],
+              "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall"],
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
-               "type", "subscribe", "unsubscribe", "psubscribe", "punsubscribe"],
+               "type", "ssubscribe", "sunsubscribe"],
 }
 
 
 def _redis_keys(role: Role, ns: str) -> list[str]:
-    if role == "relay":  # shard outboxes and timers; a timer marks its session dirty
+    if role == "relay":  # shard outboxes, timers and leases; a timer marks its session dirty
         tag = f"{ns}:{{{ns}-*}}"
-        return [f"{tag}:outbox", f"{tag}:timers", f"{tag}:s:*:meta", f"{ns}:dead",
-                f"{ns}:workers"]
+        return [f"{tag}:outbox", f"{tag}:timers", f"{tag}:relay", f"{tag}:s:*:meta",
+                f"{tag}:dead", f"{tag}:workers"]
     return [f"{ns}:*"]
 
 
@@ -86,7 +86,8 @@ def redis_acl(role: Role, namespace: str, password: str | None = None) -> list[s
     # baton.store.epoch): a selector grants GET/SET on the epoch keys and nothing else.
     rules.append(f"(+get +set ~{namespace}:{{{namespace}-*}}:epoch)")
     if role in ("brain", "client"):  # commits announce settled submissions; clients wait
-        rules.append(f"&{namespace}:settled:*")
+        # Sharded channels under the session's hash tag (SPUBLISH / SSUBSCRIBE).
+        rules.append(f"&{namespace}:{{{namespace}-*}}:settled:*")
     return rules
 
 

@@ -2,6 +2,12 @@
 
 Clients never take leases: they write only through idempotent scripts (submit, start,
 cancel, approve) and read committed state.
+
+Waiting does not fan out: a commit that settles something SPUBLISHes on the session's own
+sharded channel (:meth:`Keys.settled_channel`, under the session's hash tag), and a client
+SSUBSCRIBEs only to the channels of the sessions it is waiting on, for as long as it waits.
+A client therefore hears about its own sessions only, however many others settle, and on a
+Redis Cluster the notification stays on the node of the session's slot.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from baton.bus.subjects import BusNames
 from baton.errors import ConfigError, CorruptStateError, NotFoundError, ValidationError
 from baton.faults import Faults
 from baton.models import Submission, Task
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.control import CancelAnswer
@@ -24,6 +31,7 @@ from baton.store.epoch import StoreEpoch
 from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
+log = get_logger("baton.client")
 T = TypeVar("T")
 
 
@@ -44,6 +52,10 @@ class Client:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._pubsub: Any = None
+        self._subscribed = asyncio.Event()  # some channel is subscribed: the listener reads
+        self._sub_lock = asyncio.Lock()
+        #: Notifications this client received (for tests and the fan-out benchmark).
+        self.notifications = 0
         # Set by connect(): a "not found" is checked against it, so a store that lost its
         # state raises StoreEpochError instead.
         self.epoch: StoreEpoch | None = None
@@ -120,7 +132,7 @@ class Client:
         """
         from baton.store.workers import live_brains, services
 
-        announced = await services(self.store.redis, self.store.keys.workers, now_ms())
+        announced = await services(self.store.redis, self.store.keys, now_ms())
         return live_brains(announced, agent, compat)
 
     async def start_task(
@@ -197,23 +209,29 @@ class Client:
     ) -> T:
         """Re-read on each settled notification of the session (or every second) until done."""
         channel = self.store.keys.settled_channel(session_id)
-        await self._listen()
-        async with asyncio.timeout(timeout):
-            while True:
-                signal = asyncio.get_running_loop().create_future()
-                self._waiters.setdefault(channel, set()).add(signal)
-                try:
+        signals = self._waiters.setdefault(channel, set())
+        signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        signals.add(signal)
+        try:
+            if len(signals) == 1:
+                await self._subscribe(channel)
+            async with asyncio.timeout(timeout):
+                while True:
                     current = await self._read_checked(read, session_id)
                     if done(current):
                         return current
                     await quarantine.raise_if_quarantined(self.store, session_id)
                     # Wake on a notification, or re-check at least every second.
                     await asyncio.wait({signal}, timeout=1.0)
-                finally:
-                    waiting = self._waiters.get(channel, set())
-                    waiting.discard(signal)
-                    if not waiting:
-                        self._waiters.pop(channel, None)
+                    if signal.done():
+                        signals.discard(signal)
+                        signal = asyncio.get_running_loop().create_future()
+                        signals.add(signal)
+        finally:
+            signals.discard(signal)
+            if not signals and self._waiters.get(channel) is signals:
+                del self._waiters[channel]
+                await self._unsubscribe(channel)
 
     async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str) -> T:
         """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
@@ -228,29 +246,50 @@ class Client:
                 await self.epoch.verify()
             raise
 
-    async def _listen(self) -> None:
-        """One subscription per client for every wait: no connection per wait."""
-        if self._listener is not None and not self._listener.done():
-            return
-        pubsub = self.store.redis.pubsub()
-        await pubsub.psubscribe(self.store.keys.settled_channel("*"))
-        self._pubsub = pubsub
-        self._listener = asyncio.create_task(self._dispatch(pubsub), name="settled-listener")
+    async def _subscribe(self, channel: str) -> None:
+        """SSUBSCRIBE to a session's channel; on failure waits re-read every second."""
+        async with self._sub_lock:
+            try:
+                if self._pubsub is None:
+                    self._pubsub = self.store.redis.pubsub()
+                await self._pubsub.ssubscribe(channel)
+            except Exception as exc:
+                log.warning("settled_subscribe_failed", channel=channel, error=repr(exc))
+                return
+            self._subscribed.set()
+            if self._listener is None or self._listener.done():
+                self._listener = asyncio.create_task(self._dispatch(self._pubsub),
+                                                     name="settled-listener")
+
+    async def _unsubscribe(self, channel: str) -> None:
+        async with self._sub_lock:
+            if self._pubsub is None or channel in self._waiters:
+                return
+            with contextlib.suppress(Exception):
+                await self._pubsub.sunsubscribe(channel)
+            if not self._waiters:
+                self._subscribed.clear()
 
     async def _dispatch(self, pubsub: Any) -> None:
+        """Wake the waiters of each notification; one task per client, only while some
+        channel is subscribed (a pub/sub read needs a subscribed connection)."""
+        sharded = hasattr(pubsub, "get_sharded_message")  # a cluster: one connection per node
         while True:
+            await self._subscribed.wait()
             try:
-                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if sharded:
+                    if not pubsub.node_pubsub_mapping:
+                        await asyncio.sleep(0.2)
+                        continue
+                    msg = await pubsub.get_sharded_message(timeout=0.2)
+                else:
+                    msg = await pubsub.get_message(timeout=1.0)
             except Exception:  # connection lost: waiters fall back to re-reading each second
                 await asyncio.sleep(0.5)
-                try:
-                    await pubsub.psubscribe(self.store.keys.settled_channel("*"))
-                except Exception:
-                    continue
                 continue
-            if msg is None:
+            if msg is None or msg.get("type") not in ("smessage", "message"):
                 continue
-            channel = msg.get("channel")
-            for signal in self._waiters.get(channel, ()):
+            self.notifications += 1
+            for signal in self._waiters.get(msg.get("channel"), ()):
                 if not signal.done():
                     signal.set_result(None)

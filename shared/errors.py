@@ -357,6 +357,18 @@ def from_redis_error(
         return ForbiddenError(role, "run", _denied_redis_target(text), text)
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | ConnectionError | OSError):
         return RedisUnavailable(f"redis unavailable: {exc}", cause=str(exc))
+    if ("CROSSSLOT" in text or "blocked when running redis in cluster mode" in text
+            or isinstance(exc, rex.ClusterCrossSlotError)):
+        # Keys of one call on several Cluster slots, or a call redis-py cannot route on a
+        # cluster: a bug in Baton's key layout, never a passing state; terminal so it is
+        # reported, not retried forever.
+        return BatonError(f"redis cluster refused a cross-slot call: {text}", cause=text)
+    if isinstance(exc, rex.RedisClusterException | rex.ClusterError | rex.TryAgainError
+                  | rex.MasterDownError):
+        # A Redis Cluster between states (no node serves a slot yet, a failover, a slot
+        # migrating): redis-py's RedisClusterException is not even a RedisError. Retryable.
+        return RedisUnavailable(f"redis cluster unavailable: {text or type(exc).__name__}",
+                                cause=text or type(exc).__name__)
     if text.startswith("WRONGTYPE"):  # a read of a session key that holds another type
         return CorruptStateError(session_id, f"a key holds the wrong type ({text})")
     # redis-py may prefix script errors; find our code word.

@@ -30,6 +30,7 @@ from baton.errors import BatonError, UnavailableError
 from baton.models import dumps
 from baton.observability.log import get_logger
 from baton.settings import Settings
+from baton.store.keys import Keys
 from baton.store.store import now_ms, worker_ref
 
 if TYPE_CHECKING:
@@ -120,9 +121,22 @@ class Service(abc.ABC):
             delay = min(delay * 2, 5.0)
 
     async def wait_stopping(self, timeout: float) -> bool:  # noqa: ASYNC109
-        """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep."""
+        """Wait up to ``timeout`` s for shutdown; True if shutting down. A tick, not a sleep.
+
+        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` can swallow a
+        cancellation that arrives as its inner wait ends. And a loop whose cancellation a
+        library swallowed (redis-py's cluster client can) is still marked cancelling: every
+        loop ticks through here, so it ends here instead of running on, cancelled, and
+        keeping its task group (and the process's shutdown) from ever finishing.
+        """
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        if self.stopping.is_set():
+            return True
         try:
-            await asyncio.wait_for(self.stopping.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.stopping.wait()
         except TimeoutError:
             return False
         return True
@@ -131,9 +145,11 @@ class Service(abc.ABC):
         """Extra facts the service announces (a Brain: the compat levels it serves)."""
         return {}
 
-    async def announce(self, redis: Redis, key: str) -> None:
-        """Record this worker as alive in ``<ns>:workers`` until it stops (for inspect)."""
+    async def announce(self, redis: Redis, keys: Keys) -> None:
+        """Record this worker as alive in its shard's ``workers`` hash until it stops (for
+        inspect and the relays' count of each other)."""
         field = f"{self.role}:{self.name}"
+        key = keys.workers(field)
         while True:
             info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
                     "seen_ms": now_ms(), "inflight": self.inflight, **self.announcement()}

@@ -9,6 +9,7 @@ from uuid import uuid4
 import pytest
 import redis.asyncio as aioredis
 
+from baton.devkit.redis_cluster import RedisClusterServers
 from baton.devkit.servers import NatsServer, RedisServer
 from baton.errors import ServerBinaryMissing
 from baton.settings import Settings
@@ -37,6 +38,28 @@ async def nats_server() -> AsyncIterator[NatsServer]:
         _start_failed(exc)
     async with server:
         yield server
+
+
+@pytest.fixture(scope="session")
+async def redis_cluster() -> AsyncIterator[RedisClusterServers]:
+    """One 3+3 Redis Cluster for the whole run, started by the first test that asks for it
+    (a few seconds); tests isolate themselves by namespace as on the single server."""
+    async with RedisClusterServers(node_timeout_ms=2_000) as servers:
+        yield servers
+
+
+#: ``@pytest.mark.parametrize("topology", TOPOLOGIES)`` with the ``topo_settings`` fixture
+#: runs a test on one Redis server and on a Redis Cluster.
+TOPOLOGIES = ["single", "cluster"]
+
+
+@pytest.fixture
+def topo_settings(request: pytest.FixtureRequest, settings: Settings) -> Settings:
+    """``settings``, on the Redis Cluster when the test's ``topology`` parameter says so."""
+    if request.node.callspec.params.get("topology") != "cluster":
+        return settings
+    cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
+    return settings.model_copy(update={"redis_url": cluster.seed_url})
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from baton.models import Task, ToolRun, dumps, loads
-from baton.store.deadletter import dead_letters
+from baton.store.deadletter import dead_letter_count, dead_letters
 from baton.store.epoch import StoreEpoch
 from baton.store.outbox import Outbox
 from baton.store.state import parse_meta
@@ -63,7 +63,7 @@ def _blocked(task: Task, runs: dict[str, ToolRun], fence: int, leased: bool) -> 
 
 
 async def _services(store: Store, now: int) -> list[dict[str, Any]]:
-    return await services(store.redis, store.keys.workers, now)
+    return await services(store.redis, store.keys, now)
 
 
 def _level_reason(agent: str, compat: int, served: set[tuple[str, int]]) -> str:
@@ -179,8 +179,7 @@ async def cluster_view(store: Store) -> dict[str, Any]:
     served = _served(services)
     services.sort(key=lambda s: (s.get("role", ""), s.get("name", "")))
     redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
-    ids: list[str] = await redis.zrevrange(store.keys.sessions, 0, CLUSTER_SESSIONS - 1)
-    total = await store.redis.zcard(store.keys.sessions)
+    ids, total = await _newest_sessions(store, CLUSTER_SESSIONS)
     states: dict[str, int] = {}
     sessions = []
     async with redis.pipeline(transaction=False) as p:
@@ -221,8 +220,21 @@ async def cluster_view(store: Store) -> dict[str, Any]:
         "sessions_by_state": states, "sessions": sessions[:20],
         "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
         "backlog": await _backlog(store, now),
-        "dead_letters": {"count": await store.redis.xlen(store.keys.dead), "newest": dead},
+        "dead_letters": {"count": await dead_letter_count(store.redis, store.keys),
+                         "newest": dead},
     }
+
+
+async def _newest_sessions(store: Store, count: int) -> tuple[list[str], int]:
+    """The ``count`` newest session ids over every shard's index, and how many there are."""
+    redis: Any = store.redis
+    async with redis.pipeline(transaction=False) as p:
+        for key in store.keys.every("sessions"):
+            p.zrevrange(key, 0, count - 1, withscores=True).zcard(key)
+        replies = await p.execute()
+    newest = sorted((pair for reply in replies[0::2] for pair in reply),
+                    key=lambda pair: pair[1], reverse=True)
+    return [str(sid) for sid, _ in newest[:count]], sum(int(n) for n in replies[1::2])
 
 
 # ---------------------------------------------------------------------- rendering

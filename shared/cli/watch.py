@@ -24,10 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.cli.trace import Timeline
@@ -36,6 +34,7 @@ from baton.models import Entry, Submission, Task, decode, dumps, loads
 from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
+from baton.store.redis_client import connect_redis
 from baton.store.state import parse_meta, parse_receipt, parse_runs
 from baton.store.store import Store, now_ms
 
@@ -76,12 +75,10 @@ class Watch:
         self._reached = False  # Redis answered once: from then on, retry for _GIVE_UP_S
         self._draining = False  # settled: read what is left without waiting, then stop
         self.timeline = Timeline(session_id)
-        # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes.
-        self.redis: Any = Redis.from_url(
-            settings.redis_url, decode_responses=True, client_name=f"baton-watch:{session_id}",
-            socket_connect_timeout=settings.connect_timeout_s,
-            socket_timeout=block_ms / 1000 + 5, retry=Retry(NoBackoff(), 0),
-        )
+        # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes. The one
+        # connect path reads a cluster URL as well as a single server's.
+        self.redis: Any = connect_redis(settings, socket_timeout=block_ms / 1000 + 5,
+                                        client_name=f"baton-watch:{session_id}")
         self.store = Store(self.redis, settings)
         self.sk: SessionKeys = self.store.keys.session(session_id)
 
@@ -103,7 +100,8 @@ class Watch:
                 done = await step()
                 self._reached = True
                 return done
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            except (RedisConnectionError, RedisTimeoutError, RedisClusterException,
+                    OSError) as exc:
                 loop = asyncio.get_running_loop()
                 failed_at = failed_at or loop.time()
                 limit = _GIVE_UP_S if self._reached else self.first_give_up_s

@@ -415,7 +415,9 @@ class DevStack:
                 return (await self._http.get(f"{self.mail_url}/healthz")).status_code == 200
             return False
         assert self._redis is not None
-        raw = await self._redis.hget(Keys(self.namespace, 1).workers, f"{proc.role}:{proc.name}")
+        field = f"{proc.role}:{proc.name}"
+        keys = Keys(self.namespace, self.settings().shards)
+        raw = await self._redis.hget(keys.workers(field), field)
         return raw is not None and json.loads(raw).get("pid") == proc.pid
 
     def _refresh_stack_file(self) -> None:

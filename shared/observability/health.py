@@ -99,9 +99,11 @@ async def check_http(port: int, path: str = "/readyz", host: str = "127.0.0.1") 
         return 0, f"not an HTTP answer: {raw[:100]!r}"
 
 
-async def announcement_age_ms(redis: Any, key: str, role: str, name: str, now: int) -> int | None:
-    """How old the service's ``<ns>:workers`` announcement is, or None if there is none."""
-    raw = await redis.hget(key, f"{role}:{name}")
+async def announcement_age_ms(redis: Any, keys: Any, role: str, name: str,
+                              now: int) -> int | None:
+    """How old the service's announcement (see baton.store.workers) is, or None if none."""
+    field = f"{role}:{name}"
+    raw = await redis.hget(keys.workers(field), field)
     if raw is None:
         return None
     return now - int(json.loads(raw).get("seen_ms", 0))
@@ -154,7 +156,7 @@ def health_command(port: int | None, path: str, role: str | None, name: str | No
         try:
             seconds, micros = await redis.time()
             now = int(seconds) * 1000 + int(micros) // 1000
-            return await announcement_age_ms(redis, Keys(settings.namespace, 1).workers,
+            return await announcement_age_ms(redis, Keys(settings.namespace, settings.shards),
                                              role, name, now)
         finally:
             await redis.aclose()

@@ -2,9 +2,11 @@
 
 A poison message (an outbox row NATS refuses, a wake or tool message that does not decode)
 must neither block what comes behind it nor vanish: the worker that gives up on it appends
-one record to the namespace's ``<ns>:dead`` stream and then acknowledges the message. The
-stream is capped (approximately) at :data:`MAX_RECORDS`; a payload is kept up to
-:data:`PAYLOAD_LIMIT` bytes.
+one record to a dead-letter stream and then acknowledges the message. The records are
+split over the shards (``<ns>:{<ns>-N}:dead``, by the session the message is about, or its
+id), so a flood of poison messages on a Redis Cluster does not pile onto one slot; readers
+merge every shard's newest records. Each stream is capped (approximately) at
+:data:`MAX_RECORDS`; a payload is kept up to :data:`PAYLOAD_LIMIT` bytes.
 
 Recording happens before the acknowledgement, so a crash in between can record the same
 message twice; that is harmless (dead letters are for people to read, not work to redo).
@@ -12,6 +14,7 @@ message twice; that is harmless (dead letters are for people to read, not work t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from redis.asyncio import Redis
@@ -19,7 +22,8 @@ from redis.asyncio import Redis
 from baton.store.keys import Keys
 from baton.store.store import now_ms
 
-__all__ = ["MAX_RECORDS", "PAYLOAD_LIMIT", "dead_letters", "record_dead_letter"]
+__all__ = ["MAX_RECORDS", "PAYLOAD_LIMIT", "dead_letter_count", "dead_letters",
+           "record_dead_letter"]
 
 MAX_RECORDS = 10_000
 PAYLOAD_LIMIT = 4 * 1024
@@ -44,15 +48,39 @@ async def record_dead_letter(
         "payload": _text(payload, PAYLOAD_LIMIT),
         "size": str(size),
         "ts": str(now_ms()),
+        # Orders records of different shards written within one millisecond.
+        "at_us": str(time.time_ns() // 1000),
     }
-    record_id = await redis.xadd(keys.dead, record, maxlen=MAX_RECORDS, approximate=True)  # type: ignore[arg-type]
+    about = record.get("session_id") or record.get("row_id") or record.get("msg_id") or reason
+    record_id = await redis.xadd(keys.dead(about), record, maxlen=MAX_RECORDS,  # type: ignore[arg-type]
+                                 approximate=True)
     return _text(record_id)
 
 
+def _newest_first(record: dict[str, str]) -> tuple[int, int, int]:
+    ms, _, seq = record["id"].partition("-")
+    return int(ms or 0), int(record.get("at_us") or 0), int(seq or 0)
+
+
 async def dead_letters(redis: Redis, keys: Keys, count: int = 100) -> list[dict[str, str]]:
-    """The newest ``count`` dead letters, newest first, each with its record ``id``."""
-    records: Any = await redis.xrevrange(keys.dead, count=count)
+    """The newest ``count`` dead letters of every shard, newest first, each with its
+    record ``id``."""
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys.every("dead"):
+            p.xrevrange(key, count=count)
+        replies: Any = await p.execute()
     out = []
-    for record_id, record in records:
-        out.append({"id": _text(record_id), **{_text(k): _text(v) for k, v in record.items()}})
-    return out
+    for records in replies:
+        for record_id, record in records:
+            out.append({"id": _text(record_id),
+                        **{_text(k): _text(v) for k, v in record.items()}})
+    out.sort(key=_newest_first, reverse=True)
+    return out[:count]
+
+
+async def dead_letter_count(redis: Redis, keys: Keys) -> int:
+    """How many dead letters are kept, over every shard."""
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys.every("dead"):
+            p.xlen(key)
+        return sum(int(n) for n in await p.execute())

@@ -29,11 +29,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from baton.errors import RedisUnavailable, StoreEpochError
 from baton.observability.log import get_logger
 from baton.store.keys import Keys
+from baton.store.redis_client import REDIS_ERRORS
 
 __all__ = ["INIT_GRACE_MS", "EpochSurvey", "StoreEpoch"]
 
@@ -87,7 +86,7 @@ class StoreEpoch:
         epoch = cls(redis, keys)
         try:
             return await epoch._establish()
-        except (RedisError, OSError) as exc:  # unreachable: the caller's connect loop retries
+        except REDIS_ERRORS as exc:  # unreachable: the caller's connect loop retries
             raise RedisUnavailable(f"cannot read the store epoch: {exc}") from None
 
     @classmethod
@@ -152,7 +151,7 @@ class StoreEpoch:
         while not stopping.is_set():
             try:
                 await self.verify()
-            except (RedisError, OSError) as exc:
+            except REDIS_ERRORS as exc:
                 log.debug("store_epoch_check_skipped", error=str(exc))
             try:
                 await asyncio.wait_for(stopping.wait(), interval_s)

@@ -21,10 +21,16 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay")
     <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
+    <ns>:T:sessions          ZSET   ids of the shard's sessions by creation time (inspect);
+                                    written by the script that opens the session
+    <ns>:T:dead              STREAM dead letters whose session (or message id) hashes here
+    <ns>:T:workers           HASH   liveness of the services whose name hashes here
+    <ns>:T:relay             HASH   the shard's relay lease: holder, fence, until (ms)
+    pub/sub (sharded): <ns>:T:settled:<sid>  settled submissions of a session (SPUBLISH)
 
-Cluster-wide (not per session): ``<ns>:sessions`` (ZSET of session ids by creation time,
-for ``inspect``), ``<ns>:dead`` (STREAM of dead letters), ``<ns>:workers`` (HASH of live
-service heartbeats). These are written outside the session scripts.
+There are no cluster-wide keys: the indexes a reader needs across the namespace (sessions,
+dead letters, services) are split over the shards like everything else, so none of them
+becomes one hot slot on a Redis Cluster; readers scan every shard (:meth:`Keys.every`).
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ class SessionKeys:
         """HASH of the session's undecodable-state failures and its quarantine (poison.lua);
         apart from the 13 script keys, so a session too corrupt to run can still be marked."""
         return self.meta.removesuffix("meta") + "poison"
+    sessions: str
 
     def all(self) -> list[str]:
         """KEYS for the session scripts, in the order every script expects them."""
@@ -107,6 +114,7 @@ class SessionKeys:
             self.outbox,
             self.timers,
             self.applied,
+            self.sessions,
         ]
 
 
@@ -116,12 +124,28 @@ class Keys:
     def __init__(self, namespace: str, shards: int) -> None:
         self.ns = namespace
         self.shards = shards
-        self.sessions = f"{namespace}:sessions"
-        self.dead = f"{namespace}:dead"
-        self.workers = f"{namespace}:workers"
 
     def shard_of(self, session_id: str) -> int:
         return zlib.crc32(session_id.encode()) % self.shards
+
+    def every(self, name: str) -> list[str]:
+        """The per-shard key ``name`` (``sessions``, ``dead``, ``workers``) of every shard."""
+        return [f"{self.ns}:{self.tag(s)}:{name}" for s in range(self.shards)]
+
+    def sessions(self, shard: int) -> str:
+        return f"{self.ns}:{self.tag(shard)}:sessions"
+
+    def dead(self, about: str) -> str:
+        """The dead-letter stream for a record about ``about`` (a session or message id)."""
+        return f"{self.ns}:{self.tag(self.shard_of(about or '-'))}:dead"
+
+    def workers(self, field: str) -> str:
+        """The liveness hash a service's field (``role:name``) is announced in."""
+        return f"{self.ns}:{self.tag(self.shard_of(field))}:workers"
+
+    def relay_lease(self, shard: int) -> str:
+        """The shard's relay lease (one slot with the outbox it guards)."""
+        return f"{self.ns}:{self.tag(shard)}:relay"
 
     def tag(self, shard: int) -> str:
         return f"{{{self.ns}-{shard}}}"
@@ -138,8 +162,10 @@ class Keys:
         return f"{self.ns}:{self.tag(shard)}:epoch"
 
     def settled_channel(self, session_id: str) -> str:
-        """Pub/sub channel announcing settled submissions of a session (for waiters)."""
-        return f"{self.ns}:settled:{session_id}"
+        """Sharded pub/sub channel announcing settled submissions of a session (for
+        waiters): under the session's hash tag, so the commit SPUBLISHes on its own slot and
+        only clients waiting on this session hear it."""
+        return f"{self.ns}:{self.tag(self.shard_of(session_id))}:settled:{session_id}"
 
     def session(self, session_id: str) -> SessionKeys:
         check_session_id(session_id)
@@ -161,4 +187,5 @@ class Keys:
             outbox=self.outbox(shard),
             timers=self.timers(shard),
             applied=f"{base}:applied",
+            sessions=self.sessions(shard),
         )

@@ -1,14 +1,23 @@
-"""The relay's side of the store: outbox rows and timers of each shard.
+"""The relay's side of the store: outbox rows, timers and relay leases of each shard.
 
-Each shard has one outbox stream read through the consumer group ``relay``: relays share
-the rows, a row stays pending until acknowledged, and the pending rows of a relay that died
-are claimed by another after ``relay_claim_idle_ms``. A row is deleted only after NATS
-acknowledged its publish. :class:`Outbox` owns this layout (keys, group, reply shapes);
-the relay only decides what to publish and when.
+Each shard has one outbox stream read through the consumer group ``relay``. Live relays
+divide the shards by fenced leases (``relay_lease.lua``): a relay reads, claims and fires
+timers only on the shards it holds, and acknowledges (deletes) rows only while it still
+holds their shard with the same fence (``relay_ack.lua``). A row stays pending until
+acknowledged; the rows a relay read but never acknowledged (it died, or lost the shard) are
+claimed by the shard's holder after ``relay_claim_idle_ms``. A row is deleted only after
+NATS acknowledged its publish. :class:`Outbox` owns this layout (keys, group, reply
+shapes); the relay only decides what to publish and when.
+
+On a Redis Cluster every shard is its own slot, and a multi-key command (one XREADGROUP
+over several streams) must stay within one slot even when the slots share a node, so
+:meth:`Outbox.groups` gives one read group per shard there; on one server all held shards
+are read by one XREADGROUP.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +29,7 @@ from redis.typing import KeyT, StreamIdT
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
+from baton.store.redis_client import is_cluster
 from baton.store.scripts import Scripts
 
 
@@ -67,14 +77,40 @@ class Backlog:
     pending: int
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseAnswer:
+    """A relay lease script's answer: ``ok`` with this relay's ``fence``, or the holder."""
+
+    ok: bool
+    fence: int = 0
+    holder: str = ""
+
+
 class Outbox:
-    """Outbox and timer operations over all shards of a namespace."""
+    """Outbox, timer and relay-lease operations over the shards of a namespace."""
 
     def __init__(self, redis: Redis, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
         self.scripts = Scripts(redis)
+        self.cluster = is_cluster(redis)
         self._by_key = {keys.outbox(s): s for s in range(keys.shards)}
+
+    def groups(self, shards: list[int]) -> list[list[int]]:
+        """Shards one XREADGROUP may read together: all on one server, one per slot on a
+        cluster (a multi-key command never spans slots, even on one node)."""
+        if not shards:
+            return []
+        return [[s] for s in shards] if self.cluster else [list(shards)]
+
+    async def lease(self, op: str, shard: int, holder: str, ttl_ms: int,
+                    fence: int = 0) -> LeaseAnswer:
+        """Acquire, renew or release the relay lease of a shard (see relay_lease.lua)."""
+        reply = await self.scripts.relay_lease(
+            keys=[self.keys.relay_lease(shard)], args=[op, holder, ttl_ms, fence])
+        if int(reply[0]) == 1:
+            return LeaseAnswer(True, int(reply[1]))
+        return LeaseAnswer(False, int(reply[2]) if op != "acquire" else 0, str(reply[1]))
 
     async def ensure_groups(self, shards: list[int] | None = None) -> None:
         for shard in shards if shards is not None else range(self.keys.shards):
@@ -101,12 +137,14 @@ class Outbox:
         Returns the rows and whether more may be pending. Entries whose row was already
         deleted come back without fields: they are acknowledged here.
         """
-        rows, gone = await self._read_group(shards, consumer, "0", count, None)
-        if gone:
-            async with self.redis.pipeline(transaction=False) as p:
-                for key, ids in gone.items():
-                    p.xack(key, RELAY_GROUP, *ids)
-                await p.execute()
+        rows: list[OutboxRow] = []
+        gone: dict[str, list[str]] = {}
+        for group in self.groups(shards):
+            got, deleted = await self._read_group(group, consumer, "0", count, None)
+            rows += got
+            gone.update(deleted)
+        for key, ids in gone.items():
+            await self.redis.xack(key, RELAY_GROUP, *ids)
         return rows, bool(rows or gone)
 
     async def _read_group(
@@ -135,18 +173,25 @@ class Outbox:
                     gone.setdefault(key, []).append(stream_id)
         return rows, gone
 
-    async def ack(self, rows: list[OutboxRow]) -> None:
-        """Acknowledge and delete published rows, one round trip for the batch."""
+    async def ack(self, rows: list[OutboxRow], holder: str,
+                  fences: dict[int, int]) -> dict[int, str]:
+        """Acknowledge and delete published rows, per shard under its lease fence.
+
+        Returns the shards whose lease is no longer ``holder``'s with the fence in
+        ``fences`` (shard -> current holder): their rows were left in place for the new
+        holder, which re-publishes them under the same ``Nats-Msg-Id``.
+        """
         by_shard: dict[int, list[str]] = {}
         for row in rows:
             shard_text, _, sid = row.stream_id.partition(":")
             by_shard.setdefault(int(shard_text), []).append(sid)
-        async with self.redis.pipeline(transaction=False) as p:
-            for shard, ids in by_shard.items():
-                key = self.keys.outbox(shard)
-                p.xack(key, RELAY_GROUP, *ids)
-                p.xdel(key, *ids)
-            await p.execute()
+        replies = await asyncio.gather(*(
+            self.scripts.relay_ack(
+                keys=[self.keys.relay_lease(shard), self.keys.outbox(shard)],
+                args=[holder, fences.get(shard, 0), *ids])
+            for shard, ids in by_shard.items()))
+        return {shard: str(reply[1]) for shard, reply in zip(by_shard, replies, strict=True)
+                if int(reply[0]) != 1}
 
     async def claim_stale(
         self, shard: int, consumer: str, idle_ms: int, count: int
@@ -168,25 +213,35 @@ class Outbox:
             await self.redis.xack(key, RELAY_GROUP, *deleted)
         return [parse_row(shard, sid, f) for sid, f in entries if f]
 
-    async def fire_timers(self, shard: int, limit: int, rearm_ms: int) -> int:
-        """Turn due timers of a shard into outbox wake rows; returns how many fired."""
+    async def fire_timers(self, shard: int, limit: int, rearm_ms: int, holder: str,
+                          fence: int) -> int:
+        """Turn due timers of a shard into outbox wake rows; returns how many fired, or -1
+        when ``holder`` no longer holds the shard's lease with ``fence``."""
         prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
         return int(
             await self.scripts.fire_timers(
-                keys=[self.keys.timers(shard), self.keys.outbox(shard)],
-                args=[limit, rearm_ms, prefix],
+                keys=[self.keys.timers(shard), self.keys.outbox(shard),
+                      self.keys.relay_lease(shard)],
+                args=[limit, rearm_ms, prefix, holder, fence],
             )
         )
 
     async def timer_heads(self, shards: list[int]) -> tuple[int, dict[int, int]]:
-        """Redis' clock (ms) and each shard's earliest timer, in one round trip."""
+        """Redis' clock (ms) and each shard's earliest timer.
+
+        One round trip on a single server; on a cluster TIME cannot ride in a pipeline
+        (it has no key to route by), so the clock is one more call, to any node: the
+        scripts compare due times with their own node's clock, this only sizes the sleep.
+        """
         async with self.redis.pipeline(transaction=False) as p:
-            p.time()
+            if not self.cluster:
+                p.time()
             for shard in shards:
                 p.zrange(self.keys.timers(shard), 0, 0, withscores=True)
             replies = await p.execute()
-        sec, usec = replies[0]
-        heads = {s: int(r[0][1]) for s, r in zip(shards, replies[1:], strict=True) if r}
+        clock = await self.redis.time() if self.cluster else replies.pop(0)
+        sec, usec = clock
+        heads = {s: int(r[0][1]) for s, r in zip(shards, replies, strict=True) if r}
         return int(sec) * 1000 + int(usec) // 1000, heads
 
     async def backlog(self) -> list[Backlog]:

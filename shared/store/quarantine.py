@@ -15,13 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-import structlog
-
 from baton.errors import CorruptStateError, QuarantinedError, from_redis_error
+from baton.observability.log import get_logger
 from baton.store.deadletter import record_dead_letter
 from baton.store.store import Store
 
-log = structlog.get_logger("baton.brain")
+log = get_logger("baton.brain")
 
 MAX_REASON = 500
 

@@ -26,7 +26,7 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, RedisError
 
 from baton.errors import ConfigError
 from baton.settings import Settings
@@ -34,6 +34,10 @@ from baton.settings import Settings
 #: Either client. Both offer the commands Baton uses (scripts, hashes, streams, pub/sub);
 #: cluster-only code checks :func:`is_cluster` first.
 AnyRedis: TypeAlias = Redis | RedisCluster
+
+#: What a Redis call may raise when the server (or cluster) fails: redis-py's
+#: RedisClusterException (no node for a slot, topology unreadable) is not a RedisError.
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SLOTS = 16384
@@ -86,7 +90,8 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     return ClusterUrl(tuple(seeds), username, password, scheme.lower() == "rediss+cluster")
 
 
-def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) -> Redis:
+def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
+                  client_name: str | None = None) -> Redis:
     """A client that fails fast and never retries on its own.
 
     Automatic retries are off on purpose: re-sending a commit whose reply was lost could
@@ -102,7 +107,8 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
     store; :data:`AnyRedis` is the honest type for new code.
     """
     if is_cluster_url(settings.redis_url):
-        return cast(Redis, connect_cluster(settings, socket_timeout=socket_timeout))
+        return cast(Redis, connect_cluster(settings, socket_timeout=socket_timeout,
+                                           client_name=client_name))
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
@@ -112,12 +118,14 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0) ->
         socket_timeout=socket_timeout,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
+        **_named(client_name),
         **_tls_options(settings),
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
-def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0) -> RedisCluster:
+def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
+                    client_name: str | None = None) -> RedisCluster:
     """A :class:`RedisCluster` client with the same no-retry policy as a single server.
 
     MOVED and ASK redirections are still followed (the command did not run there); an
@@ -139,6 +147,7 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0) 
         socket_connect_timeout=settings.connect_timeout_s,
         socket_timeout=socket_timeout,
         health_check_interval=30,
+        **_named(client_name),
         **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
     )
 
@@ -193,6 +202,11 @@ def _check_resolves(parsed: ClusterUrl) -> None:
                       setting=_SETTING)
 
 
+def _named(client_name: str | None) -> dict[str, Any]:
+    """The CLIENT SETNAME option, when a name is given (operators find the connection)."""
+    return {"client_name": client_name} if client_name else {}
+
+
 def _tls_options(settings: Settings) -> dict[str, Any]:
     """TLS files for a ``rediss://`` URL (a CA bundle, and a client cert for mutual TLS)."""
     s = settings
@@ -212,5 +226,5 @@ def redis_user(settings: Settings) -> str:
     return urlsplit(settings.redis_url).username or "default"
 
 
-__all__ = ["AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis", "is_cluster",
-           "is_cluster_url", "parse_cluster_url", "redis_user"]
+__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis",
+           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user"]

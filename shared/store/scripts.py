@@ -19,12 +19,11 @@ from typing import Any, Literal, get_args
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from baton.errors import PayloadTooLarge, from_redis_error
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
-from baton.store.redis_client import redis_user
+from baton.store.redis_client import REDIS_ERRORS, redis_user
 from baton.store.replication import Reads, ReplicatedWrites
 
 SessionScript = Literal[
@@ -42,7 +41,7 @@ SessionScript = Literal[
     "approve",
 ]
 SESSION_SCRIPTS: tuple[str, ...] = get_args(SessionScript)
-SHARD_SCRIPTS = ("fire_timers", "poison")
+SHARD_SCRIPTS = ("fire_timers", "poison", "relay_lease", "relay_ack")
 #: Transitions a failover must not lose once acknowledged: fences (acquire), commits, input,
 #: tool-run claims and results, operator decisions. Heartbeats, lease renewals and streamed
 #: partial text are losable by design (a lost one at worst causes a fenced takeover), so
@@ -135,7 +134,7 @@ class ScriptRunner:
         try:
             return await getattr(self.registered, script)(
                 keys=sk.all(), args=[commit_id or "", *args])
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             raise self._error(exc, sk, run_id) from None
 
     async def run_and_read(
@@ -156,7 +155,7 @@ class ScriptRunner:
                     keys=sk.all(), args=["", *args], client=pipe)
                 reads(pipe)
                 results = await pipe.execute(raise_on_error=False)
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             raise self._error(exc, sk, "") from None
         if isinstance(results[0], Exception):
             raise self._error(results[0], sk, "")
@@ -170,7 +169,7 @@ class ScriptRunner:
             return await self.writes.run(
                 getattr(self.registered, script), sk.all(), [commit_id, *args],
                 commit_id=commit_id, what=script, session_id=sk.session_id, reads=reads)
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             raise self._error(exc, sk, "") from None
 
     def _error(self, exc: Exception, sk: SessionKeys, run_id: str) -> Exception:

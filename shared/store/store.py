@@ -19,7 +19,7 @@ import time
 from typing import Any, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
+from redis.exceptions import AuthenticationError, NoPermissionError
 
 from baton.errors import (
     BatonError,
@@ -46,7 +46,7 @@ from baton.settings import Settings
 from baton.store.control import Decisions
 from baton.store.documents import documents_from_hash
 from baton.store.keys import Keys, SessionKeys
-from baton.store.redis_client import connect_redis, redis_user
+from baton.store.redis_client import REDIS_ERRORS, connect_redis, is_cluster, redis_user
 from baton.store.runs import Runs
 from baton.store.scripts import ScriptRunner
 from baton.store.state import (
@@ -97,7 +97,7 @@ class Store:
         except (AuthenticationError, NoPermissionError) as exc:
             await redis.aclose()
             raise from_redis_error(exc, role=redis_user(settings)) from None
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             await redis.aclose()
             raise RedisUnavailable(
                 f"cannot reach Redis at {settings.redis_url}: {exc}", url=settings.redis_url
@@ -155,7 +155,6 @@ class Store:
              worker.model_dump_json(), receipt, dumps(headers or {}),
              hashlib.sha1(text.encode()).hexdigest()],
         )
-        await self.redis.zadd(self.keys.sessions, {session_id: now}, nx=True)
         return decode(Submission, raw), bool(created)
 
     @traced_submit("start")
@@ -185,7 +184,6 @@ class Store:
              self.settings.progress_deadline_ms, worker.model_dump_json(), receipt,
              dumps(headers or {})],
         )
-        await self.redis.zadd(self.keys.sessions, {session_id: now_ms()}, nx=True)
         return str(task_id), bool(created)
 
     async def task(self, session_id: str, task_id: str) -> Task:
@@ -250,7 +248,7 @@ class Store:
             async with self.redis.pipeline(transaction=True) as p:
                 self._queue_load(p, sk, page)
                 results = await p.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             raise from_redis_error(
                 exc, session_id=session_id, role=redis_user(self.settings)
             ) from None
@@ -268,11 +266,23 @@ class Store:
         everything the new fence holder may build on.
         """
         sk = self.keys.session(session_id)
-        reply, reads = await self.scripts.run_and_read(
-            "acquire", sk, [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)],
-            lambda p: self._queue_load(p, sk, page),
-        )
-        fence, prev, takeover = reply
+        args = [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)]
+        if is_cluster(self.redis) and not self.scripts.replicated("acquire"):
+            # redis-py's cluster pipeline refuses scripts: the acquire, then one MULTI/EXEC
+            # snapshot. Anything written in between (a Hands result, a submit) is already
+            # under the new fence's eyes: it is in the snapshot or marked the session dirty.
+            fence, prev, takeover = await self.scripts.run("acquire", sk, args)
+            try:
+                async with self.redis.pipeline(transaction=True) as p:
+                    self._queue_load(p, sk, page)
+                    reads = await p.execute(raise_on_error=False)
+            except REDIS_ERRORS as exc:
+                raise from_redis_error(
+                    exc, session_id=session_id, role=redis_user(self.settings)) from None
+        else:
+            reply, reads = await self.scripts.run_and_read(
+                "acquire", sk, args, lambda p: self._queue_load(p, sk, page))
+            fence, prev, takeover = reply
         lease = Lease(session_id, int(fence), bool(takeover), prev or "")
         return lease, self._state(session_id, reads)
 

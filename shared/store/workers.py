@@ -1,10 +1,14 @@
-"""Who is alive: the services' announcements in ``<ns>:workers``.
+"""Who is alive: the services' announcements in the per-shard ``<ns>:{<ns>-N}:workers``.
 
-Every service writes ``role:name -> {role, name, pid, seen_ms, inflight, ...}`` there every
-2 s while it runs (:meth:`baton.service.Service.announce`) and deletes it when it stops; a
+Every service writes ``role:name -> {role, name, pid, seen_ms, inflight, ...}`` into the
+hash of the shard its field hashes to (:meth:`Keys.workers`), every 2 s while it runs
+(:meth:`baton.service.Service.announce`) and deletes it when it stops; a
 Brain adds ``serves``, the ``[agent, compat level]`` pairs whose wakes it consumes. Read by
 ``inspect`` (services, sessions no live Brain serves) and by ``baton submit`` (a warning
-before input waits for a Brain that is not there).
+before input waits for a Brain that is not there), and by relays counting each other
+(:mod:`baton.relay.leases`). Split over the shards so that on a Redis Cluster the
+heartbeats of many workers do not all land on one slot; a reader scans every shard (one
+pipelined HGETALL per shard).
 """
 
 from __future__ import annotations
@@ -12,20 +16,30 @@ from __future__ import annotations
 from typing import Any
 
 from baton.models import loads
+from baton.store.keys import Keys
 
-__all__ = ["SERVICE_STALE_MS", "live_brains", "served_levels", "services"]
+__all__ = ["SERVICE_STALE_MS", "all_services", "live_brains", "served_levels", "services"]
 
 SERVICE_STALE_MS = 10_000  # services announce every 2 s; silent this long = probably gone
 
 
-async def services(redis: Any, key: str, now: int) -> list[dict[str, Any]]:
-    """Every announcement, with ``seen_age_ms`` and ``alive`` (seen within the stale age)."""
+async def all_services(redis: Any, keys: Keys, now: int) -> list[dict[str, Any]]:
+    """Every announcement of every shard, with ``seen_age_ms`` and ``alive`` (seen within
+    the stale age)."""
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys.every("workers"):
+            p.hgetall(key)
+        replies = await p.execute()
     found = []
-    for raw in (await redis.hgetall(key)).values():
-        info = loads(raw)
-        age = now - int(info.get("seen_ms", 0))
-        found.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
+    for reply in replies:
+        for raw in reply.values():
+            info = loads(raw)
+            age = now - int(info.get("seen_ms", 0))
+            found.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
     return found
+
+
+services = all_services  # the name inspect and the client import
 
 
 def served_levels(announced: list[dict[str, Any]]) -> set[tuple[str, int]]:

@@ -176,14 +176,19 @@ Opener = Callable[..., Awaitable[Crash]]
 
 
 @pytest.fixture
-async def crash(tmp_path: Path) -> AsyncIterator[Opener]:
+async def crash(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
     """``c = await crash(brains=1, hands=2, ...)``: a started stack; stopped after the test.
 
-    Keyword arguments go to :class:`DevStack`; ``env`` adds to :data:`CRASH_ENV`.
+    Keyword arguments go to :class:`DevStack`; ``env`` adds to :data:`CRASH_ENV`. A test
+    parametrized with ``topology="cluster"`` gets a stack on a 3+3 Redis Cluster and three
+    NATS nodes (``DevStack(cluster=True)``).
     """
     opened: list[Crash] = []
+    callspec = getattr(request.node, "callspec", None)
+    cluster = callspec is not None and callspec.params.get("topology") == "cluster"
 
     async def open_stack(**kwargs: Any) -> Crash:
+        kwargs.setdefault("cluster", cluster)
         env = {**CRASH_ENV, **kwargs.pop("env", {})}
         # The services import the test apps (tests.apps) from the repository root.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -1,6 +1,11 @@
 """Cancellation with real processes: the intent is committed first, tool runs in flight learn
 of it through their heartbeat and stop, runs never claimed are cancelled by the Brain's
 commit, children are aborted bottom-up, and the work settles ``cancelled``; nothing is sent.
+
+Topologies: every test runs on one Redis server;
+test_cancel_generation_mid_tool_stops_runs_through_heartbeat also runs on a 3+3 Redis
+Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack takes
+seconds to start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from baton.models import ToolRun
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import FIVE_NOTICES, RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
 
@@ -32,7 +38,10 @@ async def _all_handled(c: Crash, n: int) -> None:
     await eventually(handled, timeout=20, message=f"{n} tool messages handled")
 
 
-async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(
+    crash: Opener, topology: str
+) -> None:
     c = await crash(brains=1, hands=1, app_spec="tests.control_apps:slow_app", env=SLOW)
     sub = await c.submit(FIVE_NOTICES)
     claimed = await _two_running(c, sub.session_id)

@@ -1,5 +1,10 @@
 """Duplicates are harmless, a lost wake is recovered, and each replay policy decides the fate
 of a run whose Hands died after acting (DESIGN 4.4, 4.6, 4.7), with real processes.
+
+Topologies: every test runs on one Redis server;
+test_lost_wake_is_recovered_by_the_progress_deadline also runs on a 3+3 Redis Cluster
+(DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
+start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import pytest
 
 from baton.bus.bus import Bus
 from baton.models import ToolDispatch, Wake
+from baton.store.deadletter import dead_letter_count
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 
@@ -86,7 +93,8 @@ async def test_duplicate_wakes_and_tool_messages_are_harmless(
     await c.check_exactly_once(raw_requests=5)
     claims = [r for r in await c.receipts(session) if r.kind in ("claim", "reclaim")]
     assert len(claims) == 5, claims
-    assert await c.store.redis.xlen(c.store.keys.dead) == 0, "a duplicate was dead-lettered"
+    assert await dead_letter_count(c.store.redis, c.store.keys) == 0, \
+        "a duplicate was dead-lettered"
     duplicates = sum(len(c.events(h, "tool_message_handled", session_id=session,
                                   outcome="duplicate")) for h in ("hands-1", "hands-2"))
     assert duplicates >= 10, duplicates  # every copy was recognised by its claim
@@ -97,7 +105,10 @@ async def _running(c: Crash, session: str) -> bool:
     return len(runs) == 5 and any(r.status == "running" for r in runs)
 
 
-async def test_lost_wake_is_recovered_by_the_progress_deadline(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_lost_wake_is_recovered_by_the_progress_deadline(
+    crash: Opener, topology: str
+) -> None:
     """The submit's wake row disappears before any relay saw it: the session's progress
     deadline (a Redis timer armed by the same commit) wakes it anyway."""
     c = await crash(brains=1, hands=2, relays=0, env={"BATON_PROGRESS_DEADLINE_MS": "1500"})

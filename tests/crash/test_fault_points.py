@@ -3,6 +3,11 @@ replica carries on, and the five notices still go out exactly once.
 
 The armed process is the only one of its role until it dies (so it surely meets the work),
 is never restarted, and a clean replica of its role under another name takes over.
+
+Topologies: every test runs on one Redis server;
+test_client_killed_after_submit_commit_still_completes also runs on a 3+3 Redis Cluster
+(DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
+start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from baton.bus.bus import Bus
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import FIVE_NOTICES, Crash, Opener
 from tests.helpers import eventually
 
@@ -140,7 +146,10 @@ async def _outbox_drained(c: Crash) -> None:
     await eventually(empty, timeout=10, message="every outbox row published and removed")
 
 
-async def test_client_killed_after_submit_commit_still_completes(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_client_killed_after_submit_commit_still_completes(
+    crash: Opener, topology: str
+) -> None:
     """``baton submit`` dies right after its commit, before answering: the input is kept,
     the session completes, and retrying the same request id returns the same submission."""
     c = await crash(brains=1, hands=2, relays=1)

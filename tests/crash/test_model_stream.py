@@ -2,6 +2,11 @@
 tests.model_server): another Brain takes over, shows the saved partial text to the model as
 an interrupted entry (never as a response: no tool ran from it) and issues the request
 again as the next attempt of the same derived request id.
+
+Topologies: every test runs on one Redis server;
+test_brain_killed_mid_stream_resumes_with_the_partial_as_interrupted (openai wire) also runs
+on a 3+3 Redis Cluster (DevStack(cluster=True)), the file's representative case (a cluster
+stack takes seconds to start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ PREAMBLE = ("I will now send the approved notice to each of the five recipients,
             "per recipient, and then summarise the outcome for each of them. ")
 
 
-@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+@pytest.mark.parametrize(("wire", "topology"),
+                         [("openai", "single"), ("anthropic", "single"), ("openai", "cluster")])
 async def test_brain_killed_mid_stream_resumes_with_the_partial_as_interrupted(
-    crash: Opener, wire: str
+    crash: Opener, wire: str, topology: str
 ) -> None:
     async with ModelServer() as server:
         server.script(Behaviour(preamble=PREAMBLE, chunk_delay_s=0.2))  # about 5 s of text

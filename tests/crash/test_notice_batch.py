@@ -1,6 +1,11 @@
 """The shipped notice-batch example under crashes, with real processes (DevStack): a Brain
 killed in each kind of phase, a Hands killed after delivering and before sending, and a phase
 that kills every Brain that runs it. Every recipient gets exactly one delivery.
+
+Topologies: every test runs on one Redis server;
+test_hands_killed_after_delivering_the_task_confirms_instead_of_resending also runs on a 3+3
+Redis Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack
+takes seconds to start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from baton.models import Task
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(120)]
@@ -85,8 +91,9 @@ async def test_brain_killed_in_a_phase_is_replaced_and_each_notice_goes_once(
     assert (await c.receipts(sid, "takeover"))[0].detail.previous_holder == armed.name
 
 
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_hands_killed_after_delivering_the_task_confirms_instead_of_resending(
-    crash: Opener,
+    crash: Opener, topology: str,
 ) -> None:
     c = await crash(brains=1, hands=0, relays=1, app_spec=APP)
     armed = await c.spawn_armed("hands", "hands.after_effect@3", env=ONE_AT_A_TIME)

@@ -1,6 +1,11 @@
 """Stale workers (DESIGN 4.3): a Brain or a Hands frozen by SIGSTOP while it owns work, taken
 over by another replica, then resumed. Its late write is refused by the fence, recorded as
 a 'refused' receipt, and changes nothing.
+
+Topologies: every test runs on one Redis server;
+test_stale_brain_commit_is_refused_after_takeover also runs on a 3+3 Redis Cluster
+(DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
+start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import pytest
 
 from baton.models import Running, ToolRun
 from baton.receipts import Receipt
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
 
@@ -60,7 +66,10 @@ async def _pause_brain_in_request(c: Crash, session: str) -> tuple[str, int]:
     raise AssertionError("never caught a Brain inside the model call")
 
 
-async def test_stale_brain_commit_is_refused_after_takeover(crash: Opener) -> None:
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_stale_brain_commit_is_refused_after_takeover(
+    crash: Opener, topology: str
+) -> None:
     c = await crash(brains=2, hands=2, relays=1, app_spec="tests.apps:slow_app",
                     env={"TEST_MODEL_DELAY_MS": "500"})
     sub = await c.submit()

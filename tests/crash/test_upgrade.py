@@ -3,6 +3,11 @@ a migration) started, v1 Brains stopped: every session completes, migrated to co
 its tasks to version 2. A task only v2 knows is blocked (visibly, never failed) under v1 and
 runs under v2; a session at compat 3, which no running Brain serves, stays blocked and
 visible in ``inspect`` until a v3 Brain starts, then completes.
+
+Topologies: every test runs on one Redis server;
+test_rolling_upgrade_migrates_sessions_and_unserved_level_waits also runs on a 3+3 Redis
+Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack takes
+seconds to start; the suite's time allows one per file).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import pytest
 
 from baton.cli.inspect import cluster_view, session_view
 from baton.models import Task
+from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import Crash, Opener
 from tests.helpers import eventually
 from tests.version_apps import AGENT
@@ -36,8 +42,9 @@ async def _done(c: Crash, sid: str, tid: str) -> Task:
     return await c.client.wait_task(sid, tid, timeout=45)
 
 
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
-    crash: Opener,
+    crash: Opener, topology: str,
 ) -> None:
     c = await crash(brains=2, hands=2, app_spec=V1)
     # The mail service holds every answer until released: each job's first mail is accepted

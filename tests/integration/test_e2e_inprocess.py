@@ -1,4 +1,8 @@
-"""Brain, Hands and Relay in one event loop against real servers: the five-notice flow."""
+"""Brain, Hands and Relay in one event loop against real servers: the five-notice flow.
+
+The five-notice test runs on both topologies: one Redis server, and a 3+3 Redis Cluster
+(shared by the run, see ``redis_cluster`` in tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
 from baton.settings import Settings
+from tests.conftest import TOPOLOGIES
 from tests.helpers import eventually, running
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
@@ -27,10 +32,11 @@ async def mailbox() -> AsyncIterator[MailboxServer]:
         yield server
 
 
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_five_notices_complete_with_one_delivery_each(
-    settings: Settings, mailbox: MailboxServer
+    topology: str, topo_settings: Settings, mailbox: MailboxServer
 ) -> None:
-    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    settings = topo_settings.model_copy(update={"mail_url": mailbox.url})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
     relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
@@ -39,11 +45,15 @@ async def test_five_notices_complete_with_one_delivery_each(
         try:
             sub, created = await client.submit(FIVE, agent="notices")
             final = await client.wait(sub, timeout=20)
+            # Woken by its own session's sharded notification (not the once-a-second
+            # re-read), and by nothing else.
+            heard = client.notifications
             again, created_again = await client.submit(
                 FIVE, agent="notices", session_id=sub.session_id, request_id=sub.request_id
             )
         finally:
             await client.close()
+    assert heard == 1
     assert created and not created_again and again.id == sub.id
     assert final.status == "completed", final
     assert final.answer and final.answer.count(": sent") == 5

@@ -30,7 +30,7 @@ HANDS = worker_ref("hands", "hands-a")
 CLIENT = worker_ref("client", "c")
 WAKE = "a.wake.notices.1"
 KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "runs", "runs_done",
-        "receipts", "outbox", "timers", "applied")
+        "receipts", "outbox", "timers", "applied", "sessions")
 CORRUPTIONS = ("delete", "wrong_type", "garbage")
 
 
@@ -128,7 +128,7 @@ async def test_a_script_applies_fully_or_writes_nothing(
     s = await Session.start(store)
     sk = store.keys.session(s.sid)
     names = dict(zip(KEYS, sk.all(), strict=True))
-    shard = {k: await store.redis.dump(names[k]) for k in ("outbox", "timers")}
+    shard = {k: await store.redis.dump(names[k]) for k in ("outbox", "timers", "sessions")}
     try:
         await _corrupt(store, names[key], kind, garbage, pick)
         await _check(store, s, names, op, key, kind, garbage)

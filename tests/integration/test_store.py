@@ -257,10 +257,12 @@ async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None
 
     member = timer_member("task", "s11", "task-r1", WAKE)
     await store.commit("s11", lease.fence, Writes(timers_add={member: 1}, deadline_ms=-1), BRAIN)
-    assert await box.fire_timers(shard, 100, 1000) == 1
+    relay = await box.lease("acquire", shard, "relay-1", 5000)
+    assert await box.fire_timers(shard, 100, 1000, "relay-1", relay.fence + 1) == -1  # stale
+    assert await box.fire_timers(shard, 100, 1000, "relay-1", relay.fence) == 1
     rows = await box.read([shard], "reader", 100, None)
     assert [r.subject for r in rows] == [WAKE] and '"timer:task"' in rows[0].data
-    assert await box.fire_timers(shard, 100, 1000) == 0  # fired once, removed
+    assert await box.fire_timers(shard, 100, 1000, "relay-1", relay.fence) == 0  # removed
     assert (await store.load("s11")).meta.dirty
 
 

@@ -16,8 +16,11 @@ Every session script receives the same 13 KEYS, all under one hash tag (one Clus
   KEYS[11] outbox    STREAM outbox rows of the session's shard
   KEYS[12] timers    ZSET   timers of the session's shard
   KEYS[13] applied   HASH   commit id -> recorded reply (see _applied.lua)
+  KEYS[14] sessions  ZSET   the shard's session index (id -> created ms), for inspect
 ARGV[1] is the commit id, consumed by the wrapper in _applied.lua: each script's own ARGV,
 as its header lists them, starts after it.
+Sharded pub/sub channels written with SPUBLISH (commit's notifications) carry the same hash
+tag, so on a Redis Cluster they too belong to the script's slot.
 
 Rule of every script: all checks come before the first write. Redis does not roll back a
 script that fails midway, so validation first is what makes a transition all-or-nothing.
@@ -30,6 +33,7 @@ quarantines such a session (baton.store.quarantine).
 ]==]
 local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_SESSIONS = KEYS[14]  -- KEYS[13] (applied) belongs to _applied.lua
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -93,6 +97,7 @@ local function log_checks(checks)
   checks[#checks + 1] = {'XADD', K_OUTBOX, '*', 'f', 'v'}
   checks[#checks + 1] = {'ZADD', K_TIMERS, '0', 'm'}
   checks[#checks + 1] = {'ZREM', K_TIMERS, 'm'}
+  checks[#checks + 1] = {'ZADD', K_SESSIONS, 'NX', '0', 'm'}
   return checks
 end
 
@@ -107,10 +112,12 @@ end
 
 -- Create the session meta on first use; returns the session's wake subject (a session
 -- that exists keeps its own, which a migration may have moved to another level).
-local function open_session(agent, compat, wake, now)
+local function open_session(sid, agent, compat, wake, now)
   if redis.call('HEXISTS', K_META, 'agent') == 0 then
     redis.call('HSET', K_META, 'agent', agent, 'compat', compat, 'wake', wake, 'fence', 0,
                'seq', 0, 'holder', '', 'lease_until', 0, 'created', now)
+    -- the shard's session index, in the same step: never a session inspect cannot list
+    redis.call('ZADD', K_SESSIONS, 'NX', now, sid)
     return wake
   end
   return redis.call('HGET', K_META, 'wake')
@@ -118,9 +125,9 @@ end
 
 local KEY_TYPES = {{1, 'hash'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'hash'}, {6, 'hash'},
                    {7, 'hash'}, {8, 'hash'}, {9, 'hash'}, {10, 'stream'}, {11, 'stream'},
-                   {12, 'zset'}, {13, 'hash'}}
+                   {12, 'zset'}, {13, 'hash'}, {14, 'zset'}}
 local KEY_NAMES = {'meta', 'entries', 'tasks', 'done', 'docs', 'subs', 'reqs', 'runs',
-                   'runs_done', 'receipts', 'outbox', 'timers', 'applied'}
+                   'runs_done', 'receipts', 'outbox', 'timers', 'applied', 'sessions'}
 
 local function integer(v)
   return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil

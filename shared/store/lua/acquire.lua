@@ -1,6 +1,6 @@
 --[==[ acquire.lua: take a session's lease; the new fence is the previous fence + 1.
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
       4 carrier JSON (optional: how the wake that started this pass arrived, see
         baton.receipts.Carrier; saved in the receipt as 'carrier')

@@ -1,6 +1,6 @@
 --[==[ approve.lua: a person's decision on a run that awaits approval, consumed once.
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 session id, 2 run id, 3 decision ('approve' | 'reject'), 4 arguments digest
       presented, 5 worker JSON, 6 receipt JSON,
       approve: 7 dispatch subject, 8 dispatch JSON, 9 headers JSON

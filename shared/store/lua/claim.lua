@@ -1,6 +1,6 @@
 --[==[ claim.lua: a Hands worker claims an attempt of a tool run (mark 'accepted').
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count,
       6 carrier JSON (optional: the relay, publish time, row id and stream sequence of the
         tool message, see baton.receipts.Carrier; saved in the receipt as 'carrier')

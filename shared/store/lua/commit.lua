@@ -1,6 +1,6 @@
 --[==[ commit.lua: apply one Brain write-set atomically, guarded by the session fence.
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then the records,
       each an argument of its own (no JSON nested in JSON: nothing to unescape), in order:
       entries      ne x  entry JSON                      appended to entries
@@ -18,7 +18,7 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
   ta [[timer member, due ms]]  tr [timer member]    timers to add / remove
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
   w  new wake subject, or "" (a migration to another compat level)
-  n  [[channel, message]]    notifications PUBLISHed after the writes (waiters)
+  n  [[channel, message]]    notifications SPUBLISHed after the writes (waiters; sharded channels under the session's hash tag, so one slot)
   c  new compat level, or 0  (with w: the session moved to another compat level)
   aw [[run id, digest]]      new runs that wait for an approval bound to this arguments
                              digest: status 'awaiting_approval', no outbox row of their own
@@ -173,8 +173,8 @@ local vok, verr = pcall(function()
   for _, f in ipairs(list('md')) do meta_field(f) end
   for _, n in ipairs(list('n')) do
     str(n[1], 'channel'); str(n[2], 'notification')
-    if redis.acl_check_cmd and not redis.acl_check_cmd('PUBLISH', n[1], n[2]) then
-      error('NOPERM PUBLISH ' .. n[1])
+    if redis.acl_check_cmd and not redis.acl_check_cmd('SPUBLISH', n[1], n[2]) then
+      error('NOPERM SPUBLISH ' .. n[1])
     end
   end
 end)
@@ -280,5 +280,5 @@ end
 set_deadline(session, wake, ix.dl or 0, now)
 redis.call('HDEL', K_META, 'partial', 'partial_of')
 receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
-for _, n in ipairs(list('n')) do redis.call('PUBLISH', n[1], n[2]) end
+for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 return {seq, redis.call('LLEN', K_ENTRIES)}

@@ -1,6 +1,6 @@
 --[==[ complete.lua: a Hands attempt commits its tool result (mark 'completed').
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 run id, 2 attempt, 3 result JSON, 4 worker JSON, 5 group ("" for none),
       6 force wake (1/0), 7 wake JSON, 8 session id, 9 receipt JSON, 10 headers JSON
 Only the current attempt of a run without a result may complete it; anything else is

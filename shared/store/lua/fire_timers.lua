@@ -1,8 +1,10 @@
 --[==[ fire_timers.lua: turn a shard's due timers into outbox wake rows.
 
-KEYS: 1 timers ZSET of the shard, 2 outbox STREAM of the shard (same hash tag).
+KEYS: 1 timers ZSET of the shard, 2 outbox STREAM of the shard, 3 relay lease HASH of the
+      shard (relay_lease.lua; all three under one hash tag).
 ARGV: 1 max timers to fire, 2 re-arm interval ms for deadlines, 3 session key prefix
-      ("<ns>:{<ns>-<shard>}:s:")
+      ("<ns>:{<ns>-<shard>}:s:"), 4 relay name, 5 its lease fence
+Only the shard's lease holder fires its timers: a relay that lost the shard gets -1.
 Timer members are "<kind>|<session>|<id>|<wake subject>" scored by due time (ms).
 Each due timer becomes one wake row with id "t/<member>/<due>" (a repeated firing of the
 same due timer is deduplicated by NATS) and sets the session's dirty mark; its meta key is
@@ -11,6 +13,8 @@ being woken until a commit clears its deadline); other timers are removed, and s
 a timer whose session no longer exists.
 Returns the number of timers fired.
 ]==]
+local lease = redis.call('HMGET', KEYS[3], 'holder', 'fence')
+if lease[1] ~= ARGV[4] or tonumber(lease[2] or '0') ~= tonumber(ARGV[5]) then return -1 end
 local now = (function()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

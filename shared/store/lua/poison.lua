@@ -6,7 +6,7 @@ ARGV: 1 session id, 2 reason (the failure, one line), 3 limit (failures before q
 The poison hash holds 'tries' (failures so far), 'reason' and 'last' (the latest one, ms),
 and once quarantined 'quarantined' (ms) and 'quarantine_reason'. At the limit the session is
 quarantined: its timers are removed (no deadline wakes it again). Not wrapped by
-_applied.lua and given none of the 13 session keys: a session may be corrupt in any of
+_applied.lua and given none of the 14 session keys: a session may be corrupt in any of
 them. Both keys' types are checked before the first write. Returns {tries, state} where
 state is 'counted', 'quarantined' (now) or 'already' (quarantined before: nothing written).
 ]==]

@@ -1,6 +1,6 @@
 --[==[ release.lua: give up a session's lease unless work arrived meanwhile.
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 fence, 2 lease ttl ms
 If the dirty mark is set (a submit, a tool completion or a timer wrote while the holder
 worked), the lease is kept and extended, the mark cleared, and 1 is returned: the holder

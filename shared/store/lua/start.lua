@@ -1,6 +1,6 @@
 --[==[ start.lua: start a root task in a session (no submission), idempotently by request id.
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV:
   1 session id     2 agent        3 compat level   4 wake subject   5 request id
   6 task id        7 task JSON    8 wake JSON      9 deadline ms   10 worker JSON
@@ -25,7 +25,7 @@ if redis.call('HEXISTS', K_TASKS, ARGV[6]) == 1 or redis.call('HEXISTS', K_DONE,
   return fail('CONFLICT', 'task ' .. ARGV[6] .. ' exists')
 end
 local now = now_ms()
-wake = open_session(agent, compat, wake, now)
+wake = open_session(sid, agent, compat, wake, now)
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 redis.call('HSET', K_REQS, req, ARGV[6])
 redis.call('HSET', K_TASKS, ARGV[6], ARGV[7])

@@ -1,6 +1,6 @@
 --[==[ submit.lua: accept user input into a session, idempotently by client request id.
 
-KEYS: the 13 session keys (see _lib.lua).
+KEYS: the 14 session keys (see _lib.lua).
 ARGV:
   1 session id           2 agent            3 compat level     4 wake subject
   5 request id           6 submission id    7 submission JSON  8 user entry JSON
@@ -31,7 +31,7 @@ end
 local conflict = agent_conflict(sid, agent)
 if conflict then return conflict end
 local now = now_ms()
-wake = open_session(agent, compat, wake, now)
+wake = open_session(sid, agent, compat, wake, now)
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 redis.call('HSET', K_REQS, ARGV[5], ARGV[6])
 redis.call('HSET', K_SUBS, ARGV[6], ARGV[7])

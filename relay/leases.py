@@ -1,0 +1,99 @@
+"""Which shards this relay serves: fenced per-shard leases, shared out among live relays.
+
+Each shard's outbox and timers are served by the one relay holding the shard's lease
+(``relay_lease.lua``, on the shard's own hash tag). Every tick (a third of the lease time) a
+relay renews what it holds and rebalances towards a fair share, ``ceil(shards / live
+relays)``, live relays being those announced in the service registry:
+
+* over its share (a relay joined): release the surplus, which relays under their share take;
+* under its share: take shards that are free (released, never held) or expired;
+* at or over its share: still take *expired* shards, those of a relay that died without
+  releasing them, so no shard waits for the registry to notice the death (up to
+  ``SERVICE_STALE_MS``); the surplus is handed on at a later tick.
+
+A graceful stop releases every lease at once. A relay that lost a shard (its lease expired
+and another relay took it) learns it at its next renewal, or earlier when an
+acknowledgement or timer firing under the old fence is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import zlib
+
+from baton.observability.log import get_logger
+from baton.store.outbox import Outbox
+from baton.store.workers import all_services
+
+__all__ = ["ShardLeases"]
+
+log = get_logger("baton.relay")
+
+
+class ShardLeases:
+    """The shards one relay holds (shard -> fence); ``changed`` is set when they change."""
+
+    def __init__(self, box: Outbox, name: str, shards: int, ttl_ms: int) -> None:
+        self.box = box
+        self.name = name
+        self.shards = shards
+        self.ttl_ms = ttl_ms
+        self.held: dict[int, int] = {}
+        self.changed = asyncio.Event()
+        # Where this relay starts looking for free shards: relays spread over the ring.
+        self._offset = zlib.crc32(name.encode()) % shards
+
+    @property
+    def tick_s(self) -> float:
+        return self.ttl_ms / 3000
+
+    def held_shards(self) -> list[int]:
+        return sorted(self.held)
+
+    def lost(self, shard: int, holder: str = "") -> None:
+        """Forget a shard the store says is no longer ours."""
+        if self.held.pop(shard, None) is not None:
+            log.warning("relay_shard_lost", shard=shard, holder=holder)
+            self.changed.set()
+
+    async def live_relays(self, now_ms: int) -> int:
+        announced = await all_services(self.box.redis, self.box.keys, now_ms)
+        names = {s.get("name") for s in announced if s.get("role") == "relay" and s["alive"]}
+        names.add(self.name)
+        return len(names)
+
+    async def tick(self, now_ms: int) -> None:
+        """Renew, then rebalance towards this relay's fair share."""
+        for shard, fence in list(self.held.items()):
+            answer = await self.box.lease("renew", shard, self.name, self.ttl_ms, fence)
+            if not answer.ok:
+                self.lost(shard, answer.holder)
+        share = math.ceil(self.shards / await self.live_relays(now_ms))
+        surplus = len(self.held) - share
+        for shard in sorted(self.held, reverse=True)[:max(surplus, 0)]:
+            await self.release(shard)
+        for i in range(self.shards):
+            shard = (self._offset + i) % self.shards
+            if shard in self.held:
+                continue
+            under = len(self.held) < share
+            answer = await self.box.lease("acquire" if under else "acquire_expired", shard,
+                                          self.name, self.ttl_ms)
+            if answer.ok:
+                self.held[shard] = answer.fence
+                log.info("relay_shard_taken", shard=shard, fence=answer.fence,
+                         held=len(self.held), share=share)
+                self.changed.set()
+
+    async def release(self, shard: int) -> None:
+        fence = self.held.pop(shard, None)
+        if fence is None:
+            return
+        self.changed.set()
+        await self.box.lease("release", shard, self.name, self.ttl_ms, fence)
+        log.info("relay_shard_released", shard=shard, fence=fence)
+
+    async def release_all(self) -> None:
+        for shard in list(self.held):
+            await self.release(shard)

@@ -1,0 +1,149 @@
+"""Relays share the shards by fenced leases: fencing of acks, rebalancing, takeover of a
+relay that died.
+
+The takeover test runs on one Redis server and on the Redis Cluster shared by the run; the
+lease-level tests use the single server (the scripts are the same on both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from baton.brain.worker import BrainWorker
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.examples.notices import app
+from baton.hands.worker import HandsWorker
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.keys import Keys
+from baton.store.outbox import Outbox
+from baton.store.store import Store
+from tests.conftest import TOPOLOGIES
+from tests.helpers import eventually
+
+SESSIONS = 4
+
+
+def notice(n: int) -> str:
+    to = ", ".join(f"r{n}-{i}@example.com" for i in range(5))
+    return f"Send the approved notice to {to}, then summarise."
+
+
+@pytest.fixture
+async def mailbox() -> AsyncIterator[MailboxServer]:
+    async with MailboxServer(delay_ms=100) as server:  # mails in flight when a relay dies
+        yield server
+
+
+async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings: Settings) -> None:
+    store = await Store.connect(settings)
+    try:
+        keys = Keys(settings.namespace, settings.shards)
+        box = Outbox(store.redis, keys)
+        await box.ensure_groups([3])
+        await store.redis.xadd(keys.outbox(3), {"id": "row-1", "subj": "x", "data": "{}"})
+        a = await box.lease("acquire", 3, "relay-a", 200)
+        assert a.ok and not (await box.lease("acquire", 3, "relay-b", 200)).ok
+        rows = await box.read([3], "relay-a", 10, None)
+        assert [r.id for r in rows] == ["row-1"]
+
+        async def taken() -> int:
+            answer = await box.lease("acquire", 3, "relay-b", 60_000)
+            return answer.fence if answer.ok else 0
+
+        b_fence = await eventually(taken, timeout=5, message="the expired lease is taken")
+        assert b_fence == a.fence + 1
+        # relay-a published the row but lost the shard: its ack deletes nothing.
+        assert await box.ack(rows, "relay-a", {3: a.fence}) == {3: "relay-b"}
+        assert await store.redis.xlen(keys.outbox(3)) == 1
+        assert not (await box.lease("renew", 3, "relay-a", 200, a.fence)).ok
+        # The new holder claims the row (same id: the same Nats-Msg-Id) and acks it.
+        claimed = await box.claim_stale(3, "relay-b", 0, 10)
+        assert [r.id for r in claimed] == ["row-1"]
+        assert await box.ack(claimed, "relay-b", {3: b_fence}) == {}
+        assert await store.redis.xlen(keys.outbox(3)) == 0
+    finally:
+        await store.close()
+
+
+async def test_relays_rebalance_when_one_joins_and_when_it_leaves(settings: Settings) -> None:
+    settings = settings.model_copy(update={"lease_ms": 600})
+    first = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    second = Relay(settings.model_copy(update={"worker_name": "relay-2"}))
+    one = asyncio.create_task(first.serve())
+    try:
+        await eventually(lambda: len(first.shards) == settings.shards, timeout=10,
+                         message="a lone relay holds every shard")
+        two = asyncio.create_task(second.serve())
+        half = settings.shards // 2
+        await eventually(lambda: len(first.shards) == half and len(second.shards) == half,
+                         timeout=10, message="two relays hold half each")
+        assert not set(first.shards) & set(second.shards)
+        second.shutdown()  # graceful: releases its leases at once
+        await two
+        await eventually(lambda: len(first.shards) == settings.shards, timeout=10,
+                         message="the remaining relay takes the released shards")
+    finally:
+        first.shutdown()
+        second.shutdown()
+        await asyncio.gather(one, return_exceptions=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_three_relays_one_killed_its_shards_are_taken_over_and_nothing_is_lost(
+    topology: str, topo_settings: Settings, mailbox: MailboxServer
+) -> None:
+    settings = topo_settings.model_copy(update={
+        "mail_url": mailbox.url, "lease_ms": 1000, "relay_claim_idle_ms": 500,
+        "attempt_ttl_ms": 1500, "ack_wait_s": 3.0, "progress_deadline_ms": 4000})
+
+    def named(name: str) -> Settings:
+        return settings.model_copy(update={"worker_name": name})
+
+    relays = [Relay(named(f"relay-{i}")) for i in range(3)]
+    workers = [HandsWorker(named("hands-1"), app), BrainWorker(named("brain-1"), app)]
+    tasks = {s: asyncio.create_task(s.serve()) for s in [*relays, *workers]}
+    client = await Client.connect(settings)
+    try:
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in tasks)), 60)
+        await eventually(lambda: all(r.shards for r in relays)
+                         and sum(len(r.shards) for r in relays) == settings.shards,
+                         timeout=15, message="three relays share the shards")
+        subs = [(await client.submit(notice(n), agent="notices"))[0] for n in range(SESSIONS)]
+        await eventually(lambda: mailbox.operations, timeout=20, message="mail being sent")
+        victim, survivors = relays[0], relays[1:]
+        lost = set(victim.shards)
+
+        async def keep_leases() -> None:  # dies without releasing: they must expire
+            return None
+
+        assert victim.leases is not None
+        victim.leases.release_all = keep_leases  # type: ignore[method-assign]
+        tasks[victim].cancel()
+        ended, _ = await asyncio.wait({tasks[victim]}, timeout=20)
+        assert ended, "a cancelled relay must end"
+        await eventually(
+            lambda: set().union(*(r.shards for r in survivors)) == set(range(settings.shards)),
+            timeout=15, message="the dead relay's shards are taken over")
+        finals = await asyncio.gather(*(client.wait(s, timeout=60) for s in subs))
+    finally:
+        await client.close()
+        for s in tasks:
+            s.shutdown()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert [f.status for f in finals] == ["completed"] * SESSIONS, finals
+    assert all(f.answer and f.answer.count(": sent") == 5 for f in finals)
+    assert lost  # the victim held shards, which the survivors took (waited on above)
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    # One mail per recipient, each sent once: no row was acted on twice.
+    deliveries = Counter(stats["deliveries"])
+    assert len(deliveries) == 5 * SESSIONS and set(deliveries.values()) == {1}, deliveries
+    assert stats["raw_requests"] == 5 * SESSIONS, stats
