@@ -16,6 +16,10 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
 * **carriers**: each message hop names the relay that published the outbox row and when,
   and the process that acted on it (read from the carrier a Brain records in its lease
   receipt and a Hands worker in its claim receipt; see :class:`baton.receipts.Carrier`);
+* **publishes**: the same carriers grouped by stream message, so each relay gets a lane of
+  its own with one entry per publish (a JetStream redelivery is the same stream message, so
+  its second consumer hangs off the same publish) and every hop reads commit -> publish ->
+  consumer, with how long the row waited in the outbox and the message in the stream;
 * what needs a person's eye: takeovers, refused stale writes, confirm outcomes, redeliveries,
   re-dispatches and re-entered phases, cancellations (the intent, then the Brain carrying it
   out), approvals and rejections (and refused approvals), compat-level migrations and
@@ -47,8 +51,8 @@ from baton.receipts import (
 )
 
 __all__ = [
-    "Carried", "Event", "Handoff", "Lane", "RunHops", "Timeline", "Trace", "build_trace",
-    "render_text",
+    "Carried", "Event", "Handoff", "Lane", "Publish", "RunHops", "Timeline", "Trace",
+    "build_trace", "render_text",
 ]
 
 _BRAIN_KINDS = ("lease", "takeover", "commit")
@@ -56,7 +60,11 @@ _BRAIN_KINDS = ("lease", "takeover", "commit")
 
 @dataclass
 class Lane:
-    """One process that wrote receipts."""
+    """One process: a writer of receipts, or a relay (role "relay") seen only in carriers.
+
+    A relay writes no receipts and its pid is not in its headers, so its lane is keyed by
+    name, counts ``published`` stream messages instead of ``events``, and spans its publishes.
+    """
 
     id: str
     role: str
@@ -66,6 +74,7 @@ class Lane:
     last_ms: int = 0
     events: int = 0
     abandoned: list[str] = field(default_factory=list)  # "run@attempt" left without a result
+    published: int = 0
 
     @property
     def label(self) -> str:
@@ -91,6 +100,9 @@ class Carried:
     delivery: int
     source: int | None
     timer: bool = False
+    publish: int | None = None  # index in Trace.publishes
+    outbox_ms: int | None = None  # source commit -> publish: the row's wait in the outbox
+    transit_ms: int | None = None  # publish -> this consumer's receipt
 
     def describe(self, source: str = "") -> str:
         """``relay-1 published outbox row X at +0.012s (...) -> hands-2 claimed run 3-1``."""
@@ -100,6 +112,27 @@ class Carried:
         return (f"{self.relay} published outbox row {self.row_id or '?'}{origin}{at} "
                 f"(stream seq {self.stream_seq}, delivery {self.delivery}) -> "
                 f"{self.consumer} {self.action}")
+
+
+@dataclass
+class Publish:
+    """One stream message a relay published: a dot on the relay's lane.
+
+    Keyed by relay, row id and stream sequence, so every delivery of the message (the first,
+    and JetStream's redeliveries after a consumer died) lists the same publish.
+    """
+
+    index: int
+    relay: str
+    lane: str
+    row_id: str
+    stream_seq: int
+    published_ms: int
+    published_t_ms: int | None  # None: the relay did not say when (an older relay)
+    source: int | None  # the event whose commit wrote the row
+    timer: bool = False
+    outbox_ms: int | None = None
+    deliveries: list[int] = field(default_factory=list)  # the consuming events, in order
 
 
 @dataclass
@@ -169,10 +202,15 @@ class Trace:
     events: list[Event]
     handoffs: list[Handoff]
     runs: list[RunHops]
+    publishes: list[Publish] = field(default_factory=list)
 
     @property
     def duration_ms(self) -> int:
         return self.events[-1].t_ms if self.events else 0
+
+    @property
+    def lanes_by_id(self) -> dict[str, Lane]:
+        return {lane.id: lane for lane in self.lanes}
 
     def flagged(self, flag: str) -> list[Event]:
         return [e for e in self.events if flag in e.flags]
@@ -201,6 +239,7 @@ class Trace:
             "runs": [{**asdict(r), "dispatch_hop_ms": r.dispatch_hop,
                       "apply_hop_ms": r.apply_hop} for r in self.runs],
             "carriers": [asdict(c) for c in self.carried],
+            "publishes": [asdict(p) for p in self.publishes],
             "relays": self.relays,
             "takeovers": [e.index for e in self.flagged("takeover")],
             "refused": [e.index for e in self.flagged("refused")],
@@ -242,6 +281,7 @@ class Timeline:
         self.waker: Event | None = None  # the last submit/complete: what a lease answers
         self.brain_last: dict[str, Event] = {}  # Brain lane -> its last event
         self.by_seq: dict[int, Event] = {}  # commit seq -> the event that wrote its rows
+        self.publishes: dict[tuple[str, str, int], Publish] = {}  # (relay, row, stream seq)
 
     def run(self, rid: str) -> RunHops:
         return self.runs.setdefault(rid, RunHops(run_id=rid))
@@ -287,8 +327,12 @@ class Timeline:
         return ev
 
     def trace(self) -> Trace:
-        return Trace(self.session_id, self.t0, list(self.lanes.values()), self.events,
-                     self.handoffs, list(self.runs.values()))
+        """The trace so far; clients, then relays, then the others in order of appearance
+        (a relay between the client and the Brain/Hands lanes keeps each hop short)."""
+        order = {"client": 0, "relay": 1}
+        lanes = sorted(self.lanes.values(), key=lambda lane: order.get(lane.role, 2))
+        return Trace(self.session_id, self.t0, lanes, self.events, self.handoffs,
+                     list(self.runs.values()), list(self.publishes.values()))
 
     def _lane(self, r: Receipt) -> Lane:
         lid = _lane_id(r)
@@ -317,14 +361,42 @@ class Timeline:
         if carrier is None:
             return None
         source = None if carrier.source_seq is None else self.by_seq.get(carrier.source_seq)
+        at = carrier.published_ms or None
+        pub = self._publish(carrier, source, ev)
         ev.carrier = Carried(
-            event=ev.index, consumer=self._name(ev), action=verb, relay=carrier.relay or "?",
+            event=ev.index, consumer=self._name(ev), action=verb, relay=pub.relay,
             row_id=carrier.row_id, published_ms=carrier.published_ms,
-            published_t_ms=carrier.published_ms - self.t0 if carrier.published_ms else None,
-            stream_seq=carrier.stream_seq, delivery=carrier.delivery,
-            source=source.index if source is not None else None, timer=carrier.timer,
+            published_t_ms=pub.published_t_ms, stream_seq=carrier.stream_seq,
+            delivery=carrier.delivery, source=pub.source, timer=carrier.timer,
+            publish=pub.index, outbox_ms=pub.outbox_ms,
+            transit_ms=ev.ts_ms - at if at is not None else None,
         )
         return source
+
+    def _publish(self, carrier: Carrier, source: Event | None, ev: Event) -> Publish:
+        """The publish that carried ``carrier`` (found again on a redelivery), on its relay's
+        lane; the lane spans the publishes (or, when the relay gave no time, the deliveries)."""
+        relay = carrier.relay or "?"
+        key = (relay, carrier.row_id, carrier.stream_seq)
+        pub = self.publishes.get(key)
+        lane = self.lanes.get(f"relay:{relay}")
+        if pub is None:
+            at = carrier.published_ms - self.t0 if carrier.published_ms else None
+            pub = self.publishes[key] = Publish(
+                index=len(self.publishes), relay=relay, lane=f"relay:{relay}",
+                row_id=carrier.row_id, stream_seq=carrier.stream_seq,
+                published_ms=carrier.published_ms, published_t_ms=at,
+                source=source.index if source is not None else None, timer=carrier.timer,
+                outbox_ms=carrier.published_ms - source.ts_ms
+                if source is not None and carrier.published_ms else None)
+            when = at if at is not None else ev.t_ms
+            if lane is None:
+                lane = self.lanes[f"relay:{relay}"] = Lane(
+                    f"relay:{relay}", "relay", relay, 0, first_ms=when, last_ms=when)
+            lane.published += 1
+            lane.first_ms, lane.last_ms = min(lane.first_ms, when), max(lane.last_ms, when)
+        pub.deliveries.append(ev.index)
+        return pub
 
     # one method per receipt kind
 
@@ -572,7 +644,13 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
            f"processes, {trace.duration_ms / 1000:.3f}s",
            "fences: s:N = session lease fence (Brain), a:N = tool-run attempt fence (Hands)",
            "processes:"]
+    carried = trace.relays
     for lane in trace.lanes:
+        if lane.role == "relay":
+            out.append(f"  {'relay':<6} {lane.label:<{width}} published {lane.published:>3}, "
+                       f"{_secs(lane.first_ms)} .. {_secs(lane.last_ms)}  "
+                       f"({carried.get(lane.name, 0)} deliveries acted on here)")
+            continue
         note = ""
         if lane.abandoned:
             left = ", ".join(f"{_short(a.split('@')[0])} attempt {a.split('@')[1]}"
@@ -581,8 +659,6 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
                     "(process died or was cut off)")
         out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
                    f"{_secs(lane.first_ms)} .. {_secs(lane.last_ms)}{note}")
-    for relay, n in trace.relays.items():
-        out.append(f"  {'relay':<6} {relay:<{width}} published {n} message(s) acted on here")
     out.append("")
     out.append(f"  {'t':>9}  {'process':<{width}} {'fence':<6} {'event':<17} what")
     for e in trace.events:
@@ -606,7 +682,12 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
             src = trace.events[c.source] if c.source is not None else None
             origin = "timer" if c.timer else (
                 f"{src.kind} of {lanes[src.lane].name}" if src is not None else "")
-            out.append(f"  {_secs(trace.events[c.event].t_ms)} {c.describe(origin)}")
+            waits = ", ".join(
+                [*([f"{c.outbox_ms} ms in the outbox"] if c.outbox_ms is not None else []),
+                 *([f"{c.transit_ms} ms from publish to {c.consumer}"]
+                   if c.transit_ms is not None else [])])
+            out.append(f"  {_secs(trace.events[c.event].t_ms)} {c.describe(origin)}"
+                       + (f" [{waits}]" if waits else ""))
     wakes = [h for h in trace.handoffs if h.kind == "wake"]
     if wakes:
         out.append("wake hops: " + ", ".join(f"{h.ms} ms" for h in wakes))

@@ -2,48 +2,95 @@
 
 A lane per process, the receipts as dots on their lane, attempts as bars from claim to
 completion (an attempt that ended without a result is drawn red up to its takeover), and
-handoffs as arrows between lanes: wakes, dispatches, and takeovers (red); a wake or
-dispatch arrow names the relay that carried its message. Everything has a hover title. No
-script, no external fonts, styles or images: the file opens anywhere, and the plain-text
-trace is embedded below the picture.
+handoffs as arrows between lanes: wakes, dispatches, and takeovers (red). Each relay has a
+lane of its own with a dot per stream message it published, so a carried hop is drawn in two
+segments, the commit that wrote the outbox row -> the relay's publish -> the consumer's lease
+or claim; a redelivery (delivery > 1) leaves the same publish dot as a red dashed segment.
+Everything has a hover title. No script, no external fonts, styles or images: the file opens
+anywhere, and the plain-text trace is embedded below the picture.
 
-Time runs left to right on a compressed scale: short gaps stay readable next to long
-waits, and a gap over :data:`BREAK_MS` is drawn as a break labelled with its length.
+Time runs left to right on a compressed scale built from the receipts and the publishes:
+short gaps stay readable next to long waits, and a gap over :data:`BREAK_MS` is drawn as a
+break labelled with its length.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections.abc import Callable
 from html import escape
 
-from baton.cli.trace import Event, Trace, render_text
+from baton.cli.trace import Event, Publish, Trace, render_text
 
 __all__ = ["BREAK_MS", "render_html"]
 
 BREAK_MS = 400
-_LEFT, _TOP, _LANE_H, _RIGHT = 230, 70, 64, 40
+_LEFT, _TOP, _LANE_H, _RIGHT = 180, 70, 64, 40
 _COLORS = {
     "submit": "#6b7280", "lease": "#2563eb", "takeover": "#dc2626", "commit": "#1d4ed8",
     "claim": "#059669", "reclaim": "#dc2626", "complete": "#047857", "refused": "#b91c1c",
 }
 _ROLE_BG = {"brain": "#eef2ff", "hands": "#ecfdf5", "client": "#f3f4f6", "relay": "#fff7ed"}
+_PUBLISH = "#ea580c"
+_REDELIVERY = "#dc2626"
+_HALO = ' stroke="white" stroke-width="3" paint-order="stroke"'  # text stays legible on lines
+_ARROWS = (("wake", "#2563eb"), ("dispatch", "#059669"), ("takeover", "#dc2626"),
+           ("redelivery", _REDELIVERY))
 
 
-def _x_positions(events: list[Event]) -> tuple[list[float], list[tuple[float, int]]]:
-    """x of each event, and the breaks (x, gap ms) where long waits were cut short."""
-    xs: list[float] = []
-    breaks: list[tuple[float, int]] = []
-    x = float(_LEFT + 30)
-    for i, e in enumerate(events):
-        if i:
-            gap = e.ts_ms - events[i - 1].ts_ms
-            if gap > BREAK_MS:
-                breaks.append((x + 40, gap))
-                x += 80
+class _Axis:
+    """The compressed time axis: x of every receipt and of every publish with a time.
+
+    A publish is placed after its source commit and before its first consumer whatever the
+    clocks say (the relay's clock is not Redis's), then by its own time among the receipts.
+    """
+
+    def __init__(self, trace: Trace) -> None:
+        events = trace.events
+        times = [e.t_ms for e in events]  # stream order is commit order: non-decreasing
+        slots: dict[int, list[Publish]] = {}
+        for p in trace.publishes:
+            if p.published_t_ms is None:
+                continue
+            slot = bisect_right(times, p.published_t_ms) - 1  # the event it goes after
+            if p.source is not None:
+                slot = max(slot, p.source)
+            if p.deliveries:
+                slot = min(slot, p.deliveries[0] - 1)
+            slots.setdefault(slot, []).append(p)
+        def in_order(slot: int) -> list[tuple[int, Event | Publish]]:
+            # same instant: rows in outbox order (their commit, then their stream)
+            found = sorted(slots.get(slot, []), key=lambda p: (
+                p.published_t_ms, -1 if p.source is None else p.source, p.stream_seq))
+            return [(p.published_t_ms or 0, p) for p in found]
+
+        points = in_order(-1)
+        for i, e in enumerate(events):
+            points += [(e.t_ms, e), *in_order(i)]
+        self.points: list[tuple[float, int]] = []  # (x, t_ms) of every point, left to right
+        self.breaks: list[tuple[float, int]] = []  # (x, gap ms) where long waits were cut
+        self.event_x: dict[int, float] = {}
+        self.publish_x: dict[int, float] = {}
+        x, last = float(_LEFT + 30), None
+        for t, point in points:
+            if last is not None:
+                gap = max(t - last, 0)
+                if gap > BREAK_MS:
+                    self.breaks.append((x + 40, gap))
+                    x += 80
+                else:
+                    x += 22 + 30 * math.log10(1 + gap)
+            last = max(t, last or 0)
+            if isinstance(point, Event):
+                self.event_x[point.index] = x
             else:
-                x += 26 + 30 * math.log10(1 + gap)
-        xs.append(x)
-    return xs, breaks
+                self.publish_x[point.index] = x
+            self.points.append((x, t))
+
+    @property
+    def right(self) -> float:
+        return self.points[-1][0] if self.points else float(_LEFT)
 
 
 def _color(e: Event) -> str:
@@ -56,8 +103,9 @@ def _color(e: Event) -> str:
 
 def _svg(trace: Trace) -> str:
     lanes = {lane.id: i for i, lane in enumerate(trace.lanes)}
-    xs, breaks = _x_positions(trace.events)
-    width = int((xs[-1] if xs else _LEFT) + _RIGHT + 60)
+    axis = _Axis(trace)
+    ex = axis.event_x
+    width = int(axis.right + _RIGHT + 30)
     height = _TOP + _LANE_H * len(trace.lanes) + 50
 
     def y(lane_id: str) -> float:
@@ -69,44 +117,24 @@ def _svg(trace: Trace) -> str:
            + "".join(f'<marker id="arrow-{k}" viewBox="0 0 10 10" refX="9" refY="5" '
                      f'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
                      f'<path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
-                     for k, c in (("wake", "#2563eb"), ("dispatch", "#059669"),
-                                  ("takeover", "#dc2626")))
+                     for k, c in _ARROWS)
            + '</defs>']
     for lane in trace.lanes:  # lane bands and labels
-        top = _TOP + _LANE_H * lanes[lane.id]
-        bg = "#fee2e2" if lane.abandoned else _ROLE_BG.get(lane.role, "#f9fafb")
-        title = (f"{lane.role} {lane.label}: {lane.events} receipts, "
-                 f"+{lane.first_ms / 1000:.3f}s .. +{lane.last_ms / 1000:.3f}s")
-        if lane.abandoned:
-            title += "; left " + ", ".join(lane.abandoned) + " without a result (died?)"
-        out.append(f'<g class="lane"><title>{escape(title)}</title>'
-                   f'<rect x="0" y="{top}" width="{width}" height="{_LANE_H - 4}" '
-                   f'fill="{bg}" rx="4"/>'
-                   f'<text x="10" y="{top + 24}" font-weight="600">{escape(lane.name)}</text>'
-                   f'<text x="10" y="{top + 42}" fill="#4b5563">{escape(lane.role)} · pid '
-                   f'{lane.pid}{" · DIED?" if lane.abandoned else ""}</text></g>')
-        if lane.abandoned:  # where the process went silent
-            last = max(x for x, e in zip(xs, trace.events, strict=True) if e.lane == lane.id)
-            out.append(f'<line x1="{last + 8}" x2="{last + 8}" y1="{top + 4}" '
-                       f'y2="{top + _LANE_H - 8}" stroke="#dc2626" stroke-width="3">'
-                       f'<title>last receipt of {escape(lane.label)}</title></line>'
-                       f'<text x="{last + 14}" y="{top + 16}" fill="#dc2626" '
-                       f'font-weight="700">✕ silent</text>')
-    for bx, gap in breaks:
-        out.append(f'<g><title>{gap} ms without a receipt</title>'
+        out += _lane(trace, lane.id, lanes[lane.id], width, ex)
+    for bx, gap in axis.breaks:
+        out.append(f'<g><title>{gap} ms without a receipt or a publish</title>'
                    f'<line x1="{bx}" x2="{bx}" y1="{_TOP - 10}" y2="{height - 40}" '
                    f'stroke="#9ca3af" stroke-dasharray="3 4"/>'
                    f'<text x="{bx}" y="{_TOP - 14}" text-anchor="middle" fill="#6b7280">'
                    f'⋯ {gap / 1000:.2f} s ⋯</text></g>')
-    index = {e.index: i for i, e in enumerate(trace.events)}
     for run in trace.runs:  # attempts as bars on their lane
         for a in run.attempts:
             start = _event_at(trace, a["lane"], a["claimed_ms"])
             end = _event_at(trace, None, a["ended_ms"]) if a["ended_ms"] else None
             if start is None:
                 continue
-            x1 = xs[index[start.index]]
-            x2 = xs[index[end.index]] if end is not None else x1 + 20
+            x1 = ex[start.index]
+            x2 = ex[end.index] if end is not None else x1 + 20
             bad = a["result"] in (None, "abandoned")
             color = "#dc2626" if bad else "#10b981"
             t = (f"{run.run_id} attempt {a['attempt']} by {a['worker']}: "
@@ -116,47 +144,160 @@ def _svg(trace: Trace) -> str:
             out.append(f'<rect x="{x1}" y="{y(a["lane"]) + 8}" width="{max(x2 - x1, 4)}" '
                        f'height="6" rx="3" fill="{color}" opacity="{0.5 if bad else 0.35}"'
                        f'{edge}><title>{escape(t)}</title></rect>')
-    for h in trace.handoffs:  # arrows
+    relayed = {e.index for e in trace.events
+               if e.carrier is not None and e.carrier.publish in axis.publish_x}
+    for h in trace.handoffs:  # arrows; a relayed hop is drawn through its publish below
+        if h.kind != "takeover" and h.dst in relayed:
+            continue
         src, dst = trace.events[h.src], trace.events[h.dst]
-        x1, y1, x2, y2 = xs[index[src.index]], y(src.lane), xs[index[dst.index]], y(dst.lane)
-        color = {"takeover": "#dc2626", "dispatch": "#059669"}.get(h.kind, "#2563eb")
-        bend = (y2 - y1) * 0.3 if y1 != y2 else -36
-        dash = ' stroke-dasharray="6 4"' if h.kind == "dispatch" else ""
-        w = 3 if h.kind == "takeover" else 1.5
-        out.append(f'<path class="handoff {h.kind}" d="M{x1},{y1} C{x1 + 30},{y1 + bend} '
-                   f'{x2 - 30},{y2 - bend} {x2 - 7},{y2}" fill="none" stroke="{color}" '
-                   f'stroke-width="{w}"{dash} marker-end="url(#arrow-{h.kind})" opacity="0.85">'
-                   f'<title>{escape(h.text)}</title></path>')
+        out.append(_arrow(h.kind, ex[src.index], y(src.lane), ex[dst.index], y(dst.lane),
+                          h.text))
         if h.kind == "takeover":
+            x1, y1, x2 = ex[src.index], y(src.lane), ex[dst.index]
             out.append(f'<text x="{(x1 + x2) / 2}" y="{y1 + 4 - (_LANE_H / 2 - 18)}" '
                        f'text-anchor="middle" fill="#dc2626" font-weight="700">TAKEOVER</text>')
-    for i, e in enumerate(trace.events):  # event dots, drawn last to sit on top
-        big = bool({"takeover", "refused", "confirm"} & set(e.flags))
-        title = (f"+{e.t_ms / 1000:.3f}s {e.kind} fence {e.fence}\n{e.text}"
-                 + (f"\nmarks: {', '.join(e.marks)}" if e.marks else "")
-                 + (f"\ncarried by {e.carrier.relay}: outbox row {e.carrier.row_id}, stream "
-                    f"seq {e.carrier.stream_seq}, delivery {e.carrier.delivery}"
-                    if e.carrier is not None else "")
-                 + f"\nreceipt {e.stream_id}")
-        shape = (f'<rect x="{xs[i] - 7}" y="{y(e.lane) - 7}" width="14" height="14" '
-                 f'transform="rotate(45 {xs[i]} {y(e.lane)})"' if big else
-                 f'<circle cx="{xs[i]}" cy="{y(e.lane)}" r="6"')
-        out.append(f'<g class="event {e.kind.split(":")[0]}">{shape} fill="{_color(e)}" '
-                   f'stroke="white" stroke-width="1.5"/><title>{escape(title)}</title>'
-                   f'<text x="{xs[i]}" y="{y(e.lane) - 12}" text-anchor="middle" '
-                   f'font-size="10" fill="#111827">{escape(e.fence)}</text>'
-                   f'<text x="{xs[i]}" y="{y(e.lane) + 26}" text-anchor="middle" '
-                   f'font-size="9" fill="#374151">{escape(_short_kind(e))}</text></g>')
+    for p in trace.publishes:  # commit -> publish -> each delivery
+        if p.index in axis.publish_x:
+            out += _relay_hops(trace, p, axis.publish_x[p.index], y(p.lane), ex, y)
+    for e in trace.events:  # event dots, drawn last to sit on top
+        out.append(_event_dot(e, ex[e.index], y(e.lane)))
+    for p in trace.publishes:
+        if p.index in axis.publish_x:
+            out.append(_publish_dot(trace, p, axis.publish_x[p.index], y(p.lane)))
     last_label = -1e9
-    for i, e in enumerate(trace.events):  # time axis
-        if xs[i] - last_label >= 64:
-            out.append(f'<text x="{xs[i]}" y="{height - 22}" text-anchor="middle" '
-                       f'fill="#6b7280" font-size="10">+{e.t_ms / 1000:.3f}s</text>')
-            last_label = xs[i]
-        out.append(f'<line x1="{xs[i]}" x2="{xs[i]}" y1="{height - 36}" y2="{height - 32}" '
+    for x, at_ms in axis.points:  # time axis
+        if x - last_label >= 64:
+            out.append(f'<text x="{x}" y="{height - 22}" text-anchor="middle" '
+                       f'fill="#6b7280" font-size="10">+{at_ms / 1000:.3f}s</text>')
+            last_label = x
+        out.append(f'<line x1="{x}" x2="{x}" y1="{height - 36}" y2="{height - 32}" '
                    'stroke="#9ca3af"/>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _lane(trace: Trace, lane_id: str, row: int, width: int, ex: dict[int, float]) -> list[str]:
+    """A lane's band and label; a process that fell silent with work in hand is marked."""
+    lane = trace.lanes_by_id[lane_id]
+    top = _TOP + _LANE_H * row
+    bg = "#fee2e2" if lane.abandoned else _ROLE_BG.get(lane.role, "#f9fafb")
+    span = f"+{lane.first_ms / 1000:.3f}s .. +{lane.last_ms / 1000:.3f}s"
+    if lane.role == "relay":
+        title = (f"relay {lane.name}: published {lane.published} stream message(s) of this "
+                 f"session, {span}")
+        sub = f"relay · {lane.published} published"
+    else:
+        title = f"{lane.role} {lane.label}: {lane.events} receipts, {span}"
+        sub = f"{lane.role} · pid {lane.pid}{' · DIED?' if lane.abandoned else ''}"
+    if lane.abandoned:
+        title += "; left " + ", ".join(lane.abandoned) + " without a result (died?)"
+    out = [f'<g class="lane {escape(lane.role)}"><title>{escape(title)}</title>'
+           f'<rect x="0" y="{top}" width="{width}" height="{_LANE_H - 4}" fill="{bg}" rx="4"/>'
+           f'<text x="10" y="{top + 24}" font-weight="600">{escape(lane.name)}</text>'
+           f'<text x="10" y="{top + 42}" fill="#4b5563">{escape(sub)}</text></g>']
+    if lane.abandoned:  # where the process went silent
+        last = max(ex[e.index] for e in trace.events if e.lane == lane.id)
+        out.append(f'<line x1="{last + 8}" x2="{last + 8}" y1="{top + 4}" '
+                   f'y2="{top + _LANE_H - 8}" stroke="#dc2626" stroke-width="3">'
+                   f'<title>last receipt of {escape(lane.label)}</title></line>'
+                   f'<text x="{last + 14}" y="{top + 16}" fill="#dc2626" '
+                   f'font-weight="700">✕ silent</text>')
+    return out
+
+
+def _arrow(kind: str, x1: float, y1: float, x2: float, y2: float, title: str,
+           cls: str = "handoff") -> str:
+    color = dict(_ARROWS).get(kind, "#2563eb")
+    bend = (y2 - y1) * 0.3 if y1 != y2 else -36
+    dash = {"dispatch": ' stroke-dasharray="6 4"',
+            "redelivery": ' stroke-dasharray="5 3"'}.get(kind, "")
+    w = {"takeover": 3, "redelivery": 2.5}.get(kind, 1.5)
+    return (f'<path class="{cls} {kind}" d="M{x1},{y1} C{x1 + 30},{y1 + bend} '
+            f'{x2 - 30},{y2 - bend} {x2 - 7},{y2}" fill="none" stroke="{color}" '
+            f'stroke-width="{w}"{dash} marker-end="url(#arrow-{kind})" opacity="0.85">'
+            f'<title>{escape(title)}</title></path>')
+
+
+def _relay_hops(trace: Trace, p: Publish, px: float, py: float, ex: dict[int, float],
+                y: Callable[[str], float]) -> list[str]:
+    """The segments of one publish: the commit that wrote its row -> the publish, then the
+    publish -> every consumer that recorded it (red dashed from the second delivery on)."""
+    out = []
+    row = f"outbox row {p.row_id or '?'}, stream seq {p.stream_seq}"
+    first = trace.events[p.deliveries[0]] if p.deliveries else None
+    kind = "wake" if first is not None and trace.lanes_by_id[first.lane].role == "brain" \
+        else "dispatch"
+    if p.source is not None:
+        src = trace.events[p.source]
+        wait = f"waited {p.outbox_ms} ms in the outbox" if p.outbox_ms is not None else ""
+        out.append(_arrow(kind, ex[src.index], y(src.lane), px, py,
+                          f"{src.kind} of {trace.lanes_by_id[src.lane].name} wrote {row}; "
+                          f"{wait}, then {p.relay} published it at "
+                          f"+{(p.published_t_ms or 0) / 1000:.3f}s", cls="relayed"))
+    for i in p.deliveries:
+        e = trace.events[i]
+        c = e.carrier
+        if c is None:
+            continue
+        redelivery = c.delivery > 1
+        took = (f"{c.transit_ms} ms from publish to {c.consumer}"
+                if c.transit_ms is not None else "")
+        total = (f" ({c.outbox_ms + c.transit_ms} ms from the commit)"
+                 if c.outbox_ms is not None and c.transit_ms is not None else "")
+        title = (f"{'REDELIVERY: ' if redelivery else ''}{p.relay} -> {c.consumer} "
+                 f"{c.action}: {row}, delivery {c.delivery}; "
+                 + (f"{c.outbox_ms} ms in the outbox, " if c.outbox_ms is not None else "")
+                 + took + total)
+        out.append(_arrow("redelivery" if redelivery else kind, px, py, ex[i], y(e.lane),
+                          title, cls="relayed"))
+        if redelivery:
+            out.append(f'<text x="{ex[i] - 10}" y="{y(e.lane) - 22}" text-anchor="end" '
+                       f'fill="{_REDELIVERY}" font-size="10" font-weight="700"{_HALO}>'
+                       f'redelivery {c.delivery}</text>')
+    return out
+
+
+def _publish_dot(trace: Trace, p: Publish, x: float, y: float) -> str:
+    src = trace.events[p.source] if p.source is not None else None
+    origin = "a timer" if p.timer else (
+        f"{src.kind} of {trace.lanes_by_id[src.lane].name}" if src is not None else "?")
+    consumers = ", ".join(
+        f"{c.consumer} {c.action} (delivery {c.delivery})"
+        for c in (trace.events[i].carrier for i in p.deliveries) if c is not None)
+    title = (f"+{(p.published_t_ms or 0) / 1000:.3f}s {p.relay} published outbox row "
+             f"{p.row_id or '?'} (stream seq {p.stream_seq}) from {origin}"
+             + (f", {p.outbox_ms} ms after its commit" if p.outbox_ms is not None else "")
+             + f"\ndelivered to: {consumers or 'no consumer recorded it'}")
+    label = "/".join(p.row_id.rsplit("/", 2)[1:]) if p.row_id.count("/") >= 2 else ""
+    again = len(p.deliveries) > 1
+    return (f'<g class="publish"><circle cx="{x}" cy="{y}" r="5.5" fill="{_PUBLISH}" '
+            f'stroke="{_REDELIVERY if again else "white"}" stroke-width="{2 if again else 1.5}"/>'
+            f'<title>{escape(title)}</title>'
+            f'<text x="{x}" y="{y - 11}" text-anchor="middle" font-size="9" fill="#9a3412">'
+            f'{escape(label if not p.timer else "timer")}</text>'
+            + (f'<text x="{x}" y="{y + 21}" text-anchor="middle" font-size="9" '
+               f'fill="{_REDELIVERY}"{_HALO}>{len(p.deliveries)} deliveries</text>'
+               if again else "")
+            + '</g>')
+
+
+def _event_dot(e: Event, x: float, y: float) -> str:
+    big = bool({"takeover", "refused", "confirm"} & set(e.flags))
+    title = (f"+{e.t_ms / 1000:.3f}s {e.kind} fence {e.fence}\n{e.text}"
+             + (f"\nmarks: {', '.join(e.marks)}" if e.marks else "")
+             + (f"\ncarried by {e.carrier.relay}: outbox row {e.carrier.row_id}, stream "
+                f"seq {e.carrier.stream_seq}, delivery {e.carrier.delivery}"
+                if e.carrier is not None else "")
+             + f"\nreceipt {e.stream_id}")
+    shape = (f'<rect x="{x - 7}" y="{y - 7}" width="14" height="14" '
+             f'transform="rotate(45 {x} {y})"' if big else
+             f'<circle cx="{x}" cy="{y}" r="6"')
+    return (f'<g class="event {e.kind.split(":")[0]}">{shape} fill="{_color(e)}" '
+            f'stroke="white" stroke-width="1.5"/><title>{escape(title)}</title>'
+            f'<text x="{x}" y="{y - 12}" text-anchor="middle" '
+            f'font-size="10" fill="#111827">{escape(e.fence)}</text>'
+            f'<text x="{x}" y="{y + 26}" text-anchor="middle" '
+            f'font-size="9" fill="#374151">{escape(_short_kind(e))}</text></g>')
 
 
 def _short_kind(e: Event) -> str:
@@ -197,15 +338,15 @@ def render_html(trace: Trace) -> str:
     legend = "".join(f'<span><i style="background:{c}"></i>{escape(k)}</span>' for k, c in (
         ("submit", "#6b7280"), ("lease / commit (Brain)", "#2563eb"),
         ("claim / complete (Hands)", "#059669"), ("confirm / recovery", "#d97706"),
-        ("takeover / refused ◆", "#dc2626")))
+        ("takeover / refused ◆", "#dc2626"), ("relay publish", _PUBLISH)))
     return (
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>baton trace {escape(trace.session_id)}</title><style>{_CSS}</style></head>"
         f"<body><h1>Handoff trace: session {escape(trace.session_id)}</h1>"
         f'<div class="sub">{len(trace.events)} receipts · {len(trace.lanes)} processes · '
         f"{trace.duration_ms / 1000:.3f} s · fences: s:N session lease (Brain), a:N tool-run "
-        "attempt (Hands) · arrows: blue wake, green dashed dispatch, red takeover · "
-        "hover anything for details"
+        "attempt (Hands) · arrows: commit -> relay publish -> consumer (blue wake, green "
+        "dashed dispatch, red dashed redelivery), red takeover · hover anything for details"
         + (" · carried by relays: " + ", ".join(
             f"{escape(name)} ({n})" for name, n in trace.relays.items()) if trace.relays else "")
         + "</div>"

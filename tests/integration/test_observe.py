@@ -93,7 +93,30 @@ def test_trace_json_and_html_picture(demo: Outcome, tmp_path: Path) -> None:
         assert f">{name}</text>" in html
     assert html.count('class="handoff takeover"') == 1 and "TAKEOVER" in html
     assert "DIED?" in html  # the killed lane is highlighted
+    # each relay has a lane (in the JSON too) with a dot per stream message it published
+    relays = [lane for lane in data["lanes"] if lane["role"] == "relay"]
+    assert relays and {lane["name"] for lane in relays} == set(data["relays"])
+    pubs = data["publishes"]
+    assert pubs and sum(lane["published"] for lane in relays) == len(pubs)
+    assert all(p["published_t_ms"] is not None and p["lane"] in lanes_by_id(data)
+               for p in pubs)
+    assert html.count('<g class="lane relay">') == len(relays)
+    assert html.count('<g class="publish">') == len(pubs)
+    # the killed run's message was published once and delivered twice: to the Hands that
+    # died, then (redelivered) to the one that took over, drawn red dashed from the same dot
+    claims = [e for e in data["events"] if e["run_id"] == demo.kill.run_id
+              and e["kind"] in ("claim", "reclaim")]
+    assert [e["carrier"]["delivery"] for e in claims] == [1, 2]
+    pub = pubs[claims[0]["carrier"]["publish"]]
+    assert claims[1]["carrier"]["publish"] == pub["index"]
+    assert pub["deliveries"] == [e["index"] for e in claims]
+    assert data["events"][pub["source"]]["kind"] in ("commit:tools", "commit:redispatch")
+    assert html.count('class="relayed redelivery"') >= 1
     (tmp_path / "trace.html").write_text(html)
+
+
+def lanes_by_id(data: dict[str, Any]) -> set[str]:
+    return {lane["id"] for lane in data["lanes"]}
 
 
 def test_trace_names_the_relay_and_the_consumer_of_every_hop(demo: Outcome) -> None:

@@ -1,0 +1,108 @@
+"""The relays in a trace: a lane per relay, a publish per stream message, hops through it."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from baton.cli.trace import build_trace, render_text
+from baton.cli.trace_html import render_html
+from baton.receipts import Receipt
+
+CLIENT = {"role": "client", "name": "client-1", "pid": 9}
+BRAIN = {"role": "brain", "name": "brain-1", "pid": 10}
+HANDS1 = {"role": "hands", "name": "hands-1", "pid": 11}
+HANDS2 = {"role": "hands", "name": "hands-2", "pid": 12}
+T0 = 1_700_000_000_000
+
+
+def _receipt(n: int, kind: str, worker: dict[str, Any], ts: int, data: dict[str, Any], *,
+             seq: int = 0, fence: int = 1) -> Receipt:
+    return Receipt.from_stream(f"{T0 + ts}-{n}", {
+        "seq": str(seq), "kind": kind, "worker": json.dumps(worker), "fence": str(fence),
+        "ts": str(T0 + ts), "data": json.dumps(data)})
+
+
+def _carrier(relay: str, at: int, row: str, stream_seq: int, delivery: int = 1) -> dict[str, Any]:
+    return {"relay": relay, "published_ms": T0 + at, "row_id": row, "stream_seq": stream_seq,
+            "delivery": delivery}
+
+
+def _story() -> list[Receipt]:
+    """Submit, dispatch, hands-1 claims and dies, the stream message is redelivered to
+    hands-2, whose completion wakes the Brain through a second relay (whose clock runs late:
+    it says it published after the lease it caused)."""
+    tool_row = _carrier("relay-1", 22, "s-1/2/0", 7)
+    return [
+        _receipt(0, "submit", CLIENT, 0, {"detail": {"submission_id": "sub-1",
+                                                      "task_id": "t"}}, seq=1),
+        _receipt(1, "lease", BRAIN, 10, {"previous_holder": "", "previous_fence": 0,
+                                         "carrier": _carrier("relay-1", 4, "s-1/1/0", 1)}),
+        _receipt(2, "commit", BRAIN, 20, {"kind": "tools", "detail": {
+            "task_id": "t", "turn": 1, "runs": ["t-1-0"]}}, seq=2),
+        _receipt(3, "claim", HANDS1, 30, {"run_id": "t-1-0", "attempt": 1, "accepted_mark": 1,
+                                          "delivery": 1, "carrier": tool_row}),
+        _receipt(4, "reclaim", HANDS2, 3000, {
+            "run_id": "t-1-0", "attempt": 2, "previous_attempt": 1,
+            "previous_status": "running", "previous_worker": "hands-1", "delivery": 2,
+            "carrier": {**tool_row, "delivery": 2}}, fence=2),
+        _receipt(5, "complete", HANDS2, 3010, {
+            "marks": [{"run_id": "t-1-0", "mark": "completed", "attempt": 2}],
+            "detail": {"run_id": "t-1-0", "tool": "send", "outcome": "ok"}}, seq=3, fence=2),
+        _receipt(6, "lease", BRAIN, 3020, {"previous_holder": "", "previous_fence": 1,
+                                           "carrier": _carrier("relay-2", 3025, "s-1/3/0", 2)},
+                 fence=2),
+    ]
+
+
+def test_a_redelivery_hangs_off_the_same_publish_on_the_relays_lane() -> None:
+    trace = build_trace("s-1", _story())
+    data = json.loads(json.dumps(trace.to_json()))
+    assert [(lane["role"], lane["name"]) for lane in data["lanes"]] == [
+        ("client", "client-1"), ("relay", "relay-1"), ("relay", "relay-2"),
+        ("brain", "brain-1"), ("hands", "hands-1"), ("hands", "hands-2")]
+    relay1 = data["lanes"][1]
+    assert relay1["published"] == 2 and relay1["events"] == 0 and relay1["pid"] == 0
+    assert (relay1["first_ms"], relay1["last_ms"]) == (4, 22)
+    pubs = data["publishes"]
+    assert [(p["relay"], p["row_id"], p["source"], p["deliveries"], p["outbox_ms"])
+            for p in pubs] == [("relay-1", "s-1/1/0", 0, [1], 4),
+                               ("relay-1", "s-1/2/0", 2, [3, 4], 2),
+                               ("relay-2", "s-1/3/0", 5, [6], 15)]
+    hops = {c["event"]: c for c in data["carriers"]}
+    assert hops[3]["publish"] == hops[4]["publish"] == 1
+    assert (hops[4]["delivery"], hops[4]["outbox_ms"], hops[4]["transit_ms"]) == (2, 2, 2978)
+    assert all(data["events"][c["event"]]["lane"] != pubs[c["publish"]]["lane"]
+               for c in data["carriers"])
+
+    text = render_text(trace)
+    assert re.search(r"relay\s+relay-1\s+published\s+2, .*\(3 deliveries acted on here\)", text)
+    assert "-> hands-2 claimed run 1-0 [2 ms in the outbox, 2978 ms from publish to hands-2]" \
+        in text
+
+
+def _x(html: str, cls: str) -> list[float]:
+    return [float(m) for m in re.findall(rf'<g class="{cls}[^"]*"><(?:circle|rect) c?x="([\d.]+)"',
+                                          html)]
+
+
+def test_the_picture_draws_commit_publish_consumer_and_a_redelivery_in_red() -> None:
+    trace = build_trace("s-1", _story())
+    html = render_html(trace)
+    assert "<script" not in html and "http" not in html
+    assert '<g class="lane relay">' in html and ">relay-1</text>" in html
+    assert html.count('<g class="publish">') == 3
+    # two segments per publish with a source, one per delivery; the redelivery is red dashed
+    assert html.count('class="relayed dispatch"') == 2  # commit -> publish, -> hands-1
+    assert html.count('class="relayed wake"') == 4
+    assert html.count('class="relayed redelivery"') == 1 and "redelivery 2" in html
+    # the relayed wake and dispatch hops are not drawn a second time as direct arrows
+    assert html.count('class="handoff wake"') == 0 and html.count('class="handoff dispatch"') == 0
+    assert html.count('class="handoff takeover"') == 1
+    # every publish sits after the commit that wrote its row and before its first consumer,
+    # even relay-2's, whose clock says it published after the lease it caused
+    events, pubs = _x(html, "event"), _x(html, "publish")
+    assert len(events) == 7 and events == sorted(events)
+    for x, p in zip(pubs, trace.publishes, strict=True):
+        assert p.source is not None and events[p.source] < x < events[p.deliveries[0]]
