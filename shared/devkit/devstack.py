@@ -37,7 +37,7 @@ from baton.errors import ServerError
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
-from baton.store.redis_client import connect_redis
+from baton.store.redis_client import REDIS_ERRORS, connect_redis
 
 __all__ = ["DevStack", "Proc"]
 
@@ -417,7 +417,10 @@ class DevStack:
         assert self._redis is not None
         field = f"{proc.role}:{proc.name}"
         keys = Keys(self.namespace, self.settings().shards)
-        raw = await self._redis.hget(keys.workers(field), field)
+        try:
+            raw = await self._redis.hget(keys.workers(field), field)
+        except REDIS_ERRORS:  # a dropped connection (a cluster under load): ask again
+            return False
         return raw is not None and json.loads(raw).get("pid") == proc.pid
 
     def _refresh_stack_file(self) -> None:
