@@ -126,7 +126,14 @@ async def _check_relay_dedupe(c: Crash, clean: str) -> None:
     bus = await Bus.connect(settings, "crash-test")
     try:
         info = await bus.nc.jetstream().stream_info(bus.names.tool_stream)
-        assert info.state.last_seq == 5, f"{info.state.last_seq} tool messages stored, not 5"
+        # Five dispatches, plus any the Brain sent again itself when the relay's takeover took
+        # longer than the progress deadline (a loaded machine): those rows have new ids.
+        # Re-published rows of the dead relay are never stored twice (checked below too).
+        redispatched = sum(len(c.events(p.name, "tool_redispatched"))
+                           for p in c.stack.procs("brain"))
+        stored = info.state.last_seq
+        assert 5 <= stored <= 5 + redispatched, \
+            f"{stored} tool messages stored, 5 dispatched, {redispatched} sent again"
     finally:
         await bus.close()
     # The relay's counters, logged when it stops: the re-published rows were duplicates.

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
 from baton.client import Client
 from baton.devkit.redis_cluster import SLOTS, RedisClusterServers
@@ -101,8 +102,18 @@ async def test_killing_a_primary_promotes_its_replica() -> None:
         replica = await cluster.replica_of(old)
         redis: Any = connect_redis(Settings(redis_url=cluster.seed_url))
         try:
-            await redis.set(key, "before")
-            await redis.wait(1, 2_000)  # the replica has it before the kill
+            async def written() -> bool:
+                # The split-brain guard (min-replicas-to-write 1) refuses a write while the
+                # replica's last acknowledgement is older than the allowed lag: on a loaded
+                # machine the first write may meet NOREPLICAS.
+                try:
+                    await redis.set(key, "before")
+                except ResponseError as exc:
+                    assert "NOREPLICAS" in str(exc), exc
+                    return False
+                return int(await redis.wait(1, 2_000)) >= 1  # the replica has it
+
+            await eventually(written, timeout=15, message="the write reaches the replica")
             cluster.kill(old)
             promoted = await cluster.wait_promoted(old)
 
