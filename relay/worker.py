@@ -443,7 +443,7 @@ class Relay(Service):
                     # is still there, the retry goes row by row to find the refused row.
                     self._probe = self.bus.nc.is_connected
                     raise
-        self.faults.hit("relay.after_publish")
+        self.faults.hit("relay.after_publish", rows=len(rows))
         for row, reason in refused:
             await record_dead_letter(
                 self._redis, self.keys, source="relay", reason=reason, payload=row.data,

@@ -20,7 +20,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from baton.bus.subjects import BusNames
-from baton.errors import ConfigError, CorruptStateError, NotFoundError, ValidationError
+from baton.errors import (
+    ConfigError,
+    CorruptStateError,
+    NotFoundError,
+    RedisUnavailable,
+    ValidationError,
+)
 from baton.faults import Faults
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
@@ -65,11 +71,27 @@ class Client:
         """Connect and read the store's epoch (StoreEpochError if the store lost its state)."""
         client = cls(await Store.connect(settings), settings)
         try:
-            client.epoch = await StoreEpoch.establish(client.store.redis, client.store.keys)
+            client.epoch = await client._establish_epoch()
         except BaseException:
             await client.store.close()
             raise
         return client
+
+    async def _establish_epoch(self) -> StoreEpoch:
+        """The store's epoch, waiting up to ``client_connect_wait_s`` while Redis refuses
+        for now (a replica catching up, a failover in progress); then RedisUnavailable."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.client_connect_wait_s
+        delay = 0.05
+        while True:
+            try:
+                return await StoreEpoch.establish(self.store.redis, self.store.keys)
+            except RedisUnavailable as exc:
+                if loop.time() + delay > deadline:
+                    raise
+                log.debug("store_epoch_retry", error=str(exc), retry_in_s=delay)
+            await asyncio.sleep(delay)  # a backoff between attempts, not a wait for an event
+            delay = min(delay * 2, 1.0)
 
     async def __aenter__(self) -> Client:
         return self

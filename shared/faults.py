@@ -54,13 +54,16 @@ class Faults:
     def __bool__(self) -> bool:
         return bool(self._at)
 
-    def hit(self, name: str) -> None:
-        """Die here (SIGKILL, no cleanup) if this point is armed and its count is reached."""
+    def hit(self, name: str, **facts: object) -> None:
+        """Die here (SIGKILL, no cleanup) if this point is armed and its count is reached.
+
+        ``facts`` go into the log line, so a test can check what the process held then.
+        """
         if name not in self._at:
             return
         self._hits[name] = self._hits.get(name, 0) + 1
         if self._hits[name] == self._at[name]:
-            get_logger("baton.fault").warning("fault_point_hit", point=name)
+            get_logger("baton.fault").warning("fault_point_hit", point=name, **facts)
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)

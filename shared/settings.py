@@ -90,6 +90,10 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
     drain_timeout_s: float = Field(default=10.0, ge=0)
     connect_timeout_s: float = Field(default=2.0, gt=0)
+    # How long Client.connect waits for a store that answers but refuses for now (a replica
+    # catching up under the split-brain guard, NOREPLICAS; a failover, CLUSTERDOWN) before
+    # raising RedisUnavailable. Workers wait without bound (they are services).
+    client_connect_wait_s: float = Field(default=10.0, ge=0)
     # Connections per process; callers past it wait for one (a blocking pool).
     redis_max_connections: int = Field(default=512, ge=4)
     # A transition is acknowledged only once this many replicas have it (WAIT after each

@@ -73,7 +73,12 @@ async def _run_case(c: Crash, case: Case) -> tuple[str, list[str]]:
 async def test_killed_at_fault_point_completes_exactly_once(crash: Opener, case: Case) -> None:
     counts = {"brains": 1, "hands": 2, "relays": 1}
     counts[{"brain": "brains", "hands": "hands", "relay": "relays"}[case.role]] = 0
-    c = await crash(**counts)
+    env = {}
+    if case.role == "relay":
+        # The N-th batch must be the five tool rows: no progress-deadline wake (a batch of
+        # its own) may fire first while a loaded machine delays the Brain's first turn.
+        env["BATON_PROGRESS_DEADLINE_MS"] = "120000"
+    c = await crash(env=env, **counts)
     session, (armed, clean) = await _run_case(c, case)
     runs = await c.runs(session)
     fourth = runs[3]
@@ -108,6 +113,8 @@ async def test_killed_at_fault_point_completes_exactly_once(crash: Opener, case:
         refused = await c.receipts(session, "refused")
         assert not refused, refused
     if case.point == "relay.after_publish":
+        (fault,) = c.events(armed, "fault_point_hit")
+        assert fault["rows"] == 5, fault  # the batch it died holding: the five dispatches
         await _check_relay_dedupe(c, clean)
 
 
