@@ -46,6 +46,7 @@ from baton.errors import (
 )
 from baton.faults import Faults
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
+from baton.hands.isolation import harden_worker
 from baton.hands.retries import RetryTransport
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
 from baton.observability.log import bind, bounded, get_logger
@@ -370,5 +371,8 @@ async def _settle(op: Awaitable[None]) -> None:
 async def main(settings: Settings, app_spec: str, tools: list[str] | None = None) -> None:
     """Entry point of ``baton hands``: serve the app's tools until SIGTERM/SIGINT."""
     app = load_app(app_spec)
-    await run_until_signalled(HandsWorker(settings, app, tools))
+    worker = HandsWorker(settings, app, tools)
+    if any(t.isolation == "process" for t in worker.tools.values()):
+        harden_worker()  # its isolated children may not read this process's environment
+    await run_until_signalled(worker)
 
