@@ -212,7 +212,7 @@ class HandsWorker(Service):
                 await self._process(msg, dispatch, delivery, done)
         except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
             done.outcome = "retry"
-            log.warning("tool_message_retry", error=str(exc))
+            log.warning("tool_message_retry", error=bounded(exc))
             await _settle(msg.nak(delay=RETRY_DELAY_S))
         except Exception:
             done.outcome = "crashed"
@@ -353,7 +353,7 @@ class HandsWorker(Service):
 
     async def _dead_letter(self, msg: Msg, reason: str, delivery: int) -> None:
         assert self.store is not None
-        log.warning("tool_message_dead_lettered", reason=reason)
+        log.warning("tool_message_dead_lettered", reason=bounded(reason))
         await record_dead_letter(
             self.store.redis, self.store.keys, source="hands", reason=reason,
             payload=msg.data, subject=msg.subject, delivery=delivery, worker=self.name,
