@@ -107,6 +107,10 @@ class HandsWorker(Service):
 
     # ------------------------------------------------------------------ lifecycle
 
+    def announcement(self) -> dict[str, object]:
+        """The tools served here: ``inspect`` flags tool subjects no live Hands takes."""
+        return {"tools": list(self.tools)}
+
     async def serve(self) -> None:
         s = self.settings
         pullers: list[Puller] = []
