@@ -55,16 +55,22 @@ def _virtual_size() -> int:
 
 
 def _resolve(target: str) -> Any:
-    """The Tool a ``module:qualname`` names (the decorator left a Tool at that name)."""
+    """The Tool a ``module:qualname`` names: the decorator left a Tool at that name; a
+    ``Tool(fn, ...)`` built by hand is found among the module's globals by its function."""
     from baton.app import Tool
 
     module_name, _, qualname = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
+    module = importlib.import_module(module_name)
+    obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    if not isinstance(obj, Tool):
-        raise TypeError(f"{target} is not a baton tool (got {type(obj).__name__})")
-    return obj
+    if isinstance(obj, Tool):
+        return obj
+    # Declared as Tool(fn, ...) rather than by the decorator: the name is the function.
+    for value in vars(module).values():
+        if isinstance(value, Tool) and value.fn is obj:
+            return value
+    raise TypeError(f"{target} is not a baton tool (got {type(obj).__name__})")
 
 
 async def _call(tool: Any, request: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from baton.app import ToolContext, tool
+from baton.app import Tool, ToolContext, tool
 
 
 class Target(BaseModel):
@@ -81,3 +81,11 @@ async def greet(args: Nothing, ctx: ToolContext) -> dict[str, str]:
     """A well-behaved isolated tool; its prints must not corrupt its answer."""
     print("noise on stdout")
     return {"greeting": f"{os.environ['GREETING']} {args.text}"}
+
+
+async def _shout(args: Nothing, ctx: ToolContext) -> str:
+    return args.text.upper()
+
+
+# Declared by hand rather than by the decorator: the child finds it by its function.
+shout = Tool(_shout, name="shout", isolation="process")

@@ -26,11 +26,11 @@ from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import eventually
-from tests.isolated_apps import Nothing, bail, greet, hang, hog, segfault, snoop
+from tests.isolated_apps import Nothing, bail, greet, hang, hog, segfault, shout, snoop
 
 PASSWORD = "worker-secret-" + uuid.uuid4().hex[:8]
 APP = App(agents=[Agent(name="iso", tools=("snoop",))],
-          tools=[snoop, hog, hang, segfault, bail, greet])
+          tools=[snoop, hog, hang, segfault, bail, greet, shout])
 BRAIN = worker_ref("brain", "brain-iso")
 
 
@@ -132,7 +132,8 @@ async def test_crashes_hangs_and_memory_blowups_end_only_their_attempt(hs: Setti
     async with serving(hs) as (store, bus):
         hogged, hung, crashed, bailed = await run_tools(store, bus, [
             ("hog", {}), ("hang", {}), ("segfault", {}), ("bail", {})])
-        (after,) = await run_tools(store, bus, [("greet", {"text": "still serving"})])
+        after, by_hand = await run_tools(store, bus, [("greet", {"text": "still serving"}),
+                                                      ("shout", {"text": "hi"})])
 
     assert (hogged.outcome, hogged.error_code) == ("error", "tool_memory_limit")
     assert "64 MB" in (hogged.error or "")
@@ -143,6 +144,7 @@ async def test_crashes_hangs_and_memory_blowups_end_only_their_attempt(hs: Setti
     assert (bailed.outcome, bailed.error_code) == ("error", "tool_crashed")
     assert "status 1" in (bailed.error or "") and "bailing out" in (bailed.error or "")
     assert after.ok and after.output == {"greeting": "hello still serving"}
+    assert by_hand.ok and by_hand.output == "HI"
 
 
 def test_isolation_options_are_checked_where_the_tool_is_declared() -> None:
