@@ -18,10 +18,12 @@ replay policy decides what happens next), never the worker's end. The parent kee
 heartbeating the attempt meanwhile (:meth:`~baton.hands.execute.ToolExecution._supervised`
 runs this like any tool call) and kills the child when the attempt is cancelled or lost.
 
-The child runs as the worker's user: a process of the same user can still read
-``/proc/<worker pid>/environ`` unless the worker is made non-dumpable, which
-:func:`harden_worker` does. For a hard boundary run the Hands as an unprivileged user, or
-give the child its own user and namespaces at the container level.
+What this does not do: the child runs as the worker's user, so it can read any file the
+worker can (a NATS credentials file, TLS keys, a mounted .env) and, unless the worker is
+non-dumpable (:func:`harden_worker`, called by ``baton hands`` when it serves an isolated
+tool), the worker's ``/proc/<pid>/environ``; root in the child bypasses both. For a hard
+boundary run the Hands as an unprivileged user whose credentials live only in its
+environment, or give tools their own user and namespaces at the container level.
 """
 
 from __future__ import annotations
