@@ -61,8 +61,13 @@ class Settings(BaseModel):
     # by the limit, and the backlog is visible. Messages older than the age are dropped: a
     # subject nobody consumes must not grow forever (`baton inspect` reports it long before);
     # lost wakes and tool messages of live sessions are repeated by deadlines and redispatch.
+    # Bytes are bounded by max_msgs x max_payload_bytes (the messages are small pointers,
+    # ~100-300 bytes); an explicit byte limit (0 = none) is the operator's choice, sized to the
+    # servers' disks: JetStream reserves it on every replica when a stream is created, and
+    # refuses to place a stream with one on a peer whose storage it has not heard about yet
+    # (a node just restarted), so creating a namespace's streams then fails for a while.
     stream_max_msgs: int = Field(default=1_000_000, ge=1)
-    stream_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024 * 1024)
+    stream_max_bytes: int = Field(default=0, ge=0)
     stream_max_age_s: float = Field(default=7 * 24 * 3600.0, ge=60)
 
     # Brain

@@ -247,7 +247,7 @@ class Bus:
             max_msg_size=s.max_payload_bytes,
             # Bounded, refusing new messages when full: the relay keeps them in the outbox.
             max_msgs=s.stream_max_msgs,
-            max_bytes=s.stream_max_bytes,
+            max_bytes=s.stream_max_bytes or -1,
             max_age=s.stream_max_age_s,
             discard=DiscardPolicy.NEW,
         )
