@@ -54,6 +54,7 @@ from baton.models import (
     Waiting,
     dumps,
 )
+from baton.observability.log import bounded
 from baton.observability.tracing import traced_model
 from baton.store.control import args_digest
 from baton.store.writes import Writes, timer_member
@@ -177,12 +178,12 @@ class Generation:
             return None
         except Exception as exc:  # a model error ends the task with a clear reason
             ctx.log.error("model_failed", task_id=task.id, request_id=request_id,
-                          error=str(exc))
+                          error=bounded(exc))
             writes = Writes(kind="final")
             if partial.text:
                 writes.entries.append(self._interrupted(task, partial.text, ctx))
             detail = self._attempt(task, request_id, error=exc)
-            await self._finish(task, ctx, "failed", reason=f"model_error: {exc}",
+            await self._finish(task, ctx, "failed", reason=f"model_error: {bounded(exc)}",
                                writes=writes, detail=detail)
             return None
         detail = self._attempt(task, request_id, response=response)
@@ -209,11 +210,11 @@ class Generation:
         if streamed:
             writes.entries.append(self._interrupted(task, streamed, ctx))
         ctx.log.warning("model_retry" if until else "model_gave_up", task_id=task.id,
-                        request_id=request_id, error=str(exc), failures=failures,
+                        request_id=request_id, error=bounded(exc), failures=failures,
                         retry_in_ms=until - now if until else None)
         if until is None:
             reason = (f"model_error: gave up after {failures} failed attempts "
-                      f"({(now - since) / 1000:.1f}s): {exc}")
+                      f"({(now - since) / 1000:.1f}s): {bounded(exc)}")
             await self._finish(task, ctx, "failed", reason=reason, writes=writes,
                                detail=attempt)
             return

@@ -22,6 +22,7 @@ from baton.brain.context import TaskContext
 from baton.brain.registry import Registry
 from baton.brain.versions import migrate_session, note_blocked, unserved
 from baton.models import Task
+from baton.observability.log import bounded
 from baton.observability.tracing import advance
 from baton.store.writes import Writes
 
@@ -31,7 +32,7 @@ __all__ = ["schedule"]
 async def schedule(registry: Registry, ctx: TaskContext) -> None:
     """Advance every runnable task of the session until nothing is runnable."""
     if reason := unserved(ctx.app, ctx.state.meta):
-        ctx.log.warning("session_not_served", reason=reason)
+        ctx.log.warning("session_not_served", reason=bounded(reason))
         return
     await migrate_session(registry, ctx)
     await consume_cancels(ctx)

@@ -153,10 +153,10 @@ class BrainWorker(Service):
             await record_dead_letter(store.redis, store.keys, source="wake",
                                      reason=str(exc), payload=msg.data)
             await msg.term()
-            log.error("wake_undecodable", error=str(exc))
+            log.error("wake_undecodable", error=logs.bounded(exc))
             return
         sid = wake.session_id
-        logs.bind(session_id=sid, reason=wake.reason, delivery=delivery_count(msg))
+        logs.bind(session_id=sid, reason=logs.bounded(wake.reason), delivery=delivery_count(msg))
         current = self.active.get(sid)
         if current is not None:  # already in hand here: make that pass look again
             current.rewake = True
@@ -187,13 +187,13 @@ class BrainWorker(Service):
             await msg.ack()
         except UnavailableError as exc:
             outcome = "unavailable"
-            log.warning("wake_retry_later", error=str(exc))
+            log.warning("wake_retry_later", error=logs.bounded(exc))
             await _nak(msg, 1.0)
         except (CorruptStateError, ValidationError) as exc:  # undecodable: counted, bounded
             outcome = await self._poisoned(msg, sid, exc)
         except BatonError as exc:
             outcome = "error"
-            log.error("wake_failed", error=str(exc), code=exc.code)
+            log.error("wake_failed", error=logs.bounded(exc), code=exc.code)
             await _nak(msg, 1.0)
         except Exception as exc:  # a KeyError in a parser, a bug: the same bound, no loop
             outcome = await self._poisoned(msg, sid, exc)

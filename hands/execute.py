@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -24,9 +25,10 @@ from pydantic import BaseModel
 from baton.app import Tool, ToolContext
 from baton.errors import StaleAttemptError, ToolError, ValidationError
 from baton.hands import retries
+from baton.hands.isolation import run_isolated
 from baton.hands.replay import decide
 from baton.models import Recovery, ToolIntent, ToolResult, WorkerRef
-from baton.observability.log import get_logger
+from baton.observability.log import bounded, get_logger
 from baton.settings import Settings
 from baton.store.runs import Runs
 from baton.store.state import Claim
@@ -35,6 +37,7 @@ log = get_logger("baton.hands")
 
 MAX_ERROR_TEXT = 2_000
 CANCEL_GRACE_S = 5.0  # wait this long for a cancelled tool to end
+ISOLATED_START_GRACE_S = 10.0  # an isolated tool's child may take this long to start
 
 
 class RunCancelled(Exception):
@@ -113,14 +116,16 @@ class ToolExecution:
             started = time.monotonic()
             try:
                 found = await self._supervised(
-                    intent, ctx, tool.timeout, lambda: confirm(intent.operation_id, args, ctx)
+                    intent, ctx, self._deadline(tool),
+                    lambda: self._isolated(tool, "confirm", args, ctx)
+                    if tool.isolation == "process" else confirm(intent.operation_id, args, ctx),
                 )
             except AttemptLost:
                 raise
             except RunCancelled:
                 return _cancelled(attempt, "executed_after_confirm", started)
             except Exception as exc:  # cannot tell what happened: try again later
-                log.warning("confirm_failed", error=_describe(exc))
+                log.warning("confirm_failed", error=bounded(_describe(exc)))
                 return None
             log.info("confirm_answered", found=found is not None)
             if found is not None:
@@ -138,10 +143,15 @@ class ToolExecution:
         attempt = ctx.attempt
         confirm_fn = tool.confirm_fn
         confirm = (lambda: confirm_fn(intent.operation_id, args, ctx)) if confirm_fn else None
+        call: Callable[[], Awaitable[Any]] = functools.partial(tool, args, ctx)
+        if tool.isolation == "process":  # the tool, and its confirm, in a child process
+            call = functools.partial(self._isolated, tool, "tool", args, ctx)
+            if confirm_fn is not None:
+                confirm = functools.partial(self._isolated, tool, "confirm", args, ctx)
         try:
             output, confirmed = await self._supervised(
-                intent, ctx, tool.timeout, lambda: retries.call_with_retries(
-                    lambda: tool(args, ctx), timeout=tool.timeout, replay=tool.replay,
+                intent, ctx, self._deadline(tool), lambda: retries.call_with_retries(
+                    call, timeout=self._deadline(tool), replay=tool.replay,
                     retry_on=tool.retry_on, confirm=confirm))
             if confirmed:
                 recovery = "confirmed"
@@ -156,10 +166,22 @@ class ToolExecution:
             return _error(attempt, "timeout", f"{tool.name} did not finish within "
                           f"{tool.timeout:g}s", recovery, started)
         except Exception as exc:  # a tool bug is a result the model sees, never a crash
-            log.warning("tool_raised", error=_describe(exc))
+            log.warning("tool_raised", error=bounded(_describe(exc)))
             return _error(attempt, "tool_exception", _describe(exc), recovery, started)
         return ToolResult(outcome="ok", output=output, recovery=recovery, attempt=attempt,
                           duration_ms=_ms_since(started))
+
+    @staticmethod
+    def _deadline(tool: Tool) -> float:
+        """The call's deadline; an isolated tool's own wall time (enforced by killing the
+        child, reported as ``tool_timeout``) comes first, with room for the child to start."""
+        if tool.isolation == "process":
+            return tool.wall_time_s + ISOLATED_START_GRACE_S
+        return tool.timeout
+
+    def _isolated(self, tool: Tool, call: str, args: BaseModel, ctx: ToolContext
+                  ) -> Awaitable[Any]:
+        return run_isolated(tool, call, args, ctx, max_answer=self.settings.max_payload_bytes)
 
     async def _supervised(
         self, intent: ToolIntent, ctx: ToolContext, timeout: float,  # noqa: ASYNC109
@@ -173,7 +195,7 @@ class ToolExecution:
         the deadline passes.
         """
 
-        async def bounded() -> Any:
+        async def within_deadline() -> Any:
             deadline = asyncio.timeout(timeout)
             try:
                 async with deadline:
@@ -185,7 +207,7 @@ class ToolExecution:
 
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        work = asyncio.ensure_future(bounded())
+        work = asyncio.ensure_future(within_deadline())
         beat: asyncio.Task[None] | None = None
 
         def on_beat_done(task: asyncio.Task[None]) -> None:
@@ -252,7 +274,7 @@ class ToolExecution:
             except StaleAttemptError:
                 raise
             except Exception as exc:  # Redis away for a moment: the tool goes on
-                log.warning("run_heartbeat_failed", error=str(exc))
+                log.warning("run_heartbeat_failed", error=bounded(exc))
                 continue
             if cancelled:
                 raise RunCancelled(intent.run_id)

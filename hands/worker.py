@@ -4,7 +4,9 @@ Per served tool there is one durable pull consumer, shared by every Hands replic
 that tool, and one fetch loop here. Per message (:meth:`HandsWorker.handle`):
 
     decode ToolDispatch ─ bad ─> dead letter, term
-    claim the attempt (Redis fence, mark "accepted")
+    subject's tool == message's tool, served here ─ no ─> dead letter, term (run untouched)
+    claim the attempt (Redis fence, mark "accepted"); claim.lua refuses, before any write,
+        a run whose committed intent is for another tool ─> dead letter, term
         done -> ack (duplicate)   gone -> dead letter, ack   busy -> nak until the live one ends
     replay policy if an earlier attempt left no result (hands.replay)
     execute with heartbeats: JetStream in_progress + Redis run heartbeat
@@ -39,13 +41,15 @@ from baton.errors import (
     NatsUnavailable,
     RedisUnavailable,
     StaleAttemptError,
+    ToolMismatchError,
     ValidationError,
 )
 from baton.faults import Faults
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
+from baton.hands.isolation import harden_worker
 from baton.hands.retries import RetryTransport
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
-from baton.observability.log import bind, get_logger
+from baton.observability.log import bind, bounded, get_logger
 from baton.observability.tracing import consumer, execute
 from baton.service import Service, run_until_signalled
 from baton.settings import Settings
@@ -102,6 +106,10 @@ class HandsWorker(Service):
         self._active: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ lifecycle
+
+    def announcement(self) -> dict[str, object]:
+        """The tools served here: ``inspect`` flags tool subjects no live Hands takes."""
+        return {"tools": list(self.tools)}
 
     async def serve(self) -> None:
         s = self.settings
@@ -198,11 +206,17 @@ class HandsWorker(Service):
                 await _settle(msg.term())
                 return
             bind(session_id=dispatch.session_id, run_id=dispatch.run_id, tool=dispatch.tool)
+            mismatch = self._misaddressed(msg.subject, dispatch)
+            if mismatch:
+                done.outcome = "dead_letter"
+                await self._dead_letter(msg, mismatch, delivery)
+                await _settle(msg.term())
+                return
             async with bus_heartbeat(msg, self.settings.ack_wait_s / 3):
                 await self._process(msg, dispatch, delivery, done)
         except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
             done.outcome = "retry"
-            log.warning("tool_message_retry", error=str(exc))
+            log.warning("tool_message_retry", error=bounded(exc))
             await _settle(msg.nak(delay=RETRY_DELAY_S))
         except Exception:
             done.outcome = "crashed"
@@ -215,6 +229,23 @@ class HandsWorker(Service):
                 recovery=done.recovery,
                 ms=round((time.monotonic() - started) * 1000, 2),
             )
+
+    def _misaddressed(self, subject: str, dispatch: ToolDispatch) -> str:
+        """Why a tool message must not be claimed here, or "" when its addressing agrees.
+
+        The subject decides which consumer (and so which Hands) gets the message; the tool
+        it names is what the claim checks against the run. Both must be the same served
+        tool, or a message published on another tool's subject could make this Hands
+        claim (and end) a run it cannot execute.
+        """
+        prefix = f"{self.settings.namespace}.tool."
+        subject_tool = subject[len(prefix):] if subject.startswith(prefix) else ""
+        if subject_tool != dispatch.tool:
+            return (f"tool mismatch: subject {bounded(subject)!r} is for tool "
+                    f"{bounded(subject_tool)!r}, the message names {dispatch.tool!r}")
+        if dispatch.tool not in self.tools:
+            return f"tool mismatch: {dispatch.tool!r} is not served here"
+        return ""
 
     async def _process(
         self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
@@ -234,10 +265,19 @@ class HandsWorker(Service):
         self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
     ) -> None:
         assert self.store is not None and self.execution is not None
-        claim = await self.store.runs.claim(
-            dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
-            carrier=carrier_of(msg),  # the trace names the relay that carried this message
-        )
+        try:
+            claim = await self.store.runs.claim(
+                dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
+                carrier=carrier_of(msg),  # the trace names the relay that carried this message
+                tool=dispatch.tool,  # claim.lua refuses a run committed for another tool
+            )
+        except ToolMismatchError as exc:
+            done.outcome = "dead_letter"
+            await self._dead_letter(msg, f"tool mismatch: the message names {exc.presented!r}, "
+                                         f"the run's committed intent {bounded(exc.committed)!r}",
+                                    delivery)
+            await _settle(msg.term())
+            return
         if claim.status == "done":
             done.outcome = "duplicate"
             await _settle(msg.ack())
@@ -317,7 +357,7 @@ class HandsWorker(Service):
 
     async def _dead_letter(self, msg: Msg, reason: str, delivery: int) -> None:
         assert self.store is not None
-        log.warning("tool_message_dead_lettered", reason=reason)
+        log.warning("tool_message_dead_lettered", reason=bounded(reason))
         await record_dead_letter(
             self.store.redis, self.store.keys, source="hands", reason=reason,
             payload=msg.data, subject=msg.subject, delivery=delivery, worker=self.name,
@@ -335,5 +375,8 @@ async def _settle(op: Awaitable[None]) -> None:
 async def main(settings: Settings, app_spec: str, tools: list[str] | None = None) -> None:
     """Entry point of ``baton hands``: serve the app's tools until SIGTERM/SIGINT."""
     app = load_app(app_spec)
-    await run_until_signalled(HandsWorker(settings, app, tools))
+    worker = HandsWorker(settings, app, tools)
+    if any(t.isolation == "process" for t in worker.tools.values()):
+        harden_worker()  # its isolated children may not read this process's environment
+    await run_until_signalled(worker)
 

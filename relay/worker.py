@@ -48,7 +48,7 @@ from baton.bus.messages import Outgoing, carrier_headers
 from baton.errors import ForbiddenError, NatsUnavailable, UnavailableError, ValidationError
 from baton.faults import Faults
 from baton.models import OutboxRow
-from baton.observability.log import get_logger
+from baton.observability.log import bounded, get_logger
 from baton.observability.telemetry import trace_id_of
 from baton.observability.tracing import sample_backlog
 from baton.service import Service, run_until_signalled
@@ -292,7 +292,7 @@ class Relay(Service):
             except ForbiddenError as exc:
                 # The deployment's permissions, not the rows, are wrong: keep them and retry.
                 resend = True
-                log.error("outbox_publish_forbidden", error=str(exc))
+                log.error("outbox_publish_forbidden", error=bounded(exc))
                 await self._retry("nats", exc, backoff)
             except _REDIS_DOWN as exc:
                 resend = True
@@ -450,7 +450,7 @@ class Relay(Service):
                 row_id=row.id, subject=row.subject, session_id=row.session_id,
                 stream_id=row.stream_id,
             )
-            log.error("outbox_row_dead_lettered", row_id=row.id, reason=reason,
+            log.error("outbox_row_dead_lettered", row_id=row.id, reason=bounded(reason),
                       session_id=row.session_id, trace_id=trace_id_of(row.headers))
         assert self.leases is not None
         lost = await box.ack(rows, self.name, dict(self.leases.held))

@@ -23,9 +23,9 @@ import asyncio
 import importlib
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 import httpx
 import orjson
@@ -56,10 +56,20 @@ class ToolContext:
 
 ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
 ConfirmFn = Callable[[str, Any, ToolContext], Awaitable[Any | None]]
+Isolation = Literal["none", "process"]
 
 
 class Tool:
-    """A declared tool: argument model, description, replay policy, timeout, confirm."""
+    """A declared tool: argument model, description, replay policy, timeout, confirm.
+
+    ``isolation="process"`` runs each call in a child process holding none of the worker's
+    credentials or environment (see :mod:`baton.hands.isolation`): it sees only ``env``,
+    may allocate ``memory_mb`` beyond the interpreter, and is killed after ``wall_time_s``
+    (default: ``timeout``). Such a tool must be importable by its module path (declared at
+    a module's top level, not in ``__main__`` or inside a function); in the child its
+    ``ctx.settings`` are the defaults and ``ctx.cancelled`` is never set (a cancelled or
+    taken-over call is killed instead).
+    """
 
     def __init__(
         self,
@@ -73,6 +83,10 @@ class Tool:
         args_model: type[BaseModel] | None = None,
         approval: bool = False,
         retry_on: tuple[type[BaseException], ...] = (),
+        isolation: Isolation = "none",
+        env: Mapping[str, str] | None = None,
+        memory_mb: int | None = None,
+        wall_time_s: float | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__.replace("_", "_")
@@ -93,6 +107,24 @@ class Tool:
         self.args_model = args_model or _first_arg_model(fn, self.name)
         self.confirm_fn: ConfirmFn | None = None
         self._parameters: tuple[type[BaseModel], bytes] | None = None
+        if isolation not in ("none", "process"):
+            raise ConfigError(f"tool {self.name}: unknown isolation {isolation!r}")
+        if isolation == "none" and (env is not None or memory_mb is not None
+                                    or wall_time_s is not None):
+            raise ConfigError(f"tool {self.name}: env, memory_mb and wall_time_s need "
+                              f"isolation='process'")
+        self.isolation: Isolation = isolation
+        self.env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
+        if memory_mb is not None and memory_mb < 16:
+            raise ConfigError(f"tool {self.name}: memory_mb must be at least 16")
+        self.memory_mb = memory_mb
+        self.wall_time_s = float(wall_time_s if wall_time_s is not None else timeout)
+        # Where the child finds this tool again: the decorator leaves the Tool at that name.
+        self.target = f"{fn.__module__}:{fn.__qualname__}"
+        if isolation == "process" and ("<locals>" in fn.__qualname__
+                                       or fn.__module__ == "__main__"):
+            raise ConfigError(f"tool {self.name}: an isolated tool must be importable by "
+                              f"module path; {self.target} is not")
 
     def confirm(self, fn: ConfirmFn) -> ConfirmFn:
         """Register ``confirm(operation_id, args, ctx)``: the found result, or None."""
@@ -143,12 +175,18 @@ def tool(
     version: int = 1,
     approval: bool = False,
     retry_on: tuple[type[BaseException], ...] = (),
+    isolation: Isolation = "none",
+    env: Mapping[str, str] | None = None,
+    memory_mb: int | None = None,
+    wall_time_s: float | None = None,
 ) -> Any:
-    """Decorator declaring a tool; see the module docstring."""
+    """Decorator declaring a tool; see the module docstring and :class:`Tool`."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(f, name=name, description=description, replay=replay, timeout=timeout,
-                    version=version, approval=approval, retry_on=retry_on)
+                    version=version, approval=approval, retry_on=retry_on,
+                    isolation=isolation, env=env, memory_mb=memory_mb,
+                    wall_time_s=wall_time_s)
 
     return wrap(fn) if fn is not None else wrap
 

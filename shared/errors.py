@@ -7,7 +7,9 @@ text::
     BatonError
     ├── ConfigError                  terminal  bad settings or arguments
     ├── ValidationError              terminal  bad input: a message, a tool argument, a write-set
-    │   └── PayloadTooLarge          terminal
+    │   ├── PayloadTooLarge          terminal
+    │   └── ToolMismatchError        terminal  a tool message names another tool than its run's
+    │                                          committed intent (presented, committed)
     ├── NotFoundError                terminal  session / run / submission does not exist
     ├── ConflictError                terminal  the request contradicts committed state
     ├── ForbiddenError               terminal  the server refused this role an action (role, action,
@@ -72,6 +74,28 @@ class ValidationError(BatonError):
 
 class PayloadTooLarge(ValidationError):
     code = "too_large"
+
+
+class ToolMismatchError(ValidationError):
+    """A tool message's tool is not the one its run's committed intent names.
+
+    Refused by claim.lua before any write: the message is a forgery or a misroute (published
+    on another tool's subject), so it is dead-lettered and the run is left for the message
+    the Brain's own dispatch produced.
+    """
+
+    code = "tool_mismatch"
+    session_id: str
+    run_id: str
+    presented: str
+    committed: str
+
+    def __init__(self, session_id: str, run_id: str, presented: str, committed: str) -> None:
+        super().__init__(
+            f"tool mismatch for run {run_id} of session {session_id}: the message names "
+            f"{presented!r}, the committed intent {committed!r}",
+            session_id=session_id, run_id=run_id, presented=presented, committed=committed,
+        )
 
 
 class NotFoundError(BatonError):
@@ -340,7 +364,8 @@ def from_redis_error(
     ``NOPERM command key`` (the caller's ACL lacks it; checked before any write),
     ``STALE_FENCE presented current``, ``STALE_ATTEMPT presented current status``,
     ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``,
-    ``CORRUPT what`` (the session's stored state; checked before any write).
+    ``CORRUPT what`` (the session's stored state; checked before any write),
+    ``WRONG_TOOL presented committed``.
     A NOT_FOUND becomes a sentence naming the id and ``namespace`` (see :func:`not_found`).
     """
     import redis.exceptions as rex
@@ -373,7 +398,7 @@ def from_redis_error(
         return CorruptStateError(session_id, f"a key holds the wrong type ({text})")
     # redis-py may prefix script errors; find our code word.
     for word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY", "NOT_FOUND", "INVALID", "CONFLICT",
-                 "CORRUPT"):
+                 "CORRUPT", "WRONG_TOOL"):
         idx = text.find(word + " ")
         if idx < 0 and text.endswith(word):
             idx = text.find(word)
@@ -386,6 +411,9 @@ def from_redis_error(
                 return StaleAttemptError(session_id, run_id, int(parts[1]), int(parts[2]), status)
             if word == "BUSY":
                 return LeaseBusyError(session_id, parts[1], int(parts[2]))
+            if word == "WRONG_TOOL":
+                return ToolMismatchError(session_id, run_id, parts[1] if len(parts) > 1 else "",
+                                         " ".join(parts[2:]))
             detail = " ".join(parts[1:])
             if word == "NOT_FOUND":
                 if detail == "session" and session_id:

@@ -56,6 +56,19 @@ class Settings(BaseModel):
     stream_replicas: int = Field(default=1, ge=1, le=5)
     stream_storage: str = Field(default="file", pattern="^(file|memory)$")
     duplicate_window_s: float = Field(default=120.0, gt=0)
+    # Limits of each JetStream stream (wakes, tools). A full stream refuses new messages
+    # (discard "new"): the relay keeps the rows in the outbox and retries, so nothing is lost
+    # by the limit, and the backlog is visible. Messages older than the age are dropped: a
+    # subject nobody consumes must not grow forever (`baton inspect` reports it long before);
+    # lost wakes and tool messages of live sessions are repeated by deadlines and redispatch.
+    # Bytes are bounded by max_msgs x max_payload_bytes (the messages are small pointers,
+    # ~100-300 bytes); an explicit byte limit (0 = none) is the operator's choice, sized to the
+    # servers' disks: JetStream reserves it on every replica when a stream is created, and
+    # refuses to place a stream with one on a peer whose storage it has not heard about yet
+    # (a node just restarted), so creating a namespace's streams then fails for a while.
+    stream_max_msgs: int = Field(default=1_000_000, ge=1)
+    stream_max_bytes: int = Field(default=0, ge=0)
+    stream_max_age_s: float = Field(default=7 * 24 * 3600.0, ge=60)
 
     # Brain
     # A dead Brain's sessions are taken over once its lease lapses (renewed every lease/3).

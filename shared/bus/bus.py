@@ -34,6 +34,7 @@ from nats.js.api import (
     ConsumerConfig,
     ConsumerInfo,
     DeliverPolicy,
+    DiscardPolicy,
     PubAck,
     RetentionPolicy,
     StorageType,
@@ -50,7 +51,7 @@ from baton.errors import (
     PayloadTooLarge,
     ValidationError,
 )
-from baton.observability.log import get_logger
+from baton.observability.log import bounded, get_logger
 from baton.observability.tracing import publish_span, publish_spans
 from baton.settings import Settings
 
@@ -147,7 +148,7 @@ class Bus:
 
         async def on_error(exc: Exception) -> None:
             if denials.report(str(exc)):
-                log.error("nats_permission_denied", connection=name, user=user, error=str(exc))
+                log.error("nats_permission_denied", connection=name, user=user, error=bounded(exc))
                 return
             if not (last_error and _is_auth_failure(last_error[0])):  # keep the telling one
                 last_error[:] = [exc]
@@ -244,6 +245,11 @@ class Bus:
             num_replicas=s.stream_replicas,
             duplicate_window=s.duplicate_window_s,
             max_msg_size=s.max_payload_bytes,
+            # Bounded, refusing new messages when full: the relay keeps them in the outbox.
+            max_msgs=s.stream_max_msgs,
+            max_bytes=s.stream_max_bytes or -1,
+            max_age=s.stream_max_age_s,
+            discard=DiscardPolicy.NEW,
         )
 
     async def ensure_streams(self) -> None:
@@ -417,4 +423,8 @@ def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:
         and (have.num_replicas or 1) == (want.num_replicas or 1)
         and abs((have.duplicate_window or 0) - (want.duplicate_window or 0)) < 1e-3
         and have.max_msg_size == want.max_msg_size
+        and have.max_msgs == want.max_msgs
+        and have.max_bytes == want.max_bytes
+        and abs((have.max_age or 0) - (want.max_age or 0)) < 1e-3
+        and have.discard == want.discard
     )

@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from pydantic import ValidationError as PydanticValidationError
 
-from baton.observability.log import get_logger
+from baton.observability.log import bounded, get_logger
 from baton.receipts import Carrier
 
 __all__ = [
@@ -67,7 +67,7 @@ def carrier_of(msg: Msg) -> Carrier | None:
         )
     except (PydanticValidationError, NatsError, ValueError, TypeError, IndexError,
             AttributeError) as exc:
-        log.warning("carrier_unreadable", subject=msg.subject, error=str(exc)[:200])
+        log.warning("carrier_unreadable", subject=msg.subject, error=bounded(exc, 200))
         return None
 
 

@@ -9,8 +9,9 @@ it was created), and say in one red line when it is missing or changed: Redis lo
 Without one: the cluster view, i.e. services that
 announced themselves (Brains with the compat levels they serve), sessions by state
 (``blocked`` when no live Brain serves their level or a task is blocked), backlog and oldest
-row per shard, dead letters. Read-only: it never takes a lease or writes. ``--json`` gives
-the same data.
+row per shard, messages waiting in JetStream per subject (flagged when no consumer exists
+or no live worker serves the subject: see :mod:`baton.bus.backlog`), dead letters.
+Read-only: it never takes a lease, writes, fetches or acks. ``--json`` gives the same data.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from baton.bus.backlog import subject_backlog
+from baton.bus.bus import Bus
 from baton.models import Task, ToolRun, dumps, loads
+from baton.observability.log import bounded
 from baton.store.deadletter import dead_letter_count, dead_letters
 from baton.store.epoch import StoreEpoch
 from baton.store.outbox import Outbox
@@ -172,8 +176,24 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     }
 
 
-async def cluster_view(store: Store) -> dict[str, Any]:
-    """Services seen, sessions by state, outbox backlog per shard, dead letters."""
+async def _subjects(bus: Bus | None, services: list[dict[str, Any]],
+                    served: set[tuple[str, int]]) -> dict[str, Any]:
+    """Messages waiting per JetStream subject, and which of them nothing live takes."""
+    if bus is None:
+        return {"rows": [], "unconsumed": [], "error": "not connected to NATS"}
+    tools = {str(t) for s in services if s.get("role") == "hands" and s["alive"]
+             for t in s.get("tools", ())}
+    try:
+        rows = await subject_backlog(bus.nc.jetstream(), bus.names, served, tools)
+    except Exception as exc:  # e.g. a NATS user without JetStream info permissions
+        return {"rows": [], "unconsumed": [], "error": bounded(exc, 300)}
+    unconsumed = [r for r in rows if r["consumer"] is None or r["served"] is False]
+    return {"rows": rows[:50], "unconsumed": unconsumed[:50], "error": None}
+
+
+async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
+    """Services seen, sessions by state, outbox backlog per shard, JetStream subjects with
+    waiting messages (with ``bus``), dead letters."""
     now = now_ms()
     services = await _services(store, now)
     served = _served(services)
@@ -220,6 +240,7 @@ async def cluster_view(store: Store) -> dict[str, Any]:
         "sessions_by_state": states, "sessions": sessions[:20],
         "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
         "backlog": await _backlog(store, now),
+        "subjects": await _subjects(bus, services, served),
         "dead_letters": {"count": await dead_letter_count(store.redis, store.keys),
                          "newest": dead},
     }
@@ -340,6 +361,28 @@ def render_session(v: dict[str, Any], console: Console) -> None:
     console.print(_backlog_table(v["backlog"], v["shard"]))
 
 
+def _render_subjects(subjects: dict[str, Any] | None, console: Console) -> None:
+    if not subjects:
+        return
+    if subjects["error"]:
+        console.print(f"JetStream subjects: unknown ({subjects['error']})")
+        return
+    t = _table("Messages waiting in JetStream", ("subject", "messages", "oldest", "consumer",
+                                                 "served"))
+    for r in subjects["rows"]:
+        lost = r["consumer"] is None or r["served"] is False
+        t.add_row(r["subject"], str(r["messages"]), _ms(r["oldest_age_ms"]),
+                  r["consumer"] or "[red]none[/red]",
+                  "[red]NOT CONSUMED[/red]" if lost else "yes" if r["served"] else "?")
+    console.print(t)
+    for r in subjects["unconsumed"]:
+        who = "Brain serves" if r["kind"] == "wake" else "Hands serves"
+        console.print(f"[red]UNCONSUMED[/red] {r['messages']} message(s) on {r['subject']}, "
+                      f"oldest {_ms(r['oldest_age_ms'])}: "
+                      + ("no consumer exists" if r["consumer"] is None
+                         else f"no live {who} it"))
+
+
 def render_cluster(v: dict[str, Any], console: Console) -> None:
     for line in _epoch_lines(v["epoch"]):
         console.print(line)
@@ -365,6 +408,7 @@ def render_cluster(v: dict[str, Any], console: Console) -> None:
         console.print(f"[red]BLOCKED[/red] session {b['session_id']} ({b['agent']} compat "
                       f"{b['compat']}): {b['blocked']}")
     console.print(_backlog_table(v["backlog"]))
+    _render_subjects(v.get("subjects"), console)
     dead = v["dead_letters"]
     console.print(f"dead letters: {dead['count']}")
     for d in dead["newest"][:10]:

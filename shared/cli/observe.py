@@ -21,7 +21,7 @@ from baton.cli.common import settings
 from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.devkit.stack import home
-from baton.errors import not_found
+from baton.errors import BatonError, not_found
 from baton.receipts import Receipt
 from baton.settings import Settings
 from baton.store.state import receipts_about
@@ -120,16 +120,25 @@ def watch_command(session_id: str, as_json: bool, after: str | None, until_settl
 @click.option("--json", "as_json", is_flag=True)
 def inspect_command(session_id: str | None, as_json: bool) -> None:
     """Tasks, tool runs, lease and backlog of SESSION_ID; without one, the cluster view."""
+    from baton.bus.bus import Bus
     from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
 
     settings = _settings()
 
     async def go() -> dict[str, Any]:
         store = await Store.connect(settings)
+        bus: Bus | None = None
         try:
-            return await (session_view(store, session_id) if session_id
-                          else cluster_view(store))
+            if session_id:
+                return await session_view(store, session_id)
+            try:  # the JetStream part of the view; the rest stands without it
+                bus = await Bus.connect(settings, "inspect")
+            except BatonError as exc:
+                click.echo(f"(NATS: {exc}; JetStream subjects not shown)", err=True)
+            return await cluster_view(store, bus)
         finally:
+            if bus is not None:
+                await bus.close()
             await store.close()
 
     view = _run(go())

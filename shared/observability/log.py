@@ -34,6 +34,39 @@ from baton.observability.telemetry import current_trace_id
 # Library records below this level stay out (aiohttp's access log is INFO per request).
 LIBRARY_LEVEL = logging.WARNING
 
+# Free text that came from outside (a wake's reason, a tool's error, a model's error body, a
+# Redis or NATS error reply) is cut to this many characters in a log line: one field once
+# made a 500 KB line, which log pipelines drop or split.
+MAX_LOG_TEXT = 2_000
+
+
+def bounded(value: object, limit: int = MAX_LOG_TEXT) -> str:
+    """``value`` as text of at most about ``limit`` characters, marked when cut.
+
+    Use it on every free-text field that came from the wire or Redis before it reaches a log
+    line. The marker keeps the original length, so a reader knows what was left out.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [truncated: {len(text)} chars]"
+
+
+def bound_long_strings(
+    logger: object, method: str, event: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """structlog processor: the backstop for a field no call site bounded.
+
+    Cuts any string value longer than four times :data:`MAX_LOG_TEXT` (the call sites bound
+    to :data:`MAX_LOG_TEXT`; a traceback from ``format_exc_info`` may be longer and is kept
+    up to this backstop).
+    """
+    limit = 4 * MAX_LOG_TEXT
+    for key, value in event.items():
+        if isinstance(value, str) and len(value) > limit:
+            event[key] = bounded(value, limit)
+    return event
+
 
 class _BatonHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The root handler :func:`configure` installs; found again and replaced on a second call.
@@ -61,6 +94,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
+        bound_long_strings,
     ]
     wrapper = structlog.make_filtering_bound_logger(numeric)
     if json_out:  # the hot path of every service: orjson straight to the byte stream

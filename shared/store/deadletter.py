@@ -19,6 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from baton.observability.log import bounded
 from baton.store.keys import Keys
 from baton.store.store import now_ms
 
@@ -27,6 +28,7 @@ __all__ = ["MAX_RECORDS", "PAYLOAD_LIMIT", "dead_letter_count", "dead_letters",
 
 MAX_RECORDS = 10_000
 PAYLOAD_LIMIT = 4 * 1024
+REASON_LIMIT = 2_000  # characters of the reason kept (it may quote the refused input)
 
 
 def _text(value: str | bytes, limit: int | None = None) -> str:
@@ -44,7 +46,7 @@ async def record_dead_letter(
     record: dict[str, str] = {
         **{k: _text(v) if isinstance(v, bytes) else str(v) for k, v in fields.items()},
         "source": source,
-        "reason": reason,
+        "reason": bounded(reason, REASON_LIMIT),
         "payload": _text(payload, PAYLOAD_LIMIT),
         "size": str(size),
         "ts": str(now_ms()),

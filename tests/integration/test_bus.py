@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nats.js.api import DiscardPolicy
 
 from baton.bus.bus import Bus
 from baton.bus.messages import Outgoing, delivery_count, heartbeat
@@ -59,11 +60,16 @@ async def test_ensure_streams_is_idempotent(bus: Bus, settings: Settings) -> Non
 async def test_ensure_streams_updates_changed_config(settings: Settings) -> None:
     async with await Bus.connect(settings, "a") as bus:
         await bus.ensure_streams()
-    changed = settings.model_copy(update={"duplicate_window_s": 30.0})
+    changed = settings.model_copy(update={"duplicate_window_s": 30.0, "stream_max_msgs": 500,
+                                          "stream_max_bytes": 2 * 1024 * 1024,
+                                          "stream_max_age_s": 3600.0})
     async with await Bus.connect(changed, "b") as bus:
         await bus.ensure_streams()
         info = await bus.nc.jetstream().stream_info(bus.names.wake_stream)
         assert info.config.duplicate_window == 30.0
+        assert (info.config.max_msgs, info.config.max_bytes, info.config.max_age) == (
+            500, 2 * 1024 * 1024, 3600.0)
+        assert info.config.discard == DiscardPolicy.NEW
 
 
 async def test_consumer_config_update_is_applied(bus: Bus) -> None:

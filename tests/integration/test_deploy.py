@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -81,7 +82,84 @@ def test_every_baton_service_sends_telemetry_to_the_collector_and_on_to_jaeger()
     for role in ("relay", "brain", "hands"):
         block = compose.split(f"\n  {role}:", 1)[1].split("\n\n", 1)[0]
         assert "<<: *baton-env" in block, role
-    assert '"4318:4318"' in compose and '"16686:16686"' in compose
+    assert '"127.0.0.1:4318:4318"' in compose and '"127.0.0.1:16686:16686"' in compose
     collector = (DEPLOY / "otel" / "collector.yaml").read_text()
     assert "endpoint: jaeger:4317" in collector
     assert "exporters: [otlp/jaeger" in collector and "    metrics:\n" in collector
+
+
+def _published_ports(compose: str) -> dict[str, list[str]]:
+    """Service -> its ``ports:`` entries, read without a YAML parser (flow or block lists).
+
+    Anything that is not a short-syntax string (e.g. the long ``target:``/``published:``
+    form) is returned as its raw line, so the loopback check below fails on it instead of
+    missing it.
+    """
+    services = compose.split("\nservices:\n", 1)[1].split("\nvolumes:\n", 1)[0]
+    found: dict[str, list[str]] = {}
+    service = ""
+    in_ports = False
+    for line in services.splitlines():
+        if re.match(r"^  [\w-]+:\s*$", line):
+            service, in_ports = line.strip()[:-1], False
+            continue
+        flow = re.match(r"^    ports:\s*\[(.*)\]\s*$", line)
+        if flow:
+            found.setdefault(service, []).extend(
+                p.strip().strip('"\'') for p in flow[1].split(",") if p.strip())
+            continue
+        if re.match(r"^    ports:\s*$", line):
+            in_ports = True
+            continue
+        if in_ports and re.match(r"^      - ", line):
+            found.setdefault(service, []).append(line.split("- ", 1)[1].strip().strip('"\''))
+        elif in_ports and not line.startswith("       "):
+            in_ports = False
+    return found
+
+
+def test_compose_publishes_nothing_beyond_loopback() -> None:
+    compose = (DEPLOY / "compose.yaml").read_text()
+    published = _published_ports(compose)
+    assert published, "the parser found no ports at all: it no longer reads the file"
+    for service, ports in published.items():
+        for port in ports:
+            assert re.fullmatch(r"127\.0\.0\.1:\d+:\d+(/(tcp|udp))?", port), (service, port)
+    # The stores, the bus, the mail service: on the compose network only.
+    for internal in ("redis", "nats-1", "nats-2", "nats-3", "mailbox"):
+        assert internal not in published, internal
+    assert "\n    network_mode: host" not in compose
+
+
+def test_compose_requires_every_password_and_ships_none(tmp_path: Path) -> None:
+    compose = (DEPLOY / "compose.yaml").read_text()
+    references = re.findall(r"\$\{(\w*PASSWORD\w*)(:\?[^}]*)?\}", compose)
+    assert references
+    assert all(required for _, required in references), [n for n, r in references if not r]
+    example = (DEPLOY / ".env.example").read_text()
+    values = dict(re.findall(r"(?m)^(\w+_PASSWORD)=(.*)$", example))
+    assert set(values) == {name for name, _ in references}
+    assert all(v == "" for v in values.values()), "the example ships a password"
+    # The permission files hold placeholders filled from the environment, no secrets.
+    nats_users = (DEPLOY / "nats" / "users.conf").read_text()
+    assert re.findall(r"password: (\S+)", nats_users)
+    assert all(p.startswith("$") for p in re.findall(r"password: ([^,}\s]+)", nats_users))
+    acl = [line for line in (DEPLOY / "redis" / "users.acl").read_text().splitlines()
+           if line.startswith("user ")]
+    assert all(re.fullmatch(r">\$\{\w+_REDIS_PASSWORD\}", t)
+               for line in acl for t in line.split() if t.startswith(">")), acl
+    # make_env.py fills every one with a fresh random password and keeps the rest.
+    for name in ("make_env.py", ".env.example"):
+        shutil.copy(DEPLOY / name, tmp_path / name)
+    done = subprocess.run([sys.executable, str(tmp_path / "make_env.py")], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    env = (tmp_path / ".env").read_text()
+    made = dict(re.findall(r"(?m)^(\w+_PASSWORD)=(.*)$", env))
+    assert set(made) == set(values)
+    assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in made.values())
+    assert len(set(made.values())) == len(made)
+    assert "BATON_NAMESPACE=baton" in env
+    again = subprocess.run([sys.executable, str(tmp_path / "make_env.py")], capture_output=True,
+                           text=True, timeout=30, check=False)
+    assert again.returncode != 0 and (tmp_path / ".env").read_text() == env

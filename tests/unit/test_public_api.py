@@ -49,6 +49,7 @@ PUBLIC = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolMismatchError",
     "UnavailableError",
     "ValidationError",
     "WriteInDoubtError",

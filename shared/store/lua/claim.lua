@@ -3,7 +3,11 @@
 KEYS: the 14 session keys (see _lib.lua).
 ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count,
       6 carrier JSON (optional: the relay, publish time, row id and stream sequence of the
-        tool message, see baton.receipts.Carrier; saved in the receipt as 'carrier')
+        tool message, see baton.receipts.Carrier; saved in the receipt as 'carrier'),
+      7 tool (optional): the tool the message names and the caller serves; a live run whose
+        committed intent is for another tool is refused with 'WRONG_TOOL presented committed'
+        before any write, so a message re-addressed to another tool's subject (or a race
+        with one) can never claim, attempt or complete a run of a tool it does not run
 The new attempt fence is the previous attempt + 1. Returns one of:
   {'claimed', attempt, previous attempt, previous status, intent JSON, previous worker,
    cancel}
@@ -29,6 +33,13 @@ local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid ..
                      rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
 if not r[1] then
   return {'gone'}
+end
+if ARGV[7] and ARGV[7] ~= '' then
+  local ok, intent = pcall(cjson.decode, r[1])
+  local committed = ok and type(intent) == 'table' and intent.tool or ''
+  if committed ~= ARGV[7] then
+    return fail('WRONG_TOOL', ARGV[7] .. ' ' .. tostring(committed))
+  end
 end
 local status, attempt, hb = r[2], tonumber(r[3] or '0'), tonumber(r[4] or '0')
 if status == 'completed' or status == 'awaiting_approval' then

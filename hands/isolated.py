@@ -1,0 +1,142 @@
+"""The child side of process isolation: ``python -m baton.hands.isolated``.
+
+Runs one call of a tool declared ``isolation="process"`` (see :mod:`baton.hands.isolation`
+for the parent side and why). Protocol, one JSON document each way:
+
+    stdin   {"v": 1, "target": "module:qualname", "call": "tool" | "confirm",
+             "arguments": {...}, "ctx": {"session_id", "run_id", "operation_id", "attempt"},
+             "sys_path": [...], "memory_mb": 256 | null}
+    stdout  {"ok": true, "output": ...}  or  {"ok": false, "code": "...", "message": "..."}
+
+The process starts with only the environment the tool declares and no inherited file
+descriptors beyond stdin/stdout/stderr. Before the tool's code runs, file descriptor 1 is
+moved aside for the answer and pointed at stderr, so whatever the tool prints cannot corrupt
+the answer; the address-space limit is set last, once the interpreter and the tool's module
+are loaded, so ``memory_mb`` is what the tool itself may allocate. Running out of it exits
+with :data:`EXIT_MEMORY` after writing an answer prepared before the limit was set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import resource
+import sys
+from typing import Any
+
+import orjson
+
+EXIT_MEMORY = 3  # the tool ran out of its memory limit (baton.hands.isolation reads it)
+EXIT_BAD_REQUEST = 4  # the request could not be read or the tool not imported
+
+
+def _answer(fd: int, payload: dict[str, Any]) -> None:
+    try:
+        data = orjson.dumps(payload)
+    except TypeError:  # an output JSON cannot carry: its text is what the model can use
+        data = orjson.dumps({**payload, "output": repr(payload.get("output"))})
+    _write_all(fd, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _virtual_size() -> int:
+    """This process's address space in bytes (what RLIMIT_AS counts)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _resolve(target: str) -> Any:
+    """The Tool a ``module:qualname`` names: the decorator left a Tool at that name; a
+    ``Tool(fn, ...)`` built by hand is found among the module's globals by its function."""
+    from baton.app import Tool
+
+    module_name, _, qualname = target.partition(":")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, Tool):
+        return obj
+    # Declared as Tool(fn, ...) rather than by the decorator: the name is the function.
+    for value in vars(module).values():
+        if isinstance(value, Tool) and value.fn is obj:
+            return value
+    raise TypeError(f"{target} is not a baton tool (got {type(obj).__name__})")
+
+
+async def _call(tool: Any, request: dict[str, Any]) -> Any:
+    import httpx
+
+    from baton.app import ToolContext
+    from baton.observability.log import get_logger
+    from baton.settings import Settings
+
+    args = tool.parse_args(request["arguments"])
+    c = request["ctx"]
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
+        # Settings() are the defaults, not the worker's: nothing here may reach its stores.
+        ctx = ToolContext(
+            session_id=c["session_id"], run_id=c["run_id"], operation_id=c["operation_id"],
+            attempt=c["attempt"], settings=Settings(), http=http,
+            log=get_logger("baton.tool").bind(tool=tool.name),
+        )
+        if request["call"] == "confirm":
+            return await tool.confirm_fn(c["operation_id"], args, ctx)
+        return await tool.fn(args, ctx)
+
+
+def main() -> int:
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)  # the tool's prints go to stderr, never into the answer
+    try:
+        request = orjson.loads(sys.stdin.buffer.read())
+        for path in request.get("sys_path", []):
+            if path not in sys.path:
+                sys.path.append(path)
+        tool = _resolve(request["target"])
+    except Exception as exc:
+        _answer(answer_fd, {"ok": False, "code": "tool_unavailable",
+                            "message": f"isolated tool could not start: "
+                                       f"{type(exc).__name__}: {exc}"})
+        return EXIT_BAD_REQUEST
+    out_of_memory = orjson.dumps({
+        "ok": False, "code": "tool_memory_limit",
+        "message": f"{tool.name} exceeded its memory limit of {request.get('memory_mb')} MB",
+    })
+    if request.get("memory_mb"):
+        limit = _virtual_size() + int(request["memory_mb"]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        output = asyncio.run(_call(tool, request))
+    except MemoryError:
+        _write_all(answer_fd, out_of_memory)
+        os._exit(EXIT_MEMORY)  # unwinding may need memory there is none of
+    except Exception as exc:
+        from baton.errors import ToolError, ValidationError
+
+        if isinstance(exc, ValidationError):
+            code = "invalid_arguments"
+        elif isinstance(exc, ToolError):
+            code = exc.code
+        else:
+            code = "tool_exception"
+        text = str(exc)
+        message = text if isinstance(exc, ToolError | ValidationError) else (
+            f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        _answer(answer_fd, {"ok": False, "code": code, "message": message})
+        return 0
+    _answer(answer_fd, {"ok": True, "output": output})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Messages waiting in JetStream, per subject, and whether anything live will take them.
+
+A wake for an agent/compat level no Brain serves, or a tool message for a tool no Hands
+serves, sits in its stream until it ages out: no consumer fetches it, and nothing else
+would show it. :func:`subject_backlog` reads the streams' per-subject counts and the
+consumers' filters (stream and consumer info only: no message is fetched or acked), and
+marks each subject with its oldest message's age and who should be taking it:
+
+- ``consumer``: the durable consumer whose filter takes the subject (None: none exists);
+- ``served``: a live worker announced serving it (a Brain its agent/compat level, a Hands
+  its tool); None when the caller passed no announcements.
+
+Read by ``baton inspect`` (cluster view). Needs the JetStream API's info requests (the
+admin user in a deployment with per-role NATS users).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import nats.js.errors
+from nats.js import JetStreamContext
+
+from baton.bus.subjects import BusNames
+
+__all__ = ["subject_backlog"]
+
+MAX_SUBJECTS = 200  # per stream, the subjects with messages that are reported
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` the rest."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+async def subject_backlog(
+    js: JetStreamContext, names: BusNames,
+    served_levels: set[tuple[str, int]] | None = None,
+    served_tools: set[str] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per subject with messages in the wake and tool streams, oldest first."""
+    now_s = time.time()
+    rows: list[dict[str, Any]] = []
+    for kind, stream in (("wake", names.wake_stream), ("tool", names.tool_stream)):
+        try:
+            info = await js.stream_info(stream, subjects_filter=">")
+        except nats.js.errors.NotFoundError:
+            continue
+        counts: dict[str, int] = dict(info.state.subjects or {})
+        consumers = await js.consumers_info(stream)
+        for subject, count in sorted(counts.items(), key=lambda kv: -kv[1])[:MAX_SUBJECTS]:
+            if not count:
+                continue
+            consumer = next((c.name for c in consumers
+                             if _matches(c.config.filter_subject or ">", subject)), None)
+            oldest = await js.get_msg(stream, seq=1, subject=subject, next=True)
+            stamp: Any = oldest.time if oldest is not None else None  # a datetime (UTC)
+            age_ms = (max(int((now_s - stamp.timestamp()) * 1000), 0)
+                      if isinstance(stamp, datetime) else None)
+            tokens = subject.split(".")
+            served: bool | None = None
+            if kind == "wake" and served_levels is not None and len(tokens) >= 4:
+                served = (tokens[2], _int(tokens[3])) in served_levels
+            elif kind == "tool" and served_tools is not None and len(tokens) >= 3:
+                served = tokens[2] in served_tools
+            rows.append({"stream": stream, "kind": kind, "subject": subject,
+                         "messages": count, "oldest_age_ms": age_ms,
+                         "consumer": consumer, "served": served})
+    rows.sort(key=lambda r: -(r["oldest_age_ms"] or 0))
+    return rows
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
