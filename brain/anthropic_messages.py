@@ -1,10 +1,11 @@
 """Anthropic Messages: tool use and streaming events.
 
-Entries map to alternating turns: ``user`` -> a user text block, ``model`` -> an assistant
-turn of a text block and ``tool_use`` blocks, ``tool_result`` -> ``tool_result`` blocks (with
-the matching ``tool_use_id``) in the next user turn, ``interrupted`` -> the cut-off text as an
-assistant turn and a user note saying so (a conversation never ends on it, which the API
-would take as a prefill to continue). Consecutive blocks of one role share one turn.
+Entries (in the order of brain.model.conversation) map to alternating turns: ``user`` -> a
+user text block, ``model`` -> an assistant turn of a text block and ``tool_use`` blocks,
+``tool_result`` -> ``tool_result`` blocks (with the matching ``tool_use_id``) in the next user
+turn, ``interrupted`` -> the cut-off text as an assistant turn and a user note saying so (a
+conversation never ends on it, which the API would take as a prefill to continue). Consecutive
+blocks of one role share one turn.
 Streaming reads ``message_start`` ... ``message_stop``; an ``error`` event mid-stream is an
 overload or server failure, hence retryable.
 """
@@ -14,7 +15,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from baton.brain.model import INTERRUPTED_NOTE, ModelRequest, ModelResponse, TextSink
+from baton.brain.model import (
+    INTERRUPTED_NOTE,
+    ModelRequest,
+    ModelResponse,
+    TextSink,
+    conversation,
+)
 from baton.brain.model_http import HttpModel, arguments, json_object, malformed, truncated
 from baton.errors import ConfigError, ModelError, ModelRetryableError
 from baton.models import Entry, ToolCall, Usage
@@ -28,7 +35,7 @@ RETRYABLE_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeou
 def messages(request: ModelRequest) -> list[dict[str, Any]]:
     """The conversation as Messages turns (rebuilt from entries every time)."""
     out: list[dict[str, Any]] = []
-    for e in request.entries:
+    for e in conversation(request.entries):
         for role, block in _blocks(e):
             if out and out[-1]["role"] == role:
                 out[-1]["content"].append(block)
@@ -73,8 +80,7 @@ class AnthropicClient(HttpModel):
         super().__init__(model, settings, settings.anthropic_base_url or ANTHROPIC_URL)
 
     def headers(self, request: ModelRequest) -> dict[str, str]:
-        return {"x-api-key": self.key, "anthropic-version": API_VERSION,
-                "Idempotency-Key": request.request_id}
+        return {"x-api-key": self.key, "anthropic-version": API_VERSION}
 
     def body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {

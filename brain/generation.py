@@ -17,7 +17,8 @@
   (the worker died, the call failed) becomes an ``interrupted`` entry with the next commit,
   and the request is issued again; the model sees that text as interrupted.
 * The request id is ``<task id>:<turn>:<attempt>``; the attempt counts retries and
-  re-entries after a crash, so a re-issued request has a new id with the same prefix.
+  re-entries after a crash, so a re-issued request has a new id with the same prefix, its
+  logical id ``<task id>:<turn>`` (the Idempotency-Key's stem, brain.model).
 * ``apply`` commits the tool results as entries and the runs' ``applied`` mark together with
   the next request's ``running`` mark.
 * ``cancel_requested`` (brain.cancel): no further phase runs; once the task's tool runs
@@ -163,6 +164,7 @@ class Generation:
             entries=tuple(ctx.state.entries),
             tools=tuple(ctx.app.tools[t].schema() for t in agent.tools),
             request_id=request_id,
+            logical_id=request_id.rsplit(":", 1)[0],
         )
         ctx.faults.hit("brain.during_model")
         partial = PartialText(ctx, task.id, request_id)

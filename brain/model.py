@@ -1,8 +1,13 @@
 """The one seam to language models: ``ModelClient`` and its request/response types.
 
 Model calls happen outside every commit. A request is rebuilt from committed entries each
-time (no in-memory history is trusted); its ``request_id`` is derived from the task id, the
-turn and the attempt, never random, so a provider can deduplicate a re-issued request.
+time (no in-memory history is trusted). Its ids are derived, never random: ``request_id`` is
+``<task id>:<turn>:<attempt>`` (one per attempt: receipts, partial text, the provider's
+``X-Client-Request-Id``), ``logical_id`` is ``<task id>:<turn>``, the request across its
+attempts. The HTTP clients send ``Idempotency-Key: <logical_id>:<digest of the body>``
+(brain.model_http.idempotency_key): the same on every attempt that re-sends the same body, so
+a provider that deduplicates can answer a re-issued request from the first one, and a new
+key once the body changed (an interrupted answer was added), which is another request.
 
 An agent names its model as ``[provider:]model``:
 
@@ -11,6 +16,13 @@ An agent names its model as ``[provider:]model``:
     openai-compatible:<model>     any Chat Completions server at BATON_OPENAI_BASE_URL
                                   (vLLM, Ollama, LiteLLM ...; the key is optional)
     anthropic:claude-...          Anthropic Messages (ANTHROPIC_API_KEY)
+
+Entries are append-only, in the order they were committed: a user message submitted while a
+turn's tools run lands between the model's tool calls and their results. Both provider
+protocols refuse that order (a tool call must be answered right after it), so clients build
+their requests from ``conversation(entries)``: each model entry is followed at once by the
+results of its calls, and whatever arrived in between follows those results, the same way on
+every later request of the session.
 
 A client streams when it is given ``on_text``: it calls it with each text delta as it
 arrives (synchronously: the caller must not block). Clients that do not stream simply
@@ -31,10 +43,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INTERRUPTED_NOTE",
+    "PENDING_NOTE",
     "ModelClient",
     "ModelRequest",
     "ModelResponse",
     "TextSink",
+    "conversation",
     "model_client",
     "streams",
 ]
@@ -49,12 +63,52 @@ INTERRUPTED_NOTE = (
 )
 
 
+#: The result shown for a tool call whose run has not ended yet (a request of another task of
+#: the session, built while this turn's tools still run): both protocols need every call
+#: answered before the conversation goes on.
+PENDING_NOTE = (
+    '{"outcome": "pending", "error": "this tool call is still running; its result is not '
+    'in yet"}'
+)
+
+
+def conversation(entries: tuple[Entry, ...] | list[Entry]) -> list[Entry]:
+    """The entries in the order the providers require: each model entry's tool calls answered
+    right after it (results moved up, a pending note for a call still running), then
+    whatever was committed between the calls and their results, in its own order.
+
+    A pure view of the append-only entries (nothing is rewritten), so every request of the
+    session sees the same order; applying it twice changes nothing.
+    """
+    results: dict[str, Entry] = {}
+    for e in entries:
+        if e.kind == "tool_result" and e.tool_call_id and e.tool_call_id not in results:
+            results[e.tool_call_id] = e
+    called = {c.id for e in entries if e.kind == "model" for c in e.tool_calls}
+    out: list[Entry] = []
+    placed: set[int] = set()
+    for e in entries:
+        if e.kind == "tool_result" and e.tool_call_id in called:
+            continue  # placed right after the model entry that called it
+        out.append(e)
+        for call in e.tool_calls if e.kind == "model" else ():
+            result = results.get(call.id)
+            if result is not None and id(result) not in placed:
+                placed.add(id(result))
+                out.append(result)
+            elif result is None:
+                out.append(Entry(kind="tool_result", text=PENDING_NOTE, tool_call_id=call.id,
+                                 tool_name=call.name, task_id=e.task_id))
+    return out
+
+
 class ModelRequest(Model):
     model: str
     instructions: str = ""
     entries: tuple[Entry, ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
-    request_id: str
+    request_id: str  # this attempt: <task id>:<turn>:<attempt>
+    logical_id: str = ""  # the request across its attempts: <task id>:<turn>
 
 
 class ModelResponse(Model):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -136,6 +137,20 @@ def json_object(provider: str, data: str) -> dict[str, Any]:
     return value
 
 
+def idempotency_key(request: ModelRequest, body: bytes) -> str:
+    """The key of a logical request: the same on every attempt that sends the same body.
+
+    ``<task id>:<turn>:<digest of the body>``: a retry after a 429, a 5xx, a timeout or a
+    dropped connection re-sends the same bytes under the same key, so a provider that
+    deduplicates can answer it from the first attempt instead of generating (and billing)
+    again. When the body changed (an ``interrupted`` entry was added, the conversation grew)
+    it is another request, and a provider must not answer it with the old one: the digest
+    makes that a new key.
+    """
+    digest = hashlib.sha256(body).hexdigest()[:16]
+    return f"{request.logical_id or request.request_id}:{digest}"
+
+
 class HttpModel:
     """A model client over one pooled ``httpx.AsyncClient``; subclasses speak the protocol."""
 
@@ -189,7 +204,9 @@ class HttpModel:
         self, request: ModelRequest, stream: bool, on_text: TextSink | None
     ) -> ModelResponse:
         body = orjson.dumps(self.body(request, stream))
-        headers = {"content-type": "application/json", **self.headers(request)}
+        headers = {"content-type": "application/json",
+                   "Idempotency-Key": idempotency_key(request, body),
+                   "X-Client-Request-Id": request.request_id, **self.headers(request)}
         req = self.http.build_request("POST", self.base_url + self.path, content=body,
                                       headers=headers)
         response = await self.http.send(req, stream=True)

@@ -1,24 +1,37 @@
 """OpenAI Chat Completions: OpenAI itself and compatible servers (vLLM, Ollama, LiteLLM ...).
 
-Entries map to messages: ``user`` -> user, ``model`` -> assistant (with ``tool_calls``),
-``tool_result`` -> tool (with the matching ``tool_call_id``), ``interrupted`` -> the cut-off
-assistant text followed by a user note saying so (brain.model.INTERRUPTED_NOTE).
+Entries (in the order of brain.model.conversation) map to messages: ``user`` -> user,
+``model`` -> assistant (with ``tool_calls``), ``tool_result`` -> tool (with the matching
+``tool_call_id``), ``interrupted`` -> the cut-off assistant text followed by a user note
+saying so (brain.model.INTERRUPTED_NOTE).
 Streaming reads ``chat.completion.chunk`` events until ``data: [DONE]``, with usage from
-``stream_options.include_usage``; tool-call fragments are joined by their ``index``.
+``stream_options.include_usage``; tool-call fragments are joined by their ``index``. A stream
+that ends without ``[DONE]`` is truncated (retried) unless it delivered the finish_reason and
+the usage chunk. The token limit goes as ``max_completion_tokens`` to OpenAI's o-series and
+gpt-5 models, as ``max_tokens`` elsewhere (``BATON_OPENAI_MAX_TOKENS_FIELD``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from baton.brain.model import INTERRUPTED_NOTE, ModelRequest, ModelResponse, TextSink
+from baton.brain.model import (
+    INTERRUPTED_NOTE,
+    ModelRequest,
+    ModelResponse,
+    TextSink,
+    conversation,
+)
 from baton.brain.model_http import HttpModel, arguments, json_object, malformed, truncated
 from baton.errors import ConfigError, ModelError, ModelRetryableError
 from baton.models import Entry, ToolCall, Usage, dumps
 from baton.settings import Settings
 
 OPENAI_URL = "https://api.openai.com/v1"
+# Models that refuse ``max_tokens`` and take ``max_completion_tokens`` (reasoning models).
+COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
 STOP = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
         "length": "max_tokens", "content_filter": "refusal"}
 
@@ -28,7 +41,7 @@ def messages(request: ModelRequest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if request.instructions:
         out.append({"role": "system", "content": request.instructions})
-    for e in request.entries:
+    for e in conversation(request.entries):
         out.extend(_message(e))
     return out
 
@@ -60,6 +73,15 @@ def tools(request: ModelRequest) -> list[dict[str, Any]]:
             for t in request.tools]
 
 
+def max_tokens_field(model: str, settings: Settings, *, compatible: bool) -> str:
+    """``max_completion_tokens`` for OpenAI's o-series and gpt-5, else ``max_tokens``."""
+    if settings.openai_max_tokens_field != "auto":
+        return settings.openai_max_tokens_field
+    if not compatible and COMPLETION_TOKENS_MODELS.match(model.removeprefix("openai/")):
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
 class OpenAIClient(HttpModel):
     """Chat Completions over HTTP; ``compatible`` for a self-hosted server (key optional)."""
 
@@ -75,11 +97,11 @@ class OpenAIClient(HttpModel):
             raise ConfigError(f"model openai:{model} needs OPENAI_API_KEY (or "
                               "BATON_OPENAI_API_KEY) in the environment")
         self.key = settings.openai_api_key
+        self.max_tokens_field = max_tokens_field(model, settings, compatible=compatible)
         super().__init__(model, settings, base)
 
     def headers(self, request: ModelRequest) -> dict[str, str]:
-        out = {"Idempotency-Key": request.request_id,
-               "X-Client-Request-Id": request.request_id}
+        out = {}
         if self.key:
             out["authorization"] = f"Bearer {self.key}"
         return out
@@ -88,7 +110,7 @@ class OpenAIClient(HttpModel):
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages(request),
-            "max_tokens": self.settings.model_max_tokens,
+            self.max_tokens_field: self.settings.model_max_tokens,
         }
         if request.tools:
             body["tools"] = tools(request)
@@ -124,7 +146,7 @@ class OpenAIClient(HttpModel):
         p = self.provider
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        usage, finish, done = Usage(), "", False
+        usage, finish, done, counted = Usage(), "", False, False
         async for _, data in events:
             if data.strip() == "[DONE]":
                 done = True
@@ -135,7 +157,7 @@ class OpenAIClient(HttpModel):
                 message = err.get("message") if isinstance(err, dict) else str(err)
                 raise ModelRetryableError(f"{p} stream failed: {message}", provider=p)
             if chunk.get("usage"):
-                usage = _usage(chunk)
+                usage, counted = _usage(chunk), True
             for choice in chunk.get("choices") or ():
                 if not isinstance(choice, dict):
                     raise malformed(p, "a choice is not an object")
@@ -149,8 +171,12 @@ class OpenAIClient(HttpModel):
                 for frag in delta.get("tool_calls") or ():
                     _join_call(p, calls, frag)
                 finish = choice.get("finish_reason") or finish
-        if not done and not finish:
-            raise truncated(p, "no finish_reason and no [DONE]", usage)
+        if not done and not (finish and counted):
+            # The end is [DONE]; a server that omits it has at least sent the usage chunk
+            # that include_usage asks for after the finish_reason. Without either, the
+            # stream was cut (a dropped connection looks just like this).
+            what = f"finish_reason {finish!r} but no usage chunk" if finish else "no finish_reason"
+            raise truncated(p, f"{what} and no [DONE]", usage)
         out = []
         for i in sorted(calls):
             c = calls[i]

@@ -135,6 +135,11 @@ class Settings(BaseModel):
     model_read_timeout_s: float = Field(default=60.0, gt=0)
     model_call_timeout_s: float = Field(default=600.0, gt=0)
     model_max_tokens: int = Field(default=4096, ge=1)
+    # Which Chat Completions field carries model_max_tokens: "auto" sends
+    # max_completion_tokens to openai: o-series and gpt-5 models (which refuse max_tokens)
+    # and max_tokens everywhere else (what compatible servers accept).
+    openai_max_tokens_field: str = Field(
+        default="auto", pattern="^(auto|max_tokens|max_completion_tokens)$")
     # Streamed text is saved for watchers at most this often (losable partial commits).
     model_partial_interval_ms: int = Field(default=100, ge=10)
     # Retryable model failures: exponential backoff from base to max, given up after deadline.

@@ -41,6 +41,7 @@ class Behaviour:
     truncate: bool = False  # the stream stops (cleanly) before its end event
     malformed: bool = False  # the stream carries an event that is not JSON
     stall: bool = False  # headers, then nothing (until the client gives up)
+    no_done: bool = False  # OpenAI: the stream ends after finish_reason (no usage, no [DONE])
 
 
 @dataclass
@@ -54,6 +55,11 @@ class Seen:
 
     @property
     def request_id(self) -> str:
+        """The attempt's id (``X-Client-Request-Id``)."""
+        return self.headers.get("x-client-request-id", "")
+
+    @property
+    def idempotency_key(self) -> str:
         return self.headers.get("idempotency-key", "")
 
 
@@ -124,6 +130,10 @@ class ModelServer:
         if wire == "anthropic" and (request.headers.get("x-api-key") != self.key
                                     or not request.headers.get("anthropic-version")):
             return seen, _anthropic_error(401, "authentication_error", "invalid x-api-key")
+        if wire == "openai" and (why := openai_invalid(body)):
+            return seen, _openai_error(400, "invalid_request_error", why)
+        if wire == "anthropic" and (why := anthropic_invalid(body)):
+            return seen, _anthropic_error(400, "invalid_request_error", why)
         if behaviour.status != 200:
             headers = {}
             if behaviour.retry_after is not None:
@@ -171,6 +181,8 @@ class ModelServer:
                 events.append(chunk({"tool_calls": [{"index": i,
                                                      "function": {"arguments": part}}]}))
         events.append(chunk({}, "tool_calls" if calls else "stop"))
+        if seen.behaviour.no_done:
+            return await self._stream(request, seen.behaviour, [("", e) for e in events])
         events.append(json.dumps({"id": "chatcmpl-test", "object": "chat.completion.chunk",
                                   "choices": [], "usage": usage}))
         events.append("[DONE]")
@@ -244,6 +256,61 @@ class ModelServer:
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away (a killed Brain)
         return resp
+
+
+# ---------------------------------------------------------------------- request checks
+
+COMPLETION_TOKENS_ONLY = re.compile(r"^(o\d|gpt-5)")
+
+
+def openai_invalid(body: dict[str, Any]) -> str:
+    """Why OpenAI would refuse this request's order or fields (400), or ""."""
+    if "max_tokens" in body and COMPLETION_TOKENS_ONLY.match(body.get("model", "")):
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.")
+    open_calls: list[str] = []
+    for i, m in enumerate(body.get("messages") or ()):
+        role = m.get("role")
+        if role == "tool":
+            if m.get("tool_call_id") not in open_calls:
+                return (f"messages[{i}]: messages with role 'tool' must be a response to a "
+                        "preceding message with 'tool_calls'")
+            open_calls.remove(m["tool_call_id"])
+            continue
+        if open_calls:
+            return ("An assistant message with 'tool_calls' must be followed by tool messages "
+                    f"responding to each 'tool_call_id'. Missing: {', '.join(open_calls)} "
+                    f"(messages[{i}] is {role!r})")
+        if role == "assistant":
+            open_calls = [c["id"] for c in m.get("tool_calls") or ()]
+    if open_calls:
+        return f"tool_calls without responses: {', '.join(open_calls)}"
+    return ""
+
+
+def anthropic_invalid(body: dict[str, Any]) -> str:
+    """Why Anthropic would refuse this request's turns (400), or ""."""
+    msgs = body.get("messages") or ()
+    uses: list[str] = []
+    for i, m in enumerate(msgs):
+        if m["role"] != ("user" if i % 2 == 0 else "assistant"):
+            return f"messages.{i}: roles must alternate between 'user' and 'assistant'"
+        blocks = m["content"]
+        kinds = [b["type"] for b in blocks]
+        if m["role"] == "assistant":
+            uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
+            continue
+        results = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+        if uses and kinds[: len(uses)] != ["tool_result"] * len(uses):
+            return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    "immediately after: each tool_use block must have a corresponding "
+                    "tool_result block in the next message, before any other content")
+        if sorted(results) != sorted(uses):
+            return f"messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks"
+        uses = []
+    if uses:
+        return "the conversation ends on `tool_use` blocks without their `tool_result`"
+    return ""
 
 
 # ---------------------------------------------------------------------- the scripted model

@@ -20,6 +20,9 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
   its own with one entry per publish (a JetStream redelivery is the same stream message, so
   its second consumer hangs off the same publish) and every hop reads commit -> publish ->
   consumer, with how long the row waited in the outbox and the message in the stream;
+* **model attempts**: every call of a generation task's model (the ``tools``, ``final`` and
+  ``retry`` commits carry it): its request id, how it ended (answered, or the HTTP status and
+  error), the wait before the next attempt, and its token usage (failed attempts included);
 * what needs a person's eye: takeovers, refused stale writes, confirm outcomes, redeliveries,
   re-dispatches and re-entered phases, cancellations (the intent, then the Brain carrying it
   out), approvals and rejections (and refused approvals), compat-level migrations and
@@ -51,7 +54,8 @@ from baton.receipts import (
 )
 
 __all__ = [
-    "Carried", "Event", "Handoff", "Lane", "Publish", "RunHops", "Timeline", "Trace",
+    "Carried", "Event", "Handoff", "Lane", "ModelAttempt", "Publish", "RunHops", "Timeline",
+    "Trace",
     "build_trace", "render_text",
 ]
 
@@ -195,6 +199,31 @@ class RunHops:
 
 
 @dataclass
+class ModelAttempt:
+    """One model call of a generation task, from the commit that recorded how it ended."""
+
+    event: int  # index of the commit event
+    t_ms: int
+    task_id: str
+    request_id: str
+    attempt: int
+    status: str  # "ok", the HTTP status of a failure, or "error" (no status: a timeout, a cut)
+    error: str = ""
+    wait_ms: int | None = None  # the durable sleep before the next attempt (a retry)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    provider_request_id: str = ""
+    outcome: str = ""  # "answered", "tool calls", "retry", "failed"
+
+    def describe(self) -> str:
+        wait = f"; retry in {self.wait_ms} ms" if self.wait_ms is not None else ""
+        err = f": {self.error}" if self.error else ""
+        pid = f" [{self.provider_request_id}]" if self.provider_request_id else ""
+        return (f"{self.request_id} {self.status} {self.outcome}{err}{wait}; usage "
+                f"{self.input_tokens} in / {self.output_tokens} out{pid}")
+
+
+@dataclass
 class Trace:
     session_id: str
     t0_ms: int
@@ -203,6 +232,7 @@ class Trace:
     handoffs: list[Handoff]
     runs: list[RunHops]
     publishes: list[Publish] = field(default_factory=list)
+    model_attempts: list[ModelAttempt] = field(default_factory=list)
 
     @property
     def duration_ms(self) -> int:
@@ -240,6 +270,7 @@ class Trace:
                       "apply_hop_ms": r.apply_hop} for r in self.runs],
             "carriers": [asdict(c) for c in self.carried],
             "publishes": [asdict(p) for p in self.publishes],
+            "model_attempts": [asdict(a) for a in self.model_attempts],
             "relays": self.relays,
             "takeovers": [e.index for e in self.flagged("takeover")],
             "refused": [e.index for e in self.flagged("refused")],
@@ -282,6 +313,7 @@ class Timeline:
         self.brain_last: dict[str, Event] = {}  # Brain lane -> its last event
         self.by_seq: dict[int, Event] = {}  # commit seq -> the event that wrote its rows
         self.publishes: dict[tuple[str, str, int], Publish] = {}  # (relay, row, stream seq)
+        self.model_attempts: list[ModelAttempt] = []
 
     def run(self, rid: str) -> RunHops:
         return self.runs.setdefault(rid, RunHops(run_id=rid))
@@ -332,7 +364,8 @@ class Timeline:
         order = {"client": 0, "relay": 1}
         lanes = sorted(self.lanes.values(), key=lambda lane: order.get(lane.role, 2))
         return Trace(self.session_id, self.t0, lanes, self.events, self.handoffs,
-                     list(self.runs.values()), list(self.publishes.values()))
+                     list(self.runs.values()), list(self.publishes.values()),
+                     list(self.model_attempts))
 
     def _lane(self, r: Receipt) -> Lane:
         lid = _lane_id(r)
@@ -440,6 +473,11 @@ class Timeline:
             ev.text = f"{len(runs)} tool run(s) {what}: {', '.join(_short(x) for x in runs)}"
             if step == "redispatch":
                 ev.flags.append("retry")
+        elif step == "retry":
+            ev.flags.append("retry")
+            ev.text = ""
+        elif step == "resume":
+            ev.text = f"retry wait over: next model attempt {d.request_id}"
         elif step == "reenter":
             ev.flags.append("retry")
             ev.text = f"phase re-entered after a worker died in it (crash {d.crashes})"
@@ -465,6 +503,8 @@ class Timeline:
         else:
             ev.text = f"{step}: " + (", ".join(f"{k} {v}" for k, v in r.changes.items())
                                      or "no changes")
+        if d.request_id and step in ("tools", "final", "retry"):
+            self._model_attempt(ev, d)
         applied = [m.run_id for m in r.marks if m.mark == "applied"]
         for rid in applied:
             hop = self.run(rid)
@@ -474,6 +514,31 @@ class Timeline:
         if applied:
             ev.text = f"{len(applied)} result(s) applied (mark applied)" + (
                 f"; {ev.text}" if step not in ("apply",) else "")
+
+    def _model_attempt(self, ev: Event, d: CommitDetail) -> None:
+        """The model call a commit recorded: how it ended, the wait, the usage."""
+        failed = bool(d.error)
+        if d.step == "retry":
+            outcome = "retry" if d.until_ms else "failed"
+        elif failed:
+            outcome = "failed"
+        else:
+            outcome = "tool calls" if d.step == "tools" else "answered"
+        usage = d.usage
+        a = ModelAttempt(
+            event=ev.index, t_ms=ev.t_ms, task_id=d.task_id, request_id=d.request_id,
+            attempt=d.attempt,
+            status=str(d.status) if d.status is not None else ("error" if failed else "ok"),
+            error=d.error, wait_ms=d.retry_in_ms if d.step == "retry" and d.until_ms else None,
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+            provider_request_id=d.provider_request_id, outcome=outcome)
+        self.model_attempts.append(a)
+        if d.step == "retry":
+            ev.flags.append("model")
+            ev.text = f"MODEL attempt failed: {a.describe()}"
+        else:
+            ev.text += f"; model {a.describe()}"
 
     def _on_claim(self, ev: Event, r: Receipt, d: ClaimDetail) -> None:
         rid, attempt, delivery = d.run_id, d.attempt or r.fence, d.delivery
@@ -688,6 +753,9 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
                    if c.transit_ms is not None else [])])
             out.append(f"  {_secs(trace.events[c.event].t_ms)} {c.describe(origin)}"
                        + (f" [{waits}]" if waits else ""))
+    if trace.model_attempts:
+        out.append("model attempts (status, error, wait before the next attempt, usage):")
+        out += [f"  {_secs(a.t_ms)} {a.describe()}" for a in trace.model_attempts]
     wakes = [h for h in trace.handoffs if h.kind == "wake"]
     if wakes:
         out.append("wake hops: " + ", ".join(f"{h.ms} ms" for h in wakes))

@@ -323,8 +323,29 @@ h1 { font-size: 20px; margin: 0 0 4px; } .sub { color: #4b5563; margin-bottom: 1
   margin-right: 5px; vertical-align: -1px; }
 .scroll { overflow-x: auto; border: 1px solid #e5e7eb; border-radius: 6px; margin: 12px 0; }
 .alerts li { margin: 3px 0; } .alerts .takeover, .alerts .refused { color: #b91c1c; }
+table.attempts { border-collapse: collapse; font-size: 12px; }
+table.attempts td, table.attempts th { border: 1px solid #e5e7eb; padding: 2px 6px; }
+table.attempts tr.failed td { background: #fef2f2; }
 pre { background: #f9fafb; padding: 12px; font-size: 12px; overflow-x: auto; }
 """
+
+
+def _model_attempts(trace: Trace) -> str:
+    """A table of the model calls: one row per attempt, failed ones included."""
+    if not trace.model_attempts:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in (
+        "t", "request", "status", "outcome", "error", "wait", "tokens in", "tokens out",
+        "provider id"))
+    rows = "".join(
+        f'<tr class="{"failed" if a.error else "ok"}"><td>+{a.t_ms / 1000:.3f}s</td>'
+        f"<td>{escape(a.request_id)}</td><td>{escape(a.status)}</td>"
+        f"<td>{escape(a.outcome)}</td><td>{escape(a.error)}</td>"
+        f"<td>{'' if a.wait_ms is None else f'{a.wait_ms} ms'}</td>"
+        f"<td>{a.input_tokens}</td><td>{a.output_tokens}</td>"
+        f"<td>{escape(a.provider_request_id)}</td></tr>"
+        for a in trace.model_attempts)
+    return (f'<h2>Model attempts</h2><table class="attempts"><tr>{head}</tr>{rows}</table>')
 
 
 def render_html(trace: Trace) -> str:
@@ -354,6 +375,7 @@ def render_html(trace: Trace) -> str:
         f'<div class="scroll">{_svg(trace)}</div>'
         f'<h2>Takeovers, refusals, recoveries</h2><ul class="alerts">'
         f'{"".join(alerts) or "<li>none</li>"}</ul>'
+        + _model_attempts(trace) +
         f"<details open><summary>Text trace</summary><pre>{escape(render_text(trace))}</pre>"
         "</details></body></html>\n"
     )

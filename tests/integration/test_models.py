@@ -15,11 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.app import App
+from baton.app import Agent, App
 from baton.brain.worker import BrainWorker
+from baton.cli.trace import build_trace, render_text
+from baton.cli.trace_html import render_html
 from baton.cli.watch import Watch, render_change
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
+from baton.hands.tools import send_email
 from baton.hands.worker import HandsWorker
 from baton.models import Entry, Submission, Task
 from baton.receipts import Receipt
@@ -27,7 +30,7 @@ from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.state import Partial
 from tests.helpers import eventually, running
-from tests.model_apps import anthropic_app, openai_app
+from tests.model_apps import INSTRUCTIONS, anthropic_app, openai_app
 from tests.model_server import Behaviour, ModelServer
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
@@ -217,6 +220,21 @@ async def test_retry_waits_as_told_then_the_next_attempt_succeeds(
     assert data["attempts"][0]["status"] == status
     assert data["attempts"][0]["request_id"] == f"{final.task_id}:1:0"
     assert receipt.detail.retry_in_ms == wait_ms and receipt.detail.status == status
+    # baton trace shows each attempt: status, error, wait and usage (text and HTML views).
+    trace = build_trace(final.session_id, out.receipts)
+    attempts = trace.model_attempts
+    assert [(a.request_id, a.status, a.outcome, a.wait_ms) for a in attempts] == [
+        (f"{final.task_id}:1:0", str(status), "retry", wait_ms),
+        (f"{final.task_id}:1:1", "ok", "tool calls", None),
+        (f"{final.task_id}:2:0", "ok", "answered", None)]
+    assert f"scripted {status}" in attempts[0].error
+    assert attempts[1].input_tokens > 0 and attempts[2].output_tokens > 0
+    text = render_text(trace)
+    assert f"{final.task_id}:1:0 {status} retry: " in text
+    assert f"retry in {wait_ms} ms" in text and f"{attempts[1].input_tokens} in" in text
+    html = render_html(trace)
+    assert "<h2>Model attempts</h2>" in html and f"<td>{wait_ms} ms</td>" in html
+    assert trace.to_json()["model_attempts"][0]["status"] == str(status)
     seen = model_server.requests
     assert [r.request_id for r in seen] == [f"{final.task_id}:1:0", f"{final.task_id}:1:1",
                                             f"{final.task_id}:2:0"]
@@ -309,3 +327,149 @@ async def test_retries_give_up_at_the_deadline(
     assert [r.request_id.rsplit(":", 1)[1] for r in model_server.requests] == ["0", "1", "2"]
     final_receipt = out.receipts[-1]
     assert final_receipt.detail.outcome == "failed" and final_receipt.detail.status == 500
+
+
+FOLLOW_UP = "How many of those notices went out?"
+
+
+def order_of(seen: Any) -> list[str]:
+    """The request's conversation as role/kind tags, whatever the wire format."""
+    out: list[str] = []
+    if seen.wire == "openai":
+        for m in seen.body["messages"]:
+            if m["role"] == "user":
+                out.append("follow-up" if m["content"] == FOLLOW_UP else "user")
+            elif m["role"] == "tool":
+                out.append("pending" if '"pending"' in m["content"] else "result")
+            elif m["role"] == "assistant":
+                out.append("calls" if m.get("tool_calls") else "answer")
+        return out
+    for m in seen.body["messages"]:
+        for b in m["content"]:
+            if b["type"] == "tool_result":
+                out.append("pending" if '"pending"' in b["content"] else "result")
+            elif b["type"] == "tool_use":
+                if not out or out[-1] != "calls":
+                    out.append("calls")
+            elif m["role"] == "user":
+                out.append("follow-up" if b["text"] == FOLLOW_UP else "user")
+            else:
+                out.append("answer")
+    return out
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "json"])
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_follow_up_while_tools_run_is_placed_after_their_results(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str,
+    stream: bool,
+) -> None:
+    """A message submitted while the turn's tools run is committed between the calls and
+    their results; every request puts it after the results (the server refuses otherwise,
+    as the providers do)."""
+    s = model_settings(settings, model_server, model_stream=stream, mail_url=mailbox.url)
+    app = APPS[wire]
+    brain = BrainWorker(s.model_copy(update={"worker_name": "brain-1"}), app)
+    hands = HandsWorker(s.model_copy(update={"worker_name": "hands-1"}), app)
+    relay = Relay(s.model_copy(update={"worker_name": "relay-1"}))
+    async with httpx.AsyncClient() as http:
+        await http.post(f"{mailbox.url}/hold")  # the five sends wait: the tools are running
+        async with running(relay, hands, brain):
+            client = await Client.connect(s)
+            try:
+                first, _ = await client.submit(FIVE, agent="notices")
+                sid = first.session_id
+
+                async def held() -> bool:
+                    return (await mail_stats(mailbox))["held"] == 5
+                await eventually(held, timeout=20, message="five sends held")
+                second, _ = await client.submit(FOLLOW_UP, agent="notices", session_id=sid)
+                await http.post(f"{mailbox.url}/release")
+                done = [await client.wait(sub, timeout=30) for sub in (first, second)]
+                third, _ = await client.submit("Thanks.", agent="notices", session_id=sid)
+                done.append(await client.wait(third, timeout=30))
+                entries = await client.store.entries(sid)
+            finally:
+                await client.close()
+    assert [d.status for d in done] == ["completed"] * 3, done
+    # Committed in arrival order: the follow-up sits between the calls and their results.
+    tags = kinds(entries)
+    assert tags.index("user", 1) < tags.index("tool_result"), tags
+    seen = model_server.requests
+    assert all(r.behaviour.status == 200 for r in seen)
+    # The first task's next turn: results right after the calls, then the follow-up; and the
+    # same order on every later request of the session (the follow-up's own task runs once
+    # the first has ended, then the third).
+    head = ["user", "calls", *["result"] * 5, "follow-up"]
+    later = seen[1:]
+    assert [r.request_id for r in later] == [f"{first.task_id}:2:0", f"{second.task_id}:1:0",
+                                             f"{third.task_id}:1:0"]
+    for r in later:
+        assert order_of(r)[: len(head)] == head, (r.request_id, order_of(r))
+    stats = await mail_stats(mailbox)
+    assert stats["accepted"] == 5
+
+
+async def test_openai_stream_without_done_is_truncated_and_retried(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer
+) -> None:
+    """finish_reason, then the end of the stream: no usage chunk, no [DONE]."""
+    model_server.script(Behaviour(no_done=True))
+    out = await run_notices(model_settings(settings, model_server), openai_app, mailbox)
+    assert out.final.status == "completed", out.final
+    retry = out.step("retry")
+    assert "truncated" in retry.detail.error and "[DONE]" in retry.detail.error
+    seen = model_server.requests
+    assert [r.request_id for r in seen] == [f"{out.final.task_id}:1:0",
+                                            f"{out.final.task_id}:1:1",
+                                            f"{out.final.task_id}:2:0"]
+    # The request that got a complete answer has its usage (not the cut stream's 0/0).
+    assert out.entries[1].usage and out.entries[1].usage.input_tokens > 0
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_idempotency_key_is_stable_across_attempts_of_one_request(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
+) -> None:
+    model_server.script(Behaviour(status=503), Behaviour(status=429, retry_after=0.2))
+    out = await run_notices(model_settings(settings, model_server), APPS[wire], mailbox)
+    assert out.final.status == "completed", out.final
+    tid = out.final.task_id
+    seen = model_server.requests
+    assert [r.request_id for r in seen] == [f"{tid}:1:0", f"{tid}:1:1", f"{tid}:1:2",
+                                            f"{tid}:2:0"]
+    keys = [r.idempotency_key for r in seen]
+    # One key for the three attempts that sent the same body; the next turn is another request.
+    assert keys[0] == keys[1] == keys[2] and keys[0].startswith(f"{tid}:1:")
+    assert keys[3].startswith(f"{tid}:2:") and keys[3] != keys[0]
+
+
+async def test_a_changed_body_gets_a_new_idempotency_key(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer
+) -> None:
+    """A retry whose request now shows an interrupted answer is another request."""
+    model_server.script(Behaviour(truncate=True, preamble="I will send them all now. "))
+    out = await run_notices(model_settings(settings, model_server), openai_app, mailbox)
+    assert out.final.status == "completed", out.final
+    first, again = model_server.requests[:2]
+    assert first.body != again.body
+    assert first.idempotency_key != again.idempotency_key
+
+
+@pytest.mark.parametrize(("model", "field"), [
+    ("openai:gpt-5-mini", "max_completion_tokens"), ("openai:o4-mini", "max_completion_tokens"),
+    ("openai:gpt-4o-mini", "max_tokens"), ("openai-compatible:llama3.1", "max_tokens"),
+])
+async def test_token_limit_field_by_model(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, model: str,
+    field: str,
+) -> None:
+    """The server refuses max_tokens for o-series and gpt-5 models, as OpenAI does."""
+    app = App(agents=[Agent(name="notices", compat=1, model=model, tools=("send_email",),
+                            instructions=INSTRUCTIONS)], tools=[send_email])
+    out = await run_notices(model_settings(settings, model_server, model_max_tokens=321), app,
+                            mailbox)
+    assert out.final.status == "completed", out.final
+    assert all(r.body.get(field) == 321 for r in model_server.requests)
+    other = {"max_tokens", "max_completion_tokens"} - {field}
+    assert not any(other & r.body.keys() for r in model_server.requests)

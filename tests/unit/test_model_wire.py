@@ -7,8 +7,15 @@ import httpx
 import pytest
 
 from baton.brain import anthropic_messages, openai_chat
-from baton.brain.model import INTERRUPTED_NOTE, ModelRequest, model_client, streams
-from baton.brain.model_http import retry_after, status_error
+from baton.brain.model import (
+    INTERRUPTED_NOTE,
+    PENDING_NOTE,
+    ModelRequest,
+    conversation,
+    model_client,
+    streams,
+)
+from baton.brain.model_http import idempotency_key, retry_after, status_error
 from baton.brain.retry import backoff_ms, retry_at
 from baton.brain.scripted import ScriptedModel
 from baton.errors import ConfigError, ModelError, ModelRetryableError
@@ -108,3 +115,57 @@ def test_backoff_doubles_to_its_cap_and_stops_at_the_deadline() -> None:
     assert retry_at(s, 1000, 1, deadline_ms=10_000) == 1500
     assert retry_at(s, 1000, 1, deadline_ms=10_000, retry_after_s=4.0) == 5000
     assert retry_at(s, 9000, 3, deadline_ms=10_000) is None
+
+
+def test_conversation_answers_each_call_before_what_arrived_meanwhile() -> None:
+    """Entries in commit order: a follow-up between the calls and their results."""
+    two = ToolCall(id="call_2", name="send_email", arguments={"to": "grace@example.com"})
+    entries = (
+        Entry(kind="user", text="notify ada and grace"),
+        Entry(kind="model", text="", tool_calls=(CALL, two)),
+        Entry(kind="tool_result", text="r1", tool_call_id="call_1"),
+        Entry(kind="user", text="how many went out?"),
+        Entry(kind="tool_result", text="r2", tool_call_id="call_2"),
+    )
+    ordered = conversation(entries)
+    assert [(e.kind, e.text) for e in ordered] == [
+        ("user", "notify ada and grace"), ("model", ""), ("tool_result", "r1"),
+        ("tool_result", "r2"), ("user", "how many went out?")]
+    assert conversation(ordered) == ordered  # a view: applying it again changes nothing
+    # A call still running (a request built before its result): answered as pending.
+    pending = conversation(entries[:4])
+    assert [(e.kind, e.text) for e in pending] == [
+        ("user", "notify ada and grace"), ("model", ""), ("tool_result", "r1"),
+        ("tool_result", PENDING_NOTE), ("user", "how many went out?")]
+    request = REQUEST.model_copy(update={"entries": entries})
+    roles = [m["role"] for m in openai_chat.messages(request)]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "user"]
+    turns = anthropic_messages.messages(request)
+    assert [m["role"] for m in turns] == ["user", "assistant", "user"]
+    assert [b["type"] for b in turns[2]["content"]] == ["tool_result", "tool_result", "text"]
+
+
+@pytest.mark.parametrize(("model", "compatible", "setting", "field"), [
+    ("gpt-5", False, "auto", "max_completion_tokens"),
+    ("o3-mini", False, "auto", "max_completion_tokens"),
+    ("gpt-4.1", False, "auto", "max_tokens"),
+    ("gpt-5", True, "auto", "max_tokens"),
+    ("llama3.1", True, "max_completion_tokens", "max_completion_tokens"),
+    ("gpt-5", False, "max_tokens", "max_tokens"),
+])
+def test_openai_token_limit_field(model: str, compatible: bool, setting: str,
+                                  field: str) -> None:
+    s = Settings(openai_base_url="http://x/v1", openai_api_key="k",
+                 openai_max_tokens_field=setting, model_max_tokens=99)
+    client = openai_chat.OpenAIClient(model, s, compatible=compatible)
+    body = client.body(REQUEST, stream=False)
+    assert body[field] == 99
+    assert not ({"max_tokens", "max_completion_tokens"} - {field}) & body.keys()
+
+
+def test_idempotency_key_follows_the_body_not_the_attempt() -> None:
+    first = REQUEST.model_copy(update={"request_id": "t:1:0", "logical_id": "t:1"})
+    again = REQUEST.model_copy(update={"request_id": "t:1:1", "logical_id": "t:1"})
+    assert idempotency_key(first, b"{}") == idempotency_key(again, b"{}")
+    assert idempotency_key(first, b"{}").startswith("t:1:")
+    assert idempotency_key(first, b"{}") != idempotency_key(again, b'{"x":1}')
