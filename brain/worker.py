@@ -52,10 +52,10 @@ class BrainWorker(Service):
 
     def __init__(self, settings: Settings, app: App) -> None:
         super().__init__(settings)
-        self.app = app
+        self.app = app.with_model(settings.agent_model) if settings.agent_model else app
         self.names = BusNames(settings.namespace)
         self.faults = Faults(settings.fault)
-        self.handlers = Registry.from_app(app)
+        self.handlers = Registry.from_app(self.app)
         self.active: dict[str, SessionPass] = {}
         self.slot_freed = asyncio.Event()
         self.context: BrainContext | None = None  # what the passes share, once connected

@@ -24,7 +24,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_type_hints
 
 import httpx
@@ -257,6 +257,12 @@ class App:
             missing = [t for t in a.tools if t not in self.tools]
             if missing:
                 raise ConfigError(f"agent {a.name} uses undeclared tools: {', '.join(missing)}")
+
+    def with_model(self, model: str) -> App:
+        """The same app with every agent on ``model`` (``BATON_AGENT_MODEL``)."""
+        return App(agents=[replace(a, model=model) for a in self.agents.values()],
+                   tools=list(self.tools.values()), models=self.models, tasks=self.tasks,
+                   documents=list(self.documents.values()))
 
     def agent(self, name: str) -> Agent:
         try:

@@ -130,6 +130,9 @@ class Settings(BaseModel):
     anthropic_base_url: str = ""  # default https://api.anthropic.com
     anthropic_api_key: str = Field(default="", repr=False)
     model_stream: bool = True  # stream answers (SSE); False asks for one JSON answer
+    # "[provider:]model": every agent of the app runs on this model instead of the one its
+    # code names (`baton dev --model openai:gpt-4o-mini`: a real model, no app module).
+    agent_model: str = ""
     model_connect_timeout_s: float = Field(default=5.0, gt=0)
     # Longest silence while waiting for the answer's next bytes; the whole call is bounded too.
     model_read_timeout_s: float = Field(default=60.0, gt=0)

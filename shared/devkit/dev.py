@@ -73,6 +73,8 @@ def _print_stack(info: dict[str, Any]) -> None:
     console.print(table)
     for key in ("redis_url", "nats_url", "mail_url", "namespace"):
         console.print(f"  {key:<10} {info[key]}")
+    if info.get("model"):
+        console.print(f"  {'model':<10} {info['model']} (every agent)")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
 
 
@@ -175,6 +177,10 @@ def _up_options(f: Any) -> Any:
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
         click.option("--app", "app_spec", default="baton.examples.notices:app",
                      show_default=True),
+        click.option("--model", "model", default="", metavar="PROVIDER:NAME",
+                     help="run every agent on this model (openai:gpt-4o-mini, "
+                          "anthropic:claude-sonnet-4-5, openai-compatible:llama3.1); keys and "
+                          "base URLs from the environment"),
     ]):
         f = option(f)
     return f
@@ -185,7 +191,8 @@ def _up_options(f: Any) -> Any:
 @click.option("--stop", "stop_", is_flag=True, help="same as `baton dev down`")
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
-                durable: bool, cluster: bool, detach: bool, app_spec: str, stop_: bool) -> None:
+                durable: bool, cluster: bool, detach: bool, app_spec: str, model: str,
+                stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
     The stack lives in $BATON_HOME (default ./.baton); `baton submit` finds it via dev.json.
@@ -196,15 +203,15 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if stop_:
         _stop_stack(home())
         return
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-               cluster: bool, detach: bool, app_spec: str) -> None:
+               cluster: bool, detach: bool, app_spec: str, model: str) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model)
 
 
 @dev_command.command("down")
@@ -286,10 +293,24 @@ def _print_log(path: Path, follow: bool, lines: int) -> None:
                 time.sleep(0.2)
 
 
+def _check_model(model: str) -> None:
+    """Fail before anything starts when the model's provider, key or base URL is missing."""
+    from baton.brain.model import model_client
+    from baton.errors import ConfigError
+    from baton.settings import Settings
+
+    try:
+        model_client(model, Settings.from_env())
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
-        detach: bool, app_spec: str) -> None:
+        detach: bool, app_spec: str, model: str = "") -> None:
     from baton.observability import log as logs
 
+    if model:
+        _check_model(model)
     base = home()
     running = read_stack({"BATON_HOME": str(base)})
     if running and _pid_alive(running.get("supervisor_pid")):
@@ -299,12 +320,14 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
+                       *(["--model", model] if model else []),
                        *(["--durable"] if durable else []), *(["--cluster"] if cluster else [])])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
-                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton")
+                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton",
+                     env={"BATON_AGENT_MODEL": model} if model else None)
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:

@@ -320,7 +320,7 @@ class DevStack:
         return {
             "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
-            "cluster": self.cluster,
+            "cluster": self.cluster, "model": self.env.get("BATON_AGENT_MODEL", ""),
             "base_dir": str(self.base_dir), "supervisor_pid": os.getpid(),
             "processes": self.processes, "ready": True,
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -9,11 +10,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from baton.client import Client
 from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
+from tests.model_server import ModelServer
 
 
 def _baton(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:
@@ -116,3 +119,56 @@ def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
                           text=True, timeout=60, env={**os.environ, **env}, check=False)
     assert gone.returncode == 1 and "no stack running" in gone.stderr
     assert not [pid for pid in (p["pid"] for p in status["processes"]) if _pid_alive(pid)]
+
+
+@pytest.mark.parametrize(("model", "env"), [
+    ("openai-compatible:test-model", {"OPENAI_BASE_URL": "{openai}", "OPENAI_API_KEY": "{key}"}),
+    ("anthropic:claude-test", {"ANTHROPIC_BASE_URL": "{anthropic}",
+                               "ANTHROPIC_API_KEY": "{key}"}),
+])
+async def test_baton_dev_model_runs_the_example_on_a_real_model_client(
+    tmp_path: Path, model: str, env: dict[str, str]
+) -> None:
+    """`baton dev --model PROVIDER:NAME`: the example's tools, the model over HTTP (the local
+    protocol server), its address and key from the providers' own variable names."""
+    async with ModelServer() as server:
+        urls = {"openai": server.openai_url, "anthropic": server.anthropic_url,
+                "key": server.key}
+        run_env = {**os.environ, "BATON_HOME": str(tmp_path / "home"),
+                   "BATON_MODEL_MAX_TOKENS": "512",
+                   **{k: v.format(**urls) for k, v in env.items()}}
+
+        async def baton(*args: str) -> str:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "baton", *args, env=run_env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+            assert proc.returncode == 0, f"baton {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
+            return out.decode()
+
+        await baton("dev", "--detach", "--hands", "1", "--model", model)
+        try:
+            status = json.loads(await baton("dev", "status", "--json"))
+            assert status["model"] == model
+            out = await baton("submit", "--wait", "--json",
+                              "Send the approved notice to ada@example.com")
+        finally:
+            await baton("dev", "--stop")
+    final = json.loads(out.splitlines()[-1])
+    assert final["status"] == "completed", final
+    assert final["answer"] == "Summary of 1 notices: ada@example.com: sent."
+    seen = server.requests
+    assert [r.body["model"] for r in seen] == [model.split(":", 1)[1]] * 2
+    assert all(r.body["max_tokens"] == 512 for r in seen)
+
+
+def test_baton_dev_model_without_its_key_fails_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "BATON_ANTHROPIC_API_KEY")}
+    done = subprocess.run(
+        [sys.executable, "-m", "baton", "dev", "--model", "anthropic:claude-sonnet-4-5"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**env, "BATON_HOME": str(tmp_path / "home")})
+    assert done.returncode != 0
+    assert "needs ANTHROPIC_API_KEY" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "home" / "dev.json").exists()
