@@ -39,12 +39,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
 from baton.bench.common import Result, Row, environment
 from baton.brain.anthropic_messages import AnthropicClient
 from baton.brain.model import ModelRequest, ModelResponse, TextSink
+from baton.brain.model_http import idempotency_key
 from baton.brain.openai_chat import OpenAIClient
 from baton.errors import ModelError, ModelRetryableError
 from baton.models import Entry, ToolCall, Usage
@@ -255,7 +257,7 @@ class SdkOpenAI:
     async def generate(self, request: ModelRequest, on_text: TextSink | None = None,
                        stream: bool = True) -> ModelResponse:
         body = self.base.body(request, stream)
-        headers = {"Idempotency-Key": request.request_id}
+        headers = {"Idempotency-Key": idempotency_key(request, orjson.dumps(body))}
         o = self.openai
         try:
             if not stream:
@@ -320,7 +322,7 @@ class SdkAnthropic:
     async def generate(self, request: ModelRequest, on_text: TextSink | None = None,
                        stream: bool = True) -> ModelResponse:
         body = self.base.body(request, False)
-        headers = {"Idempotency-Key": request.request_id}
+        headers = {"Idempotency-Key": idempotency_key(request, orjson.dumps(body))}
         a = self.anthropic
         try:
             if stream:
