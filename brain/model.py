@@ -63,18 +63,18 @@ INTERRUPTED_NOTE = (
 )
 
 
-#: The result shown for a tool call whose run has not ended yet (a request of another task of
-#: the session, built while this turn's tools still run): both protocols need every call
-#: answered before the conversation goes on.
+#: The result shown for a tool call that has no result entry (yet): its run still goes on, or
+#: it was cancelled before it ran. Both protocols need every call answered before the
+#: conversation goes on; the generation task itself only asks once its results are in.
 PENDING_NOTE = (
-    '{"outcome": "pending", "error": "this tool call is still running; its result is not '
-    'in yet"}'
+    '{"outcome": "no_result", "error": "no result was recorded for this tool call: it is '
+    'still running, or it was cancelled before it ran"}'
 )
 
 
 def conversation(entries: tuple[Entry, ...] | list[Entry]) -> list[Entry]:
     """The entries in the order the providers require: each model entry's tool calls answered
-    right after it (results moved up, a pending note for a call still running), then
+    right after it (results moved up, ``PENDING_NOTE`` for a call without a result), then
     whatever was committed between the calls and their results, in its own order.
 
     A pure view of the append-only entries (nothing is rewritten), so every request of the

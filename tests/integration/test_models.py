@@ -340,14 +340,14 @@ def order_of(seen: Any) -> list[str]:
             if m["role"] == "user":
                 out.append("follow-up" if m["content"] == FOLLOW_UP else "user")
             elif m["role"] == "tool":
-                out.append("pending" if '"pending"' in m["content"] else "result")
+                out.append("pending" if '"no_result"' in m["content"] else "result")
             elif m["role"] == "assistant":
                 out.append("calls" if m.get("tool_calls") else "answer")
         return out
     for m in seen.body["messages"]:
         for b in m["content"]:
             if b["type"] == "tool_result":
-                out.append("pending" if '"pending"' in b["content"] else "result")
+                out.append("pending" if '"no_result"' in b["content"] else "result")
             elif b["type"] == "tool_use":
                 if not out or out[-1] != "calls":
                     out.append("calls")

@@ -132,7 +132,7 @@ def test_conversation_answers_each_call_before_what_arrived_meanwhile() -> None:
         ("user", "notify ada and grace"), ("model", ""), ("tool_result", "r1"),
         ("tool_result", "r2"), ("user", "how many went out?")]
     assert conversation(ordered) == ordered  # a view: applying it again changes nothing
-    # A call still running (a request built before its result): answered as pending.
+    # A call without a result entry (still running, or cancelled before it ran).
     pending = conversation(entries[:4])
     assert [(e.kind, e.text) for e in pending] == [
         ("user", "notify ada and grace"), ("model", ""), ("tool_result", "r1"),
