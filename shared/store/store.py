@@ -306,7 +306,7 @@ class Store:
             submissions={k: decode(Submission, v) for k, v in subs.items()},
             runs=parse_runs(runs),
             entry_count=int(count),
-            entries=Entries(entries),
+            entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
         )
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
