@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from baton.bus.subjects import BusNames
@@ -132,17 +132,18 @@ class Client:
             input={"agent": agent},
             created_ms=now_ms(),
         )
-        result = await self.store.submit(
-            session_id,
-            agent=agent,
-            compat=compat,
-            wake_subject=self.names.wake_subject(agent, compat),
-            request_id=request_id,
-            text=text,
-            task=task,
-            worker=self.worker,
-            submission_id=sub_id,
-        )
+        async with self._quarantine_named(session_id):
+            result = await self.store.submit(
+                session_id,
+                agent=agent,
+                compat=compat,
+                wake_subject=self.names.wake_subject(agent, compat),
+                request_id=request_id,
+                text=text,
+                task=task,
+                worker=self.worker,
+                submission_id=sub_id,
+            )
         self.faults.hit("submit.after_commit")
         return result
 
@@ -176,12 +177,22 @@ class Client:
         now = now_ms()
         task = Task(id=derived_id(kind, session_id, request_id), kind=kind,
                     input=dict(input or {}), owner=session_id, created_ms=now, updated_ms=now)
-        task_id, created = await self.store.start_task(
-            session_id, agent=agent, compat=compat,
-            wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
-            task=task, worker=self.worker,
-        )
+        async with self._quarantine_named(session_id):
+            task_id, created = await self.store.start_task(
+                session_id, agent=agent, compat=compat,
+                wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
+                task=task, worker=self.worker,
+            )
         return session_id, task_id, created
+
+    @contextlib.asynccontextmanager
+    async def _quarantine_named(self, session_id: str) -> AsyncIterator[None]:
+        """A write refused over corrupt state says so when the session is quarantined."""
+        try:
+            yield
+        except CorruptStateError:
+            await quarantine.raise_if_quarantined(self.store, session_id)
+            raise
 
     async def cancel(self, session_id: str, task_id: str | None = None, *,
                      reason: str = "") -> CancelAnswer:
