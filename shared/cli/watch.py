@@ -13,6 +13,11 @@ before any of it is emitted and the position advances only after, so when Redis 
 connection the watcher reconnects and re-reads from the same id: nothing lost, nothing twice.
 ``--from ID`` resumes explicitly after a receipt id another watch printed.
 
+A session that is quarantined shows it (in the snapshot, or as a ``quarantined`` item when
+it happens while watching; ``--until-settled`` then ends). The store's epoch is read at the
+start and checked while idle: a Redis that restarted empty stops the watch with
+:class:`~baton.errors.StoreEpochError` instead of an endless silent wait.
+
 Read-only: no lease, no write, no consumer group.
 """
 
@@ -35,6 +40,7 @@ from baton.errors import RedisUnavailable, not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
 from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
+from baton.store.epoch import StoreEpoch
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import connect_redis
 from baton.store.state import parse_receipt, parse_runs
@@ -78,6 +84,7 @@ class Watch:
         self._reached = False  # Redis answered once: from then on, retry for _GIVE_UP_S
         self._draining = False  # settled: read what is left without waiting, then stop
         self._quarantine_shown = False
+        self.epoch: StoreEpoch | None = None
         self.timeline = Timeline(session_id)
         # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes. The one
         # connect path reads a cluster URL as well as a single server's.
@@ -123,6 +130,10 @@ class Watch:
     # ------------------------------------------------------------------ start
 
     async def _start(self) -> bool:
+        survey = await StoreEpoch.survey(self.redis, self.store.keys)
+        if survey.state == "ok":  # checked again while idle: a lost store stops the watch
+            self.epoch = StoreEpoch(self.redis, self.store.keys)
+            self.epoch.id = survey.id
         if self.after is not None:
             # A resume: replay the receipts up to the id silently, to know the entry count
             # and give the timeline its context (hops), then follow from there.
@@ -205,6 +216,8 @@ class Watch:
         if not items:
             if self._draining:
                 return True
+            if self.epoch is not None:  # Redis restarted empty: StoreEpochError, not silence
+                await self.epoch.verify()
             if await self._quarantine_now():  # no receipt records it: looked for when idle
                 return self.until_settled
             self._draining = self.until_settled and await self._settled()
