@@ -11,6 +11,10 @@ announced themselves (Brains with the compat levels they serve), sessions by sta
 (``blocked`` when no live Brain serves their level or a task is blocked), backlog and oldest
 row per shard, messages waiting in JetStream per subject (flagged when no consumer exists
 or no live worker serves the subject: see :mod:`baton.bus.backlog`), dead letters.
+Both show quarantined sessions (state ``quarantined``, with the reason and the tries: see
+:mod:`baton.store.quarantine`). Nothing stored makes it fail: a key of the wrong type, a
+missing hash or a record that does not parse is a *finding* (:mod:`baton.cli.findings`),
+listed in red at the end (``findings`` in JSON), and the rest of the view is shown.
 Read-only: it never takes a lease, writes, fetches or acks. ``--json`` gives the same data.
 """
 
@@ -363,7 +367,8 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
                              sk.poison)
         if meta_raw == {}:  # indexed, but gone (expired or deleted)
             continue
-        meta = lenient_meta(sid, meta_raw or {}, f, f"meta key {sk.meta}")
+        meta = (lenient_meta(sid, meta_raw, f, f"meta key {sk.meta}") if meta_raw
+                else lenient_meta(sid, {}, Findings()))  # unreadable: found above
         statuses = [f.parse(f"submission in {sk.subs} does not parse", "", _status, s)
                     for s in subs]
         halted = bool(poison and poison["quarantined"])
