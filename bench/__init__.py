@@ -19,6 +19,7 @@ BENCHES: dict[str, str] = {
     "replica": "baton.bench.replica_bench",
     "fanout": "baton.bench.fanout_bench",
     "models": "baton.bench.model_bench",
+    "adversarial": "baton.bench.adversarial_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -26,7 +26,7 @@ from baton.brain.cancel import CANCELLED_BY, cancel_result, live_runs
 from baton.brain.context import TaskContext
 from baton.brain.phases import PRIVATE, PhaseContext, dispatch_row
 from baton.brain.redispatch import stuck_runs
-from baton.errors import ConfigError, ConflictError, ValidationError
+from baton.errors import ConfigError, ConflictError, CorruptStateError, ValidationError
 from baton.models import (
     Checkpoint,
     Completing,
@@ -145,6 +145,8 @@ class CustomTask:
         try:
             step = await fn(task, pc)
             return await self._apply(task, ctx, pc, step)
+        except CorruptStateError:  # the session's stored state: quarantined, not retried
+            raise
         except PHASE_ERRORS as exc:
             return await self._phase_failed(task, ctx, exc)
         except Exception as exc:  # the app's code: never let it take the Brain down

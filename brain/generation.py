@@ -135,6 +135,10 @@ class Generation:
     async def _request(self, task: Task, ctx: TaskContext) -> Task | None:
         running = task.state
         assert isinstance(running, Running)
+        # The request needs every entry: one that does not parse is the session's state
+        # being corrupt (quarantined after bounded tries), never a crash of this phase to
+        # count towards the task's restart limit.
+        ctx.state.entries.decode_all()
         if running.fence != ctx.fence:
             # A worker died in this phase (the state says running, but not under our lease).
             crashes = task.crashes + 1

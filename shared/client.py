@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
+
+import redis.exceptions as rex
 
 from baton.bus.subjects import BusNames
 from baton.errors import (
@@ -25,6 +27,7 @@ from baton.errors import (
     CorruptStateError,
     NotFoundError,
     RedisUnavailable,
+    UnavailableError,
     ValidationError,
 )
 from baton.faults import Faults
@@ -37,6 +40,10 @@ from baton.store.epoch import StoreEpoch
 from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
+# redis-py's errors for a server that does not answer (a read is retried past them).
+_UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionError,
+                                            rex.TimeoutError, OSError)
+
 log = get_logger("baton.client")
 T = TypeVar("T")
 
@@ -132,17 +139,18 @@ class Client:
             input={"agent": agent},
             created_ms=now_ms(),
         )
-        result = await self.store.submit(
-            session_id,
-            agent=agent,
-            compat=compat,
-            wake_subject=self.names.wake_subject(agent, compat),
-            request_id=request_id,
-            text=text,
-            task=task,
-            worker=self.worker,
-            submission_id=sub_id,
-        )
+        async with self._quarantine_named(session_id):
+            result = await self.store.submit(
+                session_id,
+                agent=agent,
+                compat=compat,
+                wake_subject=self.names.wake_subject(agent, compat),
+                request_id=request_id,
+                text=text,
+                task=task,
+                worker=self.worker,
+                submission_id=sub_id,
+            )
         self.faults.hit("submit.after_commit")
         return result
 
@@ -176,12 +184,22 @@ class Client:
         now = now_ms()
         task = Task(id=derived_id(kind, session_id, request_id), kind=kind,
                     input=dict(input or {}), owner=session_id, created_ms=now, updated_ms=now)
-        task_id, created = await self.store.start_task(
-            session_id, agent=agent, compat=compat,
-            wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
-            task=task, worker=self.worker,
-        )
+        async with self._quarantine_named(session_id):
+            task_id, created = await self.store.start_task(
+                session_id, agent=agent, compat=compat,
+                wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
+                task=task, worker=self.worker,
+            )
         return session_id, task_id, created
+
+    @contextlib.asynccontextmanager
+    async def _quarantine_named(self, session_id: str) -> AsyncIterator[None]:
+        """A write refused over corrupt state says so when the session is quarantined."""
+        try:
+            yield
+        except CorruptStateError:
+            await quarantine.raise_if_quarantined(self.store, session_id)
+            raise
 
     async def cancel(self, session_id: str, task_id: str | None = None, *,
                      reason: str = "") -> CancelAnswer:
@@ -257,16 +275,30 @@ class Client:
 
     async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str) -> T:
         """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
-        and a failure to decode the session becomes QuarantinedError once it is quarantined."""
-        try:
-            return await read()
-        except (CorruptStateError, ValidationError):
-            await quarantine.raise_if_quarantined(self.store, session_id)
-            raise
-        except NotFoundError:
-            if self.epoch is not None:
-                await self.epoch.verify()
-            raise
+        and a failure to decode the session becomes QuarantinedError once it is quarantined.
+
+        Redis unreachable (restarting, a failover) is waited out for up to
+        ``client_connect_wait_s``: once it answers, the read says whether the state is still
+        there, or the epoch that it was lost.
+        """
+        loop = asyncio.get_running_loop()
+        since: float | None = None
+        while True:
+            try:
+                return await read()
+            except (CorruptStateError, ValidationError):
+                await quarantine.raise_if_quarantined(self.store, session_id)
+                raise
+            except NotFoundError:
+                if self.epoch is not None:
+                    await self.epoch.verify()
+                raise
+            except _UNREACHABLE as exc:
+                since = since if since is not None else loop.time()
+                if loop.time() - since >= self.settings.client_connect_wait_s:
+                    raise
+                log.debug("wait_read_retry", error=str(exc))
+                await asyncio.sleep(0.2)
 
     async def _subscribe(self, channel: str) -> None:
         """SSUBSCRIBE to a session's channel; on failure waits re-read every second."""

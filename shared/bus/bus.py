@@ -78,6 +78,11 @@ _TRANSIENT = (
 )
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class Puller:
     """A pull subscription bound to one durable consumer.
 
@@ -201,6 +206,9 @@ class Bus:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 task.cancel()
+                # Its outcome (often ConnectionClosedError at shutdown) is nobody's concern
+                # now: retrieved, so asyncio does not log it as never retrieved.
+                task.add_done_callback(_retrieve)
                 raise
             if task.done():
                 return task.result()

@@ -11,31 +11,38 @@ announced themselves (Brains with the compat levels they serve), sessions by sta
 (``blocked`` when no live Brain serves their level or a task is blocked), backlog and oldest
 row per shard, messages waiting in JetStream per subject (flagged when no consumer exists
 or no live worker serves the subject: see :mod:`baton.bus.backlog`), dead letters.
+Both show quarantined sessions (state ``quarantined``, with the reason and the tries: see
+:mod:`baton.store.quarantine`). Nothing stored makes it fail: a key of the wrong type, a
+missing hash or a record that does not parse is a *finding* (:mod:`baton.cli.findings`),
+listed in red at the end (``findings`` in JSON), and the rest of the view is shown.
 Read-only: it never takes a lease, writes, fetches or acks. ``--json`` gives the same data.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from baton.bus.backlog import subject_backlog
 from baton.bus.bus import Bus
-from baton.models import Task, ToolRun, dumps, loads
+from baton.cli.findings import Findings, lenient_meta
+from baton.errors import not_found
+from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
 from baton.observability.log import bounded
-from baton.store.deadletter import dead_letter_count, dead_letters
 from baton.store.epoch import StoreEpoch
-from baton.store.outbox import Outbox
-from baton.store.state import parse_meta
+from baton.store.state import parse_runs
 from baton.store.store import Store, now_ms
+from baton.store.workers import SERVICE_STALE_MS
 from baton.store.workers import served_levels as _served
-from baton.store.workers import services
 
 __all__ = ["cluster_view", "render_cluster", "render_session", "session_view"]
 
+M = TypeVar("M", bound=BaseModel)
 CLUSTER_SESSIONS = 1_000  # newest sessions classified in the cluster view
 
 
@@ -66,8 +73,45 @@ def _blocked(task: Task, runs: dict[str, ToolRun], fence: int, leased: bool) -> 
     return ""
 
 
-async def _services(store: Store, now: int) -> list[dict[str, Any]]:
-    return await services(store.redis, store.keys, now)
+async def _services(store: Store, now: int, f: Findings) -> list[dict[str, Any]]:
+    """Every service announcement; one that does not parse, or a workers key of the wrong
+    type, is a finding."""
+    redis: Any = store.redis
+    keys = store.keys.every("workers")
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys:
+            p.hgetall(key)
+        replies = await p.execute(raise_on_error=False)
+    found = []
+    for key, reply in zip(keys, replies, strict=True):
+        for name, raw in f.reply(f"workers {key}", reply, {}).items():
+            info = f.parse(f"service {name} in {key}", None, _service, raw)
+            if info is not None:
+                age = now - int(info.get("seen_ms", 0))
+                found.append({**info, "seen_age_ms": age, "alive": age < SERVICE_STALE_MS})
+    return found
+
+
+def _oldest_ms(first: list[Any]) -> int | None:
+    return int(first[0][0].split("-")[0]) if first else None
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value else None
+
+
+def _status(raw: str) -> str:
+    return str(loads(raw)["status"])
+
+
+def _service(raw: str) -> dict[str, Any]:
+    info = loads(raw)
+    if not isinstance(info, dict):
+        raise ValueError(f"not an object: {raw[:60]!r}")
+    int(info.get("seen_ms", 0))
+    for _, c in info.get("serves", ()):
+        int(c)
+    return info
 
 
 def _level_reason(agent: str, compat: int, served: set[tuple[str, int]]) -> str:
@@ -96,15 +140,47 @@ def _run_row(run: ToolRun, now: int) -> dict[str, Any]:
     }
 
 
-async def _backlog(store: Store, now: int) -> list[dict[str, Any]]:
-    rows = await Outbox(store.redis, store.keys).backlog()
-    return [{"shard": b.shard, "rows": b.rows, "oldest_age_ms": _age(b.oldest_ms, now)}
-            for b in rows]
+async def _backlog(store: Store, now: int, f: Findings) -> list[dict[str, Any]]:
+    redis: Any = store.redis
+    keys = [store.keys.outbox(shard) for shard in range(store.keys.shards)]
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys:
+            p.xlen(key).xrange(key, "-", "+", count=1)
+        replies = await p.execute(raise_on_error=False)
+    out = []
+    for shard, key in enumerate(keys):
+        n = f.reply(f"outbox {key}", replies[2 * shard], None)
+        first = f.reply(f"outbox {key}", replies[2 * shard + 1], [])
+        oldest = f.parse(f"outbox {key}", None, _oldest_ms, first)
+        out.append({"shard": shard, "rows": n, "oldest_age_ms": _age(oldest, now)})
+    return out
 
 
-async def _epoch(store: Store, shard: int | None = None) -> dict[str, Any]:
+async def _dead_letters(store: Store, f: Findings, count: int) -> tuple[list[dict[str, str]],
+                                                                         int]:
+    """The newest ``count`` dead letters over every shard, and how many there are."""
+    redis: Any = store.redis
+    keys = store.keys.every("dead")
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys:
+            p.xrevrange(key, count=count).xlen(key)
+        replies = await p.execute(raise_on_error=False)
+    out: list[dict[str, str]] = []
+    total = 0
+    for i, key in enumerate(keys):
+        for record_id, record in f.reply(f"dead letters {key}", replies[2 * i], []):
+            out.append({"id": str(record_id), **{str(k): str(v) for k, v in record.items()}})
+        total += int(f.reply(f"dead letters {key}", replies[2 * i + 1], 0))
+    out.sort(key=lambda d: tuple(int(x) for x in d["id"].split("-")), reverse=True)
+    return out[:count], total
+
+
+async def _epoch(store: Store, f: Findings, shard: int | None = None) -> dict[str, Any]:
     """The store epoch as every shard carries it (and, for a session, its own shard's)."""
-    e = await StoreEpoch.survey(store.redis, store.keys)
+    e = await f.read("store epoch", StoreEpoch.survey(store.redis, store.keys), None)
+    if e is None:
+        return {"state": "unreadable", "id": None, "created_ms": None, "shards": 0,
+                "missing_shards": [], "differing_shards": []}
     out: dict[str, Any] = {"state": e.state, "id": e.id or None,
                            "created_ms": e.created_ms or None, "shards": e.shards,
                            "missing_shards": list(e.missing),
@@ -117,29 +193,98 @@ async def _epoch(store: Store, shard: int | None = None) -> dict[str, Any]:
     return out
 
 
+def _quarantine(record: dict[str, str], f: Findings, key: str) -> dict[str, Any] | None:
+    """The poison record (failures to process the session, its quarantine) as plain data."""
+    if not record:
+        return None
+    def num(field: str) -> int | None:
+        return f.parse(f"poison {key}", None, _int_or_none, record.get(field))
+    return {"quarantined": "quarantined" in record, "tries": num("tries") or 0,
+            "quarantined_ms": num("quarantined"),
+            "reason": record.get("quarantine_reason") or record.get("reason") or "",
+            "last_failure_ms": num("last")}
+
+
+def _decode_each(f: Findings, what: str, raw: dict[str, str], model: type[M]) -> dict[str, M]:
+    out = {}
+    for k, v in raw.items():
+        item = f.parse(f"{what} {k} does not parse", None, decode, model, v)
+        if item is not None:
+            out[k] = item
+    return out
+
+
+def _runs_each(f: Findings, key: str, fields: dict[str, str]) -> dict[str, ToolRun]:
+    grouped: dict[str, dict[str, str]] = {}
+    for name, value in fields.items():
+        grouped.setdefault(name.rpartition(".")[0], {})[name] = value
+    runs: dict[str, ToolRun] = {}
+    for rid, group in grouped.items():
+        runs.update(f.parse(f"run {rid} in {key} does not parse", {}, parse_runs, group))
+    return runs
+
+
 async def session_view(store: Store, session_id: str) -> dict[str, Any]:
-    """Everything ``inspect SESSION`` shows, as plain data."""
-    state = await store.load(session_id, page=20)
+    """Everything ``inspect SESSION`` shows, as plain data. A part that cannot be read (a key
+    of the wrong type) or decoded is a line in ``findings``; the rest is shown."""
+    f = Findings()
     now = now_ms()
-    meta = state.meta
-    leased = bool(meta.holder) and meta.lease_until_ms > now
-    done_tasks = await store.finished_tasks(session_id)
-    runs = {**await store.runs.applied(session_id), **state.runs}
     sk = store.keys.session(session_id)
-    timers = [{"timer": m.split("|")[0], "member": m, "due_in_ms": int(score) - now}
-              async for m, score in store.redis.zscan_iter(sk.timers, match=f"*|{session_id}|*")]
-    receipts = await store.redis.xlen(sk.receipts)
-    last = await store.redis.xrevrange(sk.receipts, count=1)
-    dead = [d for d in await dead_letters(store.redis, store.keys, 1000)
-            if d.get("session_id") == session_id]
-    level = _level_reason(meta.agent, meta.compat, _served(await _services(store, now)))
+    redis: Any = store.redis
+    reads: tuple[tuple[str, str, str, Any], ...] = (
+             ("meta", sk.meta, "hgetall", {}), ("tasks", sk.tasks, "hgetall", {}),
+             ("done", sk.done, "hgetall", {}), ("subs", sk.subs, "hgetall", {}),
+             ("runs", sk.runs, "hgetall", {}), ("runs_done", sk.runs_done, "hgetall", {}),
+             ("entry_count", sk.entries, "llen", 0), ("receipts", sk.receipts, "xlen", 0),
+             ("poison", sk.poison, "hgetall", {}))
+    async with redis.pipeline(transaction=False) as p:
+        for _, key, cmd, _ in reads:
+            getattr(p, cmd)(key)
+        p.lrange(sk.entries, -20, -1).xrevrange(sk.receipts, count=1)
+        p.exists(*[key for _, key, _, _ in reads])
+        replies = await p.execute(raise_on_error=False)
+    raw = {name: f.reply(f"{name} key {key}", replies[i], default)
+           for i, (name, key, _, default) in enumerate(reads)}
+    page = f.reply(f"entries key {sk.entries}", replies[len(reads)], [])
+    last = f.reply(f"receipts key {sk.receipts}", replies[len(reads) + 1], [])
+    if not f and not raw["meta"] and not replies[-1]:
+        raise not_found(f"session {session_id}", namespace=store.keys.ns,
+                        session_id=session_id)
+    if not raw["meta"] and not any(x.startswith(f"meta key {sk.meta}") for x in f):
+        f.add(f"meta key {sk.meta}", "missing (the session's other keys exist)")
+    meta = lenient_meta(session_id, raw["meta"], f, f"meta key {sk.meta}") if raw["meta"] \
+        else lenient_meta(session_id, {}, Findings())
+    live_tasks = _decode_each(f, "task", raw["tasks"], Task)
+    done_tasks = _decode_each(f, "finished task", raw["done"], Task)
+    live_runs = _runs_each(f, sk.runs, raw["runs"])
+    runs = {**_runs_each(f, sk.runs_done, raw["runs_done"]), **live_runs}
+    submissions = _decode_each(f, "submission", raw["subs"], Submission)
+    start = int(raw["entry_count"]) - len(page)
+    for i, e in enumerate(page):
+        f.parse(f"entry {start + i} does not parse", None, decode, Entry, e)
+    leased = bool(meta.holder) and meta.lease_until_ms > now
+
+    async def timers() -> list[dict[str, Any]]:
+        return [{"timer": m.split("|")[0], "member": m, "due_in_ms": int(score) - now}
+                async for m, score in redis.zscan_iter(sk.timers, match=f"*|{session_id}|*")]
+
+    letters, _ = await _dead_letters(store, f, 1000)
+    dead = [d for d in letters if d.get("session_id") == session_id]
+    quarantine = _quarantine(raw["poison"], f, sk.poison)
+    halted = bool(quarantine and quarantine["quarantined"])
+    served = _served(await _services(store, now, f))
+    # No level to check for a quarantined session, or one whose meta names no agent.
+    level = "" if halted or "agent" not in raw["meta"] else _level_reason(
+        meta.agent, meta.compat, served)
     tasks = []
-    for t in [*state.tasks.values(), *done_tasks.values()]:
+    for t in [*live_tasks.values(), *done_tasks.values()]:
         s = t.state
         why = ""
-        if not t.terminal:
+        if halted and not t.terminal:
+            why = "session quarantined: no Brain runs it"
+        elif not t.terminal:
             why = (meta.blocked.get(t.id) and f"blocked: {meta.blocked[t.id]}") or (
-                level and f"blocked: {level}") or _blocked(t, state.runs, meta.fence, leased)
+                level and f"blocked: {level}") or _blocked(t, live_runs, meta.fence, leased)
         tasks.append({
             "task_id": t.id, "kind": t.kind, "version": t.version, "state": s.name,
             "outcome": getattr(s, "outcome", None), "reason": getattr(s, "reason", None) or None,
@@ -151,29 +296,32 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     awaiting = [{"run_id": r.run_id, "task_id": r.intent.task_id, "tool": r.intent.tool,
                  "arguments": r.intent.arguments, "digest": r.intent.approval_digest,
                  "waiting_ms": now - r.intent.created_ms}
-                for r in sorted(state.runs.values(), key=lambda r: r.run_id)
+                for r in sorted(live_runs.values(), key=lambda r: r.run_id)
                 if r.status == "awaiting_approval"]
-    return {
-        "session_id": session_id, "epoch": await _epoch(store, sk.shard),
+    view = {
+        "session_id": session_id, "epoch": await _epoch(store, f, sk.shard),
         "agent": meta.agent, "compat": meta.compat,
+        "quarantine": quarantine,
         "blocked": {"level": level or None, "tasks": dict(meta.blocked)},
         "cancel_intents": list(meta.cancels), "awaiting_approval": awaiting,
         "wake_subject": meta.wake_subject, "shard": sk.shard,
         "lease": {"holder": meta.holder or None, "fence": meta.fence, "live": leased,
                   "remaining_ms": meta.lease_until_ms - now if leased else 0,
                   "dirty": meta.dirty},
-        "seq": meta.seq, "entries": state.entry_count, "groups": meta.groups,
-        "receipts": receipts, "last_receipt": last[0][0] if last else None,
+        "seq": meta.seq, "entries": int(raw["entry_count"]), "groups": meta.groups,
+        "receipts": int(raw["receipts"]), "last_receipt": last[0][0] if last else None,
         "submissions": [{"submission_id": s.id, "request_id": s.request_id, "status": s.status,
                          "answer": s.answer, "error": s.error}
-                        for s in state.submissions.values()],
+                        for s in submissions.values()],
         "tasks": tasks,
         "runs": [_run_row(r, now) for r in sorted(
             runs.values(), key=lambda r: (r.intent.created_ms, r.run_id))],
-        "timers": timers,
+        "timers": await f.read(f"timers key {sk.timers}", timers(), []),
         "dead_letters": dead,
-        "backlog": await _backlog(store, now),
+        "backlog": await _backlog(store, now, f),
     }
+    view["findings"] = list(f)
+    return view
 
 
 async def _subjects(bus: Bus | None, services: list[dict[str, Any]],
@@ -193,31 +341,46 @@ async def _subjects(bus: Bus | None, services: list[dict[str, Any]],
 
 async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
     """Services seen, sessions by state, outbox backlog per shard, JetStream subjects with
-    waiting messages (with ``bus``), dead letters."""
+    waiting messages (with ``bus``), dead letters. A key of the wrong type or a record that
+    does not parse is a line in ``findings`` (its session counted ``unreadable``)."""
+    f = Findings()
     now = now_ms()
-    services = await _services(store, now)
+    services = await _services(store, now, f)
     served = _served(services)
-    services.sort(key=lambda s: (s.get("role", ""), s.get("name", "")))
+    services.sort(key=lambda s: (str(s.get("role", "")), str(s.get("name", ""))))
     redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
-    ids, total = await _newest_sessions(store, CLUSTER_SESSIONS)
+    ids, total = await _newest_sessions(store, CLUSTER_SESSIONS, f)
     states: dict[str, int] = {}
     sessions = []
     async with redis.pipeline(transaction=False) as p:
         for sid in ids:
             sk = store.keys.session(sid)
-            p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks)
-        replies = await p.execute()
+            p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks).hgetall(sk.poison)
+        replies = await p.execute(raise_on_error=False)
     for i, sid in enumerate(ids):
-        meta_raw, subs, live = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
-        if not meta_raw:
+        sk = store.keys.session(sid)
+        before = len(f)
+        meta_raw = f.reply(f"meta key {sk.meta}", replies[4 * i], None)
+        subs = f.reply(f"submissions key {sk.subs}", replies[4 * i + 1], [])
+        live = f.reply(f"tasks key {sk.tasks}", replies[4 * i + 2], 0)
+        poison = _quarantine(f.reply(f"poison key {sk.poison}", replies[4 * i + 3], {}), f,
+                             sk.poison)
+        if meta_raw == {}:  # indexed, but gone (expired or deleted)
             continue
-        meta = parse_meta(sid, meta_raw)
-        statuses = [loads(s)["status"] for s in subs]
+        meta = (lenient_meta(sid, meta_raw, f, f"meta key {sk.meta}") if meta_raw
+                else lenient_meta(sid, {}, Findings()))  # unreadable: found above
+        statuses = [f.parse(f"submission in {sk.subs} does not parse", "", _status, s)
+                    for s in subs]
+        halted = bool(poison and poison["quarantined"])
         blocked = ""
-        if live:
+        if live and not halted and meta_raw and "agent" in meta_raw:
             level = _level_reason(meta.agent, meta.compat, served)
             blocked = level or "; ".join(f"task {k}: {v}" for k, v in meta.blocked.items())
-        if blocked:
+        if halted:
+            state = "quarantined"
+        elif len(f) > before:
+            state = "unreadable"
+        elif blocked:
             state = "blocked"
         elif meta.holder and meta.lease_until_ms > now:
             state = "leased"
@@ -231,31 +394,39 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
         sessions.append({"session_id": sid, "state": state, "fence": meta.fence,
                          "holder": meta.holder or None, "seq": meta.seq,
                          "agent": meta.agent, "compat": meta.compat,
-                         "blocked": blocked or None})
-    dead = await dead_letters(store.redis, store.keys, 20)
-    return {
-        "namespace": store.keys.ns, "epoch": await _epoch(store),
+                         "blocked": blocked or None,
+                         "quarantine": poison["reason"] if state == "quarantined" and poison
+                         else None})
+    dead, dead_count = await _dead_letters(store, f, 20)
+    view = {
+        "namespace": store.keys.ns, "epoch": await _epoch(store, f),
         "replica_acks": store.scripts.min_replicas,
         "services": services, "sessions_total": total,
         "sessions_by_state": states, "sessions": sessions[:20],
         "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
-        "backlog": await _backlog(store, now),
+        "quarantined_sessions": [s for s in sessions if s["state"] == "quarantined"][:50],
+        "backlog": await _backlog(store, now, f),
         "subjects": await _subjects(bus, services, served),
-        "dead_letters": {"count": await dead_letter_count(store.redis, store.keys),
-                         "newest": dead},
+        "dead_letters": {"count": dead_count, "newest": dead},
     }
+    view["findings"] = list(f)
+    return view
 
 
-async def _newest_sessions(store: Store, count: int) -> tuple[list[str], int]:
+async def _newest_sessions(store: Store, count: int, f: Findings) -> tuple[list[str], int]:
     """The ``count`` newest session ids over every shard's index, and how many there are."""
     redis: Any = store.redis
+    keys = store.keys.every("sessions")
     async with redis.pipeline(transaction=False) as p:
-        for key in store.keys.every("sessions"):
+        for key in keys:
             p.zrevrange(key, 0, count - 1, withscores=True).zcard(key)
-        replies = await p.execute()
-    newest = sorted((pair for reply in replies[0::2] for pair in reply),
-                    key=lambda pair: pair[1], reverse=True)
-    return [str(sid) for sid, _ in newest[:count]], sum(int(n) for n in replies[1::2])
+        replies = await p.execute(raise_on_error=False)
+    pairs = [pair for i, key in enumerate(keys)
+             for pair in f.reply(f"sessions index {key}", replies[2 * i], [])]
+    total = sum(int(f.reply(f"sessions index {key}", replies[2 * i + 1], 0))
+                for i, key in enumerate(keys))
+    newest: list[Any] = sorted(pairs, key=lambda pair: pair[1], reverse=True)
+    return [str(sid) for sid, _ in newest[:count]], total
 
 
 # ---------------------------------------------------------------------- rendering
@@ -278,7 +449,7 @@ def _backlog_table(backlog: list[dict[str, Any]], mine: int | None = None) -> Ta
     shown = [b for b in backlog if b["rows"] or b["shard"] == mine]
     for b in shown:
         t.add_row(f"{b['shard']}{' (this session)' if b['shard'] == mine else ''}",
-                  str(b["rows"]), _ms(b["oldest_age_ms"]))
+                  "?" if b["rows"] is None else str(b["rows"]), _ms(b["oldest_age_ms"]))
     if len(shown) < len(backlog):
         t.add_row(f"{len(backlog) - len(shown)} other shard(s)", "0", "-")
     return t
@@ -290,6 +461,8 @@ def _epoch_lines(e: dict[str, Any]) -> list[str]:
                if e["created_ms"] else "-")
     if e["state"] == "new":
         return ["store epoch: none yet (no Baton process has used this store)"]
+    if e["state"] == "unreadable":
+        return ["[red]STORE EPOCH UNREADABLE[/red] (see the findings below)"]
     lines = [f"store epoch: {e['id']}  created {created}  ({e['shards']} shards)"]
     lost = "Redis restarted empty or failed over without the data; sessions before it are gone"
     if e["missing_shards"]:
@@ -308,40 +481,45 @@ def _epoch_lines(e: dict[str, Any]) -> list[str]:
 
 def render_session(v: dict[str, Any], console: Console) -> None:
     lease = v["lease"]
-    holder = (f"[bold]{lease['holder']}[/bold] (live, {_ms(lease['remaining_ms'])} left)"
-              if lease["live"] else f"none (last: {lease['holder'] or '-'}, released/expired)")
-    console.print(f"session [bold]{v['session_id']}[/bold]  agent {v['agent']} compat "
+    holder = (f"[bold]{_e(lease['holder'])}[/bold] (live, {_ms(lease['remaining_ms'])} left)"
+              if lease["live"] else f"none (last: {_e(lease['holder'] or '-')}, "
+              "released/expired)")
+    console.print(f"session [bold]{_e(v['session_id'])}[/bold]  agent {_e(v['agent'])} compat "
                   f"{v['compat']}  shard {v['shard']}")
     for line in _epoch_lines(v["epoch"]):
+        console.print(line)
+    for line in _quarantine_lines(v.get("quarantine")):
         console.print(line)
     console.print(f"lease holder: {holder}  fence {lease['fence']}  dirty {lease['dirty']}  "
                   f"seq {v['seq']}  entries {v['entries']}  receipts {v['receipts']}")
     if v["blocked"]["level"]:
-        console.print(f"[red]BLOCKED[/red]: {v['blocked']['level']}")
+        console.print(f"[red]BLOCKED[/red]: {_e(v['blocked']['level'])}")
     for tid, why in v["blocked"]["tasks"].items():
-        console.print(f"[red]BLOCKED[/red] task {tid}: {why}")
+        console.print(f"[red]BLOCKED[/red] task {_e(tid)}: {_e(why)}")
     if v["cancel_intents"]:
-        console.print(f"cancel requested, not yet carried out: {', '.join(v['cancel_intents'])}")
+        console.print("cancel requested, not yet carried out: "
+                      + _e(", ".join(v["cancel_intents"])))
     subs = _table("Submissions", ("submission", "request", "status", "answer / error"))
     for s in v["submissions"]:
-        subs.add_row(s["submission_id"], s["request_id"], s["status"],
-                     (s["answer"] or s["error"] or "")[:80])
+        subs.add_row(_e(s["submission_id"]), _e(s["request_id"]), s["status"],
+                     _e((s["answer"] or s["error"] or "")[:80]))
     console.print(subs)
     tasks = _table("Tasks", ("task", "kind", "state", "phase", "crashes", "waits",
                              "blocked / outcome"))
     for t in v["tasks"]:
         state = t["state"] + (f" {t['outcome']}" if t["outcome"] else "")
-        tasks.add_row(t["task_id"], f"{t['kind']} v{t['version']}", state, t["phase"],
-                      str(t["crashes"]), str(len(t["waits"])) if t["waits"] else "-",
-                      t["blocked"] or t["reason"] or "")
+        tasks.add_row(_e(t["task_id"]), _e(f"{t['kind']} v{t['version']}"), state,
+                      _e(t["phase"]), str(t["crashes"]),
+                      str(len(t["waits"])) if t["waits"] else "-",
+                      _e(t["blocked"] or t["reason"] or ""))
     console.print(tasks)
     runs = _table("Tool runs", ("run", "tool", "status", "accepted", "completed", "applied",
                                 "attempt", "worker", "heartbeat", "recovery"))
     for r in v["runs"]:
         m = r["marks"]
-        runs.add_row(r["run_id"], f"{r['tool']} ({r['replay']})", r["status"],
+        runs.add_row(_e(r["run_id"]), _e(f"{r['tool']} ({r['replay']})"), r["status"],
                      *("✓" if m[k] else "·" for k in ("accepted", "completed", "applied")),
-                     f"{r['attempt']} ({len(r['attempts'])} ended)", r["worker"] or "-",
+                     f"{r['attempt']} ({len(r['attempts'])} ended)", _e(r["worker"] or "-"),
                      _ms(r["heartbeat_age_ms"]) + (" ago" if r["heartbeat_age_ms"] else ""),
                      r["recovery"] or "-")
     console.print(runs)
@@ -349,23 +527,25 @@ def render_session(v: dict[str, Any], console: Console) -> None:
         gated = _table("Awaiting approval (baton approve RUN --session S --args-digest D)",
                        ("run", "tool", "arguments", "digest", "waiting"))
         for a in v["awaiting_approval"]:
-            gated.add_row(a["run_id"], a["tool"], dumps(a["arguments"])[:200], a["digest"],
+            gated.add_row(_e(a["run_id"]), _e(a["tool"]), _e(dumps(a["arguments"])[:200]),
+                          a["digest"],
                           _ms(a["waiting_ms"]))
         console.print(gated)
     if v["timers"]:
-        console.print("timers: " + ", ".join(f"{t['timer']} due in {_ms(t['due_in_ms'])}"
+        console.print("timers: " + ", ".join(f"{_e(t['timer'])} due in {_ms(t['due_in_ms'])}"
                                              for t in v["timers"]))
     console.print(f"dead letters about this session: {len(v['dead_letters']) or 'none'}")
     for d in v["dead_letters"]:
-        console.print(f"  {d['id']} {d.get('source')}: {d.get('reason')}")
+        console.print(f"  {d['id']} {_e(d.get('source'))}: {_e(d.get('reason'))}")
     console.print(_backlog_table(v["backlog"], v["shard"]))
+    _render_findings(v.get("findings", []), console)
 
 
 def _render_subjects(subjects: dict[str, Any] | None, console: Console) -> None:
     if not subjects:
         return
     if subjects["error"]:
-        console.print(f"JetStream subjects: unknown ({subjects['error']})")
+        console.print(f"JetStream subjects: unknown ({_e(subjects['error'])})")
         return
     t = _table("Messages waiting in JetStream", ("subject", "messages", "oldest", "consumer",
                                                  "served"))
@@ -392,25 +572,61 @@ def render_cluster(v: dict[str, Any], console: Console) -> None:
     services = _table(f"Services seen (namespace {v['namespace']})",
                       ("role", "name", "pid", "last seen", "in flight", "state", "serves"))
     for s in v["services"]:
-        services.add_row(s.get("role", "?"), s.get("name", "?"), str(s.get("pid", "")),
+        services.add_row(_e(s.get("role", "?")), _e(s.get("name", "?")),
+                         _e(s.get("pid", "")),
                          _ms(s["seen_age_ms"]) + " ago", str(s.get("inflight", 0)),
                          "alive" if s["alive"] else "[red]silent[/red]",
-                         ", ".join(f"{a}@{c}" for a, c in s.get("serves", ())) or "-")
+                         _e(", ".join(f"{a}@{c}" for a, c in s.get("serves", ())) or "-"))
     console.print(services)
     states = ", ".join(f"{k} {n}" for k, n in sorted(v["sessions_by_state"].items()))
     console.print(f"sessions: {v['sessions_total']} ({states or 'none'})")
     recent = _table("Newest sessions", ("session", "state", "fence", "holder", "seq"))
     for s in v["sessions"]:
-        recent.add_row(s["session_id"], s["state"], str(s["fence"]), s["holder"] or "-",
+        state = f"[red]{s['state']}[/red]" if s["state"] in ("quarantined", "unreadable") \
+            else s["state"]
+        recent.add_row(_e(s["session_id"]), state, str(s["fence"]), _e(s["holder"] or "-"),
                        str(s["seq"]))
     console.print(recent)
     for b in v["blocked_sessions"]:
-        console.print(f"[red]BLOCKED[/red] session {b['session_id']} ({b['agent']} compat "
-                      f"{b['compat']}): {b['blocked']}")
+        console.print(f"[red]BLOCKED[/red] session {_e(b['session_id'])} ({_e(b['agent'])} "
+                      f"compat {b['compat']}): {_e(b['blocked'])}")
+    for q in v.get("quarantined_sessions", ()):
+        console.print(f"[red]QUARANTINED[/red] session {_e(q['session_id'])}: "
+                      f"{_e(q['quarantine'])}")
     console.print(_backlog_table(v["backlog"]))
     _render_subjects(v.get("subjects"), console)
     dead = v["dead_letters"]
     console.print(f"dead letters: {dead['count']}")
     for d in dead["newest"][:10]:
-        console.print(f"  {d['id']} {d.get('source')}: {d.get('reason')} "
-                      f"(session {d.get('session_id', '-')})")
+        console.print(f"  {d['id']} {_e(d.get('source'))}: {_e(d.get('reason'))} "
+                      f"(session {_e(d.get('session_id', '-'))})")
+    _render_findings(v.get("findings", []), console)
+
+
+def _render_findings(findings: list[str], console: Console) -> None:
+    """What could not be read or decoded (a key of the wrong type, JSON that does not
+    parse): shown, never a traceback."""
+    if findings:
+        console.print(f"[red]FINDINGS[/red]: {len(findings)} part(s) of the store could not "
+                      "be read or decoded")
+    for line in findings:
+        console.print(f"  [red]![/red] {_e(line)}")
+
+
+def _quarantine_lines(q: dict[str, Any] | None) -> list[str]:
+    """The session's quarantine (red), or its failures to process so far."""
+    if not q:
+        return []
+    if q["quarantined"]:
+        when = (datetime.fromtimestamp(q["quarantined_ms"] / 1000, UTC).strftime(
+            "%Y-%m-%d %H:%M:%S UTC") if q["quarantined_ms"] else "-")
+        return [f"[red]QUARANTINED[/red] after {q['tries']} tries ({when}): {_e(q['reason'])}"
+                " - its wakes are acknowledged and its timers dropped; waiting clients get "
+                "QuarantinedError"]
+    return [f"[yellow]FAILING[/yellow]: {q['tries']} failed attempt(s) to process it, last: "
+            f"{_e(q['reason'])}"]
+
+
+def _e(value: Any) -> str:
+    """Stored text shown as it is (never read as console markup)."""
+    return escape(str(value))

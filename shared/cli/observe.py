@@ -55,13 +55,22 @@ def _settings() -> Settings:
 
 
 async def _live_receipts(settings: Settings, session_id: str, task_id: str | None,
-                         run_id: str | None) -> list[Receipt]:
+                         run_id: str | None) -> tuple[list[Receipt], dict[str, Any] | None]:
+    """The session's receipts, and its quarantine record when it is quarantined."""
+    from baton.store.quarantine import quarantine_of
+
     store = await Store.connect(settings)
     try:
-        if not await store.redis.exists(store.keys.session(session_id).meta):
+        sk = store.keys.session(session_id)
+        if not await store.redis.exists(sk.meta, sk.receipts):
             raise not_found(f"session {session_id}", namespace=settings.namespace,
                             session_id=session_id)
-        return await store.receipts_for(session_id, task_id=task_id, run_id=run_id)
+        record = await quarantine_of(store, session_id)
+        quarantine = None if record is None else {
+            "tries": record.get("tries"), "reason": record.get("quarantine_reason", ""),
+            "quarantined_ms": record.get("quarantined")}
+        return (await store.receipts_for(session_id, task_id=task_id, run_id=run_id),
+                quarantine)
     finally:
         await store.close()
 
@@ -80,9 +89,11 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
                   run_id: str | None, receipts_file: Path | None) -> None:
     """The handoff timeline of SESSION_ID from its receipts: who did what, with which fence."""
     saved = receipts_file or saved_receipts_path(session_id)
+    quarantine: dict[str, Any] | None = None
     if receipts_file is None:
         try:
-            receipts = _run(_live_receipts(_settings(), session_id, task_id, run_id))
+            receipts, quarantine = _run(_live_receipts(_settings(), session_id, task_id,
+                                                       run_id))
         except click.ClickException as exc:
             if not saved.exists():
                 raise
@@ -91,7 +102,7 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
     if receipts_file is not None:
         _, receipts = load_receipts(receipts_file)
         receipts = receipts_about(receipts, task_id=task_id, run_id=run_id)
-    trace = build_trace(session_id, receipts)
+    trace = build_trace(session_id, receipts, quarantine)
     if html_file is not None:
         html_file.write_text(render_html(trace))
         click.echo(f"wrote {html_file}", err=True)

@@ -233,6 +233,9 @@ class Trace:
     runs: list[RunHops]
     publishes: list[Publish] = field(default_factory=list)
     model_attempts: list[ModelAttempt] = field(default_factory=list)
+    # The session's quarantine (tries, reason, quarantined_ms) when its state could not be
+    # processed; no receipt records it (nothing is committed to a session that is poison).
+    quarantine: dict[str, Any] | None = None
 
     @property
     def duration_ms(self) -> int:
@@ -274,6 +277,7 @@ class Trace:
             "relays": self.relays,
             "takeovers": [e.index for e in self.flagged("takeover")],
             "refused": [e.index for e in self.flagged("refused")],
+            "quarantine": self.quarantine,
         }
 
 
@@ -685,12 +689,24 @@ def _short(run_id: str) -> str:
     return f"run {parts[-2]}-{parts[-1]}" if len(parts) == 3 else f"run {run_id}"
 
 
-def build_trace(session_id: str, receipts: list[Receipt]) -> Trace:
-    """The timeline of ``receipts`` (in stream order, as ``Store.receipts`` returns them)."""
+def build_trace(session_id: str, receipts: list[Receipt],
+                quarantine: dict[str, Any] | None = None) -> Trace:
+    """The timeline of ``receipts`` (in stream order, as ``Store.receipts`` returns them);
+    ``quarantine``: the session's poison record when it is quarantined."""
     timeline = Timeline(session_id)
     for r in receipts:
         timeline.add(r)
-    return timeline.trace()
+    trace = timeline.trace()
+    trace.quarantine = quarantine
+    return trace
+
+
+def quarantine_line(q: dict[str, Any] | None) -> str:
+    """One line saying the session is quarantined and why (empty when it is not)."""
+    if not q:
+        return ""
+    return (f"QUARANTINED after {q.get('tries', '?')} tries: {q.get('reason', '')} (its state "
+            "could not be processed; no Brain runs it, waiting clients get QuarantinedError)")
 
 
 # ---------------------------------------------------------------------- text
@@ -702,13 +718,17 @@ def _secs(ms: int) -> str:
 
 def render_text(trace: Trace, *, width: int = 28) -> str:
     """Plain text: the lanes, one line per receipt, then hops, takeovers and refusals."""
+    quarantined = quarantine_line(trace.quarantine)
     if not trace.events:
-        return f"session {trace.session_id}: no receipts\n"
+        return f"session {trace.session_id}: no receipts\n" + (
+            f"{quarantined}\n" if quarantined else "")
     lanes = {lane.id: lane for lane in trace.lanes}
     out = [f"session {trace.session_id}: {len(trace.events)} receipts, {len(trace.lanes)} "
            f"processes, {trace.duration_ms / 1000:.3f}s",
            "fences: s:N = session lease fence (Brain), a:N = tool-run attempt fence (Hands)",
            "processes:"]
+    if quarantined:
+        out.insert(1, quarantined)
     carried = trace.relays
     for lane in trace.lanes:
         if lane.role == "relay":

@@ -13,6 +13,11 @@ before any of it is emitted and the position advances only after, so when Redis 
 connection the watcher reconnects and re-reads from the same id: nothing lost, nothing twice.
 ``--from ID`` resumes explicitly after a receipt id another watch printed.
 
+A session that is quarantined shows it (in the snapshot, or as a ``quarantined`` item when
+it happens while watching; ``--until-settled`` then ends). The store's epoch is read at the
+start and checked while idle: a Redis that restarted empty stops the watch with
+:class:`~baton.errors.StoreEpochError` instead of an endless silent wait.
+
 Read-only: no lease, no write, no consumer group.
 """
 
@@ -21,26 +26,30 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from baton.cli.findings import Findings, lenient_meta
 from baton.cli.trace import Timeline
 from baton.errors import RedisUnavailable, not_found
-from baton.models import Entry, Submission, Task, decode, dumps, loads
+from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
 from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
+from baton.store.epoch import StoreEpoch
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import connect_redis
-from baton.store.state import parse_meta, parse_receipt, parse_runs
+from baton.store.state import parse_receipt, parse_runs
 from baton.store.store import Store, now_ms
 
 __all__ = ["Watch", "emitter", "render_change"]
 
 Emit = Callable[[dict[str, Any]], None]
+M = TypeVar("M", bound=BaseModel)
 _BATCH = 100
 _RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 _GIVE_UP_S = 60.0  # Redis unreachable this long in a row: give up with RedisUnavailable
@@ -74,6 +83,8 @@ class Watch:
         self.first_give_up_s = first_give_up_s
         self._reached = False  # Redis answered once: from then on, retry for _GIVE_UP_S
         self._draining = False  # settled: read what is left without waiting, then stop
+        self._quarantine_shown = False
+        self.epoch: StoreEpoch | None = None
         self.timeline = Timeline(session_id)
         # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes. The one
         # connect path reads a cluster URL as well as a single server's.
@@ -119,6 +130,10 @@ class Watch:
     # ------------------------------------------------------------------ start
 
     async def _start(self) -> bool:
+        survey = await StoreEpoch.survey(self.redis, self.store.keys)
+        if survey.state == "ok":  # checked again while idle: a lost store stops the watch
+            self.epoch = StoreEpoch(self.redis, self.store.keys)
+            self.epoch.id = survey.id
         if self.after is not None:
             # A resume: replay the receipts up to the id silently, to know the entry count
             # and give the timeline its context (hops), then follow from there.
@@ -133,23 +148,34 @@ class Watch:
         async with self.redis.pipeline(transaction=True) as p:
             p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
             p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
-            p.xrange(sk.receipts, "-", "+")
-            meta, tasks, done, subs, runs, runs_done, count, entries, receipts = await p.execute()
-        if not meta:
+            p.xrange(sk.receipts, "-", "+").hgetall(sk.poison)
+            replies = await p.execute(raise_on_error=False)
+        # A session too corrupt to run is still shown: what cannot be read or decoded is
+        # a finding in the snapshot (and its quarantine, when it is quarantined).
+        f = Findings()
+        names = ("meta", "tasks", "done", "submissions", "runs", "runs_done", "entries",
+                 "entries", "receipts", "poison")
+        defaults: tuple[Any, ...] = ({}, {}, {}, {}, {}, {}, 0, [], [], {})
+        meta, tasks, done, subs, runs, runs_done, count, entries, receipts, poison = (
+            f.reply(f"{name} key", reply, default)
+            for name, reply, default in zip(names, replies, defaults, strict=True))
+        if not meta and not receipts:
             raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
                             session_id=self.session_id)
         self._prime(receipts)
         self.entry_count = int(count)  # the same MULTI: exactly the entries of those receipts
-        m = parse_meta(self.session_id, meta)
+        m = lenient_meta(self.session_id, meta, f, "meta key")
         now = now_ms()
-        all_runs = {**parse_runs(runs_done), **parse_runs(runs)}
+        all_runs: dict[str, ToolRun] = {**f.parse("runs_done key", {}, parse_runs, runs_done),
+                                        **f.parse("runs key", {}, parse_runs, runs)}
+        first = int(count) - len(entries)
         snapshot = {
             "type": "snapshot", "session_id": self.session_id, "last_id": self.last_id,
             "receipts": len(receipts), "seq": m.seq,
             "lease": {"holder": m.holder or None, "fence": m.fence,
                       "live": bool(m.holder) and m.lease_until_ms > now},
-            "submissions": [_sub(decode(Submission, s)) for s in subs.values()],
-            "tasks": [_task(decode(Task, t)) for t in [*tasks.values(), *done.values()]],
+            "submissions": [_sub(x) for x in _each(f, "submission", subs, Submission)],
+            "tasks": [_task(x) for x in _each(f, "task", {**tasks, **done}, Task)],
             "runs": [{"run_id": r.run_id, "tool": r.intent.tool, "attempt": r.attempt,
                       "worker": r.worker,
                       "marks": [k for k, v in (("accepted", r.accepted_ms),
@@ -157,10 +183,15 @@ class Watch:
                                                ("applied", r.applied_ms)) if v]}
                      for r in sorted(all_runs.values(), key=lambda r: r.run_id)],
             "entries": int(count),
-            "last_entries": [_entry(int(count) - len(entries) + i, decode(Entry, e))
-                             for i, e in enumerate(entries)],
+            "last_entries": [_entry(first + i, x) for i, x in enumerate(_each(
+                f, "entry", {str(first + i): e for i, e in enumerate(entries)}, Entry))],
+            "quarantine": _quarantined(poison),
+            "findings": list(f),
         }
         self.emit(snapshot)
+        if snapshot["quarantine"]:
+            self._quarantine_shown = True
+            return self.until_settled  # it will never settle
         return self.until_settled and _all_settled(list(subs.values()))
 
     def _prime(self, receipts: list[tuple[str, dict[str, str]]]) -> None:
@@ -185,6 +216,10 @@ class Watch:
         if not items:
             if self._draining:
                 return True
+            if self.epoch is not None:  # Redis restarted empty: StoreEpochError, not silence
+                await self.epoch.verify()
+            if await self._quarantine_now():  # no receipt records it: looked for when idle
+                return self.until_settled
             self._draining = self.until_settled and await self._settled()
             return False
         for sid, f in items:
@@ -238,10 +273,43 @@ class Watch:
     async def _settled(self) -> bool:
         return _all_settled(await self.redis.hvals(self.sk.subs))
 
+    async def _quarantine_now(self) -> bool:
+        """Emit the session's quarantine once, when it has been quarantined since."""
+        if self._quarantine_shown:
+            return False
+        q = _quarantined(await self.redis.hgetall(self.sk.poison))
+        if q is None:
+            return False
+        self._quarantine_shown = True
+        self.emit({"type": "quarantined", "session_id": self.session_id, **q})
+        return True
+
+
+def _quarantined(record: dict[str, str]) -> dict[str, Any] | None:
+    """The quarantine in a poison record (tries, reason, when), None when not quarantined."""
+    if not record or "quarantined" not in record:
+        return None
+    return {"tries": record.get("tries"), "reason": record.get("quarantine_reason", ""),
+            "quarantined_ms": record.get("quarantined")}
+
+
+def _each(f: Findings, what: str, raw: dict[str, str], model: type[M]) -> list[M]:
+    """Each record decoded; one that does not parse is a finding."""
+    out = []
+    for k, v in raw.items():
+        item = f.parse(f"{what} {k} does not parse", None, decode, model, v)
+        if item is not None:
+            out.append(item)
+    return out
+
 
 def _all_settled(subs: list[str]) -> bool:
-    return bool(subs) and all(
-        loads(s)["status"] in ("completed", "failed", "cancelled") for s in subs)
+    def settled(raw: str) -> bool:
+        try:
+            return loads(raw)["status"] in ("completed", "failed", "cancelled")
+        except Exception:  # undecodable: shown as a finding
+            return False
+    return bool(subs) and all(settled(s) for s in subs)
 
 
 def _sub(s: Submission) -> dict[str, Any]:
@@ -282,7 +350,12 @@ def render_change(ev: dict[str, Any]) -> str:
                   for r in ev["runs"]]
         lines += [f"   entry {e['index']} {e['kind']}: {_clip(e['text'])}"
                   for e in ev["last_entries"]]
+        lines += [f"   ! {line}" for line in ev.get("findings", ())]
+        if ev.get("quarantine"):
+            lines.append(_quarantine_text(ev["quarantine"]))
         return "\n".join([*lines, "== live changes:"])
+    if kind == "quarantined":
+        return _quarantine_text(ev)
     if kind == "receipt":
         return (f"[{ev['id']}] +{ev['t_ms'] / 1000:.3f}s {ev['worker']} {ev['fence']} "
                 f"{ev['kind']}: {ev['text']}")
@@ -304,6 +377,11 @@ def render_change(ev: dict[str, Any]) -> str:
     if kind == "resume":
         return f"== resuming after receipt {ev['after']}"
     return dumps(ev)
+
+
+def _quarantine_text(q: dict[str, Any]) -> str:
+    return (f"!! QUARANTINED after {q.get('tries') or '?'} tries: {q.get('reason', '')} (its "
+            "state could not be processed; no Brain runs it)")
 
 
 def _clip(text: str, n: int = 100) -> str:

@@ -76,6 +76,16 @@ def _print_stack(info: dict[str, Any]) -> None:
     if info.get("model"):
         console.print(f"  {'model':<10} {info['model']} (every agent)")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
+    if not info.get("durable", True):
+        console.print(f"[yellow]warning:[/yellow] {NOT_DURABLE}")
+
+
+#: What ``baton dev`` without ``--durable`` says about its data.
+NOT_DURABLE = (
+    "not durable: Redis keeps its data in memory only, so a Redis restart (a crash, a kill, "
+    "a reboot) loses every session. The loss is detected, not hidden: clients and workers "
+    "then stop with a store epoch error. Use `baton dev --durable` to keep sessions across "
+    "restarts.")
 
 
 def _first_submit(app_spec: str) -> str:
@@ -171,7 +181,8 @@ def _up_options(f: Any) -> Any:
                      type=click.IntRange(0, 60_000),
                      help="hold each new mail this long before the mail service answers"),
         click.option("--durable", is_flag=True,
-                     help="AOF fsync always, JetStream sync always; keep data"),
+                     help="AOF fsync always, JetStream sync always; keep data (without it a "
+                          "Redis restart loses every session)"),
         click.option("--cluster", is_flag=True,
                      help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),

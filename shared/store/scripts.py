@@ -176,10 +176,9 @@ class ScriptRunner:
         return from_redis_error(exc, session_id=sk.session_id, run_id=run_id, role=self.role,
                                 namespace=self.namespace)
 
-    def check_size(self, payload: str | list[str], what: str) -> None:
-        """``PayloadTooLarge`` when ``payload`` is over ``max_payload_bytes``."""
+    def check_size(self, payload: str | list[str], what: str, times: int = 1) -> None:
+        """``PayloadTooLarge`` when ``payload`` is over ``times`` x ``max_payload_bytes``."""
         size = len(payload) if isinstance(payload, str) else sum(map(len, payload))
-        if size > self.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"{what} is {size} bytes, over the {self.max_payload_bytes} limit", size=size
-            )
+        limit = self.max_payload_bytes * times
+        if size > limit:
+            raise PayloadTooLarge(f"{what} is {size} bytes, over the {limit} limit", size=size)

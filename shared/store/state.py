@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
+from baton.errors import CorruptStateError, ValidationError
 from baton.models import (
     Document,
     Entry,
@@ -71,8 +72,11 @@ class Entries(Sequence[Entry]):
     conversation; the model request that does pays for exactly what it reads.
     """
 
-    def __init__(self, raw: Iterable[str | Entry] = ()) -> None:
+    def __init__(self, raw: Iterable[str | Entry] = (), *, session_id: str = "",
+                 start: int = 0) -> None:
         self._items: list[str | Entry] = list(raw)
+        self._session_id = session_id  # named in the error when an entry does not parse
+        self._start = start  # the index of the first item in the session's entries
 
     def __len__(self) -> int:
         return len(self._items)
@@ -87,8 +91,18 @@ class Entries(Sequence[Entry]):
             return [self[i] for i in range(*index.indices(len(self._items)))]
         item = self._items[index]
         if isinstance(item, str):
-            item = self._items[index] = decode(Entry, item)
+            try:
+                item = self._items[index] = decode(Entry, item)
+            except ValidationError as exc:  # stored state, not input: the session is poison
+                at = self._start + (index if index >= 0 else len(self._items) + index)
+                raise CorruptStateError(
+                    self._session_id, f"entry {at} does not parse: {exc}") from None
         return item
+
+    def decode_all(self) -> None:
+        """Decode every entry now (CorruptStateError when one does not parse)."""
+        for i in range(len(self._items)):
+            self[i]
 
     def extend(self, entries: Iterable[Entry]) -> None:
         self._items.extend(entries)

@@ -62,6 +62,9 @@ from baton.store.state import (
 )
 from baton.store.writes import Writes
 
+#: A Brain commit's bound, in multiples of ``max_payload_bytes`` (see :meth:`Store.commit`).
+COMMIT_PAYLOAD_FACTOR = 2
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -306,7 +309,7 @@ class Store:
             submissions={k: decode(Submission, v) for k, v in subs.items()},
             runs=parse_runs(runs),
             entry_count=int(count),
-            entries=Entries(entries),
+            entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
         )
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
@@ -321,7 +324,10 @@ class Store:
         """Apply a write-set atomically under the fence; returns (seq, entry count)."""
         sk = self.keys.session(session_id)
         args = writes.to_script()
-        self.scripts.check_size(args, "commit")
+        # A commit may carry a record that embeds an input accepted up to the limit (the
+        # submission, rewritten as it runs and settles) beside the Brain's own output of
+        # the same bound: twice the input limit, so a submission at the limit completes.
+        self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
         seq, count = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
@@ -378,6 +384,7 @@ class Store:
 
 
 __all__ = [
-    "BatonError", "Claim", "Lease", "Partial", "SessionState", "Store", "connect_redis", "now_ms",
+    "COMMIT_PAYLOAD_FACTOR", "BatonError", "Claim", "Lease", "Partial", "SessionState", "Store",
+    "connect_redis", "now_ms",
     "receipts_about",
 ]
