@@ -49,12 +49,14 @@ def _turn(messages: list[ModelMessage]) -> tuple[str, list[ToolReturnPart], dict
 
 
 def _fate(content: Any) -> str:
-    if isinstance(content, dict) and "outcome" in content:  # the result's facts, not its output
-        if content["outcome"] == "ok":
-            return "confirmed after recovery" if content.get("recovery") == "confirmed" else "sent"
-        return "interrupted" if content["outcome"] == "interrupted" else \
-            f"failed ({content.get('error_code') or content['outcome']})"
-    return "sent"
+    """A recipient's outcome from a tool result's facts."""
+    if not isinstance(content, dict):
+        return "failed"
+    if content.get("outcome") == "ok":
+        return "confirmed after recovery" if content.get("recovery") == "confirmed" else "sent"
+    if content.get("outcome") == "interrupted":
+        return "interrupted"
+    return f"failed ({content.get('error_code') or content.get('outcome')})"
 
 
 def _answer(messages: list[ModelMessage]) -> list[ToolCallPart] | str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
+from baton.app import App
 from baton.pydantic_ai import ToolOptions, durable_app
 
 
@@ -48,7 +50,7 @@ def quote_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     found = {r.tool_call_id: r.content for r in returns}
     assert isinstance(found["p2"], dict) and found["p2"]["error_code"] == "retry", found
     return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name,
-                                             {"item": "lamp", "total": found["p1"]})])
+                                             {"item": "lamp", "total": found["p1"]["output"]})])
 
 
 quotes = Agent(FunctionModel(quote_model), name="quotes", deps_type=Deps, output_type=Quote,
@@ -94,3 +96,21 @@ async def gated_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIt
 
 storyteller = Agent(FunctionModel(stream_function=gated_stream), name="storyteller")
 story_app = durable_app(storyteller)
+
+
+def openai_notices_app() -> App:
+    """The five-notice agent on PydanticAI's OpenAI model, pointed at tests.model_server
+    through the environment the crash stack passes (``BATON_OPENAI_BASE_URL`` / ``_API_KEY``).
+    """
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from baton.examples.pydantic_notices import confirm_send, send_email
+
+    model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(
+        base_url=os.environ.get("BATON_OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        api_key=os.environ.get("BATON_OPENAI_API_KEY", "unset")))
+    agent = Agent(model, name="notices", tools=[send_email],
+                  instructions="Send the approved notice to each recipient, then summarise.")
+    return durable_app(agent, tools={"send_email": ToolOptions(replay="confirm",
+                                                               confirm=confirm_send)})

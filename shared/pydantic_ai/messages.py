@@ -3,7 +3,7 @@
     user          -> ModelRequest(UserPromptPart)
     system        -> ModelRequest(SystemPromptPart)
     model         -> ModelResponse(TextPart, ToolCallPart ...)
-    tool_result   -> ModelRequest(ToolReturnPart) with the run's output (or its error facts)
+    tool_result   -> ModelRequest(ToolReturnPart) with the result's facts (outcome, output ...)
     interrupted   -> ModelResponse(TextPart) + ModelRequest(UserPromptPart(INTERRUPTED_NOTE))
 
 Consecutive request-side entries become one ``ModelRequest`` whose tool returns come first:
@@ -36,16 +36,13 @@ __all__ = ["to_messages", "tool_return_content"]
 
 
 def tool_return_content(text: str) -> Any:
-    """What the model is shown of a tool result: the output of a run that succeeded, else
-    the result's facts (outcome, recovery, error code and error)."""
+    """What the model is shown of a tool result: the result's facts (outcome, recovery,
+    output, error code and error), as Baton's own model clients show them, so a model
+    learns that a mail was confirmed after a crash rather than sent."""
     try:
-        result = orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
-    if isinstance(result, dict) and result.get("outcome") == "ok" \
-            and result.get("recovery") in (None, "none"):
-        return result.get("output")
-    return result
 
 
 def to_messages(entries: Sequence[Entry]) -> list[ModelMessage]:
