@@ -42,9 +42,11 @@ def durable_app(
     if model is None:
         raise ConfigError(f"PydanticAI agent {agent_name} has no model")
     if not isinstance(model, Model):
-        from pydantic_ai.models import infer_model
+        # A model named by a string is built in the Brain, where its provider's key is; a
+        # tool's RunContext.model in Hands is then a stand-in (Hands never call the model).
+        from pydantic_ai.models.test import TestModel
 
-        model = infer_model(model)  # the provider's client: keys are read when it is called
+        model = TestModel()
     served = function_tools(agent.toolsets, dict(tools or {}), deps=deps, model=model)
     all_tools = [*served, *extra_tools]
     model_name = f"pydantic-ai:{agent_name}"

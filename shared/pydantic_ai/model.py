@@ -107,14 +107,26 @@ class PydanticAIModel:
         self.agent = agent
         self.deps = deps
         self.stream = stream and _can_stream(agent.model)
+        self._model: _HandOff | None = None
+
+    def _wrapped(self) -> _HandOff:
+        """The agent's model, built once (a model named by a string reads its provider's key
+        from the environment here, in the Brain) and wrapped to hand tool calls over."""
+        if self._model is None:
+            model = self.agent.model
+            if model is None:
+                raise ModelError("the PydanticAI agent has no model", provider=PROVIDER)
+            try:
+                self._model = _HandOff(model)
+            except Exception as exc:  # a missing key or an unknown provider
+                raise ModelError(f"cannot build model {model!r}: {exc}",
+                                 provider=PROVIDER) from exc
+        return self._model
 
     async def generate(self, request: ModelRequest, on_text: TextSink | None = None
                        ) -> ModelResponse:
         history = to_messages(request.entries)
-        model = self.agent.model
-        if model is None:
-            raise ModelError("the PydanticAI agent has no model", provider=PROVIDER)
-        wrapped = _HandOff(model)
+        wrapped = self._wrapped()
         deps = self.deps() if self.deps is not None else None
         handler = _text_handler(on_text) if on_text is not None and self.stream else None
         try:
