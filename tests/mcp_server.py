@@ -4,9 +4,9 @@
     python -m tests.mcp_server STATE_DIR PORT       streamable HTTP on 127.0.0.1:PORT
 
 Every call appends its tool's name to STATE_DIR/calls (what the outside world saw).
-``flaky`` and ``flaky_unsafe`` kill the server mid-call the first time (a marker file
-remembers it across restarts); ``slow`` writes STATE_DIR/slow-started and waits until
-STATE_DIR/release exists.
+``flaky``, ``flaky_unsafe`` and ``flaky_confirm`` kill the server mid-call the first time (a
+marker file remembers it across restarts; ``flaky_confirm`` after writing its effect file);
+``slow`` writes STATE_DIR/slow-started and waits until STATE_DIR/release exists.
 """
 
 from __future__ import annotations
@@ -69,6 +69,15 @@ def flaky_unsafe(x: int) -> int:
     _called("flaky_unsafe")
     _die_once("flaky_unsafe")
     return 3 * x
+
+
+@server.tool()
+def flaky_confirm(x: int) -> int:
+    """Square x (the server dies during the first call ever, after the effect)."""
+    _called("flaky_confirm")
+    (STATE / f"effect-{x}").write_text(str(x * x))
+    _die_once("flaky_confirm")
+    return x * x
 
 
 @server.tool()

@@ -14,12 +14,15 @@ from typing import Any
 
 from baton.app import App
 from baton.mcp.server import MCPServer, MCPTool
+from baton.observability.log import get_logger
 from baton.store.keys import Keys
 from baton.store.workers import all_services
 
 __all__ = ["REFRESH_MS", "announce", "learn"]
 
 REFRESH_MS = 2_000
+
+log = get_logger("baton.mcp")
 
 
 def announce(tools: list[MCPTool]) -> dict[str, list[dict[str, Any]]]:
@@ -30,8 +33,12 @@ def announce(tools: list[MCPTool]) -> dict[str, list[dict[str, Any]]]:
 
 
 async def learn(app: App, redis: Any, keys: Keys, now_ms: int) -> None:
-    """Declare in ``app`` the tools live Hands announce for the app's MCP servers."""
-    if not app.mcp or now_ms - app.mcp_learned_ms < REFRESH_MS:
+    """Declare in ``app`` the tools live Hands announce for the app's MCP servers (looking
+    again at once while a server has none known yet: its Hands may have just started)."""
+    if not app.mcp:
+        return
+    served = {getattr(getattr(t, "server", None), "name", None) for t in app.tools.values()}
+    if now_ms - app.mcp_learned_ms < REFRESH_MS and all(s.name in served for s in app.mcp):
         return
     app.mcp_learned_ms = now_ms
     servers: dict[str, MCPServer] = {s.name: s for s in app.mcp}
@@ -50,3 +57,7 @@ async def learn(app: App, redis: Any, keys: Keys, now_ms: int) -> None:
                                dict(d.get("parameters") or {}), callable_here=False)
                 if tool.name == d["name"]:
                     app.tools[tool.name] = tool
+    if missing := [s.name for s in app.mcp
+                   if not any(getattr(t, "server", None) is s for t in app.tools.values())]:
+        log.warning("mcp_tools_unknown", servers=missing,
+                    reason="no live Hands announces their tools yet: not offered to the model")

@@ -65,8 +65,19 @@ def calc_server(state: Path, **kwargs: Any) -> MCPServer:
         "calc", tools={"add": MCPToolOptions(replay="safe", timeout=20),
                        "flaky": MCPToolOptions(replay="safe", timeout=60),
                        "slow": MCPToolOptions(replay="safe", timeout=60),
-                       "wipe": MCPToolOptions(approval=True)},
+                       "wipe": MCPToolOptions(approval=True),
+                       "flaky_confirm": MCPToolOptions(replay="confirm",
+                                                       confirm=_effect_of(state))},
         default=MCPToolOptions(timeout=30), **kwargs)
+
+
+def _effect_of(state: Path) -> Any:
+    async def confirm(operation_id: str, arguments: dict[str, Any], ctx: Any) -> Any:
+        """What the outside world recorded for this call (here: the server's effect file)."""
+        effect = state / f"effect-{arguments['x']}"
+        return {"result": int(effect.read_text())} if effect.exists() else None
+
+    return confirm
 
 
 def stdio_server(state: Path) -> MCPServer:
@@ -125,7 +136,7 @@ async def test_discovered_tools_are_announced_offered_and_called(
     assert brain_app.mcp[0]._connection is None
     offered = {t["name"]: t for t in model.offered[0]}
     assert set(offered) == {"calc_add", "calc_note", "calc_wipe", "calc_flaky",
-                            "calc_flaky_unsafe", "calc_slow"}
+                            "calc_flaky_unsafe", "calc_flaky_confirm", "calc_slow"}
     assert offered["calc_add"]["parameters"]["required"] == ["a", "b"]
     assert offered["calc_add"]["description"] == "Add two integers."
     assert calls(tmp_path) == ["add", "note", "wipe"]
@@ -150,12 +161,18 @@ async def test_server_dying_mid_call_is_restarted_and_replay_decides(
         assert run.result and not run.result.ok, run.result
         assert "MCPConnectionLost" in (run.result.error or ""), run.result
 
+        # confirm: the cut-off call acted; confirm finds its effect and adopts it.
+        final = await ask(client, 'calc_flaky_confirm {"x": 5}')
+        (run,) = (await client.store.runs.applied(final.session_id)).values()
+        assert run.result and run.result.ok and run.result.output == {"result": 25}
+        assert run.result.recovery == "confirmed", run.result
+
         # The next call starts the server again.
         final = await ask(client, 'calc_add {"a": 1, "b": 1}')
         (run,) = (await client.store.runs.applied(final.session_id)).values()
         assert run.result and run.result.output == {"result": 2}
-        assert server.connection.starts == 3
-    assert calls(tmp_path) == ["flaky", "flaky", "flaky_unsafe", "add"]
+        assert server.connection.starts == 4
+    assert calls(tmp_path) == ["flaky", "flaky", "flaky_unsafe", "flaky_confirm", "add"]
 
 
 class HttpServer:
