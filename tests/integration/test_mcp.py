@@ -20,44 +20,18 @@ from typing import Any
 import orjson
 import pytest
 
-from baton.app import Agent, App
-from baton.brain.model import ModelRequest, ModelResponse
+from baton.app import App
 from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.devkit.servers import free_port
 from baton.hands.worker import HandsWorker
 from baton.mcp import MCPServer, MCPToolOptions
-from baton.models import ToolCall
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from tests.helpers import eventually, running
+from tests.mcp_apps import ROOT, CallModel, mcp_app
 
 pytestmark = pytest.mark.timeout(120)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class CallModel:
-    """Calls the tool the user names (``tool {json arguments}``), then answers with its result."""
-
-    def __init__(self) -> None:
-        self.offered: list[list[dict[str, Any]]] = []
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        self.offered.append(list(request.tools))
-        last_user = max(i for i, e in enumerate(request.entries) if e.kind == "user")
-        after = request.entries[last_user + 1:]
-        results = [e for e in after if e.kind == "tool_result"]
-        if results:
-            return ModelResponse(text=results[-1].text)
-        name, _, args = request.entries[last_user].text.partition(" ")
-        return ModelResponse(tool_calls=(ToolCall(id="c1", name=name,
-                                                  arguments=orjson.loads(args or "{}")),))
-
-
-def mcp_app(server: MCPServer, model: CallModel) -> App:
-    return App(agents=[Agent(name="calc", model="calls", mcp=(server.name,))], tools=[],
-               models={"calls": model}, mcp=[server])
 
 
 def calc_server(state: Path, **kwargs: Any) -> MCPServer:
