@@ -123,6 +123,7 @@ class HandsWorker(Service):
         """List the app's MCP servers' tools (waiting while a server cannot be reached) and
         serve them beside the app's own."""
         from baton.mcp.connection import MCPDiscoveryUnavailable, MCPServerUnavailable
+        from baton.mcp.server import MCPTool
 
         for server in self.app.mcp:
             async def listed(server: Any = server) -> list[Any]:
@@ -132,7 +133,7 @@ class HandsWorker(Service):
                     raise MCPDiscoveryUnavailable(str(exc)) from None
 
             for tool in await self.connect(f"mcp:{server.name}", listed):
-                if tool.name in self.tools:
+                if tool.name in self.tools and not isinstance(self.tools[tool.name], MCPTool):
                     raise ConfigError(f"MCP tool {tool.name} clashes with a declared tool")
                 self.app.tools[tool.name] = self.tools[tool.name] = tool
                 self._slots[tool.name] = asyncio.Semaphore(self.settings.hands_concurrency)
