@@ -162,11 +162,15 @@ class Generation:
         turn = int(task.checkpoint.data.get("turn", 1))
         agent = ctx.agent
         request_id = self._request_id(task)
+        if agent.mcp:  # the tools Hands announce for its MCP servers
+            from baton.mcp.catalog import learn
+
+            await learn(ctx.app, ctx.store.redis, ctx.store.keys, ctx.now())
         request = ModelRequest(
             model=agent.model,
             instructions=agent.instructions,
             entries=tuple(ctx.state.entries),
-            tools=tuple(ctx.app.tools[t].schema() for t in agent.tools),
+            tools=tuple(ctx.app.tools[t].schema() for t in ctx.app.agent_tools(agent)),
             request_id=request_id,
             logical_id=request_id.rsplit(":", 1)[0],
         )
@@ -258,8 +262,9 @@ class Generation:
                       ts_ms=ctx.now())
         writes = Writes(kind="tools", entries=[entry])
         now = ctx.now()
+        offered = ctx.app.agent_tools(agent)
         for i, call in enumerate(response.tool_calls):
-            if call.name not in agent.tools:
+            if call.name not in offered:
                 writes.entries.append(self._refusal(task, call, ctx))
                 continue
             tool = ctx.app.tools[call.name]

@@ -27,6 +27,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
@@ -90,7 +91,7 @@ class HandsWorker(Service):
                 f"cannot serve undeclared tools {', '.join(unknown)}; "
                 f"the app declares: {', '.join(app.tools)}"
             )
-        if not names:
+        if not names and not app.mcp:
             raise ConfigError("a Hands worker needs at least one tool to serve")
         self.app = app
         self.tools: dict[str, Tool] = {n: app.tools[n] for n in names}
@@ -108,8 +109,37 @@ class HandsWorker(Service):
     # ------------------------------------------------------------------ lifecycle
 
     def announcement(self) -> dict[str, object]:
-        """The tools served here: ``inspect`` flags tool subjects no live Hands takes."""
-        return {"tools": list(self.tools)}
+        """The tools served here: ``inspect`` flags tool subjects no live Hands takes; the
+        declarations of MCP tools, which Brains learn from here (baton.mcp.catalog)."""
+        if not self.app.mcp:
+            return {"tools": list(self.tools)}
+        from baton.mcp.catalog import announce
+        from baton.mcp.server import MCPTool
+
+        return {"tools": list(self.tools), "mcp": announce(
+            [t for t in self.tools.values() if isinstance(t, MCPTool)])}
+
+    async def _discover_mcp(self) -> None:
+        """List the app's MCP servers' tools (waiting while a server cannot be reached) and
+        serve them beside the app's own."""
+        from baton.mcp.connection import MCPDiscoveryUnavailable, MCPServerUnavailable
+        from baton.mcp.server import MCPTool
+
+        for server in self.app.mcp:
+            async def listed(server: Any = server) -> list[Any]:
+                try:
+                    return list(await server.discover())
+                except MCPServerUnavailable as exc:
+                    raise MCPDiscoveryUnavailable(str(exc)) from None
+
+            for tool in await self.connect(f"mcp:{server.name}", listed):
+                if tool.name in self.tools and not isinstance(self.tools[tool.name], MCPTool):
+                    raise ConfigError(f"MCP tool {tool.name} clashes with a declared tool")
+                self.app.tools[tool.name] = self.tools[tool.name] = tool
+                self._slots[tool.name] = asyncio.Semaphore(self.settings.hands_concurrency)
+            log.info("mcp_tools_discovered", server=server.name,
+                     tools=[t for t, v in self.tools.items()
+                            if getattr(v, "server", None) is server])
 
     async def serve(self) -> None:
         s = self.settings
@@ -128,6 +158,8 @@ class HandsWorker(Service):
                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
                 )),
             )
+            if self.app.mcp:
+                await self._discover_mcp()
             self.execution = ToolExecution(s, self.tools, self.store.runs, self.worker, self.http)
             await self.bus.ensure_streams()
             names = self.bus.names
@@ -155,6 +187,8 @@ class HandsWorker(Service):
                 await puller.close()
             if self.http is not None:
                 await self.http.aclose()
+            for server in self.app.mcp:
+                await server.close()
             if self.bus is not None:
                 await self.bus.close()  # flushes the acks of the drained messages
             await self.store.close()

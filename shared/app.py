@@ -216,11 +216,14 @@ class Agent:
     tools: tuple[str, ...] = ()
     max_turns: int = 16
     migrates_from: tuple[int, ...] = ()
+    # MCP servers (``App(mcp=[...])``) whose tools this agent uses, all of them.
+    mcp: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
             raise ConfigError(f"invalid agent name {self.name!r}")
         object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "mcp", tuple(self.mcp))
         object.__setattr__(self, "migrates_from", tuple(self.migrates_from))
         if self.compat < 1 or any(not 1 <= c < self.compat for c in self.migrates_from):
             raise ConfigError(f"agent {self.name}: compat must be >= 1 and migrates_from "
@@ -234,7 +237,8 @@ class Agent:
 
 class App:
     """A set of agents, the tools they use, and optionally model clients of its own, custom
-    task definitions (``baton.brain.tasks.TaskDef``) and typed documents (``DocumentType``)."""
+    task definitions (``baton.brain.tasks.TaskDef``), typed documents (``DocumentType``) and
+    MCP servers whose tools Hands serve (``baton.mcp.MCPServer``)."""
 
     def __init__(
         self,
@@ -243,6 +247,7 @@ class App:
         models: dict[str, Any] | None = None,
         tasks: list[Any] | None = None,
         documents: list[DocumentType] | None = None,
+        mcp: list[Any] | None = None,
     ) -> None:
         self.agents = {a.name: a for a in agents}
         self.tools = {t.name: t for t in tools}
@@ -251,12 +256,29 @@ class App:
         # Task definitions for the Brain's registry (brain.registry), checked there.
         self.tasks: list[Any] = list(tasks or [])
         self.documents: dict[str, DocumentType] = {d.name: d for d in documents or []}
+        # MCP servers: their tools join ``tools`` when discovered (Hands) or announced
+        # (Brain, baton.mcp.catalog, which notes when it last looked).
+        self.mcp: list[Any] = list(mcp or [])
+        self.mcp_learned_ms = 0
         for t in tools:
             t.check()
+        servers = {s.name for s in self.mcp}
         for a in agents:
             missing = [t for t in a.tools if t not in self.tools]
             if missing:
                 raise ConfigError(f"agent {a.name} uses undeclared tools: {', '.join(missing)}")
+            if unknown := [s for s in a.mcp if s not in servers]:
+                raise ConfigError(f"agent {a.name} uses undeclared MCP servers: "
+                                  f"{', '.join(unknown)}")
+
+    def agent_tools(self, agent: Agent) -> tuple[str, ...]:
+        """The tools ``agent`` may call: its own, and those known now of its MCP servers."""
+        if not agent.mcp:
+            return agent.tools
+        served = tuple(name for name, t in self.tools.items()
+                       if getattr(getattr(t, "server", None), "name", None) in agent.mcp
+                       and name not in agent.tools)
+        return (*agent.tools, *served)
 
     def with_model(self, model: str) -> App:
         """The same app with every agent on ``model`` (``BATON_AGENT_MODEL``)."""
