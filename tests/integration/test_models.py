@@ -322,9 +322,12 @@ async def test_retries_give_up_at_the_deadline(
     out = await run_notices(s, openai_app, mailbox)
     final = out.final
     assert final.status == "failed" and final.error
-    assert final.error.startswith("model_error: gave up after 3 failed attempts"), final.error
-    # Backoff 100, 200 ms, then 400 ms would pass the 500 ms deadline.
-    assert [r.request_id.rsplit(":", 1)[1] for r in model_server.requests] == ["0", "1", "2"]
+    # Backoff 100, 200 ms, then 400 ms would pass the 500 ms deadline: at most three attempts
+    # fit, fewer when a loaded machine slows each one; the Brain says how many it made.
+    attempts = [r.request_id.rsplit(":", 1)[1] for r in model_server.requests]
+    assert 1 <= len(attempts) <= 3 and attempts == [str(i) for i in range(len(attempts))]
+    assert final.error.startswith(f"model_error: gave up after {len(attempts)} failed attempt"), \
+        final.error
     final_receipt = out.receipts[-1]
     assert final_receipt.detail.outcome == "failed" and final_receipt.detail.status == 500
 
