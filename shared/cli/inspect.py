@@ -34,7 +34,10 @@ from baton.store.store import Store, now_ms
 from baton.store.workers import served_levels as _served
 from baton.store.workers import services
 
-__all__ = ["cluster_view", "render_cluster", "render_session", "session_view"]
+__all__ = [
+    "cluster_view", "newest_sessions", "render_cluster", "render_session", "session_rows",
+    "session_view",
+]
 
 CLUSTER_SESSIONS = 1_000  # newest sessions classified in the cluster view
 
@@ -198,17 +201,56 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
     services = await _services(store, now)
     served = _served(services)
     services.sort(key=lambda s: (s.get("role", ""), s.get("name", "")))
-    redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
-    ids, total = await _newest_sessions(store, CLUSTER_SESSIONS)
+    ids, total = await newest_sessions(store, CLUSTER_SESSIONS)
+    sessions = await session_rows(store, ids, served, now)
     states: dict[str, int] = {}
-    sessions = []
+    for row in sessions:
+        states[row["state"]] = states.get(row["state"], 0) + 1
+    dead = await dead_letters(store.redis, store.keys, 20)
+    return {
+        "namespace": store.keys.ns, "epoch": await _epoch(store),
+        "replica_acks": store.scripts.min_replicas,
+        "services": services, "sessions_total": total,
+        "sessions_by_state": states, "sessions": sessions[:20],
+        "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
+        "backlog": await _backlog(store, now),
+        "subjects": await _subjects(bus, services, served),
+        "dead_letters": {"count": await dead_letter_count(store.redis, store.keys),
+                         "newest": dead},
+    }
+
+
+async def newest_sessions(store: Store, count: int, *, since_ms: int | None = None,
+                          until_ms: int | None = None) -> tuple[list[str], int]:
+    """The ``count`` newest session ids over every shard's index (created within
+    ``since_ms``..``until_ms`` when given), and how many there are in that range."""
+    redis: Any = store.redis
+    top = "+inf" if until_ms is None else until_ms
+    bottom = "-inf" if since_ms is None else since_ms
+    async with redis.pipeline(transaction=False) as p:
+        for key in store.keys.every("sessions"):
+            p.zrevrangebyscore(key, top, bottom, start=0, num=count, withscores=True)
+            p.zcount(key, bottom, top)
+        replies = await p.execute()
+    newest = sorted((pair for reply in replies[0::2] for pair in reply),
+                    key=lambda pair: pair[1], reverse=True)
+    return [str(sid) for sid, _ in newest[:count]], sum(int(n) for n in replies[1::2])
+
+
+async def session_rows(store: Store, ids: list[str], served: set[tuple[str, int]],
+                       now: int) -> list[dict[str, Any]]:
+    """One row per session that exists: its state (blocked, leased, pending, failed or
+    settled), fence, holder, seq, agent, compat level, why it is blocked, submissions by
+    status and whether it is quarantined; in the order of ``ids``."""
+    redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
     async with redis.pipeline(transaction=False) as p:
         for sid in ids:
             sk = store.keys.session(sid)
-            p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks)
+            p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks).hexists(sk.poison, "quarantined")
         replies = await p.execute()
+    rows = []
     for i, sid in enumerate(ids):
-        meta_raw, subs, live = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
+        meta_raw, subs, live, quarantined = replies[4 * i: 4 * i + 4]
         if not meta_raw:
             continue
         meta = parse_meta(sid, meta_raw)
@@ -227,35 +269,15 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
             state = "failed"
         else:
             state = "settled"
-        states[state] = states.get(state, 0) + 1
-        sessions.append({"session_id": sid, "state": state, "fence": meta.fence,
-                         "holder": meta.holder or None, "seq": meta.seq,
-                         "agent": meta.agent, "compat": meta.compat,
-                         "blocked": blocked or None})
-    dead = await dead_letters(store.redis, store.keys, 20)
-    return {
-        "namespace": store.keys.ns, "epoch": await _epoch(store),
-        "replica_acks": store.scripts.min_replicas,
-        "services": services, "sessions_total": total,
-        "sessions_by_state": states, "sessions": sessions[:20],
-        "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
-        "backlog": await _backlog(store, now),
-        "subjects": await _subjects(bus, services, served),
-        "dead_letters": {"count": await dead_letter_count(store.redis, store.keys),
-                         "newest": dead},
-    }
-
-
-async def _newest_sessions(store: Store, count: int) -> tuple[list[str], int]:
-    """The ``count`` newest session ids over every shard's index, and how many there are."""
-    redis: Any = store.redis
-    async with redis.pipeline(transaction=False) as p:
-        for key in store.keys.every("sessions"):
-            p.zrevrange(key, 0, count - 1, withscores=True).zcard(key)
-        replies = await p.execute()
-    newest = sorted((pair for reply in replies[0::2] for pair in reply),
-                    key=lambda pair: pair[1], reverse=True)
-    return [str(sid) for sid, _ in newest[:count]], sum(int(n) for n in replies[1::2])
+        by_status: dict[str, int] = {}
+        for st in statuses:
+            by_status[st] = by_status.get(st, 0) + 1
+        rows.append({"session_id": sid, "state": state, "fence": meta.fence,
+                     "holder": meta.holder or None, "seq": meta.seq,
+                     "agent": meta.agent, "compat": meta.compat,
+                     "blocked": blocked or None, "submissions": by_status,
+                     "quarantined": bool(quarantined)})
+    return rows
 
 
 # ---------------------------------------------------------------------- rendering

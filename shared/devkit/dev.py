@@ -71,8 +71,11 @@ def _print_stack(info: dict[str, Any]) -> None:
         alive = (["yes" if p.get("alive") else "NO"] if status else [])
         table.add_row(p["role"], p["name"], str(p["pid"]), *alive, str(logf))
     console.print(table)
-    for key in ("redis_url", "nats_url", "mail_url", "namespace"):
-        console.print(f"  {key:<10} {info[key]}")
+    for key in ("redis_url", "nats_url", "mail_url", "api_url", "namespace"):
+        if key in info:
+            console.print(f"  {key:<10} {info[key]}")
+    if "api_url" in info:
+        console.print(f"  console    {info['api_url']}/console/ (API docs at /docs)")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
 
 
@@ -175,6 +178,8 @@ def _up_options(f: Any) -> Any:
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
         click.option("--app", "app_spec", default="baton.examples.notices:app",
                      show_default=True),
+        click.option("--api/--no-api", "api", default=True, show_default=True,
+                     help="serve the HTTP API and web console (`baton api --dev` on loopback)"),
     ]):
         f = option(f)
     return f
@@ -185,7 +190,8 @@ def _up_options(f: Any) -> Any:
 @click.option("--stop", "stop_", is_flag=True, help="same as `baton dev down`")
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
-                durable: bool, cluster: bool, detach: bool, app_spec: str, stop_: bool) -> None:
+                durable: bool, cluster: bool, detach: bool, app_spec: str, api: bool,
+                stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
     The stack lives in $BATON_HOME (default ./.baton); `baton submit` finds it via dev.json.
@@ -196,15 +202,15 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if stop_:
         _stop_stack(home())
         return
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, api)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-               cluster: bool, detach: bool, app_spec: str) -> None:
+               cluster: bool, detach: bool, app_spec: str, api: bool) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, api)
 
 
 @dev_command.command("down")
@@ -287,7 +293,7 @@ def _print_log(path: Path, follow: bool, lines: int) -> None:
 
 
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
-        detach: bool, app_spec: str) -> None:
+        detach: bool, app_spec: str, api: bool = True) -> None:
     from baton.observability import log as logs
 
     base = home()
@@ -299,12 +305,14 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
-                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else [])])
+                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else []),
+                       "--api" if api else "--no-api"])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
-                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton")
+                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton",
+                     api=api)
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:
