@@ -217,9 +217,9 @@ function color(e) {
 }
 
 function drawTimeline(trace) {
-  const LEFT = 190, TOP = 34, LANE = 48, n = trace.events.length;
-  const step = Math.max(16, Math.min(44, (1100 - LEFT) / Math.max(n, 1)));
-  const width = LEFT + (n + 1) * step + 40;
+  const LEFT = 190, TOP = 50, LANE = 52, n = trace.events.length;
+  const step = Math.max(18, Math.min(44, (1100 - LEFT) / Math.max(n, 1)));
+  const width = Math.max(LEFT + (n + 1) * step + 40, 1160);
   const height = TOP + trace.lanes.length * LANE + 16;
   const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, id: "timeline-svg",
     role: "img", "aria-label": "handoff timeline" });
