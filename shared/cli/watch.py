@@ -91,6 +91,15 @@ class Watch:
             await self.redis.aclose()
         return self.last_id
 
+    async def snapshot(self) -> str:
+        """Emit the snapshot (or, resuming, the resume marker) without following; the receipt
+        id it ends at. Closes the connection."""
+        try:
+            await self._retrying(self._start)
+        finally:
+            await self.redis.aclose()
+        return self.last_id
+
     async def _retrying(self, step: Callable[[], Any]) -> Any:
         """Run one read-then-emit step; on a dropped connection reconnect and run it again."""
         failed_at: float | None = None

@@ -67,6 +67,22 @@ async def _changes_until_settled(reader: SseReader) -> list[tuple[str, dict[str,
             return seen
 
 
+async def _resumed(http: httpx.AsyncClient, sid: str, after: str, last: str,
+                   read: dict[str, str]) -> list[str]:
+    """The change ids a stream resumed after ``after`` sends, up to the change ``last``."""
+    headers = {**read, "Last-Event-ID": after}
+    ids: list[str] = []
+    async with http.stream("GET", f"/v1/sessions/{sid}/events", headers=headers) as stream:
+        reader = SseReader(stream)
+        event, data, ident = await reader.next()
+        assert event == "resume" and data["after"] == after and ident == after
+        while not ids or ids[-1] != last:
+            _, _, ident = await reader.next()
+            if ident is not None:
+                ids.append(ident)
+    return ids
+
+
 async def test_a_session_driven_through_the_api(settings: Settings,
                                                 mailbox: MailboxServer) -> None:
     settings = settings.model_copy(update={"mail_url": mailbox.url})
@@ -118,23 +134,24 @@ async def test_a_session_driven_through_the_api(settings: Settings,
             assert no.status_code == 200, no.text
             live = await _changes_until_settled(reader)
 
-        # Everything after the snapshot, one change per receipt id, the id on its last message.
-        receipts = [d["id"] for e, d, _ in live if e == "receipt"]
-        ids = [i for _, _, i in live if i is not None]
-        assert ids == receipts and len(set(ids)) == len(ids)
-        kinds = [d["kind"] for e, d, _ in live if e == "receipt"]
-        assert "approve" in kinds and "reject" in kinds
-        assert any(e == "mark" and d["mark"] == "applied" for e, d, _ in live)
+            # Everything after the snapshot, one change per receipt id, the id on its last
+            # message.
+            receipts = [d["id"] for e, d, _ in live if e == "receipt"]
+            ids = [i for _, _, i in live if i is not None]
+            assert ids == receipts and len(set(ids)) == len(ids)
+            kinds = [d["kind"] for e, d, _ in live if e == "receipt"]
+            assert "approve" in kinds and "reject" in kinds
+            assert any(e == "mark" and d["mark"] == "applied" for e, d, _ in live)
 
-        # Resuming after a change mid-way replays exactly the changes after it.
-        middle = ids[len(ids) // 2]
-        headers = {**read, "Last-Event-ID": middle}
-        async with http.stream("GET", f"/v1/sessions/{sid}/events", headers=headers) as stream:
-            reader = SseReader(stream)
-            event, data, ident = await reader.next()
-            assert event == "resume" and data["after"] == middle and ident == middle
-            resumed = await _changes_until_settled(reader)
-        assert [i for _, _, i in resumed if i is not None] == ids[ids.index(middle) + 1:]
+            # Resuming after a change mid-way replays exactly the changes after it: from the
+            # session's feed while another stream follows it ...
+            middle = ids[len(ids) // 2]
+            after = ids[ids.index(middle) + 1:]
+            assert await _resumed(http, sid, middle, ids[-1], read) == after
+            # ... from a watch of its own when the feed started after the id ...
+            assert (await _resumed(http, sid, "0-0", ids[-1], read))[-len(ids):] == ids
+        # ... and with no stream left, from a watch that starts at the id.
+        assert await _resumed(http, sid, middle, ids[-1], read) == after
 
         final = (await http.get(f"/v1/sessions/{sid}/submissions/{sub['id']}?wait=10",
                                 headers=read)).json()
