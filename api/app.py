@@ -32,6 +32,7 @@ from baton.errors import not_found
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
+from baton.store.store import worker_ref
 
 __all__ = ["create_app"]
 
@@ -65,7 +66,7 @@ Operate = Annotated[str, Depends(_operator)]
 
 class SubmitRequest(BaseModel):
     text: str = Field(min_length=1, max_length=1_000_000, description="the user's input")
-    agent: str = Field(default="notices", min_length=1, max_length=200)
+    agent: str = Field(min_length=1, max_length=200, description="the agent that answers")
     compat: int = Field(default=1, ge=1, le=1_000_000)
     session_id: str | None = Field(default=None, min_length=1, max_length=200,
                                    description="continue this session (default: a new one)")
@@ -120,6 +121,8 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["client"] = await Client.connect(settings)
+        # Its commits (submit, approve, ...) name the API in the sessions' timelines.
+        state["client"].worker = worker_ref("client", settings.worker_id("api"))
         log.info("api_ready", namespace=settings.namespace, open=tokens.anonymous is not None)
         try:
             yield
@@ -290,7 +293,7 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
         if not await store.redis.exists(store.keys.session(session_id).meta):
             raise not_found(f"session {session_id}", namespace=settings.namespace,
                             session_id=session_id)
-        stream = stream_session(settings, session_id, last_event_id or after, watchers)
+        stream = stream_session(settings, session_id, last_event_id or after, watchers, store)
         return StreamingResponse(stream, media_type="text/event-stream", headers={
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -38,6 +38,7 @@ from baton.errors import BatonError
 from baton.models import dumps
 from baton.observability.log import get_logger
 from baton.settings import Settings
+from baton.store.store import Store
 
 __all__ = ["KEEPALIVE_S", "KEPT_CHANGES", "MAX_BEHIND", "RETRY_MS", "Watchers", "sse_message",
            "stream_session"]
@@ -232,9 +233,10 @@ async def _private(settings: Settings, session_id: str, after: str,
 
 
 async def stream_session(settings: Settings, session_id: str, after: str | None,
-                         watchers: Watchers) -> AsyncIterator[str]:
+                         watchers: Watchers, store: Store | None = None) -> AsyncIterator[str]:
     """The SSE text of ``session_id``: a snapshot (or, resuming, a resume marker after
-    receipt ``after``), then its changes."""
+    receipt ``after``), then its changes. The snapshot is read over ``store``'s connections
+    when given (the feeds block on connections of their own)."""
     watchers.open += 1
     stream: _Stream | None = None
     private: asyncio.Task[None] | None = None
@@ -245,7 +247,8 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
         if after is None:
             items: list[dict[str, Any]] = []
             try:
-                after = await Watch(settings, session_id, items.append).snapshot()
+                after = await Watch(settings, session_id, items.append,
+                                    store=store).snapshot()
             except BatonError as exc:
                 yield _problem(exc)
                 return

@@ -11,15 +11,28 @@ from pathlib import Path
 
 import click
 
-__all__ = ["DEFAULT_PORT", "api_command", "serve"]
+__all__ = ["DEFAULT_PORT", "api_command", "raise_open_files_limit", "serve"]
 
 DEFAULT_PORT = 8470
 _GRACE_S = 5  # open streams get this long to end on shutdown
 
 
+def raise_open_files_limit() -> None:
+    """Raise the open-files limit to its hard limit: each event stream holds a socket."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> None:
     import uvicorn
 
+    raise_open_files_limit()
     from baton.api.app import create_app
     from baton.api.auth import Tokens
     from baton.cli.common import settings

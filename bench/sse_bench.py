@@ -213,7 +213,10 @@ async def measure(redis_url: str, watchers: int, sessions_n: int, per_writer: in
 
 
 async def run(quick: bool = False, console: Console | None = None) -> Result:
+    from baton.api.server import raise_open_files_limit
+
     console = console or Console()
+    raise_open_files_limit()  # this process holds every watcher's socket
     watchers, sessions_n, per_writer = (200, 20, 50) if quick else (1_000, 50, 250)
     with tempfile.TemporaryDirectory(prefix="baton-sse-") as tmp:
         async with RedisServer(Path(tmp) / "redis") as server:
