@@ -45,3 +45,31 @@ def test_an_open_api_needs_dev_mode_and_loopback() -> None:
 def test_bad_token_specs_are_one_line_errors(spec: str) -> None:
     with pytest.raises(ConfigError, match="BATON_API_TOKENS"):
         Tokens.load(host="127.0.0.1", dev=True, env={"BATON_API_TOKENS": spec})
+
+
+def test_baton_api_refuses_to_start_open_off_loopback() -> None:
+    from click.testing import CliRunner
+
+    from baton.api.server import api_command
+
+    result = CliRunner().invoke(api_command, ["--host", "0.0.0.0", "--dev"],
+                                env={"BATON_API_TOKENS": ""})
+    assert result.exit_code == 1
+    assert result.output.startswith("error: no API tokens") and "Traceback" not in result.output
+
+
+async def test_an_unexpected_error_is_a_problem_without_a_traceback() -> None:
+    """No lifespan ran, so the API has no store: a bug-shaped failure, answered in one line."""
+    import httpx
+
+    from baton.api.app import create_app
+    from baton.settings import Settings
+
+    app = create_app(Settings(), Tokens.load(host="127.0.0.1", dev=True, env={}))
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        r = await http.get("/v1/workers")
+    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["code"] == "internal" and body["instance"] == "/v1/workers"
+    assert "Traceback" not in r.text and "KeyError" in body["detail"]
