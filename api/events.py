@@ -48,6 +48,7 @@ RETRY_MS = 1_000
 KEPT_CHANGES = 1_000  # recent changes a feed keeps for streams resuming behind it
 MAX_BEHIND = 5_000  # changes queued for one stream before it is ended (it resumes)
 log = get_logger("baton.api")
+_PATIENCE_S = 60.0
 
 
 def sse_message(event: str, data: Any, event_id: str | None = None) -> str:
@@ -118,7 +119,9 @@ class _Feed:
         self.streams: set[_Stream] = set()
         self._pending: list[dict[str, Any]] = []
         self._flush_at: asyncio.Handle | None = None
-        self.watch = Watch(settings, session_id, self._emit, after=start)
+        # The API reached the store already: a feed retries as long as any watch does.
+        self.watch = Watch(settings, session_id, self._emit, after=start,
+                           first_give_up_s=_PATIENCE_S)
         self.task = asyncio.create_task(self._follow(), name=f"sse-feed-{session_id}")
 
     def join(self, after: str) -> _Stream | None:
@@ -168,6 +171,8 @@ class _Feed:
         try:
             await self.watch.run()
         except BatonError as exc:
+            log.warning("sse_feed_ended", session_id=self.session_id, code=exc.code,
+                        error=exc.message[:300], streams=len(self.streams))
             self._end(_problem(exc))
         except asyncio.CancelledError:
             raise
@@ -225,7 +230,8 @@ async def _private(settings: Settings, session_id: str, after: str,
         pending.clear()
 
     try:
-        await Watch(settings, session_id, emit, after=after).run()
+        await Watch(settings, session_id, emit, after=after,
+                    first_give_up_s=_PATIENCE_S).run()
     except BatonError as exc:
         flush()
         stream.put(_problem(exc))
