@@ -65,7 +65,7 @@ test-chaos: deps venv
 bench: deps venv
 	$(BIN)/baton bench
 
-SOURCES := shared brain hands relay examples bench tests
+SOURCES := shared brain hands relay examples bench api tests
 
 lint: venv
 	$(BIN)/ruff check $(SOURCES)

@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "fanout": "baton.bench.fanout_bench",
     "models": "baton.bench.model_bench",
     "adversarial": "baton.bench.adversarial_bench",
+    "sse": "baton.bench.sse_bench",
 }
 
 __all__ = ["BENCHES"]

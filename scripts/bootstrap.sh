@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# System prerequisites for Baton: python3 >= 3.11 with the venv module, redis-server, make.
+# System prerequisites for Baton: python3 >= 3.11 with the venv module, redis-server, make;
+# and, for the web console's browser test, Chromium with its WebDriver (Debian's chromium and
+# chromium-driver; Selenium drives them, nothing is downloaded at test time).
 #
 #   scripts/bootstrap.sh              check, and install what is missing with apt-get when
 #                                     running as root or with passwordless sudo
@@ -71,6 +73,23 @@ fi
 if ! command -v make >/dev/null 2>&1; then
     missing_pkgs+=(make)
     problems+=("make (Debian/Ubuntu: apt-get install make; macOS: xcode-select --install)")
+fi
+
+# The console's browser test: installed where apt can, else that one test skips (with a reason).
+browser_pkgs=()
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    browser_pkgs+=(chromium)
+fi
+if ! command -v chromedriver >/dev/null 2>&1; then
+    browser_pkgs+=(chromium-driver)
+fi
+if [ "${#browser_pkgs[@]}" -gt 0 ]; then
+    if [ "$can_install" = yes ]; then
+        missing_pkgs+=("${browser_pkgs[@]}")
+        problems+=("Chromium and its WebDriver for the console test (apt-get install chromium chromium-driver)")
+    else
+        say "note: no ${browser_pkgs[*]}: the console's browser test will skip (Debian/Ubuntu: apt-get install chromium chromium-driver)"
+    fi
 fi
 
 if [ "${#problems[@]}" -eq 0 ]; then

@@ -15,6 +15,7 @@ text::
     ├── ForbiddenError               terminal  the server refused this role an action (role, action,
     │   │                                      target): a NATS subject permission or a Redis ACL
     │   └── CredentialsError         terminal  wrong or missing credentials (server, user)
+    ├── UnauthenticatedError         terminal  an HTTP API request without a valid bearer token
     ├── FenceError                   terminal  a newer worker owns the thing: stop touching it
     │   ├── StaleFenceError          session fence (Brain)  (session_id, presented, current)
     │   └── StaleAttemptError        tool-run attempt fence (Hands)  (session_id, run_id, ...)
@@ -174,6 +175,12 @@ class CredentialsError(ForbiddenError):
             role=user, action="connect to", target=server, detail=reason,
             server=server, user=user,
         )
+
+
+class UnauthenticatedError(BatonError):
+    """A request to the HTTP API carried no bearer token, or one the API does not know."""
+
+    code = "unauthenticated"
 
 
 class FenceError(BatonError):

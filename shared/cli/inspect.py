@@ -40,7 +40,10 @@ from baton.store.store import Store, now_ms
 from baton.store.workers import SERVICE_STALE_MS
 from baton.store.workers import served_levels as _served
 
-__all__ = ["cluster_view", "render_cluster", "render_session", "session_view"]
+__all__ = [
+    "cluster_view", "newest_sessions", "render_cluster", "render_session", "session_rows",
+    "session_view",
+]
 
 M = TypeVar("M", bound=BaseModel)
 CLUSTER_SESSIONS = 1_000  # newest sessions classified in the cluster view
@@ -348,15 +351,65 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
     services = await _services(store, now, f)
     served = _served(services)
     services.sort(key=lambda s: (str(s.get("role", "")), str(s.get("name", ""))))
-    redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
-    ids, total = await _newest_sessions(store, CLUSTER_SESSIONS, f)
+    ids, total = await newest_sessions(store, CLUSTER_SESSIONS, findings=f)
+    sessions = await session_rows(store, ids, served, now, findings=f)
     states: dict[str, int] = {}
-    sessions = []
+    for row in sessions:
+        states[row["state"]] = states.get(row["state"], 0) + 1
+    dead, dead_count = await _dead_letters(store, f, 20)
+    view = {
+        "namespace": store.keys.ns, "epoch": await _epoch(store, f),
+        "replica_acks": store.scripts.min_replicas,
+        "services": services, "sessions_total": total,
+        "sessions_by_state": states, "sessions": sessions[:20],
+        "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
+        "quarantined_sessions": [s for s in sessions if s["state"] == "quarantined"][:50],
+        "backlog": await _backlog(store, now, f),
+        "subjects": await _subjects(bus, services, served),
+        "dead_letters": {"count": dead_count, "newest": dead},
+    }
+    view["findings"] = list(f)
+    return view
+
+
+async def newest_sessions(store: Store, count: int, *, since_ms: int | None = None,
+                          until_ms: int | None = None,
+                          findings: Findings | None = None) -> tuple[list[str], int]:
+    """The ``count`` newest session ids over every shard's index (created within
+    ``since_ms``..``until_ms`` when given), and how many there are in that range. An index
+    key of the wrong type is a finding, never an exception."""
+    f = findings if findings is not None else Findings()
+    redis: Any = store.redis
+    keys = store.keys.every("sessions")
+    top = "+inf" if until_ms is None else until_ms
+    bottom = "-inf" if since_ms is None else since_ms
+    async with redis.pipeline(transaction=False) as p:
+        for key in keys:
+            p.zrevrangebyscore(key, top, bottom, start=0, num=count, withscores=True)
+            p.zcount(key, bottom, top)
+        replies = await p.execute(raise_on_error=False)
+    pairs = [pair for i, key in enumerate(keys)
+             for pair in f.reply(f"sessions index {key}", replies[2 * i], [])]
+    total = sum(int(f.reply(f"sessions index {key}", replies[2 * i + 1], 0))
+                for i, key in enumerate(keys))
+    newest: list[Any] = sorted(pairs, key=lambda pair: pair[1], reverse=True)
+    return [str(sid) for sid, _ in newest[:count]], total
+
+
+async def session_rows(store: Store, ids: list[str], served: set[tuple[str, int]], now: int,
+                       *, findings: Findings | None = None) -> list[dict[str, Any]]:
+    """One row per session that exists: its state (quarantined, unreadable, blocked, leased,
+    pending, failed or settled), fence, holder, seq, agent, compat level, why it is blocked,
+    submissions by status and its quarantine; in the order of ``ids``. What does not parse is
+    a finding (the session's state ``unreadable``), never an exception."""
+    f = findings if findings is not None else Findings()
+    redis: Any = store.redis  # decoded replies; redis-py's stubs say bytes | str
     async with redis.pipeline(transaction=False) as p:
         for sid in ids:
             sk = store.keys.session(sid)
             p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks).hgetall(sk.poison)
         replies = await p.execute(raise_on_error=False)
+    rows: list[dict[str, Any]] = []
     for i, sid in enumerate(ids):
         sk = store.keys.session(sid)
         before = len(f)
@@ -390,43 +443,18 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
             state = "failed"
         else:
             state = "settled"
-        states[state] = states.get(state, 0) + 1
-        sessions.append({"session_id": sid, "state": state, "fence": meta.fence,
-                         "holder": meta.holder or None, "seq": meta.seq,
-                         "agent": meta.agent, "compat": meta.compat,
-                         "blocked": blocked or None,
-                         "quarantine": poison["reason"] if state == "quarantined" and poison
-                         else None})
-    dead, dead_count = await _dead_letters(store, f, 20)
-    view = {
-        "namespace": store.keys.ns, "epoch": await _epoch(store, f),
-        "replica_acks": store.scripts.min_replicas,
-        "services": services, "sessions_total": total,
-        "sessions_by_state": states, "sessions": sessions[:20],
-        "blocked_sessions": [s for s in sessions if s["blocked"]][:50],
-        "quarantined_sessions": [s for s in sessions if s["state"] == "quarantined"][:50],
-        "backlog": await _backlog(store, now, f),
-        "subjects": await _subjects(bus, services, served),
-        "dead_letters": {"count": dead_count, "newest": dead},
-    }
-    view["findings"] = list(f)
-    return view
-
-
-async def _newest_sessions(store: Store, count: int, f: Findings) -> tuple[list[str], int]:
-    """The ``count`` newest session ids over every shard's index, and how many there are."""
-    redis: Any = store.redis
-    keys = store.keys.every("sessions")
-    async with redis.pipeline(transaction=False) as p:
-        for key in keys:
-            p.zrevrange(key, 0, count - 1, withscores=True).zcard(key)
-        replies = await p.execute(raise_on_error=False)
-    pairs = [pair for i, key in enumerate(keys)
-             for pair in f.reply(f"sessions index {key}", replies[2 * i], [])]
-    total = sum(int(f.reply(f"sessions index {key}", replies[2 * i + 1], 0))
-                for i, key in enumerate(keys))
-    newest: list[Any] = sorted(pairs, key=lambda pair: pair[1], reverse=True)
-    return [str(sid) for sid, _ in newest[:count]], total
+        by_status: dict[str, int] = {}
+        for st in statuses:
+            if st:
+                by_status[st] = by_status.get(st, 0) + 1
+        rows.append({"session_id": sid, "state": state, "fence": meta.fence,
+                     "holder": meta.holder or None, "seq": meta.seq,
+                     "agent": meta.agent, "compat": meta.compat,
+                     "blocked": blocked or None, "submissions": by_status,
+                     "quarantined": state == "quarantined",
+                     "quarantine": poison["reason"] if state == "quarantined" and poison
+                     else None})
+    return rows
 
 
 # ---------------------------------------------------------------------- rendering

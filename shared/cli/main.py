@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("baton.cli.observe:inspect_command", "Tasks, runs, leases; or the cluster."),
     "trace": ("baton.cli.observe:trace_command", "The handoff timeline of a session."),
     "watch": ("baton.cli.observe:watch_command", "A session's snapshot, then its changes."),
+    "api": ("baton.api.server:api_command", "Serve the HTTP API and the web console."),
     "health": ("baton.observability.health:health_command",
                "Exit 0 if a service is healthy, 1 if not."),
     "dev": ("baton.devkit.dev:dev_command", "The local stack: dev up | down | status | logs."),

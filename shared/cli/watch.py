@@ -70,6 +70,7 @@ class Watch:
         until_settled: bool = False,
         block_ms: int = 5_000,
         first_give_up_s: float = _FIRST_GIVE_UP_S,
+        store: Store | None = None,
     ) -> None:
         self.settings = settings
         self.session_id = session_id
@@ -87,10 +88,13 @@ class Watch:
         self.epoch: StoreEpoch | None = None
         self.timeline = Timeline(session_id)
         # Typed loosely: redis-py's stubs cannot tell decoded replies from bytes. The one
-        # connect path reads a cluster URL as well as a single server's.
+        # connect path reads a cluster URL as well as a single server's. A caller that only
+        # reads a snapshot may lend its own store (its connections are not closed here).
+        self._owned = store is None
         self.redis: Any = connect_redis(settings, socket_timeout=block_ms / 1000 + 5,
-                                        client_name=f"baton-watch:{session_id}")
-        self.store = Store(self.redis, settings)
+                                        client_name=f"baton-watch:{session_id}") \
+            if store is None else store.redis
+        self.store = store or Store(self.redis, settings)
         self.sk: SessionKeys = self.store.keys.session(session_id)
 
     async def run(self) -> str:
@@ -99,7 +103,18 @@ class Watch:
             while not settled:
                 settled = await self._retrying(self._step)
         finally:
-            await self.redis.aclose()
+            if self._owned:
+                await self.redis.aclose()
+        return self.last_id
+
+    async def snapshot(self) -> str:
+        """Emit the snapshot (or, resuming, the resume marker) without following; the receipt
+        id it ends at. Closes the connection."""
+        try:
+            await self._retrying(self._start)
+        finally:
+            if self._owned:
+                await self.redis.aclose()
         return self.last_id
 
     async def _retrying(self, step: Callable[[], Any]) -> Any:

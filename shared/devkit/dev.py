@@ -71,8 +71,11 @@ def _print_stack(info: dict[str, Any]) -> None:
         alive = (["yes" if p.get("alive") else "NO"] if status else [])
         table.add_row(p["role"], p["name"], str(p["pid"]), *alive, str(logf))
     console.print(table)
-    for key in ("redis_url", "nats_url", "mail_url", "namespace"):
-        console.print(f"  {key:<10} {info[key]}")
+    for key in ("redis_url", "nats_url", "mail_url", "api_url", "namespace"):
+        if key in info:
+            console.print(f"  {key:<10} {info[key]}")
+    if "api_url" in info:
+        console.print(f"  console    {info['api_url']}/console/ (API docs at /docs)")
     if info.get("model"):
         console.print(f"  {'model':<10} {info['model']} (every agent)")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
@@ -192,6 +195,8 @@ def _up_options(f: Any) -> Any:
                      help="run every agent on this model (openai:gpt-4o-mini, "
                           "anthropic:claude-sonnet-4-5, openai-compatible:llama3.1); keys and "
                           "base URLs from the environment"),
+        click.option("--api/--no-api", "api", default=True, show_default=True,
+                     help="serve the HTTP API and web console (`baton api --dev` on loopback)"),
     ]):
         f = option(f)
     return f
@@ -203,6 +208,7 @@ def _up_options(f: Any) -> Any:
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
                 durable: bool, cluster: bool, detach: bool, app_spec: str, model: str,
+                api: bool,
                 stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
@@ -214,15 +220,16 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if stop_:
         _stop_stack(home())
         return
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-               cluster: bool, detach: bool, app_spec: str, model: str) -> None:
+               cluster: bool, detach: bool, app_spec: str, model: str,
+               api: bool) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api)
 
 
 @dev_command.command("down")
@@ -317,7 +324,7 @@ def _check_model(model: str) -> None:
 
 
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
-        detach: bool, app_spec: str, model: str = "") -> None:
+        detach: bool, app_spec: str, model: str = "", api: bool = True) -> None:
     from baton.observability import log as logs
 
     if model:
@@ -332,13 +339,14 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
                        *(["--model", model] if model else []),
-                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else [])])
+                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else []),
+                       "--api" if api else "--no-api"])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
                      cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton",
-                     env={"BATON_AGENT_MODEL": model} if model else None)
+                     env={"BATON_AGENT_MODEL": model} if model else None, api=api)
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:

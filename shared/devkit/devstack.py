@@ -7,8 +7,9 @@ one replica while the others carry on. With ``supervise=True`` a child that exit
 is started again under the same name after a short backoff, the way an orchestrator would.
 
 Readiness is read from the stack itself: a service is up once it has announced its own PID in
-``<namespace>:workers``; the mail service once it answers ``/healthz``. The ``baton dev``
-command that runs this stack from a shell lives in :mod:`baton.devkit.dev`.
+``<namespace>:workers``; the mail service and the HTTP API (``api=True``: ``baton api
+--dev`` on loopback, the console at :attr:`DevStack.api_url`) once they answer ``/healthz``.
+The ``baton dev`` command that runs this stack from a shell lives in :mod:`baton.devkit.dev`.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ class DevStack:
         supervise: bool = True,
         mail_persist: bool = True,
         cluster: bool = False,
+        api: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir).resolve()
         # The mail service fsyncs each operation to survive its own restarts; benchmarks that
@@ -132,6 +134,9 @@ class DevStack:
         self.servers: EmbeddedStack | None = None
         self.clusters: ClusterStack | None = None
         self.mailbox: Proc | None = None
+        self.api: Proc | None = None
+        self.api_enabled = api
+        self._api_port = 0
         self._procs: dict[str, Proc] = {}
         self._mail_port = 0
         self._redis: Any = None  # Redis, or RedisCluster with cluster=True
@@ -156,6 +161,13 @@ class DevStack:
             raise ServerError("the stack is not started", server="mailbox")
         return f"http://127.0.0.1:{self._mail_port}"
 
+    @property
+    def api_url(self) -> str:
+        """The HTTP API and console (``api=True``)."""
+        if not self._api_port:
+            raise ServerError("the stack runs no API (DevStack(api=True))", server="api")
+        return f"http://127.0.0.1:{self._api_port}"
+
     def settings(self, **overrides: Any) -> Settings:
         """Settings for a client of this stack (the stack's extra ``BATON_*`` included)."""
         return Settings.from_env({**self.env, **self._urls()}, **overrides)
@@ -172,12 +184,16 @@ class DevStack:
                         "alive": server.running, "restarts": 0})
         if self.mailbox is not None:
             out.append(self.mailbox.info())
+        if self.api is not None:
+            out.append(self.api.info())
         out.extend(p.info() for p in self._procs.values())
         return out
 
     def proc(self, name: str) -> Proc:
         if self.mailbox is not None and name == self.mailbox.name:
             return self.mailbox
+        if self.api is not None and name == self.api.name:
+            return self.api
         try:
             return self._procs[name]
         except KeyError:
@@ -212,6 +228,8 @@ class DevStack:
             ]
             await asyncio.gather(*starting)
             await asyncio.gather(*(self.wait_ready(p.name) for p in self._procs.values()))
+            if self.api_enabled:
+                await self._start_http_proc("api")
         except BaseException:
             await self.stop()
             raise
@@ -284,11 +302,13 @@ class DevStack:
         if self._stopped:
             return
         self._stopping = True
-        watchers = [p.watcher for p in [*self._procs.values(), self.mailbox]
+        watchers = [p.watcher for p in [*self._procs.values(), self.mailbox, self.api]
                     if p is not None and p.watcher is not None]
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
+        if self.api is not None:  # a client of the services: it goes first
+            await _terminate([self.api], 10.0)
         await _terminate(list(self._procs.values()), timeout)
         if self.mailbox is not None:
             await _terminate([self.mailbox], 5.0)
@@ -319,6 +339,7 @@ class DevStack:
     def describe(self) -> dict[str, Any]:
         return {
             "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
+            **({"api_url": self.api_url} if self._api_port else {}),
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
             "cluster": self.cluster, "model": self.env.get("BATON_AGENT_MODEL", ""),
             "base_dir": str(self.base_dir), "supervisor_pid": os.getpid(),
@@ -356,24 +377,38 @@ class DevStack:
         return proc
 
     async def _start_mailbox(self) -> None:
-        data = self.data_dir / "mailbox"
-        for attempt in range(3):
-            self._mail_port = free_port()
-            argv = [sys.executable, "-m", "baton", "mailbox", "--port",
-                    str(self._mail_port), "--delay-ms", str(self.mail_delay_ms)]
+        await self._start_http_proc("mailbox")
+
+    def _http_proc(self, role: str) -> Proc:
+        """The mail service or the API on a new free port (``_mail_port`` / ``_api_port``)."""
+        port = free_port()
+        if role == "mailbox":
+            self._mail_port = port
+            argv = [sys.executable, "-m", "baton", "mailbox", "--port", str(port),
+                    "--delay-ms", str(self.mail_delay_ms)]
             if self.mail_persist:
-                argv += ["--data", str(data)]
+                argv += ["--data", str(self.data_dir / "mailbox")]
             self.mailbox = Proc("mailbox", "mailbox", argv, {}, self.log_dir / "mailbox.log")
-            await self._launch(self.mailbox)
+            return self.mailbox
+        self._api_port = port
+        argv = [sys.executable, "-m", "baton", "api", "--host", "127.0.0.1", "--port",
+                str(port), "--dev"]
+        self.api = Proc("api", "api", argv, self._urls(), self.log_dir / "api.log")
+        return self.api
+
+    async def _start_http_proc(self, role: str) -> None:
+        """Start it, on another port if the one picked was taken meanwhile (3 tries)."""
+        for attempt in range(3):
+            proc = self._http_proc(role)
+            await self._launch(proc)
             try:
-                await self.wait_ready("mailbox")
+                await self.wait_ready(proc.name)
                 return
             except ServerError:
-                failed = self.mailbox
-                failed.respawn = False
-                if failed.watcher is not None:
-                    failed.watcher.cancel()
-                if attempt == 2 or "in use" not in failed.log_tail().lower():
+                proc.respawn = False
+                if proc.watcher is not None:
+                    proc.watcher.cancel()
+                if attempt == 2 or "in use" not in proc.log_tail().lower():
                     raise
 
     async def _launch(self, proc: Proc) -> None:
@@ -409,10 +444,11 @@ class DevStack:
             self._refresh_stack_file()
 
     async def _is_ready(self, proc: Proc) -> bool:
-        if proc.role == "mailbox":
+        if proc.role in ("mailbox", "api"):
             assert self._http is not None
+            url = self.mail_url if proc.role == "mailbox" else self.api_url
             with contextlib.suppress(httpx.HTTPError):
-                return (await self._http.get(f"{self.mail_url}/healthz")).status_code == 200
+                return (await self._http.get(f"{url}/healthz")).status_code == 200
             return False
         assert self._redis is not None
         field = f"{proc.role}:{proc.name}"

@@ -105,9 +105,13 @@ def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
         status = json.loads(_baton("dev", "status", "--json", env=env))
         assert status["running"] is True and status["redis_url"].startswith("redis://")
         names = {p["name"] for p in status["processes"] if p["alive"]}
-        assert {"brain-1", "hands-1", "relay-1", "redis", "nats"} <= names
+        assert {"brain-1", "hands-1", "relay-1", "redis", "nats", "api"} <= names
         table = _baton("dev", "status", env=env)
         assert "relay-1" in table and status["nats_url"] in table
+        # The HTTP API and console, open on loopback in dev.
+        assert status["api_url"] in table and "/console/" in table
+        workers = httpx.get(f"{status['api_url']}/v1/workers", timeout=10).json()
+        assert {"agent": "notices", "compat": 1, "brains": ["brain-1"]} in workers["levels"]
         assert "relay-1" in _baton("dev", "logs", env=env).split()
         assert "relay_started" in _baton("dev", "logs", "relay-1", env=env)
         # a Brain serves the notices agent here: --require-brain lets the input in

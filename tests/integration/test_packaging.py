@@ -1,10 +1,10 @@
 """The distribution: one import package ``baton`` built from the role folders, and locks that pin
 what pyproject.toml declares.
 
-The repository keeps ``shared/ brain/ hands/ relay/ examples/ bench/`` at the top and setuptools
-mounts them under ``baton`` (``[tool.setuptools] packages`` and ``package-dir``). A subpackage
-missing from that list builds without complaint and is simply absent from the wheel, so the list
-is pinned against the folders on disk, and the wheel itself is built and read.
+The repository keeps ``shared/ brain/ hands/ relay/ examples/ bench/ api/`` at the top and
+setuptools mounts them under ``baton`` (``[tool.setuptools] packages`` and ``package-dir``). A
+subpackage missing from that list builds without complaint and is simply absent from the wheel,
+so the list is pinned against the folders on disk, and the wheel itself is built and read.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 # What the sdist/wheel build reads; everything else in the repository stays out.
 BUILD_INPUTS = ("pyproject.toml", "README.md")
-NOT_TOP_LEVEL = {"shared", "brain", "hands", "relay", "examples", "bench", "tests"}
+NOT_TOP_LEVEL = {"shared", "brain", "hands", "relay", "examples", "bench", "api", "tests"}
 
 
 def source_packages() -> dict[str, Path]:
@@ -110,6 +110,12 @@ def test_the_wheel_holds_one_package_its_command_and_its_data(tmp_path: Path) ->
     assert lua
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("baton/store/lua/")) == lua
     assert "baton/py.typed" in names
+    # The web console's static files ship with the API (no front-end build at install).
+    console = sorted(p.name for p in (ROOT / "api" / "console").iterdir()
+                     if p.suffix in (".html", ".js", ".css"))
+    assert console
+    assert sorted(n.rsplit("/", 1)[1] for n in names
+                  if n.startswith("baton/api/console/")) == console
 
     # Every module of every mounted folder is in the wheel, at its baton.* path.
     expected = {

@@ -50,6 +50,7 @@ PUBLIC = [
     "ToolContext",
     "ToolError",
     "ToolMismatchError",
+    "UnauthenticatedError",
     "UnavailableError",
     "ValidationError",
     "WriteInDoubtError",

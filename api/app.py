@@ -1,0 +1,333 @@
+"""The FastAPI application: the HTTP API under ``/v1``, its OpenAPI document, the console.
+
+FastAPI because it derives the OpenAPI document (``/openapi.json``, browsable at ``/docs``)
+from the same pydantic models the handlers validate requests with, and Baton's wire models
+are pydantic already; it runs on uvicorn (:mod:`baton.api.server`).
+
+Reads need a token with the ``read`` role, writes one with ``operate``
+(:mod:`baton.api.auth`); every error is problem details (:mod:`baton.api.problems`).
+Writes are the client's idempotent scripts: ``POST /v1/submissions`` and ``POST /v1/tasks``
+take an ``Idempotency-Key`` header that becomes the request id, so a retried request answers
+with the same submission (200) instead of creating another (201); without a session id the
+session's id is derived from the key too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
+from fastapi.responses import RedirectResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from baton.api import problems, views
+from baton.api.auth import OPERATE, Tokens
+from baton.api.events import Watchers, stream_session
+from baton.client import Client, derived_id
+from baton.errors import not_found
+from baton.models import Submission, Task
+from baton.observability.log import get_logger
+from baton.settings import Settings
+from baton.store.store import worker_ref
+
+__all__ = ["create_app"]
+
+log = get_logger("baton.api")
+
+SessionId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\s/]+$")]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1,
+                                              max_length=200)]
+
+
+
+
+def _role(request: Request) -> str:
+    tokens: Tokens = request.app.state.tokens
+    host = request.client.host if request.client is not None else None
+    return tokens.role_of(request.headers.get("authorization"), host)
+
+
+def _operator(request: Request) -> str:
+    role = _role(request)
+    Tokens.require(role, OPERATE, f"{request.method} {request.url.path}")
+    return role
+
+
+Read = Annotated[str, Depends(_role)]
+Operate = Annotated[str, Depends(_operator)]
+
+
+# ---------------------------------------------------------------------- request bodies
+
+
+class SubmitRequest(BaseModel):
+    text: str = Field(min_length=1, max_length=1_000_000, description="the user's input")
+    agent: str = Field(min_length=1, max_length=200, description="the agent that answers")
+    compat: int = Field(default=1, ge=1, le=1_000_000)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200,
+                                   description="continue this session (default: a new one)")
+
+
+class SubmitAnswer(BaseModel):
+    created: bool
+    submission: Submission
+
+
+class StartRequest(BaseModel):
+    kind: str = Field(min_length=1, max_length=200, description="the task definition's kind")
+    input: dict[str, Any] = Field(default_factory=dict)
+    agent: str = Field(min_length=1, max_length=200)
+    compat: int = Field(default=1, ge=1, le=1_000_000)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class StartAnswer(BaseModel):
+    created: bool
+    session_id: str
+    task_id: str
+
+
+class CancelRequest(BaseModel):
+    task_id: str | None = Field(default=None, description="one task (default: the session)")
+    reason: str = Field(default="", max_length=2_000)
+
+
+class ApproveRequest(BaseModel):
+    digest: str = Field(min_length=1, max_length=200,
+                        description="the digest of the arguments approved (session view)")
+
+
+class RejectRequest(BaseModel):
+    reason: str = Field(default="", max_length=2_000)
+
+
+class DecisionAnswer(BaseModel):
+    run_id: str
+    seq: int
+
+
+# ---------------------------------------------------------------------- the app
+
+
+def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
+    """The API and console over the stack ``settings`` names."""
+    watchers = Watchers()
+    state: dict[str, Client] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state["client"] = await Client.connect(settings)
+        # Its commits (submit, approve, ...) name the API in the sessions' timelines.
+        state["client"].worker = worker_ref("client", settings.worker_id("api"))
+        log.info("api_ready", namespace=settings.namespace, open=tokens.anonymous is not None)
+        try:
+            yield
+        finally:
+            watchers.stopping.set()
+            await state["client"].close()
+
+    app = FastAPI(title="Baton API", version="1",
+                  summary="Submit, follow, decide and inspect durable agent sessions.",
+                  lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.state.watchers = watchers
+    app.state.tokens = tokens
+    problems.install(app)
+
+    def client() -> Client:
+        return state["client"]
+
+    errors_doc: dict[int | str, dict[str, Any]] = {
+        code: {"description": text, "content": {problems.PROBLEM_JSON: {
+            "schema": {"$ref": "#/components/schemas/Problem"}}}}
+        for code, text in ((401, "no or unknown bearer token"),
+                           (403, "the token's role may not do this"),
+                           (404, "no such session, task, submission or run"),
+                           (409, "the request contradicts committed state"),
+                           (422, "invalid request"), (503, "the store cannot be reached"))}
+
+    # ------------------------------------------------------------------ health, console
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        await client().store.redis.ping()
+        return {"status": "ok", "streams": watchers.open}
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/console/")
+
+    console = resources.files("baton.api") / "console"
+    app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
+
+    # ------------------------------------------------------------------ writes
+
+    @app.post("/v1/submissions", response_model=SubmitAnswer, status_code=201,
+              responses=errors_doc, tags=["sessions"])
+    async def submit(body: SubmitRequest, response: Response, role: Operate,
+                     key: IdempotencyKey = None) -> SubmitAnswer:
+        """Submit input to a session (a new one by default); once per Idempotency-Key."""
+        session_id = body.session_id or (derived_id("s", "api", key) if key else None)
+        sub, created = await client().submit(body.text, agent=body.agent, compat=body.compat,
+                                             session_id=session_id, request_id=key)
+        if not created:
+            response.status_code = 200
+        response.headers["Location"] = f"/v1/sessions/{sub.session_id}/submissions/{sub.id}"
+        return SubmitAnswer(created=created, submission=sub)
+
+    @app.post("/v1/tasks", response_model=StartAnswer, status_code=201, responses=errors_doc,
+              tags=["sessions"])
+    async def start(body: StartRequest, response: Response, role: Operate,
+                    key: IdempotencyKey = None) -> StartAnswer:
+        """Start a root task of ``kind``; once per Idempotency-Key."""
+        session_id = body.session_id or (derived_id("s", "api", key) if key else None)
+        sid, task_id, created = await client().start_task(
+            session_id, body.kind, body.input, agent=body.agent, compat=body.compat,
+            request_id=key)
+        if not created:
+            response.status_code = 200
+        response.headers["Location"] = f"/v1/sessions/{sid}/tasks/{task_id}"
+        return StartAnswer(created=created, session_id=sid, task_id=task_id)
+
+    @app.post("/v1/sessions/{session_id}/cancel", responses=errors_doc, tags=["decisions"])
+    async def cancel(session_id: SessionId, body: CancelRequest, role: Operate,
+                     ) -> dict[str, str]:
+        """Cancel the session's tasks (or one): committed now, carried out by a Brain."""
+        answer = await client().cancel(session_id, body.task_id, reason=body.reason)
+        return answer.to_dict()
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/approve", response_model=DecisionAnswer,
+              responses=errors_doc, tags=["decisions"])
+    async def approve(session_id: SessionId, run_id: str, body: ApproveRequest,
+                      role: Operate) -> DecisionAnswer:
+        """Approve a run awaiting approval, bound to its arguments' digest."""
+        return DecisionAnswer(run_id=run_id,
+                              seq=await client().approve(session_id, run_id, body.digest))
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/reject", response_model=DecisionAnswer,
+              responses=errors_doc, tags=["decisions"])
+    async def reject(session_id: SessionId, run_id: str, body: RejectRequest,
+                     role: Operate) -> DecisionAnswer:
+        """Reject a run awaiting approval: it ends with error code ``rejected``."""
+        return DecisionAnswer(run_id=run_id,
+                              seq=await client().reject(session_id, run_id, body.reason))
+
+    # ------------------------------------------------------------------ reads
+
+    @app.get("/v1/sessions", responses=errors_doc, tags=["sessions"])
+    async def sessions(
+        role: Read,
+        status: Annotated[str | None, Query(
+            pattern="^(blocked|leased|pending|failed|settled)$")] = None,
+        agent: str | None = None,
+        blocked: bool | None = None,
+        quarantined: bool | None = None,
+        since_ms: Annotated[int | None, Query(ge=0, description="created at or after")] = None,
+        until_ms: Annotated[int | None, Query(ge=0, description="created at or before")] = None,
+        limit: Annotated[int, Query(ge=1, le=1_000)] = 50,
+    ) -> dict[str, Any]:
+        """The newest sessions matching every filter given."""
+        return await views.list_sessions(
+            client().store, status=status, agent=agent, blocked=blocked,
+            quarantined=quarantined, since_ms=since_ms, until_ms=until_ms, limit=limit)
+
+    @app.get("/v1/sessions/{session_id}", responses=errors_doc, tags=["sessions"])
+    async def session(session_id: SessionId, role: Read) -> dict[str, Any]:
+        """Lease, submissions, tasks, tool runs with their marks, approvals, documents."""
+        return await views.session_detail(client().store, session_id)
+
+    @app.get("/v1/sessions/{session_id}/entries", responses=errors_doc, tags=["sessions"])
+    async def entries(session_id: SessionId, role: Read, start: int = 0,
+                      limit: Annotated[int, Query(ge=0, le=1_000)] = 200) -> dict[str, Any]:
+        """Conversation entries (a negative ``start`` counts from the end)."""
+        return await views.session_entries(client().store, session_id, start, limit)
+
+    @app.get("/v1/sessions/{session_id}/trace", responses=errors_doc, tags=["sessions"])
+    async def trace(session_id: SessionId, role: Read) -> dict[str, Any]:
+        """The handoff timeline built from the session's receipts."""
+        return await views.session_trace(client().store, session_id)
+
+    @app.get("/v1/sessions/{session_id}/documents/{name}", responses=errors_doc,
+             tags=["sessions"])
+    async def document(session_id: SessionId, name: str, role: Read,
+                       version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+        """A document as it is, or as it was at a retained ``version``."""
+        return await views.document_at(client().store, session_id, name, version)
+
+    @app.get("/v1/sessions/{session_id}/submissions/{submission_id}", response_model=Submission,
+             responses=errors_doc, tags=["sessions"])
+    async def submission(session_id: SessionId, submission_id: str, role: Read,
+                         wait: Annotated[float, Query(ge=0, le=60, description=(
+                             "seconds to wait for it to settle"))] = 0) -> Submission:
+        """A submission; with ``wait``, once it settled (or as it is when the wait ends)."""
+        c = client()
+        sub = await c.store.submission(session_id, submission_id)
+        if wait and not sub.settled:
+            try:
+                sub = await c.wait(sub, timeout=wait)
+            except TimeoutError:
+                sub = await c.store.submission(session_id, submission_id)
+        return sub
+
+    @app.get("/v1/sessions/{session_id}/tasks/{task_id}", response_model=Task,
+             responses=errors_doc, tags=["sessions"])
+    async def task(session_id: SessionId, task_id: str, role: Read) -> Task:
+        """A task, live or finished."""
+        return await client().store.task(session_id, task_id)
+
+    @app.get("/v1/sessions/{session_id}/events", tags=["sessions"], responses={
+        **errors_doc, 200: {"description": "Server-Sent Events: a snapshot, then each change",
+                            "content": {"text/event-stream": {}}}})
+    async def events(
+        session_id: SessionId, role: Read,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=60,
+                                                    pattern=r"^\d+-\d+$")] = None,
+        after: Annotated[str | None, Query(max_length=60, pattern=r"^\d+-\d+$",
+                                           description="resume after this receipt id")] = None,
+    ) -> StreamingResponse:
+        """A snapshot of the session, then its changes live; resumable with Last-Event-ID."""
+        store = client().store
+        if not await store.redis.exists(store.keys.session(session_id).meta):
+            raise not_found(f"session {session_id}", namespace=settings.namespace,
+                            session_id=session_id)
+        stream = stream_session(settings, session_id, last_event_id or after, watchers, store)
+        return StreamingResponse(stream, media_type="text/event-stream", headers={
+            "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/dead-letters", responses=errors_doc, tags=["operations"])
+    async def dead_letters(role: Read, limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+                           ) -> dict[str, Any]:
+        """The newest dead letters of every shard, and how many are kept."""
+        return await views.dead_letter_page(client().store, limit)
+
+    @app.get("/v1/workers", responses=errors_doc, tags=["operations"])
+    async def workers(role: Read) -> dict[str, Any]:
+        """Announced services, and the live Brains serving each (agent, compat level)."""
+        return await views.workers_view(client().store)
+
+    @app.get("/v1/whoami", tags=["operations"], responses=errors_doc)
+    async def whoami(role: Read) -> dict[str, Any]:
+        """The role of the presented token (the console shows what it may do)."""
+        return {"role": role, "may_operate": role == OPERATE, "namespace": settings.namespace}
+
+    _problem_schema(app)
+    return app
+
+
+def _problem_schema(app: FastAPI) -> None:
+    """Add the Problem schema the error responses refer to."""
+    original: Callable[[], dict[str, Any]] = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original()
+            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = \
+                problems.Problem.model_json_schema()
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+

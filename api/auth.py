@@ -1,0 +1,114 @@
+"""Who may call the API: bearer tokens, each with a role.
+
+``read`` may read everything (sessions, traces, event streams, dead letters, workers);
+``operate`` may also submit, start tasks, cancel, approve and reject. Tokens come from
+``BATON_API_TOKENS`` (``role:token`` pairs separated by commas) and/or a file with one
+``role:token`` per line (``#`` starts a comment). Only their SHA-256 digests are kept, and a
+presented token is compared in constant time.
+
+Without any token the API is open, with the ``operate`` role, only in dev mode and only when
+it is bound to a loopback address; a request from another address is refused even then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from baton.errors import ConfigError, ForbiddenError, UnauthenticatedError
+
+__all__ = ["OPERATE", "READ", "ROLES", "TOKENS_ENV", "Tokens", "is_loopback"]
+
+READ = "read"
+OPERATE = "operate"
+ROLES = (READ, OPERATE)
+TOKENS_ENV = "BATON_API_TOKENS"
+_MIN_TOKEN = 16
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) names this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The known tokens (by digest) and their roles; ``anonymous`` is the role of a request
+    without a token (None: such a request is refused)."""
+
+    roles: dict[bytes, str] = field(default_factory=dict)
+    anonymous: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> dict[bytes, str]:
+        """``role:token`` pairs separated by commas or newlines; ConfigError naming ``source``
+        on an unknown role or a short token."""
+        out: dict[bytes, str] = {}
+        for raw in text.replace(",", "\n").splitlines():
+            item = raw.split("#", 1)[0].strip()
+            if not item:
+                continue
+            role, sep, token = item.partition(":")
+            role, token = role.strip(), token.strip()
+            if not sep or role not in ROLES:
+                raise ConfigError(f"{source}: expected role:token with a role of "
+                                  f"{', '.join(ROLES)}, got {role or item[:20]!r}")
+            if len(token) < _MIN_TOKEN:
+                raise ConfigError(f"{source}: a {role} token is shorter than {_MIN_TOKEN} "
+                                  "characters")
+            out[_digest(token)] = role
+        return out
+
+    @classmethod
+    def load(cls, *, host: str, dev: bool, file: Path | None = None,
+             env: Mapping[str, str] | None = None) -> Tokens:
+        """The tokens of ``BATON_API_TOKENS`` and ``file``; open only in dev on loopback."""
+        env = os.environ if env is None else env
+        roles = cls.parse(env.get(TOKENS_ENV, ""), TOKENS_ENV)
+        if file is not None:
+            try:
+                roles |= cls.parse(file.read_text(), str(file))
+            except OSError as exc:
+                raise ConfigError(f"cannot read the API tokens file {file}: "
+                                  f"{exc.strerror or exc}") from None
+        if roles:
+            return cls(roles)
+        if dev and is_loopback(host):
+            return cls({}, anonymous=OPERATE)
+        where = "in dev mode on a loopback address only" if dev else "with --dev on loopback"
+        raise ConfigError(f"no API tokens: set {TOKENS_ENV}=operate:TOKEN,read:TOKEN or pass "
+                          f"--tokens-file (an open API is allowed {where}; bound to {host})")
+
+    def role_of(self, authorization: str | None, client_host: str | None) -> str:
+        """The role of a request's ``Authorization`` header; UnauthenticatedError if none."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            presented = _digest(token.strip())
+            for known, role in self.roles.items():
+                if hmac.compare_digest(known, presented):
+                    return role
+            raise UnauthenticatedError("unknown bearer token")
+        if self.anonymous is not None and client_host is not None and is_loopback(client_host):
+            return self.anonymous
+        raise UnauthenticatedError("a bearer token is required (Authorization: Bearer TOKEN)")
+
+    @staticmethod
+    def require(role: str, needed: str, action: str) -> None:
+        """ForbiddenError unless ``role`` may do what ``needed`` allows."""
+        if needed == OPERATE and role != OPERATE:
+            raise ForbiddenError(role, action, "with a read token",
+                                 "this needs a token with the operate role")

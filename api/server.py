@@ -1,0 +1,65 @@
+"""``baton api``: serve the HTTP API and the console with uvicorn until SIGTERM or Ctrl-C.
+
+Bound to loopback by default. Without tokens (``BATON_API_TOKENS`` or ``--tokens-file``) it
+starts only with ``--dev`` on a loopback address, which ``baton dev`` passes. On SIGTERM
+uvicorn stops accepting, open event streams end, and the process exits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["DEFAULT_PORT", "api_command", "raise_open_files_limit", "serve"]
+
+DEFAULT_PORT = 8470
+_GRACE_S = 5  # open streams get this long to end on shutdown
+
+
+def raise_open_files_limit() -> None:
+    """Raise the open-files limit to its hard limit: each event stream holds a socket."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> None:
+    import uvicorn
+
+    raise_open_files_limit()
+    from baton.api.app import create_app
+    from baton.api.auth import Tokens
+    from baton.cli.common import settings
+
+    config = settings("api")
+    tokens = Tokens.load(host=host, dev=dev, file=tokens_file)
+    app = create_app(config, tokens)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=_GRACE_S, proxy_headers=False, server_header=False))
+    await server.serve()
+    if not server.started:
+        from baton.errors import ServerError
+
+        raise ServerError(f"the API could not start on {host}:{port} (see the log above)",
+                          server="api")
+
+
+@click.command("api")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--dev", is_flag=True,
+              help="allow requests without a token when bound to loopback and no token is set")
+@click.option("--tokens-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="role:token lines (roles: read, operate); adds to BATON_API_TOKENS")
+def api_command(host: str, port: int, dev: bool, tokens_file: Path | None) -> None:
+    """Serve the HTTP API (OpenAPI at /docs) and the web console (at /)."""
+    from baton.cli.common import run
+
+    run(serve(host, port, dev, tokens_file))
