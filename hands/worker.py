@@ -45,6 +45,7 @@ from baton.errors import (
     ValidationError,
 )
 from baton.faults import Faults
+from baton.hands import liveness
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
 from baton.hands.isolation import harden_worker
 from baton.hands.retries import RetryTransport
@@ -135,9 +136,11 @@ class HandsWorker(Service):
                 durable = names.tool_durable(tool)
                 await self.bus.ensure_consumer(
                     names.tool_stream, durable, names.tool_subject(tool),
-                    ack_wait=s.ack_wait_s, max_deliver=s.max_deliver,
+                    ack_wait=s.tool_ack_wait_s, max_deliver=s.max_deliver,
                 )
                 pullers.append(await self.bus.pull(names.tool_stream, durable))
+            # Peers ask here whether this process still holds its runs (hands.liveness).
+            await liveness.answer(self.bus.nc, s.namespace, self.worker.name)
             self.ready.set()
             log.info("hands_ready", worker=self.name, tools=list(self.tools))
             async with asyncio.TaskGroup() as tg:
@@ -212,7 +215,7 @@ class HandsWorker(Service):
                 await self._dead_letter(msg, mismatch, delivery)
                 await _settle(msg.term())
                 return
-            async with bus_heartbeat(msg, self.settings.ack_wait_s / 3):
+            async with bus_heartbeat(msg, self.settings.tool_ack_wait_s / 3):
                 await self._process(msg, dispatch, delivery, done)
         except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
             done.outcome = "retry"
@@ -278,6 +281,14 @@ class HandsWorker(Service):
                                     delivery)
             await _settle(msg.term())
             return
+        if claim.status == "busy" and await self._holder_gone(claim.holder):
+            # The holder's connection is gone (its process died): take over now, not after
+            # its heartbeat expires; the fence keeps a holder that was in fact alive harmless.
+            log.info("attempt_holder_gone", previous_worker=claim.holder)
+            claim = await self.store.runs.claim(
+                dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
+                carrier=carrier_of(msg), tool=dispatch.tool, gone_holder=claim.holder,
+            )
         if claim.status == "done":
             done.outcome = "duplicate"
             await _settle(msg.ack())
@@ -320,6 +331,12 @@ class HandsWorker(Service):
             return  # stale: the attempt that took over completes and acks
         self.faults.hit("hands.after_complete")
         await _settle(msg.ack())
+
+    async def _holder_gone(self, holder: str) -> bool:
+        """NATS says ``holder`` (another Hands) has no connection: its process is gone."""
+        if not holder or holder == self.worker.name or self.bus is None:
+            return False
+        return await liveness.is_gone(self.bus.nc, self.settings.namespace, holder)
 
     # ------------------------------------------------------------------ committing
 

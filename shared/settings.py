@@ -90,6 +90,11 @@ class Settings(BaseModel):
     # (fenced), but it ends an unsafe tool's run interrupted, so do not go much lower.
     attempt_ttl_ms: int = Field(default=1_200, ge=100)
     ack_wait_s: float = Field(default=1.2, gt=0)
+    # The tool consumers' ack_wait: a dead Hands' message comes back to a live replica this
+    # soon. The live one asks the holder over NATS whether its connection is still there
+    # (hands.liveness); only when NATS answers "no responders" is the attempt taken over
+    # before attempt_ttl. A redelivery while the holder is alive costs a ping and a nak.
+    tool_ack_wait_s: float = Field(default=0.3, gt=0)
     max_deliver: int = Field(default=8, ge=1)
     hands_concurrency: int = Field(default=64, ge=1)  # tool runs in flight, per tool
     tool_output_limit: int = Field(default=64 * 1024, ge=256)
