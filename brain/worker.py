@@ -46,6 +46,9 @@ from baton.store.store import Store
 
 log = get_logger("baton.brain")
 
+# An idle consumer's long poll (the stop event ends it at once): few pull requests a second.
+FETCH_TIMEOUT_S = 5.0
+
 
 class BrainWorker(Service):
     role = "brain"
@@ -130,7 +133,8 @@ class BrainWorker(Service):
                     await self.slot_freed.wait()
                     continue
                 try:
-                    msgs = await puller.fetch(min(free, 64), timeout=0.5)
+                    msgs = await puller.fetch(min(free, 64), timeout=FETCH_TIMEOUT_S,
+                                              stop=self.stopping)
                 except Exception as exc:  # NATS down: keep trying until it is back
                     log.warning("wake_fetch_failed", error=str(exc))
                     await self.wait_stopping(0.5)

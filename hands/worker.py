@@ -62,7 +62,8 @@ __all__ = ["HandsWorker", "main"]
 
 log = get_logger("baton.hands")
 
-FETCH_TIMEOUT_S = 1.0  # a fetch loop notices shutdown within this
+# An idle fetch loop's long poll (the stop event ends it at once): few pull requests a second.
+FETCH_TIMEOUT_S = 5.0
 MAX_BATCH = 32  # messages per fetch, at most (and never more than free slots)
 RETRY_DELAY_S = 0.5  # redelivery delay after Redis/NATS was unreachable
 BUSY_MARGIN_S = 0.1  # after a live attempt's heartbeat would expire
@@ -175,7 +176,7 @@ class HandsWorker(Service):
             msgs: list[Msg] = []
             try:
                 if not self.stopping.is_set():
-                    msgs = await puller.fetch(taken, timeout=FETCH_TIMEOUT_S)
+                    msgs = await puller.fetch(taken, timeout=FETCH_TIMEOUT_S, stop=self.stopping)
             except Exception as exc:  # NATS reconnecting or gone: keep serving
                 log.warning("fetch_failed", tool=tool, error=repr(exc))
                 await self.wait_stopping(RETRY_DELAY_S)
