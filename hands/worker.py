@@ -50,6 +50,7 @@ from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
 from baton.hands.isolation import harden_worker
 from baton.hands.retries import RetryTransport
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
+from baton.observability.canonical import CanonicalLines
 from baton.observability.log import bind, bounded, get_logger
 from baton.observability.tracing import consumer, execute
 from baton.service import Service, run_until_signalled
@@ -106,6 +107,7 @@ class HandsWorker(Service):
         # over its own live attempt (a restart with a stable name); inside one process that
         # would make a duplicate message take over the attempt still running here.
         self._active: set[tuple[str, str]] = set()
+        self._lines = CanonicalLines(log, "tool_message_handled", each=settings.log_each_message)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -162,6 +164,7 @@ class HandsWorker(Service):
             if self.bus is not None:
                 await self.bus.close()  # flushes the acks of the drained messages
             await self.store.close()
+            self._lines.flush()
             log.info("hands_stopped", worker=self.name)
 
     async def _fetch_loop(self, tool: str, puller: Puller) -> None:
@@ -226,11 +229,10 @@ class HandsWorker(Service):
             done.outcome = "crashed"
             log.exception("tool_message_failed")
             await _settle(msg.nak(delay=RETRY_DELAY_S))
-        finally:
-            log.info(
-                "tool_message_handled",
-                outcome=done.outcome,
-                recovery=done.recovery,
+        finally:  # routine (first delivery, ok, nothing recovered): counted, at DEBUG
+            self._lines.line(
+                done.outcome == "ok" and done.recovery == "none" and delivery == 1,
+                outcome=done.outcome, recovery=done.recovery,
                 ms=round((time.monotonic() - started) * 1000, 2),
             )
 

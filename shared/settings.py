@@ -155,6 +155,9 @@ class Settings(BaseModel):
     worker_name: str = ""
     log_level: str = "info"
     log_format: str = Field(default="auto", pattern="^(auto|json|console)$")
+    # The canonical line of every handled message at INFO; by default only the unusual ones
+    # (redelivered, recovered, failed), the routine ones counted in a summary line every 10 s.
+    log_each_message: bool = False
     fault: str = ""  # named fault point, for crash tests only: "point" or "point@N"
 
     @classmethod
