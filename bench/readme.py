@@ -26,6 +26,10 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
+def _met(row: dict[str, Any]) -> str:
+    return "" if not row["target"] else "yes" if row["met"] else "no"
+
+
 def render(summary: dict[str, Any], command: str) -> str:
     env = summary.get("env", {})
     rows = summary["targets"]
@@ -44,7 +48,7 @@ def render(summary: dict[str, Any], command: str) -> str:
     ]
     for r in first + rest:
         lines.append(f"| {_cell(r['figure'])} | {_cell(r['measured'])} | "
-                     f"{_cell(r['target'])} | {'yes' if r['met'] else 'no'} |")
+                     f"{_cell(r['target'])} | {_met(r)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -229,7 +229,7 @@ def summarize(console: Console, directory: Path = RESULTS_DIR) -> dict[str, Any]
         table.add_column(col)
     for r in rows:
         table.add_row(r["figure"], r["measured"], r["target"],
-                      "yes" if r["met"] else "[red]no[/red]")
+                      "" if not r["target"] else "yes" if r["met"] else "[red]no[/red]")
     console.print(table)
     directory.mkdir(parents=True, exist_ok=True)
     env: dict[str, Any] = next((r["env"] for r in (e2e, takeover, history) if r), {})
