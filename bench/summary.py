@@ -204,8 +204,9 @@ def cold_targets(cold: dict[str, Any] | None) -> list[dict[str, Any]]:
          "target": f"< {t['import_s'] * 1000:.0f} ms", "met": imp < t["import_s"]},
         {"figure": "import of the slowest worker entry point (CPU)",
          "measured": f"{slowest * 1000:.0f} ms", "target": "", "met": True},
-        {"figure": "a Hands spawned into a running stack -> serving (wall)",
-         "measured": f"{cold['worker_ready_s']:.2f} s", "target": f"< {t['ready_s']} s",
+        {"figure": "a Hands spawned into a running stack -> serving (wall; its own CPU)",
+         "measured": f"{cold['worker_ready_s']:.2f} s ({cold.get('worker_ready_cpu_s', 0):.2f} s"
+                     f" CPU)", "target": f"< {t['ready_s']} s",
          "met": cold["worker_ready_s"] < t["ready_s"]},
         {"figure": "idle stack CPU (Redis, NATS, Brain, 2 Hands, Relay)",
          "measured": f"{cold['idle_cpu_total_ms_per_s']:.1f} ms/s",
