@@ -4,7 +4,7 @@
 #   make test        system deps + virtualenv, then the default test suite (crash tests included)
 #   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
-#   make bench       benchmarks (not timed tests)
+#   make bench       benchmarks (not timed tests); regenerates the README's Status table
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -62,8 +62,14 @@ test-stress: deps venv
 test-chaos: deps venv
 	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)
 
+# The benchmarks behind the README's Status table, then the table itself regenerated from
+# bench/results/summary.json (BENCH_ARGS=--quick for a smoke run; `baton bench all` runs
+# every benchmark).
+BENCH_ARGS ?=
+
 bench: deps venv
-	$(BIN)/baton bench
+	$(BIN)/baton bench e2e takeover cold $(BENCH_ARGS)
+	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
 
 SOURCES := shared brain hands relay examples bench api tests
 

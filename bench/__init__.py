@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "models": "baton.bench.model_bench",
     "adversarial": "baton.bench.adversarial_bench",
     "sse": "baton.bench.sse_bench",
+    "cold": "baton.bench.cold_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from baton.app import Agent, App
-from baton.bench import chain_bench
+from baton.bench import chain_bench, plain_loop
 from baton.bench.common import Result, Row, Run, concurrent, environment, percentile, print_rows
 from baton.brain.context import TaskContext
 from baton.brain.generation import Generation
@@ -63,9 +63,11 @@ ONE = "Send the approved notice to ada@example.com, then summarise."
 RTT_AGENT = "rtt"  # the driven sessions' agent: no Brain of the stack consumes its wakes
 
 TARGET_RTT_CHAINS = 2.0  # tool round trip <= 2x the raw chain p50
-TARGET_C32_PER_S = 150.0
-TARGET_C1_P50_MS = 10.0
-COMPETITORS = {"LangGraph": 58.0, "DBOS": 34.0, "Temporal": 9.0}  # sessions/s, REFERENCE.md
+# Against the plain in-process loop (bench.plain_loop) measured in the same run:
+TARGET_C32_OF_PLAIN = 0.40  # sessions/s at concurrency 32 >= 40% of the plain loop's
+TARGET_C1_X_PLAIN = 2.5  # p50 at concurrency 1 <= 2.5x the plain loop's
+TARGET_CPU_PER_STEP_MS = 1.5  # CPU of every process per step at concurrency 32
+STEPS = 7  # per five-notice session: two model turns and five tool calls
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,9 @@ def print_targets(targets: list[dict[str, Any]], console: Console) -> None:
     for col in ("figure", "measured", "target", "ratio", "met"):
         table.add_column(col, justify="left" if col == "figure" else "right")
     for t in targets:
-        table.add_row(t["figure"], t["measured"], t["target"], t["ratio"],
+        ratio = t.get("ratio_value")
+        table.add_row(t["figure"], t["measured"], t["target"],
+                      "" if ratio is None else f"{ratio:.2f}",
                       "yes" if t["met"] else "[red]no[/red]")
     console.print(table)
 
@@ -433,10 +437,18 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
                     writers=1, n=len(brain_net), p50_us=p50, p99_us=p99, ops_per_s=float("nan"),
                     ratio=_mean(brain_net) / chain_p50, note=f"mean {_mean(brain_net):,.0f}"))
 
-    # 4. Five-notice sessions.
+    # 4. Five-notice sessions, then the same workload as a plain in-process loop.
     session_rows, per_level = await session_levels(stack, client, cfg, "1 brain, 1 hands")
     rows.extend(session_rows.values())
     extra["sessions"] = per_level
+    total32 = dict(cfg.levels).get(32, 64)
+    mail_pid = stack.mailbox.pid if stack.mailbox is not None else None
+    plain_rows, plain_cpu = await plain_loop.measure(
+        stack.mail_url, FIVE, [(1, cfg.c1_n, cfg.c1_warmup), (32, total32, 1)], mail_pid)
+    rows.extend(plain_rows.values())
+    extra["plain_loop"] = {f"c={c}": {"sessions_per_s": r.ops_per_s, "p50_ms": r.p50_us / 1000,
+                                      "cpu_ms_per_session": plain_cpu[c]}
+                           for c, r in plain_rows.items()}
 
     print_rows("End to end (µs; ratio = p50 / raw chain p50 at one flow; sessions: ops/s = "
                "sessions/s)", rows, console)
@@ -453,23 +465,34 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
     rtt_p50 = percentile(net, 50)
     c32 = session_rows.get(32)
     c1 = session_rows[1]
+    p1, p32 = plain_rows[1], plain_rows[32]
     targets = [
         {"figure": "tool round trip p50 (net) / raw chain p50",
          "measured": f"{rtt_p50:,.0f} µs = {rtt_p50 / chain_p50:.2f} chains",
          "target": f"<= {TARGET_RTT_CHAINS:.0f} chains ({TARGET_RTT_CHAINS * chain_p50:,.0f} µs)",
-         "ratio": f"{rtt_p50 / (TARGET_RTT_CHAINS * chain_p50):.2f}x of target",
+         "ratio_value": rtt_p50 / chain_p50,
          "met": rtt_p50 <= TARGET_RTT_CHAINS * chain_p50},
-        {"figure": "five notices p50 at concurrency 1",
-         "measured": f"{c1.p50_us / 1000:.1f} ms", "target": f"<= {TARGET_C1_P50_MS:.0f} ms",
-         "ratio": f"{c1.p50_us / 1000 / TARGET_C1_P50_MS:.2f}x of target",
-         "met": c1.p50_us / 1000 <= TARGET_C1_P50_MS},
+        {"figure": "five notices p50 at concurrency 1 / plain loop p50",
+         "measured": f"{c1.p50_us / p1.p50_us:.2f}x ({c1.p50_us / 1000:.1f} vs "
+                     f"{p1.p50_us / 1000:.1f} ms)",
+         "target": f"<= {TARGET_C1_X_PLAIN}x", "ratio_value": c1.p50_us / p1.p50_us,
+         "met": c1.p50_us / p1.p50_us <= TARGET_C1_X_PLAIN},
     ]
     if c32 is not None:
+        share = c32.ops_per_s / p32.ops_per_s
         targets.append({
-            "figure": "five notices sessions/s at concurrency 32",
-            "measured": f"{c32.ops_per_s:.0f}/s", "target": f">= {TARGET_C32_PER_S:.0f}/s",
-            "ratio": f"{c32.ops_per_s / TARGET_C32_PER_S:.2f}x of target; " + ", ".join(
-                f"{c32.ops_per_s / v:.1f}x {k}" for k, v in COMPETITORS.items()),
-            "met": c32.ops_per_s >= TARGET_C32_PER_S})
+            "figure": "five notices sessions/s at concurrency 32 / plain loop",
+            "measured": f"{share:.0%} ({c32.ops_per_s:.0f} vs {p32.ops_per_s:.0f}/s)",
+            "target": f">= {TARGET_C32_OF_PLAIN:.0%}", "ratio_value": share,
+            "met": share >= TARGET_C32_OF_PLAIN})
+        level = per_level["c=32"]["cpu_ms_per_session"]
+        stack_cpu = sum(v for k, v in level.items() if k != "bench client")
+        per_step = stack_cpu / STEPS
+        targets.append({
+            "figure": f"CPU per step at concurrency 32, every process ({STEPS} steps/session)",
+            "measured": f"{per_step:.2f} ms = {stack_cpu / plain_cpu[32]:.1f}x the plain loop's "
+                        f"({stack_cpu:.1f} vs {plain_cpu[32]:.1f} ms/session)",
+            "target": f"<= {TARGET_CPU_PER_STEP_MS} ms", "ratio_value": stack_cpu / plain_cpu[32],
+            "met": per_step <= TARGET_CPU_PER_STEP_MS})
     print_targets(targets, console)
     extra["targets"] = targets

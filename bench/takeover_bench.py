@@ -1,17 +1,18 @@
-"""Takeover: a Hands SIGKILLed mid-send, to the session done, over repeated trials.
+"""Takeover: a Hands SIGKILLed mid-send, to the session done, over many trials.
 
-One :class:`~baton.devkit.devstack.DevStack` per settings variant (one Brain, two Hands, one
-Relay; the mail service holds each answer 300 ms). Per trial a five-notice session is
-submitted; as soon as the mail service has *recorded* one of its sends (accepted, reply not yet
-seen) the Hands sending it is SIGKILLed and not restarted: the other, live replica must take
-the run over (JetStream redelivers after ``ack_wait``; the attempt is reclaimed once its
-heartbeat is older than ``attempt_ttl``), confirm it by its operation id and the Brain must
-finish. Measured: kill -> the run's reclaim receipt, and kill -> submission settled. A fresh
-Hands replaces the dead one between trials (untimed).
+One :class:`~baton.devkit.devstack.DevStack` (one Brain, two Hands, one Relay; the mail
+service holds each answer 300 ms). Per trial a five-notice session is submitted; as soon as
+the mail service has *recorded* one of its sends (accepted, reply not yet seen) the Hands
+sending it is SIGKILLed and not restarted: the other, live replica must take the run over,
+confirm the send by its operation id and the Brain must finish. What makes it fast: the tool
+consumers' ``tool_ack_wait_s`` brings the dead Hands' message back to the live one, which asks
+the holder over NATS (``baton.hands.liveness``); "no responders" (its connection is gone)
+lets it claim the attempt at once instead of after ``attempt_ttl``. Measured: kill -> the
+run's reclaim receipt, and kill -> submission settled. Checked per trial from the mail
+service's counters: every send delivered once (no duplicate), five raw requests (no re-send
+of the killed one). A fresh Hands replaces the dead one between trials (untimed).
 
-Variants: the defaults (``ack_wait_s`` 5, ``attempt_ttl_ms`` 5000), and the shorter timings
-proposed when the default misses the target (section "Takeover" of the printed note).
-Target: median <= 1.5 s with the default settings and no restart by anyone.
+Target: median <= 0.5 s from the kill to the session done, with the shipped settings.
 """
 
 from __future__ import annotations
@@ -40,22 +41,20 @@ DESCRIPTION = "kill a Hands mid-send -> session done (median, p90), default and 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
 MAIL_DELAY_MS = 300
-TARGET_MEDIAN_S = 1.5
-# Heartbeats run every third of these; a shorter wait costs beats only for tools that run
-# longer than a third of it (the beat tasks start only when the first beat is due).
-PROPOSED = {"BATON_ACK_WAIT_S": "1", "BATON_ATTEMPT_TTL_MS": "1000"}
+TARGET_MEDIAN_S = 0.5
 
 
 @dataclass(frozen=True)
 class Config:
-    trials: int = 7
+    trials: int = 50
 
 
-QUICK = Config(trials=3)
+QUICK = Config(trials=5)
 
 
 async def _trial(stack: DevStack, client: Client, http: httpx.AsyncClient,
                  i: int) -> dict[str, float]:
+    await http.post("/reset")
     sub, _ = await client.submit(FIVE, agent="notices")
     store = client.store
     async with asyncio.timeout(30):
@@ -83,9 +82,14 @@ async def _trial(stack: DevStack, client: Client, http: httpx.AsyncClient,
               if isinstance(r.detail, ClaimDetail) and r.detail.run_id == found.run_id
               and r.worker and r.worker.name != found.worker]
     reclaim_s = (claims[0].ts_ms - wall0) / 1000 if claims else float("nan")
+    stats = (await http.get("/stats")).json()
     await stack.wait_exit(found.worker)
     await stack.spawn("hands", f"hands-t{i}")  # the next trial has two live replicas again
-    return {"done_s": done_s, "reclaim_s": reclaim_s}
+    return {"done_s": done_s, "reclaim_s": reclaim_s,
+            # a send delivered twice; a send requested again (the confirm found it instead)
+            "duplicates": float(sum(n - 1 for n in stats["deliveries"].values())
+                                + stats["duplicates_suppressed"]),
+            "resends": float(stats["raw_requests"] - stats["accepted"])}
 
 
 async def trials(variant: str, env: dict[str, str], cfg: Config,
@@ -108,10 +112,13 @@ async def trials(variant: str, env: dict[str, str], cfg: Config,
         shutil.rmtree(base, ignore_errors=True)
     settings = Settings.from_env(env)
     done = [t["done_s"] for t in out]
-    return {"variant": variant, "ack_wait_s": settings.ack_wait_s,
+    return {"variant": variant, "ack_wait_s": settings.tool_ack_wait_s,
             "attempt_ttl_ms": settings.attempt_ttl_ms, "trials": out,
-            "median_s": percentile(done, 50), "p90_s": percentile(done, 90),
-            "reclaim_median_s": percentile([t["reclaim_s"] for t in out], 50)}
+            "min_s": min(done), "median_s": percentile(done, 50),
+            "p90_s": percentile(done, 90), "p99_s": percentile(done, 99), "max_s": max(done),
+            "reclaim_median_s": percentile([t["reclaim_s"] for t in out], 50),
+            "duplicates": int(sum(t["duplicates"] for t in out)),
+            "resends": int(sum(t["resends"] for t in out))}
 
 
 def _rows(results: list[dict[str, Any]]) -> list[Row]:
@@ -121,20 +128,23 @@ def _rows(results: list[dict[str, Any]]) -> list[Row]:
         rows.append(Row(mode=r["variant"], operation="kill Hands mid-send -> session done",
                         writers=1, n=len(done), p50_us=percentile(done, 50),
                         p99_us=percentile(done, 99), ops_per_s=float("nan"),
-                        note=f"p90 {r['p90_s']:.2f}s"))
+                        note=f"p90 {r['p90_s']:.2f}s, {r['duplicates']} duplicates, "
+                             f"{r['resends']} re-sends"))
     return rows
 
 
 def print_takeover(results: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="Takeover (seconds after the SIGKILL)", title_justify="left")
-    for col in ("settings", "ack_wait_s", "attempt_ttl_ms", "trials", "reclaim median",
-                "done median", "done p90", f"target median <= {TARGET_MEDIAN_S}s"):
+    for col in ("settings", "tool_ack_wait_s", "attempt_ttl_ms", "kills", "reclaim median",
+                "done min", "done median", "done p90", "done max", "duplicates", "re-sends",
+                f"target median <= {TARGET_MEDIAN_S}s"):
         table.add_column(col, justify="left" if col == "settings" else "right")
     for r in results:
         met = r["median_s"] <= TARGET_MEDIAN_S
         table.add_row(r["variant"], f"{r['ack_wait_s']:g}", str(r["attempt_ttl_ms"]),
                       str(len(r["trials"])), f"{r['reclaim_median_s']:.2f}",
-                      f"{r['median_s']:.2f}", f"{r['p90_s']:.2f}",
+                      f"{r['min_s']:.2f}", f"{r['median_s']:.2f}", f"{r['p90_s']:.2f}",
+                      f"{r['max_s']:.2f}", str(r["duplicates"]), str(r["resends"]),
                       "yes" if met else "[red]no[/red]")
     console.print(table)
 
@@ -143,17 +153,16 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     console = console or Console()
     cfg = QUICK if quick else Config()
     env = environment()
-    results = [await trials("defaults", {}, cfg, console),
-               await trials("proposed", dict(PROPOSED), cfg, console)]
+    results = [await trials("defaults", {}, cfg, console)]
     print_takeover(results, console)
     default = results[0]
     console.print(
-        f"[dim]What bounds it: the dead Hands' message comes back after ack_wait "
-        f"({default['ack_wait_s']:g}s) and its attempt can be reclaimed once its heartbeat is "
-        f"older than attempt_ttl ({default['attempt_ttl_ms']} ms); both clocks start at the "
-        f"last beat before the kill, so the takeover is about max(ack_wait, ttl) plus a "
-        f"confirm and two hops. The proposed defaults ({PROPOSED}) keep heartbeats at a third "
-        f"of each (only tools running longer than that beat at all).[/dim]")
+        f"[dim]What bounds it: the dead Hands' message comes back after the tool consumers' "
+        f"ack_wait ({default['ack_wait_s']:g}s, counted from its last in_progress beat), the "
+        f"live Hands finds the attempt busy, NATS answers 'no responders' for the holder and "
+        f"the attempt is claimed at once (not after attempt_ttl, "
+        f"{default['attempt_ttl_ms']} ms); then a confirm by operation id, the complete, a "
+        f"wake and the Brain's summary turn.[/dim]")
     return Result(NAME, _rows(results), env=env,
                   extra={"config": asdict(cfg), "variants": results,
                          "target_median_s": TARGET_MEDIAN_S})

@@ -35,6 +35,7 @@ from baton.errors import (
 from baton.faults import Faults
 from baton.models import Wake, decode
 from baton.observability import log as logs
+from baton.observability.canonical import CanonicalLines
 from baton.observability.log import get_logger
 from baton.observability.tracing import consumer
 from baton.service import Service, run_until_signalled
@@ -45,6 +46,9 @@ from baton.store.epoch import StoreEpoch
 from baton.store.store import Store
 
 log = get_logger("baton.brain")
+
+# An idle consumer's long poll (the stop event ends it at once): few pull requests a second.
+FETCH_TIMEOUT_S = 5.0
 
 
 class BrainWorker(Service):
@@ -60,6 +64,7 @@ class BrainWorker(Service):
         self.slot_freed = asyncio.Event()
         self.context: BrainContext | None = None  # what the passes share, once connected
         self.handled = 0
+        self._lines = CanonicalLines(log, "wake_handled", each=settings.log_each_message)
 
     async def serve(self) -> None:
         store = await self.connect("redis", lambda: Store.connect(self.settings))
@@ -97,6 +102,7 @@ class BrainWorker(Service):
             finally:
                 await bus.close()
         finally:
+            self._lines.flush()
             await store.close()
             await self._close_models(self.context.models)
 
@@ -130,7 +136,8 @@ class BrainWorker(Service):
                     await self.slot_freed.wait()
                     continue
                 try:
-                    msgs = await puller.fetch(min(free, 64), timeout=0.5)
+                    msgs = await puller.fetch(min(free, 64), timeout=FETCH_TIMEOUT_S,
+                                              stop=self.stopping)
                 except Exception as exc:  # NATS down: keep trying until it is back
                     log.warning("wake_fetch_failed", error=str(exc))
                     await self.wait_stopping(0.5)
@@ -162,8 +169,8 @@ class BrainWorker(Service):
             current.rewake = True
             current.carrier = carrier_of(msg)  # its next lease receipt names this wake
             await msg.ack()
-            log.info("wake_handled", outcome="joined", fence=0,
-                     ms=round((time.perf_counter() - started) * 1000, 2))
+            self._lines.line(delivery_count(msg) == 1, outcome="joined", fence=0,
+                             ms=round((time.perf_counter() - started) * 1000, 2))
             logs.clear()
             return
         session = SessionPass(self.context, sid, carrier=carrier_of(msg))
@@ -200,8 +207,11 @@ class BrainWorker(Service):
         finally:
             self.active.pop(sid, None)
             self.handled += 1
-            log.info("wake_handled", outcome=outcome, fence=fence,
-                     ms=round((time.perf_counter() - started) * 1000, 2))
+            # Routine (first delivery, done, not a timer's wake): counted, at DEBUG.
+            self._lines.line(outcome == "done" and delivery_count(msg) == 1
+                             and not wake.reason.startswith("timer"),
+                             outcome=outcome, fence=fence,
+                             ms=round((time.perf_counter() - started) * 1000, 2))
             logs.clear()
 
 

@@ -46,10 +46,12 @@ from baton.errors import (
     ValidationError,
 )
 from baton.faults import Faults
+from baton.hands import liveness
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
 from baton.hands.isolation import harden_worker
 from baton.hands.retries import RetryTransport
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
+from baton.observability.canonical import CanonicalLines
 from baton.observability.log import bind, bounded, get_logger
 from baton.observability.tracing import consumer, execute
 from baton.service import Service, run_until_signalled
@@ -62,7 +64,8 @@ __all__ = ["HandsWorker", "main"]
 
 log = get_logger("baton.hands")
 
-FETCH_TIMEOUT_S = 1.0  # a fetch loop notices shutdown within this
+# An idle fetch loop's long poll (the stop event ends it at once): few pull requests a second.
+FETCH_TIMEOUT_S = 5.0
 MAX_BATCH = 32  # messages per fetch, at most (and never more than free slots)
 RETRY_DELAY_S = 0.5  # redelivery delay after Redis/NATS was unreachable
 BUSY_MARGIN_S = 0.1  # after a live attempt's heartbeat would expire
@@ -105,6 +108,7 @@ class HandsWorker(Service):
         # over its own live attempt (a restart with a stable name); inside one process that
         # would make a duplicate message take over the attempt still running here.
         self._active: set[tuple[str, str]] = set()
+        self._lines = CanonicalLines(log, "tool_message_handled", each=settings.log_each_message)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -167,9 +171,11 @@ class HandsWorker(Service):
                 durable = names.tool_durable(tool)
                 await self.bus.ensure_consumer(
                     names.tool_stream, durable, names.tool_subject(tool),
-                    ack_wait=s.ack_wait_s, max_deliver=s.max_deliver,
+                    ack_wait=s.tool_ack_wait_s, max_deliver=s.max_deliver,
                 )
                 pullers.append(await self.bus.pull(names.tool_stream, durable))
+            # Peers ask here whether this process still holds its runs (hands.liveness).
+            await liveness.answer(self.bus.nc, s.namespace, self.worker.name)
             self.ready.set()
             log.info("hands_ready", worker=self.name, tools=list(self.tools))
             async with asyncio.TaskGroup() as tg:
@@ -192,6 +198,7 @@ class HandsWorker(Service):
             if self.bus is not None:
                 await self.bus.close()  # flushes the acks of the drained messages
             await self.store.close()
+            self._lines.flush()
             log.info("hands_stopped", worker=self.name)
 
     async def _fetch_loop(self, tool: str, puller: Puller) -> None:
@@ -206,7 +213,7 @@ class HandsWorker(Service):
             msgs: list[Msg] = []
             try:
                 if not self.stopping.is_set():
-                    msgs = await puller.fetch(taken, timeout=FETCH_TIMEOUT_S)
+                    msgs = await puller.fetch(taken, timeout=FETCH_TIMEOUT_S, stop=self.stopping)
             except Exception as exc:  # NATS reconnecting or gone: keep serving
                 log.warning("fetch_failed", tool=tool, error=repr(exc))
                 await self.wait_stopping(RETRY_DELAY_S)
@@ -246,7 +253,7 @@ class HandsWorker(Service):
                 await self._dead_letter(msg, mismatch, delivery)
                 await _settle(msg.term())
                 return
-            async with bus_heartbeat(msg, self.settings.ack_wait_s / 3):
+            async with bus_heartbeat(msg, self.settings.tool_ack_wait_s / 3):
                 await self._process(msg, dispatch, delivery, done)
         except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
             done.outcome = "retry"
@@ -256,11 +263,10 @@ class HandsWorker(Service):
             done.outcome = "crashed"
             log.exception("tool_message_failed")
             await _settle(msg.nak(delay=RETRY_DELAY_S))
-        finally:
-            log.info(
-                "tool_message_handled",
-                outcome=done.outcome,
-                recovery=done.recovery,
+        finally:  # routine (first delivery, ok, nothing recovered): counted, at DEBUG
+            self._lines.line(
+                done.outcome == "ok" and done.recovery == "none" and delivery == 1,
+                outcome=done.outcome, recovery=done.recovery,
                 ms=round((time.monotonic() - started) * 1000, 2),
             )
 
@@ -312,6 +318,14 @@ class HandsWorker(Service):
                                     delivery)
             await _settle(msg.term())
             return
+        if claim.status == "busy" and await self._holder_gone(claim.holder):
+            # The holder's connection is gone (its process died): take over now, not after
+            # its heartbeat expires; the fence keeps a holder that was in fact alive harmless.
+            log.info("attempt_holder_gone", previous_worker=claim.holder)
+            claim = await self.store.runs.claim(
+                dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
+                carrier=carrier_of(msg), tool=dispatch.tool, gone_holder=claim.holder,
+            )
         if claim.status == "done":
             done.outcome = "duplicate"
             await _settle(msg.ack())
@@ -354,6 +368,12 @@ class HandsWorker(Service):
             return  # stale: the attempt that took over completes and acks
         self.faults.hit("hands.after_complete")
         await _settle(msg.ack())
+
+    async def _holder_gone(self, holder: str) -> bool:
+        """NATS says ``holder`` (another Hands) has no connection: its process is gone."""
+        if not holder or holder == self.worker.name or self.bus is None:
+            return False
+        return await liveness.is_gone(self.bus.nc, self.settings.namespace, holder)
 
     # ------------------------------------------------------------------ committing
 

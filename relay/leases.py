@@ -65,8 +65,8 @@ class ShardLeases:
 
     async def tick(self, now_ms: int) -> None:
         """Renew, then rebalance towards this relay's fair share."""
-        for shard, fence in list(self.held.items()):
-            answer = await self.box.lease("renew", shard, self.name, self.ttl_ms, fence)
+        renewed = await self.box.renew_all(dict(self.held), self.name, self.ttl_ms)
+        for shard, answer in renewed.items():
             if not answer.ok:
                 self.lost(shard, answer.holder)
         share = math.ceil(self.shards / await self.live_relays(now_ms))

@@ -68,6 +68,9 @@ log = get_logger("baton.relay")
 # A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
 # long an idle reader sits in one call; shutdown and regrouping cancel a blocked reader.
 _BLOCK_MS = 2_000
+# After moving rows, the timer loop looks at the timer heads every timer_tick_ms for this
+# long; idle past it, every timer_idle_tick_ms.
+_ACTIVE_S = 5.0
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _HEADER_NAME = re.compile(r"^[!-9;-~]+$")  # printable ASCII without ':'
@@ -141,6 +144,8 @@ class Relay(Service):
         self.dead_lettered = 0
         self.retries = 0
         self.acks_refused = 0  # batches whose shard lease was lost before their ack
+        self._active_until = 0.0  # monotonic time until which the timers tick fast
+        self._woken = asyncio.Event()  # rows moved after an idle spell: look at timers now
 
     @property
     def shards(self) -> list[int]:
@@ -283,6 +288,7 @@ class Relay(Service):
                     finally:
                         me.blocked = False  # type: ignore[union-attr]
                     if rows:
+                        self._mark_active()
                         async with self._in_hand:
                             await self._deliver(rows, box, "read")
                 backoff.reset()
@@ -301,7 +307,13 @@ class Relay(Service):
     async def _claim_loop(self, box: Outbox) -> None:
         idle = self.settings.relay_claim_idle_ms
         while not await self.wait_stopping(idle / 2000):
-            for shard in self.shards:
+            try:  # one round trip tells which shards have rows read but not acknowledged
+                pending = await box.pending_counts(list(self.shards))
+            except _REDIS_DOWN as exc:
+                _reraise_cancel()
+                log.warning("outbox_claim_failed", server="redis", error=repr(exc))
+                continue
+            for shard in [s for s, n in pending.items() if n]:
                 if self.stopping.is_set():
                     return
                 try:
@@ -331,7 +343,10 @@ class Relay(Service):
         leases = self.leases
         backoff = _Backoff()
         while not self.stopping.is_set():
-            delay = s.timer_tick_ms / 1000
+            busy = time.monotonic() < self._active_until
+            delay = (s.timer_tick_ms if busy else max(s.timer_tick_ms, s.timer_idle_tick_ms)
+                     ) / 1000
+            self._woken.clear()
             try:
                 held = dict(leases.held)
                 now, heads = await box.timer_heads(sorted(held))
@@ -357,8 +372,15 @@ class Relay(Service):
                 _reraise_cancel()
                 delay = backoff.next()
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
-            if await self.wait_stopping(delay):
-                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first(self.stopping, self._woken), delay)
+
+    def _mark_active(self) -> None:
+        """Rows moved: timers tick fast for a while (woken now if they were idle)."""
+        now = time.monotonic()
+        if now >= self._active_until:
+            self._woken.set()
+        self._active_until = now + _ACTIVE_S
 
     # ------------------------------------------------------------------ steps
 

@@ -9,7 +9,8 @@ role      NATS                                                  Redis
 relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    read and ack the outbox streams,
           update the two streams                                fire timers, dead letters
 brain     create, pull from and ack consumers of ``NS_WAKE``     the session scripts and reads
-hands     create, pull from and ack consumers of ``NS_TOOLS``    the tool-run scripts
+hands     create, pull from and ack consumers of ``NS_TOOLS``;   the tool-run scripts
+          ask and answer ``ns.live.hands.*`` (liveness)
 client    nothing: clients submit and watch through Redis       submit script, reads, pub/sub
 ========  ====================================================  ==============================
 
@@ -112,7 +113,12 @@ def nats_permissions(role: Role, namespace: str) -> dict[str, dict[str, list[str
             f"{api}.CONSUMER.MSG.NEXT.{stream}.*",
             f"$JS.ACK.{stream}.>",
         ]
-    return {"publish": {"allow": publish}, "subscribe": {"allow": [f"_INBOX.{role}.>"]}}
+    subscribe = [f"_INBOX.{role}.>"]
+    if role == "hands":  # liveness: each Hands answers on its subject, asks its peers'
+        live = f"{namespace}.live.hands.*"
+        publish += [live, "_INBOX.hands.>"]
+        subscribe.append(live)
+    return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
 
 
 def _quote(items: list[str]) -> str:

@@ -90,6 +90,11 @@ class Settings(BaseModel):
     # (fenced), but it ends an unsafe tool's run interrupted, so do not go much lower.
     attempt_ttl_ms: int = Field(default=1_200, ge=100)
     ack_wait_s: float = Field(default=1.2, gt=0)
+    # The tool consumers' ack_wait: a dead Hands' message comes back to a live replica this
+    # soon. The live one asks the holder over NATS whether its connection is still there
+    # (hands.liveness); only when NATS answers "no responders" is the attempt taken over
+    # before attempt_ttl. A redelivery while the holder is alive costs a ping and a nak.
+    tool_ack_wait_s: float = Field(default=0.3, gt=0)
     max_deliver: int = Field(default=8, ge=1)
     hands_concurrency: int = Field(default=64, ge=1)  # tool runs in flight, per tool
     tool_output_limit: int = Field(default=64 * 1024, ge=256)
@@ -97,7 +102,11 @@ class Settings(BaseModel):
     # Relay
     relay_batch: int = Field(default=256, ge=1)
     relay_claim_idle_ms: int = Field(default=3_000, ge=100)
+    # How late a due timer may fire: timer_tick_ms while the relay has moved rows in the last
+    # few seconds (a session is active: its sleeps and deadlines are armed by the commits those
+    # rows come from), timer_idle_tick_ms once it has been idle (an idle stack polls less).
     timer_tick_ms: int = Field(default=200, ge=10)
+    timer_idle_tick_ms: int = Field(default=1_000, ge=10)
 
     # Limits and lifecycle
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -154,6 +163,9 @@ class Settings(BaseModel):
     worker_name: str = ""
     log_level: str = "info"
     log_format: str = Field(default="auto", pattern="^(auto|json|console)$")
+    # The canonical line of every handled message at INFO; by default only the unusual ones
+    # (redelivered, recovered, failed), the routine ones counted in a summary line every 10 s.
+    log_each_message: bool = False
     fault: str = ""  # named fault point, for crash tests only: "point" or "point@N"
 
     @classmethod

@@ -98,11 +98,32 @@ class Puller:
         self._bus = bus
         self._next = next_subject
 
-    async def fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+    async def fetch(self, batch: int, timeout: float,  # noqa: ASYNC109
+                    stop: asyncio.Event | None = None) -> list[Msg]:
         """Up to ``batch`` messages; waits up to ``timeout`` s for the first; [] if none.
 
+        With ``stop``, the wait also ends (with []) as soon as it is set, so an idle loop can
+        long-poll (few pull requests per second) and still stop at once; a message the
+        server sends after that comes back after the consumer's ack_wait.
         Raises :class:`ForbiddenError` when this user may not pull from the consumer.
         """
+        if stop is None:
+            return await self._fetch(batch, timeout)
+        if stop.is_set():
+            return []
+        fetching = asyncio.ensure_future(self._fetch(batch, timeout))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({fetching, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not fetching.done():
+                fetching.cancel()
+                with contextlib.suppress(BaseException):
+                    await fetching
+        return fetching.result() if not fetching.cancelled() else []
+
+    async def _fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
         try:
             if self._bus is None:
                 return await self._sub.fetch(batch, timeout=timeout)

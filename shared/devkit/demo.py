@@ -4,7 +4,8 @@ The script the design is built around, run end to end on a private stack: one Br
 Hands, one relay and a mail service that holds each answer for a moment. As soon as the mail
 service has *accepted* the fourth mail, the Hands process sending it is SIGKILLed, before it
 could save the reply. The other Hands replica takes the run over (JetStream redelivers the
-message after ``ack_wait``, the attempt is reclaimed after ``attempt_ttl``), and because
+message after the tool consumers' ``ack_wait``; NATS answers "no responders" for the dead
+holder, so the attempt is reclaimed at once instead of after ``attempt_ttl``), and because
 ``send_email`` declares ``replay="confirm"`` it asks the mail service about the operation id
 instead of sending again. The demo prints each mail's fate, the takeover, the confirm and the
 handoff timeline (:mod:`baton.cli.trace`), writes the timeline's picture to

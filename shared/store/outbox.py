@@ -112,6 +112,32 @@ class Outbox:
             return LeaseAnswer(True, int(reply[1]))
         return LeaseAnswer(False, int(reply[2]) if op != "acquire" else 0, str(reply[1]))
 
+    async def renew_all(self, held: dict[int, int], holder: str,
+                        ttl_ms: int) -> dict[int, LeaseAnswer]:
+        """Renew the leases of every held shard (``shard -> fence``): one pipelined round
+        trip on a single server (redis-py loads a missing script before the pipeline runs),
+        one call per shard on a Redis Cluster."""
+        if self.cluster or len(held) < 2:
+            return {s: await self.lease("renew", s, holder, ttl_ms, f) for s, f in held.items()}
+        async with self.redis.pipeline(transaction=False) as p:
+            for shard, fence in held.items():
+                await self.scripts.relay_lease(keys=[self.keys.relay_lease(shard)],
+                                               args=["renew", holder, ttl_ms, fence], client=p)
+            replies = await p.execute()
+        return {shard: LeaseAnswer(True, int(r[1])) if int(r[0]) == 1
+                else LeaseAnswer(False, int(r[2]), str(r[1]))
+                for shard, r in zip(held, replies, strict=True)}
+
+    async def pending_counts(self, shards: list[int]) -> dict[int, int]:
+        """Rows read but not acknowledged, per shard (one pipelined XPENDING summary each;
+        a shard without its group counts as pending so that its claim recreates it)."""
+        async with self.redis.pipeline(transaction=False) as p:
+            for shard in shards:
+                p.xpending(self.keys.outbox(shard), RELAY_GROUP)
+            replies = await p.execute(raise_on_error=False)
+        return {s: 1 if isinstance(r, Exception) else int(r.get("pending") or 0)
+                for s, r in zip(shards, replies, strict=True)}
+
     async def ensure_groups(self, shards: list[int] | None = None) -> None:
         for shard in shards if shards is not None else range(self.keys.shards):
             try:

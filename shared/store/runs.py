@@ -35,19 +35,20 @@ class Runs:
     @traced_claim
     async def claim(
         self, session_id: str, run_id: str, worker: WorkerRef, *, delivery: int = 1,
-        carrier: Carrier | None = None, tool: str = "",
+        carrier: Carrier | None = None, tool: str = "", gone_holder: str = "",
     ) -> Claim:
         """Take the next attempt of a run (mark "accepted"): its fence and saved intent, or
         why not (``busy``: a live attempt holds it; ``done``; ``gone``: no such run).
         ``carrier`` (how the tool message came) goes in the receipt. With ``tool`` (the tool
         the message names), a run committed for another tool raises
-        :class:`~baton.errors.ToolMismatchError` and is left untouched."""
+        :class:`~baton.errors.ToolMismatchError` and is left untouched. ``gone_holder``
+        names a worker known disconnected: its live-looking attempt is taken over now."""
         sk = self.keys.session(session_id)
         r = await self.scripts.run(
             "claim",
             sk,
             [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery,
-             carrier.model_dump_json() if carrier is not None else "", tool],
+             carrier.model_dump_json() if carrier is not None else "", tool, gone_holder],
             run_id,
         )
         status = r[0]

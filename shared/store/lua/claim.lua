@@ -8,6 +8,9 @@ ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count
         committed intent is for another tool is refused with 'WRONG_TOOL presented committed'
         before any write, so a message re-addressed to another tool's subject (or a race
         with one) can never claim, attempt or complete a run of a tool it does not run
+      8 gone holder (optional): a worker the caller knows has lost its connection (NATS
+        answered "no responders" for it, see baton.hands.liveness); a running attempt held
+        by exactly this worker is taken over without waiting for its heartbeat to expire
 The new attempt fence is the previous attempt + 1. Returns one of:
   {'claimed', attempt, previous attempt, previous status, intent JSON, previous worker,
    cancel}
@@ -46,7 +49,8 @@ if status == 'completed' or status == 'awaiting_approval' then
   return {'done', status}
 end
 local now = now_ms()
-if status == 'running' and hb + ttl > now and r[5] ~= worker then
+local gone = ARGV[8] and ARGV[8] ~= '' and r[5] == ARGV[8]
+if status == 'running' and hb + ttl > now and r[5] ~= worker and not gone then
   return {'busy', r[5] or '', hb + ttl - now}
 end
 local new = attempt + 1

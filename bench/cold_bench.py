@@ -1,0 +1,140 @@
+"""Cold start and idle cost: import CPU, time to ready, CPU of an idle stack per second.
+
+* **import**: CPU time (user + system, ``resource``) of importing ``baton`` and each worker
+  entry point in a fresh interpreter (the interpreter's own start excluded), median of a few.
+* **ready**: a DevStack's start (servers, mail service, one Brain, Hands and Relay), and a
+  Hands spawned into the running stack until it serves (announced with its PID): wall time,
+  and the CPU time the new process spent until then (the part a busy machine cannot inflate).
+* **idle**: the CPU every process of that stack (Redis, NATS, the three services) spends per
+  second of wall time while nothing is submitted, read from ``/proc/<pid>/stat`` (so a
+  loaded machine slows the figure's sampling, not the CPU it counts).
+
+Targets: import of the package < 0.3 s CPU; a worker ready < 1 s after spawn; an idle stack
+<= 5 ms of CPU per second in total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from baton.bench.common import Result, Row, environment, percentile
+from baton.devkit.devstack import DevStack
+
+NAME = "cold"
+DESCRIPTION = "import CPU, stack start, worker ready after spawn, idle CPU per second"
+
+MODULES = ("baton", "baton.client", "baton.hands.worker", "baton.brain.worker",
+           "baton.relay.worker")
+IMPORT_TARGET_S = 0.3
+READY_TARGET_S = 1.0
+IDLE_TARGET_MS = 5.0
+_PROBE = ("import resource, sys\n"
+          "def cpu():\n"
+          "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+          "    return r.ru_utime + r.ru_stime\n"
+          "t = cpu()\n"
+          "__import__(sys.argv[1])\n"
+          "print(cpu() - t)\n")
+
+
+def import_cpu(module: str, repeats: int) -> float:
+    """Median CPU seconds of importing ``module`` in a fresh interpreter."""
+    samples = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", _PROBE, module], check=True,
+                             capture_output=True, text=True)
+        samples.append(float(out.stdout.strip().splitlines()[-1]))
+    return percentile(samples, 50)
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of ``pid`` in clock ticks (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def stack_pids(stack: DevStack) -> dict[str, int]:
+    pids: dict[str, int] = {}
+    if stack.servers is not None:
+        for name, server in (("redis", stack.servers.redis), ("nats", stack.servers.nats)):
+            if server.pid:
+                pids[name] = server.pid
+    for proc in stack.procs():
+        if proc.pid:
+            pids[proc.name] = proc.pid
+    return pids
+
+
+async def idle_cpu(stack: DevStack, seconds: float) -> dict[str, float]:
+    """CPU ms per wall second of each process of the stack, over ``seconds`` of idling."""
+    hz = os.sysconf("SC_CLK_TCK")
+    pids = stack_pids(stack)
+    before = {n: cpu_ticks(p) for n, p in pids.items()}
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    wall = time.monotonic() - t0
+    return {n: (cpu_ticks(p) - before[n]) * 1000 / hz / wall for n, p in pids.items()}
+
+
+async def run(quick: bool = False, console: Console | None = None) -> Result:
+    console = console or Console()
+    repeats, idle_s = (3, 5.0) if quick else (5, 20.0)
+    imports = {m: import_cpu(m, repeats) for m in MODULES}
+    base = Path(tempfile.mkdtemp(prefix="baton-cold-"))
+    try:
+        t0 = time.monotonic()
+        async with DevStack(base, brains=1, hands=1, relays=1, namespace="bench",
+                            mail_persist=False) as stack:
+            start_s = time.monotonic() - t0
+            t1 = time.monotonic()
+            late = await stack.spawn("hands", "hands-late")
+            ready_s = time.monotonic() - t1
+            # Its own CPU until serving: what the start costs, however busy the machine.
+            ready_cpu_s = cpu_ticks(late.pid or 0) / os.sysconf("SC_CLK_TCK")
+            await asyncio.sleep(2.0)  # past the start's own work (announce, stream setup)
+            idle = await idle_cpu(stack, idle_s)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    total_idle = sum(idle.values())
+
+    table = Table(title="Cold start and idle", title_justify="left")
+    for col in ("figure", "measured", "target"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for m, cpu in imports.items():
+        target = f"< {IMPORT_TARGET_S}s" if m == "baton" else ""
+        table.add_row(f"import {m} (CPU)", f"{cpu * 1000:.0f} ms", target)
+    table.add_row("DevStack start (1 Brain, 1 Hands, 1 Relay; wall)", f"{start_s:.2f} s", "")
+    table.add_row("Hands spawned -> serving (wall)", f"{ready_s:.2f} s", f"< {READY_TARGET_S}s")
+    table.add_row("  its CPU until serving", f"{ready_cpu_s:.2f} s", "")
+    for name, ms in sorted(idle.items()):
+        table.add_row(f"idle CPU {name}", f"{ms:.2f} ms/s", "")
+    table.add_row("idle CPU, whole stack", f"{total_idle:.2f} ms/s", f"<= {IDLE_TARGET_MS}")
+    console.print(table)
+    rows = [Row(mode="cold", operation=f"import {m}", writers=1, n=repeats,
+                p50_us=cpu * 1e6, p99_us=float("nan"), ops_per_s=float("nan"),
+                note="CPU time") for m, cpu in imports.items()]
+    rows.append(Row(mode="cold", operation="hands spawn -> ready", writers=1, n=1,
+                    p50_us=ready_s * 1e6, p99_us=float("nan"), ops_per_s=float("nan")))
+    extra: dict[str, Any] = {
+        "import_cpu_s": imports, "stack_start_s": start_s, "worker_ready_s": ready_s,
+        "worker_ready_cpu_s": ready_cpu_s,
+        "idle_cpu_ms_per_s": idle, "idle_cpu_total_ms_per_s": total_idle,
+        "idle_window_s": idle_s,
+        "targets": {"import_s": IMPORT_TARGET_S, "ready_s": READY_TARGET_S,
+                    "idle_ms_per_s": IDLE_TARGET_MS},
+    }
+    return Result(NAME, rows, env=environment(), extra=extra)

@@ -1,0 +1,95 @@
+"""The in-process baseline: the five-notice session as a plain asyncio loop with a JSONL log.
+
+No Brain, Hands or Relay, no Redis or NATS: one coroutine per session plays the model turn
+(the addresses are read from the text), sends the five mails in parallel to the same mail
+service with an ``Idempotency-Key`` each (httpx over aiohttp, as Hands send), writes one JSON
+line per step to a log file (written and flushed, not fsync'd: the bench stack's servers do
+not fsync either) and ends with the summary turn. It is what the system's figures are
+divided by (ratios hold on any machine), measured on the same mail service in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+
+from baton.bench.common import Row, Run, concurrent
+
+__all__ = ["PlainLoop", "measure"]
+
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
+
+
+class PlainLoop:
+    """Sessions of the five-notice workload, in this process."""
+
+    def __init__(self, mail_url: str, log: IO[bytes]) -> None:
+        self.http = httpx.AsyncClient(
+            base_url=mail_url, timeout=30.0,
+            transport=AiohttpTransport(limits=httpx.Limits(max_connections=None,
+                                                           max_keepalive_connections=256)))
+        self.log = log
+
+    def _step(self, **line: Any) -> None:
+        self.log.write(orjson.dumps(line) + b"\n")
+        self.log.flush()
+
+    async def _send(self, session: str, k: int, to: str) -> dict[str, Any]:
+        response = await self.http.post(
+            "/send", json={"to": to, "subject": "Notice", "body": "The approved notice."},
+            headers={"Idempotency-Key": f"{session}-{k}"})
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        self._step(session=session, step="tool", k=k, to=to, result=result)
+        return result
+
+    async def session(self, text: str) -> str:
+        sid = uuid.uuid4().hex
+        self._step(session=sid, step="input", text=text)
+        addresses = _ADDRESS.findall(text)
+        self._step(session=sid, step="model", calls=[{"tool": "send_email", "to": a}
+                                                      for a in addresses])
+        results = await asyncio.gather(*(self._send(sid, k, a)
+                                         for k, a in enumerate(addresses)))
+        summary = "; ".join(f"{a}: {'sent' if r else 'failed'}"
+                            for a, r in zip(addresses, results, strict=True))
+        self._step(session=sid, step="final", summary=summary)
+        return summary
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+
+async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
+                  mail_pid: int | None) -> tuple[dict[int, Row], dict[int, float]]:
+    """Sessions/s and latency per (concurrency, total, warmup); CPU ms per session of this
+    process plus the mail service's."""
+    from baton.bench.e2e_bench import _cpu_s  # the same /proc reading as the stack's meter
+
+    rows: dict[int, Row] = {}
+    cpu: dict[int, float] = {}
+    with tempfile.TemporaryDirectory(prefix="baton-plain-") as tmp:
+        with (Path(tmp) / "log.jsonl").open("ab") as log:
+            loop = PlainLoop(mail_url, log)
+            try:
+                for conc, total, warmup in levels:
+                    me0, mail0 = time.process_time(), _cpu_s(mail_pid)
+                    run: Run = await concurrent(
+                        [lambda _i: loop.session(text)] * conc, max(1, total // conc), warmup)
+                    n = len(run.samples_ns) + warmup * conc
+                    spent = time.process_time() - me0 + _cpu_s(mail_pid) - mail0
+                    rows[conc] = Row.from_run("plain loop", "five notices, in-process",
+                                              run, writers=conc)
+                    cpu[conc] = spent * 1000 / n
+            finally:
+                await loop.close()
+    return rows, cpu

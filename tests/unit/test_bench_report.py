@@ -1,0 +1,75 @@
+"""Bench reporting as pure logic: the README block, the ratio regression check, and the
+canonical lines that count routine messages instead of logging each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from baton.bench.check import regressions
+from baton.bench.readme import BEGIN, END, render, replace_block
+from baton.observability.canonical import CanonicalLines
+
+
+def _summary(share: float, c1: float) -> dict[str, Any]:
+    return {"env": {"cpus": 2, "platform": "Linux", "python": "3.11", "time": "t",
+                    "loadavg_1m": 3.0},
+            "targets": [
+                {"figure": "takeover median", "measured": "0.4s", "target": "<= 0.5s",
+                 "met": True},
+                {"figure": "c=32 / plain", "measured": f"{share:.0%}", "target": ">= 40%",
+                 "ratio_value": share, "met": share >= 0.4},
+                {"figure": "c=1 / plain", "measured": f"{c1:.2f}x", "target": "<= 2.5x",
+                 "ratio_value": c1, "met": c1 <= 2.5}]}
+
+
+def test_readme_block_lists_ratios_first_with_command_and_machine() -> None:
+    block = render(_summary(0.5, 3.0), "make bench")
+    lines = block.splitlines()
+    assert "`make bench`" in lines[0] and "2 CPUs" in lines[0] and "shared" in lines[0]
+    rows = [line for line in lines if line.startswith("| ") and "figure" not in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| c=32 / plain", "| c=1 / plain",
+                                                  "| takeover median"]
+    text = f"intro\n{BEGIN}\nold table\n{END}\nrest\n"
+    out = replace_block(text, block)
+    assert out.startswith(f"intro\n{BEGIN}\n") and out.endswith(f"{END}\nrest\n")
+    assert "old table" not in out and replace_block(out, block) == out
+
+
+def test_regression_check_compares_ratios_in_their_direction() -> None:
+    base = _summary(0.5, 2.0)
+    assert regressions(base, _summary(0.45, 2.2), tolerance=0.25) == []
+    worse = regressions(base, _summary(0.3, 2.6), tolerance=0.25)
+    assert len(worse) == 2 and worse[0].startswith("c=32 / plain")
+    assert regressions(base, _summary(0.9, 1.0), tolerance=0.25) == []  # better is fine
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def info(self, event: str, **kw: Any) -> None:
+        self.lines.append(("info", event, kw))
+
+    def debug(self, event: str, **kw: Any) -> None:
+        self.lines.append(("debug", event, kw))
+
+
+def test_canonical_lines_count_routine_and_log_unusual_in_full() -> None:
+    rec = _Recorder()
+    lines = CanonicalLines(rec, "tool_message_handled", every_s=3600)  # type: ignore[arg-type]
+    for ms in (1.0, 3.0):
+        lines.line(True, outcome="ok", ms=ms)
+    lines.line(False, outcome="duplicate", ms=2.0)
+    assert [(lvl, e) for lvl, e, _ in rec.lines] == [
+        ("debug", "tool_message_handled"), ("debug", "tool_message_handled"),
+        ("info", "tool_message_handled")]
+    lines.flush()
+    level, event, summary = rec.lines[-1]
+    assert (level, event) == ("info", "tool_message_handled_summary")
+    assert summary["routine"] == 2 and summary["ms_mean"] == 2.0 and summary["ms_max"] == 3.0
+    assert summary["outcomes"] == {"ok": 2}
+    lines.flush()  # nothing counted since: no line
+    assert len(rec.lines) == 4
+    each = CanonicalLines(rec, "wake_handled", each=True)  # type: ignore[arg-type]
+    each.line(True, outcome="done", ms=1.0)
+    assert rec.lines[-1][:2] == ("info", "wake_handled")
