@@ -26,7 +26,7 @@ DEV_LOCK := requirements/dev.lock
 LOCK_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv demo test test-stress test-chaos bench lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos bench screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -70,6 +70,10 @@ BENCH_ARGS ?=
 bench: deps venv
 	$(BIN)/baton bench e2e takeover cold $(BENCH_ARGS)
 	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
+
+# The console screenshots in docs/console/ (README) come from the browser test.
+screenshots: deps venv
+	BATON_SCREENSHOTS=docs/console $(BIN)/pytest -q tests/crash/test_console.py
 
 SOURCES := shared brain hands relay examples bench api tests
 

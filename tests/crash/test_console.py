@@ -6,26 +6,29 @@ approved from the page (through the confirmation dialog); the Hands that sends i
 after its third send took effect, and the page's timeline, fed over Server-Sent Events, shows
 the takeover by a clean Hands and its confirmation (the mail service is asked, nothing is
 sent twice) as they are committed. The mail service's counts are checked at the end. The
-screenshots in docs/console/ (used by the README) are written by this test.
+screenshots in docs/console/ (used by the README) are written by this test when
+``BATON_SCREENSHOTS`` names that folder (`make screenshots`); otherwise they go to a
+temporary folder, so a test run leaves the checkout as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from tests.crash.conftest import ROOT, SETTLE_S, Opener
+from tests.crash.conftest import SETTLE_S, Opener
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(180)]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-SHOTS = ROOT / "docs" / "console"
 APP = "tests.control_apps:approval_app"
 ONE_AT_A_TIME = {"BATON_HANDS_CONCURRENCY": "1"}
 T = TypeVar("T")
@@ -74,8 +77,10 @@ def _count(driver: Any, css: str) -> int:
 
 
 def _shot(driver: Any, name: str) -> Path:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    path = SHOTS / name
+    chosen = os.environ.get("BATON_SCREENSHOTS")
+    shots = Path(chosen) if chosen else Path(tempfile.gettempdir()) / "baton-console"
+    shots.mkdir(parents=True, exist_ok=True)
+    path = shots / name
     driver.save_screenshot(str(path))
     return path
 
