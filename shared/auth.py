@@ -52,12 +52,14 @@ _ANNOUNCE = ["hset", "hdel", "xadd"]  # per-shard workers liveness and dead-lett
 # type: every script first checks the types of the session keys (corrupt_refusal, _lib.lua).
 _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zadd", "zrem",
                    "hlen", "hgetall", "pexpire"]
+# set/get/del: the nudge (a tool result or a timer arrived; release and acquire clear it).
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "spublish", "zscan"],  # zscan: a quarantine drops the session's timers
-    "hands": [*_SESSION_WRITES, "hgetall"],
+              "spublish", "zscan", "get", "del"],  # zscan: a quarantine drops its timers
+    "hands": [*_SESSION_WRITES, "hgetall", "set"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
-              "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall"],
+              "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
+              "set"],
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe"],
@@ -72,14 +74,31 @@ SESSION_GRANT = re.compile(r"^[A-Za-z0-9_.:-]{0,120}\*?$")
 
 
 def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
+    """Key patterns of a role: ``~`` read and write, ``%R~`` read only, ``%W~`` write only.
+
+    EVAL needs read and write access to each key a script declares, and every session
+    script declares one key its caller writes (the run records for the Hands, the session
+    hash for the others; see _lib.lua), so these patterns are what bounds the scripts too.
+    """
     tag = f"{ns}:{{{ns}-*}}"
-    if role == "relay":  # shard outboxes, timers and leases; a timer marks its session dirty
-        return [f"{tag}:outbox", f"{tag}:timers", f"{tag}:relay", f"{tag}:s:*:meta",
-                f"{tag}:dead", f"{tag}:workers"]
-    if role == "client":  # the granted sessions and the shard keys a submission writes
-        return [f"{tag}:s:{sessions}", f"{tag}:outbox", f"{tag}:timers", f"{tag}:sessions",
-                f"{tag}:dead", f"{tag}:workers"]
-    return [f"{ns}:*"]
+    shard_logs = [f"~{tag}:dead", f"~{tag}:workers"]  # dead letters and liveness records
+    if role == "relay":
+        # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
+        # meta) and sets its nudge when a timer fires; nothing else of a session.
+        return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
+                f"%R~{tag}:s:*:meta", f"%W~{tag}:s:*:nudge", *shard_logs]
+    if role == "hands":
+        # Reads everything; writes the run records (claims, heartbeats, results), their
+        # commit ids and receipts, the nudge and the shard's wakes stream: never meta,
+        # entries, tasks, documents, submissions, applied runs or the outbox.
+        return [f"%R~{ns}:*", f"~{tag}:s:*:runs", f"~{tag}:s:*:runs_applied",
+                f"~{tag}:s:*:receipts", f"~{tag}:s:*:nudge", f"~{tag}:wakes", *shard_logs]
+    if role == "brain":  # every session key, the outbox and timers; reads the rest
+        return [f"%R~{ns}:*", f"~{tag}:s:*", f"~{tag}:outbox", f"~{tag}:timers",
+                f"~{tag}:sessions", *shard_logs]
+    # client: the granted sessions and the shard keys a submission writes
+    return [f"~{tag}:s:{sessions}", f"~{tag}:outbox", f"~{tag}:timers", f"~{tag}:sessions",
+            f"%R~{tag}:wakes", *shard_logs]
 
 
 def redis_acl(
@@ -101,7 +120,7 @@ def redis_acl(
     if role == "client":  # watch reads its sessions; no key listing outside the grant
         rules += ["+@read", "-@dangerous", "-scan", "-randomkey"]
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
-    rules += [f"~{k}" for k in _redis_keys(role, namespace, sessions)]
+    rules += _redis_keys(role, namespace, sessions)
     # Every role reads the store's epoch and may write it once on a new store (SET NX, see
     # baton.store.epoch): a selector grants GET/SET on the epoch keys and nothing else.
     rules.append(f"(+get +set ~{namespace}:{{{namespace}-*}}:epoch)")

@@ -140,7 +140,7 @@ class Watch:
                             session_id=self.session_id)
         self._prime(receipts)
         self.entry_count = int(count)  # the same MULTI: exactly the entries of those receipts
-        m = parse_meta(self.session_id, meta)
+        m = parse_meta(self.session_id, meta, runs)
         now = now_ms()
         all_runs = {**parse_runs(runs_done), **parse_runs(runs)}
         snapshot = {

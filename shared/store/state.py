@@ -146,7 +146,12 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
     return runs
 
 
-def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
+def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None = None,
+               nudge: str | None = None) -> SessionMeta:
+    """The session hash as a model. Group counters live in the run records (``runs``,
+    fields ``grp:<group>``) and the Hands' and timers' dirty mark in the ``nudge`` key:
+    pass them to get the whole picture."""
+    groups = {k[4:]: int(v) for k, v in (runs or {}).items() if k.startswith("grp:")}
     return SessionMeta(
         session_id=session_id,
         agent=m["agent"],
@@ -156,9 +161,9 @@ def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
         holder=m.get("holder", ""),
         lease_until_ms=int(m.get("lease_until", 0)),
         seq=int(m.get("seq", 0)),
-        dirty=m.get("dirty") == "1",
+        dirty=m.get("dirty") == "1" or nudge == "1",
         created_ms=int(m.get("created", 0)),
-        groups={k[4:]: int(v) for k, v in m.items() if k.startswith("grp:")},
+        groups=groups,
         cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
     )

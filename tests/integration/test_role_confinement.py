@@ -8,10 +8,10 @@ plain Redis commands (or a script of its own), and checks that Redis refuses it 
 session's keys are unchanged.
 
 Acts the current key layout cannot refuse yet are marked ``xfail(strict=True)`` with the
-reason (see docs/threat-model.md, "Open gaps"): the scripts of the Hands and of clients
-write the session hash (``meta``: fence, lease, sequence, dirty mark) and the shard's outbox,
-so their users hold write access to those keys. ``strict`` makes such a test fail as soon
-as the refusal holds, so the mark cannot outlive the gap.
+reason (see docs/threat-model.md, "Open gaps"): a client's scripts still write the session
+hash and the outbox of the sessions it is granted, and the run records hold both the
+Brain's dispatch (intent) and the Hands' claims and results. ``strict`` makes such a test
+fail as soon as the refusal holds, so the mark cannot outlive the gap.
 """
 
 from __future__ import annotations
@@ -38,15 +38,11 @@ PASSWORDS = {role: f"{role}-pw-{uuid.uuid4().hex[:8]}" for role in (*ROLES, "adm
 GRANT = "acme-*"
 OWN, OTHER = "acme-1", "other-1"  # the client's session and one outside its grant
 
-HOLE_META = ("the Hands' complete script writes meta (seq, group counter, dirty mark), so "
-             "the hands user may write every session hash")
-HOLE_OUTBOX = "the Hands' complete script writes the wake row into the shard's outbox"
-HOLE_HANDS_KEYS = ("every session script receives all session keys and EVAL needs write "
-                   "access to each declared key, so the hands user may write all of them")
 HOLE_CLIENT = ("submit, start, cancel and approve write meta and the outbox of the "
                "client's own sessions")
 HOLE_BRAIN_RUNS = "the brain user writes the runs hash (commits dispatch runs there)"
-HOLE_RELAY_META = "fire_timers sets the dirty mark in the session hash"
+HOLE_INTENT = ("a live run's committed intent sits in the runs hash the Hands write their "
+               "claims and results to")
 
 
 def gap(reason: str) -> pytest.MarkDecorator:
@@ -161,12 +157,10 @@ def row(c: Confined, template: list[str]) -> dict[str, str]:
 
 # --- Hands ---------------------------------------------------------------------------------
 
-@gap(HOLE_META)
 async def test_hands_cannot_set_a_session_fence_back(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.hset(sk(confined).meta, "fence", 1))
 
 
-@gap(HOLE_META)
 async def test_hands_cannot_take_or_extend_a_lease(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.hset(
         sk(confined).meta, mapping={"holder": "hands-1", "lease_until": 2**40}))
@@ -180,24 +174,26 @@ async def test_hands_cannot_rewrite_an_entry(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.lset(sk(confined).entries, 0, '{"forged":1}'))
 
 
-@gap(HOLE_HANDS_KEYS)
 async def test_hands_cannot_write_tasks_documents_or_submissions(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.hset(sk(confined).tasks, "t1", "{}"))
 
 
-@gap(HOLE_HANDS_KEYS)
 async def test_hands_cannot_change_an_applied_run(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.hset(
         sk(confined).runs_done, "r0.result", '{"outcome":"error"}'))
 
 
-@gap(HOLE_OUTBOX)
+@gap(HOLE_INTENT)
+async def test_hands_cannot_rewrite_a_committed_intent(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(sk(confined, OTHER).runs, "r1.intent",
+                                                      '{"tool": "send_email"}'))
+
+
 async def test_hands_cannot_add_a_wake_row_to_the_outbox(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.xadd(sk(confined).outbox,
                                                       row(confined, WAKE_ROW)))
 
 
-@gap(HOLE_OUTBOX)
 async def test_hands_cannot_wake_through_a_script_of_its_own(confined: Confined) -> None:
     lua = "return redis.call('XADD', KEYS[1], '*', unpack(ARGV))"
     fields = [f.format(ns=confined.namespace) for f in WAKE_ROW]
@@ -301,7 +297,6 @@ async def test_relay_cannot_read_session_state(confined: Confined) -> None:
     await as_role(confined, "relay", lambda r: r.hgetall(sk(confined).subs))
 
 
-@gap(HOLE_RELAY_META)
 async def test_relay_cannot_set_a_fence(confined: Confined) -> None:
     await as_role(confined, "relay", lambda r: r.hset(sk(confined).meta, "fence", 1))
 

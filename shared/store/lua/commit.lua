@@ -1,6 +1,6 @@
 --[==[ commit.lua: apply one Brain write-set atomically, guarded by the session fence.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then the records,
       each an argument of its own (no JSON nested in JSON: nothing to unescape), in order:
       entries      ne x  entry JSON                      appended to entries
@@ -157,8 +157,8 @@ local vok, verr = pcall(function()
       -- the write loop decrements the run's group counter: it must be an integer
       local iok, intent = pcall(cjson.decode, redis.call('HGET', K_RUNS, r .. '.intent') or 'null')
       if iok and type(intent) == 'table' and type(intent.group) == 'string'
-          and not integer(redis.call('HGET', K_META, 'grp:' .. intent.group)) then
-        error('CORRUPT meta grp:' .. intent.group .. ' is not an integer')
+          and not integer(redis.call('HGET', K_RUNS, 'grp:' .. intent.group)) then
+        error('CORRUPT runs grp:' .. intent.group .. ' is not an integer')
       end
     end
     str(ix.crr, 'cancel result')
@@ -235,7 +235,7 @@ for i = 1, no do
   outbox(session, seq, i - 1, ARGV[p], ARGV[p + 1], ARGV[p + 2], now)
   p = p + 3
 end
-for _, g in ipairs(list('g')) do redis.call('HSET', K_META, 'grp:' .. g[1], g[2]) end
+for _, g in ipairs(list('g')) do redis.call('HSET', K_RUNS, 'grp:' .. g[1], g[2]) end
 for _, a in ipairs(list('a')) do
   local names = {}
   for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
@@ -257,8 +257,8 @@ for _, rid in ipairs(list('cr')) do
                rid .. '.completed', now, rid .. '.cancel', now)
     local iok, intent = pcall(cjson.decode, r[2])
     if iok and type(intent) == 'table' and type(intent.group) == 'string' then
-      local left = redis.call('HINCRBY', K_META, 'grp:' .. intent.group, -1)
-      if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. intent.group) end
+      local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. intent.group, -1)
+      if left <= 0 then redis.call('HDEL', K_RUNS, 'grp:' .. intent.group) end
     end
     redis.call('HSET', K_META, 'dirty', 1)
   elseif r[1] == 'running' then
