@@ -4,13 +4,14 @@ Roles and what they need (``ns`` = namespace, ``NS`` = its stream prefix, see
 :class:`~baton.bus.subjects.BusNames`):
 
 ========  ====================================================  ==============================
-role      NATS                                                  Redis
+role      NATS                                                  Redis (writes)
 ========  ====================================================  ==============================
-relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    read and ack the outbox streams,
-          update the two streams                                fire timers, dead letters
-brain     create, pull from and ack consumers of ``NS_WAKE``     the session scripts and reads
-hands     create, pull from and ack consumers of ``NS_TOOLS``    the tool-run scripts
-client    nothing: clients submit and watch through Redis       submit script, reads, pub/sub
+relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    outbox and wakes streams (ack),
+          update the two streams                                timers, leases, nudges
+brain     create, pull from and ack consumers of ``NS_WAKE``     session keys, outbox, timers
+hands     create, pull from and ack consumers of ``NS_TOOLS``    run records, receipts, nudges,
+                                                                the wakes stream
+client    nothing: clients submit and watch through Redis       its granted sessions, outbox
 ========  ====================================================  ==============================
 
 Every role may publish JetStream API requests only for its own stream and consumers, and
@@ -19,10 +20,13 @@ one role cannot read another's deliveries. Hands cannot publish wakes, nor pull 
 the wake stream; Brains cannot pull tool messages; nobody but the relay publishes work.
 
 Redis ACLs bound the commands and keys of a role; a Lua script runs with its caller's
-permissions on every key and command it touches (Redis 7 checks both), so the command list
-of a role also bounds what its scripts may do. ACLs cannot restrict *which* script a user
-evaluates: a role allowed ``EVAL`` may run any Lua within its command and key limits. The
-fences in the scripts are what keep a role from taking over work that is not its own.
+permissions on every key and command it touches (Redis 7 checks both). ACLs cannot restrict
+*which* script a user evaluates: a role allowed ``EVAL`` may run any Lua within its command
+and key limits. So the key patterns are the confinement: every session script declares one
+key its caller writes (``EVAL`` needs read and write access to declared keys) and derives the
+others, and read-only (``%R~``) / write-only (``%W~``) patterns give each role exactly the
+keys it owns (docs/threat-model.md). The fences in the scripts keep a role from taking over
+work of its own kind that is not its own.
 """
 
 from __future__ import annotations
