@@ -73,6 +73,14 @@ def _print_stack(info: dict[str, Any]) -> None:
     console.print(table)
     for key in ("redis_url", "nats_url", "mail_url", "namespace"):
         console.print(f"  {key:<10} {info[key]}")
+    if info.get("secure"):
+        from baton.devkit.secure import CREDENTIALS, load_credentials, redacted
+
+        found = load_credentials(Path(info["base_dir"])) or {}
+        users = ", ".join(f"{u} {redacted(p)}" for u, p in sorted(found.items()))
+        console.print(f"  users      {users}")
+        console.print(f"  passwords  {Path(info['base_dir']) / CREDENTIALS} (mode 0600); "
+                      "commands run here connect as `client`")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
 
 
@@ -170,6 +178,9 @@ def _up_options(f: Any) -> Any:
                      help="hold each new mail this long before the mail service answers"),
         click.option("--durable", is_flag=True,
                      help="AOF fsync always, JetStream sync always; keep data"),
+        click.option("--secure", is_flag=True,
+                     help="per-stack generated credentials: every service connects as its "
+                          "role's Redis ACL and NATS user"),
         click.option("--cluster", is_flag=True,
                      help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
@@ -185,7 +196,8 @@ def _up_options(f: Any) -> Any:
 @click.option("--stop", "stop_", is_flag=True, help="same as `baton dev down`")
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
-                durable: bool, cluster: bool, detach: bool, app_spec: str, stop_: bool) -> None:
+                durable: bool, secure: bool, cluster: bool, detach: bool, app_spec: str,
+                stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
     The stack lives in $BATON_HOME (default ./.baton); `baton submit` finds it via dev.json.
@@ -196,15 +208,15 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if stop_:
         _stop_stack(home())
         return
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, secure)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-               cluster: bool, detach: bool, app_spec: str) -> None:
+               secure: bool, cluster: bool, detach: bool, app_spec: str) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, secure)
 
 
 @dev_command.command("down")
@@ -287,7 +299,7 @@ def _print_log(path: Path, follow: bool, lines: int) -> None:
 
 
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
-        detach: bool, app_spec: str) -> None:
+        detach: bool, app_spec: str, secure: bool = False) -> None:
     from baton.observability import log as logs
 
     base = home()
@@ -296,15 +308,19 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
         raise click.ClickException(
             f"a stack is running already (supervisor pid {running['supervisor_pid']}); "
             "stop it with `baton dev down`")
+    if secure and cluster:
+        raise click.ClickException("--secure runs on single servers; leave out --cluster")
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
-                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else [])])
+                       *(["--durable"] if durable else []), *(["--cluster"] if cluster else []),
+                       *(["--secure"] if secure else [])])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
-                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton")
+                     cluster=cluster, secure=secure,
+                     namespace=os.environ.get("BATON_NAMESPACE") or "baton")
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:
