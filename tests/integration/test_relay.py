@@ -344,12 +344,12 @@ async def test_a_wakes_stream_row_goes_out_only_on_its_sessions_wake_subject(
         await store.redis.xadd(key, row("w/1", bus.tool_subject(TOOL)))
         await store.redis.xadd(key, row("w/2", bus.wake_subject("other", 1)))
         await store.redis.xadd(key, row("w/3", wake, sid="no-such-session"))
-        await store.redis.xadd(key, row("s1/r/run-1/1", wake))
+        await store.redis.xadd(key, row("s1/1/w.run-1.1", wake))
 
         async with running(settings) as relay:
             got = await collect(wakes, 2)  # the submit's wake and the good row
             await eventually(lambda: drained(store), message="outbox and wakes drained")
-        assert sorted(msg_ids(got)) == ["s1/1/0", "s1/r/run-1/1"]
+        assert sorted(msg_ids(got)) == ["s1/1/0", "s1/1/w.run-1.1"]
         assert await stream_messages(bus, bus.names.tool_stream) == []
         assert relay.dead_lettered == 3
         dead = {d["row_id"]: d["reason"] for d in await dead_letters(store.redis, store.keys)}

@@ -7,7 +7,8 @@ Only the current attempt of a run without a result may complete it; anything els
 refused with STALE_ATTEMPT <presented> <current> <status> after a 'refused' receipt.
 In one step: result, 'completed' mark, attempt summary and, when this completion is the
 last of its group (runs 'grp:<group>', or forced), a wake row in the shard's wakes stream
-(id "<session>/r/<run>/<attempt>", on the session's own wake subject) plus the nudge (the
+(id "<session>/<seq>/w.<run>.<attempt>": unique per attempt, and like every row id it
+names the commit sequence it follows; on the session's own wake subject) plus the nudge (the
 dirty mark the holder's release reads). It writes only the run records, the receipts, the
 nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user needs no
 write access to either. The receipt's seq is the session's current commit sequence.
@@ -56,7 +57,7 @@ else
 end
 if ARGV[6] == '1' then woke = 1 end
 if woke == 1 then
-  redis.call('XADD', K_WAKES, '*', 'id', ARGV[8] .. '/r/' .. rid .. '/' .. attempt,
+  redis.call('XADD', K_WAKES, '*', 'id', ARGV[8] .. '/' .. seq .. '/w.' .. rid .. '.' .. attempt,
              'subj', wake, 'data', ARGV[7], 'hdr', ARGV[10] or '', 'sid', ARGV[8], 'ts', now)
   redis.call('SET', K_NUDGE, 1)
 end
