@@ -35,7 +35,7 @@ from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import connect_redis
-from baton.store.state import parse_meta, parse_receipt, parse_runs
+from baton.store.state import parse_meta, parse_receipt, parse_runs, with_intents
 from baton.store.store import Store, now_ms
 
 __all__ = ["Watch", "emitter", "render_change"]
@@ -133,8 +133,10 @@ class Watch:
         async with self.redis.pipeline(transaction=True) as p:
             p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
             p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
-            p.xrange(sk.receipts, "-", "+")
-            meta, tasks, done, subs, runs, runs_done, count, entries, receipts = await p.execute()
+            p.xrange(sk.receipts, "-", "+").hgetall(sk.intents)
+            (meta, tasks, done, subs, runs, runs_done, count, entries, receipts,
+             intents) = await p.execute()
+        runs = with_intents(runs, intents)
         if not meta:
             raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
                             session_id=self.session_id)

@@ -13,7 +13,10 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:subs      HASH   submission id -> submission JSON
     <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
                                     "task:<request id>" -> task id (idempotent start)
-    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS),
+    <ns>:T:s:<sid>:intents   HASH   run id -> the Brain's committed intent of a live run (only
+                                    Brains write it; the Hands read it to run the tool)
+    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS;
+                                    "intent" lives in the intents hash until the run is applied),
                                     "grp:<group>" -> runs of the group still without a result
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
@@ -103,6 +106,11 @@ class SessionKeys:
         apart from the 13 script keys, so a session too corrupt to run can still be marked."""
         return self.meta.removesuffix("meta") + "poison"
     sessions: str
+
+    @property
+    def intents(self) -> str:
+        """HASH run id -> committed intent of a live run (written by the Brain only)."""
+        return self.meta.removesuffix("meta") + "intents"
 
     @property
     def nudge(self) -> str:

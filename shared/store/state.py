@@ -120,6 +120,12 @@ class SessionState:
         return self.entry_count - len(self.entries)
 
 
+def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
+    """The runs hash with each live run's committed intent (kept apart, in the intents hash
+    only Brains write) put back as its ``<run>.intent`` field, for :func:`parse_runs`."""
+    return {**runs, **{f"{rid}.intent": intent for rid, intent in intents.items()}}
+
+
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
     grouped: dict[str, dict[str, str]] = {}
     for name, value in fields.items():
@@ -199,5 +205,5 @@ def _runs_of(r: Receipt) -> set[str]:
 
 __all__ = [
     "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta", "parse_receipt",
-    "parse_runs", "receipts_about",
+    "parse_runs", "receipts_about", "with_intents",
 ]

@@ -9,8 +9,8 @@ session's keys are unchanged.
 
 Acts the current key layout cannot refuse yet are marked ``xfail(strict=True)`` with the
 reason (see docs/threat-model.md, "Open gaps"): a client's scripts still write the session
-hash and the outbox of the sessions it is granted, and the run records hold both the
-Brain's dispatch (intent) and the Hands' claims and results. ``strict`` makes such a test
+hash and the outbox of the sessions it is granted, and Brains write the run records (their
+dispatch status) that the Hands' claims and results also live in. ``strict`` makes such a test
 fail as soon as the refusal holds, so the mark cannot outlive the gap.
 """
 
@@ -41,8 +41,6 @@ OWN, OTHER = "acme-1", "other-1"  # the client's session and one outside its gra
 HOLE_CLIENT = ("submit, start, cancel and approve write meta and the outbox of the "
                "client's own sessions")
 HOLE_BRAIN_RUNS = "the brain user writes the runs hash (commits dispatch runs there)"
-HOLE_INTENT = ("a live run's committed intent sits in the runs hash the Hands write their "
-               "claims and results to")
 
 
 def gap(reason: str) -> pytest.MarkDecorator:
@@ -110,7 +108,8 @@ async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
     await admin.rpush(sk.entries, json.dumps({"kind": "user", "text": "hello"}))
     await admin.hset(sk.tasks, "t1", json.dumps({"id": "t1"}))
     await admin.hset(sk.subs, "sub-1", json.dumps({"id": "sub-1", "text": "hello"}))
-    await admin.hset(sk.runs, mapping={"r1.intent": json.dumps(intent), "r1.status": "dispatched"})
+    await admin.hset(sk.runs, mapping={"r1.status": "dispatched", "r1.attempt": 0})
+    await admin.hset(sk.intents, "r1", json.dumps(intent))
     await admin.hset(sk.runs_done, mapping={"r0.intent": json.dumps({**intent, "run_id": "r0"}),
                                             "r0.result": '{"outcome":"ok"}'})
 
@@ -183,9 +182,8 @@ async def test_hands_cannot_change_an_applied_run(confined: Confined) -> None:
         sk(confined).runs_done, "r0.result", '{"outcome":"error"}'))
 
 
-@gap(HOLE_INTENT)
 async def test_hands_cannot_rewrite_a_committed_intent(confined: Confined) -> None:
-    await as_role(confined, "hands", lambda r: r.hset(sk(confined, OTHER).runs, "r1.intent",
+    await as_role(confined, "hands", lambda r: r.hset(sk(confined).intents, "r1",
                                                       '{"tool": "send_email"}'))
 
 

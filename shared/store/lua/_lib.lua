@@ -15,7 +15,9 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
   subs      HASH   submission id -> JSON
   reqs      HASH   request id -> submission id
-  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below;
+  intents   HASH   run id -> the committed intent of a live run (only Brains write it; the
+                   Hands write the runs hash, so they cannot change what the Brain decided)
+  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below but intent;
                    status dispatched|awaiting_approval|running|completed), and "grp:<g>":
                    runs of group g still without a result (set by the commit, counted down
                    by results)
@@ -51,8 +53,10 @@ local K_REQS, K_RUNS, K_RUNS_DONE = K_BASE .. ':reqs', K_BASE .. ':runs', K_BASE
 local K_RECEIPTS, K_APPLIED = K_BASE .. ':receipts', K_BASE .. ':' .. APPLIED_KEY
 local K_OUTBOX, K_TIMERS, K_SESSIONS = K_SHARD .. 'outbox', K_SHARD .. 'timers', K_SHARD .. 'sessions'
 local K_NUDGE, K_WAKES = K_BASE .. ':nudge', K_SHARD .. 'wakes'
+local K_INTENTS = K_BASE .. ':intents'
 local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS, K_RUNS_DONE,
-               K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES}
+               K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES,
+               K_INTENTS}
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -144,10 +148,11 @@ end
 
 local KEY_TYPES = {{1, 'hash'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'hash'}, {6, 'hash'},
                    {7, 'hash'}, {8, 'hash'}, {9, 'hash'}, {10, 'stream'}, {11, 'stream'},
-                   {12, 'zset'}, {13, 'hash'}, {14, 'zset'}, {15, 'string'}, {16, 'stream'}}
+                   {12, 'zset'}, {13, 'hash'}, {14, 'zset'}, {15, 'string'}, {16, 'stream'},
+                  {17, 'hash'}}
 local KEY_NAMES = {'meta', 'entries', 'tasks', 'done', 'docs', 'subs', 'reqs', 'runs',
                    'runs_done', 'receipts', 'outbox', 'timers', 'applied', 'sessions', 'nudge',
-                   'wakes'}
+                   'wakes', 'intents'}
 
 local function integer(v)
   return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil

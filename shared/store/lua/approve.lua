@@ -23,6 +23,7 @@ if redis.call('EXISTS', K_META) == 0 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.digest', rid .. '.approved',
                      rid .. '.intent')
+r[4] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy
 local now = now_ms()
 if not r[1] then
   local d = redis.call('HMGET', K_RUNS_DONE, rid .. '.intent', rid .. '.approved')

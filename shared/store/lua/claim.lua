@@ -32,6 +32,7 @@ if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
                      rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
+r[1] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy, not the runs hash
 if not r[1] then
   return {'gone'}
 end
