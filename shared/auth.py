@@ -93,7 +93,7 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
                 f"%R~{tag}:s:*:meta", f"%W~{tag}:s:*:nudge", *shard_logs]
     if role == "hands":
         # Reads everything; writes the run records (claims, heartbeats, results), their
-        # commit ids and receipts, the nudge and the shard's wakes stream: never meta,
+        # commit ids and receipts, the nudge and the shard's wakes stream: never meta, intents,
         # entries, tasks, documents, submissions, applied runs or the outbox.
         return [f"%R~{ns}:*", f"~{tag}:s:*:runs", f"~{tag}:s:*:runs_applied",
                 f"~{tag}:s:*:receipts", f"~{tag}:s:*:nudge", f"~{tag}:wakes", *shard_logs]
