@@ -122,8 +122,12 @@ class SessionState:
 
 def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
     """The runs hash with each live run's committed intent (kept apart, in the intents hash
-    only Brains write) put back as its ``<run>.intent`` field, for :func:`parse_runs`."""
-    return {**runs, **{f"{rid}.intent": intent for rid, intent in intents.items()}}
+    only Brains write) put back as its ``<run>.intent`` field, for :func:`parse_runs`.
+
+    An ``.intent`` field found in the runs hash itself is dropped: the Hands write that hash,
+    and a run the Brain never committed must not appear in its state."""
+    kept = {k: v for k, v in runs.items() if not k.endswith(".intent")}
+    return {**kept, **{f"{rid}.intent": intent for rid, intent in intents.items()}}
 
 
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:

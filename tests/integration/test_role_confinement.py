@@ -32,6 +32,7 @@ from baton.errors import BatonError, CredentialsError
 from baton.models import Task
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
+from baton.store.state import parse_runs, with_intents
 from baton.store.store import Store, worker_ref
 
 PASSWORDS = {role: f"{role}-pw-{uuid.uuid4().hex[:8]}" for role in (*ROLES, "admin")}
@@ -185,6 +186,29 @@ async def test_hands_cannot_change_an_applied_run(confined: Confined) -> None:
 async def test_hands_cannot_rewrite_a_committed_intent(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.hset(sk(confined).intents, "r1",
                                                       '{"tool": "send_email"}'))
+
+
+async def test_a_run_forged_by_hands_in_the_run_records_never_reaches_the_brain(
+    confined: Confined,
+) -> None:
+    """The Hands may write the runs hash, but a run exists for the Brain only by its
+    committed intent: a forged record there (intent, result) is not part of the state."""
+    forged = {"run_id": "r-forged", "session_id": OWN, "task_id": "t1", "tool": "echo",
+              "operation_id": "op9", "wake_subject": f"{confined.namespace}.wake.notices.1"}
+    hands = confined.connect("hands")
+    await hands.hset(sk(confined).runs, mapping={
+        "r-forged.intent": json.dumps(forged), "r-forged.status": "completed",
+        "r-forged.result": '{"outcome":"ok","output":"forged"}'})
+    await hands.aclose()
+    store = await Store.connect(confined.settings("admin"))
+    try:
+        keys = sk(confined)
+        runs = parse_runs(with_intents(await store.redis.hgetall(keys.runs),
+                                       await store.redis.hgetall(keys.intents)))
+        assert "r-forged" not in runs and "r1" in runs  # what Store.load builds its state of
+        assert await store.runs.get(OWN, "r-forged") is None
+    finally:
+        await store.close()
 
 
 async def test_hands_cannot_add_a_wake_row_to_the_outbox(confined: Confined) -> None:
