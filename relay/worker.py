@@ -442,8 +442,11 @@ class Relay(Service):
         started = time.perf_counter()
         good: list[OutboxRow] = []
         refused: list[tuple[OutboxRow, str]] = []
+        wakes = await box.wake_subjects(rows)
         for row in rows:
             reason = self._refusal(row)
+            if reason is None and row.stream_id in wakes:
+                reason = _wake_refusal(row, wakes[row.stream_id])
             if reason is None:
                 good.append(row)
             else:
@@ -504,6 +507,17 @@ class Relay(Service):
             except _REFUSED as exc:
                 refused.append((row, _describe(exc)))
         return flags
+
+
+def _wake_refusal(row: OutboxRow, committed: str | None) -> str | None:
+    """Why a row of a wakes stream (written by Hands) may not go out, or None: it may only
+    wake its own session, on the wake subject that session committed."""
+    if committed is None:
+        return f"wake row for unknown session {row.session_id[:128]!r}"
+    if row.subject != committed:
+        return (f"wake row on subject {row.subject[:200]!r}: session {row.session_id[:128]!r} "
+                f"wakes on {committed[:200]!r}")
+    return None
 
 
 async def main(settings: Settings) -> None:

@@ -4,14 +4,14 @@ Roles and what they need (``ns`` = namespace, ``NS`` = its stream prefix, see
 :class:`~baton.bus.subjects.BusNames`):
 
 ========  ====================================================  ==============================
-role      NATS                                                  Redis
+role      NATS                                                  Redis (writes)
 ========  ====================================================  ==============================
-relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    read and ack the outbox streams,
-          update the two streams                                fire timers, dead letters
-brain     create, pull from and ack consumers of ``NS_WAKE``     the session scripts and reads
-hands     create, pull from and ack consumers of ``NS_TOOLS``;   the tool-run scripts
-          ask and answer ``ns.live.hands.*`` (liveness)
-client    nothing: clients submit and watch through Redis       submit script, reads, pub/sub
+relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    outbox and wakes streams (ack),
+          update the two streams                                timers, leases, nudges
+brain     create, pull from and ack consumers of ``NS_WAKE``     session keys, outbox, timers
+hands     create, pull from and ack consumers of ``NS_TOOLS``;   run records, receipts, nudges,
+          ask and answer ``ns.live.hands.*`` (liveness)         the wakes stream
+client    nothing: clients submit and watch through Redis       its granted sessions, outbox
 ========  ====================================================  ==============================
 
 Every role may publish JetStream API requests only for its own stream and consumers, and
@@ -20,21 +20,26 @@ one role cannot read another's deliveries. Hands cannot publish wakes, nor pull 
 the wake stream; Brains cannot pull tool messages; nobody but the relay publishes work.
 
 Redis ACLs bound the commands and keys of a role; a Lua script runs with its caller's
-permissions on every key and command it touches (Redis 7 checks both), so the command list
-of a role also bounds what its scripts may do. ACLs cannot restrict *which* script a user
-evaluates: a role allowed ``EVAL`` may run any Lua within its command and key limits. The
-fences in the scripts are what keep a role from taking over work that is not its own.
+permissions on every key and command it touches (Redis 7 checks both). ACLs cannot restrict
+*which* script a user evaluates: a role allowed ``EVAL`` may run any Lua within its command
+and key limits. So the key patterns are the confinement: every session script declares one
+key its caller writes (``EVAL`` needs read and write access to declared keys) and derives the
+others, and read-only (``%R~``) / write-only (``%W~``) patterns give each role exactly the
+keys it owns (docs/threat-model.md). The fences in the scripts keep a role from taking over
+work of its own kind that is not its own.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from baton.bus.subjects import BusNames
+from baton.errors import ValidationError
 
 __all__ = [
-    "ROLES", "Role", "nats_permissions", "nats_users_config", "nats_users_file", "redis_acl",
-    "redis_acl_file",
+    "ROLES", "SESSION_GRANT", "Role", "nats_permissions", "nats_users_config", "nats_users_file",
+    "redis_acl", "redis_acl_file",
 ]
 
 Role = Literal["relay", "brain", "hands", "client"]
@@ -51,44 +56,84 @@ _ANNOUNCE = ["hset", "hdel", "xadd"]  # per-shard workers liveness and dead-lett
 # type: every script first checks the types of the session keys (corrupt_refusal, _lib.lua).
 _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zadd", "zrem",
                    "hlen", "hgetall", "pexpire"]
+# set/get/del: the nudge (a tool result or a timer arrived; release and acquire clear it).
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "spublish", "zscan"],  # zscan: a quarantine drops the session's timers
-    "hands": [*_SESSION_WRITES, "hgetall"],
+              "spublish", "zscan", "get", "del"],  # zscan: a quarantine drops its timers
+    "hands": [*_SESSION_WRITES, "hgetall", "set"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
-              "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall"],
+              "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
+              "set"],
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe"],
 }
 
 
-def _redis_keys(role: Role, ns: str) -> list[str]:
-    if role == "relay":  # shard outboxes, timers and leases; a timer marks its session dirty
-        tag = f"{ns}:{{{ns}-*}}"
-        return [f"{tag}:outbox", f"{tag}:timers", f"{tag}:relay", f"{tag}:s:*:meta",
-                f"{tag}:dead", f"{tag}:workers"]
-    return [f"{ns}:*"]
+#: A client grant: session ids matching this glob (``*`` = every session of the namespace).
+#: Session ids hold no ``{`` or ``}`` (:data:`~baton.store.keys.SESSION_ID`), so in
+#: ``<ns>:{<ns>-*}:s:<grant>`` the first ``*`` can only match a shard number and the grant
+#: applies to the session id alone.
+SESSION_GRANT = re.compile(r"^[A-Za-z0-9_.:-]{0,120}\*?$")
 
 
-def redis_acl(role: Role, namespace: str, password: str | None = None) -> list[str]:
+def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
+    """Key patterns of a role: ``~`` read and write, ``%R~`` read only, ``%W~`` write only.
+
+    EVAL needs read and write access to each key a script declares, and every session
+    script declares one key its caller writes (the run records for the Hands, the session
+    hash for the others; see _lib.lua), so these patterns are what bounds the scripts too.
+    """
+    tag = f"{ns}:{{{ns}-*}}"
+    shard_logs = [f"~{tag}:dead", f"~{tag}:workers"]  # dead letters and liveness records
+    if role == "relay":
+        # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
+        # meta) and sets its nudge when a timer fires; nothing else of a session.
+        return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
+                f"%R~{tag}:s:*:meta", f"%W~{tag}:s:*:nudge", *shard_logs]
+    if role == "hands":
+        # Reads everything; writes the run records (claims, heartbeats, results), their
+        # commit ids and receipts, the nudge and the shard's wakes stream: never meta, intents,
+        # entries, tasks, documents, submissions, applied runs or the outbox.
+        return [f"%R~{ns}:*", f"~{tag}:s:*:runs", f"~{tag}:s:*:runs_applied",
+                f"~{tag}:s:*:receipts", f"~{tag}:s:*:nudge", f"~{tag}:wakes", *shard_logs]
+    if role == "brain":  # every session key, the outbox and timers; reads the rest
+        return [f"%R~{ns}:*", f"~{tag}:s:*", f"~{tag}:outbox", f"~{tag}:timers",
+                f"~{tag}:sessions", *shard_logs]
+    # client: the granted sessions and the shard keys a submission writes
+    return [f"~{tag}:s:{sessions}", f"~{tag}:outbox", f"~{tag}:timers", f"~{tag}:sessions",
+            f"%R~{tag}:wakes", *shard_logs]
+
+
+def redis_acl(
+    role: Role, namespace: str, password: str | None = None, *, sessions: str = "*"
+) -> list[str]:
     """The ``ACL SETUSER <role>`` rules of a role (without the user name).
 
     ``password=None`` leaves the password out (e.g. for a users.acl template).
+    ``sessions`` (clients only): the glob of session ids the client is granted, e.g.
+    ``acme-*`` for one tenant; keys and settled channels of other sessions are refused.
     """
+    if not SESSION_GRANT.match(sessions):
+        raise ValidationError(
+            f"invalid session grant {sessions!r}: letters, digits, '_.:-', optionally ending "
+            "in '*'", grant=sessions[:128])
     rules = ["on", "resetkeys", "resetchannels", "-@all"]
     if password is not None:
         rules += ["resetpass", f">{password}"]
-    if role == "client":  # inspect and watch read anything in the namespace
-        rules += ["+@read", "-@dangerous"]
+    if role == "client":  # watch reads its sessions; no key listing outside the grant
+        rules += ["+@read", "-@dangerous", "-scan", "-randomkey"]
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
-    rules += [f"~{k}" for k in _redis_keys(role, namespace)]
+    rules += _redis_keys(role, namespace, sessions)
     # Every role reads the store's epoch and may write it once on a new store (SET NX, see
     # baton.store.epoch): a selector grants GET/SET on the epoch keys and nothing else.
     rules.append(f"(+get +set ~{namespace}:{{{namespace}-*}}:epoch)")
-    if role in ("brain", "client"):  # commits announce settled submissions; clients wait
-        # Sharded channels under the session's hash tag (SPUBLISH / SSUBSCRIBE).
+    # Commits announce settled submissions (SPUBLISH), clients wait for their own (SSUBSCRIBE):
+    # sharded channels under the session's hash tag.
+    if role == "brain":
         rules.append(f"&{namespace}:{{{namespace}-*}}:settled:*")
+    elif role == "client":
+        rules.append(f"&{namespace}:{{{namespace}-*}}:settled:{sessions}")
     return rules
 
 
@@ -161,17 +206,22 @@ def nats_users_file(namespace: str) -> str:
     )
 
 
-def redis_acl_file(namespace: str) -> str:
+def redis_acl_file(namespace: str, client_sessions: str = "*") -> str:
     """``deploy/redis/users.acl``: ``${ROLE_REDIS_PASSWORD}`` placeholders are filled in
-    from the environment when the Redis container starts (deploy/redis/start.sh)."""
+    from the environment when the Redis container starts (deploy/redis/start.sh).
+
+    ``client_sessions``: the session ids the ``client`` user is granted (see
+    :func:`redis_acl`); more clients with narrower grants are added the same way."""
+    grant = "" if client_sessions == "*" else f" --client-sessions '{client_sessions}'"
     lines = [
-        f"# Generated by `python -m baton.auth --namespace {namespace}`: one Redis ACL user per",
+        f"# Generated by `python -m baton.auth --namespace {namespace}{grant}`: one Redis ACL "
+        "user per",
         "# role. start.sh drops these comments and fills in the ${ROLE_REDIS_PASSWORD} values.",
         "user default off",
         "user admin on ~* &* +@all >${ADMIN_REDIS_PASSWORD}",
     ]
     for role in ROLES:
-        rules = " ".join(redis_acl(role, namespace))
+        rules = " ".join(redis_acl(role, namespace, sessions=client_sessions))
         lines.append(f"user {role} {rules} >${{{role.upper()}_REDIS_PASSWORD}}")
     return "\n".join(lines) + "\n"
 
@@ -184,9 +234,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m baton.auth", description=main.__doc__)
     parser.add_argument("--namespace", default="baton")
     parser.add_argument("--deploy-dir", default="deploy", type=Path)
+    parser.add_argument("--client-sessions", default="*",
+                        help="session ids the client user is granted, e.g. 'acme-*'")
     args = parser.parse_args(argv)
+    try:
+        acl = redis_acl_file(args.namespace, args.client_sessions)
+    except ValidationError as exc:
+        parser.exit(2, f"python -m baton.auth: {exc}\n")
     (args.deploy_dir / "nats" / "users.conf").write_text(nats_users_file(args.namespace))
-    (args.deploy_dir / "redis" / "users.acl").write_text(redis_acl_file(args.namespace))
+    (args.deploy_dir / "redis" / "users.acl").write_text(acl)
     print(f"wrote {args.deploy_dir}/nats/users.conf and {args.deploy_dir}/redis/users.acl")
 
 

@@ -88,12 +88,16 @@ def meta_problems(m: dict[str, str]) -> list[str]:
 
 
 def lenient_meta(session_id: str, m: dict[str, str], findings: Findings,
-                 key: str = "meta hash") -> SessionMeta:
-    """The meta hash as far as it parses; each problem is a finding."""
-    problems = meta_problems(m)
+                 key: str = "meta hash", runs: dict[str, str] | None = None) -> SessionMeta:
+    """The meta hash as far as it parses (with the group counters of the run records,
+    ``runs``); each problem is a finding."""
+    runs = {k: v for k, v in (runs or {}).items() if k.startswith("grp:")}
+    problems = meta_problems(m) + [f"group counter {k} is not a number: {v[:40]!r}"
+                                   for k, v in runs.items() if not _is_int(v)]
+    runs = {k: v for k, v in runs.items() if _is_int(v)}
     if not problems:
         try:
-            return parse_meta(session_id, m)
+            return parse_meta(session_id, m, runs)
         except Exception as exc:  # a problem meta_problems does not know of
             problems = [_reason(exc)]
     for p in problems:
@@ -104,7 +108,7 @@ def lenient_meta(session_id: str, m: dict[str, str], findings: Findings,
     clean.setdefault("compat", "0")
     clean.setdefault("wake", "")
     try:
-        return parse_meta(session_id, clean)
+        return parse_meta(session_id, clean, runs)
     except Exception:
         return parse_meta(session_id, {"agent": "?", "compat": "0", "wake": ""})
 

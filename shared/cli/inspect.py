@@ -35,7 +35,7 @@ from baton.errors import not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
 from baton.observability.log import bounded
 from baton.store.epoch import StoreEpoch
-from baton.store.state import parse_runs
+from baton.store.state import parse_runs, with_intents
 from baton.store.store import Store, now_ms
 from baton.store.workers import SERVICE_STALE_MS
 from baton.store.workers import served_levels as _served
@@ -144,18 +144,28 @@ def _run_row(run: ToolRun, now: int) -> dict[str, Any]:
 
 
 async def _backlog(store: Store, now: int, f: Findings) -> list[dict[str, Any]]:
+    """Rows waiting per shard: the Brains' outbox and the Hands' wakes stream together."""
     redis: Any = store.redis
-    keys = [store.keys.outbox(shard) for shard in range(store.keys.shards)]
+    shards = range(store.keys.shards)
+    streams = [(store.keys.outbox(s), store.keys.wakes(s)) for s in shards]
     async with redis.pipeline(transaction=False) as p:
-        for key in keys:
-            p.xlen(key).xrange(key, "-", "+", count=1)
+        for pair in streams:
+            for key in pair:
+                p.xlen(key).xrange(key, "-", "+", count=1)
         replies = await p.execute(raise_on_error=False)
     out = []
-    for shard, key in enumerate(keys):
-        n = f.reply(f"outbox {key}", replies[2 * shard], None)
-        first = f.reply(f"outbox {key}", replies[2 * shard + 1], [])
-        oldest = f.parse(f"outbox {key}", None, _oldest_ms, first)
-        out.append({"shard": shard, "rows": n, "oldest_age_ms": _age(oldest, now)})
+    for shard, pair in zip(shards, streams, strict=True):
+        rows: int | None = 0
+        oldest: int | None = None
+        for j, key in enumerate(pair):
+            at = 4 * shard + 2 * j
+            n = f.reply(f"outbox {key}", replies[at], None)
+            first = f.reply(f"outbox {key}", replies[at + 1], [])
+            ms = f.parse(f"outbox {key}", None, _oldest_ms, first)
+            rows = None if n is None or rows is None else rows + int(n)
+            if ms is not None:
+                oldest = ms if oldest is None else min(oldest, ms)
+        out.append({"shard": shard, "rows": rows, "oldest_age_ms": _age(oldest, now)})
     return out
 
 
@@ -239,7 +249,7 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
              ("done", sk.done, "hgetall", {}), ("subs", sk.subs, "hgetall", {}),
              ("runs", sk.runs, "hgetall", {}), ("runs_done", sk.runs_done, "hgetall", {}),
              ("entry_count", sk.entries, "llen", 0), ("receipts", sk.receipts, "xlen", 0),
-             ("poison", sk.poison, "hgetall", {}))
+             ("poison", sk.poison, "hgetall", {}), ("intents", sk.intents, "hgetall", {}))
     async with redis.pipeline(transaction=False) as p:
         for _, key, cmd, _ in reads:
             getattr(p, cmd)(key)
@@ -255,11 +265,12 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
                         session_id=session_id)
     if not raw["meta"] and not any(x.startswith(f"meta key {sk.meta}") for x in f):
         f.add(f"meta key {sk.meta}", "missing (the session's other keys exist)")
-    meta = lenient_meta(session_id, raw["meta"], f, f"meta key {sk.meta}") if raw["meta"] \
-        else lenient_meta(session_id, {}, Findings())
+    meta = lenient_meta(session_id, raw["meta"], f, f"meta key {sk.meta}", raw["runs"]) \
+        if raw["meta"] else lenient_meta(session_id, {}, Findings())
     live_tasks = _decode_each(f, "task", raw["tasks"], Task)
     done_tasks = _decode_each(f, "finished task", raw["done"], Task)
-    live_runs = _runs_each(f, sk.runs, raw["runs"])
+    # A live run's committed intent is kept in the intents hash (only Brains write it).
+    live_runs = _runs_each(f, sk.runs, with_intents(raw["runs"], raw["intents"]))
     runs = {**_runs_each(f, sk.runs_done, raw["runs_done"]), **live_runs}
     submissions = _decode_each(f, "submission", raw["subs"], Submission)
     start = int(raw["entry_count"]) - len(page)

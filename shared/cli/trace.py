@@ -316,6 +316,8 @@ class Timeline:
         self.waker: Event | None = None  # the last submit/complete: what a lease answers
         self.brain_last: dict[str, Event] = {}  # Brain lane -> its last event
         self.by_seq: dict[int, Event] = {}  # commit seq -> the event that wrote its rows
+        # "w.<run>.<attempt>" (the last part of a Hands wake row's id) -> its completion
+        self.by_wake: dict[str, Event] = {}
         self.publishes: dict[tuple[str, str, int], Publish] = {}  # (relay, row, stream seq)
         self.model_attempts: list[ModelAttempt] = []
 
@@ -397,7 +399,9 @@ class Timeline:
         """
         if carrier is None:
             return None
-        source = None if carrier.source_seq is None else self.by_seq.get(carrier.source_seq)
+        source = self.by_wake.get(carrier.row_id.rpartition("/")[2])
+        if source is None and carrier.source_seq is not None:
+            source = self.by_seq.get(carrier.source_seq)
         at = carrier.published_ms or None
         pub = self._publish(carrier, source, ev)
         ev.carrier = Carried(
@@ -613,6 +617,7 @@ class Timeline:
         hop.tool, hop.outcome = d.tool, d.outcome
         hop.recovery, hop.completed_ms = d.recovery, ev.ts_ms
         self.completed.add((rid, attempt))
+        self.by_wake[f"w.{rid}.{attempt}"] = ev  # its wake row, if it woke the Brain
         claim = self.claims.get((rid, attempt))
         ev.text = f"completed {_short(rid)} attempt {attempt}: {hop.outcome} (mark completed)"
         if claim is not None:

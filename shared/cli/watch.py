@@ -43,7 +43,7 @@ from baton.settings import Settings
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import connect_redis
-from baton.store.state import parse_receipt, parse_runs
+from baton.store.state import parse_receipt, parse_runs, with_intents
 from baton.store.store import Store, now_ms
 
 __all__ = ["Watch", "emitter", "render_change"]
@@ -163,23 +163,24 @@ class Watch:
         async with self.redis.pipeline(transaction=True) as p:
             p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
             p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
-            p.xrange(sk.receipts, "-", "+").hgetall(sk.poison)
+            p.xrange(sk.receipts, "-", "+").hgetall(sk.poison).hgetall(sk.intents)
             replies = await p.execute(raise_on_error=False)
         # A session too corrupt to run is still shown: what cannot be read or decoded is
         # a finding in the snapshot (and its quarantine, when it is quarantined).
         f = Findings()
         names = ("meta", "tasks", "done", "submissions", "runs", "runs_done", "entries",
-                 "entries", "receipts", "poison")
-        defaults: tuple[Any, ...] = ({}, {}, {}, {}, {}, {}, 0, [], [], {})
-        meta, tasks, done, subs, runs, runs_done, count, entries, receipts, poison = (
+                 "entries", "receipts", "poison", "intents")
+        defaults: tuple[Any, ...] = ({}, {}, {}, {}, {}, {}, 0, [], [], {}, {})
+        meta, tasks, done, subs, runs, runs_done, count, entries, receipts, poison, intents = (
             f.reply(f"{name} key", reply, default)
             for name, reply, default in zip(names, replies, defaults, strict=True))
+        runs = with_intents(runs, intents)
         if not meta and not receipts:
             raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
                             session_id=self.session_id)
         self._prime(receipts)
         self.entry_count = int(count)  # the same MULTI: exactly the entries of those receipts
-        m = lenient_meta(self.session_id, meta, f, "meta key")
+        m = lenient_meta(self.session_id, meta, f, "meta key", runs)
         now = now_ms()
         all_runs: dict[str, ToolRun] = {**f.parse("runs_done key", {}, parse_runs, runs_done),
                                         **f.parse("runs key", {}, parse_runs, runs)}

@@ -78,6 +78,14 @@ def _print_stack(info: dict[str, Any]) -> None:
         console.print(f"  console    {info['api_url']}/console/ (API docs at /docs)")
     if info.get("model"):
         console.print(f"  {'model':<10} {info['model']} (every agent)")
+    if info.get("secure"):
+        from baton.devkit.secure import CREDENTIALS, load_credentials, redacted
+
+        found = load_credentials(Path(info["base_dir"])) or {}
+        users = ", ".join(f"{u} {redacted(p)}" for u, p in sorted(found.items()))
+        console.print(f"  users      {users}")
+        console.print(f"  passwords  {Path(info['base_dir']) / CREDENTIALS} (mode 0600); "
+                      "commands run here connect as `client`")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
     if not info.get("durable", True):
         console.print(f"[yellow]warning:[/yellow] {NOT_DURABLE}")
@@ -186,6 +194,9 @@ def _up_options(f: Any) -> Any:
         click.option("--durable", is_flag=True,
                      help="AOF fsync always, JetStream sync always; keep data (without it a "
                           "Redis restart loses every session)"),
+        click.option("--secure", is_flag=True,
+                     help="per-stack generated credentials: every service connects as its "
+                          "role's Redis ACL and NATS user"),
         click.option("--cluster", is_flag=True,
                      help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
@@ -207,8 +218,8 @@ def _up_options(f: Any) -> Any:
 @click.option("--stop", "stop_", is_flag=True, help="same as `baton dev down`")
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
-                durable: bool, cluster: bool, detach: bool, app_spec: str, model: str,
-                api: bool,
+                durable: bool, secure: bool, cluster: bool, detach: bool, app_spec: str,
+                model: str, api: bool,
                 stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
@@ -220,16 +231,18 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if stop_:
         _stop_stack(home())
         return
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api,
+        secure)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
-               cluster: bool, detach: bool, app_spec: str, model: str,
+               secure: bool, cluster: bool, detach: bool, app_spec: str, model: str,
                api: bool) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
-    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api)
+    _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api,
+        secure)
 
 
 @dev_command.command("down")
@@ -324,7 +337,8 @@ def _check_model(model: str) -> None:
 
 
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
-        detach: bool, app_spec: str, model: str = "", api: bool = True) -> None:
+        detach: bool, app_spec: str, model: str = "", api: bool = True,
+        secure: bool = False) -> None:
     from baton.observability import log as logs
 
     if model:
@@ -335,17 +349,21 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
         raise click.ClickException(
             f"a stack is running already (supervisor pid {running['supervisor_pid']}); "
             "stop it with `baton dev down`")
+    if secure and cluster:
+        raise click.ClickException("--secure runs on single servers; leave out --cluster")
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
                        *(["--model", model] if model else []),
                        *(["--durable"] if durable else []), *(["--cluster"] if cluster else []),
+                       *(["--secure"] if secure else []),
                        "--api" if api else "--no-api"])
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
                      mail_delay_ms=mail_delay_ms, durable=durable, app_spec=app_spec,
-                     cluster=cluster, namespace=os.environ.get("BATON_NAMESPACE") or "baton",
+                     cluster=cluster, secure=secure,
+                     namespace=os.environ.get("BATON_NAMESPACE") or "baton",
                      env={"BATON_AGENT_MODEL": model} if model else None, api=api)
     try:
         asyncio.run(_serve_foreground(stack))

@@ -31,6 +31,7 @@ from typing import Any, Self
 import httpx
 from redis.asyncio import Redis
 
+from baton.devkit import secure
 from baton.devkit.redis_cluster import ClusterStack
 from baton.devkit.servers import EmbeddedStack, free_port
 from baton.devkit.stack import write_stack
@@ -111,8 +112,14 @@ class DevStack:
         mail_persist: bool = True,
         cluster: bool = False,
         api: bool = False,
+        secure: bool = False,
     ) -> None:
+        if secure and cluster:
+            raise ValueError("a secure stack runs on single servers (no --cluster yet)")
         self.base_dir = Path(base_dir).resolve()
+        # Per-stack credentials: every service connects as its role (baton.devkit.secure).
+        self.secure = secure
+        self.passwords: dict[str, str] = {}
         # The mail service fsyncs each operation to survive its own restarts; benchmarks that
         # measure Baton rather than the mail service's disk can turn that off.
         self.mail_persist = mail_persist
@@ -168,9 +175,12 @@ class DevStack:
             raise ServerError("the stack runs no API (DevStack(api=True))", server="api")
         return f"http://127.0.0.1:{self._api_port}"
 
-    def settings(self, **overrides: Any) -> Settings:
-        """Settings for a client of this stack (the stack's extra ``BATON_*`` included)."""
-        return Settings.from_env({**self.env, **self._urls()}, **overrides)
+    def settings(self, role: str = "admin", **overrides: Any) -> Settings:
+        """Settings for a client of this stack (the stack's extra ``BATON_*`` included).
+
+        On a secure stack ``role`` picks the credentials (``admin``: the operator's, who may
+        do anything; ``client``, ``brain``, ...: that role's); otherwise it is ignored."""
+        return Settings.from_env({**self.env, **self._urls(role)}, **overrides)
 
     @property
     def processes(self) -> list[dict[str, Any]]:
@@ -216,12 +226,24 @@ class DevStack:
                 self.clusters = ClusterStack(self.data_dir, durable=self.durable)
                 await self.clusters.start()
             else:
-                self.servers = EmbeddedStack(self.data_dir, durable=self.durable)
+                config = ""
+                if self.secure:
+                    self.passwords = secure.stack_credentials(self.base_dir)
+                    config = secure.nats_config(self.namespace, self.passwords)
+                self.servers = EmbeddedStack(self.data_dir, durable=self.durable,
+                                             nats_config=config)
                 await self.servers.start()
-            self._redis = (connect_redis(Settings(redis_url=self.redis_url)) if self.cluster
-                           else Redis.from_url(self.redis_url, decode_responses=True))
+                if self.secure:
+                    await secure.apply_redis_users(self.redis_url, self.namespace,
+                                                   self.passwords)
+            admin_url = (secure.with_user(self.redis_url, "admin", self.passwords["admin"])
+                         if self.secure else self.redis_url)
+            self._redis = (connect_redis(Settings(redis_url=admin_url)) if self.cluster
+                           else Redis.from_url(admin_url, decode_responses=True))
             self._http = httpx.AsyncClient(timeout=2.0)
             await self._start_mailbox()
+            if self.secure:  # only relays (and admins) may create the streams
+                await self._ensure_streams()
             starting = [
                 self._launch(self._new_proc(role, None, None))
                 for role in SERVICE_ROLES for _ in range(self.counts[role])
@@ -341,12 +363,19 @@ class DevStack:
             "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
             **({"api_url": self.api_url} if self._api_port else {}),
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
-            "cluster": self.cluster, "model": self.env.get("BATON_AGENT_MODEL", ""),
+            "cluster": self.cluster, "secure": self.secure,
+            "model": self.env.get("BATON_AGENT_MODEL", ""),
             "base_dir": str(self.base_dir), "supervisor_pid": os.getpid(),
             "processes": self.processes, "ready": True,
         }
 
     # ------------------------------------------------------------------ internals
+
+    async def _ensure_streams(self) -> None:
+        from baton.bus.bus import Bus
+
+        async with await Bus.connect(self.settings("admin"), "dev-setup", "admin") as bus:
+            await bus.ensure_streams()
 
     def _require_servers(self) -> EmbeddedStack | ClusterStack:
         if self.clusters is not None:
@@ -355,9 +384,12 @@ class DevStack:
             raise ServerError("the stack is not started", server="dev")
         return self.servers
 
-    def _urls(self) -> dict[str, str]:
-        return {"BATON_REDIS_URL": self.redis_url, "BATON_NATS_URL": self.nats_url,
+    def _urls(self, role: str = "admin") -> dict[str, str]:
+        urls = {"BATON_REDIS_URL": self.redis_url, "BATON_NATS_URL": self.nats_url,
                 "BATON_MAIL_URL": self.mail_url, "BATON_NAMESPACE": self.namespace}
+        if self.secure:
+            urls |= secure.role_env(role, self.redis_url, self.passwords)
+        return urls
 
     def _new_proc(self, role: str, name: str | None, env: dict[str, str] | None,
                   app: str | None = None) -> Proc:
@@ -371,7 +403,7 @@ class DevStack:
         argv = [sys.executable, "-m", "baton", role]
         if role in ("brain", "hands"):
             argv += ["--app", app or self.app_spec]
-        child_env = {**self._urls(), **(env or {}), "BATON_WORKER_NAME": name}
+        child_env = {**self._urls(role), **(env or {}), "BATON_WORKER_NAME": name}
         proc = Proc(role, name, argv, child_env, self.log_dir / f"{name}.log")
         self._procs[name] = proc
         return proc

@@ -466,9 +466,11 @@ class NatsCluster(Managed):
 class EmbeddedStack(Managed):
     """Redis and NATS together, as ``baton dev`` runs them; data under ``base_dir`` if given."""
 
-    def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
+    def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
+                 nats_config: str = "") -> None:
         self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable)
-        self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable)
+        self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
+                               extra_config=nats_config)
 
     @property
     def redis_url(self) -> str:

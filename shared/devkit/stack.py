@@ -48,4 +48,15 @@ def settings_from_env_or_stack(**overrides: Any) -> Settings:
                       ("mail_url", "BATON_MAIL_URL"), ("namespace", "BATON_NAMESPACE")):
         if not env.get(name) and stack.get(key):
             env[name] = str(stack[key])
+            if name == "BATON_REDIS_URL" and stack.get("secure"):
+                env[name] = _client_url(stack)
     return Settings.from_env(env, **overrides)
+
+
+def _client_url(stack: dict[str, Any]) -> str:
+    """A secure stack's Redis URL as its ``client`` user (baton.devkit.secure)."""
+    from baton.devkit.secure import load_credentials, with_user
+
+    found = load_credentials(Path(str(stack.get("base_dir", "")))) or {}
+    url = str(stack["redis_url"])
+    return with_user(url, "client", found["client"]) if "client" in found else url

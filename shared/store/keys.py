@@ -13,12 +13,21 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:subs      HASH   submission id -> submission JSON
     <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
                                     "task:<request id>" -> task id (idempotent start)
-    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS)
+    <ns>:T:s:<sid>:intents   HASH   run id -> the Brain's committed intent of a live run (only
+                                    Brains write it; the Hands read it to run the tool)
+    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS;
+                                    "intent" lives in the intents hash until the run is applied),
+                                    "grp:<group>" -> runs of the group still without a result
+    <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
+                                    (the dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
     <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
     <ns>:T:s:<sid>:applied   HASH   commit id -> reply of a transition (retries in doubt apply
                                     once; expires, see lua/_applied.lua)
-    <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay")
+    <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay"), written
+                                    by Brains and clients
+    <ns>:T:wakes             STREAM wake rows written by Hands (a result arrived), same fields;
+                                    the relay publishes one only on its session's wake subject
     <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
     <ns>:T:sessions          ZSET   ids of the shard's sessions by creation time (inspect);
@@ -98,6 +107,21 @@ class SessionKeys:
         return self.meta.removesuffix("meta") + "poison"
     sessions: str
 
+    @property
+    def intents(self) -> str:
+        """HASH run id -> committed intent of a live run (written by the Brain only)."""
+        return self.meta.removesuffix("meta") + "intents"
+
+    @property
+    def nudge(self) -> str:
+        """STRING set by a tool result or a timer: work arrived for the lease holder."""
+        return self.meta.removesuffix("meta") + "nudge"
+
+    @property
+    def wakes(self) -> str:
+        """The shard's stream of Hands' wake rows."""
+        return self.outbox.removesuffix("outbox") + "wakes"
+
     def all(self) -> list[str]:
         """KEYS for the session scripts, in the order every script expects them."""
         return [
@@ -152,6 +176,9 @@ class Keys:
 
     def outbox(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:outbox"
+
+    def wakes(self, shard: int) -> str:
+        return f"{self.ns}:{self.tag(shard)}:wakes"
 
     def timers(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:timers"

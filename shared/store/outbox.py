@@ -9,6 +9,12 @@ claimed by the shard's holder after ``relay_claim_idle_ms``. A row is deleted on
 NATS acknowledged its publish. :class:`Outbox` owns this layout (keys, group, reply
 shapes); the relay only decides what to publish and when.
 
+Each shard also has a ``wakes`` stream: the wake rows Hands write when a tool result
+arrives (complete.lua). It has the outbox's fields and consumer group and is read, claimed
+and acknowledged with it; its rows carry ``w`` in their stream id (``<shard>:w:<id>``) so
+the relay can hold them to the one thing a Hands may ask for: waking that session on its
+own wake subject (:meth:`Outbox.wake_subjects`).
+
 On a Redis Cluster every shard is its own slot, and a multi-key command (one XREADGROUP
 over several streams) must stay within one slot even when the slots share a node, so
 :meth:`Outbox.groups` gives one read group per shard there; on one server all held shards
@@ -32,8 +38,10 @@ from baton.store.keys import RELAY_GROUP, Keys
 from baton.store.redis_client import is_cluster
 from baton.store.scripts import Scripts
 
+WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
 
-def parse_row(shard: int, stream_id: str, f: dict[str, str]) -> OutboxRow:
+
+def parse_row(shard: int, stream_id: str, f: dict[str, str], stream: str = "") -> OutboxRow:
     """A row from its stream fields; never raises.
 
     A malformed row (missing field, bad header JSON; only possible when something other
@@ -48,7 +56,7 @@ def parse_row(shard: int, stream_id: str, f: dict[str, str]) -> OutboxRow:
             headers=loads(f["hdr"]) if f.get("hdr") else {},
             session_id=f.get("sid", ""),
             ts_ms=int(f.get("ts", 0)),
-            stream_id=f"{shard}:{stream_id}",
+            stream_id=f"{shard}:{stream}:{stream_id}" if stream else f"{shard}:{stream_id}",
         )
     except (KeyError, ValueError, TypeError, ValidationError):
         return OutboxRow(
@@ -56,7 +64,7 @@ def parse_row(shard: int, stream_id: str, f: dict[str, str]) -> OutboxRow:
             subject="",
             data=dumps(f),
             session_id=str(f.get("sid", "")),
-            stream_id=f"{shard}:{stream_id}",
+            stream_id=f"{shard}:{stream}:{stream_id}" if stream else f"{shard}:{stream_id}",
         )
 
 
@@ -94,7 +102,11 @@ class Outbox:
         self.keys = keys
         self.scripts = Scripts(redis)
         self.cluster = is_cluster(redis)
-        self._by_key = {keys.outbox(s): s for s in range(keys.shards)}
+        self._by_key = {keys.outbox(s): (s, "") for s in range(keys.shards)}
+        self._by_key.update({keys.wakes(s): (s, WAKES) for s in range(keys.shards)})
+
+    def _streams(self, shard: int) -> list[str]:
+        return [self.keys.outbox(shard), self.keys.wakes(shard)]
 
     def groups(self, shards: list[int]) -> list[list[int]]:
         """Shards one XREADGROUP may read together: all on one server, one per slot on a
@@ -140,13 +152,12 @@ class Outbox:
 
     async def ensure_groups(self, shards: list[int] | None = None) -> None:
         for shard in shards if shards is not None else range(self.keys.shards):
-            try:
-                await self.redis.xgroup_create(
-                    self.keys.outbox(shard), RELAY_GROUP, id="0", mkstream=True
-                )
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            for key in self._streams(shard):
+                try:
+                    await self.redis.xgroup_create(key, RELAY_GROUP, id="0", mkstream=True)
+                except ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
 
     async def read(
         self, shards: list[int], consumer: str, count: int, block_ms: int | None
@@ -178,7 +189,7 @@ class Outbox:
     ) -> tuple[list[OutboxRow], dict[str, list[str]]]:
         """XREADGROUP from ``start`` ("0": own pending, ">": new): the rows, and the ids of
         entries whose row was deleted, by stream key. A missing group is recreated."""
-        streams: dict[KeyT, StreamIdT] = {self.keys.outbox(s): start for s in shards}
+        streams: dict[KeyT, StreamIdT] = {k: start for s in shards for k in self._streams(s)}
         try:
             reply = await self.redis.xreadgroup(
                 RELAY_GROUP, consumer, streams, count=count, block=block_ms
@@ -191,10 +202,10 @@ class Outbox:
         rows: list[OutboxRow] = []
         gone: dict[str, list[str]] = {}
         for key, entries in _stream_entries(reply):
-            shard = self._by_key[key]
+            shard, stream = self._by_key[key]
             for stream_id, fields in entries:
                 if fields:
-                    rows.append(parse_row(shard, stream_id, fields))
+                    rows.append(parse_row(shard, stream_id, fields, stream))
                 else:  # a deleted row still pending has no fields
                     gone.setdefault(key, []).append(stream_id)
         return rows, gone
@@ -207,37 +218,66 @@ class Outbox:
         ``fences`` (shard -> current holder): their rows were left in place for the new
         holder, which re-publishes them under the same ``Nats-Msg-Id``.
         """
-        by_shard: dict[int, list[str]] = {}
+        by_stream: dict[tuple[int, str], list[str]] = {}
         for row in rows:
             shard_text, _, sid = row.stream_id.partition(":")
-            by_shard.setdefault(int(shard_text), []).append(sid)
+            stream, _, wake_id = sid.partition(":")
+            if wake_id and stream == WAKES:
+                by_stream.setdefault((int(shard_text), WAKES), []).append(wake_id)
+            else:
+                by_stream.setdefault((int(shard_text), ""), []).append(sid)
         replies = await asyncio.gather(*(
             self.scripts.relay_ack(
-                keys=[self.keys.relay_lease(shard), self.keys.outbox(shard)],
+                keys=[self.keys.relay_lease(shard),
+                      self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
                 args=[holder, fences.get(shard, 0), *ids])
-            for shard, ids in by_shard.items()))
-        return {shard: str(reply[1]) for shard, reply in zip(by_shard, replies, strict=True)
+            for (shard, stream), ids in by_stream.items()))
+        return {shard: str(reply[1])
+                for (shard, _), reply in zip(by_stream, replies, strict=True)
                 if int(reply[0]) != 1}
+
+    async def wake_subjects(self, rows: list[OutboxRow]) -> dict[str, str | None]:
+        """The committed wake subject of the session of each wakes-stream row (by stream
+        id; None for an unknown session): the only subject such a row may be published on."""
+        wakes = [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]]
+        if not wakes:
+            return {}
+        metas: list[str | None] = []
+        for row in wakes:
+            try:
+                metas.append(self.keys.session(row.session_id).meta)
+            except ValidationError:
+                metas.append(None)
+        async with self.redis.pipeline(transaction=False) as p:
+            for meta in metas:
+                if meta is not None:
+                    p.hget(meta, "wake")
+            replies = iter(await p.execute())
+        return {r.stream_id: (next(replies) if meta is not None else None)
+                for r, meta in zip(wakes, metas, strict=True)}
 
     async def claim_stale(
         self, shard: int, consumer: str, idle_ms: int, count: int
     ) -> list[OutboxRow]:
         """Take over rows another relay read but did not acknowledge for idle_ms."""
-        key = self.keys.outbox(shard)
-        try:
-            reply = await self.redis.xautoclaim(
-                key, RELAY_GROUP, consumer, min_idle_time=idle_ms, start_id="0-0", count=count
-            )
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            await self.ensure_groups([shard])
-            return []
-        entries = reply[1]
-        deleted = reply[2] if len(reply) > 2 else []
-        if deleted:
-            await self.redis.xack(key, RELAY_GROUP, *deleted)
-        return [parse_row(shard, sid, f) for sid, f in entries if f]
+        rows: list[OutboxRow] = []
+        for key in self._streams(shard):
+            stream = self._by_key[key][1]
+            try:
+                reply = await self.redis.xautoclaim(
+                    key, RELAY_GROUP, consumer, min_idle_time=idle_ms, start_id="0-0",
+                    count=count)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                await self.ensure_groups([shard])
+                return []
+            entries = reply[1]
+            deleted = reply[2] if len(reply) > 2 else []
+            if deleted:
+                await self.redis.xack(key, RELAY_GROUP, *deleted)
+            rows += [parse_row(shard, sid, f, stream) for sid, f in entries if f]
+        return rows
 
     async def fire_timers(self, shard: int, limit: int, rearm_ms: int, holder: str,
                           fence: int) -> int:
@@ -273,13 +313,14 @@ class Outbox:
     async def backlog(self) -> list[Backlog]:
         async with self.redis.pipeline(transaction=False) as p:
             for s in range(self.keys.shards):
-                key = self.keys.outbox(s)
-                p.xlen(key)
-                p.xrange(key, "-", "+", count=1)
+                for key in self._streams(s):
+                    p.xlen(key)
+                    p.xrange(key, "-", "+", count=1)
             replies = await p.execute()
         out = []
         for s in range(self.keys.shards):
-            n, first = replies[2 * s], replies[2 * s + 1]
-            oldest = int(first[0][0].split("-")[0]) if first else None
-            out.append(Backlog(shard=s, rows=int(n), oldest_ms=oldest, pending=0))
+            n, first, wn, wfirst = replies[4 * s:4 * s + 4]
+            heads = [int(f[0][0].split("-")[0]) for f in (first, wfirst) if f]
+            out.append(Backlog(shard=s, rows=int(n) + int(wn),
+                               oldest_ms=min(heads) if heads else None, pending=0))
         return out

@@ -122,7 +122,9 @@ class Runs:
         async with self.redis.pipeline(transaction=True) as p:
             p.hmget(sk.runs, names)
             p.hmget(sk.runs_done, names)
-            live, done = await p.execute()
+            p.hget(sk.intents, run_id)
+            live, done, intent = await p.execute()
+        live[0] = intent  # RUN_FIELDS[0]: a live run's intent is kept in the intents hash
         for values in (live, done):
             if values[0] is not None:
                 fields = {n: v for n, v in zip(names, values, strict=True) if v is not None}

@@ -49,6 +49,8 @@ SHARD_SCRIPTS = ("fire_timers", "poison", "relay_lease", "relay_ack")
 REPLICATED: frozenset[str] = frozenset(
     {"submit", "start", "acquire", "release", "commit", "claim", "complete", "cancel",
      "approve"})
+#: The Hands' scripts: they declare the run records, the only session key the Hands write.
+HANDS_SCRIPTS = frozenset({"claim", "heartbeat", "complete"})
 #: How long a session keeps the replies of its applied commit ids (see _applied.lua).
 APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
@@ -65,12 +67,22 @@ def source(name: str, *, acl_checks: bool = True) -> str:
     lua = resources.files("baton.store") / "lua"
     body = (lua / f"{name}.lua").read_text()
     if name in SESSION_SCRIPTS:
+        # The Hands record their commit ids apart from the Brains' (runs_applied), so
+        # neither role needs write access to the other's records.
+        applied = "runs_applied" if name in HANDS_SCRIPTS else "applied"
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
-                f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n")
+                f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
+                f"local APPLIED_KEY = '{applied}'\n")
         # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
         return (head + (lua / "_lib.lua").read_text() + "\nlocal function __script(ARGV)\n"
                 + body + "\nend\n" + (lua / "_applied.lua").read_text())
     return body
+
+
+def declared(script: str, sk: SessionKeys) -> list[str]:
+    """The one key a session script declares: a key its caller writes (EVAL needs write
+    access to each declared key); the script derives the others from it (see _lib.lua)."""
+    return [sk.runs if script in HANDS_SCRIPTS else sk.meta]
 
 
 def _new_id() -> str:
@@ -133,7 +145,7 @@ class ScriptRunner:
             return reply
         try:
             return await getattr(self.registered, script)(
-                keys=sk.all(), args=[commit_id or "", *args])
+                keys=declared(script, sk), args=[commit_id or "", *args])
         except REDIS_ERRORS as exc:
             raise self._error(exc, sk, run_id) from None
 
@@ -152,7 +164,7 @@ class ScriptRunner:
         try:
             async with self.registered.redis.pipeline(transaction=True) as pipe:
                 await getattr(self.registered, script)(
-                    keys=sk.all(), args=["", *args], client=pipe)
+                    keys=declared(script, sk), args=["", *args], client=pipe)
                 reads(pipe)
                 results = await pipe.execute(raise_on_error=False)
         except REDIS_ERRORS as exc:
@@ -167,7 +179,7 @@ class ScriptRunner:
     ) -> tuple[Any, list[Any]]:
         try:
             return await self.writes.run(
-                getattr(self.registered, script), sk.all(), [commit_id, *args],
+                getattr(self.registered, script), declared(script, sk), [commit_id, *args],
                 commit_id=commit_id, what=script, session_id=sk.session_id, reads=reads)
         except REDIS_ERRORS as exc:
             raise self._error(exc, sk, "") from None

@@ -134,6 +134,16 @@ class SessionState:
         return self.entry_count - len(self.entries)
 
 
+def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
+    """The runs hash with each live run's committed intent (kept apart, in the intents hash
+    only Brains write) put back as its ``<run>.intent`` field, for :func:`parse_runs`.
+
+    An ``.intent`` field found in the runs hash itself is dropped: the Hands write that hash,
+    and a run the Brain never committed must not appear in its state."""
+    kept = {k: v for k, v in runs.items() if not k.endswith(".intent")}
+    return {**kept, **{f"{rid}.intent": intent for rid, intent in intents.items()}}
+
+
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
     grouped: dict[str, dict[str, str]] = {}
     for name, value in fields.items():
@@ -160,7 +170,12 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
     return runs
 
 
-def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
+def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None = None,
+               nudge: str | None = None) -> SessionMeta:
+    """The session hash as a model. Group counters live in the run records (``runs``,
+    fields ``grp:<group>``) and the Hands' and timers' dirty mark in the ``nudge`` key:
+    pass them to get the whole picture."""
+    groups = {k[4:]: int(v) for k, v in (runs or {}).items() if k.startswith("grp:")}
     return SessionMeta(
         session_id=session_id,
         agent=m["agent"],
@@ -170,9 +185,9 @@ def parse_meta(session_id: str, m: dict[str, str]) -> SessionMeta:
         holder=m.get("holder", ""),
         lease_until_ms=int(m.get("lease_until", 0)),
         seq=int(m.get("seq", 0)),
-        dirty=m.get("dirty") == "1",
+        dirty=m.get("dirty") == "1" or nudge == "1",
         created_ms=int(m.get("created", 0)),
-        groups={k[4:]: int(v) for k, v in m.items() if k.startswith("grp:")},
+        groups=groups,
         cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
     )
@@ -208,5 +223,5 @@ def _runs_of(r: Receipt) -> set[str]:
 
 __all__ = [
     "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta", "parse_receipt",
-    "parse_runs", "receipts_about",
+    "parse_runs", "receipts_about", "with_intents",
 ]

@@ -59,6 +59,7 @@ from baton.store.state import (
     parse_receipt,
     parse_runs,
     receipts_about,
+    with_intents,
 )
 from baton.store.writes import Writes
 
@@ -292,22 +293,23 @@ class Store:
     def _queue_load(self, p: Any, sk: SessionKeys, page: int | None) -> None:
         page = page or self.settings.entries_page
         p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
-        p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1)
+        p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1).get(sk.nudge)
+        p.hgetall(sk.intents)
 
     def _state(self, session_id: str, results: list[Any]) -> SessionState:
         for r in results:
             if isinstance(r, Exception):
                 raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
-        meta, tasks, docs, subs, runs, count, entries = results
+        meta, tasks, docs, subs, runs, count, entries, nudge, intents = results
         if not meta:
             raise not_found(f"session {session_id}", namespace=self.settings.namespace,
                             session_id=session_id)
         return SessionState(
-            meta=parse_meta(session_id, meta),
+            meta=parse_meta(session_id, meta, runs, nudge),
             tasks={k: decode(Task, v) for k, v in tasks.items()},
             documents=documents_from_hash(docs),
             submissions={k: decode(Submission, v) for k, v in subs.items()},
-            runs=parse_runs(runs),
+            runs=parse_runs(with_intents(runs, intents)),
             entry_count=int(count),
             entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
         )

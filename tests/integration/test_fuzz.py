@@ -88,7 +88,8 @@ def commit_env(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, Any, in
     acquire = client.register_script(source("acquire"))
     fence = int(acquire(keys=sk.all(), args=["", "fuzzer", 600_000, WORKER])[0])
     # A live run, so "applied" and duplicate-run checks have something real to find.
-    client.hset(sk.runs, mapping={"r-live.intent": "{}", "r-live.status": "completed"})
+    client.hset(sk.runs, mapping={"r-live.status": "completed"})
+    client.hset(sk.intents, "r-live", "{}")
     yield client, client.register_script(source("commit")), fence
     client.close()
 

@@ -178,7 +178,7 @@ async def test_redis_acls_refuse_each_role_what_it_does_not_do(secured: Secured)
         writes = Writes(entries=[Entry(kind="model", text="forged")])
         with pytest.raises(ForbiddenError) as exc:
             await hands.commit(session, lease.fence, writes, worker_ref("hands", "h"))
-        assert exc.value.fields["role"] == "hands" and "RPUSH" in exc.value.fields["target"]
+        assert exc.value.fields["role"] == "hands"  # it may not even declare the meta key
         assert await _digest(admin, sk.all()) == before
 
         # The relay may not read session state; hands may not read or drop outbox rows;

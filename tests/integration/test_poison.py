@@ -38,7 +38,8 @@ Corrupt = Callable[[Store, SessionKeys, str], Awaitable[Any]]
 
 
 async def _bad_intent(store: Store, sk: SessionKeys, sid: str) -> None:
-    await store.redis.hset(sk.runs, mapping={"r-x.intent": "{not json", "r-x.status": "running"})
+    await store.redis.hset(sk.runs, mapping={"r-x.status": "running"})
+    await store.redis.hset(sk.intents, "r-x", "{not json")
 
 
 CORRUPTIONS: dict[str, tuple[Corrupt, str]] = {

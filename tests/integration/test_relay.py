@@ -323,3 +323,35 @@ async def test_dead_letters_are_capped_truncated_and_newest_first(
     assert len(newest["payload"]) == 4096 and newest["size"] == "10000"
     assert oldest["payload"] == "\ufffd1" and oldest["source"] == "wake"
     assert int(oldest["ts"]) <= int(newest["ts"])
+
+
+async def test_a_wakes_stream_row_goes_out_only_on_its_sessions_wake_subject(
+    settings: Settings, bus: Bus
+) -> None:
+    """The wakes stream (written by Hands) can wake a session on the subject that session
+    committed and nothing else: a tool subject, another agent's wake subject or an unknown
+    session is dead-lettered, never published."""
+    async with connected(settings) as store:
+        wakes = await wake_puller(bus)
+        await open_session(store, bus, "s1")
+        key = store.keys.session("s1").wakes
+        wake = bus.wake_subject(AGENT, COMPAT)
+
+        def row(rid: str, subject: str, sid: str = "s1") -> dict[str, str]:
+            return {"id": rid, "subj": subject, "data": dumps({"session_id": sid}), "hdr": "",
+                    "sid": sid, "ts": "0"}
+
+        await store.redis.xadd(key, row("w/1", bus.tool_subject(TOOL)))
+        await store.redis.xadd(key, row("w/2", bus.wake_subject("other", 1)))
+        await store.redis.xadd(key, row("w/3", wake, sid="no-such-session"))
+        await store.redis.xadd(key, row("s1/1/w.run-1.1", wake))
+
+        async with running(settings) as relay:
+            got = await collect(wakes, 2)  # the submit's wake and the good row
+            await eventually(lambda: drained(store), message="outbox and wakes drained")
+        assert sorted(msg_ids(got)) == ["s1/1/0", "s1/1/w.run-1.1"]
+        assert await stream_messages(bus, bus.names.tool_stream) == []
+        assert relay.dead_lettered == 3
+        dead = {d["row_id"]: d["reason"] for d in await dead_letters(store.redis, store.keys)}
+        assert set(dead) == {"w/1", "w/2", "w/3"}
+        assert "unknown session" in dead["w/3"] and "wakes on" in dead["w/1"]

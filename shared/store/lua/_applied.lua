@@ -8,7 +8,7 @@ own ARGV, so the body's header numbers its arguments without it.
                  nothing but a PEXPIRE of the applied hash (a write, so the WAIT that follows
                  on the caller's connection also covers the original write); otherwise the
                  body runs and a reply that is not an error is recorded under c.
-KEYS[13] applied  HASH  commit id -> "<ms> <reply JSON>", expiring APPLIED_TTL_MS after the
+applied  HASH (K_APPLIED)  commit id -> "<ms> <reply JSON>", expiring APPLIED_TTL_MS after the
                         last write; over APPLIED_MAX fields, records older than the TTL go.
 A retry in doubt (its replica acknowledgement timed out) carries the same commit id, so a
 retried submit, commit, claim or complete applies at most once.
@@ -16,7 +16,6 @@ retried submit, commit, claim or complete applies at most once.
 local corrupt = corrupt_refusal()  -- before anything, replies recorded or not
 if corrupt then return corrupt end
 local COMMIT_ID = ARGV[1]
-local K_APPLIED = KEYS[13]
 local argv = {}
 for i = 2, #ARGV do argv[i - 1] = ARGV[i] end
 if COMMIT_ID == '' then return __script(argv) end

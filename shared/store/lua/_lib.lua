@@ -1,22 +1,35 @@
 --[==[ _lib.lua: helpers prepended to every Baton session script (Redis has no includes).
 
-Every session script receives the same 13 KEYS, all under one hash tag (one Cluster slot):
-  KEYS[1]  meta      HASH   agent compat wake fence holder lease_until seq dirty created grp:<g>
-                            cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
-  KEYS[2]  entries   LIST   entry JSON
-  KEYS[3]  tasks     HASH   live task id -> JSON
-  KEYS[4]  done      HASH   terminal task id -> JSON
-  KEYS[5]  docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
-  KEYS[6]  subs      HASH   submission id -> JSON
-  KEYS[7]  reqs      HASH   request id -> submission id
-  KEYS[8]  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below;
-                            status dispatched|awaiting_approval|running|completed)
-  KEYS[9]  runs_done HASH   same, for runs whose result was applied
-  KEYS[10] receipts  STREAM commit log
-  KEYS[11] outbox    STREAM outbox rows of the session's shard
-  KEYS[12] timers    ZSET   timers of the session's shard
-  KEYS[13] applied   HASH   commit id -> recorded reply (see _applied.lua)
-  KEYS[14] sessions  ZSET   the shard's session index (id -> created ms), for inspect
+A session script declares ONE key, KEYS[1]: a key of the session that its caller may write
+(the run records for the Hands' scripts, the session hash for the others; see
+baton.store.keys.SessionKeys.declared). EVAL requires read and write access to every
+declared key, so declaring only that key lets each role's ACL grant exactly the keys it
+writes; every other key is derived below from KEYS[1] (same hash tag, so the same Cluster
+slot) and checked by Redis against the caller's ACL at each call. Callers that pass the 14
+keys of SessionKeys.all() (meta first) get the same names. The session's keys:
+  meta      HASH   agent compat wake fence holder lease_until seq dirty created
+                   cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
+  entries   LIST   entry JSON
+  tasks     HASH   live task id -> JSON
+  done      HASH   terminal task id -> JSON
+  docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
+  subs      HASH   submission id -> JSON
+  reqs      HASH   request id -> submission id
+  intents   HASH   run id -> the committed intent of a live run (only Brains write it; the
+                   Hands write the runs hash, so they cannot change what the Brain decided)
+  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below but intent;
+                   status dispatched|awaiting_approval|running|completed), and "grp:<g>":
+                   runs of group g still without a result (set by the commit, counted down
+                   by results)
+  runs_done HASH   same, for runs whose result was applied
+  receipts  STREAM commit log
+  applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
+                   keep theirs in runs_applied (APPLIED_KEY, set by scripts.py)
+  nudge     STRING "1": a tool result or a timer arrived (the dirty mark written by those who
+                   may not write meta; acquire and release read and clear it with meta's)
+and of the session's shard: outbox STREAM, timers ZSET, sessions ZSET (the shard's session
+index, id -> created ms, for inspect), wakes STREAM (the Hands' wake rows, same fields as
+the outbox's).
 ARGV[1] is the commit id, consumed by the wrapper in _applied.lua: each script's own ARGV,
 as its header lists them, starts after it.
 Sharded pub/sub channels written with SPUBLISH (commit's notifications) carry the same hash
@@ -31,9 +44,19 @@ has no receipts either, and the meta's agent/wake are set and its counters are i
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
 quarantines such a session (baton.store.quarantine).
 ]==]
-local K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local K_RUNS, K_RUNS_DONE, K_RECEIPTS, K_OUTBOX, K_TIMERS = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_SESSIONS = KEYS[14]  -- KEYS[13] (applied) belongs to _applied.lua
+-- "<ns>:{<ns>-<shard>}:s:<session>" and "<ns>:{<ns>-<shard>}:" (session ids hold no '}').
+local K_BASE, K_SHARD = string.match(KEYS[1], '^((.-}:)s:.*):[a-z_]+$')
+if not K_BASE then return redis.error_reply('CORRUPT not a session key: ' .. KEYS[1]) end
+local K_META, K_ENTRIES, K_TASKS = K_BASE .. ':meta', K_BASE .. ':entries', K_BASE .. ':tasks'
+local K_DONE, K_DOCS, K_SUBS = K_BASE .. ':done', K_BASE .. ':docs', K_BASE .. ':subs'
+local K_REQS, K_RUNS, K_RUNS_DONE = K_BASE .. ':reqs', K_BASE .. ':runs', K_BASE .. ':runs_done'
+local K_RECEIPTS, K_APPLIED = K_BASE .. ':receipts', K_BASE .. ':' .. APPLIED_KEY
+local K_OUTBOX, K_TIMERS, K_SESSIONS = K_SHARD .. 'outbox', K_SHARD .. 'timers', K_SHARD .. 'sessions'
+local K_NUDGE, K_WAKES = K_BASE .. ':nudge', K_SHARD .. 'wakes'
+local K_INTENTS = K_BASE .. ':intents'
+local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS, K_RUNS_DONE,
+               K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES,
+               K_INTENTS}
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -125,9 +148,11 @@ end
 
 local KEY_TYPES = {{1, 'hash'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'hash'}, {6, 'hash'},
                    {7, 'hash'}, {8, 'hash'}, {9, 'hash'}, {10, 'stream'}, {11, 'stream'},
-                   {12, 'zset'}, {13, 'hash'}, {14, 'zset'}}
+                   {12, 'zset'}, {13, 'hash'}, {14, 'zset'}, {15, 'string'}, {16, 'stream'},
+                  {17, 'hash'}}
 local KEY_NAMES = {'meta', 'entries', 'tasks', 'done', 'docs', 'subs', 'reqs', 'runs',
-                   'runs_done', 'receipts', 'outbox', 'timers', 'applied', 'sessions'}
+                   'runs_done', 'receipts', 'outbox', 'timers', 'applied', 'sessions', 'nudge',
+                   'wakes', 'intents'}
 
 local function integer(v)
   return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil
@@ -136,7 +161,7 @@ end
 -- A CORRUPT reply when the session's keys cannot be written safely, else nil (no writes).
 local function corrupt_refusal()
   for _, kt in ipairs(KEY_TYPES) do
-    local t = redis.call('TYPE', KEYS[kt[1]])['ok']
+    local t = redis.call('TYPE', K_ALL[kt[1]])['ok']
     if t ~= 'none' and t ~= kt[2] then
       return fail('CORRUPT', KEY_NAMES[kt[1]] .. ' key is a ' .. t .. ', not a ' .. kt[2])
     end

@@ -1,15 +1,15 @@
 --[==[ acquire.lua: take a session's lease; the new fence is the previous fence + 1.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
       4 carrier JSON (optional: how the wake that started this pass arrived, see
         baton.receipts.Carrier; saved in the receipt as 'carrier')
 Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
 A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
-Clears the dirty mark: the new holder loads everything committed so far.
+Clears the dirty mark (and the nudge): the new holder loads everything committed so far.
 Returns {fence, previous holder, 1 if takeover}.
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}}))
 if denied then return denied end
 if redis.call('EXISTS', K_META) == 0 then
   return fail('NOT_FOUND', 'session')
@@ -27,6 +27,7 @@ local takeover = 0
 if holder ~= '' and holder ~= worker then takeover = 1 end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
 redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
+redis.call('DEL', K_NUDGE)
 local kind = 'lease'
 if takeover == 1 then kind = 'takeover' end
 receipt(kind, ARGV[3], fence, 0, now,

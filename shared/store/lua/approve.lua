@@ -1,6 +1,6 @@
 --[==[ approve.lua: a person's decision on a run that awaits approval, consumed once.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 session id, 2 run id, 3 decision ('approve' | 'reject'), 4 arguments digest
       presented, 5 worker JSON, 6 receipt JSON,
       approve: 7 dispatch subject, 8 dispatch JSON, 9 headers JSON
@@ -15,7 +15,7 @@ no longer awaits approval is refused with CONFLICT naming its status.
 Returns {'approved', seq} or {'rejected', seq}.
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
-  {'HDEL', K_META, 'f'}, {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_RUNS, 'f', 'v'}}))
+  {'HDEL', K_RUNS, 'f'}, {'HINCRBY', K_RUNS, 'f', '1'}, {'HSET', K_RUNS, 'f', 'v'}}))
 if denied then return denied end
 local sid, rid, decision, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if redis.call('EXISTS', K_META) == 0 then
@@ -23,6 +23,7 @@ if redis.call('EXISTS', K_META) == 0 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.digest', rid .. '.approved',
                      rid .. '.intent')
+r[4] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy
 local now = now_ms()
 if not r[1] then
   local d = redis.call('HMGET', K_RUNS_DONE, rid .. '.intent', rid .. '.approved')
@@ -48,8 +49,8 @@ if decision == 'approve' and digest ~= r[2] then
 end
 local iok, intent = pcall(cjson.decode, r[4])
 local group = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
-if decision ~= 'approve' and group and not integer(redis.call('HGET', K_META, 'grp:' .. group)) then
-  return fail('CORRUPT', 'meta grp:' .. group .. ' is not an integer')  -- before any write
+if decision ~= 'approve' and group and not integer(redis.call('HGET', K_RUNS, 'grp:' .. group)) then
+  return fail('CORRUPT', 'runs grp:' .. group .. ' is not an integer')  -- before any write
 end
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 if decision == 'approve' then
@@ -62,8 +63,8 @@ redis.call('HSET', K_RUNS, rid .. '.status', 'completed', rid .. '.completed', n
            rid .. '.result', ARGV[7])
 local wake_now = 1
 if group then
-  local left = redis.call('HINCRBY', K_META, 'grp:' .. group, -1)
-  if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. group) else wake_now = 0 end
+  local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. group, -1)
+  if left <= 0 then redis.call('HDEL', K_RUNS, 'grp:' .. group) else wake_now = 0 end
 end
 if wake_now == 1 then
   outbox(sid, seq, 0, redis.call('HGET', K_META, 'wake'), ARGV[8], '', now)

@@ -1,6 +1,6 @@
 --[==[ cancel.lua: record a cancel intent for a session's tasks, idempotently (client side).
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 session id, 2 target (a task id, or '*' for every root task of the session),
       3 wake JSON, 4 deadline ms, 5 worker JSON, 6 receipt JSON
 The intent is committed first, before any Brain acts on it: meta 'cancel:<target>' = now,

@@ -1,6 +1,6 @@
 --[==[ claim.lua: a Hands worker claims an attempt of a tool run (mark 'accepted').
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 run id, 2 worker name, 3 attempt ttl ms, 4 worker JSON, 5 delivery count,
       6 carrier JSON (optional: the relay, publish time, row id and stream sequence of the
         tool message, see baton.receipts.Carrier; saved in the receipt as 'carrier'),
@@ -24,7 +24,8 @@ The new attempt fence is the previous attempt + 1. Returns one of:
                                    an approval (status awaiting_approval: nothing to run)
   {'gone'}                         no such run (unknown run id or session)
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_RUNS, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
+                                           {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
 local rid, worker, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local carrier = nil
@@ -34,6 +35,7 @@ if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
                      rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
+r[1] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy, not the runs hash
 if not r[1] then
   return {'gone'}
 end

@@ -1,6 +1,6 @@
 --[==[ commit.lua: apply one Brain write-set atomically, guarded by the session fence.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then the records,
       each an argument of its own (no JSON nested in JSON: nothing to unescape), in order:
       entries      ne x  entry JSON                      appended to entries
@@ -42,7 +42,7 @@ local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq',
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
   {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_RUNS, 'f', 'v'},
   {'HDEL', K_RUNS, 'f'}, {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
-  {'HINCRBY', K_META, 'f', '1'}}))
+  {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_INTENTS, 'f', 'v'}, {'HDEL', K_INTENTS, 'f'}}))
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
@@ -119,11 +119,12 @@ local vok, verr = pcall(function()
   end
   local base = 5 + ne + 3 * nt + 4 * nd + 2 * ns
   if nr > 0 then
-    local live, done = {}, {}
+    local live, ids = {}, {}
     for i = 1, nr do
-      live[i] = ARGV[base + 2 * i - 1] .. '.intent'
+      ids[i] = ARGV[base + 2 * i - 1]
+      live[i] = ids[i] .. '.intent'
     end
-    local a = redis.call('HMGET', K_RUNS, unpack(live))
+    local a = redis.call('HMGET', K_INTENTS, unpack(ids))
     local b = redis.call('HMGET', K_RUNS_DONE, unpack(live))
     for i = 1, nr do
       if a[i] or b[i] then error('CONFLICT run ' .. ARGV[base + 2 * i - 1] .. ' exists') end
@@ -155,10 +156,10 @@ local vok, verr = pcall(function()
     for _, r in ipairs(list('cr')) do
       str(r, 'cancelled run id')
       -- the write loop decrements the run's group counter: it must be an integer
-      local iok, intent = pcall(cjson.decode, redis.call('HGET', K_RUNS, r .. '.intent') or 'null')
+      local iok, intent = pcall(cjson.decode, redis.call('HGET', K_INTENTS, r) or 'null')
       if iok and type(intent) == 'table' and type(intent.group) == 'string'
-          and not integer(redis.call('HGET', K_META, 'grp:' .. intent.group)) then
-        error('CORRUPT meta grp:' .. intent.group .. ' is not an integer')
+          and not integer(redis.call('HGET', K_RUNS, 'grp:' .. intent.group)) then
+        error('CORRUPT runs grp:' .. intent.group .. ' is not an integer')
       end
     end
     str(ix.crr, 'cancel result')
@@ -223,19 +224,19 @@ for _, a in ipairs(list('aw')) do awaiting[a[1]] = a[2] end
 for _ = 1, nr do
   local rid = ARGV[p]
   if awaiting[rid] then
-    redis.call('HSET', K_RUNS, rid .. '.intent', ARGV[p + 1], rid .. '.status',
-               'awaiting_approval', rid .. '.attempt', 0, rid .. '.digest', awaiting[rid])
+    redis.call('HSET', K_RUNS, rid .. '.status', 'awaiting_approval', rid .. '.attempt', 0,
+               rid .. '.digest', awaiting[rid])
   else
-    redis.call('HSET', K_RUNS, rid .. '.intent', ARGV[p + 1], rid .. '.status', 'dispatched',
-               rid .. '.attempt', 0)
+    redis.call('HSET', K_RUNS, rid .. '.status', 'dispatched', rid .. '.attempt', 0)
   end
+  redis.call('HSET', K_INTENTS, rid, ARGV[p + 1])
   p = p + 2
 end
 for i = 1, no do
   outbox(session, seq, i - 1, ARGV[p], ARGV[p + 1], ARGV[p + 2], now)
   p = p + 3
 end
-for _, g in ipairs(list('g')) do redis.call('HSET', K_META, 'grp:' .. g[1], g[2]) end
+for _, g in ipairs(list('g')) do redis.call('HSET', K_RUNS, 'grp:' .. g[1], g[2]) end
 for _, a in ipairs(list('a')) do
   local names = {}
   for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
@@ -247,18 +248,25 @@ for _, a in ipairs(list('a')) do
       moved[#moved + 1] = vals[i]
     end
   end
+  local committed = redis.call('HGET', K_INTENTS, a)
+  if committed then
+    moved[#moved + 1] = a .. '.intent'
+    moved[#moved + 1] = committed
+  end
   redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
   redis.call('HDEL', K_RUNS, unpack(names))
+  redis.call('HDEL', K_INTENTS, a)
 end
 for _, rid in ipairs(list('cr')) do
   local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.intent')
+  r[2] = redis.call('HGET', K_INTENTS, rid)
   if r[1] == 'dispatched' or r[1] == 'awaiting_approval' then
     redis.call('HSET', K_RUNS, rid .. '.result', ix.crr, rid .. '.status', 'completed',
                rid .. '.completed', now, rid .. '.cancel', now)
     local iok, intent = pcall(cjson.decode, r[2])
     if iok and type(intent) == 'table' and type(intent.group) == 'string' then
-      local left = redis.call('HINCRBY', K_META, 'grp:' .. intent.group, -1)
-      if left <= 0 then redis.call('HDEL', K_META, 'grp:' .. intent.group) end
+      local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. intent.group, -1)
+      if left <= 0 then redis.call('HDEL', K_RUNS, 'grp:' .. intent.group) end
     end
     redis.call('HSET', K_META, 'dirty', 1)
   elseif r[1] == 'running' then

@@ -1,16 +1,22 @@
 --[==[ complete.lua: a Hands attempt commits its tool result (mark 'completed').
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 run id, 2 attempt, 3 result JSON, 4 worker JSON, 5 group ("" for none),
       6 force wake (1/0), 7 wake JSON, 8 session id, 9 receipt JSON, 10 headers JSON
 Only the current attempt of a run without a result may complete it; anything else is
 refused with STALE_ATTEMPT <presented> <current> <status> after a 'refused' receipt.
 In one step: result, 'completed' mark, attempt summary and, when this completion is the
-last of its group (or forced), an outbox wake row plus the session's dirty mark.
+last of its group (runs 'grp:<group>', or forced), a wake row in the shard's wakes stream
+(id "<session>/<seq>/w.<run>.<attempt>": unique per attempt, and like every row id it
+names the commit sequence it follows; on the session's own wake subject) plus the nudge (the
+dirty mark the holder's release reads). It writes only the run records, the receipts, the
+nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user needs no
+write access to either. The receipt's seq is the session's current commit sequence.
 Returns {1 if a wake was written, 0 otherwise}.
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'HDEL', K_META, 'f'},
-  {'HSET', K_RUNS, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
+  {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'SET', K_NUDGE, '1'}})
 if denied then return denied end
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .. '.attempts')
@@ -28,11 +34,11 @@ if not r[2] or cur ~= attempt or r[2] ~= 'running' then
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. status)
 end
 local group = ARGV[5]
-if group ~= '' and not integer(redis.call('HGET', K_META, 'grp:' .. group)) then
-  return fail('CORRUPT', 'meta grp:' .. group .. ' is not an integer')
+if group ~= '' and not integer(redis.call('HGET', K_RUNS, 'grp:' .. group)) then
+  return fail('CORRUPT', 'runs grp:' .. group .. ' is not an integer')
 end
-local wake = redis.call('HGET', K_META, 'wake')
-local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+local m = redis.call('HMGET', K_META, 'wake', 'seq')
+local wake, seq = m[1], tonumber(m[2] or '0')
 local summary = '{"attempt":' .. attempt .. ',"ended":' .. now .. '}'
 local attempts = r[3]
 if attempts then attempts = string.sub(attempts, 1, -2) .. ',' .. summary .. ']'
@@ -41,9 +47,9 @@ redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'complet
            rid .. '.completed', now, rid .. '.attempts', attempts)
 local woke = 0
 if group ~= '' then
-  local left = redis.call('HINCRBY', K_META, 'grp:' .. group, -1)
+  local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. group, -1)
   if left <= 0 then
-    redis.call('HDEL', K_META, 'grp:' .. group)
+    redis.call('HDEL', K_RUNS, 'grp:' .. group)
     woke = 1
   end
 else
@@ -51,8 +57,9 @@ else
 end
 if ARGV[6] == '1' then woke = 1 end
 if woke == 1 then
-  outbox(ARGV[8], seq, 0, wake, ARGV[7], ARGV[10], now)
-  redis.call('HSET', K_META, 'dirty', 1)
+  redis.call('XADD', K_WAKES, '*', 'id', ARGV[8] .. '/' .. seq .. '/w.' .. rid .. '.' .. attempt,
+             'subj', wake, 'data', ARGV[7], 'hdr', ARGV[10] or '', 'sid', ARGV[8], 'ts', now)
+  redis.call('SET', K_NUDGE, 1)
 end
 receipt('complete', ARGV[4], attempt, seq, now, ARGV[9])
 return {woke}

@@ -7,8 +7,9 @@ ARGV: 1 max timers to fire, 2 re-arm interval ms for deadlines, 3 session key pr
 Only the shard's lease holder fires its timers: a relay that lost the shard gets -1.
 Timer members are "<kind>|<session>|<id>|<wake subject>" scored by due time (ms).
 Each due timer becomes one wake row with id "t/<member>/<due>" (a repeated firing of the
-same due timer is deduplicated by NATS) and sets the session's dirty mark; its meta key is
-derived from the prefix and shares the hash tag. Deadlines are re-armed (a session keeps
+same due timer is deduplicated by NATS) and sets the session's nudge (its dirty mark for
+the holder's release; the relay reads a session's meta, never writes it); the meta and
+nudge keys are derived from the prefix and share the hash tag. Deadlines are re-armed (a session keeps
 being woken until a commit clears its deadline); other timers are removed, and so is
 a timer whose session no longer exists.
 Returns the number of timers fired.
@@ -30,7 +31,7 @@ for i = 1, #due, 2 do
     local data = cjson.encode({v = 1, session_id = sid, reason = 'timer:' .. kind})
     redis.call('XADD', KEYS[2], '*', 'id', 't/' .. member .. '/' .. at, 'subj', subject,
                'data', data, 'hdr', '', 'sid', sid, 'ts', now)
-    redis.call('HSET', meta, 'dirty', 1)
+    redis.call('SET', ARGV[3] .. sid .. ':nudge', 1)
     fired = fired + 1
   else
     kind = 'orphan'  -- malformed, or its session is gone: drop it instead of waking nobody

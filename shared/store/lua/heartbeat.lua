@@ -1,6 +1,6 @@
 --[==[ heartbeat.lua: the current attempt of a tool run is alive.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 run id, 2 attempt, 3 worker JSON (optional, for a 'refused' receipt)
 Returns 1 while the attempt is current and the run has no result, or 'cancelled' when the
 Brain has asked the run to stop (its '<run>.cancel' field, set by a commit): the worker

@@ -1,6 +1,6 @@
 --[==[ partial.lua: save the text a model is streaming, for watchers (a losable partial commit).
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 fence, 2 worker JSON, 3 task id, 4 request id, 5 the text so far, 6 receipt JSON
 Sets meta 'partial' (the text so far) and 'partial_of' ("<task id> <request id>") and appends
 a 'partial' receipt (its detail carries the new text as 'delta'). The next commit clears both

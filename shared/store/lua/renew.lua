@@ -1,6 +1,6 @@
 --[==[ renew.lua: extend the lease of the current holder.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 fence, 2 lease ttl ms, 3 worker JSON (optional, for a 'refused' receipt)
 Refused with STALE_FENCE <presented> <current> when a newer fence exists, after a 'refused'
 receipt: the stale holder learning of the takeover is a fact worth tracing.

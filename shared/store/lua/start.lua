@@ -1,6 +1,6 @@
 --[==[ start.lua: start a root task in a session (no submission), idempotently by request id.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV:
   1 session id     2 agent        3 compat level   4 wake subject   5 request id
   6 task id        7 task JSON    8 wake JSON      9 deadline ms   10 worker JSON

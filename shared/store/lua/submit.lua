@@ -1,6 +1,6 @@
 --[==[ submit.lua: accept user input into a session, idempotently by client request id.
 
-KEYS: the 14 session keys (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV:
   1 session id           2 agent            3 compat level     4 wake subject
   5 request id           6 submission id    7 submission JSON  8 user entry JSON

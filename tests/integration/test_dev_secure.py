@@ -1,0 +1,99 @@
+"""``baton dev --secure``: the local stack with per-stack credentials, every service as its role."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationError, ResponseError
+
+from baton.client import Client
+from baton.devkit.demo import FIVE_NOTICES
+from baton.devkit.dev import _pid_alive
+from baton.devkit.devstack import DevStack
+from baton.devkit.secure import CREDENTIALS, load_credentials
+
+
+async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
+    tmp_path: Path,
+) -> None:
+    async with DevStack(tmp_path, brains=1, hands=1, relays=1, secure=True) as stack:
+        path = tmp_path / CREDENTIALS
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        passwords = load_credentials(tmp_path)
+        assert passwords is not None and len(set(passwords.values())) == len(passwords)
+        for proc in stack.procs():  # each service got its own role's user, nobody else's
+            url = proc.env["BATON_REDIS_URL"]
+            assert url.startswith(f"redis://{proc.role}:{passwords[proc.role]}@")
+            assert proc.env["BATON_NATS_USER"] == proc.role
+        client = await Client.connect(stack.settings("client"))
+        try:
+            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+            final = await client.wait(sub, timeout=60)
+        finally:
+            await client.close()
+        assert final.status == "completed", final
+        async with httpx.AsyncClient() as http:
+            stats = (await http.get(f"{stack.mail_url}/stats")).json()
+        assert sorted(stats["deliveries"].values()) == [1] * 5
+
+        # No anonymous access, and a role's user stays within its role.
+        anonymous = aioredis.Redis.from_url(stack.redis_url)
+        with pytest.raises((AuthenticationError, ResponseError)):
+            await anonymous.get("baton:x")
+        await anonymous.aclose()
+        hands = aioredis.Redis.from_url(stack.settings("hands").redis_url)
+        sk = (await _any_session(stack)).meta
+        with pytest.raises(ResponseError, match="no permissions"):
+            await hands.hset(sk, "fence", 1)
+        await hands.aclose()
+
+
+async def _any_session(stack: DevStack) -> object:
+    from baton.store.keys import Keys
+
+    keys = Keys(stack.namespace, stack.settings().shards)
+    admin = aioredis.Redis.from_url(stack.settings().redis_url, decode_responses=True)
+    try:
+        for key in keys.every("sessions"):
+            ids = await admin.zrange(key, 0, 0)
+            if ids:
+                return keys.session(ids[0])
+    finally:
+        await admin.aclose()
+    raise AssertionError("no session")
+
+
+def test_baton_dev_secure_serves_submit_and_never_prints_a_password(tmp_path: Path) -> None:
+    env = {**os.environ, "BATON_HOME": str(tmp_path / "home")}
+
+    def baton(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "baton", *args], capture_output=True,
+                              text=True, timeout=90, env=env, check=False)
+        assert done.returncode == 0, f"baton {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    printed = baton("dev", "--secure", "--detach", "--hands", "1")
+    try:
+        info = json.loads((tmp_path / "home" / "dev.json").read_text())
+        pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
+        assert info["secure"] is True
+        out = baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com")
+        assert json.loads(out.splitlines()[-1])["status"] == "completed"
+        printed += out + baton("dev", "status")
+        passwords = load_credentials(tmp_path / "home") or {}
+        assert passwords
+        text = printed + (tmp_path / "home" / "dev.json").read_text()
+        for log in (tmp_path / "home" / "logs").glob("*.log"):
+            text += log.read_text(errors="replace")
+        assert not [u for u, p in passwords.items() if p in text]
+    finally:
+        baton("dev", "--stop")
+    assert not [pid for pid in pids if _pid_alive(pid)]

@@ -1,0 +1,347 @@
+"""What each role's Redis credential cannot do, tried as an attacker would, one act per test.
+
+A private Redis gets the users of the ACL file that ``python -m baton.auth`` writes for
+deploy/ (:func:`baton.auth.redis_acl_file`, rendered the way deploy/redis/start.sh does:
+comments dropped, ``${ROLE_REDIS_PASSWORD}`` filled in), here with the client granted the
+sessions ``acme-*`` only. Each test logs in as one role and tries one forbidden act with
+plain Redis commands (or a script of its own), and checks that Redis refuses it and that the
+session's keys are unchanged.
+
+Acts the current key layout cannot refuse yet are marked ``xfail(strict=True)`` with the
+reason (see docs/threat-model.md, "Open gaps"): a client's scripts still write the session
+hash and the outbox of the sessions it is granted, and Brains write the run records (their
+dispatch status) that the Hands' claims and results also live in. ``strict`` makes such a test
+fail as soon as the refusal holds, so the mark cannot outlive the gap.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationError, ResponseError
+
+from baton.auth import ROLES, redis_acl_file
+from baton.devkit.servers import RedisServer
+from baton.errors import BatonError, CredentialsError
+from baton.models import Task
+from baton.settings import Settings
+from baton.store.keys import Keys, SessionKeys
+from baton.store.state import parse_runs, with_intents
+from baton.store.store import Store, worker_ref
+
+PASSWORDS = {role: f"{role}-pw-{uuid.uuid4().hex[:8]}" for role in (*ROLES, "admin")}
+GRANT = "acme-*"
+OWN, OTHER = "acme-1", "other-1"  # the client's session and one outside its grant
+
+HOLE_CLIENT = ("submit, start, cancel and approve write meta and the outbox of the "
+               "client's own sessions")
+HOLE_BRAIN_RUNS = "the brain user writes the runs hash (commits dispatch runs there)"
+
+
+def gap(reason: str) -> pytest.MarkDecorator:
+    """An act Redis does not refuse yet: the test fails only by the act succeeding."""
+    return pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=reason)
+
+
+def render_acl(text: str) -> list[tuple[str, list[str]]]:
+    """The users of an ACL file as deploy/redis/start.sh renders it: (name, rules)."""
+    users = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        for role, password in PASSWORDS.items():
+            line = line.replace(f"${{{role.upper()}_REDIS_PASSWORD}}", password)
+        _, name, *rules = line.split()
+        users.append((name, rules))
+    return users
+
+
+@dataclass
+class Confined:
+    server: RedisServer
+    namespace: str
+    keys: Keys
+
+    def url(self, role: str, password: str | None = None) -> str:
+        secret = PASSWORDS[role] if password is None else password
+        return self.server.url.replace("redis://", f"redis://{role}:{secret}@")
+
+    def settings(self, role: str) -> Settings:
+        return Settings(redis_url=self.url(role), namespace=self.namespace,
+                        worker_name=f"{role}-1")
+
+    def connect(self, role: str) -> aioredis.Redis:
+        return aioredis.Redis.from_url(self.url(role), decode_responses=True)
+
+
+@pytest.fixture(scope="module")
+async def confined() -> AsyncIterator[Confined]:
+    namespace = "acl" + uuid.uuid4().hex[:6]
+    async with RedisServer() as server:
+        setup = aioredis.Redis.from_url(server.url)
+        users = render_acl(redis_acl_file(namespace, client_sessions=GRANT))
+        # The default user goes last: this connection is the default user until then.
+        for name, rules in sorted(users, key=lambda u: u[0] == "default"):
+            await setup.execute_command("ACL", "SETUSER", name, *rules)
+        await setup.aclose()
+        c = Confined(server, namespace, Keys(namespace, Settings().shards))
+        admin = c.connect("admin")
+        for sid in (OWN, OTHER):
+            await seed(admin, c.keys.session(sid), namespace)
+        await admin.aclose()
+        yield c
+
+
+async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
+    """A session as a Brain leaves it: leased at fence 5, one entry, task, submission, and a
+    dispatched run plus an applied one."""
+    intent = {"run_id": "r1", "session_id": sk.session_id, "task_id": "t1", "tool": "echo",
+              "operation_id": "op1", "wake_subject": f"{namespace}.wake.notices.1"}
+    await admin.hset(sk.meta, mapping={
+        "agent": "notices", "compat": 1, "wake": f"{namespace}.wake.notices.1", "fence": 5,
+        "seq": 3, "holder": "brain-1", "lease_until": 0, "created": 1})
+    await admin.rpush(sk.entries, json.dumps({"kind": "user", "text": "hello"}))
+    await admin.hset(sk.tasks, "t1", json.dumps({"id": "t1"}))
+    await admin.hset(sk.subs, "sub-1", json.dumps({"id": "sub-1", "text": "hello"}))
+    await admin.hset(sk.runs, mapping={"r1.status": "dispatched", "r1.attempt": 0})
+    await admin.hset(sk.intents, "r1", json.dumps(intent))
+    await admin.hset(sk.runs_done, mapping={"r0.intent": json.dumps({**intent, "run_id": "r0"}),
+                                            "r0.result": '{"outcome":"ok"}'})
+
+
+async def snapshot(c: Confined, sid: str) -> list[Any]:
+    admin = c.connect("admin")
+    sk = c.keys.session(sid)
+    try:
+        return [await admin.dump(k) for k in (*sk.all(), sk.outbox)]
+    finally:
+        await admin.aclose()
+
+
+async def refused(c: Confined, act: Awaitable[Any], *sessions: str) -> None:
+    """``act`` is refused by Redis (NOPERM, directly or inside a script) and changes nothing."""
+    before = [await snapshot(c, s) for s in sessions or (OWN, OTHER)]
+    with pytest.raises((ResponseError, BatonError)) as exc:
+        await act
+    text = str(exc.value)
+    assert any(m in text for m in ("NOPERM", "no permissions", "can't access", "may not")), text
+    assert [await snapshot(c, s) for s in sessions or (OWN, OTHER)] == before
+
+
+async def as_role(c: Confined, role: str, act: Any, *sessions: str) -> None:
+    r = c.connect(role)
+    try:
+        await refused(c, act(r), *sessions)
+    finally:
+        await r.aclose()
+
+
+def sk(c: Confined, sid: str = OWN) -> SessionKeys:
+    return c.keys.session(sid)
+
+
+WAKE_ROW = ["id", "forged/1/0", "subj", "{ns}.wake.notices.1", "data", "{{}}", "sid", OWN]
+TOOL_ROW = ["id", "forged/2/0", "subj", "{ns}.tool.send_email", "data", "{{}}", "sid", OWN]
+
+
+def row(c: Confined, template: list[str]) -> dict[str, str]:
+    fields = [f.format(ns=c.namespace) for f in template]
+    return dict(zip(fields[::2], fields[1::2], strict=True))
+
+
+# --- Hands ---------------------------------------------------------------------------------
+
+async def test_hands_cannot_set_a_session_fence_back(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(sk(confined).meta, "fence", 1))
+
+
+async def test_hands_cannot_take_or_extend_a_lease(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(
+        sk(confined).meta, mapping={"holder": "hands-1", "lease_until": 2**40}))
+
+
+async def test_hands_cannot_append_an_entry(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.rpush(sk(confined).entries, '{"forged":1}'))
+
+
+async def test_hands_cannot_rewrite_an_entry(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.lset(sk(confined).entries, 0, '{"forged":1}'))
+
+
+async def test_hands_cannot_write_tasks_documents_or_submissions(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(sk(confined).tasks, "t1", "{}"))
+
+
+async def test_hands_cannot_change_an_applied_run(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(
+        sk(confined).runs_done, "r0.result", '{"outcome":"error"}'))
+
+
+async def test_hands_cannot_rewrite_a_committed_intent(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(sk(confined).intents, "r1",
+                                                      '{"tool": "send_email"}'))
+
+
+async def test_a_run_forged_by_hands_in_the_run_records_never_reaches_the_brain(
+    confined: Confined,
+) -> None:
+    """The Hands may write the runs hash, but a run exists for the Brain only by its
+    committed intent: a forged record there (intent, result) is not part of the state."""
+    forged = {"run_id": "r-forged", "session_id": OWN, "task_id": "t1", "tool": "echo",
+              "operation_id": "op9", "wake_subject": f"{confined.namespace}.wake.notices.1"}
+    hands = confined.connect("hands")
+    await hands.hset(sk(confined).runs, mapping={
+        "r-forged.intent": json.dumps(forged), "r-forged.status": "completed",
+        "r-forged.result": '{"outcome":"ok","output":"forged"}'})
+    await hands.aclose()
+    store = await Store.connect(confined.settings("admin"))
+    try:
+        keys = sk(confined)
+        runs = parse_runs(with_intents(await store.redis.hgetall(keys.runs),
+                                       await store.redis.hgetall(keys.intents)))
+        assert "r-forged" not in runs and "r1" in runs  # what Store.load builds its state of
+        assert await store.runs.get(OWN, "r-forged") is None
+    finally:
+        await store.close()
+
+
+async def test_hands_cannot_add_a_wake_row_to_the_outbox(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.xadd(sk(confined).outbox,
+                                                      row(confined, WAKE_ROW)))
+
+
+async def test_hands_cannot_wake_through_a_script_of_its_own(confined: Confined) -> None:
+    lua = "return redis.call('XADD', KEYS[1], '*', unpack(ARGV))"
+    fields = [f.format(ns=confined.namespace) for f in WAKE_ROW]
+    await as_role(confined, "hands", lambda r: r.eval(lua, 1, sk(confined).outbox, *fields))
+
+
+async def test_hands_cannot_flush_trim_or_delete(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.delete(sk(confined).meta))
+    await as_role(confined, "hands", lambda r: r.xtrim(sk(confined).outbox, maxlen=0))
+    await as_role(confined, "hands", lambda r: r.flushall())
+
+
+# --- Clients -------------------------------------------------------------------------------
+
+async def test_client_cannot_read_another_sessions_entries(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.lrange(sk(confined, OTHER).entries, 0, -1))
+
+
+async def test_client_cannot_set_another_sessions_fence(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.hset(sk(confined, OTHER).meta, "fence", 1))
+
+
+async def test_client_cannot_delete_another_sessions_submission(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.hdel(sk(confined, OTHER).subs, "sub-1"))
+
+
+async def test_client_cannot_submit_into_another_session(confined: Confined) -> None:
+    store = await Store.connect(confined.settings("client"))
+    try:
+        act = store.submit(
+            OTHER, agent="notices", compat=1, wake_subject=f"{confined.namespace}.wake.n.1",
+            request_id="r-x", text="forged", task=Task(id="tx", kind="generation", owner=OTHER),
+            worker=worker_ref("client", "c"), submission_id="sub-x")
+        await refused(confined, act)
+    finally:
+        await store.close()
+
+
+async def test_client_cannot_hear_another_sessions_settlements(confined: Confined) -> None:
+    r = confined.connect("client")
+    pubsub = r.pubsub()
+    try:
+        own = confined.keys.settled_channel(OWN)
+        await pubsub.execute_command("SSUBSCRIBE", own)  # its own: allowed
+        other = confined.keys.settled_channel(OTHER)
+        with pytest.raises(ResponseError, match="no permissions"):
+            await r.execute_command("SSUBSCRIBE", other)
+    finally:
+        await pubsub.aclose()
+        await r.aclose()
+
+
+async def test_client_cannot_list_the_keyspace(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.scan(0))
+    await as_role(confined, "client", lambda r: r.keys("*"))
+
+
+@gap(HOLE_CLIENT)
+async def test_client_cannot_add_a_tool_row_to_the_outbox(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.xadd(sk(confined).outbox,
+                                                       row(confined, TOOL_ROW)))
+
+
+@gap(HOLE_CLIENT)
+async def test_client_cannot_write_brain_state_of_its_own_session(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.hset(sk(confined).meta, "fence", 1))
+
+
+# --- Brains --------------------------------------------------------------------------------
+
+@gap(HOLE_BRAIN_RUNS)
+async def test_brain_cannot_claim_a_tool_run(confined: Confined) -> None:
+    store = await Store.connect(confined.settings("brain"))
+    try:
+        await refused(confined, store.runs.claim(OWN, "r1", worker_ref("brain", "b")))
+    finally:
+        await store.close()
+
+
+@gap(HOLE_BRAIN_RUNS)
+async def test_brain_cannot_complete_a_tool_run(confined: Confined) -> None:
+    await as_role(confined, "brain", lambda r: r.hset(
+        sk(confined).runs, mapping={"r1.status": "completed", "r1.result": '{"outcome":"ok"}'}))
+
+
+async def test_brain_cannot_flush_or_reconfigure(confined: Confined) -> None:
+    await as_role(confined, "brain", lambda r: r.flushall())
+    await as_role(confined, "brain", lambda r: r.execute_command("CONFIG", "SET", "save", ""))
+
+
+# --- Relay ---------------------------------------------------------------------------------
+
+async def test_relay_cannot_write_entries_tasks_or_runs(confined: Confined) -> None:
+    await as_role(confined, "relay", lambda r: r.rpush(sk(confined).entries, "{}"))
+    await as_role(confined, "relay", lambda r: r.hset(sk(confined).tasks, "t1", "{}"))
+    await as_role(confined, "relay", lambda r: r.hset(sk(confined).runs, "r1.status", "x"))
+
+
+async def test_relay_cannot_read_session_state(confined: Confined) -> None:
+    await as_role(confined, "relay", lambda r: r.lrange(sk(confined).entries, 0, -1))
+    await as_role(confined, "relay", lambda r: r.hgetall(sk(confined).subs))
+
+
+async def test_relay_cannot_set_a_fence(confined: Confined) -> None:
+    await as_role(confined, "relay", lambda r: r.hset(sk(confined).meta, "fence", 1))
+
+
+# --- Credentials ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("role", ROLES)
+async def test_a_wrong_password_is_refused(confined: Confined, role: str) -> None:
+    r = aioredis.Redis.from_url(confined.url(role, "guess"))
+    try:
+        with pytest.raises(AuthenticationError):
+            await r.ping()
+    finally:
+        await r.aclose()
+    bad = confined.settings(role).model_copy(update={"redis_url": confined.url(role, "guess")})
+    with pytest.raises(CredentialsError):
+        await Store.connect(bad)
+
+
+async def test_no_password_is_refused(confined: Confined) -> None:
+    r = aioredis.Redis.from_url(confined.server.url)  # the default user, which is off
+    try:
+        with pytest.raises((AuthenticationError, ResponseError), match=r"NOAUTH|NOPERM|auth"):
+            await r.get(f"{confined.namespace}:x")
+    finally:
+        await r.aclose()
