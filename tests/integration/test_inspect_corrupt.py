@@ -34,6 +34,11 @@ async def _replace(r: Any, key: str, value: str = "oops") -> None:
     await r.set(key, value)
 
 
+async def _both(*writes: Any) -> None:
+    for write in writes:
+        await write
+
+
 async def _hash_instead(r: Any, key: str) -> None:
     await r.delete(key)
     await r.hset(key, "x", "y")
@@ -55,8 +60,11 @@ SESSION_KEYS: dict[str, tuple[Corrupt, str]] = {
     "subs_wrong_type": (lambda r, k, sk, sid: _replace(r, sk.subs), "WRONGTYPE"),
     "sub_garbage": (lambda r, k, sk, sid: r.hset(sk.subs, "sub-bad", "[1, 2"), "sub-bad"),
     "runs_wrong_type": (lambda r, k, sk, sid: _replace(r, sk.runs), "WRONGTYPE"),
-    "run_garbage": (lambda r, k, sk, sid: r.hset(sk.runs, mapping={
-        "r-x.intent": "{bad", "r-x.status": "running"}), "r-x"),
+    # A live run's intent is kept in the Brain-only intents hash, its progress in the runs.
+    "run_garbage": (lambda r, k, sk, sid: _both(r.hset(sk.intents, "r-x", "{bad"),
+                                                r.hset(sk.runs, "r-x.status", "running")),
+                    "r-x"),
+    "intents_wrong_type": (lambda r, k, sk, sid: _replace(r, sk.intents), "WRONGTYPE"),
     "runs_done_wrong_type": (lambda r, k, sk, sid: _replace(r, sk.runs_done), "WRONGTYPE"),
     "entries_wrong_type": (lambda r, k, sk, sid: _replace(r, sk.entries), "WRONGTYPE"),
     "entry_garbage": (lambda r, k, sk, sid: r.rpush(sk.entries, '{"kind": 7}'),
