@@ -81,7 +81,7 @@ class RedisClusterNode(RedisServer):
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +344,7 @@ class RedisClusterServers(Managed):
 
 
 def _client(node: RedisClusterNode) -> Redis:
-    return Redis(host="127.0.0.1", port=node.port, decode_responses=True,
+    return Redis(host=node.host, port=node.port, decode_responses=True,
                  socket_connect_timeout=0.5, socket_timeout=1.0)
 
 
