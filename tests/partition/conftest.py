@@ -20,3 +20,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/partition/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.skip(reason=_REASON))
+
+
+# The crash suite's stack harness (DevStack per test, five-notice checks), for the stacks
+# whose servers and services each run in a network namespace.
+from tests.crash.conftest import crash  # noqa: E402,F401
