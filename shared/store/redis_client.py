@@ -16,7 +16,9 @@ depend on one node. A cluster has only database 0, so the URL takes no ``/db`` o
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
@@ -41,6 +43,7 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, 
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SLOTS = 16384
+_REPLICA_GOSSIP_S = 3.0
 _SETTING = "BATON_REDIS_URL"
 
 
@@ -136,7 +139,7 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
     """
     parsed = parse_cluster_url(settings.redis_url)
     _check_resolves(parsed)
-    return _Cluster(
+    cluster = _Cluster(
         startup_nodes=[ClusterNode(host, port) for host, port in parsed.seeds],
         username=parsed.username,
         password=parsed.password,
@@ -150,6 +153,8 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
         **_named(client_name),
         **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
     )
+    cluster.min_replicas = settings.min_replicas()
+    return cluster
 
 
 class _Cluster(RedisCluster):
@@ -157,10 +162,13 @@ class _Cluster(RedisCluster):
 
     All seeds unreachable stays a connection error (retryable: the cluster may be
     starting); a cluster that answers with slots unassigned is a ConfigError, so a worker
-    does not start against half a store.
+    does not start against half a store, and so is one where a primary has fewer replicas
+    than ``min_replicas`` (``BATON_REDIS_MIN_REPLICAS``): no write there could ever be
+    acknowledged.
     """
 
     _coverage_checked = False
+    min_replicas = 0
 
     async def initialize(
         self,
@@ -186,8 +194,52 @@ class _Cluster(RedisCluster):
                     f"{_SETTING}: the Redis Cluster assigns {covered} of {SLOTS} slots; "
                     f"assign every slot (redis-cli --cluster fix) before starting Baton",
                     setting=_SETTING, covered=covered)
+            short = await self._short_of_replicas()
+            if short:
+                await super().aclose()
+                raise ConfigError(
+                    f"BATON_REDIS_MIN_REPLICAS: {self.min_replicas} replica(s) must acknowledge "
+                    f"each write, but {short}; add replicas or lower the setting",
+                    setting="BATON_REDIS_MIN_REPLICAS", wanted=self.min_replicas)
             self._coverage_checked = True
         return self
+
+    async def _short_of_replicas(self) -> str:
+        """Which primary has fewer replicas than required ("" when none).
+
+        Counted from ``CLUSTER NODES``, failed replicas included (one that is down now may
+        come back; one that was never added cannot). A cluster just formed may not have
+        gossiped every replica yet, so a shortfall is looked at again for a moment.
+        """
+        if self.min_replicas <= 0:
+            return ""
+        deadline = time.monotonic() + _REPLICA_GOSSIP_S
+        while True:
+            text = await self.execute_command("CLUSTER", "NODES",
+                                              target_nodes=self.get_random_node())
+            short = _short_of(str(text), self.min_replicas)
+            if not short or time.monotonic() > deadline:
+                return short
+            await asyncio.sleep(0.1)  # gossip spreading the replicas: look again
+
+
+def _short_of(nodes_text: str, wanted: int) -> str:
+    """The primary (serving slots) with the fewest replicas if fewer than ``wanted``."""
+    primaries: dict[str, str] = {}
+    replicas: dict[str, int] = {}
+    for line in nodes_text.strip().splitlines():
+        parts = line.split()
+        if len(parts) < 8:
+            continue
+        flags = parts[2].split(",")
+        if "master" in flags and len(parts) > 8:
+            primaries[parts[0]] = parts[1].split("@", 1)[0]
+        elif "slave" in flags and parts[3] != "-":
+            replicas[parts[3]] = replicas.get(parts[3], 0) + 1
+    fewest = min(primaries, key=lambda node: replicas.get(node, 0), default=None)
+    if fewest is None or replicas.get(fewest, 0) >= wanted:
+        return ""
+    return f"primary {primaries[fewest]} has {replicas.get(fewest, 0)}"
 
 
 def _check_resolves(parsed: ClusterUrl) -> None:
