@@ -18,6 +18,7 @@ BENCHES: dict[str, str] = {
     "cli": "baton.bench.cli_bench",
     "replica": "baton.bench.replica_bench",
     "fanout": "baton.bench.fanout_bench",
+    "topology": "baton.bench.topology_bench",
 }
 
 __all__ = ["BENCHES"]

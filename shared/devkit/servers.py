@@ -480,7 +480,9 @@ class EmbeddedStack(Managed):
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
         self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable)
-        self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable)
+        # Monitoring (/varz) on: sizing and benchmarks read message and byte counts there.
+        self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
+                               monitor_port=free_port())
 
     @property
     def redis_url(self) -> str:
