@@ -17,8 +17,8 @@ BENCHES: dict[str, str] = {
     "history": "baton.bench.history_bench",
     "cli": "baton.bench.cli_bench",
     "replica": "baton.bench.replica_bench",
-    "fanout": "baton.bench.fanout_bench",
     "topology": "baton.bench.topology_bench",
+    "fanout": "baton.bench.fanout_bench",
 }
 
 __all__ = ["BENCHES"]
