@@ -207,24 +207,44 @@ class _Cluster(RedisCluster):
     async def _short_of_replicas(self) -> str:
         """Which primary has fewer replicas than required ("" when none).
 
-        Counted from ``CLUSTER NODES``, failed replicas included (one that is down now may
-        come back; one that was never added cannot). A cluster just formed may not have
-        gossiped every replica yet, so a shortfall is looked at again for a moment.
+        Counted from ``CLUSTER NODES`` of every node, failed replicas included (one that is
+        down now may come back; one that was never added cannot), each primary's count the
+        highest any node reports: gossip spreads a new replica's role over a moment, so a
+        shortfall is also looked at again for a while before it is believed.
         """
         if self.min_replicas <= 0:
             return ""
         deadline = time.monotonic() + _REPLICA_GOSSIP_S
         while True:
-            text = await self.execute_command("CLUSTER", "NODES",
-                                              target_nodes=self.get_random_node())
-            short = _short_of(str(text), self.min_replicas)
+            primaries: dict[str, str] = {}
+            counts: dict[str, int] = {}
+            answered = 0
+            for node in list(self.nodes_manager.nodes_cache.values()):
+                # Straight to each node: the client's own command path would re-enter
+                # initialize() on an error.
+                try:
+                    text = await node.execute_command("CLUSTER", "NODES")
+                except (RedisError, OSError):
+                    continue
+                answered += 1
+                view_primaries, view_counts = _replicas_per_primary(str(text))
+                for node_id, address in view_primaries.items():
+                    if address and not address.startswith(":"):
+                        primaries[node_id] = address
+                    primaries.setdefault(node_id, address)
+                    counts[node_id] = max(counts.get(node_id, 0), view_counts.get(node_id, 0))
+            if not answered:  # retryable: checked again at the next start
+                raise RedisConnectionError("Redis Cluster: no node answered CLUSTER NODES")
+            fewest = min(primaries, key=lambda n: counts.get(n, 0), default=None)
+            short = ("" if fewest is None or counts.get(fewest, 0) >= self.min_replicas
+                     else f"primary {primaries[fewest]} has {counts.get(fewest, 0)}")
             if not short or time.monotonic() > deadline:
                 return short
             await asyncio.sleep(0.1)  # gossip spreading the replicas: look again
 
 
-def _short_of(nodes_text: str, wanted: int) -> str:
-    """The primary (serving slots) with the fewest replicas if fewer than ``wanted``."""
+def _replicas_per_primary(nodes_text: str) -> tuple[dict[str, str], dict[str, int]]:
+    """One node's view: primaries serving slots (id -> address), replicas per primary id."""
     primaries: dict[str, str] = {}
     replicas: dict[str, int] = {}
     for line in nodes_text.strip().splitlines():
@@ -236,10 +256,7 @@ def _short_of(nodes_text: str, wanted: int) -> str:
             primaries[parts[0]] = parts[1].split("@", 1)[0]
         elif "slave" in flags and parts[3] != "-":
             replicas[parts[3]] = replicas.get(parts[3], 0) + 1
-    fewest = min(primaries, key=lambda node: replicas.get(node, 0), default=None)
-    if fewest is None or replicas.get(fewest, 0) >= wanted:
-        return ""
-    return f"primary {primaries[fewest]} has {replicas.get(fewest, 0)}"
+    return primaries, replicas
 
 
 def _check_resolves(parsed: ClusterUrl) -> None:
