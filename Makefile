@@ -4,6 +4,7 @@
 #   make test        system deps + virtualenv, then the default test suite (crash tests included)
 #   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
+#   make test-partition  network partitions in Linux network namespaces (root)
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
@@ -26,7 +27,7 @@ DEV_LOCK := requirements/dev.lock
 LOCK_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv demo test test-stress test-chaos bench screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos test-partition bench screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -52,15 +53,18 @@ demo: deps venv
 	$(BIN)/baton demo
 
 test: deps venv
-	$(BIN)/pytest -q -m "not chaos" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not chaos and not partition" $(PYTEST_ARGS)
 
 HOGS ?= 8
 
 test-stress: deps venv
-	scripts/with-cpu-hogs.sh $(HOGS) $(BIN)/pytest -q -m "not chaos" $(PYTEST_ARGS)
+	scripts/with-cpu-hogs.sh $(HOGS) $(BIN)/pytest -q -m "not chaos and not partition" $(PYTEST_ARGS)
 
 test-chaos: deps venv
 	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)
+
+test-partition: deps venv
+	$(BIN)/pytest -q -m partition $(PYTEST_ARGS)
 
 # The benchmarks behind the README's Status table, then the table itself regenerated from
 # bench/results/summary.json (BENCH_ARGS=--quick for a smoke run; `baton bench all` runs

@@ -17,6 +17,7 @@ BENCHES: dict[str, str] = {
     "history": "baton.bench.history_bench",
     "cli": "baton.bench.cli_bench",
     "replica": "baton.bench.replica_bench",
+    "topology": "baton.bench.topology_bench",
     "fanout": "baton.bench.fanout_bench",
     "models": "baton.bench.model_bench",
     "adversarial": "baton.bench.adversarial_bench",

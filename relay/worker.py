@@ -58,6 +58,7 @@ from baton.store.epoch import StoreEpoch
 from baton.store.keys import Keys
 from baton.store.outbox import Outbox
 from baton.store.redis_client import connect_redis
+from baton.store.replication import ReplicatedWrites
 
 from .leases import ShardLeases
 
@@ -158,7 +159,12 @@ class Relay(Service):
         s = self.settings
         self._redis = connect_redis(s)
         self._reader = connect_redis(s, socket_timeout=_BLOCK_MS / 1000 + 5.0)
-        box, reader_box = Outbox(self._redis, self.keys), Outbox(self._reader, self.keys)
+        # Acks and timer firings wait for a replica, as commits do (see baton.store.outbox).
+        box, reader_box = (
+            Outbox(r, self.keys, writes=ReplicatedWrites(
+                r, min_replicas=s.min_replicas(), timeout_ms=s.redis_replica_timeout_ms,
+                retry_ms=s.redis_in_doubt_retry_ms))
+            for r in (self._redis, self._reader))
         self.leases = ShardLeases(box, self.name, s.shards, s.lease_ms)
         try:
             if not await self._connect(box):

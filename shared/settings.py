@@ -38,6 +38,10 @@ class Settings(BaseModel):
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)
     # One URL, or several separated by commas (the seed servers of a NATS cluster).
     nats_url: str = "nats://127.0.0.1:4222"
+    # How often a client pings its NATS server; after two unanswered pings it drops the
+    # connection and moves to another server. A node cut off by a partition sends no reset,
+    # so without pings a client would wait on it for minutes (nats-py's default: 2 min x 2).
+    nats_ping_interval_s: float = Field(default=2.0, gt=0)
 
     # Credentials and TLS. NATS: a user and password, or a credentials file (JWT + NKey).
     nats_user: str = ""

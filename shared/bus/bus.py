@@ -64,6 +64,7 @@ _STREAM_NAME_IN_USE = 10058  # JetStream API error: stream exists with another c
 _STREAM_NOT_FOUND = 10059
 # While connected, keep retrying forever (workers must outlive a NATS restart), this often.
 _RECONNECT_WAIT_S = 0.25
+_MAX_OUTSTANDING_PINGS = 2
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
 _SETTLE_DELAYS_S = (0.25, 0.5, 1.0, 2.0)  # stream/consumer setup while a cluster settles
 # Errors meaning "the server is not reachable right now": retryable for the caller.
@@ -197,6 +198,9 @@ class Bus:
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=_RECONNECT_WAIT_S,  # type: ignore[arg-type]
+                    # A silent (partitioned) server is found by pings, not by a reset.
+                    ping_interval=settings.nats_ping_interval_s,  # type: ignore[arg-type]
+                    max_outstanding_pings=_MAX_OUTSTANDING_PINGS,
                     error_cb=on_error,
                     disconnected_cb=on_disconnected,
                     reconnected_cb=on_reconnected,

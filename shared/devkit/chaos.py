@@ -21,12 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from baton.devkit.chaos_run import (
     CHAOS_ENV,
+    PARTITION_S,
     PAUSE_S,
     ChaosConfig,
     ChaosReport,
     ChaosRun,
     run_chaos,
 )
+from baton.devkit.netns import unavailable as netns_unavailable
 from baton.observability import log as logs
 
 __all__ = ["CHAOS_ENV", "ChaosConfig", "ChaosReport", "chaos_command", "run_chaos"]
@@ -40,7 +42,9 @@ def _render(console: Console, report: ChaosReport) -> None:
                   f"{cfg.brains} brains, {cfg.hands} hands, {cfg.relays} relays, "
                   f"{s['seconds']}s")
     console.print(f"  faults: {s['kills']} SIGKILLs ({dict(report.kills)}), {s['pauses']} "
-                  f"pauses of {PAUSE_S:g}s, restarts {s['restarts']}")
+                  f"pauses of {PAUSE_S:g}s, restarts {s['restarts']}"
+                  + (f", partitions of {PARTITION_S:g}s {s['partitions']}"
+                     if cfg.partitions else ""))
     console.print(f"  settled {s['settled']}/{s['sessions']}; mail: {s['deliveries']} "
                   f"deliveries, {s['duplicates']} duplicated, {s['confirmed']} confirmed after "
                   f"a takeover, {s['interrupted']} unsafe runs interrupted")
@@ -72,6 +76,11 @@ def _render(console: Console, report: ChaosReport) -> None:
 @click.option("--restart-redis", default=0, show_default=True, type=click.IntRange(0, 100),
               help="SIGKILL and restart Redis this many times (same port, same data)")
 @click.option("--restart-nats", default=0, show_default=True, type=click.IntRange(0, 100))
+@click.option("--cluster", is_flag=True,
+              help="run on a 3+3 Redis Cluster and 3 NATS nodes (restarts hit one node)")
+@click.option("--partitions", default=0, show_default=True, type=click.IntRange(0, 100),
+              help=f"cut the network this many times for {PARTITION_S:g}s (needs --cluster "
+                   f"and root: every server and service in its own network namespace)")
 @click.option("--unsafe-share", default=0.2, show_default=True, type=click.FloatRange(0, 1),
               help="share of sessions sending through the non-idempotent unsafe tool")
 @click.option("--seed", default=None, type=int, help="random seed (default: from the clock)")
@@ -87,18 +96,24 @@ def _render(console: Console, report: ChaosReport) -> None:
 def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_every: float,
                   pause_every: float, restart_redis: int, restart_nats: int,
                   unsafe_share: float, seed: int | None, rate: float, mail_delay_ms: int,
-                  cpu_hogs: int, deadline: float, json_only: bool, keep: bool) -> None:
+                  cpu_hogs: int, deadline: float, json_only: bool, keep: bool,
+                  cluster: bool, partitions: int) -> None:
     """Five-notice sessions under SIGKILLs, pauses and server restarts; check the invariants.
 
     Exits 1 on any violation. The last line of output is one JSON object.
     """
+    if partitions and not cluster:
+        raise click.UsageError("--partitions needs --cluster")
+    if partitions and (why := netns_unavailable()):
+        raise click.UsageError(f"--partitions: {why}")
     logs.configure("error")  # the supervisor's restart warnings are the point here
     seed = seed if seed is not None else int(time.time()) % 100_000
     cfg = ChaosConfig(sessions=sessions, brains=brains, hands=hands, relays=relays,
                       kill_every=kill_every, pause_every=pause_every,
                       restart_redis=restart_redis, restart_nats=restart_nats,
                       unsafe_share=unsafe_share, seed=seed, rate=rate,
-                      mail_delay_ms=mail_delay_ms, deadline=deadline, cpu_hogs=cpu_hogs)
+                      mail_delay_ms=mail_delay_ms, deadline=deadline, cpu_hogs=cpu_hogs,
+                      cluster=cluster, partitions=partitions)
     console = Console(quiet=json_only, highlight=False, stderr=False,
                       width=None if sys.stdout.isatty() else 110)
     base = Path(tempfile.mkdtemp(prefix="baton-chaos-"))

@@ -12,7 +12,14 @@ seeded random generator:
 - every ``--pause-every`` seconds a random brain or hands is SIGSTOPped for longer than its
   lease, attempt TTL and ack wait, then SIGCONTed: it comes back stale;
 - Redis and NATS are each SIGKILLed and started again on the same port and data, ``K``
-  times, spread over the submission window.
+  times, spread over the submission window (on a cluster, ``--cluster``: one random node of
+  it each time);
+- with ``--partitions N`` (a cluster whose servers and services each run in their own
+  network namespace, :mod:`baton.devkit.netns`; root only) the network is cut ``N`` times,
+  spread over the window, for :data:`PARTITION_S` each, then healed: a random Redis or NATS
+  node isolated, or a random brain, hands or relay cut off from every Redis node or from
+  every NATS node. A worker cut off from Redis is counted with the paused ones (it may act
+  late, as they do).
 
 Once every submission settled (or the deadline passed) the faults stop, paused workers are
 resumed and the stack is given a moment to drain; then :mod:`baton.devkit.chaos_checks` checks the
@@ -41,6 +48,7 @@ from redis.exceptions import RedisError
 from baton.client import Client
 from baton.devkit.chaos_checks import Findings, SessionFacts, check_mail, check_session
 from baton.devkit.devstack import DevStack, Proc
+from baton.devkit.redis_cluster import ClusterStack
 from baton.errors import UnavailableError
 from baton.store.deadletter import dead_letters
 from baton.store.outbox import Outbox
@@ -63,6 +71,8 @@ CHAOS_ENV = {
 }
 PAUSE_S = 3.0  # past the lease (2 s), the attempt TTL (1.5 s) and the ack wait (2 s)
 SERVER_DOWN_S = 0.5  # how long Redis / NATS stay down on each restart
+PARTITION_S = 3.0  # how long each partition lasts: past a cluster failover (node timeout 1 s)
+PARTITION_KINDS = ("redis_node", "nats_node", "worker_from_redis", "worker_from_nats")
 _RETRY_S = 60.0  # how long the runner's own reads ride out a server restart
 _DRAIN_S = 15.0
 _DOWN = (UnavailableError, RedisError, OSError)  # a server restarting: try again
@@ -84,6 +94,8 @@ class ChaosConfig:
     mail_delay_ms: int = 30  # widens the "accepted, reply not yet seen" window
     deadline: float = 600.0
     cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
+    cluster: bool = False  # 3+3 Redis Cluster and 3 NATS nodes instead of one server each
+    partitions: int = 0  # network partitions (needs cluster, root)
 
 
 @dataclass
@@ -94,6 +106,7 @@ class ChaosReport:
     kills: Counter[str] = field(default_factory=Counter)  # by role
     pauses: int = 0
     restarts: Counter[str] = field(default_factory=Counter)  # redis / nats
+    partitions: Counter[str] = field(default_factory=Counter)  # by kind (PARTITION_KINDS)
     crashes: dict[str, int] = field(default_factory=dict)  # exits nobody caused, by process
     crash_logs: dict[str, str] = field(default_factory=dict)
     start_failures: dict[str, int] = field(default_factory=dict)  # started while a server was down
@@ -112,6 +125,7 @@ class ChaosReport:
             "sessions": self.sessions, "settled": self.settled,
             "kills": sum(self.kills.values()), "pauses": self.pauses,
             "restarts": {"redis": self.restarts["redis"], "nats": self.restarts["nats"]},
+            "partitions": dict(self.partitions), "cluster": self.config.cluster,
             "deliveries": c["deliveries"], "duplicates": c["duplicates"],
             "raw_resends": c["raw_resends"] - c["raw_resends_by_paused"],
             "late_sends_by_paused": c["raw_resends_by_paused"],
@@ -222,20 +236,63 @@ class ChaosRun:
         self.stack.resume(name)
 
     async def restart(self, server: str) -> None:
-        servers = self.stack.servers
-        assert servers is not None
-        target = servers.redis if server == "redis" else servers.nats
-        target.kill()  # SIGKILL: what the durable settings are for
-        await asyncio.sleep(SERVER_DOWN_S)
-        await target.restart()
+        if server == "partition":
+            await self.partition()
+            return
+        if self.stack.clusters is not None:
+            await self._restart_cluster_node(self.stack.clusters, server)
+        else:
+            servers = self.stack.servers
+            assert servers is not None
+            target = servers.redis if server == "redis" else servers.nats
+            target.kill()  # SIGKILL: what the durable settings are for
+            await asyncio.sleep(SERVER_DOWN_S)
+            await target.restart()
         self.report.restarts[server] += 1
         self.restarted_at[server] = (time.monotonic(), now_ms(), self.submitted)
+
+    async def _restart_cluster_node(self, clusters: ClusterStack, server: str) -> None:
+        """SIGKILL one random node of the cluster and start it again on its data."""
+        if server == "redis":
+            node = self.rng.choice([n for n in clusters.redis.nodes if n.running])
+            clusters.redis.kill(node)
+            await asyncio.sleep(SERVER_DOWN_S)
+            await clusters.redis.restart(node)
+        else:
+            nats = self.rng.choice([n for n in clusters.nats.nodes if n.running])
+            nats.kill()
+            await asyncio.sleep(SERVER_DOWN_S)
+            await nats.restart()
+
+    async def partition(self) -> None:
+        """Cut the network for PARTITION_S (see the module docstring), then heal it."""
+        net = self.stack.net
+        assert net is not None
+        kind = self.rng.choice(PARTITION_KINDS)
+        if kind == "redis_node":
+            net.isolate(self.rng.choice(ClusterStack.REDIS_MEMBERS))
+        elif kind == "nats_node":
+            net.isolate(self.rng.choice(ClusterStack.NATS_MEMBERS))
+        else:
+            workers = [p for p in self.stack.procs() if p.member]
+            if not workers:
+                return
+            p = self.rng.choice(workers)
+            servers = (ClusterStack.REDIS_MEMBERS if kind == "worker_from_redis"
+                       else ClusterStack.NATS_MEMBERS)
+            net.split([p.member], servers)
+            if kind == "worker_from_redis":
+                self.paused.add(p.name)  # it may act late, as a paused worker does
+        self.report.partitions[kind] += 1
+        await asyncio.sleep(PARTITION_S)
+        net.heal()
 
     def _schedule(self) -> list[tuple[float, str]]:
         window = max(self.cfg.sessions / self.cfg.rate if self.cfg.rate > 0 else 5.0, 2.0)
         out: list[tuple[float, str]] = []
         for server, k, shift in (("redis", self.cfg.restart_redis, 0.0),
-                                 ("nats", self.cfg.restart_nats, 0.5)):
+                                 ("nats", self.cfg.restart_nats, 0.5),
+                                 ("partition", self.cfg.partitions, 0.25)):
             slot = window / (k + 1)  # evenly spread; NATS half a slot after Redis
             out += [(slot * (j + 1 + shift), server) for j in range(k)]
         return sorted(out)
@@ -364,13 +421,15 @@ async def run_chaos(cfg: ChaosConfig, base_dir: Path,
     started = time.monotonic()
     stack = DevStack(base_dir, brains=cfg.brains, hands=cfg.hands, relays=cfg.relays,
                      durable=True, app_spec=APP, namespace="chaos", env=dict(CHAOS_ENV),
-                     mail_delay_ms=cfg.mail_delay_ms)
+                     mail_delay_ms=cfg.mail_delay_ms, cluster=cfg.cluster,
+                     netns=cfg.partitions > 0)
     report = ChaosReport(cfg)
     try:
         async with stack, cpu_hogs(cfg.cpu_hogs):
-            client = await Client.connect(stack.settings(worker_name="chaos-client"))
-            # Every session waits at once: more than redis-py's default pool of 100 holds.
-            client.store.redis.connection_pool.max_connections = max(256, 2 * cfg.sessions)
+            # Every session waits at once: more than the default pool of 100 holds (per
+            # node on a cluster).
+            client = await Client.connect(stack.settings(
+                worker_name="chaos-client", redis_max_connections=max(256, 2 * cfg.sessions)))
             run = ChaosRun(cfg, stack, client, on_progress or (lambda _r: None))
             report = run.report
             try:

@@ -32,6 +32,7 @@ import httpx
 from redis.asyncio import Redis
 
 from baton.devkit import secure
+from baton.devkit.netns import HOST, Netns
 from baton.devkit.redis_cluster import ClusterStack
 from baton.devkit.servers import EmbeddedStack, free_port
 from baton.devkit.stack import write_stack
@@ -50,6 +51,7 @@ _READY_TIMEOUT_S = 30.0
 _POLL_S = 0.02
 _BACKOFF_S = (0.3, 1.0, 3.0)  # by consecutive quick crashes; reset after a stable run
 _STABLE_S = 10.0
+_NETNS_SPARES = 6  # namespaces for services spawned after the start
 
 
 @dataclass(eq=False)
@@ -62,6 +64,8 @@ class Proc:
     env: dict[str, str]
     log_path: Path
     process: asyncio.subprocess.Process | None = None
+    wrapper: tuple[str, ...] = ()  # argv prefix: its network namespace (netns stacks)
+    member: str = ""  # its member of the stack's Netns ("" outside one)
     restarts: int = 0
     respawn: bool = True
     paused: bool = False
@@ -113,6 +117,7 @@ class DevStack:
         cluster: bool = False,
         api: bool = False,
         secure: bool = False,
+        netns: bool = False,
     ) -> None:
         if secure and cluster:
             raise ValueError("a secure stack runs on single servers (no --cluster yet)")
@@ -135,6 +140,16 @@ class DevStack:
         if cluster:  # JetStream streams replicated over the 3 NATS nodes
             self.env.setdefault("BATON_STREAM_REPLICAS", "3")
         self.supervise = supervise
+        # Partition runs: every server and service process in its own Linux network
+        # namespace (baton.devkit.netns; root only), the mail service on the host side.
+        if netns and not cluster:
+            raise ValueError("netns=True runs the clusters: pass cluster=True as well")
+        self.net: Netns | None = None
+        self._free_members: list[str] = []
+        if netns:
+            spares = [f"w{i + 1}" for i in range(sum(self.counts.values()) + _NETNS_SPARES)]
+            self.net = Netns([*ClusterStack.REDIS_MEMBERS, *ClusterStack.NATS_MEMBERS, *spares])
+            self._free_members = spares
         self.data_dir = self.base_dir / "data"
         self.log_dir = self.base_dir / "logs"
         # One of the two is set once started: the single servers, or the clusters.
@@ -166,7 +181,8 @@ class DevStack:
     def mail_url(self) -> str:
         if not self._mail_port:
             raise ServerError("the stack is not started", server="mailbox")
-        return f"http://127.0.0.1:{self._mail_port}"
+        host = self.net.address(HOST) if self.net is not None else "127.0.0.1"
+        return f"http://{host}:{self._mail_port}"
 
     @property
     def api_url(self) -> str:
@@ -222,8 +238,10 @@ class DevStack:
             shutil.rmtree(self.data_dir, ignore_errors=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if self.net is not None:
+                self.net.create()
             if self.cluster:
-                self.clusters = ClusterStack(self.data_dir, durable=self.durable)
+                self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net)
                 await self.clusters.start()
             else:
                 config = ""
@@ -342,6 +360,8 @@ class DevStack:
             await self.servers.stop()
         if self.clusters is not None:
             await self.clusters.stop()
+        if self.net is not None:
+            self.net.close()
         self._stopped = True
 
     async def __aenter__(self) -> Self:
@@ -405,6 +425,11 @@ class DevStack:
             argv += ["--app", app or self.app_spec]
         child_env = {**self._urls(role), **(env or {}), "BATON_WORKER_NAME": name}
         proc = Proc(role, name, argv, child_env, self.log_dir / f"{name}.log")
+        if self.net is not None:
+            if not self._free_members:
+                raise ServerError("no network namespace left for another process", server="dev")
+            proc.member = self._free_members.pop(0)
+            proc.wrapper = self.net.wrapper(proc.member)
         self._procs[name] = proc
         return proc
 
@@ -418,6 +443,8 @@ class DevStack:
             self._mail_port = port
             argv = [sys.executable, "-m", "baton", "mailbox", "--port", str(port),
                     "--delay-ms", str(self.mail_delay_ms)]
+            if self.net is not None:  # reached by services in their namespaces
+                argv += ["--host", self.net.address(HOST)]
             if self.mail_persist:
                 argv += ["--data", str(self.data_dir / "mailbox")]
             self.mailbox = Proc("mailbox", "mailbox", argv, {}, self.log_dir / "mailbox.log")
@@ -448,7 +475,7 @@ class DevStack:
         mode = "ab" if proc.started_at else "wb"
         with proc.log_path.open(mode) as out:
             proc.process = await asyncio.create_subprocess_exec(
-                *proc.argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                *proc.wrapper, *proc.argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C is for the supervisor only
             )

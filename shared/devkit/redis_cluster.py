@@ -33,6 +33,7 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
+from baton.devkit.netns import Netns
 from baton.devkit.servers import (
     Managed,
     NatsCluster,
@@ -81,7 +82,7 @@ class RedisClusterNode(RedisServer):
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +345,7 @@ class RedisClusterServers(Managed):
 
 
 def _client(node: RedisClusterNode) -> Redis:
-    return Redis(host="127.0.0.1", port=node.port, decode_responses=True,
+    return Redis(host=node.host, port=node.port, decode_responses=True,
                  socket_connect_timeout=0.5, socket_timeout=1.0)
 
 
@@ -363,10 +364,24 @@ class ClusterStack(Managed):
     """What ``baton dev --cluster`` runs: a 3+3 Redis Cluster and a 3-node JetStream
     cluster, with the surface of :class:`~baton.devkit.servers.EmbeddedStack`."""
 
-    def __init__(self, base_dir: Path | None = None, *, durable: bool = False) -> None:
+    #: Member names of the servers in a :class:`~baton.devkit.netns.Netns`.
+    REDIS_MEMBERS = tuple(f"redis-{i + 1}" for i in range(6))
+    NATS_MEMBERS = ("nats-1", "nats-2", "nats-3")
+
+    def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
+                 netns: Netns | None = None) -> None:
+        """``netns``: run every server in its own member of it (see :attr:`REDIS_MEMBERS`,
+        :attr:`NATS_MEMBERS`) instead of on loopback."""
         self.redis = RedisClusterServers(base_dir / "redis" if base_dir else None,
                                          durable=durable)
-        self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable)
+        hosts = [netns.address(m) for m in self.NATS_MEMBERS] if netns else None
+        self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable,
+                                hosts=hosts)
+        if netns is not None:
+            for node, member in zip(self.redis.nodes, self.REDIS_MEMBERS, strict=True):
+                netns.place(node, member)
+            for nats, member in zip(self.nats.nodes, self.NATS_MEMBERS, strict=True):
+                netns.place(nats, member)
 
     @property
     def redis_url(self) -> str:

@@ -74,6 +74,10 @@ class _Server:
 
     name = "server"
     log_name = "server.log"
+    #: The address the server binds and is reached at, and the argv prefix it is spawned
+    #: with: set before start to run it inside a network namespace (baton.devkit.netns).
+    host = "127.0.0.1"
+    wrapper: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -178,7 +182,7 @@ class _Server:
         log = (self._data_dir / self.log_name).open("ab")
         with log:
             self._proc = subprocess.Popen(
-                self._argv(),
+                [*self.wrapper, *self._argv()],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -225,7 +229,7 @@ class _Server:
     async def _exchange(self, send: bytes, *, bulk: bool = False) -> bytes:
         """Connect, send ``send``, return the first line (or RESP bulk string) answered."""
         async with asyncio.timeout(0.5):
-            reader, writer = await asyncio.open_connection("127.0.0.1", self._port)
+            reader, writer = await asyncio.open_connection(self.host, self._port)
         try:
             if send:
                 writer.write(send)
@@ -261,8 +265,11 @@ class RedisServer(_Server):
             else ["--appendonly", "no"]
         )
         return [
-            self._binary, "--port", str(self._port), "--bind", "127.0.0.1",
+            self._binary, "--port", str(self._port), "--bind", self.host,
             "--daemonize", "no", "--dir", str(self._data_dir), "--save", "", *persistence,
+            # Off the loopback only on a private test bridge (baton.devkit.netns), where
+            # protected mode would refuse every client.
+            *([] if self.host == "127.0.0.1" else ["--protected-mode", "no"]),
         ]  # fmt: skip
 
     async def _probe(self) -> bool:
@@ -272,7 +279,7 @@ class RedisServer(_Server):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self._port}/0"
+        return f"redis://{self.host}:{self._port}/0"
 
 
 class NatsServer(_Server):
@@ -319,9 +326,9 @@ class NatsServer(_Server):
         sync = f"\n  sync_interval: {self.sync_interval}" if self.sync_interval else ""
         head = f"server_name: {json.dumps(self.server_name)}\n" if self.server_name else ""
         if self.monitor_port:
-            head += f"http: 127.0.0.1:{self.monitor_port}\n"
+            head += f"http: {self.host}:{self.monitor_port}\n"
         conf.write_text(
-            f"{head}listen: 127.0.0.1:{self._port}\n"
+            f"{head}listen: {self.host}:{self._port}\n"
             f"max_payload: {self.max_payload}\n"
             f"ports_file_dir: {json.dumps(str(self._data_dir))}\n"
             f"jetstream {{\n  store_dir: {store}{sync}\n}}\n"
@@ -341,7 +348,7 @@ class NatsServer(_Server):
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self._port}"
+        return f"nats://{self.host}:{self._port}"
 
 
 def _find_binary(name: str, explicit: str | None, env: str, dirs: list[str], hint: str) -> str:
@@ -392,12 +399,15 @@ class NatsCluster(Managed):
         durable: bool = True,
         extra_config: str = "",
         name: str = "baton",
+        hosts: list[str] | None = None,
     ) -> None:
         self._owns_dir = base_dir is None
         self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
         self.name = name
+        # Each node's address (loopback by default; its own namespace's in partition tests).
+        hosts = hosts or ["127.0.0.1"] * size
         routes = [free_port() for _ in range(size)]
-        seeds = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
+        seeds = ", ".join(f"nats-route://{h}:{p}" for h, p in zip(hosts, routes, strict=True))
         self.nodes = [
             NatsServer(
                 self.base_dir / f"n{i + 1}",
@@ -405,12 +415,14 @@ class NatsCluster(Managed):
                 server_name=f"n{i + 1}",
                 monitor_port=free_port(),
                 extra_config=(
-                    f"cluster {{\n  name: {json.dumps(name)}\n  listen: 127.0.0.1:{route}\n"
+                    f"cluster {{\n  name: {json.dumps(name)}\n  listen: {hosts[i]}:{route}\n"
                     f"  routes: [{seeds}]\n}}\n{extra_config}"
                 ),
             )
             for i, route in enumerate(routes)
         ]
+        for node, host in zip(self.nodes, hosts, strict=True):
+            node.host = host
 
     @property
     def url(self) -> str:
@@ -439,7 +451,7 @@ class NatsCluster(Managed):
                 running = [n for n in self.nodes if n.running]
                 for n in running:
                     try:
-                        jsz = (await http.get(f"http://127.0.0.1:{n.monitor_port}/jsz")).json()
+                        jsz = (await http.get(f"http://{n.host}:{n.monitor_port}/jsz")).json()
                     except (httpx.HTTPError, ValueError):
                         leaders.add(None)
                         continue
@@ -469,8 +481,9 @@ class EmbeddedStack(Managed):
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
                  nats_config: str = "") -> None:
         self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable)
+        # Monitoring (/varz) on: sizing and benchmarks read message and byte counts there.
         self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
-                               extra_config=nats_config)
+                               extra_config=nats_config, monitor_port=free_port())
 
     @property
     def redis_url(self) -> str:

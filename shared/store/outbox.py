@@ -19,11 +19,21 @@ On a Redis Cluster every shard is its own slot, and a multi-key command (one XRE
 over several streams) must stay within one slot even when the slots share a node, so
 :meth:`Outbox.groups` gives one read group per shard there; on one server all held shards
 are read by one XREADGROUP.
+
+With a :class:`~baton.store.replication.ReplicatedWrites` (a cluster, ``min_replicas`` > 0)
+the two writes that settle work, a relay ack and a timer firing, are acknowledged only once
+a replica has them, like session commits: a relay ack lost with a failed primary would make
+the new holder publish its rows again (deduplicated only within JetStream's window), a
+timer firing lost would wake its session a second time. Both scripts are idempotent, so a
+write in doubt is simply retried; past the budget the caller sees
+:class:`~baton.errors.WriteInDoubtError` and treats it as a failed call (the rows stay
+pending, the timer stays due).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +46,7 @@ from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
 from baton.store.redis_client import is_cluster
+from baton.store.replication import ReplicatedWrites
 from baton.store.scripts import Scripts
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
@@ -97,10 +108,13 @@ class LeaseAnswer:
 class Outbox:
     """Outbox, timer and relay-lease operations over the shards of a namespace."""
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *,
+                 writes: ReplicatedWrites | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.scripts = Scripts(redis)
+        #: Replica acknowledgement of acks and timer firings (None: a primary's reply is enough).
+        self.writes = writes if writes is not None and writes.min_replicas > 0 else None
         self.cluster = is_cluster(redis)
         self._by_key = {keys.outbox(s): (s, "") for s in range(keys.shards)}
         self._by_key.update({keys.wakes(s): (s, WAKES) for s in range(keys.shards)})
@@ -227,10 +241,10 @@ class Outbox:
             else:
                 by_stream.setdefault((int(shard_text), ""), []).append(sid)
         replies = await asyncio.gather(*(
-            self.scripts.relay_ack(
-                keys=[self.keys.relay_lease(shard),
-                      self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
-                args=[holder, fences.get(shard, 0), *ids])
+            self._write("relay_ack",
+                        [self.keys.relay_lease(shard),
+                         self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
+                        [holder, fences.get(shard, 0), *ids])
             for (shard, stream), ids in by_stream.items()))
         return {shard: str(reply[1])
                 for (shard, _), reply in zip(by_stream, replies, strict=True)
@@ -284,13 +298,24 @@ class Outbox:
         """Turn due timers of a shard into outbox wake rows; returns how many fired, or -1
         when ``holder`` no longer holds the shard's lease with ``fence``."""
         prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
-        return int(
-            await self.scripts.fire_timers(
-                keys=[self.keys.timers(shard), self.keys.outbox(shard),
-                      self.keys.relay_lease(shard)],
-                args=[limit, rearm_ms, prefix, holder, fence],
-            )
-        )
+        return int(await self._write(
+            "fire_timers",
+            [self.keys.timers(shard), self.keys.outbox(shard), self.keys.relay_lease(shard)],
+            [limit, rearm_ms, prefix, holder, fence]))
+
+    async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a shard script; with :attr:`writes`, answered once a replica has its writes.
+
+        The commit id only names the attempt in logs: both scripts are idempotent (an ack of
+        deleted rows acks nothing, a fired timer is gone or re-armed), so they need no
+        applied-reply record.
+        """
+        script = getattr(self.scripts, name)
+        if self.writes is None:
+            return await script(keys=keys, args=args)
+        reply, _ = await self.writes.run(script, keys, args, commit_id=uuid.uuid4().hex,
+                                         what=name)
+        return reply
 
     async def timer_heads(self, shards: list[int]) -> tuple[int, dict[int, int]]:
         """Redis' clock (ms) and each shard's earliest timer.

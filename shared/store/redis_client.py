@@ -16,7 +16,9 @@ depend on one node. A cluster has only database 0, so the URL takes no ``/db`` o
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
@@ -41,6 +43,7 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, 
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SLOTS = 16384
+_REPLICA_GOSSIP_S = 3.0
 _SETTING = "BATON_REDIS_URL"
 
 
@@ -136,7 +139,7 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
     """
     parsed = parse_cluster_url(settings.redis_url)
     _check_resolves(parsed)
-    return _Cluster(
+    cluster = _Cluster(
         startup_nodes=[ClusterNode(host, port) for host, port in parsed.seeds],
         username=parsed.username,
         password=parsed.password,
@@ -150,6 +153,8 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
         **_named(client_name),
         **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
     )
+    cluster.min_replicas = settings.min_replicas()
+    return cluster
 
 
 class _Cluster(RedisCluster):
@@ -157,10 +162,13 @@ class _Cluster(RedisCluster):
 
     All seeds unreachable stays a connection error (retryable: the cluster may be
     starting); a cluster that answers with slots unassigned is a ConfigError, so a worker
-    does not start against half a store.
+    does not start against half a store, and so is one where a primary has fewer replicas
+    than ``min_replicas`` (``BATON_REDIS_MIN_REPLICAS``): no write there could ever be
+    acknowledged.
     """
 
     _coverage_checked = False
+    min_replicas = 0
 
     async def initialize(
         self,
@@ -186,8 +194,69 @@ class _Cluster(RedisCluster):
                     f"{_SETTING}: the Redis Cluster assigns {covered} of {SLOTS} slots; "
                     f"assign every slot (redis-cli --cluster fix) before starting Baton",
                     setting=_SETTING, covered=covered)
+            short = await self._short_of_replicas()
+            if short:
+                await super().aclose()
+                raise ConfigError(
+                    f"BATON_REDIS_MIN_REPLICAS: {self.min_replicas} replica(s) must acknowledge "
+                    f"each write, but {short}; add replicas or lower the setting",
+                    setting="BATON_REDIS_MIN_REPLICAS", wanted=self.min_replicas)
             self._coverage_checked = True
         return self
+
+    async def _short_of_replicas(self) -> str:
+        """Which primary has fewer replicas than required ("" when none).
+
+        Counted from ``CLUSTER NODES`` of every node, failed replicas included (one that is
+        down now may come back; one that was never added cannot), each primary's count the
+        highest any node reports: gossip spreads a new replica's role over a moment, so a
+        shortfall is also looked at again for a while before it is believed.
+        """
+        if self.min_replicas <= 0:
+            return ""
+        deadline = time.monotonic() + _REPLICA_GOSSIP_S
+        while True:
+            primaries: dict[str, str] = {}
+            counts: dict[str, int] = {}
+            answered = 0
+            for node in list(self.nodes_manager.nodes_cache.values()):
+                # Straight to each node: the client's own command path would re-enter
+                # initialize() on an error.
+                try:
+                    text = await node.execute_command("CLUSTER", "NODES")
+                except (RedisError, OSError):
+                    continue
+                answered += 1
+                view_primaries, view_counts = _replicas_per_primary(str(text))
+                for node_id, address in view_primaries.items():
+                    if address and not address.startswith(":"):
+                        primaries[node_id] = address
+                    primaries.setdefault(node_id, address)
+                    counts[node_id] = max(counts.get(node_id, 0), view_counts.get(node_id, 0))
+            if not answered:  # retryable: checked again at the next start
+                raise RedisConnectionError("Redis Cluster: no node answered CLUSTER NODES")
+            fewest = min(primaries, key=lambda n: counts.get(n, 0), default=None)
+            short = ("" if fewest is None or counts.get(fewest, 0) >= self.min_replicas
+                     else f"primary {primaries[fewest]} has {counts.get(fewest, 0)}")
+            if not short or time.monotonic() > deadline:
+                return short
+            await asyncio.sleep(0.1)  # gossip spreading the replicas: look again
+
+
+def _replicas_per_primary(nodes_text: str) -> tuple[dict[str, str], dict[str, int]]:
+    """One node's view: primaries serving slots (id -> address), replicas per primary id."""
+    primaries: dict[str, str] = {}
+    replicas: dict[str, int] = {}
+    for line in nodes_text.strip().splitlines():
+        parts = line.split()
+        if len(parts) < 8:
+            continue
+        flags = parts[2].split(",")
+        if "master" in flags and len(parts) > 8:
+            primaries[parts[0]] = parts[1].split("@", 1)[0]
+        elif "slave" in flags and parts[3] != "-":
+            replicas[parts[3]] = replicas.get(parts[3], 0) + 1
+    return primaries, replicas
 
 
 def _check_resolves(parsed: ClusterUrl) -> None:

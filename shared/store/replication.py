@@ -55,6 +55,7 @@ Reads = Callable[[Any], None]
 
 _NOT_RUN = (NoScriptError, MovedError, AskError, TryAgainError, ClusterDownError)
 _LOST = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException)
+_REFRESH_GAP_S = 0.2
 
 
 class ReplicatedWrites:
@@ -67,6 +68,8 @@ class ReplicatedWrites:
         self.min_replicas = min_replicas
         self.timeout_ms = timeout_ms
         self.retry_ms = retry_ms
+        self._refresh_lock = asyncio.Lock()
+        self._refreshed_at = 0.0
 
     async def run(
         self, script: AsyncScript, keys: list[str], args: list[Any], *, commit_id: str,
@@ -134,13 +137,23 @@ class ReplicatedWrites:
         return list(await pipe.execute(raise_on_error=False))
 
     async def _refresh(self) -> None:
-        """Reload the cluster's slot map (a failover moves slots to the promoted replica)."""
+        """Reload the cluster's slot map (a failover moves slots to the promoted replica).
+
+        One reload at a time, and none within :data:`_REFRESH_GAP_S` of the last: a reload
+        replaces every node object and closes the old nodes' connections, under the
+        commands other writers have in flight on them, so a wave of writers failing at
+        once must not reload the map once each.
+        """
         if not self.cluster:
             return
-        try:
-            await self.redis.nodes_manager.initialize()
-        except (RedisError, OSError, RedisClusterException, IndexError) as exc:
-            log.debug("cluster_topology_refresh_failed", error=str(exc))
+        async with self._refresh_lock:
+            if time.monotonic() - self._refreshed_at < _REFRESH_GAP_S:
+                return
+            try:
+                await self.redis.nodes_manager.initialize()
+            except (RedisError, OSError, RedisClusterException, IndexError) as exc:
+                log.debug("cluster_topology_refresh_failed", error=str(exc))
+            self._refreshed_at = time.monotonic()
 
 
 def _refused_for_replicas(reply: Any) -> bool:

@@ -163,3 +163,21 @@ def test_compose_requires_every_password_and_ships_none(tmp_path: Path) -> None:
     again = subprocess.run([sys.executable, str(tmp_path / "make_env.py")], capture_output=True,
                            text=True, timeout=30, check=False)
     assert again.returncode != 0 and (tmp_path / ".env").read_text() == env
+
+
+def test_every_setting_the_deploy_guide_names_exists() -> None:
+    """The Redis Cluster table (and the rest of the guide) names only real settings."""
+    import re
+
+    from baton.settings import Settings
+
+    text = (DEPLOY / "README.md").read_text()
+    named = set(re.findall(r"BATON_([A-Z0-9_]+)", text)) - {"FAULT", "WAKE", "TOOLS"}  # streams
+    known = {name.upper() for name in Settings.model_fields}
+    prefixes = ("NATS_TLS_", "REDIS_TLS_")  # written as BATON_REDIS_TLS_* in prose
+    missing = {n for n in named if n not in known and not n.startswith(prefixes)
+               and not n.endswith("_")}
+    assert not missing, missing
+    for setting in ("REDIS_MIN_REPLICAS", "REDIS_REPLICA_TIMEOUT_MS",
+                    "REDIS_IN_DOUBT_RETRY_MS", "NATS_PING_INTERVAL_S"):
+        assert f"BATON_{setting}" in text

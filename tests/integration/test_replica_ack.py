@@ -18,8 +18,10 @@ from baton.devkit.redis_cluster import RedisClusterNode, RedisClusterServers
 from baton.errors import WriteInDoubtError
 from baton.models import Entry, Task
 from baton.settings import Settings
+from baton.store.outbox import Outbox
+from baton.store.replication import ReplicatedWrites
 from baton.store.store import Store, worker_ref
-from baton.store.writes import Writes
+from baton.store.writes import Writes, timer_member
 
 pytestmark = pytest.mark.slow
 
@@ -160,3 +162,50 @@ async def test_a_submit_in_doubt_retries_to_its_original_reply(
     finally:
         await impatient.close()
         await store.close()
+
+
+async def test_relay_acks_and_timer_firings_wait_for_a_replica_too(
+    cluster: RedisClusterServers,
+) -> None:
+    """The relay's writes that settle work: an ack (row deleted) and a firing (wake row
+    added) are on the replica when acknowledged; with the replica frozen they are in doubt."""
+    settings = Settings(redis_url=cluster.url, namespace="reprelay")
+    store = await Store.connect(settings)
+    try:
+        def outbox(s: Settings) -> Outbox:
+            return Outbox(store.redis, store.keys, writes=ReplicatedWrites(
+                store.redis, min_replicas=s.min_replicas(),
+                timeout_ms=s.redis_replica_timeout_ms, retry_ms=s.redis_in_doubt_retry_ms))
+
+        box, impatient = outbox(settings), outbox(impatient_settings(settings))
+        await _submit(store, "s1")
+        shard = store.keys.shard_of("s1")
+        key = store.keys.outbox(shard)
+        replica = await cluster.replica_of(await cluster.primary_for_key(key))
+        relay = await box.lease("acquire", shard, "relay-1", 60_000)
+        await box.ensure_groups([shard])
+        rows = await box.read([shard], "relay-1", 100, None)
+        assert rows
+        assert await box.ack(rows, "relay-1", {shard: relay.fence}) == {}
+        assert await _replica_xlen(replica, key) == 0  # no polling: acknowledged = replicated
+
+        lease = await store.acquire("s1", BRAIN, 60_000)
+        member = timer_member("task", "s1", "task-r1", WAKE)
+        await store.commit("s1", lease.fence, Writes(timers_add={member: 1}), BRAIN)
+        with frozen(replica):
+            with pytest.raises(WriteInDoubtError) as caught:
+                await impatient.fire_timers(shard, 100, 1000, "relay-1", relay.fence)
+            assert caught.value.what == "fire_timers"
+        await cluster.wait_ready()
+        await store.commit("s1", lease.fence, Writes(timers_add={member: 1}), BRAIN)
+        assert await box.fire_timers(shard, 100, 1000, "relay-1", relay.fence) == 1
+        assert await _replica_xlen(replica, key) == 2  # both firings' wake rows
+    finally:
+        await store.close()
+
+
+async def _replica_xlen(node: RedisClusterNode, key: str) -> int:
+    async with Redis(host="127.0.0.1", port=node.port, decode_responses=True,
+                     single_connection_client=True) as r:
+        await r.execute_command("READONLY")
+        return int(await r.xlen(key))
