@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -93,6 +94,44 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     return ClusterUrl(tuple(seeds), username, password, scheme.lower() == "rediss+cluster")
 
 
+class _ClosedWhileWriting:
+    """Mixin: a write on a connection closed under it is a ConnectionError.
+
+    redis-py (8.1) lets a transport-internal error escape when a connection is closed while a
+    command is being written (another task disconnected it, or the peer reset it: the
+    writer is gone or its transport is closing): ``AttributeError: 'NoneType' object has no
+    attribute 'writelines'`` or a ``TypeError`` from asyncio's transport. Neither is a
+    RedisError, so it would bypass every "Redis is down" path (seen after a cluster node
+    restart). Only that case is translated; any other AttributeError or TypeError is a bug
+    and is raised as it is.
+    """
+
+    _writer: Any
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except (AttributeError, TypeError) as exc:
+            writer = self._writer
+            if writer is not None and not writer.transport.is_closing():
+                raise
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise RedisConnectionError(f"connection closed while writing: {exc!r}") from None
+
+
+class SafeConnection(_ClosedWhileWriting, Connection):
+    """A :class:`Connection` whose close-while-writing race is a ConnectionError."""
+
+
+class SafeSSLConnection(_ClosedWhileWriting, SSLConnection):
+    """The same over TLS."""
+
+
+def _safe_class(cls: type[Any]) -> type[Any]:
+    """The safe variant of redis-py's TCP or TLS connection class (others as they are)."""
+    return {Connection: SafeConnection, SSLConnection: SafeSSLConnection}.get(cls, cls)
+
+
 def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
                   client_name: str | None = None) -> Redis:
     """A client that fails fast and never retries on its own.
@@ -124,6 +163,7 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
         **_named(client_name),
         **_tls_options(settings),
     )
+    pool.connection_class = _safe_class(pool.connection_class)
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
@@ -154,6 +194,12 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
         **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
     )
     cluster.min_replicas = settings.min_replicas()
+    # Every node's connections (the seeds' and those the topology adds) are safe ones.
+    safe = _safe_class(cluster.connection_kwargs["connection_class"])
+    cluster.connection_kwargs["connection_class"] = safe
+    cluster.nodes_manager.connection_kwargs["connection_class"] = safe
+    for node in cluster.nodes_manager.startup_nodes.values():
+        node.connection_class = safe
     return cluster
 
 
