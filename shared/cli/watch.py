@@ -269,8 +269,11 @@ class Watch:
             "kind": ev.kind, "worker": lane.label, "role": lane.role, "fence": ev.fence,
             "text": ev.text, "flags": ev.flags, "hops": ev.hops, "changes": r.changes,
         }]
+        # A Hands receipt's fence is the attempt it marks; a Brain's (the applied mark) is
+        # the session's fence, not an attempt: there the mark's own attempt or none.
         out += [{"type": "mark", "id": ev.stream_id, "run_id": m.run_id, "mark": m.mark,
-                 "attempt": m.attempt or r.fence} for m in r.marks]
+                 "attempt": m.attempt or (None if m.mark == "applied" else r.fence)}
+                for m in r.marks]
         if isinstance(d, PartialDetail) and d.delta:  # streamed text of a partial commit
             out.append({"type": "stream", "id": ev.stream_id, "task_id": d.task_id,
                         "text": d.delta})
@@ -376,7 +379,8 @@ def render_change(ev: dict[str, Any]) -> str:
         return (f"[{ev['id']}] +{ev['t_ms'] / 1000:.3f}s {ev['worker']} {ev['fence']} "
                 f"{ev['kind']}: {ev['text']}")
     if kind == "mark":
-        return f"   mark {ev['mark']} {ev['run_id']} (attempt {ev['attempt']})"
+        attempt = f" (attempt {ev['attempt']})" if ev.get("attempt") else ""
+        return f"   mark {ev['mark']} {ev['run_id']}{attempt}"
     if kind == "entry":
         calls = f" -> {', '.join(ev['tool_calls'])}" if ev["tool_calls"] else ""
         return f"   entry {ev['index']} {ev['kind']}: {_clip(ev['text'])}{calls}"

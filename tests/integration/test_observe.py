@@ -225,6 +225,8 @@ async def test_watch_inspect_live_session_resume_and_redis_connection_drop(
     assert any(e["type"] == "submission" and e["status"] == "completed" for e in seen)
     marks = {(e["run_id"], e["mark"]) for e in seen if e["type"] == "mark"}
     assert sum(1 for _, m in marks if m == "applied") == 5
+    # Every mark names the run's attempt (1: nothing was retried), never the Brain's fence.
+    assert {e["attempt"] for e in seen if e["type"] == "mark"} <= {1, None}
     text = "\n".join(render_change(e) for e in seen)
     assert "== snapshot of" in text and "mark completed" in text
 
