@@ -59,7 +59,7 @@ async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> No
 @click.option("--tokens-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="role:token lines (roles: read, operate); adds to BATON_API_TOKENS")
 def api_command(host: str, port: int, dev: bool, tokens_file: Path | None) -> None:
-    """Serve the HTTP API (OpenAPI at /docs) and the web console (at /)."""
+    """Serve the HTTP API (OpenAPI at /docs) and the web console (at /console/; / leads there)."""
     from baton.cli.common import run
 
     run(serve(host, port, dev, tokens_file))

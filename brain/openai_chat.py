@@ -91,8 +91,8 @@ class OpenAIClient(HttpModel):
         self.provider = "openai-compatible" if compatible else "openai"
         base = settings.openai_base_url or ("" if compatible else OPENAI_URL)
         if not base:
-            raise ConfigError(f"model openai-compatible:{model} needs BATON_OPENAI_BASE_URL "
-                              "(e.g. http://localhost:8000/v1 for vLLM)")
+            raise ConfigError(f"model openai-compatible:{model} needs OPENAI_BASE_URL (or "
+                              "BATON_OPENAI_BASE_URL), e.g. http://localhost:8000/v1 for vLLM")
         if not compatible and not settings.openai_api_key:
             raise ConfigError(f"model openai:{model} needs OPENAI_API_KEY (or "
                               "BATON_OPENAI_API_KEY) in the environment")

@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from baton.cli.failures import CliError
 from baton.devkit.devstack import DevStack
 from baton.devkit.stack import home, read_stack, stack_file
 from baton.errors import ServerError
@@ -179,7 +180,7 @@ def _detach(base: Path, argv: list[str]) -> None:
             if child.poll() is None:
                 child.kill()
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-            raise click.ClickException(f"the stack did not start:\n{tail}")
+            raise CliError(f"the stack did not start:\n{tail}")
         time.sleep(0.05)
 
 
@@ -333,7 +334,7 @@ def _check_model(model: str) -> None:
     try:
         model_client(model, Settings.from_env())
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError(str(exc)) from None
 
 
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
@@ -346,11 +347,11 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
     base = home()
     running = read_stack({"BATON_HOME": str(base)})
     if running and _pid_alive(running.get("supervisor_pid")):
-        raise click.ClickException(
+        raise CliError(
             f"a stack is running already (supervisor pid {running['supervisor_pid']}); "
             "stop it with `baton dev down`")
     if secure and cluster:
-        raise click.ClickException("--secure runs on single servers; leave out --cluster")
+        raise CliError("--secure runs on single servers; leave out --cluster")
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,
@@ -368,4 +369,4 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
     try:
         asyncio.run(_serve_foreground(stack))
     except ServerError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError(str(exc)) from None
