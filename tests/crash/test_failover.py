@@ -25,8 +25,12 @@ from baton.models import Entry, Task
 from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
+from tests.crash.conftest import RECIPIENTS, Opener
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.slow
+
+SESSIONS = 6  # five-notice sessions running through the failover
 
 SESSIONS = 24
 COMMITS = 40
@@ -129,3 +133,35 @@ async def test_a_primary_killed_mid_burst_loses_no_acknowledged_write(
         assert sum(len(v) for v in acks.entries.values()) == SESSIONS * COMMITS
     finally:
         await store.close()
+
+
+async def test_a_primary_killed_mid_run_every_session_settles_with_one_mail_each(
+    crash: Opener,
+) -> None:
+    """The whole stack through a failover: five-notice sessions are running on a Redis
+    Cluster when the primary serving most of them is SIGKILLed. Its replica is promoted,
+    the killed node comes back as the new primary's replica (until then the split-brain
+    guard refuses writes there), and every session completes with each recipient mailed
+    exactly once: Brains, Hands, relays and the waiting client ride the failover out."""
+    c = await crash(cluster=True, brains=2, hands=2, relays=2)
+    redis = c.stack.clusters.redis  # type: ignore[union-attr]
+    await c.http.post("/hold")  # sends are recorded, their answers wait for the release
+    subs = [await c.submit() for _ in range(SESSIONS)]
+    by_port = Counter([(await redis.primary_for_key(c.store.keys.session(s.session_id).meta)).port
+                       for s in subs])
+    victim = next(n for n in redis.nodes if n.port == by_port.most_common(1)[0][0])
+
+    async def mailing() -> bool:  # runs are in flight: the kill lands mid-run
+        return int((await c.stats())["held"]) >= 1
+
+    await eventually(mailing, timeout=60, message="a first send held")
+    redis.kill(victim)
+    await c.http.post("/release")  # the held sends answer while the slots fail over
+    await redis.wait_promoted(victim, timeout=60)
+    await redis.restart(victim)  # back as the replica of the promoted node
+    finals = [await c.settle(s, timeout=180) for s in subs]
+    for final in finals:
+        await c.check_completed(final)
+    stats = await c.stats()
+    assert stats["deliveries"] == {r: SESSIONS for r in RECIPIENTS}, stats
+    assert stats["accepted"] == SESSIONS * len(RECIPIENTS), stats
