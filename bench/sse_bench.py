@@ -23,6 +23,7 @@ the client's. Figures, not assertions:
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -37,6 +38,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from baton.api.server import GC_THRESHOLD
 from baton.bench.common import RESULTS_DIR, Result, Row, environment, percentile
 from baton.bench.fanout_bench import BRAIN, _open
 from baton.devkit.servers import RedisServer, free_port
@@ -147,6 +149,7 @@ async def measure(redis_url: str, watchers: int, sessions_n: int, per_writer: in
     api: asyncio.subprocess.Process | None = None
     tasks: list[asyncio.Task[None]] = []
     http: aiohttp.ClientSession | None = None
+    threshold = gc.get_threshold()
     try:
         sessions = []
         for i in range(sessions_n):
@@ -186,6 +189,11 @@ async def measure(redis_url: str, watchers: int, sessions_n: int, per_writer: in
         tasks = [asyncio.create_task(w.run()) for w in streams]
         await asyncio.gather(*(w.ready.wait() for w in streams))
         open_s = time.perf_counter() - opened
+        # This process holds a thousand client streams: its own full collections would show
+        # as delivery lag. Collected as rarely as the API's (``tune_gc``) while measuring.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLD)
         connected = sum(1 for w in streams if not w.error)
         cpu1, rss_idle = _proc_stats(api.pid)
 
@@ -245,6 +253,8 @@ async def measure(redis_url: str, watchers: int, sessions_n: int, per_writer: in
             "baseline_samples": baseline, "watched_samples": watched,
         }
     finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
