@@ -127,7 +127,7 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
         try:
             yield
         finally:
-            watchers.stopping.set()
+            watchers.stop()
             await state["client"].close()
 
     app = FastAPI(title="Baton API", version="1",

@@ -198,7 +198,14 @@ class Watchers:
     def __init__(self) -> None:
         self.open = 0
         self.feeds: dict[str, _Feed] = {}
+        self.streams: set[_Stream] = set()
         self.stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """End every stream (after what it was already handed) and refuse new ones."""
+        self.stopping.set()
+        for stream in list(self.streams):
+            stream.put(None)
 
     def join(self, settings: Settings, session_id: str, after: str) -> _Stream | None:
         feed = self.feeds.get(session_id)
@@ -246,8 +253,6 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
     watchers.open += 1
     stream: _Stream | None = None
     private: asyncio.Task[None] | None = None
-    getter: asyncio.Task[str | None] | None = None
-    stopping = asyncio.create_task(watchers.stopping.wait())
     try:
         yield f"retry: {RETRY_MS}\n\n"
         if after is None:
@@ -265,17 +270,19 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
         if stream is None:
             stream = _Stream(_order(after))
             private = asyncio.create_task(_private(settings, session_id, after, stream))
+        watchers.streams.add(stream)
+        if watchers.stopping.is_set():
+            return
+        # One awaited get per wake-up (no task, no wait set): with a thousand streams the
+        # cost of each wake-up is most of what delivering a change costs.
         while True:
-            getter = asyncio.create_task(stream.queue.get())
-            done, _ = await asyncio.wait({getter, stopping}, timeout=KEEPALIVE_S,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
-                getter.cancel()
-                if stopping in done:
-                    return
+            try:
+                async with asyncio.timeout(KEEPALIVE_S):
+                    first = await stream.queue.get()
+            except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
-            texts = [getter.result()]
+            texts = [first]
             while not stream.queue.empty():
                 texts.append(stream.queue.get_nowait())
             yield "".join(t for t in texts if t is not None)
@@ -283,9 +290,8 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
                 return
     finally:
         watchers.open -= 1
-        stopping.cancel()
-        if getter is not None:
-            getter.cancel()
+        if stream is not None:
+            watchers.streams.discard(stream)
         if private is not None:
             private.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

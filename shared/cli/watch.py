@@ -238,8 +238,8 @@ class Watch:
                 return self.until_settled
             self._draining = self.until_settled and await self._settled()
             return False
-        for sid, f in items:
-            change, settled = await self._read_change(parse_receipt(sid, f))
+        changes = await self._read_changes([parse_receipt(sid, f) for sid, f in items])
+        for (sid, _), (change, settled) in zip(items, changes, strict=True):
             for event in change:  # emitted only once everything was read
                 self.emit(event)
             self.last_id = sid
@@ -247,21 +247,42 @@ class Watch:
             self._draining = settled
         return False
 
-    async def _read_change(self, r: Receipt) -> tuple[list[dict[str, Any]], bool]:
-        d = r.detail
-        n = int(r.changes.get("entries", 0))
-        task_ids = [d.task_ref] if r.changes.get("tasks") and d.task_ref else []
+    async def _read_changes(self, receipts: list[Receipt],
+                            ) -> list[tuple[list[dict[str, Any]], bool]]:
+        """The changes of ``receipts`` (in order), read in one MULTI: one round trip per
+        batch, not per receipt, so a watch that fell behind catches up at once."""
+        plans: list[tuple[Receipt, int, int, list[str]]] = []  # receipt, first entry, n, tasks
+        first = self.entry_count
         async with self.redis.pipeline(transaction=True) as p:
-            if n:
-                p.lrange(self.sk.entries, self.entry_count, self.entry_count + n - 1)
-            for tid in task_ids:
-                p.hget(self.sk.tasks, tid).hget(self.sk.done, tid)
+            for r in receipts:
+                d = r.detail
+                n = int(r.changes.get("entries", 0))
+                task_ids = [d.task_ref] if r.changes.get("tasks") and d.task_ref else []
+                if n:
+                    p.lrange(self.sk.entries, first, first + n - 1)
+                for tid in task_ids:
+                    p.hget(self.sk.tasks, tid).hget(self.sk.done, tid)
+                plans.append((r, first, n, task_ids))
+                first += n
             p.hvals(self.sk.subs)
             replies = await p.execute()
-        entries = replies.pop(0) if n else []
         subs = replies.pop()
-        # Placed on the timeline only after every read succeeded: a retried change is
-        # never placed twice.
+        settled = self.until_settled and _all_settled(subs)
+        out: list[tuple[list[dict[str, Any]], bool]] = []
+        at = 0
+        for r, first, n, task_ids in plans:
+            entries = replies[at] if n else []
+            at += 1 if n else 0
+            tasks = replies[at:at + 2 * len(task_ids)]
+            at += 2 * len(task_ids)
+            out.append((self._change(r, first, entries, tasks, subs), settled))
+        return out
+
+    def _change(self, r: Receipt, first: int, entries: list[str], tasks: list[Any],
+                subs: list[str]) -> list[dict[str, Any]]:
+        """The items of one change, its reads done. Placed on the timeline only here, after
+        every read of its batch succeeded: a retried change is never placed twice."""
+        d = r.detail
         ev = self.timeline.add(r)
         lane = self.timeline.lanes[ev.lane]
         out: list[dict[str, Any]] = [{
@@ -277,17 +298,16 @@ class Watch:
         if isinstance(d, PartialDetail) and d.delta:  # streamed text of a partial commit
             out.append({"type": "stream", "id": ev.stream_id, "task_id": d.task_id,
                         "text": d.delta})
-        out += [{"type": "entry", "id": ev.stream_id, **_entry(self.entry_count + i,
-                                                               decode(Entry, e))}
+        out += [{"type": "entry", "id": ev.stream_id, **_entry(first + i, decode(Entry, e))}
                 for i, e in enumerate(entries)]
-        for i in range(len(task_ids)):
-            raw = replies[2 * i] or replies[2 * i + 1]
+        for i in range(0, len(tasks), 2):
+            raw = tasks[i] or tasks[i + 1]
             if raw:
                 out.append({"type": "task", "id": ev.stream_id, **_task(decode(Task, raw))})
         if r.changes.get("submissions"):
             out += [{"type": "submission", "id": ev.stream_id, **_sub(decode(Submission, s))}
                     for s in subs]
-        return out, self.until_settled and _all_settled(subs)
+        return out
 
     async def _settled(self) -> bool:
         return _all_settled(await self.redis.hvals(self.sk.subs))
