@@ -18,7 +18,7 @@ import pytest
 
 from baton.client import Client
 from baton.devkit.devstack import DevStack, Proc
-from baton.models import Entry, Submission, ToolRun
+from baton.models import Entry, Running, Submission, ToolRun
 from baton.receipts import Receipt
 from baton.store.store import Store
 
@@ -106,6 +106,33 @@ class Crash:
         return "\n".join(f"--- {p.name} (pid {p.pid}, alive {p.alive})\n{p.log_tail(lines)}"
                          for p in self.stack.procs())
 
+    async def run_armed(self, role: str, spec: str, *, env: dict[str, str] | None = None,
+                        fates: dict[str, str] | None = None) -> tuple[Submission, Proc, Proc]:
+        """Submit with an armed replica alone in its role, replace it once it died at its
+        fault point, and check the session completed with one mail per recipient.
+
+        Returns (the submission, the armed replica, the clean one)."""
+        point = spec.partition("@")[0]
+        armed = await self.spawn_armed(role, spec, env=env)
+        sub = await self.submit()
+        await self.died_at(armed.name, point)
+        clean = await self.replace(armed.name, env=env)
+        final = await self.settle(sub)
+        await self.check_completed(final, fates)
+        await self.check_exactly_once(raw_requests=5)  # nothing re-sent raw: confirm sufficed
+        return sub, armed, clean
+
+    async def brain_in_request(self, session: str) -> tuple[str, int] | None:
+        """The Brain inside the model call of the session's generation task, and its fence."""
+        state = await self.store.load(session)
+        for task in state.tasks.values():
+            running = task.state
+            if (isinstance(running, Running) and task.checkpoint.phase == "request"
+                    and running.fence == state.meta.fence
+                    and state.meta.holder == running.worker):
+                return running.worker, running.fence
+        return None
+
     # ------------------------------------------------------------------ sessions
 
     async def submit(self, text: str = FIVE_NOTICES, **kwargs: Any) -> Submission:
@@ -143,6 +170,18 @@ class Crash:
         return (await self.http.get(f"/operations/{operation_id}")).status_code == 200
 
     # ------------------------------------------------------------------ checks
+
+    async def check_interrupted_transcript(self, final: Submission, partial: str) -> list[Entry]:
+        """Completed after a Brain died mid-stream: the cut-off answer (``partial``) kept as an
+        ``interrupted`` entry, then one model turn with five calls, five results, a summary."""
+        assert final.status == "completed", final
+        for to in RECIPIENTS:
+            assert f"{to}: sent" in (final.answer or ""), final.answer
+        entries = await self.entries(final.session_id)
+        assert [e.kind for e in entries] == \
+            ["user", "interrupted", "model", *["tool_result"] * 5, "model"]
+        assert entries[1].text == partial and not entries[1].tool_calls
+        return entries
 
     async def check_exactly_once(self, raw_requests: int = 5) -> dict[str, Any]:
         """Every recipient got exactly one mail; ``raw_requests`` sends reached the service."""

@@ -59,13 +59,8 @@ ONE_AT_A_TIME = {"BATON_HANDS_CONCURRENCY": "1"}
 
 async def _run_case(c: Crash, case: Case) -> tuple[str, list[str]]:
     """Submit with the armed replica alone in its role; replace it once it died."""
-    armed = await c.spawn_armed(case.role, case.spec, env=ONE_AT_A_TIME)
-    sub = await c.submit()
-    await c.died_at(armed.name, case.point)
-    clean = await c.replace(armed.name, env=ONE_AT_A_TIME)
-    final = await c.settle(sub)
-    await c.check_completed(final, dict(case.fates))
-    await c.check_exactly_once(raw_requests=5)  # nothing re-sent raw: confirm sufficed
+    sub, armed, clean = await c.run_armed(case.role, case.spec, env=ONE_AT_A_TIME,
+                                          fates=dict(case.fates))
     return sub.session_id, [armed.name, clean.name]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.models import Running, ToolRun
+from baton.models import ToolRun
 from baton.receipts import Receipt
 from tests.conftest import TOPOLOGIES
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
@@ -47,20 +47,11 @@ async def _pause_brain_in_request(c: Crash, session: str) -> tuple[str, int]:
     Returns (brain, fence). The slow model stalls for half a second; if the Brain got past
     it between the look and the signal, it is resumed and the next request phase is used.
     """
-
-    async def in_request() -> tuple[str, int] | None:
-        state = await c.store.load(session)
-        for task in state.tasks.values():
-            running = task.state
-            if (isinstance(running, Running) and task.checkpoint.phase == "request"
-                    and running.fence == state.meta.fence and state.meta.holder == running.worker):
-                return running.worker, running.fence
-        return None
-
     for _ in range(5):
-        brain, fence = await eventually(in_request, timeout=20, message="a Brain in the model")
+        brain, fence = await eventually(lambda: c.brain_in_request(session), timeout=20,
+                                        message="a Brain in the model")
         await _pause(c, brain)
-        if await in_request() == (brain, fence):
+        if await c.brain_in_request(session) == (brain, fence):
             return brain, fence
         c.stack.resume(brain)  # too late: it already committed; try the next phase
     raise AssertionError("never caught a Brain inside the model call")

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from baton.devkit.redis_cluster import ClusterStack
-from baton.models import Running
 from baton.receipts import Receipt
 from tests.crash.conftest import RECIPIENTS, Crash, Opener
 from tests.helpers import eventually
@@ -78,17 +77,6 @@ async def _running(c: Crash, session: str) -> list[Any]:
     return [r for r in await c.runs(session) if r.worker and r.status != "completed"]
 
 
-async def _brain_in_request(c: Crash, session: str) -> tuple[str, int] | None:
-    """The Brain inside the model call of the session's generation task, and its fence."""
-    state = await c.store.load(session)
-    for task in state.tasks.values():
-        running = task.state
-        if (isinstance(running, Running) and task.checkpoint.phase == "request"
-                and running.fence == state.meta.fence and state.meta.holder == running.worker):
-            return running.worker, running.fence
-    return None
-
-
 async def test_a_brain_cut_off_from_redis_mid_lease_is_taken_over(crash: Opener) -> None:
     # The slow model stalls each model call for half the lease time: the window to cut in.
     c = await crash(cluster=True, netns=True, brains=2, hands=2,
@@ -98,10 +86,10 @@ async def test_a_brain_cut_off_from_redis_mid_lease_is_taken_over(crash: Opener)
     sub = await c.submit()
     session = sub.session_id
     for _ in range(5):
-        brain, fence = await eventually(lambda: _brain_in_request(c, session), timeout=30,
+        brain, fence = await eventually(lambda: c.brain_in_request(session), timeout=30,
                                         message="a Brain in the model call")
         net.split([c.stack.proc(brain).member], ClusterStack.REDIS_MEMBERS)
-        if await _brain_in_request(c, session) == (brain, fence):
+        if await c.brain_in_request(session) == (brain, fence):
             break
         net.heal()  # too late: it committed already; cut in the next model call
     else:
