@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from baton.api import problems, views
 from baton.api.auth import OPERATE, Tokens
 from baton.api.events import Watchers, stream_session
-from baton.client import Client, derived_id
+from baton.client import Client
 from baton.errors import not_found
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
@@ -170,9 +170,8 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     async def submit(body: SubmitRequest, response: Response, role: Operate,
                      key: IdempotencyKey = None) -> SubmitAnswer:
         """Submit input to a session (a new one by default); once per Idempotency-Key."""
-        session_id = body.session_id or (derived_id("s", "api", key) if key else None)
         sub, created = await client().submit(body.text, agent=body.agent, compat=body.compat,
-                                             session_id=session_id, request_id=key)
+                                             session_id=body.session_id, request_id=key)
         if not created:
             response.status_code = 200
         response.headers["Location"] = f"/v1/sessions/{sub.session_id}/submissions/{sub.id}"
@@ -183,9 +182,8 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     async def start(body: StartRequest, response: Response, role: Operate,
                     key: IdempotencyKey = None) -> StartAnswer:
         """Start a root task of ``kind``; once per Idempotency-Key."""
-        session_id = body.session_id or (derived_id("s", "api", key) if key else None)
         sid, task_id, created = await client().start_task(
-            session_id, body.kind, body.input, agent=body.agent, compat=body.compat,
+            body.session_id, body.kind, body.input, agent=body.agent, compat=body.compat,
             request_id=key)
         if not created:
             response.status_code = 200

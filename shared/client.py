@@ -53,6 +53,22 @@ def derived_id(prefix: str, *parts: str) -> str:
     return f"{prefix}-{digest}"
 
 
+def session_for(session_id: str | None, request_id: str | None) -> str:
+    """The session a write goes to: the one named, else one derived from the request id.
+
+    A retried write without a session (its first reply was lost) must reach the session the
+    first attempt created, where the request id is deduplicated; a fresh session would accept
+    the same input twice. Only a write with neither id gets a new random session. The
+    derivation is the one the HTTP API uses for an ``Idempotency-Key``, so a key retried
+    through the API or the CLI reaches the same submission.
+    """
+    if session_id:
+        return session_id
+    if request_id:
+        return derived_id("s", "api", request_id)
+    return f"s-{uuid.uuid4().hex[:16]}"
+
+
 class Client:
     """Submit and wait; one per process, shares the store connection."""
 
@@ -125,10 +141,14 @@ class Client:
         session_id: str | None = None,
         request_id: str | None = None,
     ) -> tuple[Submission, bool]:
-        """Accept ``text`` once per request id; returns (submission, created)."""
+        """Accept ``text`` once per request id; returns (submission, created).
+
+        Without ``session_id`` the session is derived from ``request_id`` (a new one when
+        neither is given), so resubmitting the same request id returns the same submission.
+        """
         if not text.strip():
             raise ConfigError("nothing to submit: the text is empty")
-        session_id = session_id or f"s-{uuid.uuid4().hex[:16]}"
+        session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         sub_id = derived_id("sub", session_id, request_id)
         task = Task(
@@ -178,8 +198,9 @@ class Client:
         """Start a root task of ``kind`` once per request id; (session id, task id, created).
 
         The session is created for ``agent`` if new: the Brains serving that agent run it.
+        Without ``session_id`` it is derived from ``request_id`` (see :func:`session_for`).
         """
-        session_id = session_id or f"s-{uuid.uuid4().hex[:16]}"
+        session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         now = now_ms()
         task = Task(id=derived_id(kind, session_id, request_id), kind=kind,

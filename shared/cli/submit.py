@@ -67,8 +67,9 @@ def _timed_out(what: str, session_id: str, status: str, timeout: float) -> CliEr
 @click.option("--compat", default=1, show_default=True)
 @click.option("--session", "session_id", default=None, help="session id (default: new)")
 @click.option("--request-id", default=None,
-              help="idempotency key: the same id and text give the same submission; "
-                   "the same id with another text is a conflict")
+              help="idempotency key: the same id and text give the same submission (in the "
+                   "session derived from the id when --session is not given); the same id "
+                   "with another text is a conflict")
 @click.option("--wait/--no-wait", default=False, help="wait for the final answer")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")
 @click.option("--require-brain", is_flag=True,
@@ -85,6 +86,8 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
     from baton.client import Client
 
     body = _read_text(text)
+    if not body.strip():  # before any connection: nothing to look up for it
+        raise CliError("nothing to submit: the text is empty")
     config = settings("client", log_level="warning")
 
     async def go() -> int:

@@ -123,6 +123,52 @@ async def test_a_reused_request_id_with_other_text_is_a_conflict(settings: Setti
     assert same.returncode == 0 and json.loads(same.stdout)["id"] == first.id
 
 
+async def test_a_reused_request_id_without_a_session_reaches_the_first_submission(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    """A retry that names no session (its first reply was lost) finds the first submission
+    instead of opening a second session with the same input."""
+    import asyncio
+
+    env = _env(settings, tmp_path)
+    first = await asyncio.to_thread(_cli, "submit", "--agent", "ghost", "--request-id",
+                                    "order-17", "--json", "notify ada", env=env)
+    assert first.returncode == 0, first.stderr
+    sub = json.loads(first.stdout)
+    retry = await asyncio.to_thread(_cli, "submit", "--agent", "ghost", "--request-id",
+                                    "order-17", "--json", "notify ada", env=env)
+    assert retry.returncode == 0, retry.stderr
+    again = json.loads(retry.stdout)
+    assert (again["id"], again["session_id"], again["created"]) == (
+        sub["id"], sub["session_id"], False)
+    other = await asyncio.to_thread(_cli, "submit", "--agent", "ghost", "--request-id",
+                                    "order-17", "notify grace", env=env)
+    assert other.returncode == 1
+    assert "request id order-17" in _one_error(other) and sub["id"] in _one_error(other)
+    client = await Client.connect(settings)
+    try:  # the library call behaves the same, and so does starting a task
+        same, created = await client.submit("notify ada", agent="ghost", request_id="order-17")
+        assert same.id == sub["id"] and not created
+        started = await client.start_task(None, "notice-batch", {}, agent="ghost",
+                                          request_id="batch-3")
+        restarted = await client.start_task(None, "notice-batch", {}, agent="ghost",
+                                            request_id="batch-3")
+        assert started[:2] == restarted[:2] and started[2] and not restarted[2]
+        fresh, _ = await client.submit("notify ada", agent="ghost")  # no id: a new session
+        assert fresh.session_id != sub["session_id"]
+    finally:
+        await client.close()
+
+
+def test_an_empty_text_is_refused_before_anything_is_asked(tmp_path: Path) -> None:
+    env = {"BATON_HOME": str(tmp_path / "empty"),
+           "BATON_REDIS_URL": f"redis://127.0.0.1:{_closed_port()}/0"}
+    done = _cli("submit", "-", env=env, stdin="  \n")
+    assert done.returncode == 1
+    assert _one_error(done) == "error: nothing to submit: the text is empty"
+    assert "warning" not in done.stderr  # refused before the Brains were looked up
+
+
 def test_not_found_replies_are_sentences(settings: Settings, tmp_path: Path) -> None:
     env, ns = _env(settings, tmp_path), settings.namespace
     for args in (("cancel", "s-missing"), ("inspect", "s-missing"), ("trace", "s-missing"),
