@@ -126,6 +126,47 @@ def test_the_wheel_holds_one_package_its_command_and_its_data(tmp_path: Path) ->
     assert expected <= set(names)
 
 
+def _docker_inputs() -> tuple[list[str], set[str]]:
+    """What deploy/Dockerfile copies from the build context, and what its .dockerignore
+    lets into the context (``!name`` and ``!folder/**`` lines)."""
+    copied: list[str] = []
+    for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            copied += words[1:-1]
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+    admitted = {line[1:].removesuffix("/**") for line in ignore if line.startswith("!")}
+    return copied, admitted
+
+
+@pytest.mark.slow
+def test_the_image_builds_its_wheel_from_what_the_dockerfile_copies(tmp_path: Path) -> None:
+    """The image's wheel stage sees only the files the Dockerfile copies (and the
+    .dockerignore admits): a mounted folder left out fails the image build."""
+    copied, admitted = _docker_inputs()
+    assert set(copied) <= admitted, f"copied but kept out of the context: {set(copied) - admitted}"
+    needed = {*BUILD_INPUTS, *SETUPTOOLS["package-dir"].values()}
+    assert needed <= set(copied), f"the wheel stage lacks {sorted(needed - set(copied))}"
+    src = tmp_path / "context"
+    src.mkdir()
+    for name in copied:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results"))
+        else:
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, src / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    [wheel] = (tmp_path / "dist").glob("baton-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"/".join(package.split(".")) + "/__init__.py" for package in source_packages()} <= names
+
+
 def test_every_benchmark_names_a_module_of_the_package() -> None:
     """`baton bench` runs the installed baton.bench, so each entry must resolve there."""
     from baton.bench import BENCHES
