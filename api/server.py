@@ -60,6 +60,11 @@ async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> No
 
     config = settings("api")
     tokens = Tokens.load(host=host, dev=dev, file=tokens_file)
+    # Reach the store before serving: a stack that is down (or a wrong URL) is then one
+    # error line, not the traceback uvicorn logs for a startup that failed.
+    from baton.client import Client
+
+    await (await Client.connect(config)).close()
     app = create_app(config, tokens)
     tune_gc()
     server = uvicorn.Server(uvicorn.Config(

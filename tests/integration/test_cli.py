@@ -193,7 +193,8 @@ def test_with_no_stack_every_command_fails_in_one_line(tmp_path: Path) -> None:
            "BATON_NATS_URL": f"nats://127.0.0.1:{_closed_port()}"}
     for args in (("submit", "hi"), ("start", "notice_batch"), ("inspect",),
                  ("cancel", "s-1"), ("reject", "r-1", "--session", "s-1"),
-                 ("watch", "s-1")):  # watch: a bounded retry, then the same error
+                 ("watch", "s-1"),  # watch: a bounded retry, then the same error
+                 ("api", "--dev", "--port", "0")):
         done = _cli(*args, env=env)
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert "cannot reach Redis" in _one_error(done), args
