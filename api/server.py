@@ -50,7 +50,8 @@ def raise_open_files_limit() -> None:
         pass
 
 
-async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> None:
+async def serve(host: str, port: int, dev: bool, tokens_file: Path | None,
+                json_logs: bool = False) -> None:
     import uvicorn
 
     raise_open_files_limit()
@@ -58,7 +59,7 @@ async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> No
     from baton.api.auth import Tokens
     from baton.cli.common import settings
 
-    config = settings("api")
+    config = settings("api", log_format="json" if json_logs else None)
     tokens = Tokens.load(host=host, dev=dev, file=tokens_file)
     # Reach the store before serving: a stack that is down (or a wrong URL) is then one
     # error line, not the traceback uvicorn logs for a startup that failed.
@@ -85,8 +86,10 @@ async def serve(host: str, port: int, dev: bool, tokens_file: Path | None) -> No
               help="allow requests without a token when bound to loopback and no token is set")
 @click.option("--tokens-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="role:token lines (roles: read, operate); adds to BATON_API_TOKENS")
-def api_command(host: str, port: int, dev: bool, tokens_file: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="log JSON lines even on a terminal")
+def api_command(host: str, port: int, dev: bool, tokens_file: Path | None,
+                as_json: bool) -> None:
     """Serve the HTTP API (OpenAPI at /docs) and the web console (at /console/; / leads there)."""
     from baton.cli.common import run
 
-    run(serve(host, port, dev, tokens_file))
+    run(serve(host, port, dev, tokens_file, as_json))

@@ -207,10 +207,14 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def result_json(result: Result) -> dict[str, Any]:
+    """A benchmark's result as the JSON object written to ``<name>.json``."""
+    return {"name": result.name, "env": result.env, "rows": [asdict(r) for r in result.rows],
+            **result.extra}
+
+
 def write_json(result: Result, directory: Path = RESULTS_DIR) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{result.name}.json"
-    payload = {"name": result.name, "env": result.env, "rows": [asdict(r) for r in result.rows],
-               **result.extra}
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    path.write_text(json.dumps(result_json(result), indent=2, default=str) + "\n")
     return path

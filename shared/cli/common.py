@@ -18,7 +18,7 @@ from baton.cli.failures import CliError, failure
 if TYPE_CHECKING:
     from baton.settings import Settings
 
-__all__ = ["emit", "json_option", "note", "run", "settings"]
+__all__ = ["emit", "json_logs_option", "json_option", "note", "run", "settings"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,6 +28,13 @@ def json_option(f: F) -> F:
     """``--json``: print results as JSON (one document per line) instead of text."""
     return click.option("--json", "as_json", is_flag=True,
                         help="print results as JSON, one object per line")(f)
+
+
+def json_logs_option(f: F) -> F:
+    """``--json`` for a long-running service: its output is its log, JSON lines even on a
+    terminal (without the flag: JSON whenever stderr is not a terminal, readable on one)."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="log JSON lines even on a terminal")(f)
 
 
 def settings(role: str = "", log_level: str | None = None, **overrides: Any) -> Settings:

@@ -257,7 +257,8 @@ def _save_trace(out: Outcome) -> tuple[Path, Path]:
 
 @click.command("demo")
 @click.option("--keep", is_flag=True, help="keep the stack's directory (logs, data) afterwards")
-@click.option("--json-only", is_flag=True, help="print only the final JSON line")
+@click.option("--json", "--json-only", "json_only", is_flag=True,
+              help="print only the final JSON line (--json-only: the older spelling)")
 def demo_command(keep: bool, json_only: bool) -> None:
     """Five notices, a Hands worker SIGKILLed after mail 4 was accepted, exactly-once result."""
     logs.configure("warning")

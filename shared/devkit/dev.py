@@ -57,6 +57,17 @@ def _runs(pid: int, program: str) -> bool:
         return not Path("/proc/self").exists()
 
 
+def _show_stack(info: dict[str, Any], as_json: bool) -> None:
+    """The stack for a person (a table, URLs, hints), or with ``--json`` the description
+    ``dev status --json`` prints (the not-durable warning then goes to stderr)."""
+    if not as_json:
+        _print_stack(info)
+        return
+    click.echo(json.dumps({**info, "running": True}))
+    if not info.get("durable", True):
+        click.echo(f"warning: {NOT_DURABLE}", err=True)
+
+
 def _print_stack(info: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -114,7 +125,7 @@ def _first_submit(app_spec: str) -> str:
 
 
 
-async def _serve_foreground(stack: DevStack) -> None:
+async def _serve_foreground(stack: DevStack, as_json: bool = False) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,10 +134,10 @@ async def _serve_foreground(stack: DevStack) -> None:
     try:
         await stack.start()
         stack.write_stack_file()
-        _print_stack(stack.describe())
-        click.echo("running; Ctrl-C (or `baton dev down`) stops everything")
+        _show_stack(stack.describe(), as_json)
+        click.echo("running; Ctrl-C (or `baton dev down`) stops everything", err=as_json)
         await stop.wait()
-        click.echo("stopping: services drain, then the servers stop")
+        click.echo("stopping: services drain, then the servers stop", err=as_json)
     finally:
         await stack.stop()
         info = read_stack({"BATON_HOME": str(stack.base_dir)})
@@ -134,11 +145,14 @@ async def _serve_foreground(stack: DevStack) -> None:
             path.unlink(missing_ok=True)
 
 
-def _stop_stack(base: Path) -> None:
+def _stop_stack(base: Path, as_json: bool = False) -> None:
     env = {"BATON_HOME": str(base)}
     info = read_stack(env)
     if info is None:
-        click.echo(f"no stack described in {stack_file(env)}")
+        if as_json:
+            click.echo(json.dumps({"stopped": False, "base_dir": str(base), "killed": []}))
+        else:
+            click.echo(f"no stack described in {stack_file(env)}")
         return
     sup = int(info.get("supervisor_pid") or 0)
     if _pid_alive(sup) and _runs(sup, "baton"):
@@ -148,17 +162,22 @@ def _stop_stack(base: Path) -> None:
             time.sleep(0.05)
     leftovers = [{"pid": sup, "name": "supervisor", "role": "supervisor"},
                  *info.get("processes", [])]
+    killed = []
     for p in leftovers:
         # Check the command line too: a PID may have been reused since dev.json was written.
         if _pid_alive(p.get("pid")) and _runs(p["pid"], _PROGRAM.get(p["role"], "baton")):
-            click.echo(f"killing {p['name']} (pid {p['pid']})")
+            click.echo(f"killing {p['name']} (pid {p['pid']})", err=as_json)
+            killed.append(p["name"])
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p["pid"], signal.SIGKILL)
     stack_file(env).unlink(missing_ok=True)
-    click.echo("stack stopped")
+    if as_json:  # killed: what did not stop on SIGTERM in time
+        click.echo(json.dumps({"stopped": True, "base_dir": str(base), "killed": killed}))
+    else:
+        click.echo("stack stopped")
 
 
-def _detach(base: Path, argv: list[str]) -> None:
+def _detach(base: Path, argv: list[str], as_json: bool = False) -> None:
     env = {"BATON_HOME": str(base)}
     (base / "logs").mkdir(parents=True, exist_ok=True)
     log_path = base / "logs" / "dev.log"
@@ -172,9 +191,9 @@ def _detach(base: Path, argv: list[str]) -> None:
     while True:
         info = read_stack(env)
         if info and info.get("supervisor_pid") == child.pid and info.get("ready"):
-            _print_stack(info)
+            _show_stack(info, as_json)
             click.echo(f"detached (supervisor pid {child.pid}, log {log_path}); "
-                       "stop with `baton dev down`")
+                       "stop with `baton dev down`", err=as_json)
             return
         if child.poll() is not None or time.monotonic() > deadline:
             if child.poll() is None:
@@ -209,6 +228,8 @@ def _up_options(f: Any) -> Any:
                           "base URLs from the environment"),
         click.option("--api/--no-api", "api", default=True, show_default=True,
                      help="serve the HTTP API and web console (`baton api --dev` on loopback)"),
+        click.option("--json", "as_json", is_flag=True,
+                     help="print the stack's description as JSON (as `dev status --json`)"),
     ]):
         f = option(f)
     return f
@@ -220,7 +241,7 @@ def _up_options(f: Any) -> Any:
 @click.pass_context
 def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_delay_ms: int,
                 durable: bool, secure: bool, cluster: bool, detach: bool, app_spec: str,
-                model: str, api: bool,
+                model: str, api: bool, as_json: bool,
                 stop_: bool) -> None:
     """Run Redis, NATS, the mail service, brains, hands and relays as local processes.
 
@@ -230,26 +251,28 @@ def dev_command(ctx: click.Context, brains: int, hands: int, relays: int, mail_d
     if ctx.invoked_subcommand is not None:
         return
     if stop_:
-        _stop_stack(home())
+        _stop_stack(home(), as_json)
         return
     _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api,
-        secure)
+        secure, as_json)
 
 
 @dev_command.command("up")
 @_up_options
 def up_command(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
                secure: bool, cluster: bool, detach: bool, app_spec: str, model: str,
-               api: bool) -> None:
+               api: bool, as_json: bool) -> None:
     """Start the stack (in the foreground until Ctrl-C, or --detach)."""
     _up(brains, hands, relays, mail_delay_ms, durable, cluster, detach, app_spec, model, api,
-        secure)
+        secure, as_json)
 
 
 @dev_command.command("down")
-def down_command() -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="the outcome as JSON: stopped, and what had to be killed")
+def down_command(as_json: bool) -> None:
     """Stop the stack described in dev.json (services drain first)."""
-    _stop_stack(home())
+    _stop_stack(home(), as_json)
 
 
 @dev_command.command("status")
@@ -280,7 +303,10 @@ def status_command(as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="keep printing what is appended")
 @click.option("-n", "--lines", default=0, type=click.IntRange(0),
               help="only the last N lines (default: all)")
-def logs_command(name: str | None, follow: bool, lines: int) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON lines: the list as one object, a log's lines each as an object "
+                   "(the services' lines are JSON already; others become {\"line\": ...})")
+def logs_command(name: str | None, follow: bool, lines: int, as_json: bool) -> None:
     """Print the log of process NAME (brain-1, hands-2, relay-1, mailbox, redis, nats, dev).
 
     Without NAME, list the logs there are.
@@ -292,6 +318,9 @@ def logs_command(name: str | None, follow: bool, lines: int) -> None:
     if name is None:
         if not found:
             raise CliError(f"no logs in {base}; start a stack with `baton dev up`")
+        if as_json:
+            click.echo(json.dumps({key: str(found[key]) for key in sorted(found)}))
+            return
         for key in sorted(found):
             click.echo(f"{key:<12} {found[key]}")
         return
@@ -299,7 +328,7 @@ def logs_command(name: str | None, follow: bool, lines: int) -> None:
     if path is None:
         raise CliError(f"no log of {name!r} in {base}; there are: "
                        f"{', '.join(sorted(found)) or 'none'}")
-    _print_log(path, follow, lines)
+    _print_log(path, follow, lines, as_json)
 
 
 def _log_files(base: Path) -> dict[str, Path]:
@@ -311,18 +340,43 @@ def _log_files(base: Path) -> dict[str, Path]:
     return found
 
 
-def _print_log(path: Path, follow: bool, lines: int) -> None:
+def _print_log(path: Path, follow: bool, lines: int, as_json: bool = False) -> None:
     with path.open("rb") as src:
         text = src.read().decode(errors="replace")
         if lines:
             text = "".join(text.splitlines(keepends=True)[-lines:])
-        click.echo(text, nl=False)
+        pending = _echo_log(text, as_json)
+        if pending and not follow:  # a last line without its newline (yet)
+            _echo_log(pending + "\n", as_json)
         while follow:  # like tail -f: until Ctrl-C
             chunk = src.read()
             if chunk:
-                click.echo(chunk.decode(errors="replace"), nl=False)
+                pending = _echo_log(pending + chunk.decode(errors="replace"), as_json)
             else:
                 time.sleep(0.2)
+
+
+def _echo_log(text: str, as_json: bool) -> str:
+    """Print ``text``; with ``as_json`` only its whole lines, returning the unfinished one."""
+    if not as_json:
+        click.echo(text, nl=False)
+        return ""
+    whole, _, rest = text.rpartition("\n")
+    if whole or text.endswith("\n"):
+        click.echo(_as_json_lines(whole), nl=False)
+    return rest
+
+
+def _as_json_lines(text: str) -> str:
+    """Each line as a JSON object: a service's line as it is, any other one wrapped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            is_object = isinstance(json.loads(line), dict)
+        except ValueError:
+            is_object = False
+        out.append(line if is_object else json.dumps({"line": line}))
+    return "".join(f"{line}\n" for line in out)
 
 
 def _check_model(model: str) -> None:
@@ -339,7 +393,7 @@ def _check_model(model: str) -> None:
 
 def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool, cluster: bool,
         detach: bool, app_spec: str, model: str = "", api: bool = True,
-        secure: bool = False) -> None:
+        secure: bool = False, as_json: bool = False) -> None:
     from baton.observability import log as logs
 
     if model:
@@ -358,7 +412,7 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
                        *(["--model", model] if model else []),
                        *(["--durable"] if durable else []), *(["--cluster"] if cluster else []),
                        *(["--secure"] if secure else []),
-                       "--api" if api else "--no-api"])
+                       "--api" if api else "--no-api"], as_json)
         return
     logs.configure(os.environ.get("BATON_LOG_LEVEL", "info"))
     stack = DevStack(base, brains=brains, hands=hands, relays=relays,
@@ -367,6 +421,6 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
                      namespace=os.environ.get("BATON_NAMESPACE") or "baton",
                      env={"BATON_AGENT_MODEL": model} if model else None, api=api)
     try:
-        asyncio.run(_serve_foreground(stack))
+        asyncio.run(_serve_foreground(stack, as_json))
     except ServerError as exc:
         raise CliError(str(exc)) from None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -331,17 +332,15 @@ async def serve_mailbox(
         await asyncio.Future()  # until cancelled
 
 
-async def _run_until_signalled(port: int, delay_ms: int, data_dir: str | None, host: str) -> None:
+async def _run_until_signalled(port: int, delay_ms: int, data_dir: str | None, host: str,
+                               as_json: bool = False) -> None:
     loop = asyncio.get_running_loop()
-    task = asyncio.create_task(
-        serve_mailbox(
-            port,
-            delay_ms,
-            data_dir,
-            host,
-            on_ready=lambda url: click.echo(f"mailbox listening on {url}"),
-        )
-    )
+
+    def ready(url: str) -> None:
+        click.echo(json.dumps({"event": "mailbox_listening", "url": url}) if as_json
+                   else f"mailbox listening on {url}")
+
+    task = asyncio.create_task(serve_mailbox(port, delay_ms, data_dir, host, on_ready=ready))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
@@ -371,9 +370,11 @@ async def _run_until_signalled(port: int, delay_ms: int, data_dir: str | None, h
     default=None,
     help="Directory for the durable operation log; in memory when omitted.",
 )
-def mailbox_command(port: int, host: str, delay_ms: int, data_dir: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="say where it listens as a JSON line")
+def mailbox_command(port: int, host: str, delay_ms: int, data_dir: str | None,
+                    as_json: bool) -> None:
     """Run the bundled mail service (idempotent sends, query by operation id)."""
-    asyncio.run(_run_until_signalled(port, delay_ms, data_dir, host))
+    asyncio.run(_run_until_signalled(port, delay_ms, data_dir, host, as_json))
 
 
 if __name__ == "__main__":

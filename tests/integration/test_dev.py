@@ -100,10 +100,12 @@ def test_demo_kills_a_hands_mid_send_and_every_mail_goes_out_once() -> None:
 
 def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
     env = {"BATON_HOME": str(tmp_path / "home")}
-    _baton("dev", "up", "--detach", "--hands", "1", env=env)
+    started = json.loads(_baton("dev", "up", "--detach", "--hands", "1", "--json", env=env))
     try:
         status = json.loads(_baton("dev", "status", "--json", env=env))
         assert status["running"] is True and status["redis_url"].startswith("redis://")
+        assert started["supervisor_pid"] == status["supervisor_pid"]
+        assert started["redis_url"] == status["redis_url"] and started["ready"] is True
         names = {p["name"] for p in status["processes"] if p["alive"]}
         assert {"brain-1", "hands-1", "relay-1", "redis", "nats", "api"} <= names
         table = _baton("dev", "status", env=env)
@@ -114,11 +116,18 @@ def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
         assert {"agent": "notices", "compat": 1, "brains": ["brain-1"]} in workers["levels"]
         assert "relay-1" in _baton("dev", "logs", env=env).split()
         assert "relay_started" in _baton("dev", "logs", "relay-1", env=env)
+        listed = json.loads(_baton("dev", "logs", "--json", env=env))
+        assert {"relay-1", "redis", "nats"} <= set(listed)
+        # every line an object: the services' own JSON lines, the servers' text wrapped
+        for name in ("relay-1", "redis"):
+            lines = _baton("dev", "logs", name, "--json", "-n", "20", env=env).splitlines()
+            assert lines and all(isinstance(json.loads(line), dict) for line in lines), name
         # a Brain serves the notices agent here: --require-brain lets the input in
         out = _baton("submit", "--require-brain", "--json", "hello", env=env)
         assert json.loads(out)["created"] is True
     finally:
-        _baton("dev", "down", env=env)
+        down = json.loads(_baton("dev", "down", "--json", env=env))
+    assert down["stopped"] is True and isinstance(down["killed"], list)
     gone = subprocess.run([sys.executable, "-m", "baton", "dev", "status"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **env}, check=False)
     assert gone.returncode == 1 and "no stack running" in gone.stderr
