@@ -110,12 +110,11 @@ async def announcement_age_ms(redis: Any, keys: Any, role: str, name: str,
 
 
 def _health_settings() -> Any:
+    # Logging stays unconfigured: the check prints its own one line, and structlog (with the
+    # rich console renderer it pulls in) would add about a third to the probe's CPU.
     from baton.devkit.stack import settings_from_env_or_stack
-    from baton.observability import log as logs
 
-    settings = settings_from_env_or_stack()
-    logs.configure(settings.log_level, settings.log_format)
-    return settings
+    return settings_from_env_or_stack()
 
 
 @click.command("health")

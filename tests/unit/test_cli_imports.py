@@ -5,6 +5,7 @@ A structural check, not a timing: the figures are in ``bench/cli_bench.py``.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -23,9 +24,10 @@ print("\\n".join(sorted(sys.modules)), file=sys.stderr)
 """
 
 
-def _imported(*args: str) -> set[str]:
+def _imported(*args: str, env: dict[str, str] | None = None) -> set[str]:
     done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, **env} if env else None)
     return set(done.stderr.split())
 
 
@@ -47,3 +49,17 @@ def test_health_help_and_a_port_probe_import_nothing_heavy() -> None:
     modules = _imported("health", "--port", str(port))
     assert "baton.observability.health" in modules
     assert _heavy(modules) == []
+
+
+
+def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry() -> None:
+    """``health --role`` imports redis-py and the settings; not structlog, rich or Baton's
+    telemetry (its CPU, in bench/cli_bench.py, is mostly redis-py's own import)."""
+    with socket.socket() as s:  # a Redis that does not answer: the check fails fast
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    modules = _imported("health", "--role", "brain", "--name", "b-1", env={
+        "BATON_REDIS_URL": f"redis://127.0.0.1:{port}/0", "BATON_HOME": "/nonexistent"})
+    assert "baton.store.redis_client" in modules  # the probe did reach the check
+    assert not [m for m in modules if m.split(".")[0] in ("structlog", "rich")]
+    assert "baton.observability.telemetry" not in modules
