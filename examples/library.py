@@ -21,10 +21,10 @@ from baton import (
     ModelRequest,
     ModelResponse,
     Settings,
+    ToolCall,
     ToolContext,
     tool,
 )
-from baton.models import ToolCall
 
 
 class LookupArgs(BaseModel):

@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from baton.app import ToolContext
+from baton import ToolContext
 from baton.brain.scripted import find_emails
 from baton.hands.tools.email import EmailArgs, confirm_email
 from baton.hands.tools.email import send_email as send_email_tool

@@ -6,6 +6,7 @@ The public surface, importable as ``from baton import ...``::
     TaskDef, Step, PhaseContext, ChildResult custom durable tasks       (baton.brain.tasks)
     Task                                     a task as a phase sees it  (baton.models)
     ModelClient, ModelRequest, ModelResponse bring your own model       (baton.brain.model)
+    ToolCall, Usage                          what a ModelResponse holds (baton.models)
     DocumentType                             typed, versioned documents (baton.store.documents)
     Client                                   submit, wait, cancel, approve (baton.client)
     Settings, load_app                       configuration
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
         ValidationError,
         WriteInDoubtError,
     )
-    from baton.models import Task
+    from baton.models import Task, ToolCall, Usage
     from baton.settings import Settings
     from baton.store.documents import DocumentType
 
@@ -75,6 +76,8 @@ _EXPORTS: dict[str, str] = {
     "Step": "baton.brain.tasks",
     "TaskDef": "baton.brain.tasks",
     "Task": "baton.models",
+    "ToolCall": "baton.models",
+    "Usage": "baton.models",
     "ModelClient": "baton.brain.model",
     "ModelRequest": "baton.brain.model",
     "ModelResponse": "baton.brain.model",
@@ -149,11 +152,13 @@ __all__ = [
     "Task",
     "TaskDef",
     "Tool",
+    "ToolCall",
     "ToolContext",
     "ToolError",
     "ToolMismatchError",
     "UnauthenticatedError",
     "UnavailableError",
+    "Usage",
     "ValidationError",
     "WriteInDoubtError",
     "load_app",
