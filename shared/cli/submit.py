@@ -1,8 +1,8 @@
 """``baton submit`` and ``baton start``: put input into a session, optionally wait for it.
 
-Both are idempotent by ``--request-id``. Before submitting, ``submit`` reads the services'
+Both are idempotent by ``--request-id``. Before writing, both read the services'
 announcements: with no live Brain serving the agent at that compat level the input would
-wait (durably, but silently) until one starts, so it says so on stderr, or refuses with
+wait (durably, but silently) until one starts, so they say so on stderr, or refuse with
 ``--require-brain``. A wait that runs out names the submission, where it stands, and the
 commands that show more; it never ends in a traceback.
 """
@@ -33,13 +33,14 @@ def _read_text(text: str) -> str:
     return sys.stdin.read()
 
 
-async def _check_brains(client: Client, agent: str, compat: int, require: bool) -> None:
+async def _check_brains(client: Client, agent: str, compat: int, require: bool,
+                        doing: str = "submitting") -> None:
     if await client.live_brains(agent, compat):
         return
     message = (f"no live Brain serves agent {agent} at compat level {compat} in namespace "
                f"{client.settings.namespace}")
     if require:
-        raise CliError(f"{message}; not submitting (--require-brain)")
+        raise CliError(f"{message}; not {doing} (--require-brain)")
     note(f"warning: {message}: the input is kept and waits until one starts")
 
 
@@ -124,9 +125,12 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
 @click.option("--request-id", default=None, help="idempotency key of this start")
 @click.option("--wait/--no-wait", default=False, help="wait until the task has ended")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")
+@click.option("--require-brain", is_flag=True,
+              help="refuse (exit 1) when no live Brain serves the agent at that level")
 @json_option
 def start(kind: str, input_json: str, session_id: str | None, agent: str | None, compat: int,
-          request_id: str | None, wait: bool, timeout: float, as_json: bool) -> None:
+          request_id: str | None, wait: bool, timeout: float, require_brain: bool,
+          as_json: bool) -> None:
     """Start a root task of KIND (a custom task the app registers) in a session."""
     from baton.client import Client
 
@@ -141,6 +145,7 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
     async def go() -> int:
         client = await Client.connect(config)
         try:
+            await _check_brains(client, agent or kind, compat, require_brain, "starting")
             sid, task_id, created = await client.start_task(
                 session_id, kind, task_input, agent=agent or kind, compat=compat,
                 request_id=request_id)

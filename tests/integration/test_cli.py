@@ -80,6 +80,18 @@ def test_submit_require_brain_refuses_and_stores_nothing(settings: Settings,
     assert asyncio.run(exists()) == 0
 
 
+def test_start_warns_or_refuses_like_submit_when_no_brain_serves(settings: Settings,
+                                                                 tmp_path: Path) -> None:
+    env = _env(settings, tmp_path)
+    done = _cli("start", "sleeper", "--agent", "ghost", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "warning: no live Brain serves agent ghost at compat level 1" in done.stderr
+    assert json.loads(done.stdout)["created"] is True
+    refused = _cli("start", "sleeper", "--agent", "ghost", "--require-brain", env=env)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "not starting (--require-brain)" in _one_error(refused)
+
+
 def test_submit_dash_reads_stdin_and_json_gives_the_submission(settings: Settings,
                                                                tmp_path: Path) -> None:
     env = _env(settings, tmp_path)
