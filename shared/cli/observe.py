@@ -21,7 +21,7 @@ from baton.cli.common import settings
 from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.devkit.stack import home
-from baton.errors import BatonError, not_found
+from baton.errors import BatonError, ValidationError, not_found
 from baton.receipts import Receipt
 from baton.settings import Settings
 from baton.store.state import receipts_about
@@ -46,8 +46,20 @@ def save_receipts(session_id: str, receipts: list[Receipt], base: Path | None = 
 
 
 def load_receipts(path: Path) -> tuple[str, list[Receipt]]:
-    data = json.loads(path.read_text())
-    return data["session_id"], [Receipt.model_validate(r) for r in data["receipts"]]
+    """Receipts saved by :func:`save_receipts`; a file that is not such a save is a
+    one-line :class:`~baton.errors.ValidationError` naming it."""
+    from pydantic import ValidationError as PydanticValidationError
+
+    try:
+        data = json.loads(path.read_text())
+        return str(data["session_id"]), [Receipt.model_validate(r) for r in data["receipts"]]
+    except ValueError as exc:  # JSON, and pydantic's own error, are ValueErrors
+        first = (f"{'.'.join(map(str, exc.errors()[0]['loc']))}: {exc.errors()[0]['msg']}"
+                 if isinstance(exc, PydanticValidationError) and exc.errors() else exc)
+        problem = str(first).splitlines()[0] if str(first) else type(exc).__name__
+    except (KeyError, TypeError) as exc:
+        problem = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+    raise ValidationError(f"{path} is not a file of receipts saved by baton ({problem})")
 
 
 def _settings() -> Settings:

@@ -216,3 +216,16 @@ def test_with_no_stack_every_command_fails_in_one_line(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "no stack running" in _one_error(missing)
     debug = _cli("--debug", "inspect", env=env)
     assert debug.returncode != 0 and "Traceback" in debug.stderr  # the escape hatch
+
+
+def test_a_file_that_holds_no_saved_receipts_is_one_error_line(tmp_path: Path) -> None:
+    env = {"BATON_HOME": str(tmp_path / "empty")}
+    for name, text, problem in (("broken.json", "{not json", "Expecting property name"),
+                                ("other.json", '{"session_id": "s-1", "receipts": [{}]}',
+                                 "Field required")):
+        path = tmp_path / name
+        path.write_text(text)
+        done = _cli("trace", "s-1", "--receipts", str(path), env=env)
+        assert done.returncode == 1
+        line = _one_error(done)
+        assert f"{path} is not a file of receipts saved by baton" in line and problem in line
