@@ -87,6 +87,9 @@ def _print_stack(info: dict[str, Any]) -> None:
         console.print(f"  users      {users}")
         console.print(f"  passwords  {Path(info['base_dir']) / CREDENTIALS} (mode 0600); "
                       "commands run here connect as `client`")
+    if info.get("tls_ca"):
+        console.print(f"  tls        Redis and NATS take TLS only; CA {info['tls_ca']} "
+                      "(BATON_REDIS_TLS_CA, BATON_NATS_TLS_CA)")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
     if not info.get("durable", True):
         console.print(f"[yellow]warning:[/yellow] {NOT_DURABLE}")

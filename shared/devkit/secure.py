@@ -4,6 +4,7 @@ A secure stack generates one password per role (and one for ``admin``) into
 ``<stack dir>/credentials.json`` (mode 0600, kept across restarts of a durable stack), starts
 NATS with the users of :func:`baton.auth.nats_users_config` and gives Redis the users of the
 ACL file deploy/ ships (:func:`baton.auth.redis_acl_file`, with its ``default`` user off).
+Both servers take TLS connections only, with the stack's own CA (:mod:`baton.devkit.tls`).
 Every service then connects as its own role; commands run against the stack (``baton
 submit``, ``watch``) use the ``client`` user. Passwords are never printed in full
 (:func:`redacted`).
@@ -15,10 +16,12 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 
 from baton.auth import ROLES, nats_users_config, redis_acl_file
+from baton.devkit.tls import TlsFiles
 
 __all__ = ["CREDENTIALS", "apply_redis_users", "load_credentials", "nats_config",
            "redacted", "role_env", "stack_credentials", "with_user"]
@@ -67,7 +70,8 @@ def nats_config(namespace: str, passwords: dict[str, str]) -> str:
     return nats_users_config(namespace, roles, admin_password=passwords["admin"])
 
 
-async def apply_redis_users(url: str, namespace: str, passwords: dict[str, str]) -> None:
+async def apply_redis_users(url: str, namespace: str, passwords: dict[str, str],
+                            *, tls: TlsFiles | None = None) -> None:
     """Give a fresh Redis (``default`` user still open) the ACL users of deploy/'s file,
     passwords filled in; the ``default`` user goes off last."""
     lines = []
@@ -77,7 +81,8 @@ async def apply_redis_users(url: str, namespace: str, passwords: dict[str, str])
         for user, password in passwords.items():
             line = line.replace(f"${{{user.upper()}_REDIS_PASSWORD}}", password)
         lines.append(line.split()[1:])
-    redis = Redis.from_url(url)
+    ca: dict[str, Any] = {"ssl_ca_certs": str(tls.ca)} if tls is not None else {}
+    redis = Redis.from_url(url, **ca)
     try:
         for name, *rules in sorted(lines, key=lambda u: u[0] == "default"):
             await redis.execute_command("ACL", "SETUSER", name, *rules)

@@ -5,6 +5,10 @@ context manager owning one child process: it is stopped by its own PID (SIGTERM,
 after a timeout), can be SIGKILLed for crash tests, and restarts on the same port and data
 directory so durable data survives. Readiness is read from the server itself (Redis answers
 ``PONG``; NATS sends its ``INFO`` line with JetStream enabled), polled with a deadline.
+
+Given :class:`~baton.devkit.tls.TlsFiles`, a server accepts TLS connections only: Redis
+listens on its TLS port alone (``--port 0``), NATS requires TLS of every client (and of its
+routes in a cluster); their URLs become ``rediss://`` and ``tls://``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -28,9 +33,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from baton.devkit.tls import TlsFiles
 from baton.errors import ServerBinaryMissing, ServerError
 
-__all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port"]
+__all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port",
+           "nats_tls_block"]
 
 _READY_TIMEOUT_S = 10.0
 _POLL_S = 0.005
@@ -86,8 +93,10 @@ class _Server:
         durable: bool = False,
         port: int | None = None,
         binary: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.durable = durable
+        self.tls = tls
         self._fixed_port = port is not None
         self._port = port or 0
         self._binary = self._locate(binary)  # before mkdtemp: a missing binary leaks nothing
@@ -106,6 +115,10 @@ class _Server:
     async def _probe(self) -> bool:
         """True once the server answers like a ready server."""
         raise NotImplementedError
+
+    def _probe_tls(self) -> ssl.SSLContext | None:
+        """The TLS context the readiness probe connects with (None: plain TCP)."""
+        return None
 
     # -- public surface ---------------------------------------------------------------------
     @property
@@ -229,7 +242,8 @@ class _Server:
     async def _exchange(self, send: bytes, *, bulk: bool = False) -> bytes:
         """Connect, send ``send``, return the first line (or RESP bulk string) answered."""
         async with asyncio.timeout(0.5):
-            reader, writer = await asyncio.open_connection(self.host, self._port)
+            reader, writer = await asyncio.open_connection(self.host, self._port,
+                                                           ssl=self._probe_tls())
         try:
             if send:
                 writer.write(send)
@@ -265,12 +279,28 @@ class RedisServer(_Server):
             else ["--appendonly", "no"]
         )
         return [
-            self._binary, "--port", str(self._port), "--bind", self.host,
+            self._binary, *self._listen(), "--bind", self.host,
             "--daemonize", "no", "--dir", str(self._data_dir), "--save", "", *persistence,
             # Off the loopback only on a private test bridge (baton.devkit.netns), where
             # protected mode would refuse every client.
             *([] if self.host == "127.0.0.1" else ["--protected-mode", "no"]),
         ]  # fmt: skip
+
+    def _listen(self) -> list[str]:
+        """The port: plain TCP, or (with ``tls``) the TLS port alone, plain TCP off.
+
+        Clients authenticate with their ACL user's password, not a certificate
+        (``tls-auth-clients no``)."""
+        if self.tls is None:
+            return ["--port", str(self._port)]
+        return [
+            "--port", "0", "--tls-port", str(self._port),
+            "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+            "--tls-ca-cert-file", str(self.tls.ca), "--tls-auth-clients", "no",
+        ]  # fmt: skip
+
+    def _probe_tls(self) -> ssl.SSLContext | None:
+        return self.tls.client_context() if self.tls is not None else None
 
     async def _probe(self) -> bool:
         # Ready = answers, and it is our process (not another server already on the port).
@@ -279,14 +309,18 @@ class RedisServer(_Server):
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self._port}/0"
+        scheme = "rediss" if self.tls is not None else "redis"
+        return f"{scheme}://{self.host}:{self._port}/0"
 
 
 class NatsServer(_Server):
     """A private ``nats-server`` with JetStream, configured by a file in its data dir.
 
     ``sync_interval`` is how often JetStream fsyncs: ``"always"`` when ``durable`` (acked means
-    on disk), else the server default unless given (e.g. ``"2m"``).
+    on disk), else the server default unless given (e.g. ``"2m"``). With ``tls`` every client
+    must speak TLS; the server does not ask for client certificates (``verify: false``):
+    users authenticate with their passwords. The readiness probe reads the ``INFO`` line,
+    which NATS sends before the TLS handshake.
     """
 
     name = "nats"
@@ -304,8 +338,9 @@ class NatsServer(_Server):
         extra_config: str = "",
         server_name: str | None = None,
         monitor_port: int | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
-        super().__init__(data_dir, durable=durable, port=port, binary=binary)
+        super().__init__(data_dir, durable=durable, port=port, binary=binary, tls=tls)
         self.sync_interval = sync_interval or ("always" if durable else None)
         self.max_payload = max_payload
         # Appended to the generated file: authorization blocks, cluster routes, TLS, ...
@@ -332,6 +367,7 @@ class NatsServer(_Server):
             f"max_payload: {self.max_payload}\n"
             f"ports_file_dir: {json.dumps(str(self._data_dir))}\n"
             f"jetstream {{\n  store_dir: {store}{sync}\n}}\n"
+            f"{nats_tls_block(self.tls) if self.tls is not None else ''}"
             f"{self.extra_config}\n"
         )
         return [self._binary, "-c", str(conf)]
@@ -348,7 +384,16 @@ class NatsServer(_Server):
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self._port}"
+        scheme = "tls" if self.tls is not None else "nats"
+        return f"{scheme}://{self.host}:{self._port}"
+
+
+def nats_tls_block(tls: TlsFiles, indent: str = "") -> str:
+    """A NATS ``tls { ... }`` block: the server's certificate, no client certificates asked."""
+    lines = [f"cert_file: {json.dumps(str(tls.cert))}", f"key_file: {json.dumps(str(tls.key))}",
+             f"ca_file: {json.dumps(str(tls.ca))}", "verify: false"]
+    body = "".join(f"{indent}  {line}\n" for line in lines)
+    return f"{indent}tls {{\n{body}{indent}}}\n"
 
 
 def _find_binary(name: str, explicit: str | None, env: str, dirs: list[str], hint: str) -> str:
@@ -479,11 +524,12 @@ class EmbeddedStack(Managed):
     """Redis and NATS together, as ``baton dev`` runs them; data under ``base_dir`` if given."""
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
-                 nats_config: str = "") -> None:
-        self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable)
+                 nats_config: str = "", tls: TlsFiles | None = None) -> None:
+        self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable,
+                                 tls=tls)
         # Monitoring (/varz) on: sizing and benchmarks read message and byte counts there.
         self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
-                               extra_config=nats_config, monitor_port=free_port())
+                               extra_config=nats_config, monitor_port=free_port(), tls=tls)
 
     @property
     def redis_url(self) -> str:
