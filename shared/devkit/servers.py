@@ -239,8 +239,11 @@ class _Server:
             return "(no output)"
         return "\n".join(text.splitlines()[-lines:])
 
-    async def _exchange(self, send: bytes, *, bulk: bool = False) -> bytes:
-        """Connect, send ``send``, return the first line (or RESP bulk string) answered."""
+    async def _exchange(self, send: bytes, *, bulk: bool = False,
+                        start_tls: ssl.SSLContext | None = None) -> bytes:
+        """Connect, send ``send``, return the first line (or RESP bulk string) answered;
+        ``start_tls``: then upgrade to TLS, as a client of a server that greets in plain
+        text (NATS) does, so the server sees a complete handshake, not a dropped one."""
         async with asyncio.timeout(0.5):
             reader, writer = await asyncio.open_connection(self.host, self._port,
                                                            ssl=self._probe_tls())
@@ -252,6 +255,8 @@ class _Server:
                 line = await reader.readline()
                 if bulk and line.startswith(b"$"):
                     return await reader.readexactly(int(line[1:]) + 2)
+                if start_tls is not None:
+                    await writer.start_tls(start_tls)
                 return line
         finally:
             writer.close()
@@ -377,7 +382,8 @@ class NatsServer(_Server):
         # port answers for our process, not for another server that holds it.
         if not any(self._data_dir.glob(f"*_{self.pid}.ports")):
             return False
-        line = await self._exchange(b"")
+        tls = self.tls.client_context() if self.tls is not None else None
+        line = await self._exchange(b"", start_tls=tls)
         if not line.startswith(b"INFO "):
             return False
         return bool(json.loads(line[5:]).get("jetstream"))
