@@ -353,8 +353,6 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
         raise CliError(
             f"a stack is running already (supervisor pid {running['supervisor_pid']}); "
             "stop it with `baton dev down`")
-    if secure and cluster:
-        raise CliError("--secure runs on single servers; leave out --cluster")
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,

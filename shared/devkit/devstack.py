@@ -29,7 +29,6 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
-from redis.asyncio import Redis
 
 from baton.devkit import secure
 from baton.devkit.netns import HOST, Netns
@@ -120,8 +119,6 @@ class DevStack:
         secure: bool = False,
         netns: bool = False,
     ) -> None:
-        if secure and cluster:
-            raise ValueError("a secure stack runs on single servers (no --cluster yet)")
         self.base_dir = Path(base_dir).resolve()
         # Per-stack credentials: every service connects as its role (baton.devkit.secure),
         # over TLS with the stack's own CA (baton.devkit.tls).
@@ -243,15 +240,19 @@ class DevStack:
         try:
             if self.net is not None:
                 self.net.create()
+            config = ""
+            if self.secure:
+                self.passwords = secure.stack_credentials(self.base_dir)
+                self.tls = stack_tls(self.base_dir)
+                config = secure.nats_config(self.namespace, self.passwords)
             if self.cluster:
-                self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net)
+                self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net,
+                                             tls=self.tls, nats_config=config)
                 await self.clusters.start()
-            else:
-                config = ""
                 if self.secure:
-                    self.passwords = secure.stack_credentials(self.base_dir)
-                    self.tls = stack_tls(self.base_dir)
-                    config = secure.nats_config(self.namespace, self.passwords)
+                    await secure.apply_cluster_users(self.clusters.redis.nodes, self.namespace,
+                                                     self.passwords)
+            else:
                 self.servers = EmbeddedStack(self.data_dir, durable=self.durable,
                                              nats_config=config, tls=self.tls)
                 await self.servers.start()
@@ -260,10 +261,8 @@ class DevStack:
                                                    self.passwords, tls=self.tls)
             admin_url = (secure.with_user(self.redis_url, "admin", self.passwords["admin"])
                          if self.secure else self.redis_url)
-            ca: dict[str, Any] = ({"ssl_ca_certs": str(self.tls.ca)} if self.tls is not None
-                                  else {})
-            self._redis = (connect_redis(Settings(redis_url=admin_url)) if self.cluster
-                           else Redis.from_url(admin_url, decode_responses=True, **ca))
+            ca = str(self.tls.ca) if self.tls is not None else ""
+            self._redis = connect_redis(Settings(redis_url=admin_url, redis_tls_ca=ca))
             self._http = httpx.AsyncClient(timeout=2.0)
             await self._start_mailbox()
             if self.secure:  # only relays (and admins) may create the streams

@@ -436,7 +436,8 @@ class NatsCluster(Managed):
     """A JetStream cluster of ``size`` private ``nats-server`` processes on loopback.
 
     Nodes are named ``n1..nN`` and routed to each other; :attr:`url` lists every client
-    URL (comma-separated, as ``BATON_NATS_URL`` takes them). Ready once every node serves
+    URL (comma-separated, as ``BATON_NATS_URL`` takes them); with ``tls`` the clients and
+    the routes between the nodes speak TLS only. Ready once every node serves
     and the JetStream meta group has elected a leader that every node knows (read from each
     node's ``/jsz`` monitoring endpoint). Single nodes can be killed and restarted (same
     ports and data) to test failover.
@@ -451,6 +452,7 @@ class NatsCluster(Managed):
         extra_config: str = "",
         name: str = "baton",
         hosts: list[str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._owns_dir = base_dir is None
         self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
@@ -465,9 +467,11 @@ class NatsCluster(Managed):
                 durable=durable,
                 server_name=f"n{i + 1}",
                 monitor_port=free_port(),
+                tls=tls,
                 extra_config=(
                     f"cluster {{\n  name: {json.dumps(name)}\n  listen: {hosts[i]}:{route}\n"
-                    f"  routes: [{seeds}]\n}}\n{extra_config}"
+                    f"  routes: [{seeds}]\n"
+                    f"{nats_tls_block(tls, '  ') if tls is not None else ''}}}\n{extra_config}"
                 ),
             )
             for i, route in enumerate(routes)

@@ -1,0 +1,61 @@
+"""``baton dev --secure --cluster``: the Redis Cluster and the NATS cluster over TLS only,
+every service as its role; the servers' own links (cluster bus, replication, routes) too."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from baton.client import Client
+from baton.devkit.demo import FIVE_NOTICES
+from baton.devkit.devstack import DevStack
+from baton.devkit.redis_cluster import _client
+
+pytestmark = pytest.mark.slow
+
+
+async def _plaintext_answer(port: int) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"PING\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):
+            try:
+                return await reader.read(1024)
+            except ConnectionResetError:
+                return b""
+    finally:
+        writer.close()
+
+
+async def test_secure_cluster_runs_five_notices_over_tls_only(tmp_path: Path) -> None:
+    async with DevStack(tmp_path, cluster=True, secure=True, hands=1) as stack:
+        assert stack.clusters is not None and stack.tls is not None
+        settings = stack.settings("client")
+        assert settings.redis_url.startswith("rediss+cluster://client:")
+        assert settings.nats_url.count("tls://") == 3
+        for proc in stack.procs():
+            assert proc.env["BATON_REDIS_URL"].startswith(f"rediss+cluster://{proc.role}:")
+            assert proc.env["BATON_REDIS_TLS_CA"] == str(stack.tls.ca)
+
+        nodes = stack.clusters.redis.nodes
+        for node in nodes:  # TLS port only; the bus and replication links are TLS as well
+            assert await _plaintext_answer(node.port) == b""
+            async with _client(node) as admin:
+                config = await admin.config_get("port", "tls-cluster", "tls-replication")
+            assert config == {"port": "0", "tls-cluster": "yes", "tls-replication": "yes"}
+
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+            final = await client.wait(sub, timeout=90)
+        finally:
+            await client.close()
+        assert final.status == "completed", final
+        async with httpx.AsyncClient() as http:
+            stats = (await http.get(f"{stack.mail_url}/stats")).json()
+        assert sorted(stats["deliveries"].values()) == [1] * 5
+
