@@ -33,7 +33,7 @@ import httpx
 from baton.devkit import secure
 from baton.devkit.netns import HOST, Netns
 from baton.devkit.redis_cluster import ClusterStack
-from baton.devkit.servers import EmbeddedStack, free_port
+from baton.devkit.servers import EmbeddedStack, RedisServer, free_port
 from baton.devkit.stack import write_stack
 from baton.devkit.tls import TlsFiles, stack_tls
 from baton.errors import ServerError
@@ -248,17 +248,16 @@ class DevStack:
             if self.cluster:
                 self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net,
                                              tls=self.tls, nats_config=config)
-                await self.clusters.start()
-                if self.secure:
-                    await secure.apply_cluster_users(self.clusters.redis.nodes, self.namespace,
-                                                     self.passwords)
+                redis_nodes: list[RedisServer] = list(self.clusters.redis.nodes)
             else:
                 self.servers = EmbeddedStack(self.data_dir, durable=self.durable,
                                              nats_config=config, tls=self.tls)
-                await self.servers.start()
-                if self.secure:
-                    await secure.apply_redis_users(self.redis_url, self.namespace,
-                                                   self.passwords, tls=self.tls)
+                redis_nodes = [self.servers.redis]
+            if self.secure:  # the users from the first moment, passwords in 0600 files
+                conf = secure.write_redis_config(self.base_dir, self.namespace,
+                                                 self.passwords, cluster=self.cluster)
+                secure.secure_redis(redis_nodes, conf, self.passwords)
+            await self._require_servers().start()
             admin_url = (secure.with_user(self.redis_url, "admin", self.passwords["admin"])
                          if self.secure else self.redis_url)
             ca = str(self.tls.ca) if self.tls is not None else ""

@@ -18,9 +18,9 @@ a primary whose replica died refuses writes too, until the replica is back or re
 
 With ``tls`` (:class:`~baton.devkit.tls.TlsFiles`) every node takes TLS connections only,
 and the nodes' own links are TLS too: the cluster bus (``--tls-cluster yes``) and
-replication (``--tls-replication yes``); the seed URL becomes ``rediss+cluster://``. Once
-the nodes' ``default`` user is off (a secure stack), set :attr:`RedisClusterNode.credentials`
-for the topology queries here.
+replication (``--tls-replication yes``); the seed URL becomes ``rediss+cluster://``. When
+the nodes' config file turns the ``default`` user off (a secure stack), the nodes'
+``credentials`` are what the queries here and ``redis-cli --cluster create`` log in with.
 
 It lives beside :mod:`baton.devkit.servers` (whose :class:`RedisServer` each node is) rather
 than inside it, to keep both modules readable.
@@ -29,6 +29,7 @@ than inside it, to keep both modules readable.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import time
@@ -70,8 +71,6 @@ class RedisClusterNode(RedisServer):
                  min_replicas_to_write: int = 0, min_replicas_max_lag_s: int = 10,
                  tls: TlsFiles | None = None) -> None:
         super().__init__(data_dir, durable=durable, tls=tls)
-        #: (user, password) for this module's own queries, once ``default`` is off.
-        self.credentials: tuple[str, str] | None = None
         self.node_timeout_ms = node_timeout_ms
         self.min_replicas_to_write = min_replicas_to_write
         self.min_replicas_max_lag_s = min_replicas_max_lag_s
@@ -310,9 +309,14 @@ class RedisClusterServers(Managed):
         argv = [self._cli, "--cluster", "create", *(n.address for n in self.nodes),
                 "--cluster-replicas", str(self.replicas), "--cluster-yes",
                 *(["--tls", "--cacert", str(self.tls.ca)] if self.tls is not None else [])]
+        env = None
+        if self.nodes[0].credentials is not None:  # the password by environment, not argv
+            user, password = self.nodes[0].credentials
+            argv[1:1] = ["--user", user]
+            env = {**os.environ, "REDISCLI_AUTH": password}
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT)
+            stderr=asyncio.subprocess.STDOUT, env=env)
         out, _ = await proc.communicate()
         if proc.returncode != 0:
             raise ServerError(f"redis-cli --cluster create failed ({proc.returncode}):\n"

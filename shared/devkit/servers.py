@@ -239,11 +239,11 @@ class _Server:
             return "(no output)"
         return "\n".join(text.splitlines()[-lines:])
 
-    async def _exchange(self, send: bytes, *, bulk: bool = False,
+    async def _exchange(self, send: bytes, *, bulk: bool = False, skip: int = 0,
                         start_tls: ssl.SSLContext | None = None) -> bytes:
-        """Connect, send ``send``, return the first line (or RESP bulk string) answered;
-        ``start_tls``: then upgrade to TLS, as a client of a server that greets in plain
-        text (NATS) does, so the server sees a complete handshake, not a dropped one."""
+        """Connect, send ``send``, return the first line (or RESP bulk string) answered
+        after ``skip`` lines; ``start_tls``: then upgrade to TLS, as a client of a server
+        that greets in plain text (NATS) does, so the server sees a whole handshake."""
         async with asyncio.timeout(0.5):
             reader, writer = await asyncio.open_connection(self.host, self._port,
                                                            ssl=self._probe_tls())
@@ -252,6 +252,8 @@ class _Server:
                 writer.write(send)
                 await writer.drain()
             async with asyncio.timeout(0.5):
+                for _ in range(skip):
+                    await reader.readline()
                 line = await reader.readline()
                 if bulk and line.startswith(b"$"):
                     return await reader.readexactly(int(line[1:]) + 2)
@@ -265,10 +267,17 @@ class _Server:
 
 
 class RedisServer(_Server):
-    """A private ``redis-server``; ``durable`` turns on AOF with ``appendfsync always``."""
+    """A private ``redis-server``; ``durable`` turns on AOF with ``appendfsync always``.
+
+    Before the start, :attr:`config_file` may name a config file the server reads first
+    (users, secrets: never on the command line), and :attr:`credentials` the user the
+    readiness probe logs in as when that file turns the ``default`` user off.
+    """
 
     name = "redis"
     log_name = "redis.log"
+    config_file: Path | None = None
+    credentials: tuple[str, str] | None = None
 
     def _locate(self, explicit: str | None) -> str:
         hint = (
@@ -284,7 +293,8 @@ class RedisServer(_Server):
             else ["--appendonly", "no"]
         )
         return [
-            self._binary, *self._listen(), "--bind", self.host,
+            self._binary, *([str(self.config_file)] if self.config_file else []),
+            *self._listen(), "--bind", self.host,
             "--daemonize", "no", "--dir", str(self._data_dir), "--save", "", *persistence,
             # Off the loopback only on a private test bridge (baton.devkit.netns), where
             # protected mode would refuse every client.
@@ -309,7 +319,11 @@ class RedisServer(_Server):
 
     async def _probe(self) -> bool:
         # Ready = answers, and it is our process (not another server already on the port).
-        reply = await self._exchange(b"INFO server\r\n", bulk=True)
+        login = b""
+        if self.credentials is not None:
+            login = "AUTH {} {}\r\n".format(*self.credentials).encode()
+        reply = await self._exchange(login + b"INFO server\r\n", bulk=True,
+                                     skip=1 if login else 0)
         return f"process_id:{self.pid}\r\n".encode() in reply
 
     @property

@@ -59,3 +59,13 @@ async def test_secure_cluster_runs_five_notices_over_tls_only(tmp_path: Path) ->
             stats = (await http.get(f"{stack.mail_url}/stats")).json()
         assert sorted(stats["deliveries"].values()) == [1] * 5
 
+        # A restarted replica syncs again from its primary: over TLS, as the admin user
+        # (its users and replication login come from the stack's config file), the cluster
+        # whole again with every replica link up.
+        replica = await stack.clusters.redis.replica_of(
+            await stack.clusters.redis.primary_for_slot(0))
+        stack.clusters.redis.kill(replica)
+        await stack.clusters.redis.restart(replica)
+        await stack.clusters.redis.wait_ready()
+        async with _client(replica) as admin:
+            assert (await admin.info("replication"))["master_link_status"] == "up"

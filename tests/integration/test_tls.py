@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from baton.bus.bus import Bus
@@ -54,9 +55,11 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Secur
     passwords = secure.stack_credentials(base)
     files = stack_tls(base)
     other = stack_tls(tmp_path_factory.mktemp("other-stack"))
-    async with EmbeddedStack(base / "data", tls=files,
-                             nats_config=secure.nats_config(NAMESPACE, passwords)) as servers:
-        await secure.apply_redis_users(servers.redis_url, NAMESPACE, passwords, tls=files)
+    servers = EmbeddedStack(base / "data", tls=files,
+                            nats_config=secure.nats_config(NAMESPACE, passwords))
+    secure.secure_redis([servers.redis], secure.write_redis_config(base, NAMESPACE, passwords),
+                        passwords)
+    async with servers:
         yield Secured(servers, files, passwords, other.ca)
 
 
@@ -74,20 +77,8 @@ async def test_a_trusted_tls_client_is_served(stack: Secured) -> None:
 async def test_redis_refuses_a_plaintext_connection_with_valid_credentials(
     stack: Secured,
 ) -> None:
-    port = stack.servers.redis.port
     # The exact bytes a plaintext client sends: the server answers none of them.
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(f"AUTH admin {stack.passwords['admin']}\r\nPING\r\n".encode())
-        await writer.drain()
-        async with asyncio.timeout(10):
-            try:
-                answer = await reader.read(1024)
-            except ConnectionResetError:
-                answer = b""
-    finally:
-        writer.close()
-    assert answer == b"", answer
+    assert await _plaintext_redis_answer(stack) == b""
     # And redis-py over redis://, as a misconfigured service would connect.
     plain = stack.settings("admin").redis_url.replace("rediss://", "redis://", 1)
     client = aioredis.Redis.from_url(plain, socket_connect_timeout=2, socket_timeout=2)
@@ -96,6 +87,20 @@ async def test_redis_refuses_a_plaintext_connection_with_valid_credentials(
             await client.ping()
     finally:
         await client.aclose()
+
+
+async def _plaintext_redis_answer(stack: Secured) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", stack.servers.redis.port)
+    try:
+        writer.write(f"AUTH admin {stack.passwords['admin']}\r\nPING\r\n".encode())
+        await writer.drain()
+        async with asyncio.timeout(10):
+            try:
+                return await reader.read(1024)
+            except ConnectionResetError:
+                return b""
+    finally:
+        writer.close()
 
 
 async def test_nats_refuses_a_plaintext_connection_with_valid_credentials(
@@ -158,3 +163,21 @@ async def test_stack_certificates_pass_strict_verification(stack: Secured) -> No
     finally:
         writer.close()
     assert answer.startswith(b"-NOAUTH"), answer  # through TLS; the default user is off
+
+
+async def test_a_restarted_redis_has_its_users_again_and_tls_only(stack: Secured) -> None:
+    """The users come from the stack's 0600 config file, not from commands after the start:
+    a Redis process restarted alone is never open to anyone."""
+    await stack.servers.redis.restart()
+    anonymous = aioredis.Redis.from_url(stack.servers.redis_url, ssl_ca_certs=str(stack.tls.ca))
+    try:
+        with pytest.raises(AuthenticationError):
+            await anonymous.ping()
+    finally:
+        await anonymous.aclose()
+    redis = connect_redis(stack.settings("brain"))
+    try:
+        assert await redis.ping()
+    finally:
+        await redis.aclose()
+    assert await _plaintext_redis_answer(stack) == b""
