@@ -199,8 +199,8 @@ def _up_options(f: Any) -> Any:
                      help="AOF fsync always, JetStream sync always; keep data (without it a "
                           "Redis restart loses every session)"),
         click.option("--secure", is_flag=True,
-                     help="per-stack generated credentials: every service connects as its "
-                          "role's Redis ACL and NATS user"),
+                     help="per-stack generated credentials and TLS: every service connects "
+                          "as its role's Redis ACL and NATS user, over TLS with the stack's CA"),
         click.option("--cluster", is_flag=True,
                      help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
