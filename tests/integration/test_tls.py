@@ -181,3 +181,14 @@ async def test_a_restarted_redis_has_its_users_again_and_tls_only(stack: Secured
     finally:
         await redis.aclose()
     assert await _plaintext_redis_answer(stack) == b""
+
+
+def test_stack_tls_is_kept_while_valid_and_made_again_when_incomplete(tmp_path: Path) -> None:
+    first = stack_tls(tmp_path)
+    ca = first.ca.read_bytes()
+    assert stack_tls(tmp_path) == first and first.ca.read_bytes() == ca  # a restart keeps it
+    first.key.unlink()
+    again = stack_tls(tmp_path)
+    assert again.key.is_file() and again.ca.read_bytes() != ca  # a new CA, a new chain
+    assert sorted(p.name for p in again.ca.parent.iterdir()) == [
+        "ca.key", "ca.pem", "server.key", "server.pem"]
