@@ -474,6 +474,7 @@ class NatsCluster(Managed):
         # Each node's address (loopback by default; its own namespace's in partition tests).
         hosts = hosts or ["127.0.0.1"] * size
         routes = [free_port() for _ in range(size)]
+        self.route_ports = routes  # each node's cluster (route) port, in node order
         seeds = ", ".join(f"nats-route://{h}:{p}" for h, p in zip(hosts, routes, strict=True))
         self.nodes = [
             NatsServer(

@@ -17,16 +17,22 @@ from baton.devkit.redis_cluster import _client
 pytestmark = pytest.mark.slow
 
 
-async def _plaintext_answer(port: int) -> bytes:
+async def _plaintext_answer(port: int, *, read_greeting: bool = False) -> bytes:
+    """What a server answers a plaintext PING (after a NATS client port's INFO greeting,
+    which comes before any TLS handshake); b"" when it closes the connection unserved."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(b"PING\r\n")
-        await writer.drain()
         async with asyncio.timeout(10):
-            try:
-                return await reader.read(1024)
-            except ConnectionResetError:
-                return b""
+            if read_greeting:
+                greeting = await reader.readline()
+                if not greeting.startswith(b"INFO "):
+                    return greeting
+                writer.write(b"CONNECT {}\r\n")
+            writer.write(b"PING\r\n")
+            await writer.drain()
+            return await reader.read(1024)
+    except (ConnectionResetError, BrokenPipeError):
+        return b""
     finally:
         writer.close()
 
@@ -47,6 +53,9 @@ async def test_secure_cluster_runs_five_notices_over_tls_only(tmp_path: Path) ->
             async with _client(node) as admin:
                 config = await admin.config_get("port", "tls-cluster", "tls-replication")
             assert config == {"port": "0", "tls-cluster": "yes", "tls-replication": "yes"}
+
+        for port in [n.port for n in stack.clusters.nats.nodes] + stack.clusters.nats.route_ports:
+            assert await _plaintext_answer(port, read_greeting=True) == b""  # clients, routes
 
         client = await Client.connect(settings)
         try:
