@@ -6,14 +6,13 @@ NATS with the users of :func:`baton.auth.nats_users_config` and starts Redis wit
 of the ACL file deploy/ ships (:func:`baton.auth.redis_acl_file`, its ``default`` user off),
 loaded from a 0600 file (:func:`write_redis_config`) so that no password is ever on a
 command line and a restarted Redis process has its users again. Both servers take TLS
-connections only, with the stack's own CA (:mod:`baton.devkit.tls`).
+connections only, with the stack's own CA (:mod:`baton.devkit.tls`). Every service then
+connects as its own role; commands run against the stack (``baton submit``, ``watch``) use
+the ``client`` user. Passwords are never printed in full (:func:`redacted`).
 
 On a Redis Cluster (``--secure --cluster``) every node has the same users, each role also
 allowed the keyless topology reads a cluster client needs (:data:`CLUSTER_TOPOLOGY`), and
 replicas log in to their primary as ``admin`` (``masteruser``/``masterauth``).
-Every service then connects as its own role; commands run against the stack (``baton
-submit``, ``watch``) use the ``client`` user. Passwords are never printed in full
-(:func:`redacted`).
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ REDIS_ACL = "redis-users.acl"
 REDIS_CONF = "redis-secure.conf"
 USERS = (*ROLES, "admin")
 #: What a Redis Cluster client asks every node for (slot map, replicas, redirects, the key
-#: positions of commands): keyless
-#: metadata reads, granted to every role on a cluster.
+#: positions of commands): keyless metadata reads, granted to every role on a cluster.
 CLUSTER_TOPOLOGY = ("+cluster|slots", "+cluster|shards", "+cluster|nodes", "+cluster|info",
                     "+cluster|myid", "+readonly", "+asking", "+command")
 
@@ -49,11 +47,7 @@ def stack_credentials(base_dir: Path) -> dict[str, str]:
     if found is not None and set(found) >= set(USERS):
         return found
     passwords = {user: secrets.token_urlsafe(24) for user in USERS}
-    base_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(passwords, out)
-    path.with_suffix(".tmp").replace(path)
+    _write_private(path, json.dumps(passwords))
     return passwords
 
 
@@ -114,6 +108,7 @@ def write_redis_config(base_dir: Path, namespace: str, passwords: dict[str, str]
 
 
 def _write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` with mode 0600 from the first byte (atomic replace)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -19,7 +19,7 @@ from baton.client import Client
 from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
-from baton.devkit.secure import CREDENTIALS, load_credentials
+from baton.devkit.secure import CREDENTIALS, REDIS_ACL, REDIS_CONF, load_credentials
 from baton.store.redis_client import connect_redis
 
 
@@ -31,7 +31,7 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         passwords = load_credentials(tmp_path)
         assert passwords is not None and len(set(passwords.values())) == len(passwords)
-        assert stack.tls is not None
+        assert stack.tls is not None and stack.servers is not None
         ca = str(stack.tls.ca)
         for proc in stack.procs():  # each service got its own role's user, nobody else's
             url = proc.env["BATON_REDIS_URL"]  # and reaches both servers over TLS only
@@ -42,6 +42,11 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         assert stack.api is not None and stack.api.env["BATON_REDIS_TLS_CA"] == ca
         for name in ("ca.pem", "ca.key", "server.pem", "server.key"):
             assert stat.S_IMODE((stack.tls.ca.parent / name).stat().st_mode) == 0o600
+        for name in (REDIS_ACL, REDIS_CONF):  # Redis reads its users and secrets from files
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+        for server in (stack.servers.redis, stack.servers.nats):  # never on a command line
+            cmdline = _cmdline(server.pid)
+            assert not [u for u, p in passwords.items() if p.encode() in cmdline]
         client = await Client.connect(stack.settings("client"))
         try:
             sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
@@ -63,6 +68,10 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         with pytest.raises(ResponseError, match="no permissions"):
             await hands.hset(sk, "fence", 1)
         await hands.aclose()
+
+
+def _cmdline(pid: int | None) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 async def _any_session(stack: DevStack) -> object:
