@@ -143,8 +143,10 @@ async def test_redis_client_without_the_stack_ca_refuses_the_server(
 async def test_nats_client_without_the_stack_ca_refuses_the_server(
     stack: Secured, ca: str,
 ) -> None:
-    settings = stack.settings("relay").model_copy(
-        update={"nats_tls_ca": str(stack.other_ca) if ca != "none" else ""})
+    # Long enough for the first attempt to fail on a loaded machine (nats-py then retries
+    # until the deadline): the error is that attempt's, not a bare timeout.
+    settings = stack.settings("relay").model_copy(update={
+        "nats_tls_ca": str(stack.other_ca) if ca != "none" else "", "connect_timeout_s": 3.0})
     with pytest.raises(NatsUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
         await Bus.connect(settings, "tls-untrusted", "relay")
 
