@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# System prerequisites for Baton: python3 >= 3.11 with the venv module, redis-server, make;
-# and, for the web console's browser test, Chromium with its WebDriver (Debian's chromium and
-# chromium-driver; Selenium drives them, nothing is downloaded at test time).
+# System prerequisites for Baton: python3 >= 3.11 with the venv module, redis-server, openssl
+# (certificates of `baton dev --secure`), make; and, for the web console's browser test,
+# Chromium with its WebDriver (Debian's chromium and chromium-driver; Selenium drives them,
+# nothing is downloaded at test time).
 #
 #   scripts/bootstrap.sh              check, and install what is missing with apt-get when
 #                                     running as root or with passwordless sudo
@@ -68,6 +69,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
     missing_pkgs+=(redis-server)
     problems+=("redis-server >= 7 (Debian/Ubuntu: apt-get install redis-server;
     macOS: brew install redis)")
+fi
+
+# `baton dev --secure` (and its tests) make the stack's TLS certificates with it.
+if ! command -v openssl >/dev/null 2>&1; then
+    missing_pkgs+=(openssl)
+    problems+=("openssl (Debian/Ubuntu: apt-get install openssl; macOS: brew install openssl)")
 fi
 
 if ! command -v make >/dev/null 2>&1; then

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import ssl
 from collections.abc import Iterator
@@ -54,10 +55,26 @@ class _Denials:
             entry[1].cancel()
 
 
+class _StartTlsEofNoise(logging.Filter):
+    """Drops one harmless asyncio warning of TLS connections.
+
+    nats-py reads the server's plain-text INFO, then upgrades the stream (``start_tls``); the
+    stream's protocol still answers end-of-file as for plain TCP, and asyncio logs "returning
+    true from eof_received() has no effect when using ssl" when such a connection closes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+_EOF_NOISE = _StartTlsEofNoise()
+
+
 def _tls_context(settings: Settings) -> ssl.SSLContext | None:
     s = settings
     if not (s.nats_tls_ca or s.nats_tls_cert or s.nats_url.startswith("tls://")):
         return None
+    logging.getLogger("asyncio").addFilter(_EOF_NOISE)  # once: filters are a set
     try:
         ctx = ssl.create_default_context(cafile=s.nats_tls_ca or None)
         if s.nats_tls_cert:

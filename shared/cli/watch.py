@@ -42,7 +42,7 @@ from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import SessionKeys
-from baton.store.redis_client import connect_redis
+from baton.store.redis_client import connect_redis, without_password
 from baton.store.state import parse_receipt, parse_runs, with_intents
 from baton.store.store import Store, now_ms
 
@@ -134,8 +134,9 @@ class Watch:
                 if loop.time() - failed_at > limit:
                     what = "lost" if self._reached else "cannot reach"
                     raise RedisUnavailable(
-                        f"watch {what} Redis at {self.settings.redis_url} (gave up after "
-                        f"{limit:g} s of retries): {exc}", url=self.settings.redis_url,
+                        f"watch {what} Redis at {without_password(self.settings.redis_url)} "
+                        f"(gave up after {limit:g} s of retries): {exc}",
+                        url=without_password(self.settings.redis_url),
                     ) from None
                 self.reconnects += 1
                 self.emit({"type": "reconnect", "after": self.last_id, "error": str(exc)})

@@ -98,6 +98,9 @@ def _print_stack(info: dict[str, Any]) -> None:
         console.print(f"  users      {users}")
         console.print(f"  passwords  {Path(info['base_dir']) / CREDENTIALS} (mode 0600); "
                       "commands run here connect as `client`")
+    if info.get("tls_ca"):
+        console.print(f"  tls        Redis and NATS take TLS only; CA {info['tls_ca']} "
+                      "(BATON_REDIS_TLS_CA, BATON_NATS_TLS_CA)")
     console.print(f"  try: {_first_submit(info.get('app', ''))}")
     if not info.get("durable", True):
         console.print(f"[yellow]warning:[/yellow] {NOT_DURABLE}")
@@ -215,8 +218,8 @@ def _up_options(f: Any) -> Any:
                      help="AOF fsync always, JetStream sync always; keep data (without it a "
                           "Redis restart loses every session)"),
         click.option("--secure", is_flag=True,
-                     help="per-stack generated credentials: every service connects as its "
-                          "role's Redis ACL and NATS user"),
+                     help="per-stack generated credentials and TLS: every service connects "
+                          "as its role's Redis ACL and NATS user, over TLS with the stack's CA"),
         click.option("--cluster", is_flag=True,
                      help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
@@ -404,8 +407,6 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
         raise CliError(
             f"a stack is running already (supervisor pid {running['supervisor_pid']}); "
             "stop it with `baton dev down`")
-    if secure and cluster:
-        raise CliError("--secure runs on single servers; leave out --cluster")
     if detach:
         _detach(base, ["--brains", str(brains), "--hands", str(hands), "--relays", str(relays),
                        "--mail-delay-ms", str(mail_delay_ms), "--app", app_spec,

@@ -29,13 +29,13 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
-from redis.asyncio import Redis
 
 from baton.devkit import secure
 from baton.devkit.netns import HOST, Netns
 from baton.devkit.redis_cluster import ClusterStack
-from baton.devkit.servers import EmbeddedStack, free_port
+from baton.devkit.servers import EmbeddedStack, RedisServer, free_port
 from baton.devkit.stack import write_stack
+from baton.devkit.tls import TlsFiles, stack_tls
 from baton.errors import ServerError
 from baton.observability.log import get_logger
 from baton.settings import Settings
@@ -119,12 +119,12 @@ class DevStack:
         secure: bool = False,
         netns: bool = False,
     ) -> None:
-        if secure and cluster:
-            raise ValueError("a secure stack runs on single servers (no --cluster yet)")
         self.base_dir = Path(base_dir).resolve()
-        # Per-stack credentials: every service connects as its role (baton.devkit.secure).
+        # Per-stack credentials: every service connects as its role (baton.devkit.secure),
+        # over TLS with the stack's own CA (baton.devkit.tls).
         self.secure = secure
         self.passwords: dict[str, str] = {}
+        self.tls: TlsFiles | None = None
         # The mail service fsyncs each operation to survive its own restarts; benchmarks that
         # measure Baton rather than the mail service's disk can turn that off.
         self.mail_persist = mail_persist
@@ -240,24 +240,28 @@ class DevStack:
         try:
             if self.net is not None:
                 self.net.create()
+            config = ""
+            if self.secure:
+                self.passwords = secure.stack_credentials(self.base_dir)
+                self.tls = stack_tls(self.base_dir)
+                config = secure.nats_config(self.namespace, self.passwords)
             if self.cluster:
-                self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net)
-                await self.clusters.start()
+                self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net,
+                                             tls=self.tls, nats_config=config)
+                redis_nodes: list[RedisServer] = list(self.clusters.redis.nodes)
             else:
-                config = ""
-                if self.secure:
-                    self.passwords = secure.stack_credentials(self.base_dir)
-                    config = secure.nats_config(self.namespace, self.passwords)
                 self.servers = EmbeddedStack(self.data_dir, durable=self.durable,
-                                             nats_config=config)
-                await self.servers.start()
-                if self.secure:
-                    await secure.apply_redis_users(self.redis_url, self.namespace,
-                                                   self.passwords)
+                                             nats_config=config, tls=self.tls)
+                redis_nodes = [self.servers.redis]
+            if self.secure:  # the users from the first moment, passwords in 0600 files
+                conf = secure.write_redis_config(self.base_dir, self.namespace,
+                                                 self.passwords, cluster=self.cluster)
+                secure.secure_redis(redis_nodes, conf, self.passwords)
+            await self._require_servers().start()
             admin_url = (secure.with_user(self.redis_url, "admin", self.passwords["admin"])
                          if self.secure else self.redis_url)
-            self._redis = (connect_redis(Settings(redis_url=admin_url)) if self.cluster
-                           else Redis.from_url(admin_url, decode_responses=True))
+            ca = str(self.tls.ca) if self.tls is not None else ""
+            self._redis = connect_redis(Settings(redis_url=admin_url, redis_tls_ca=ca))
             self._http = httpx.AsyncClient(timeout=2.0)
             await self._start_mailbox()
             if self.secure:  # only relays (and admins) may create the streams
@@ -384,6 +388,7 @@ class DevStack:
             **({"api_url": self.api_url} if self._api_port else {}),
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
             "cluster": self.cluster, "secure": self.secure,
+            **({"tls_ca": str(self.tls.ca)} if self.tls is not None else {}),
             "model": self.env.get("BATON_AGENT_MODEL", ""),
             "base_dir": str(self.base_dir), "supervisor_pid": os.getpid(),
             "processes": self.processes, "ready": True,
@@ -409,6 +414,9 @@ class DevStack:
                 "BATON_MAIL_URL": self.mail_url, "BATON_NAMESPACE": self.namespace}
         if self.secure:
             urls |= secure.role_env(role, self.redis_url, self.passwords)
+        if self.tls is not None:
+            urls |= {"BATON_REDIS_TLS_CA": str(self.tls.ca),
+                     "BATON_NATS_TLS_CA": str(self.tls.ca)}
         return urls
 
     def _new_proc(self, role: str, name: str | None, env: dict[str, str] | None,

@@ -16,6 +16,12 @@ acknowledging writes its promoted replica on the majority side will never have. 
 a primary whose replica died refuses writes too, until the replica is back or replaced
 (or the primary fails over). ``min_replicas_to_write=0`` turns the guard off.
 
+With ``tls`` (:class:`~baton.devkit.tls.TlsFiles`) every node takes TLS connections only,
+and the nodes' own links are TLS too: the cluster bus (``--tls-cluster yes``) and
+replication (``--tls-replication yes``); the seed URL becomes ``rediss+cluster://``. When
+the nodes' config file turns the ``default`` user off (a secure stack), the nodes'
+``credentials`` are what the queries here and ``redis-cli --cluster create`` log in with.
+
 It lives beside :mod:`baton.devkit.servers` (whose :class:`RedisServer` each node is) rather
 than inside it, to keep both modules readable.
 """
@@ -23,6 +29,7 @@ than inside it, to keep both modules readable.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import time
@@ -42,6 +49,7 @@ from baton.devkit.servers import (
     _find_binary,
     free_port,
 )
+from baton.devkit.tls import TlsFiles
 from baton.errors import ServerError
 
 __all__ = ["ClusterNodeInfo", "ClusterStack", "RedisClusterNode", "RedisClusterServers"]
@@ -60,8 +68,9 @@ class RedisClusterNode(RedisServer):
     name = "redis-cluster-node"
 
     def __init__(self, data_dir: Path, *, durable: bool, node_timeout_ms: int,
-                 min_replicas_to_write: int = 0, min_replicas_max_lag_s: int = 10) -> None:
-        super().__init__(data_dir, durable=durable)
+                 min_replicas_to_write: int = 0, min_replicas_max_lag_s: int = 10,
+                 tls: TlsFiles | None = None) -> None:
+        super().__init__(data_dir, durable=durable, tls=tls)
         self.node_timeout_ms = node_timeout_ms
         self.min_replicas_to_write = min_replicas_to_write
         self.min_replicas_max_lag_s = min_replicas_max_lag_s
@@ -78,6 +87,7 @@ class RedisClusterNode(RedisServer):
             "--cluster-port", str(self.bus_port),
             "--min-replicas-to-write", str(self.min_replicas_to_write),
             "--min-replicas-max-lag", str(self.min_replicas_max_lag_s),
+            *(["--tls-cluster", "yes", "--tls-replication", "yes"] if self.tls else []),
         ]  # fmt: skip
 
     @property
@@ -151,12 +161,14 @@ class RedisClusterServers(Managed):
         min_replicas_to_write: int = 1,
         min_replicas_max_lag_s: int = 5,
         cli: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         hint = "install Redis >= 7 with its CLI (Debian: apt-get install redis-tools)"
         self._cli = _find_binary("redis-cli", cli, "BATON_REDIS_CLI", [], hint)
         self.primaries = primaries
         self.replicas = replicas
         self.durable = durable
+        self.tls = tls
         self._owns_dir = base_dir is None
         tmp = base_dir or Path(tempfile.mkdtemp(prefix="baton-redis-cluster-"))
         self.base_dir = tmp.resolve()
@@ -164,7 +176,7 @@ class RedisClusterServers(Managed):
             RedisClusterNode(self.base_dir / f"r{i + 1}", durable=durable,
                              node_timeout_ms=node_timeout_ms,
                              min_replicas_to_write=min(min_replicas_to_write, replicas),
-                             min_replicas_max_lag_s=min_replicas_max_lag_s)
+                             min_replicas_max_lag_s=min_replicas_max_lag_s, tls=tls)
             for i in range(primaries * (1 + replicas))
         ]
 
@@ -173,7 +185,8 @@ class RedisClusterServers(Managed):
     @property
     def seed_url(self) -> str:
         """Every node as a seed: a client finds the cluster while any one of them answers."""
-        return "redis+cluster://" + ",".join(n.address for n in self.nodes)
+        scheme = "rediss+cluster" if self.tls is not None else "redis+cluster"
+        return f"{scheme}://" + ",".join(n.address for n in self.nodes)
 
     @property
     def url(self) -> str:
@@ -294,10 +307,16 @@ class RedisClusterServers(Managed):
 
     async def _create(self) -> None:
         argv = [self._cli, "--cluster", "create", *(n.address for n in self.nodes),
-                "--cluster-replicas", str(self.replicas), "--cluster-yes"]
+                "--cluster-replicas", str(self.replicas), "--cluster-yes",
+                *(["--tls", "--cacert", str(self.tls.ca)] if self.tls is not None else [])]
+        env = None
+        if self.nodes[0].credentials is not None:  # the password by environment, not argv
+            user, password = self.nodes[0].credentials
+            argv[1:1] = ["--user", user]
+            env = {**os.environ, "REDISCLI_AUTH": password}
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT)
+            stderr=asyncio.subprocess.STDOUT, env=env)
         out, _ = await proc.communicate()
         if proc.returncode != 0:
             raise ServerError(f"redis-cli --cluster create failed ({proc.returncode}):\n"
@@ -345,8 +364,12 @@ class RedisClusterServers(Managed):
 
 
 def _client(node: RedisClusterNode) -> Redis:
+    user, password = node.credentials or (None, None)
+    tls: dict[str, object] = ({"ssl": True, "ssl_ca_certs": str(node.tls.ca)}
+                              if node.tls is not None else {})
     return Redis(host=node.host, port=node.port, decode_responses=True,
-                 socket_connect_timeout=0.5, socket_timeout=1.0)
+                 socket_connect_timeout=0.5, socket_timeout=1.0, username=user,
+                 password=password, **tls)  # type: ignore[arg-type]
 
 
 def _info_field(info: object, name: str) -> str:
@@ -369,14 +392,16 @@ class ClusterStack(Managed):
     NATS_MEMBERS = ("nats-1", "nats-2", "nats-3")
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
-                 netns: Netns | None = None) -> None:
+                 netns: Netns | None = None, tls: TlsFiles | None = None,
+                 nats_config: str = "") -> None:
         """``netns``: run every server in its own member of it (see :attr:`REDIS_MEMBERS`,
-        :attr:`NATS_MEMBERS`) instead of on loopback."""
+        :attr:`NATS_MEMBERS`) instead of on loopback. ``tls``: every server and link over
+        TLS; ``nats_config``: appended to each NATS node's file (its users)."""
         self.redis = RedisClusterServers(base_dir / "redis" if base_dir else None,
-                                         durable=durable)
+                                         durable=durable, tls=tls)
         hosts = [netns.address(m) for m in self.NATS_MEMBERS] if netns else None
         self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable,
-                                hosts=hosts)
+                                hosts=hosts, tls=tls, extra_config=nats_config)
         if netns is not None:
             for node, member in zip(self.redis.nodes, self.REDIS_MEMBERS, strict=True):
                 netns.place(node, member)

@@ -2,11 +2,17 @@
 
 A secure stack generates one password per role (and one for ``admin``) into
 ``<stack dir>/credentials.json`` (mode 0600, kept across restarts of a durable stack), starts
-NATS with the users of :func:`baton.auth.nats_users_config` and gives Redis the users of the
-ACL file deploy/ ships (:func:`baton.auth.redis_acl_file`, with its ``default`` user off).
-Every service then connects as its own role; commands run against the stack (``baton
-submit``, ``watch``) use the ``client`` user. Passwords are never printed in full
-(:func:`redacted`).
+NATS with the users of :func:`baton.auth.nats_users_config` and starts Redis with the users
+of the ACL file deploy/ ships (:func:`baton.auth.redis_acl_file`, its ``default`` user off),
+loaded from a 0600 file (:func:`write_redis_config`) so that no password is ever on a
+command line and a restarted Redis process has its users again. Both servers take TLS
+connections only, with the stack's own CA (:mod:`baton.devkit.tls`). Every service then
+connects as its own role; commands run against the stack (``baton submit``, ``watch``) use
+the ``client`` user. Passwords are never printed in full (:func:`redacted`).
+
+On a Redis Cluster (``--secure --cluster``) every node has the same users, each role also
+allowed the keyless topology reads a cluster client needs (:data:`CLUSTER_TOPOLOGY`), and
+replicas log in to their primary as ``admin`` (``masteruser``/``masterauth``).
 """
 
 from __future__ import annotations
@@ -14,17 +20,24 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
-from redis.asyncio import Redis
-
 from baton.auth import ROLES, nats_users_config, redis_acl_file
+from baton.devkit.servers import RedisServer
 
-__all__ = ["CREDENTIALS", "apply_redis_users", "load_credentials", "nats_config",
-           "redacted", "role_env", "stack_credentials", "with_user"]
+__all__ = ["CLUSTER_TOPOLOGY", "CREDENTIALS", "load_credentials", "nats_config", "redacted",
+           "redis_users", "role_env", "secure_redis", "stack_credentials", "with_user",
+           "write_redis_config"]
 
 CREDENTIALS = "credentials.json"
+REDIS_ACL = "redis-users.acl"
+REDIS_CONF = "redis-secure.conf"
 USERS = (*ROLES, "admin")
+#: What a Redis Cluster client asks every node for (slot map, replicas, redirects, the key
+#: positions of commands): keyless metadata reads, granted to every role on a cluster.
+CLUSTER_TOPOLOGY = ("+cluster|slots", "+cluster|shards", "+cluster|nodes", "+cluster|info",
+                    "+cluster|myid", "+readonly", "+asking", "+command")
 
 
 def stack_credentials(base_dir: Path) -> dict[str, str]:
@@ -34,11 +47,7 @@ def stack_credentials(base_dir: Path) -> dict[str, str]:
     if found is not None and set(found) >= set(USERS):
         return found
     passwords = {user: secrets.token_urlsafe(24) for user in USERS}
-    base_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(passwords, out)
-    path.with_suffix(".tmp").replace(path)
+    _write_private(path, json.dumps(passwords))
     return passwords
 
 
@@ -67,22 +76,54 @@ def nats_config(namespace: str, passwords: dict[str, str]) -> str:
     return nats_users_config(namespace, roles, admin_password=passwords["admin"])
 
 
-async def apply_redis_users(url: str, namespace: str, passwords: dict[str, str]) -> None:
-    """Give a fresh Redis (``default`` user still open) the ACL users of deploy/'s file,
-    passwords filled in; the ``default`` user goes off last."""
+def redis_users(namespace: str, passwords: dict[str, str], *, cluster: bool = False) -> str:
+    """The ACL file deploy/ ships, passwords filled in (as deploy/redis/start.sh renders it).
+
+    ``cluster``: every role may also read the cluster's topology (:data:`CLUSTER_TOPOLOGY`).
+    """
     lines = []
     for line in redis_acl_file(namespace).splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         for user, password in passwords.items():
             line = line.replace(f"${{{user.upper()}_REDIS_PASSWORD}}", password)
-        lines.append(line.split()[1:])
-    redis = Redis.from_url(url)
-    try:
-        for name, *rules in sorted(lines, key=lambda u: u[0] == "default"):
-            await redis.execute_command("ACL", "SETUSER", name, *rules)
-    finally:
-        await redis.aclose()
+        if cluster and line.split()[1] in ROLES:
+            line = " ".join([line, *CLUSTER_TOPOLOGY])
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def write_redis_config(base_dir: Path, namespace: str, passwords: dict[str, str], *,
+                       cluster: bool = False) -> Path:
+    """The stack's Redis users in ``redis-users.acl`` and the file every Redis process of
+    the stack starts with, ``redis-secure.conf`` (both 0600, rewritten at each start):
+    ``aclfile`` (the users exist, ``default`` off, from the first moment; a restarted
+    process has them again) and, on a cluster, how replicas log in to their primary."""
+    acl = _write_private(base_dir / REDIS_ACL, redis_users(namespace, passwords,
+                                                               cluster=cluster))
+    conf = f"aclfile {json.dumps(str(acl))}\n"
+    if cluster:
+        conf += f"masteruser admin\nmasterauth {passwords['admin']}\n"
+    return _write_private(base_dir / REDIS_CONF, conf)
+
+
+def _write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` with mode 0600 from the first byte (atomic replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    tmp.replace(path)
+    return path
+
+
+def secure_redis(nodes: Iterable[RedisServer], config: Path, passwords: dict[str, str]) -> None:
+    """Start ``nodes`` (not yet started) with the stack's config; the servers' own queries
+    (readiness, topology, cluster creation) log in as ``admin``."""
+    for node in nodes:
+        node.config_file = config
+        node.credentials = ("admin", passwords["admin"])
 
 
 def role_env(role: str, redis_url: str, passwords: dict[str, str]) -> dict[str, str]:

@@ -5,6 +5,10 @@ context manager owning one child process: it is stopped by its own PID (SIGTERM,
 after a timeout), can be SIGKILLed for crash tests, and restarts on the same port and data
 directory so durable data survives. Readiness is read from the server itself (Redis answers
 ``PONG``; NATS sends its ``INFO`` line with JetStream enabled), polled with a deadline.
+
+Given :class:`~baton.devkit.tls.TlsFiles`, a server accepts TLS connections only: Redis
+listens on its TLS port alone (``--port 0``), NATS requires TLS of every client (and of its
+routes in a cluster); their URLs become ``rediss://`` and ``tls://``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -28,9 +33,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from baton.devkit.tls import TlsFiles
 from baton.errors import ServerBinaryMissing, ServerError
 
-__all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port"]
+__all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port",
+           "nats_tls_block"]
 
 _READY_TIMEOUT_S = 10.0
 _POLL_S = 0.005
@@ -86,8 +93,10 @@ class _Server:
         durable: bool = False,
         port: int | None = None,
         binary: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.durable = durable
+        self.tls = tls
         self._fixed_port = port is not None
         self._port = port or 0
         self._binary = self._locate(binary)  # before mkdtemp: a missing binary leaks nothing
@@ -106,6 +115,10 @@ class _Server:
     async def _probe(self) -> bool:
         """True once the server answers like a ready server."""
         raise NotImplementedError
+
+    def _probe_tls(self) -> ssl.SSLContext | None:
+        """The TLS context the readiness probe connects with (None: plain TCP)."""
+        return None
 
     # -- public surface ---------------------------------------------------------------------
     @property
@@ -226,18 +239,26 @@ class _Server:
             return "(no output)"
         return "\n".join(text.splitlines()[-lines:])
 
-    async def _exchange(self, send: bytes, *, bulk: bool = False) -> bytes:
-        """Connect, send ``send``, return the first line (or RESP bulk string) answered."""
+    async def _exchange(self, send: bytes, *, bulk: bool = False, skip: int = 0,
+                        start_tls: ssl.SSLContext | None = None) -> bytes:
+        """Connect, send ``send``, return the first line (or RESP bulk string) answered
+        after ``skip`` lines; ``start_tls``: then upgrade to TLS, as a client of a server
+        that greets in plain text (NATS) does, so the server sees a whole handshake."""
         async with asyncio.timeout(0.5):
-            reader, writer = await asyncio.open_connection(self.host, self._port)
+            reader, writer = await asyncio.open_connection(self.host, self._port,
+                                                           ssl=self._probe_tls())
         try:
             if send:
                 writer.write(send)
                 await writer.drain()
             async with asyncio.timeout(0.5):
+                for _ in range(skip):
+                    await reader.readline()
                 line = await reader.readline()
                 if bulk and line.startswith(b"$"):
                     return await reader.readexactly(int(line[1:]) + 2)
+                if start_tls is not None:
+                    await writer.start_tls(start_tls)
                 return line
         finally:
             writer.close()
@@ -246,10 +267,17 @@ class _Server:
 
 
 class RedisServer(_Server):
-    """A private ``redis-server``; ``durable`` turns on AOF with ``appendfsync always``."""
+    """A private ``redis-server``; ``durable`` turns on AOF with ``appendfsync always``.
+
+    Before the start, :attr:`config_file` may name a config file the server reads first
+    (users, secrets: never on the command line), and :attr:`credentials` the user the
+    readiness probe logs in as when that file turns the ``default`` user off.
+    """
 
     name = "redis"
     log_name = "redis.log"
+    config_file: Path | None = None
+    credentials: tuple[str, str] | None = None
 
     def _locate(self, explicit: str | None) -> str:
         hint = (
@@ -265,28 +293,53 @@ class RedisServer(_Server):
             else ["--appendonly", "no"]
         )
         return [
-            self._binary, "--port", str(self._port), "--bind", self.host,
+            self._binary, *([str(self.config_file)] if self.config_file else []),
+            *self._listen(), "--bind", self.host,
             "--daemonize", "no", "--dir", str(self._data_dir), "--save", "", *persistence,
             # Off the loopback only on a private test bridge (baton.devkit.netns), where
             # protected mode would refuse every client.
             *([] if self.host == "127.0.0.1" else ["--protected-mode", "no"]),
         ]  # fmt: skip
 
+    def _listen(self) -> list[str]:
+        """The port: plain TCP, or (with ``tls``) the TLS port alone, plain TCP off.
+
+        Clients authenticate with their ACL user's password, not a certificate
+        (``tls-auth-clients no``)."""
+        if self.tls is None:
+            return ["--port", str(self._port)]
+        return [
+            "--port", "0", "--tls-port", str(self._port),
+            "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+            "--tls-ca-cert-file", str(self.tls.ca), "--tls-auth-clients", "no",
+        ]  # fmt: skip
+
+    def _probe_tls(self) -> ssl.SSLContext | None:
+        return self.tls.client_context() if self.tls is not None else None
+
     async def _probe(self) -> bool:
         # Ready = answers, and it is our process (not another server already on the port).
-        reply = await self._exchange(b"INFO server\r\n", bulk=True)
+        login = b""
+        if self.credentials is not None:
+            login = "AUTH {} {}\r\n".format(*self.credentials).encode()
+        reply = await self._exchange(login + b"INFO server\r\n", bulk=True,
+                                     skip=1 if login else 0)
         return f"process_id:{self.pid}\r\n".encode() in reply
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self._port}/0"
+        scheme = "rediss" if self.tls is not None else "redis"
+        return f"{scheme}://{self.host}:{self._port}/0"
 
 
 class NatsServer(_Server):
     """A private ``nats-server`` with JetStream, configured by a file in its data dir.
 
     ``sync_interval`` is how often JetStream fsyncs: ``"always"`` when ``durable`` (acked means
-    on disk), else the server default unless given (e.g. ``"2m"``).
+    on disk), else the server default unless given (e.g. ``"2m"``). With ``tls`` every client
+    must speak TLS; the server does not ask for client certificates (``verify: false``):
+    users authenticate with their passwords. The readiness probe reads the ``INFO`` line,
+    which NATS sends before the TLS handshake.
     """
 
     name = "nats"
@@ -304,8 +357,9 @@ class NatsServer(_Server):
         extra_config: str = "",
         server_name: str | None = None,
         monitor_port: int | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
-        super().__init__(data_dir, durable=durable, port=port, binary=binary)
+        super().__init__(data_dir, durable=durable, port=port, binary=binary, tls=tls)
         self.sync_interval = sync_interval or ("always" if durable else None)
         self.max_payload = max_payload
         # Appended to the generated file: authorization blocks, cluster routes, TLS, ...
@@ -332,6 +386,7 @@ class NatsServer(_Server):
             f"max_payload: {self.max_payload}\n"
             f"ports_file_dir: {json.dumps(str(self._data_dir))}\n"
             f"jetstream {{\n  store_dir: {store}{sync}\n}}\n"
+            f"{nats_tls_block(self.tls) if self.tls is not None else ''}"
             f"{self.extra_config}\n"
         )
         return [self._binary, "-c", str(conf)]
@@ -341,14 +396,24 @@ class NatsServer(_Server):
         # port answers for our process, not for another server that holds it.
         if not any(self._data_dir.glob(f"*_{self.pid}.ports")):
             return False
-        line = await self._exchange(b"")
+        tls = self.tls.client_context() if self.tls is not None else None
+        line = await self._exchange(b"", start_tls=tls)
         if not line.startswith(b"INFO "):
             return False
         return bool(json.loads(line[5:]).get("jetstream"))
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self._port}"
+        scheme = "tls" if self.tls is not None else "nats"
+        return f"{scheme}://{self.host}:{self._port}"
+
+
+def nats_tls_block(tls: TlsFiles, indent: str = "") -> str:
+    """A NATS ``tls { ... }`` block: the server's certificate, no client certificates asked."""
+    lines = [f"cert_file: {json.dumps(str(tls.cert))}", f"key_file: {json.dumps(str(tls.key))}",
+             f"ca_file: {json.dumps(str(tls.ca))}", "verify: false"]
+    body = "".join(f"{indent}  {line}\n" for line in lines)
+    return f"{indent}tls {{\n{body}{indent}}}\n"
 
 
 def _find_binary(name: str, explicit: str | None, env: str, dirs: list[str], hint: str) -> str:
@@ -385,7 +450,8 @@ class NatsCluster(Managed):
     """A JetStream cluster of ``size`` private ``nats-server`` processes on loopback.
 
     Nodes are named ``n1..nN`` and routed to each other; :attr:`url` lists every client
-    URL (comma-separated, as ``BATON_NATS_URL`` takes them). Ready once every node serves
+    URL (comma-separated, as ``BATON_NATS_URL`` takes them); with ``tls`` the clients and
+    the routes between the nodes speak TLS only. Ready once every node serves
     and the JetStream meta group has elected a leader that every node knows (read from each
     node's ``/jsz`` monitoring endpoint). Single nodes can be killed and restarted (same
     ports and data) to test failover.
@@ -400,6 +466,7 @@ class NatsCluster(Managed):
         extra_config: str = "",
         name: str = "baton",
         hosts: list[str] | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._owns_dir = base_dir is None
         self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
@@ -407,6 +474,7 @@ class NatsCluster(Managed):
         # Each node's address (loopback by default; its own namespace's in partition tests).
         hosts = hosts or ["127.0.0.1"] * size
         routes = [free_port() for _ in range(size)]
+        self.route_ports = routes  # each node's cluster (route) port, in node order
         seeds = ", ".join(f"nats-route://{h}:{p}" for h, p in zip(hosts, routes, strict=True))
         self.nodes = [
             NatsServer(
@@ -414,9 +482,11 @@ class NatsCluster(Managed):
                 durable=durable,
                 server_name=f"n{i + 1}",
                 monitor_port=free_port(),
+                tls=tls,
                 extra_config=(
                     f"cluster {{\n  name: {json.dumps(name)}\n  listen: {hosts[i]}:{route}\n"
-                    f"  routes: [{seeds}]\n}}\n{extra_config}"
+                    f"  routes: [{seeds}]\n"
+                    f"{nats_tls_block(tls, '  ') if tls is not None else ''}}}\n{extra_config}"
                 ),
             )
             for i, route in enumerate(routes)
@@ -479,11 +549,12 @@ class EmbeddedStack(Managed):
     """Redis and NATS together, as ``baton dev`` runs them; data under ``base_dir`` if given."""
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
-                 nats_config: str = "") -> None:
-        self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable)
+                 nats_config: str = "", tls: TlsFiles | None = None) -> None:
+        self.redis = RedisServer(base_dir / "redis" if base_dir else None, durable=durable,
+                                 tls=tls)
         # Monitoring (/varz) on: sizing and benchmarks read message and byte counts there.
         self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
-                               extra_config=nats_config, monitor_port=free_port())
+                               extra_config=nats_config, monitor_port=free_port(), tls=tls)
 
     @property
     def redis_url(self) -> str:

@@ -44,12 +44,16 @@ def settings_from_env_or_stack(**overrides: Any) -> Settings:
     """Settings from ``BATON_*``; URLs not set there come from a running ``baton dev``."""
     env = dict(os.environ)
     stack = read_stack(env) or {}
+    # A secure stack's servers speak TLS with the stack's own CA (baton.devkit.tls).
+    tls_ca = {"BATON_REDIS_URL": "BATON_REDIS_TLS_CA", "BATON_NATS_URL": "BATON_NATS_TLS_CA"}
     for key, name in (("redis_url", "BATON_REDIS_URL"), ("nats_url", "BATON_NATS_URL"),
                       ("mail_url", "BATON_MAIL_URL"), ("namespace", "BATON_NAMESPACE")):
         if not env.get(name) and stack.get(key):
             env[name] = str(stack[key])
             if name == "BATON_REDIS_URL" and stack.get("secure"):
                 env[name] = _client_url(stack)
+            if name in tls_ca and stack.get("tls_ca") and not env.get(tls_ca[name]):
+                env[tls_ca[name]] = str(stack["tls_ca"])
     return Settings.from_env(env, **overrides)
 
 

@@ -334,6 +334,15 @@ def _tls_options(settings: Settings) -> dict[str, Any]:
     return {k: v for k, v in files.items() if v}
 
 
+def without_password(url: str) -> str:
+    """``url`` fit for messages and logs: the user kept, the password dropped."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hosts = rest.rpartition("@")
+    if not sep or not at:
+        return url
+    return f"{scheme}://{userinfo.partition(':')[0]}@{hosts}"
+
+
 def redis_user(settings: Settings) -> str:
     """The ACL user of the Redis URL ("default" when none is named)."""
     if is_cluster_url(settings.redis_url):
@@ -342,4 +351,4 @@ def redis_user(settings: Settings) -> str:
 
 
 __all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis",
-           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user"]
+           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user", "without_password"]

@@ -46,7 +46,13 @@ from baton.settings import Settings
 from baton.store.control import Decisions
 from baton.store.documents import documents_from_hash
 from baton.store.keys import Keys, SessionKeys
-from baton.store.redis_client import REDIS_ERRORS, connect_redis, is_cluster, redis_user
+from baton.store.redis_client import (
+    REDIS_ERRORS,
+    connect_redis,
+    is_cluster,
+    redis_user,
+    without_password,
+)
 from baton.store.runs import Runs
 from baton.store.scripts import ScriptRunner
 from baton.store.state import (
@@ -103,9 +109,8 @@ class Store:
             raise from_redis_error(exc, role=redis_user(settings)) from None
         except REDIS_ERRORS as exc:
             await redis.aclose()
-            raise RedisUnavailable(
-                f"cannot reach Redis at {settings.redis_url}: {exc}", url=settings.redis_url
-            ) from None
+            url = without_password(settings.redis_url)
+            raise RedisUnavailable(f"cannot reach Redis at {url}: {exc}", url=url) from None
         return store
 
     async def close(self) -> None:

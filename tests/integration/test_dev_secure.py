@@ -1,4 +1,5 @@
-"""``baton dev --secure``: the local stack with per-stack credentials, every service as its role."""
+"""``baton dev --secure``: the local stack with per-stack credentials and TLS, every service
+as its role."""
 
 from __future__ import annotations
 
@@ -18,21 +19,34 @@ from baton.client import Client
 from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
-from baton.devkit.secure import CREDENTIALS, load_credentials
+from baton.devkit.secure import CREDENTIALS, REDIS_ACL, REDIS_CONF, load_credentials
+from baton.store.redis_client import connect_redis
 
 
 async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
     tmp_path: Path,
 ) -> None:
-    async with DevStack(tmp_path, brains=1, hands=1, relays=1, secure=True) as stack:
+    async with DevStack(tmp_path, brains=1, hands=1, relays=1, secure=True, api=True) as stack:
         path = tmp_path / CREDENTIALS
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         passwords = load_credentials(tmp_path)
         assert passwords is not None and len(set(passwords.values())) == len(passwords)
+        assert stack.tls is not None and stack.servers is not None
+        ca = str(stack.tls.ca)
         for proc in stack.procs():  # each service got its own role's user, nobody else's
-            url = proc.env["BATON_REDIS_URL"]
-            assert url.startswith(f"redis://{proc.role}:{passwords[proc.role]}@")
+            url = proc.env["BATON_REDIS_URL"]  # and reaches both servers over TLS only
+            assert url.startswith(f"rediss://{proc.role}:{passwords[proc.role]}@")
             assert proc.env["BATON_NATS_USER"] == proc.role
+            assert proc.env["BATON_NATS_URL"].startswith("tls://")
+            assert proc.env["BATON_REDIS_TLS_CA"] == proc.env["BATON_NATS_TLS_CA"] == ca
+        assert stack.api is not None and stack.api.env["BATON_REDIS_TLS_CA"] == ca
+        for name in ("ca.pem", "ca.key", "server.pem", "server.key"):
+            assert stat.S_IMODE((stack.tls.ca.parent / name).stat().st_mode) == 0o600
+        for name in (REDIS_ACL, REDIS_CONF):  # Redis reads its users and secrets from files
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+        for server in (stack.servers.redis, stack.servers.nats):  # never on a command line
+            cmdline = _cmdline(server.pid)
+            assert not [u for u, p in passwords.items() if p.encode() in cmdline]
         client = await Client.connect(stack.settings("client"))
         try:
             sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
@@ -45,22 +59,26 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         assert sorted(stats["deliveries"].values()) == [1] * 5
 
         # No anonymous access, and a role's user stays within its role.
-        anonymous = aioredis.Redis.from_url(stack.redis_url)
+        anonymous = aioredis.Redis.from_url(stack.redis_url, ssl_ca_certs=ca)
         with pytest.raises((AuthenticationError, ResponseError)):
             await anonymous.get("baton:x")
         await anonymous.aclose()
-        hands = aioredis.Redis.from_url(stack.settings("hands").redis_url)
+        hands = aioredis.Redis.from_url(stack.settings("hands").redis_url, ssl_ca_certs=ca)
         sk = (await _any_session(stack)).meta
         with pytest.raises(ResponseError, match="no permissions"):
             await hands.hset(sk, "fence", 1)
         await hands.aclose()
 
 
+def _cmdline(pid: int | None) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 async def _any_session(stack: DevStack) -> object:
     from baton.store.keys import Keys
 
     keys = Keys(stack.namespace, stack.settings().shards)
-    admin = aioredis.Redis.from_url(stack.settings().redis_url, decode_responses=True)
+    admin = connect_redis(stack.settings())
     try:
         for key in keys.every("sessions"):
             ids = await admin.zrange(key, 0, 0)
@@ -85,6 +103,9 @@ def test_baton_dev_secure_serves_submit_and_never_prints_a_password(tmp_path: Pa
         info = json.loads((tmp_path / "home" / "dev.json").read_text())
         pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
         assert info["secure"] is True
+        assert info["redis_url"].startswith("rediss://")
+        assert info["nats_url"].startswith("tls://")
+        assert info["tls_ca"] == str(tmp_path / "home" / "tls" / "ca.pem")
         out = baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com")
         assert json.loads(out.splitlines()[-1])["status"] == "completed"
         printed += out + baton("dev", "status")
