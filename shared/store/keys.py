@@ -14,9 +14,13 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
                                     "task:<request id>" -> task id (idempotent start)
     <ns>:T:s:<sid>:intents   HASH   run id -> the Brain's committed intent of a live run (only
-                                    Brains write it; the Hands read it to run the tool)
+                                    Brains write it; the Hands read it to run the tool);
+                                    "<run id>.cancel" -> ms the Brain asked the run to stop,
+                                    "<run id>.digest" -> arguments digest an approval must
+                                    present (both out of the Hands' reach)
     <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS;
-                                    "intent" lives in the intents hash until the run is applied),
+                                    "intent", "cancel" and "digest" live in the intents hash
+                                    until the run is applied),
                                     "grp:<group>" -> runs of the group still without a result
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
@@ -65,8 +69,9 @@ RUN_FIELDS = (
     "worker",  # worker of the current attempt
     "result",  # JSON ToolResult
     "attempts",  # JSON list of finished attempt summaries (appended by Lua as text)
-    "cancel",  # ms the Brain asked the run to stop (its heartbeat answers "cancelled")
-    "digest",  # arguments digest an approval must present (approval-gated tools)
+    "cancel",  # ms the Brain asked the run to stop (intents hash while live; its heartbeat
+    # answers "cancelled")
+    "digest",  # arguments digest an approval must present (intents hash while live)
     "approved",  # ms of the approval that dispatched it
 )
 

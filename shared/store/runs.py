@@ -18,7 +18,7 @@ from baton.receipts import Carrier
 from baton.settings import Settings
 from baton.store.keys import RUN_FIELDS, Keys
 from baton.store.scripts import ScriptRunner
-from baton.store.state import Claim, parse_runs
+from baton.store.state import BRAIN_RUN_FIELDS, Claim, parse_runs
 
 
 class Runs:
@@ -122,9 +122,11 @@ class Runs:
         async with self.redis.pipeline(transaction=True) as p:
             p.hmget(sk.runs, names)
             p.hmget(sk.runs_done, names)
-            p.hget(sk.intents, run_id)
-            live, done, intent = await p.execute()
-        live[0] = intent  # RUN_FIELDS[0]: a live run's intent is kept in the intents hash
+            p.hmget(sk.intents, [run_id, *(f"{run_id}.{f}" for f in BRAIN_RUN_FIELDS)])
+            live, done, own = await p.execute()
+        # A live run's intent, cancel mark and digest are kept in the intents hash.
+        for f, value in zip(("intent", *BRAIN_RUN_FIELDS), own, strict=True):
+            live[RUN_FIELDS.index(f)] = value
         for values in (live, done):
             if values[0] is not None:
                 fields = {n: v for n, v in zip(names, values, strict=True) if v is not None}

@@ -134,14 +134,29 @@ class SessionState:
         return self.entry_count - len(self.entries)
 
 
-def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
-    """The runs hash with each live run's committed intent (kept apart, in the intents hash
-    only Brains write) put back as its ``<run>.intent`` field, for :func:`parse_runs`.
+#: Fields of a live run that the Brain keeps beside its intent in the intents hash (as
+#: ``<run id>.<field>``), where the Hands cannot write: what an approval must present and
+#: the mark asking the run to stop.
+BRAIN_RUN_FIELDS = ("cancel", "digest")
 
-    An ``.intent`` field found in the runs hash itself is dropped: the Hands write that hash,
-    and a run the Brain never committed must not appear in its state."""
-    kept = {k: v for k, v in runs.items() if not k.endswith(".intent")}
-    return {**kept, **{f"{rid}.intent": intent for rid, intent in intents.items()}}
+
+def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
+    """The runs hash with each live run's committed intent and the Brain's own fields of
+    the run (:data:`BRAIN_RUN_FIELDS`), kept apart in the intents hash only Brains write,
+    put back as ``<run>.<field>`` fields, for :func:`parse_runs`.
+
+    Such fields found in the runs hash itself are dropped: the Hands write that hash, and a
+    run the Brain never committed (or a cancel mark or digest it never set) must not appear
+    in its state."""
+    own = ("intent", *BRAIN_RUN_FIELDS)
+    kept = {k: v for k, v in runs.items() if k.rpartition(".")[2] not in own}
+    for name, value in intents.items():
+        _, dot, attr = name.rpartition(".")
+        if dot and attr in BRAIN_RUN_FIELDS:
+            kept[name] = value
+        else:
+            kept[f"{name}.intent"] = value
+    return kept
 
 
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
@@ -222,6 +237,6 @@ def _runs_of(r: Receipt) -> set[str]:
 
 
 __all__ = [
-    "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta", "parse_receipt",
-    "parse_runs", "receipts_about", "with_intents",
+    "BRAIN_RUN_FIELDS", "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta",
+    "parse_receipt", "parse_runs", "receipts_about", "with_intents",
 ]

@@ -27,8 +27,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, ResponseError
 
 from baton.auth import ROLES, redis_acl_file
+from baton.bus.subjects import BusNames
 from baton.devkit.servers import RedisServer
-from baton.errors import BatonError, CredentialsError
+from baton.errors import BatonError, ConflictError, CredentialsError
 from baton.models import Task
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
@@ -110,7 +111,11 @@ async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
     await admin.hset(sk.tasks, "t1", json.dumps({"id": "t1"}))
     await admin.hset(sk.subs, "sub-1", json.dumps({"id": "sub-1", "text": "hello"}))
     await admin.hset(sk.runs, mapping={"r1.status": "dispatched", "r1.attempt": 0})
-    await admin.hset(sk.intents, "r1", json.dumps(intent))
+    await admin.hset(sk.intents, mapping={"r1": json.dumps(intent), "r1.cancel": 7})
+    # a run awaiting an approval bound to its arguments' digest
+    gated = {**intent, "run_id": "r2", "tool": "send_email", "approval_digest": "d-real"}
+    await admin.hset(sk.runs, mapping={"r2.status": "awaiting_approval", "r2.attempt": 0})
+    await admin.hset(sk.intents, mapping={"r2": json.dumps(gated), "r2.digest": "d-real"})
     await admin.hset(sk.runs_done, mapping={"r0.intent": json.dumps({**intent, "run_id": "r0"}),
                                             "r0.result": '{"outcome":"ok"}'})
 
@@ -207,6 +212,41 @@ async def test_a_run_forged_by_hands_in_the_run_records_never_reaches_the_brain(
                                        await store.redis.hgetall(keys.intents)))
         assert "r-forged" not in runs and "r1" in runs  # what Store.load builds its state of
         assert await store.runs.get(OWN, "r-forged") is None
+    finally:
+        await store.close()
+
+
+async def test_hands_cannot_clear_a_cancel_mark(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hdel(sk(confined).intents, "r1.cancel"))
+
+
+async def test_hands_cannot_change_what_an_approval_must_present(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hset(sk(confined).intents, "r2.digest",
+                                                      "d-forged"))
+
+
+async def test_a_digest_or_cancel_forged_by_hands_in_the_run_records_changes_nothing(
+    confined: Confined,
+) -> None:
+    """What the Hands may write (the runs hash) is not where an approval's digest or a
+    cancel mark is read: a forged digest does not approve, a deleted mark still cancels."""
+    hands = confined.connect("hands")
+    await hands.hset(sk(confined).runs, mapping={"r2.digest": "d-forged", "r1.cancel": ""})
+    await hands.hdel(sk(confined).runs, "r1.cancel")
+    await hands.aclose()
+    client = await Store.connect(confined.settings("client"))
+    try:
+        with pytest.raises(ConflictError, match="d-real"):
+            await client.decisions.approve(BusNames(confined.namespace), OWN, "r2", "d-forged",
+                                           worker_ref("client", "c"))
+    finally:
+        await client.close()
+    store = await Store.connect(confined.settings("admin"))
+    try:
+        run = await store.runs.get(OWN, "r1")
+        assert run is not None and run.cancel_ms == 7
+        gated = await store.runs.get(OWN, "r2")
+        assert gated is not None and gated.status == "awaiting_approval"
     finally:
         await store.close()
 

@@ -15,9 +15,11 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
   subs      HASH   submission id -> JSON
   reqs      HASH   request id -> submission id
-  intents   HASH   run id -> the committed intent of a live run (only Brains write it; the
-                   Hands write the runs hash, so they cannot change what the Brain decided)
-  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below but intent;
+  intents   HASH   run id -> the committed intent of a live run, "<run>.cancel" (ms the
+                   Brain asked it to stop), "<run>.digest" (what an approval must present):
+                   only Brains write it; the Hands write the runs hash, so they cannot
+                   change what the Brain decided
+  runs      HASH   "<run>.<field>" for live tool runs (RUN_FIELDS below but intent, cancel, digest;
                    status dispatched|awaiting_approval|running|completed), and "grp:<g>":
                    runs of group g still without a result (set by the commit, counted down
                    by results)

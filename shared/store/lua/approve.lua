@@ -6,7 +6,7 @@ ARGV: 1 session id, 2 run id, 3 decision ('approve' | 'reject'), 4 arguments dig
       approve: 7 dispatch subject, 8 dispatch JSON, 9 headers JSON
       reject:  7 result JSON, 8 wake JSON
 An approval is bound to the run's exact arguments: the presented digest must equal the one
-the Brain saved with the intent ('<run>.digest'), or the approval is refused with
+the Brain saved beside the intent (intents '<run>.digest', which the Hands cannot write), or the approval is refused with
 CONFLICT (after a 'refused' receipt) and nothing is dispatched. In one step an approval
 sets the status 'dispatched', '<run>.approved' and the run's outbox dispatch row; a
 rejection completes the run with the given result (outcome error, code 'rejected'), wakes
@@ -23,7 +23,10 @@ if redis.call('EXISTS', K_META) == 0 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.digest', rid .. '.approved',
                      rid .. '.intent')
-r[4] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy
+-- the digest and the intent come from the Brain's intents hash, never from the run records
+-- the Hands write
+local own = redis.call('HMGET', K_INTENTS, rid .. '.digest', rid)
+r[2], r[4] = own[1] or '', own[2]
 local now = now_ms()
 if not r[1] then
   local d = redis.call('HMGET', K_RUNS_DONE, rid .. '.intent', rid .. '.approved')

@@ -35,7 +35,9 @@ if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
                      rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
-r[1] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy, not the runs hash
+-- the intent and the cancel mark are the Brain's own (intents hash), not the runs hash
+local own = redis.call('HMGET', K_INTENTS, rid, rid .. '.cancel')
+r[1], r[7] = own[1], own[2]
 if not r[1] then
   return {'gone'}
 end

@@ -21,11 +21,13 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
   n  [[channel, message]]    notifications SPUBLISHed after the writes (waiters; sharded channels under the session's hash tag, so one slot)
   c  new compat level, or 0  (with w: the session moved to another compat level)
   aw [[run id, digest]]      new runs that wait for an approval bound to this arguments
-                             digest: status 'awaiting_approval', no outbox row of their own
+                             digest: status 'awaiting_approval', no outbox row of their own;
+                             the digest goes to the intents hash ('<run>.digest')
   cr [run id]  crr result JSON   runs to cancel: one still 'dispatched' (never claimed) or
                              'awaiting_approval' is completed at once with the result crr
-                             (and the dirty mark set, so the holder looks again); a 'running'
-                             one gets '<run>.cancel', which its next heartbeat reports
+                             (and the dirty mark set, so the holder looks again); every one
+                             gets the cancel mark '<run>.cancel' in the intents hash, which
+                             a running attempt's next heartbeat reports
   ms [[field, value]]  md [field]   meta fields to set / delete: only 'cancel:*' and
                              'blocked:*' (cancel intents consumed, blocked tasks' reasons)
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
@@ -224,8 +226,9 @@ for _, a in ipairs(list('aw')) do awaiting[a[1]] = a[2] end
 for _ = 1, nr do
   local rid = ARGV[p]
   if awaiting[rid] then
-    redis.call('HSET', K_RUNS, rid .. '.status', 'awaiting_approval', rid .. '.attempt', 0,
-               rid .. '.digest', awaiting[rid])
+    redis.call('HSET', K_RUNS, rid .. '.status', 'awaiting_approval', rid .. '.attempt', 0)
+    -- beside the intent, where the Hands cannot change what an approval must present
+    redis.call('HSET', K_INTENTS, rid .. '.digest', awaiting[rid])
   else
     redis.call('HSET', K_RUNS, rid .. '.status', 'dispatched', rid .. '.attempt', 0)
   end
@@ -242,27 +245,33 @@ for _, a in ipairs(list('a')) do
   for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
   local vals = redis.call('HMGET', K_RUNS, unpack(names))
   local moved = {}
+  local brain_own = {intent = true, cancel = true, digest = true}
   for i = 1, #names do
-    if vals[i] then
+    if vals[i] and not brain_own[RUN_FIELDS[i]] then
       moved[#moved + 1] = names[i]
       moved[#moved + 1] = vals[i]
     end
   end
-  local committed = redis.call('HGET', K_INTENTS, a)
-  if committed then
-    moved[#moved + 1] = a .. '.intent'
-    moved[#moved + 1] = committed
+  -- the Brain's own fields of the run (intent, cancel mark, digest) replace any the runs
+  -- hash holds
+  local own = redis.call('HMGET', K_INTENTS, a, a .. '.cancel', a .. '.digest')
+  for i, f in ipairs({'intent', 'cancel', 'digest'}) do
+    if own[i] then
+      moved[#moved + 1] = a .. '.' .. f
+      moved[#moved + 1] = own[i]
+    end
   end
   redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
   redis.call('HDEL', K_RUNS, unpack(names))
-  redis.call('HDEL', K_INTENTS, a)
+  redis.call('HDEL', K_INTENTS, a, a .. '.cancel', a .. '.digest')
 end
 for _, rid in ipairs(list('cr')) do
   local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.intent')
   r[2] = redis.call('HGET', K_INTENTS, rid)
   if r[1] == 'dispatched' or r[1] == 'awaiting_approval' then
     redis.call('HSET', K_RUNS, rid .. '.result', ix.crr, rid .. '.status', 'completed',
-               rid .. '.completed', now, rid .. '.cancel', now)
+               rid .. '.completed', now)
+    redis.call('HSET', K_INTENTS, rid .. '.cancel', now)
     local iok, intent = pcall(cjson.decode, r[2])
     if iok and type(intent) == 'table' and type(intent.group) == 'string' then
       local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. intent.group, -1)
@@ -270,7 +279,7 @@ for _, rid in ipairs(list('cr')) do
     end
     redis.call('HSET', K_META, 'dirty', 1)
   elseif r[1] == 'running' then
-    redis.call('HSET', K_RUNS, rid .. '.cancel', now)
+    redis.call('HSET', K_INTENTS, rid .. '.cancel', now)  -- Brain-owned: the Hands cannot clear it
   end
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
