@@ -265,12 +265,14 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
                         session_id=session_id)
     if not raw["meta"] and not any(x.startswith(f"meta key {sk.meta}") for x in f):
         f.add(f"meta key {sk.meta}", "missing (the session's other keys exist)")
-    meta = lenient_meta(session_id, raw["meta"], f, f"meta key {sk.meta}", raw["runs"]) \
+    # A live run's committed intent, its Brain-owned fields and the group counts are kept
+    # in the intents hash (only Brains write it).
+    merged = with_intents(raw["runs"], raw["intents"])
+    meta = lenient_meta(session_id, raw["meta"], f, f"meta key {sk.meta}", merged) \
         if raw["meta"] else lenient_meta(session_id, {}, Findings())
     live_tasks = _decode_each(f, "task", raw["tasks"], Task)
     done_tasks = _decode_each(f, "finished task", raw["done"], Task)
-    # A live run's committed intent is kept in the intents hash (only Brains write it).
-    live_runs = _runs_each(f, sk.runs, with_intents(raw["runs"], raw["intents"]))
+    live_runs = _runs_each(f, sk.runs, merged)
     runs = {**_runs_each(f, sk.runs_done, raw["runs_done"]), **live_runs}
     submissions = _decode_each(f, "submission", raw["subs"], Submission)
     start = int(raw["entry_count"]) - len(page)

@@ -43,8 +43,9 @@ log = get_logger("baton.store.epoch")
 #: How long after a store's creation missing shard epochs are taken for an initialisation
 #: still in progress rather than for lost state.
 INIT_GRACE_MS = 30_000
-#: The version of the key layout (baton.store.keys) this code reads and writes. 2: a live
-#: run's cancel mark and approval digest live in the Brain-only intents hash.
+#: The version of the key layout (baton.store.keys) this code reads and writes. 2: the
+#: Brain's side of a live run (status until claimed, cancel mark, approval digest, group
+#: counts) lives in the intents hash, the runs hash holds only the Hands' records.
 STORE_LAYOUT = 2
 ANCHOR = 0
 

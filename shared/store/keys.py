@@ -13,15 +13,21 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:subs      HASH   submission id -> submission JSON
     <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
                                     "task:<request id>" -> task id (idempotent start)
-    <ns>:T:s:<sid>:intents   HASH   run id -> the Brain's committed intent of a live run (only
-                                    Brains write it; the Hands read it to run the tool);
-                                    "<run id>.cancel" -> ms the Brain asked the run to stop,
-                                    "<run id>.digest" -> arguments digest an approval must
-                                    present (both out of the Hands' reach)
-    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS;
-                                    "intent", "cancel" and "digest" live in the intents hash
-                                    until the run is applied),
-                                    "grp:<group>" -> runs of the group still without a result
+    <ns>:T:s:<sid>:intents   HASH   the Brain's side of live runs (only Brains, and a person's
+                                    approval or rejection, write it; the Hands read it):
+                                    run id -> committed intent; "<run id>.<f>" for f in
+                                    state.BRAIN_RUN_FIELDS: status (dispatched |
+                                    awaiting_approval, or completed with result and completed
+                                    ms for a run ended without the Hands), cancel (ms the Brain
+                                    asked it to stop), digest (what an approval must present),
+                                    approved (ms); "grp:<group>" -> results the group awaits;
+                                    "gc" -> applied runs and groups whose records in the runs
+                                    hash the Hands may drop
+    <ns>:T:s:<sid>:runs      HASH   the Hands' side: "<run id>.<f>" for the attempt fields of
+                                    RUN_FIELDS (status running | completed, attempt, accepted,
+                                    heartbeat, worker, result, completed, attempts),
+                                    "grp:<group>" -> results of the group so far; Brains only
+                                    read it
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied

@@ -134,29 +134,63 @@ class SessionState:
         return self.entry_count - len(self.entries)
 
 
-#: Fields of a live run that the Brain keeps beside its intent in the intents hash (as
-#: ``<run id>.<field>``), where the Hands cannot write: what an approval must present and
-#: the mark asking the run to stop.
-BRAIN_RUN_FIELDS = ("cancel", "digest")
+#: Fields of a live run that the Brain (or a person's decision) keeps beside its intent in
+#: the intents hash, as ``<run id>.<field>``, where the Hands cannot write: its status
+#: before any claim (dispatched, awaiting_approval, or completed when it was ended without
+#: the Hands, with that result), the mark asking it to stop, what an approval must present.
+BRAIN_RUN_FIELDS = ("status", "cancel", "digest", "approved", "result", "completed")
+_ENDING = ("status", "result", "completed")  # the Brain's, when it ended the run itself
+
+
+def run_status(brain: str | None, hands: str | None) -> str | None:
+    """A live run's status from the Brain's and the Hands' (as _lib.lua's run_status): an
+    approval still awaited or an ending decided without the Hands wins."""
+    if brain in ("completed", "awaiting_approval") or hands is None:
+        return brain
+    return hands
 
 
 def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
-    """The runs hash with each live run's committed intent and the Brain's own fields of
-    the run (:data:`BRAIN_RUN_FIELDS`), kept apart in the intents hash only Brains write,
-    put back as ``<run>.<field>`` fields, for :func:`parse_runs`.
+    """The runs hash (the Hands' records) and the intents hash (the Brain's: each live run's
+    committed intent and :data:`BRAIN_RUN_FIELDS`, group counts) merged into one
+    ``<run>.<field>`` mapping for :func:`parse_runs` and :func:`parse_meta`.
 
-    Such fields found in the runs hash itself are dropped: the Hands write that hash, and a
-    run the Brain never committed (or a cancel mark or digest it never set) must not appear
-    in its state."""
-    own = ("intent", *BRAIN_RUN_FIELDS)
-    kept = {k: v for k, v in runs.items() if k.rpartition(".")[2] not in own}
+    Intent, cancel mark, digest and approval found in the runs hash are dropped: the Hands
+    write that hash, and a run the Brain never committed (or a mark it never set) must not
+    appear in its state. ``grp:<group>`` becomes the number of results the group still
+    awaits: the Brain's count less the Hands' (dropped at zero)."""
+    merged = {k: v for k, v in runs.items()
+              if not k.startswith("grp:")
+              and k.rpartition(".")[2] not in ("intent", "cancel", "digest", "approved")}
     for name, value in intents.items():
-        _, dot, attr = name.rpartition(".")
-        if dot and attr in BRAIN_RUN_FIELDS:
-            kept[name] = value
-        else:
-            kept[f"{name}.intent"] = value
-    return kept
+        if name == "gc":
+            continue
+        if name.startswith("grp:"):
+            try:
+                left = int(value) - int(runs.get(name, 0))
+            except ValueError:  # kept as found, for parse_meta or inspect to report
+                merged[name] = f"{value}-{runs.get(name, 0)}"
+                continue
+            if left > 0:
+                merged[name] = str(left)
+            continue
+        rid, dot, attr = name.rpartition(".")
+        if not (dot and attr in BRAIN_RUN_FIELDS):
+            merged[f"{name}.intent"] = value
+        elif attr not in _ENDING:
+            merged[name] = value
+    for name, value in intents.items():
+        rid, dot, attr = name.rpartition(".")
+        if dot and attr == "status":
+            hands = runs.get(name)
+            if value == "completed":  # ended without the Hands: its own result
+                for f in _ENDING:
+                    merged.pop(f"{rid}.{f}", None)
+                    if f"{rid}.{f}" in intents:
+                        merged[f"{rid}.{f}"] = intents[f"{rid}.{f}"]
+            else:
+                merged[name] = run_status(value, hands) or value
+    return merged
 
 
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
@@ -187,9 +221,9 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
 
 def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None = None,
                nudge: str | None = None) -> SessionMeta:
-    """The session hash as a model. Group counters live in the run records (``runs``,
-    fields ``grp:<group>``) and the Hands' and timers' dirty mark in the ``nudge`` key:
-    pass them to get the whole picture."""
+    """The session hash as a model. Group counters come with the run records (``runs``
+    as :func:`with_intents` merges them, fields ``grp:<group>``) and the Hands' and timers'
+    dirty mark in the ``nudge`` key: pass them to get the whole picture."""
     groups = {k[4:]: int(v) for k, v in (runs or {}).items() if k.startswith("grp:")}
     return SessionMeta(
         session_id=session_id,
@@ -238,5 +272,5 @@ def _runs_of(r: Receipt) -> set[str]:
 
 __all__ = [
     "BRAIN_RUN_FIELDS", "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta",
-    "parse_receipt", "parse_runs", "receipts_about", "with_intents",
+    "parse_receipt", "parse_runs", "receipts_about", "run_status", "with_intents",
 ]

@@ -304,12 +304,13 @@ class Store:
         if not meta:
             raise not_found(f"session {session_id}", namespace=self.settings.namespace,
                             session_id=session_id)
+        runs = with_intents(runs, intents)
         return SessionState(
             meta=parse_meta(session_id, meta, runs, nudge),
             tasks={k: decode(Task, v) for k, v in tasks.items()},
             documents=documents_from_hash(docs),
             submissions={k: decode(Submission, v) for k, v in subs.items()},
-            runs=parse_runs(with_intents(runs, intents)),
+            runs=parse_runs(runs),
             entry_count=int(count),
             entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
         )

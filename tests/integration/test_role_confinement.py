@@ -9,8 +9,7 @@ session's keys are unchanged.
 
 Acts the current key layout cannot refuse yet are marked ``xfail(strict=True)`` with the
 reason (see docs/threat-model.md, "Open gaps"): a client's scripts still write the session
-hash and the outbox of the sessions it is granted, and Brains write the run records (their
-dispatch status) that the Hands' claims and results also live in. ``strict`` makes such a test
+hash and the outbox of the sessions it is granted. ``strict`` makes such a test
 fail as soon as the refusal holds, so the mark cannot outlive the gap.
 """
 
@@ -42,7 +41,6 @@ OWN, OTHER = "acme-1", "other-1"  # the client's session and one outside its gra
 
 HOLE_CLIENT = ("submit, start, cancel and approve write meta and the outbox of the "
                "client's own sessions")
-HOLE_BRAIN_RUNS = "the brain user writes the runs hash (commits dispatch runs there)"
 
 
 def gap(reason: str) -> pytest.MarkDecorator:
@@ -110,12 +108,12 @@ async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
     await admin.rpush(sk.entries, json.dumps({"kind": "user", "text": "hello"}))
     await admin.hset(sk.tasks, "t1", json.dumps({"id": "t1"}))
     await admin.hset(sk.subs, "sub-1", json.dumps({"id": "sub-1", "text": "hello"}))
-    await admin.hset(sk.runs, mapping={"r1.status": "dispatched", "r1.attempt": 0})
-    await admin.hset(sk.intents, mapping={"r1": json.dumps(intent), "r1.cancel": 7})
+    await admin.hset(sk.intents, mapping={"r1": json.dumps(intent), "r1.status": "dispatched",
+                                          "r1.cancel": 7})
     # a run awaiting an approval bound to its arguments' digest
     gated = {**intent, "run_id": "r2", "tool": "send_email", "approval_digest": "d-real"}
-    await admin.hset(sk.runs, mapping={"r2.status": "awaiting_approval", "r2.attempt": 0})
-    await admin.hset(sk.intents, mapping={"r2": json.dumps(gated), "r2.digest": "d-real"})
+    await admin.hset(sk.intents, mapping={"r2": json.dumps(gated), "r2.digest": "d-real",
+                                          "r2.status": "awaiting_approval"})
     await admin.hset(sk.runs_done, mapping={"r0.intent": json.dumps({**intent, "run_id": "r0"}),
                                             "r0.result": '{"outcome":"ok"}'})
 
@@ -326,7 +324,6 @@ async def test_client_cannot_write_brain_state_of_its_own_session(confined: Conf
 
 # --- Brains --------------------------------------------------------------------------------
 
-@gap(HOLE_BRAIN_RUNS)
 async def test_brain_cannot_claim_a_tool_run(confined: Confined) -> None:
     store = await Store.connect(confined.settings("brain"))
     try:
@@ -335,7 +332,6 @@ async def test_brain_cannot_claim_a_tool_run(confined: Confined) -> None:
         await store.close()
 
 
-@gap(HOLE_BRAIN_RUNS)
 async def test_brain_cannot_complete_a_tool_run(confined: Confined) -> None:
     await as_role(confined, "brain", lambda r: r.hset(
         sk(confined).runs, mapping={"r1.status": "completed", "r1.result": '{"outcome":"ok"}'}))

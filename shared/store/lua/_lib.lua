@@ -15,14 +15,18 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
   subs      HASH   submission id -> JSON
   reqs      HASH   request id -> submission id
-  intents   HASH   run id -> the committed intent of a live run, "<run>.cancel" (ms the
-                   Brain asked it to stop), "<run>.digest" (what an approval must present):
-                   only Brains write it; the Hands write the runs hash, so they cannot
-                   change what the Brain decided
-  runs      HASH   "<run>.<field>" for live tool runs (RUN_FIELDS below but intent, cancel, digest;
-                   status dispatched|awaiting_approval|running|completed), and "grp:<g>":
-                   runs of group g still without a result (set by the commit, counted down
-                   by results)
+  intents   HASH   run id -> the committed intent of a live run; "<run>.<f>" for the run's
+                   BRAIN_RUN_FIELDS below: status dispatched|awaiting_approval|completed (a
+                   run the Brain or a person ended without the Hands, with its result and
+                   completed ms), cancel (ms the Brain asked it to stop), digest (what an
+                   approval must present), approved (ms); "grp:<g>": how many results group
+                   g awaits (set by the commit, counted down by runs ended without the
+                   Hands); "gc" (see gc_names). Only Brains and decisions write it: the Hands
+                   write the runs hash, so they cannot change what the Brain decided
+  runs      HASH   the Hands' records: "<run>.<field>" (status running|completed, attempt,
+                   accepted, heartbeat, worker, result, completed, attempts), "grp:<g>":
+                   results of group g so far; Brains only read it (records of applied
+                   runs are dropped by the Hands, see gc_names)
   runs_done HASH   same, for runs whose result was applied
   receipts  STREAM commit log
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
@@ -62,6 +66,28 @@ local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUN
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
+-- Fields of a live run the Brain (or a person's decision) keeps beside the intent, as
+-- '<run>.<field>' in the intents hash, where the Hands cannot write.
+local BRAIN_RUN_FIELDS = {'status', 'cancel', 'digest', 'approved', 'result', 'completed'}
+
+-- A live run's status from the Brain's ('dispatched', 'awaiting_approval', or 'completed'
+-- when it or a person ended the run without the Hands) and the Hands' ('running',
+-- 'completed'): an approval still awaited or an ending decided without the Hands wins.
+local function run_status(brain, hands)
+  if brain == 'completed' or brain == 'awaiting_approval' or not hands then return brain end
+  return hands
+end
+
+-- Space-separated names in the intents field 'gc': records of applied runs ('<run>') and
+-- finished group counters ('grp:<group>') the Hands may drop from the runs hash (the Brain
+-- may not write it). Returns the names as a list.
+local function gc_names()
+  local names = {}
+  for n in string.gmatch(redis.call('HGET', K_INTENTS, 'gc') or '', '%S+') do
+    names[#names + 1] = n
+  end
+  return names
+end
 
 local function now_ms()
   local t = redis.call('TIME')
