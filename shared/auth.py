@@ -67,13 +67,13 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
               "set"],
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
-               "type", "ssubscribe", "sunsubscribe"],
+               "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
 }
 
 
 #: The session keys a Brain writes (see baton.store.keys): all but the Hands' run records.
 BRAIN_SESSION_KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "intents",
-                      "runs_done", "receipts", "applied", "nudge", "poison")
+                      "inbox", "runs_done", "receipts", "applied", "nudge", "poison")
 
 #: A client grant: session ids matching this glob (``*`` = every session of the namespace).
 #: Session ids hold no ``{`` or ``}`` (:data:`~baton.store.keys.SESSION_ID`), so in
@@ -108,9 +108,10 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         own = [f"~{tag}:s:*:{k}" for k in BRAIN_SESSION_KEYS]
         return [f"%R~{ns}:*", *own, f"~{tag}:outbox", f"~{tag}:timers",
                 f"~{tag}:sessions", *shard_logs]
-    # client: the granted sessions and the shard keys a submission writes
+    # client: the granted sessions and the shard keys a submission writes; a cancel's wake
+    # goes to the wakes stream (the relay publishes it on the session's own wake subject)
     return [f"~{tag}:s:{sessions}", f"~{tag}:outbox", f"~{tag}:timers", f"~{tag}:sessions",
-            f"%R~{tag}:wakes", *shard_logs]
+            f"~{tag}:wakes", *shard_logs]
 
 
 def redis_acl(

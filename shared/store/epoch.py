@@ -45,7 +45,8 @@ log = get_logger("baton.store.epoch")
 INIT_GRACE_MS = 30_000
 #: The version of the key layout (baton.store.keys) this code reads and writes. 2: the
 #: Brain's side of a live run (status until claimed, cancel mark, approval digest, group
-#: counts) lives in the intents hash, the runs hash holds only the Hands' records.
+#: counts) lives in the intents hash, the runs hash holds only the Hands' records; a
+#: client's cancel intent waits in the session's inbox.
 STORE_LAYOUT = 2
 ANCHOR = 0
 

@@ -28,6 +28,9 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     heartbeat, worker, result, completed, attempts),
                                     "grp:<group>" -> results of the group so far; Brains only
                                     read it
+    <ns>:T:s:<sid>:inbox     HASH   a client's requests the Brain has not consumed yet:
+                                    "cancel:<task id|*>" -> ms (written by clients, consumed
+                                    by the Brain's commit)
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
@@ -122,6 +125,12 @@ class SessionKeys:
     def intents(self) -> str:
         """HASH run id -> committed intent of a live run (written by the Brain only)."""
         return self.meta.removesuffix("meta") + "intents"
+
+    @property
+    def inbox(self) -> str:
+        """HASH of a client's requests to the Brain (``cancel:<target>`` -> ms): the one
+        session key a client's cancel writes; the Brain consumes them in its commit."""
+        return self.meta.removesuffix("meta") + "inbox"
 
     @property
     def nudge(self) -> str:

@@ -220,10 +220,11 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
 
 
 def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None = None,
-               nudge: str | None = None) -> SessionMeta:
+               nudge: str | None = None, inbox: dict[str, str] | None = None) -> SessionMeta:
     """The session hash as a model. Group counters come with the run records (``runs``
     as :func:`with_intents` merges them, fields ``grp:<group>``) and the Hands' and timers'
-    dirty mark in the ``nudge`` key: pass them to get the whole picture."""
+    dirty mark in the ``nudge`` key, clients' cancel intents in the ``inbox``: pass them to
+    get the whole picture."""
     groups = {k[4:]: int(v) for k, v in (runs or {}).items() if k.startswith("grp:")}
     return SessionMeta(
         session_id=session_id,
@@ -237,7 +238,7 @@ def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None =
         dirty=m.get("dirty") == "1" or nudge == "1",
         created_ms=int(m.get("created", 0)),
         groups=groups,
-        cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
+        cancels=tuple(sorted({k[7:] for k in (*m, *(inbox or {})) if k.startswith("cancel:")})),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
     )
 

@@ -39,7 +39,7 @@ PASSWORDS = {role: f"{role}-pw-{uuid.uuid4().hex[:8]}" for role in (*ROLES, "adm
 GRANT = "acme-*"
 OWN, OTHER = "acme-1", "other-1"  # the client's session and one outside its grant
 
-HOLE_CLIENT = ("submit, start, cancel and approve write meta and the outbox of the "
+HOLE_CLIENT = ("submit, start and approve write meta and the outbox of the "
                "client's own sessions")
 
 
@@ -304,6 +304,29 @@ async def test_client_cannot_hear_another_sessions_settlements(confined: Confine
     finally:
         await pubsub.aclose()
         await r.aclose()
+
+
+async def test_a_clients_cancel_writes_its_intent_and_no_brain_state(confined: Confined) -> None:
+    """A cancel is a request in the session's inbox plus a wake hint: the session hash and
+    the outbox are untouched, the Brain consumes the request in its own commit."""
+    admin = confined.connect("admin")
+    keys = sk(confined)
+    before = [await admin.dump(k) for k in (keys.meta, keys.tasks, keys.outbox)]
+    wakes = await admin.xlen(keys.wakes)
+    client = await Store.connect(confined.settings("client"))
+    try:
+        answer = await client.decisions.cancel(OWN, "t1", worker_ref("client", "c"))
+    finally:
+        await client.close()
+    try:
+        assert answer.status == "requested"
+        assert [await admin.dump(k) for k in (keys.meta, keys.tasks, keys.outbox)] == before
+        assert await admin.hexists(keys.inbox, "cancel:t1")
+        assert await admin.get(keys.nudge) == "1"
+        assert await admin.xlen(keys.wakes) == wakes + 1
+    finally:
+        await admin.delete(keys.inbox, keys.nudge)
+        await admin.aclose()
 
 
 async def test_client_cannot_list_the_keyspace(confined: Confined) -> None:

@@ -31,7 +31,9 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   receipts  STREAM commit log
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
                    keep theirs in runs_applied (APPLIED_KEY, set by scripts.py)
-  nudge     STRING "1": a tool result or a timer arrived (the dirty mark written by those who
+  inbox     HASH   a client's requests not consumed yet: "cancel:<task id|*>" -> ms (the
+                   key a client's cancel declares; the Brain's commit deletes what it took)
+  nudge     STRING "1": a tool result, a timer or a client's request arrived (the dirty mark written by those who
                    may not write meta; acquire and release read and clear it with meta's)
 and of the session's shard: outbox STREAM, timers ZSET, sessions ZSET (the shard's session
 index, id -> created ms, for inspect), wakes STREAM (the Hands' wake rows, same fields as
@@ -59,7 +61,7 @@ local K_REQS, K_RUNS, K_RUNS_DONE = K_BASE .. ':reqs', K_BASE .. ':runs', K_BASE
 local K_RECEIPTS, K_APPLIED = K_BASE .. ':receipts', K_BASE .. ':' .. APPLIED_KEY
 local K_OUTBOX, K_TIMERS, K_SESSIONS = K_SHARD .. 'outbox', K_SHARD .. 'timers', K_SHARD .. 'sessions'
 local K_NUDGE, K_WAKES = K_BASE .. ':nudge', K_SHARD .. 'wakes'
-local K_INTENTS = K_BASE .. ':intents'
+local K_INTENTS, K_INBOX = K_BASE .. ':intents', K_BASE .. ':inbox'
 local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS, K_RUNS_DONE,
                K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES,
                K_INTENTS}

@@ -33,7 +33,8 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
                              gets the cancel mark '<run>.cancel' in the intents hash, which
                              a running attempt's next heartbeat reports
   ms [[field, value]]  md [field]   meta fields to set / delete: only 'cancel:*' and
-                             'blocked:*' (cancel intents consumed, blocked tasks' reasons)
+                             'blocked:*' (cancel intents consumed, blocked tasks' reasons);
+                             deleted fields go from the inbox too (clients' cancel intents)
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
@@ -49,7 +50,7 @@ local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq',
   {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'},
   {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
   {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_INTENTS, 'f', 'v'}, {'HDEL', K_INTENTS, 'f'},
-  {'HINCRBY', K_INTENTS, 'f', '1'}}))
+  {'HINCRBY', K_INTENTS, 'f', '1'}, {'HDEL', K_INBOX, 'f'}}))
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
@@ -333,7 +334,10 @@ for _, rid in ipairs(list('cr')) do
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
 local md = list('md')
-if #md > 0 then redis.call('HDEL', K_META, unpack(md)) end
+if #md > 0 then  -- cancel intents consumed: recorded in meta or, by clients, in the inbox
+  redis.call('HDEL', K_META, unpack(md))
+  redis.call('HDEL', K_INBOX, unpack(md))
+end
 if ix.c and ix.c > 0 then redis.call('HSET', K_META, 'compat', ix.c) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end
 for _, t in ipairs(list('tr')) do redis.call('ZREM', K_TIMERS, t) end
