@@ -97,3 +97,28 @@ async def test_cancel_notice_batch_aborts_children_bottom_up(crash: Opener) -> N
     assert (await c.stats())["raw_requests"] == 0  # no delivery after the cancel
     assert (await c.client.cancel(sid, tid)).status == "finished"
     assert (await c.store.load(sid)).tasks == {}
+
+
+async def test_a_cancel_request_waits_for_a_brain_killed_before_taking_it_up(
+    crash: Opener,
+) -> None:
+    """A cancel is a request in the session's inbox until a Brain's commit takes it up: a
+    Brain killed after the wake, before any commit, leaves it there, and the next Brain
+    takes it up exactly once."""
+    c = await crash(brains=1, hands=1, app_spec="tests.control_apps:slow_app", env=SLOW)
+    sub = await c.submit(FIVE_NOTICES)
+    await _two_running(c, sub.session_id)
+    c.stack.kill("brain-1", respawn=False)
+    armed = await c.spawn_armed("brain", "brain.after_wake")
+    assert (await c.client.cancel(sub.session_id)).status == "requested"
+    await c.died_at(armed.name, "brain.after_wake")
+    sk = c.store.keys.session(sub.session_id)
+    assert await c.store.redis.hexists(sk.inbox, "cancel:*")  # not lost with the Brain
+    clean = await c.replace(armed.name)
+    final = await c.settle(sub)
+    assert final.status == "cancelled", final
+    assert not await c.store.redis.exists(sk.inbox)  # taken up ...
+    assert len(c.events(clean.name, "cancel_requested")) == 1  # ... once
+    assert not c.events(armed.name, "cancel_requested")
+    await _all_handled(c, 5)
+    assert (await c.stats())["raw_requests"] == 0  # nothing was sent
