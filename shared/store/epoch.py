@@ -46,7 +46,7 @@ INIT_GRACE_MS = 30_000
 #: The version of the key layout (baton.store.keys) this code reads and writes. 2: the
 #: Brain's side of a live run (status until claimed, cancel mark, approval digest, group
 #: counts) lives in the intents hash, the runs hash holds only the Hands' records; a
-#: client's cancel intent waits in the session's inbox.
+#: client's cancel intent or approval decision waits in the session's inbox.
 STORE_LAYOUT = 2
 ANCHOR = 0
 

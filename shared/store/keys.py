@@ -29,8 +29,9 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     "grp:<group>" -> results of the group so far; Brains only
                                     read it
     <ns>:T:s:<sid>:inbox     HASH   a client's requests the Brain has not consumed yet:
-                                    "cancel:<task id|*>" -> ms (written by clients, consumed
-                                    by the Brain's commit)
+                                    "cancel:<task id|*>" -> ms, "decide:<run id>" -> JSON
+                                    {decision, ms, result} (written by clients, consumed by
+                                    the Brain's commit)
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
@@ -128,8 +129,9 @@ class SessionKeys:
 
     @property
     def inbox(self) -> str:
-        """HASH of a client's requests to the Brain (``cancel:<target>`` -> ms): the one
-        session key a client's cancel writes; the Brain consumes them in its commit."""
+        """HASH of a client's requests to the Brain (``cancel:<target>``, ``decide:<run>``):
+        the one session key a client's cancel or decision writes; the Brain consumes them
+        in its commit."""
         return self.meta.removesuffix("meta") + "inbox"
 
     @property

@@ -52,7 +52,7 @@ REPLICATED: frozenset[str] = frozenset(
 #: The Hands' scripts: they declare the run records, the only session key the Hands write.
 HANDS_SCRIPTS = frozenset({"claim", "heartbeat", "complete"})
 #: The client's requests that go to the session's inbox (the key they declare and write).
-INBOX_SCRIPTS = frozenset({"cancel"})
+INBOX_SCRIPTS = frozenset({"cancel", "approve"})
 #: How long a session keeps the replies of its applied commit ids (see _applied.lua).
 APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256

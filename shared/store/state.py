@@ -117,6 +117,32 @@ class Entries(Sequence[Entry]):
         return f"Entries({len(self._items)})"
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A person's decision on a run awaiting approval (inbox ``decide:<run id>``)."""
+
+    decision: Literal["approve", "reject"]
+    ms: int
+    result: str = ""  # the ToolResult JSON a rejection ends the run with
+
+
+def parse_decisions(inbox: dict[str, str]) -> dict[str, Decision]:
+    """The decisions recorded in a session's inbox (unreadable ones are skipped: a client
+    wrote them, and a decision must parse to be carried out)."""
+    out = {}
+    for name, raw in inbox.items():
+        if not name.startswith("decide:"):
+            continue
+        try:
+            d = loads(raw)
+            out[name[7:]] = Decision(
+                "reject" if d["decision"] == "reject" else "approve", int(d["ms"]),
+                str(d.get("result") or ""))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
 @dataclass
 class SessionState:
     """A session's live state as one consistent snapshot."""
@@ -128,6 +154,9 @@ class SessionState:
     runs: dict[str, ToolRun] = field(default_factory=dict)
     entry_count: int = 0
     entries: Entries = field(default_factory=lambda: Entries())  # the newest page
+    # A person's decisions on runs awaiting approval, recorded by clients in the session's
+    # inbox and not yet carried out: run id -> Decision.
+    decisions: dict[str, Decision] = field(default_factory=dict)
 
     @property
     def entries_start(self) -> int:
@@ -272,6 +301,18 @@ def _runs_of(r: Receipt) -> set[str]:
 
 
 __all__ = [
-    "BRAIN_RUN_FIELDS", "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta",
-    "parse_receipt", "parse_runs", "receipts_about", "run_status", "with_intents",
+    "BRAIN_RUN_FIELDS",
+    "Claim",
+    "Decision",
+    "Entries",
+    "Lease",
+    "Partial",
+    "SessionState",
+    "parse_decisions",
+    "parse_meta",
+    "parse_receipt",
+    "parse_runs",
+    "receipts_about",
+    "run_status",
+    "with_intents",
 ]

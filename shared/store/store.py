@@ -55,6 +55,7 @@ from baton.store.state import (
     Lease,
     Partial,
     SessionState,
+    parse_decisions,
     parse_meta,
     parse_receipt,
     parse_runs,
@@ -313,6 +314,7 @@ class Store:
             runs=parse_runs(runs),
             entry_count=int(count),
             entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
+            decisions=parse_decisions(inbox),
         )
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:

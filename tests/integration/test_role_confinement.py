@@ -329,6 +329,32 @@ async def test_a_clients_cancel_writes_its_intent_and_no_brain_state(confined: C
         await admin.aclose()
 
 
+async def test_a_clients_approval_writes_its_decision_and_no_brain_state(
+    confined: Confined,
+) -> None:
+    """An approval is a decision in the session's inbox plus a wake hint: the run's status,
+    the session hash and the outbox are the Brain's to change when it carries it out."""
+    admin = confined.connect("admin")
+    keys = sk(confined)
+    owned = (keys.meta, keys.intents, keys.runs, keys.outbox)
+    before = [await admin.dump(k) for k in owned]
+    client = await Store.connect(confined.settings("client"))
+    try:
+        await client.decisions.approve(BusNames(confined.namespace), OWN, "r2", "d-real",
+                                       worker_ref("client", "c"))
+        with pytest.raises(ConflictError, match="approved already"):
+            await client.decisions.approve(BusNames(confined.namespace), OWN, "r2", "d-real",
+                                           worker_ref("client", "c"))
+    finally:
+        await client.close()
+    try:
+        assert [await admin.dump(k) for k in owned] == before
+        assert json.loads(await admin.hget(keys.inbox, "decide:r2"))["decision"] == "approve"
+    finally:
+        await admin.delete(keys.inbox, keys.nudge)
+        await admin.aclose()
+
+
 async def test_client_cannot_list_the_keyspace(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.scan(0))
     await as_role(confined, "client", lambda r: r.keys("*"))

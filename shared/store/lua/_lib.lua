@@ -31,8 +31,9 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   receipts  STREAM commit log
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
                    keep theirs in runs_applied (APPLIED_KEY, set by scripts.py)
-  inbox     HASH   a client's requests not consumed yet: "cancel:<task id|*>" -> ms (the
-                   key a client's cancel declares; the Brain's commit deletes what it took)
+  inbox     HASH   a client's requests not consumed yet: "cancel:<task id|*>" -> ms,
+                   "decide:<run>" -> {decision, ms, result} (the key a client's cancel and
+                   decision declare; the Brain's commit deletes what it took up)
   nudge     STRING "1": a tool result, a timer or a client's request arrived (the dirty mark written by those who
                    may not write meta; acquire and release read and clear it with meta's)
 and of the session's shard: outbox STREAM, timers ZSET, sessions ZSET (the shard's session

@@ -33,8 +33,13 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
                              gets the cancel mark '<run>.cancel' in the intents hash, which
                              a running attempt's next heartbeat reports
   ms [[field, value]]  md [field]   meta fields to set / delete: only 'cancel:*' and
-                             'blocked:*' (cancel intents consumed, blocked tasks' reasons);
-                             deleted fields go from the inbox too (clients' cancel intents)
+                             'blocked:*' (cancel intents consumed, blocked tasks' reasons),
+                             and 'decide:*' (deletes only); deleted fields go from the inbox
+                             too (clients' cancel intents and decisions taken up)
+  ap [[run id, ms]]          approved runs awaiting approval: status 'dispatched', approved
+                             ms (their dispatch rows are among the outbox records)
+  rj [[run id, result JSON]] rejected runs awaiting approval: completed with that result,
+                             one result fewer for their group to await, the dirty mark
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
@@ -182,7 +187,28 @@ local vok, verr = pcall(function()
     end
   end
   for _, m in ipairs(list('ms')) do meta_field(m[1]); str(m[2], 'meta value') end
-  for _, f in ipairs(list('md')) do meta_field(f) end
+  for _, f in ipairs(list('md')) do
+    if string.sub(tostring(f), 1, 7) ~= 'decide:' then meta_field(f) end
+  end
+  for _, name in ipairs({'ap', 'rj'}) do
+    for _, d in ipairs(list(name)) do
+      str(d[1], 'decided run id')
+      if redis.call('HGET', K_INTENTS, d[1] .. '.status') ~= 'awaiting_approval' then
+        error('CONFLICT run ' .. d[1] .. ' awaits no approval')
+      end
+    end
+  end
+  for _, d in ipairs(list('ap')) do
+    if not whole(d[2]) then error('INVALID approval ms') end
+  end
+  for _, d in ipairs(list('rj')) do
+    str(d[2], 'rejection result')
+    local iok, intent = pcall(cjson.decode, redis.call('HGET', K_INTENTS, d[1]) or 'null')
+    if iok and type(intent) == 'table' and type(intent.group) == 'string'
+        and not integer(redis.call('HGET', K_INTENTS, 'grp:' .. intent.group)) then
+      error('CORRUPT intents grp:' .. intent.group .. ' is not an integer')
+    end
+  end
   for _, n in ipairs(list('n')) do
     str(n[1], 'channel'); str(n[2], 'notification')
     if redis.acl_check_cmd and not redis.acl_check_cmd('SPUBLISH', n[1], n[2]) then
@@ -331,6 +357,18 @@ for _, rid in ipairs(list('cr')) do
   elseif status == 'running' then
     redis.call('HSET', K_INTENTS, rid .. '.cancel', now)  -- Brain-owned: the Hands cannot clear it
   end
+end
+for _, d in ipairs(list('ap')) do
+  redis.call('HSET', K_INTENTS, d[1] .. '.status', 'dispatched', d[1] .. '.approved', d[2])
+end
+for _, d in ipairs(list('rj')) do
+  redis.call('HSET', K_INTENTS, d[1] .. '.status', 'completed', d[1] .. '.result', d[2],
+             d[1] .. '.completed', now)
+  local iok, intent = pcall(cjson.decode, redis.call('HGET', K_INTENTS, d[1]) or 'null')
+  if iok and type(intent) == 'table' and type(intent.group) == 'string' then
+    redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
+  end
+  redis.call('HSET', K_META, 'dirty', 1)
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
 local md = list('md')
