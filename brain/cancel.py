@@ -1,6 +1,6 @@
 """Cancellation on the Brain: cancel intents become ``cancel_requested``; runs are stopped.
 
-    client ── cancel.lua ──▶ meta cancel:<task id | *>  (committed first, with a wake)
+    client ── cancel.lua ──▶ inbox cancel:<task id | *>  (committed first, with a wake)
     Brain, on load ── one commit ──▶ cancel_requested on the targets (every live root task
         for "*"), the intents deleted, every live run of the targets and their descendants
         stopped: never claimed (or awaiting approval) -> completed 'cancelled' at once;

@@ -90,6 +90,22 @@ class TaskContext:
                 dirty = True
             elif run.status == "running":  # its next heartbeat tells the attempt to stop
                 st.runs[rid] = run.model_copy(update={"cancel_ms": now})
+        for rid, ms in writes.approve_runs.items():
+            st.runs[rid] = st.runs[rid].model_copy(
+                update={"status": "dispatched", "approved_ms": ms})
+        for rid, result in writes.reject_runs.items():
+            run = st.runs[rid]
+            st.runs[rid] = run.model_copy(update={
+                "status": "completed", "completed_ms": now,
+                "result": decode(ToolResult, result)})
+            if (g := run.intent.group) and g in groups:
+                groups[g] -= 1
+                if groups[g] <= 0:
+                    del groups[g]
+            dirty = True
+        for name in writes.meta_del:
+            if name.startswith("decide:"):
+                st.decisions.pop(name[7:], None)
         st.meta = st.meta.model_copy(update={"seq": seq, "groups": groups, "dirty": dirty})
         if writes.wake_subject or writes.meta_set or writes.meta_del:
             meta = st.meta

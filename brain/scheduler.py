@@ -19,6 +19,7 @@ from typing import Any
 
 from baton.brain.cancel import consume_cancels
 from baton.brain.context import TaskContext
+from baton.brain.decisions import consume_decisions
 from baton.brain.registry import Registry
 from baton.brain.versions import migrate_session, note_blocked, unserved
 from baton.models import Task
@@ -36,6 +37,7 @@ async def schedule(registry: Registry, ctx: TaskContext) -> None:
         return
     await migrate_session(registry, ctx)
     await consume_cancels(ctx)
+    await consume_decisions(ctx)
     await note_blocked(registry, ctx)
     progressed = True
     while progressed:

@@ -8,7 +8,8 @@ role      NATS                                                  Redis (writes)
 ========  ====================================================  ==============================
 relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    outbox and wakes streams (ack),
           update the two streams                                timers, leases, nudges
-brain     create, pull from and ack consumers of ``NS_WAKE``     session keys, outbox, timers
+brain     create, pull from and ack consumers of ``NS_WAKE``     session keys but run records,
+                                                                outbox, timers
 hands     create, pull from and ack consumers of ``NS_TOOLS``;   run records, receipts, nudges,
           ask and answer ``ns.live.hands.*`` (liveness)         the wakes stream
 client    nothing: clients submit and watch through Redis       its granted sessions, outbox
@@ -66,9 +67,13 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
               "set"],
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
-               "type", "ssubscribe", "sunsubscribe"],
+               "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
 }
 
+
+#: The session keys a Brain writes (see baton.store.keys): all but the Hands' run records.
+BRAIN_SESSION_KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "intents",
+                      "inbox", "runs_done", "receipts", "applied", "nudge", "poison")
 
 #: A client grant: session ids matching this glob (``*`` = every session of the namespace).
 #: Session ids hold no ``{`` or ``}`` (:data:`~baton.store.keys.SESSION_ID`), so in
@@ -97,12 +102,16 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         # entries, tasks, documents, submissions, applied runs or the outbox.
         return [f"%R~{ns}:*", f"~{tag}:s:*:runs", f"~{tag}:s:*:runs_applied",
                 f"~{tag}:s:*:receipts", f"~{tag}:s:*:nudge", f"~{tag}:wakes", *shard_logs]
-    if role == "brain":  # every session key, the outbox and timers; reads the rest
-        return [f"%R~{ns}:*", f"~{tag}:s:*", f"~{tag}:outbox", f"~{tag}:timers",
+    if role == "brain":
+        # Every session key but the Hands' run records (runs, runs_applied), which it only
+        # reads; the outbox and timers; reads the rest.
+        own = [f"~{tag}:s:*:{k}" for k in BRAIN_SESSION_KEYS]
+        return [f"%R~{ns}:*", *own, f"~{tag}:outbox", f"~{tag}:timers",
                 f"~{tag}:sessions", *shard_logs]
-    # client: the granted sessions and the shard keys a submission writes
+    # client: the granted sessions and the shard keys a submission writes; a cancel's wake
+    # goes to the wakes stream (the relay publishes it on the session's own wake subject)
     return [f"~{tag}:s:{sessions}", f"~{tag}:outbox", f"~{tag}:timers", f"~{tag}:sessions",
-            f"%R~{tag}:wakes", *shard_logs]
+            f"~{tag}:wakes", *shard_logs]
 
 
 def redis_acl(

@@ -23,6 +23,8 @@ text::
     ├── StoreEpochError              terminal  the store lost its state: its epoch changed or
     │                                          vanished since this process saw it (namespace,
     │                                          reason, shards, expected, found)
+    ├── StoreLayoutError             terminal  the store was written by another key layout
+    │                                          (namespace, found, expected)
     ├── UnavailableError             retryable a server cannot be reached
     │   ├── RedisUnavailable
     │   │   └── WriteInDoubtError    retryable no replica acknowledged a write in time: it
@@ -273,6 +275,28 @@ class StoreEpochError(BatonError):
             namespace=namespace, reason=reason, shards=listed, expected=expected, found=found,
         )
 
+
+
+class StoreLayoutError(BatonError):
+    """The store's keys were written by another layout than this version of Baton uses.
+
+    The layout version is stamped in the store's epoch when the store is first used
+    (:mod:`baton.store.epoch`); a process refuses a store of another version at start
+    rather than misread it (e.g. a run's cancel mark looked up where it no longer is).
+    """
+
+    code = "store_layout"
+    namespace: str
+    found: int
+    expected: int
+
+    def __init__(self, namespace: str, found: int, expected: int) -> None:
+        super().__init__(
+            f"the store of namespace {namespace} uses key layout {found}, this version of "
+            f"Baton needs layout {expected}: let its sessions finish with the version that "
+            f"wrote them, or start this version on a new namespace or an empty store",
+            namespace=namespace, found=found, expected=expected,
+        )
 
 class UnavailableError(BatonError):
     retryable = True

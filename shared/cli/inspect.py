@@ -249,7 +249,8 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
              ("done", sk.done, "hgetall", {}), ("subs", sk.subs, "hgetall", {}),
              ("runs", sk.runs, "hgetall", {}), ("runs_done", sk.runs_done, "hgetall", {}),
              ("entry_count", sk.entries, "llen", 0), ("receipts", sk.receipts, "xlen", 0),
-             ("poison", sk.poison, "hgetall", {}), ("intents", sk.intents, "hgetall", {}))
+             ("poison", sk.poison, "hgetall", {}), ("intents", sk.intents, "hgetall", {}),
+             ("inbox", sk.inbox, "hgetall", {}))
     async with redis.pipeline(transaction=False) as p:
         for _, key, cmd, _ in reads:
             getattr(p, cmd)(key)
@@ -265,12 +266,16 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
                         session_id=session_id)
     if not raw["meta"] and not any(x.startswith(f"meta key {sk.meta}") for x in f):
         f.add(f"meta key {sk.meta}", "missing (the session's other keys exist)")
-    meta = lenient_meta(session_id, raw["meta"], f, f"meta key {sk.meta}", raw["runs"]) \
+    # A live run's committed intent, its Brain-owned fields and the group counts are kept
+    # in the intents hash (only Brains write it).
+    merged = with_intents(raw["runs"], raw["intents"])
+    # clients' cancel intents wait in the inbox until a Brain consumes them
+    asked = {k: v for k, v in raw["inbox"].items() if k.startswith("cancel:")}
+    meta = lenient_meta(session_id, {**raw["meta"], **asked}, f, f"meta key {sk.meta}", merged) \
         if raw["meta"] else lenient_meta(session_id, {}, Findings())
     live_tasks = _decode_each(f, "task", raw["tasks"], Task)
     done_tasks = _decode_each(f, "finished task", raw["done"], Task)
-    # A live run's committed intent is kept in the intents hash (only Brains write it).
-    live_runs = _runs_each(f, sk.runs, with_intents(raw["runs"], raw["intents"]))
+    live_runs = _runs_each(f, sk.runs, merged)
     runs = {**_runs_each(f, sk.runs_done, raw["runs_done"]), **live_runs}
     submissions = _decode_each(f, "submission", raw["subs"], Submission)
     start = int(raw["entry_count"]) - len(page)

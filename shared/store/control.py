@@ -2,10 +2,10 @@
 
 :class:`Decisions` is the collaborator a :class:`~baton.store.store.Store` holds as
 ``store.decisions``. Each decision is one idempotent script (``cancel.lua``,
-``approve.lua``) that commits it before anything acts on it, with a receipt naming who
-decided. The Brain carries a cancel out (brain.cancel); an approval dispatches its run in
-the same step that records it. These never take a lease: they write only facts a Brain
-reads on its next load.
+``approve.lua``) that records it as a request in the session's inbox, with a wake and a
+receipt naming who decided, before anything acts on it. The Brain carries it out in its
+own commit (brain.cancel, brain.decisions). These never take a lease and write nothing a
+Brain owns.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import orjson
 
 from baton.bus.subjects import BusNames
 from baton.errors import ConflictError, not_found
-from baton.models import ToolDispatch, ToolIntent, ToolResult, WorkerRef, dumps
+from baton.models import ToolIntent, ToolResult, WorkerRef, dumps
 from baton.settings import Settings
 from baton.store.keys import Keys
 from baton.store.runs import Runs
@@ -77,19 +77,21 @@ class Decisions:
 
     async def approve(self, names: BusNames, session_id: str, run_id: str, digest: str,
                       worker: WorkerRef) -> int:
-        """Approve a run awaiting approval; dispatches it once. Returns the commit seq.
+        """Approve a run awaiting approval: the Brain dispatches it once, in its next commit.
+        Returns the session's commit sequence when the approval was recorded. ``names``
+        is kept for callers; the Brain builds the dispatch on its own subjects.
 
         ``ConflictError`` when the digest is not that of the run's arguments (nothing is
         dispatched) or the run awaits no approval any more (approved before, rejected, ended).
         """
         intent = await self._awaiting(session_id, run_id)
-        msg = ToolDispatch(session_id=session_id, run_id=run_id, tool=intent.tool)
         receipt = dumps({"detail": {"run_id": run_id, "tool": intent.tool, "digest": digest,
                                     "decision": "approve"}})
+        wake = dumps({"v": 1, "session_id": session_id, "reason": f"approve:{run_id}"})
         _, seq = await self.scripts.run(
             "approve", self.keys.session(session_id),
-            [session_id, run_id, "approve", digest, worker.model_dump_json(), receipt,
-             names.tool_subject(intent.tool), msg.to_json(), dumps(intent.trace)], run_id)
+            [session_id, run_id, "approve", digest, worker.model_dump_json(), receipt, "",
+             wake], run_id)
         return int(seq)
 
     async def reject(self, session_id: str, run_id: str, worker: WorkerRef,

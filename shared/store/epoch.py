@@ -3,9 +3,11 @@
 Redis that restarts empty (non-durable mode), or a Redis Cluster primary that fails over to a
 replica lacking its data, looks to a worker like a store where sessions were never created:
 a waiting client reads "no submission", a Brain would start work anew. To tell the two apart
-each shard carries an epoch, ``<ns>:{<ns>-<shard>}:epoch`` = ``{"v": 1, "id", "created_ms"}``,
-written once when the store is first used. It sits on the slot of the shard's sessions, so on
-a cluster it is lost exactly when they are.
+each shard carries an epoch, ``<ns>:{<ns>-<shard>}:epoch`` = ``{"v": 1, "id", "created_ms",
+"layout"}``, written once when the store is first used. ``layout`` is the version of the key
+layout the store was written with (:data:`STORE_LAYOUT`; absent = 1): a process refuses a
+store of another layout at start with :class:`~baton.errors.StoreLayoutError`. The epoch
+sits on the slot of the shard's sessions, so on a cluster it is lost exactly when they are.
 
 Every role reads the epoch when it connects (:meth:`StoreEpoch.establish`) and re-reads it
 while it runs (:meth:`StoreEpoch.watch`, every third of a lease) and whenever a read says
@@ -29,18 +31,23 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from baton.errors import RedisUnavailable, StoreEpochError
+from baton.errors import RedisUnavailable, StoreEpochError, StoreLayoutError
 from baton.observability.log import get_logger
 from baton.store.keys import Keys
 from baton.store.redis_client import REDIS_ERRORS
 
-__all__ = ["INIT_GRACE_MS", "EpochSurvey", "StoreEpoch"]
+__all__ = ["INIT_GRACE_MS", "STORE_LAYOUT", "EpochSurvey", "StoreEpoch"]
 
 log = get_logger("baton.store.epoch")
 
 #: How long after a store's creation missing shard epochs are taken for an initialisation
 #: still in progress rather than for lost state.
 INIT_GRACE_MS = 30_000
+#: The version of the key layout (baton.store.keys) this code reads and writes. 2: the
+#: Brain's side of a live run (status until claimed, cancel mark, approval digest, group
+#: counts) lives in the intents hash, the runs hash holds only the Hands' records; a
+#: client's cancel intent or approval decision waits in the session's inbox.
+STORE_LAYOUT = 2
 ANCHOR = 0
 
 
@@ -128,6 +135,10 @@ class StoreEpoch:
         if other:
             raise StoreEpochError(keys.ns, "mixed", other, expected=_id(anchor),
                                   found=_id(found[other[0]]))
+        layout = anchor.get("layout", 1)
+        if layout != STORE_LAYOUT:
+            raise StoreLayoutError(keys.ns, layout if isinstance(layout, int) else 0,
+                                   STORE_LAYOUT)
         epoch.id, epoch.created_ms = _id(anchor), int(anchor.get("created_ms", 0))
         log.info("store_epoch_established", namespace=keys.ns, epoch=epoch.id,
                  created_ms=epoch.created_ms, shards=keys.shards)
@@ -173,7 +184,8 @@ class StoreEpoch:
         return [_parse(raw) for raw in await pipe.execute()]
 
     async def _initialise(self) -> None:
-        value = json.dumps({"v": 1, "id": uuid.uuid4().hex, "created_ms": _now_ms()})
+        value = json.dumps({"v": 1, "id": uuid.uuid4().hex, "created_ms": _now_ms(),
+                            "layout": STORE_LAYOUT})
         await self.redis.set(self.keys.epoch(ANCHOR), value, nx=True)
         anchor = _parse(await self.redis.get(self.keys.epoch(ANCHOR)))
         if anchor is not None:

@@ -13,11 +13,25 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:subs      HASH   submission id -> submission JSON
     <ns>:T:s:<sid>:reqs      HASH   client request id -> submission id (idempotent submit),
                                     "task:<request id>" -> task id (idempotent start)
-    <ns>:T:s:<sid>:intents   HASH   run id -> the Brain's committed intent of a live run (only
-                                    Brains write it; the Hands read it to run the tool)
-    <ns>:T:s:<sid>:runs      HASH   "<run id>.<f>" -> field f of a live tool run (see RUN_FIELDS;
-                                    "intent" lives in the intents hash until the run is applied),
-                                    "grp:<group>" -> runs of the group still without a result
+    <ns>:T:s:<sid>:intents   HASH   the Brain's side of live runs (only Brains, and a person's
+                                    approval or rejection, write it; the Hands read it):
+                                    run id -> committed intent; "<run id>.<f>" for f in
+                                    state.BRAIN_RUN_FIELDS: status (dispatched |
+                                    awaiting_approval, or completed with result and completed
+                                    ms for a run ended without the Hands), cancel (ms the Brain
+                                    asked it to stop), digest (what an approval must present),
+                                    approved (ms); "grp:<group>" -> results the group awaits;
+                                    "gc" -> applied runs and groups whose records in the runs
+                                    hash the Hands may drop
+    <ns>:T:s:<sid>:runs      HASH   the Hands' side: "<run id>.<f>" for the attempt fields of
+                                    RUN_FIELDS (status running | completed, attempt, accepted,
+                                    heartbeat, worker, result, completed, attempts),
+                                    "grp:<group>" -> results of the group so far; Brains only
+                                    read it
+    <ns>:T:s:<sid>:inbox     HASH   a client's requests the Brain has not consumed yet:
+                                    "cancel:<task id|*>" -> ms, "decide:<run id>" -> JSON
+                                    {decision, ms, result} (written by clients, consumed by
+                                    the Brain's commit)
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
@@ -65,8 +79,9 @@ RUN_FIELDS = (
     "worker",  # worker of the current attempt
     "result",  # JSON ToolResult
     "attempts",  # JSON list of finished attempt summaries (appended by Lua as text)
-    "cancel",  # ms the Brain asked the run to stop (its heartbeat answers "cancelled")
-    "digest",  # arguments digest an approval must present (approval-gated tools)
+    "cancel",  # ms the Brain asked the run to stop (intents hash while live; its heartbeat
+    # answers "cancelled")
+    "digest",  # arguments digest an approval must present (intents hash while live)
     "approved",  # ms of the approval that dispatched it
 )
 
@@ -111,6 +126,13 @@ class SessionKeys:
     def intents(self) -> str:
         """HASH run id -> committed intent of a live run (written by the Brain only)."""
         return self.meta.removesuffix("meta") + "intents"
+
+    @property
+    def inbox(self) -> str:
+        """HASH of a client's requests to the Brain (``cancel:<target>``, ``decide:<run>``):
+        the one session key a client's cancel or decision writes; the Brain consumes them
+        in its commit."""
+        return self.meta.removesuffix("meta") + "inbox"
 
     @property
     def nudge(self) -> str:

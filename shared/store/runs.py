@@ -18,7 +18,7 @@ from baton.receipts import Carrier
 from baton.settings import Settings
 from baton.store.keys import RUN_FIELDS, Keys
 from baton.store.scripts import ScriptRunner
-from baton.store.state import Claim, parse_runs
+from baton.store.state import BRAIN_RUN_FIELDS, Claim, parse_runs, with_intents
 
 
 class Runs:
@@ -119,16 +119,19 @@ class Runs:
         """A tool run, live or applied, as a recovering worker or an operator sees it."""
         sk = self.keys.session(session_id)
         names = [f"{run_id}.{f}" for f in RUN_FIELDS]
+        own = [run_id, *(f"{run_id}.{f}" for f in BRAIN_RUN_FIELDS)]
         async with self.redis.pipeline(transaction=True) as p:
             p.hmget(sk.runs, names)
             p.hmget(sk.runs_done, names)
-            p.hget(sk.intents, run_id)
-            live, done, intent = await p.execute()
-        live[0] = intent  # RUN_FIELDS[0]: a live run's intent is kept in the intents hash
-        for values in (live, done):
-            if values[0] is not None:
-                fields = {n: v for n, v in zip(names, values, strict=True) if v is not None}
-                return parse_runs(fields)[run_id]
+            p.hmget(sk.intents, own)
+            live, done, mine = await p.execute()
+        if mine[0] is not None:  # live: the Hands' records and the Brain's, merged
+            runs = {n: v for n, v in zip(names, live, strict=True) if v is not None}
+            intents = {n: v for n, v in zip(own, mine, strict=True) if v is not None}
+            return parse_runs(with_intents(runs, intents)).get(run_id)
+        if done[0] is not None:
+            fields = {n: v for n, v in zip(names, done, strict=True) if v is not None}
+            return parse_runs(fields)[run_id]
         return None
 
     async def applied(self, session_id: str) -> dict[str, ToolRun]:

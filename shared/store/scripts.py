@@ -51,6 +51,8 @@ REPLICATED: frozenset[str] = frozenset(
      "approve"})
 #: The Hands' scripts: they declare the run records, the only session key the Hands write.
 HANDS_SCRIPTS = frozenset({"claim", "heartbeat", "complete"})
+#: The client's requests that go to the session's inbox (the key they declare and write).
+INBOX_SCRIPTS = frozenset({"cancel", "approve"})
 #: How long a session keeps the replies of its applied commit ids (see _applied.lua).
 APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
@@ -82,7 +84,9 @@ def source(name: str, *, acl_checks: bool = True) -> str:
 def declared(script: str, sk: SessionKeys) -> list[str]:
     """The one key a session script declares: a key its caller writes (EVAL needs write
     access to each declared key); the script derives the others from it (see _lib.lua)."""
-    return [sk.runs if script in HANDS_SCRIPTS else sk.meta]
+    if script in HANDS_SCRIPTS:
+        return [sk.runs]
+    return [sk.inbox if script in INBOX_SCRIPTS else sk.meta]
 
 
 def _new_id() -> str:

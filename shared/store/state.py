@@ -117,6 +117,32 @@ class Entries(Sequence[Entry]):
         return f"Entries({len(self._items)})"
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A person's decision on a run awaiting approval (inbox ``decide:<run id>``)."""
+
+    decision: Literal["approve", "reject"]
+    ms: int
+    result: str = ""  # the ToolResult JSON a rejection ends the run with
+
+
+def parse_decisions(inbox: dict[str, str]) -> dict[str, Decision]:
+    """The decisions recorded in a session's inbox (unreadable ones are skipped: a client
+    wrote them, and a decision must parse to be carried out)."""
+    out = {}
+    for name, raw in inbox.items():
+        if not name.startswith("decide:"):
+            continue
+        try:
+            d = loads(raw)
+            out[name[7:]] = Decision(
+                "reject" if d["decision"] == "reject" else "approve", int(d["ms"]),
+                str(d.get("result") or ""))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
 @dataclass
 class SessionState:
     """A session's live state as one consistent snapshot."""
@@ -128,20 +154,72 @@ class SessionState:
     runs: dict[str, ToolRun] = field(default_factory=dict)
     entry_count: int = 0
     entries: Entries = field(default_factory=lambda: Entries())  # the newest page
+    # A person's decisions on runs awaiting approval, recorded by clients in the session's
+    # inbox and not yet carried out: run id -> Decision.
+    decisions: dict[str, Decision] = field(default_factory=dict)
 
     @property
     def entries_start(self) -> int:
         return self.entry_count - len(self.entries)
 
 
-def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
-    """The runs hash with each live run's committed intent (kept apart, in the intents hash
-    only Brains write) put back as its ``<run>.intent`` field, for :func:`parse_runs`.
+#: Fields of a live run that the Brain (or a person's decision) keeps beside its intent in
+#: the intents hash, as ``<run id>.<field>``, where the Hands cannot write: its status
+#: before any claim (dispatched, awaiting_approval, or completed when it was ended without
+#: the Hands, with that result), the mark asking it to stop, what an approval must present.
+BRAIN_RUN_FIELDS = ("status", "cancel", "digest", "approved", "result", "completed")
+_ENDING = ("status", "result", "completed")  # the Brain's, when it ended the run itself
 
-    An ``.intent`` field found in the runs hash itself is dropped: the Hands write that hash,
-    and a run the Brain never committed must not appear in its state."""
-    kept = {k: v for k, v in runs.items() if not k.endswith(".intent")}
-    return {**kept, **{f"{rid}.intent": intent for rid, intent in intents.items()}}
+
+def run_status(brain: str | None, hands: str | None) -> str | None:
+    """A live run's status from the Brain's and the Hands' (as _lib.lua's run_status): an
+    approval still awaited or an ending decided without the Hands wins."""
+    if brain in ("completed", "awaiting_approval") or hands is None:
+        return brain
+    return hands
+
+
+def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str]:
+    """The runs hash (the Hands' records) and the intents hash (the Brain's: each live run's
+    committed intent and :data:`BRAIN_RUN_FIELDS`, group counts) merged into one
+    ``<run>.<field>`` mapping for :func:`parse_runs` and :func:`parse_meta`.
+
+    Intent, cancel mark, digest and approval found in the runs hash are dropped: the Hands
+    write that hash, and a run the Brain never committed (or a mark it never set) must not
+    appear in its state. ``grp:<group>`` becomes the number of results the group still
+    awaits: the Brain's count less the Hands' (dropped at zero)."""
+    merged = {k: v for k, v in runs.items()
+              if not k.startswith("grp:")
+              and k.rpartition(".")[2] not in ("intent", "cancel", "digest", "approved")}
+    for name, value in intents.items():
+        if name == "gc":
+            continue
+        if name.startswith("grp:"):
+            try:
+                left = int(value) - int(runs.get(name, 0))
+            except ValueError:  # kept as found, for parse_meta or inspect to report
+                merged[name] = f"{value}-{runs.get(name, 0)}"
+                continue
+            if left > 0:
+                merged[name] = str(left)
+            continue
+        rid, dot, attr = name.rpartition(".")
+        if not (dot and attr in BRAIN_RUN_FIELDS):
+            merged[f"{name}.intent"] = value
+        elif attr not in _ENDING:
+            merged[name] = value
+    for name, value in intents.items():
+        rid, dot, attr = name.rpartition(".")
+        if dot and attr == "status":
+            hands = runs.get(name)
+            if value == "completed":  # ended without the Hands: its own result
+                for f in _ENDING:
+                    merged.pop(f"{rid}.{f}", None)
+                    if f"{rid}.{f}" in intents:
+                        merged[f"{rid}.{f}"] = intents[f"{rid}.{f}"]
+            else:
+                merged[name] = run_status(value, hands) or value
+    return merged
 
 
 def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
@@ -171,10 +249,11 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
 
 
 def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None = None,
-               nudge: str | None = None) -> SessionMeta:
-    """The session hash as a model. Group counters live in the run records (``runs``,
-    fields ``grp:<group>``) and the Hands' and timers' dirty mark in the ``nudge`` key:
-    pass them to get the whole picture."""
+               nudge: str | None = None, inbox: dict[str, str] | None = None) -> SessionMeta:
+    """The session hash as a model. Group counters come with the run records (``runs``
+    as :func:`with_intents` merges them, fields ``grp:<group>``) and the Hands' and timers'
+    dirty mark in the ``nudge`` key, clients' cancel intents in the ``inbox``: pass them to
+    get the whole picture."""
     groups = {k[4:]: int(v) for k, v in (runs or {}).items() if k.startswith("grp:")}
     return SessionMeta(
         session_id=session_id,
@@ -188,7 +267,7 @@ def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None =
         dirty=m.get("dirty") == "1" or nudge == "1",
         created_ms=int(m.get("created", 0)),
         groups=groups,
-        cancels=tuple(sorted(k[7:] for k in m if k.startswith("cancel:"))),
+        cancels=tuple(sorted({k[7:] for k in (*m, *(inbox or {})) if k.startswith("cancel:")})),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
     )
 
@@ -222,6 +301,18 @@ def _runs_of(r: Receipt) -> set[str]:
 
 
 __all__ = [
-    "Claim", "Entries", "Lease", "Partial", "SessionState", "parse_meta", "parse_receipt",
-    "parse_runs", "receipts_about", "with_intents",
+    "BRAIN_RUN_FIELDS",
+    "Claim",
+    "Decision",
+    "Entries",
+    "Lease",
+    "Partial",
+    "SessionState",
+    "parse_decisions",
+    "parse_meta",
+    "parse_receipt",
+    "parse_runs",
+    "receipts_about",
+    "run_status",
+    "with_intents",
 ]

@@ -61,6 +61,7 @@ from baton.store.state import (
     Lease,
     Partial,
     SessionState,
+    parse_decisions,
     parse_meta,
     parse_receipt,
     parse_runs,
@@ -299,24 +300,26 @@ class Store:
         page = page or self.settings.entries_page
         p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
         p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1).get(sk.nudge)
-        p.hgetall(sk.intents)
+        p.hgetall(sk.intents).hgetall(sk.inbox)
 
     def _state(self, session_id: str, results: list[Any]) -> SessionState:
         for r in results:
             if isinstance(r, Exception):
                 raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
-        meta, tasks, docs, subs, runs, count, entries, nudge, intents = results
+        meta, tasks, docs, subs, runs, count, entries, nudge, intents, inbox = results
         if not meta:
             raise not_found(f"session {session_id}", namespace=self.settings.namespace,
                             session_id=session_id)
+        runs = with_intents(runs, intents)
         return SessionState(
-            meta=parse_meta(session_id, meta, runs, nudge),
+            meta=parse_meta(session_id, meta, runs, nudge, inbox),
             tasks={k: decode(Task, v) for k, v in tasks.items()},
             documents=documents_from_hash(docs),
             submissions={k: decode(Submission, v) for k, v in subs.items()},
-            runs=parse_runs(with_intents(runs, intents)),
+            runs=parse_runs(runs),
             entry_count=int(count),
             entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
+            decisions=parse_decisions(inbox),
         )
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:

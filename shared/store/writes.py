@@ -40,6 +40,10 @@ class Writes:
     # Runs to stop: completed as cancelled at once if never claimed, else told by heartbeat.
     cancel_runs: list[str] = field(default_factory=list)
     cancel_result: str = ""  # the ToolResult JSON of a run cancelled before any claim
+    # A person's decisions carried out: approved run id -> approval ms, rejected run id ->
+    # the result it ends with (their inbox requests go in meta_del as "decide:<run id>").
+    approve_runs: dict[str, int] = field(default_factory=dict)
+    reject_runs: dict[str, str] = field(default_factory=dict)
     meta_set: dict[str, str] = field(default_factory=dict)  # "cancel:*" / "blocked:*" only
     meta_del: list[str] = field(default_factory=list)
     notify: list[tuple[str, str]] = field(default_factory=list)  # (channel, message)
@@ -53,7 +57,7 @@ class Writes:
             self.entries or self.tasks or self.documents or self.submissions or self.runs
             or self.applied or self.outbox or self.timers_add or self.timers_remove
             or self.deadline_ms or self.wake_subject or self.cancel_runs or self.meta_set
-            or self.meta_del
+            or self.meta_del or self.approve_runs or self.reject_runs
         )
 
     def moves_to_done(self, task: Task) -> bool:
@@ -107,6 +111,10 @@ class Writes:
         if self.cancel_runs:
             index["cr"] = list(self.cancel_runs)
             index["crr"] = self.cancel_result
+        if self.approve_runs:
+            index["ap"] = [[r, ms] for r, ms in self.approve_runs.items()]
+        if self.reject_runs:
+            index["rj"] = [[r, result] for r, result in self.reject_runs.items()]
         if self.meta_set:
             index["ms"] = [[k, v] for k, v in self.meta_set.items()]
         if self.meta_del:

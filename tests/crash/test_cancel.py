@@ -1,6 +1,8 @@
 """Cancellation with real processes: the intent is committed first, tool runs in flight learn
 of it through their heartbeat and stop, runs never claimed are cancelled by the Brain's
 commit, children are aborted bottom-up, and the work settles ``cancelled``; nothing is sent.
+A cancel and an approval are requests in the session's inbox that survive a Brain killed
+before it took them up.
 
 Topologies: every test runs on one Redis server;
 test_cancel_generation_mid_tool_stops_runs_through_heartbeat also runs on a 3+3 Redis
@@ -19,6 +21,7 @@ from tests.helpers import eventually
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(90)]
 
+TWO = "Send the approved notice to ada@example.com and grace@example.com, then summarise."
 # The tools wait 20 s before they would send; two run at a time, the rest wait unclaimed.
 SLOW = {"TEST_SEND_DELAY_MS": "20000", "BATON_HANDS_CONCURRENCY": "2"}
 
@@ -97,3 +100,62 @@ async def test_cancel_notice_batch_aborts_children_bottom_up(crash: Opener) -> N
     assert (await c.stats())["raw_requests"] == 0  # no delivery after the cancel
     assert (await c.client.cancel(sid, tid)).status == "finished"
     assert (await c.store.load(sid)).tasks == {}
+
+
+async def test_a_cancel_request_waits_for_a_brain_killed_before_taking_it_up(
+    crash: Opener,
+) -> None:
+    """A cancel is a request in the session's inbox until a Brain's commit takes it up: a
+    Brain killed after the wake, before any commit, leaves it there, and the next Brain
+    takes it up exactly once."""
+    c = await crash(brains=1, hands=1, app_spec="tests.control_apps:slow_app", env=SLOW)
+    sub = await c.submit(FIVE_NOTICES)
+    await _two_running(c, sub.session_id)
+    c.stack.kill("brain-1", respawn=False)
+    armed = await c.spawn_armed("brain", "brain.after_wake")
+    assert (await c.client.cancel(sub.session_id)).status == "requested"
+    await c.died_at(armed.name, "brain.after_wake")
+    sk = c.store.keys.session(sub.session_id)
+    assert await c.store.redis.hexists(sk.inbox, "cancel:*")  # not lost with the Brain
+    clean = await c.replace(armed.name)
+    final = await c.settle(sub)
+    assert final.status == "cancelled", final
+    assert not await c.store.redis.exists(sk.inbox)  # taken up ...
+    assert len(c.events(clean.name, "cancel_requested")) == 1  # ... once
+    assert not c.events(armed.name, "cancel_requested")
+    await _all_handled(c, 5)
+    assert (await c.stats())["raw_requests"] == 0  # nothing was sent
+
+
+async def test_an_approval_waits_for_a_brain_killed_before_carrying_it_out(
+    crash: Opener,
+) -> None:
+    """An approval is a decision in the session's inbox until a Brain's commit dispatches
+    the run: a Brain killed after the wake, before any commit, leaves it there; the next
+    Brain dispatches the run once and the mail goes once."""
+    c = await crash(brains=1, hands=1, app_spec="tests.control_apps:approval_app")
+    sub = await c.submit(TWO)
+    sid = sub.session_id
+
+    async def awaiting() -> list[ToolRun]:
+        runs = (await c.store.load(sid)).runs.values()
+        found = sorted((r for r in runs if r.status == "awaiting_approval"),
+                       key=lambda r: r.run_id)
+        return found if len(found) == 2 else []
+    ada, grace = await eventually(awaiting, timeout=20, message="two runs await approval")
+    c.stack.kill("brain-1", respawn=False)
+    armed = await c.spawn_armed("brain", "brain.after_wake")
+    await c.client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
+    await c.died_at(armed.name, "brain.after_wake")
+    sk = c.store.keys.session(sid)
+    assert await c.store.redis.hexists(sk.inbox, f"decide:{ada.run_id}")  # not lost
+    clean = await c.replace(armed.name)
+    await c.client.reject(sid, grace.run_id, "not this one")
+    final = await c.settle(sub)
+    assert final.status == "completed", final
+    assert not await c.store.redis.exists(sk.inbox)  # both carried out ...
+    carried = c.events(clean.name, "decisions_carried_out")
+    assert sorted(r for e in carried for r in e["approved"]) == [ada.run_id]  # ... once
+    assert not c.events(armed.name, "decisions_carried_out")
+    stats = await c.stats()
+    assert stats["deliveries"] == {"ada@example.com": 1}, stats

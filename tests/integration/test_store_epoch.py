@@ -14,10 +14,10 @@ import pytest
 
 from baton.client import Client
 from baton.devkit.servers import NatsServer, RedisServer
-from baton.errors import RedisUnavailable, StoreEpochError
+from baton.errors import RedisUnavailable, StoreEpochError, StoreLayoutError
 from baton.relay.worker import Relay
 from baton.settings import Settings
-from baton.store.epoch import StoreEpoch
+from baton.store.epoch import STORE_LAYOUT, StoreEpoch
 from baton.store.keys import Keys
 from baton.store.redis_client import connect_redis
 from tests.helpers import eventually
@@ -140,3 +140,25 @@ async def test_inspect_shows_the_epoch_and_a_red_line_once_a_shard_lost_it(
         assert f"STORE EPOCH MISSING on shard(s) {shard}" in text
     finally:
         await client.close()
+
+
+async def test_a_store_written_by_another_key_layout_is_refused_at_start(
+    own_redis: RedisServer,
+) -> None:
+    """A store stamped with an older layout (or none: layout 1) is refused with one clear
+    error before anything is read from its sessions."""
+    settings = Settings(redis_url=own_redis.url, namespace="layout", shards=2)
+    redis: Any = connect_redis(settings)
+    keys = Keys(settings.namespace, settings.shards)
+    try:
+        old = json.dumps({"v": 1, "id": "e1", "created_ms": 1})  # written before the stamp
+        for shard in range(settings.shards):
+            await redis.set(keys.epoch(shard), old)
+        with pytest.raises(StoreLayoutError) as refused:
+            await StoreEpoch.establish(redis, keys)
+        with pytest.raises(StoreLayoutError):
+            await Client.connect(settings)
+    finally:
+        await redis.aclose()
+    assert refused.value.found == 1 and refused.value.expected == STORE_LAYOUT
+    assert "key layout 1" in str(refused.value)

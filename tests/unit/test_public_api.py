@@ -44,6 +44,7 @@ PUBLIC = [
     "StaleFenceError",
     "Step",
     "StoreEpochError",
+    "StoreLayoutError",
     "Task",
     "TaskDef",
     "Tool",

@@ -15,17 +15,26 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   docs      HASH   "<name>" head, "<name>@b" baseline, "<name>@<v>" deltas
   subs      HASH   submission id -> JSON
   reqs      HASH   request id -> submission id
-  intents   HASH   run id -> the committed intent of a live run (only Brains write it; the
-                   Hands write the runs hash, so they cannot change what the Brain decided)
-  runs      HASH   "<run>.<field>" for live tool runs (fields: RUN_FIELDS below but intent;
-                   status dispatched|awaiting_approval|running|completed), and "grp:<g>":
-                   runs of group g still without a result (set by the commit, counted down
-                   by results)
+  intents   HASH   run id -> the committed intent of a live run; "<run>.<f>" for the run's
+                   BRAIN_RUN_FIELDS below: status dispatched|awaiting_approval|completed (a
+                   run the Brain or a person ended without the Hands, with its result and
+                   completed ms), cancel (ms the Brain asked it to stop), digest (what an
+                   approval must present), approved (ms); "grp:<g>": how many results group
+                   g awaits (set by the commit, counted down by runs ended without the
+                   Hands); "gc" (see gc_names). Only Brains and decisions write it: the Hands
+                   write the runs hash, so they cannot change what the Brain decided
+  runs      HASH   the Hands' records: "<run>.<field>" (status running|completed, attempt,
+                   accepted, heartbeat, worker, result, completed, attempts), "grp:<g>":
+                   results of group g so far; Brains only read it (records of applied
+                   runs are dropped by the Hands, see gc_names)
   runs_done HASH   same, for runs whose result was applied
   receipts  STREAM commit log
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
                    keep theirs in runs_applied (APPLIED_KEY, set by scripts.py)
-  nudge     STRING "1": a tool result or a timer arrived (the dirty mark written by those who
+  inbox     HASH   a client's requests not consumed yet: "cancel:<task id|*>" -> ms,
+                   "decide:<run>" -> {decision, ms, result} (the key a client's cancel and
+                   decision declare; the Brain's commit deletes what it took up)
+  nudge     STRING "1": a tool result, a timer or a client's request arrived (the dirty mark written by those who
                    may not write meta; acquire and release read and clear it with meta's)
 and of the session's shard: outbox STREAM, timers ZSET, sessions ZSET (the shard's session
 index, id -> created ms, for inspect), wakes STREAM (the Hands' wake rows, same fields as
@@ -53,13 +62,35 @@ local K_REQS, K_RUNS, K_RUNS_DONE = K_BASE .. ':reqs', K_BASE .. ':runs', K_BASE
 local K_RECEIPTS, K_APPLIED = K_BASE .. ':receipts', K_BASE .. ':' .. APPLIED_KEY
 local K_OUTBOX, K_TIMERS, K_SESSIONS = K_SHARD .. 'outbox', K_SHARD .. 'timers', K_SHARD .. 'sessions'
 local K_NUDGE, K_WAKES = K_BASE .. ':nudge', K_SHARD .. 'wakes'
-local K_INTENTS = K_BASE .. ':intents'
+local K_INTENTS, K_INBOX = K_BASE .. ':intents', K_BASE .. ':inbox'
 local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS, K_RUNS_DONE,
                K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES,
                K_INTENTS}
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
+-- Fields of a live run the Brain (or a person's decision) keeps beside the intent, as
+-- '<run>.<field>' in the intents hash, where the Hands cannot write.
+local BRAIN_RUN_FIELDS = {'status', 'cancel', 'digest', 'approved', 'result', 'completed'}
+
+-- A live run's status from the Brain's ('dispatched', 'awaiting_approval', or 'completed'
+-- when it or a person ended the run without the Hands) and the Hands' ('running',
+-- 'completed'): an approval still awaited or an ending decided without the Hands wins.
+local function run_status(brain, hands)
+  if brain == 'completed' or brain == 'awaiting_approval' or not hands then return brain end
+  return hands
+end
+
+-- Space-separated names in the intents field 'gc': records of applied runs ('<run>') and
+-- finished group counters ('grp:<group>') the Hands may drop from the runs hash (the Brain
+-- may not write it). Returns the names as a list.
+local function gc_names()
+  local names = {}
+  for n in string.gmatch(redis.call('HGET', K_INTENTS, 'gc') or '', '%S+') do
+    names[#names + 1] = n
+  end
+  return names
+end
 
 local function now_ms()
   local t = redis.call('TIME')

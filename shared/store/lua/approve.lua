@@ -1,31 +1,35 @@
 --[==[ approve.lua: a person's decision on a run that awaits approval, consumed once.
 
-KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers declare the
+      inbox, the one session key a client's decision writes.
 ARGV: 1 session id, 2 run id, 3 decision ('approve' | 'reject'), 4 arguments digest
-      presented, 5 worker JSON, 6 receipt JSON,
-      approve: 7 dispatch subject, 8 dispatch JSON, 9 headers JSON
-      reject:  7 result JSON, 8 wake JSON
+      presented, 5 worker JSON, 6 receipt JSON, 7 result JSON (reject; '' to approve),
+      8 wake JSON
 An approval is bound to the run's exact arguments: the presented digest must equal the one
-the Brain saved with the intent ('<run>.digest'), or the approval is refused with
-CONFLICT (after a 'refused' receipt) and nothing is dispatched. In one step an approval
-sets the status 'dispatched', '<run>.approved' and the run's outbox dispatch row; a
-rejection completes the run with the given result (outcome error, code 'rejected'), wakes
-the Brain (its group counter too) and sets the dirty mark. Either happens once: a run that
-no longer awaits approval is refused with CONFLICT naming its status.
-Returns {'approved', seq} or {'rejected', seq}.
+the Brain saved beside the intent (intents '<run>.digest', which the Hands cannot write), or
+the approval is refused with CONFLICT (after a 'refused' receipt) and nothing is recorded.
+A decision is recorded, not carried out: inbox 'decide:<run>' = {decision, ms, result}, the
+nudge, a row on the shard's wakes stream (published on the session's own wake subject), and
+an 'approve' or 'reject' receipt. The Brain that loads the session next dispatches an
+approved run (its outbox row, status 'dispatched', '<run>.approved') or ends a rejected one
+with the given result (outcome error, code 'rejected') in its own commit (brain.decisions).
+Either happens once: a run with a decision pending, or that no longer awaits approval, is
+refused with CONFLICT naming its status.
+Returns {'approved', seq} or {'rejected', seq} (seq: the session's commit sequence now).
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'},
-  {'HDEL', K_RUNS, 'f'}, {'HINCRBY', K_RUNS, 'f', '1'}, {'HSET', K_RUNS, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
 local sid, rid, decision, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if redis.call('EXISTS', K_META) == 0 then
   return fail('NOT_FOUND', 'session ' .. sid)
 end
-local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.digest', rid .. '.approved',
-                     rid .. '.intent')
-r[4] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy
+-- What is decided comes from the intents hash (the Brain's), never from the run records the
+-- Hands write: the run's status there, the digest it must present, its intent.
+local own = redis.call('HMGET', K_INTENTS, rid .. '.status', rid .. '.digest', rid .. '.approved',
+                       rid)
 local now = now_ms()
-if not r[1] then
+if not own[4] then
   local d = redis.call('HMGET', K_RUNS_DONE, rid .. '.intent', rid .. '.approved')
   if not d[1] then return fail('NOT_FOUND', 'run ' .. rid .. ' in session ' .. sid) end
   if d[2] then
@@ -34,41 +38,39 @@ if not r[1] then
   end
   return fail('CONFLICT', 'run ' .. rid .. ' has ended; it awaits no approval')
 end
-if r[1] ~= 'awaiting_approval' then
-  if r[3] then
-    return fail('CONFLICT', 'run ' .. rid .. ' was approved already (at ' .. r[3] ..
-                ' ms; status ' .. r[1] .. '); nothing dispatched again')
+local pending = redis.call('HGET', K_INBOX, 'decide:' .. rid)
+if pending then
+  local ok, p = pcall(cjson.decode, pending)
+  local what = (ok and type(p) == 'table' and p.decision == 'reject') and 'rejected'
+    or 'approved already'
+  return fail('CONFLICT', 'run ' .. rid .. ' was ' .. what .. ' (decision pending); nothing ' ..
+              'dispatched again')
+end
+if own[1] ~= 'awaiting_approval' then
+  local status = run_status(own[1], redis.call('HGET', K_RUNS, rid .. '.status')) or 'dispatched'
+  if own[3] then
+    return fail('CONFLICT', 'run ' .. rid .. ' was approved already (at ' .. own[3] ..
+                ' ms; status ' .. status .. '); nothing dispatched again')
   end
-  return fail('CONFLICT', 'run ' .. rid .. ' awaits no approval (status ' .. r[1] .. ')')
+  return fail('CONFLICT', 'run ' .. rid .. ' awaits no approval (status ' .. status .. ')')
 end
-if decision == 'approve' and digest ~= r[2] then
+local expected = own[2] or ''
+if decision == 'approve' and digest ~= expected then
   receipt('refused', ARGV[5], 0, 0, now, cjson.encode({
-    run_id = rid, op = 'approve', presented = digest, expected = r[2]}))
+    run_id = rid, op = 'approve', presented = digest, expected = expected}))
   return fail('CONFLICT', 'approval refused: digest ' .. digest .. ' does not match the ' ..
-              'arguments of run ' .. rid .. ' (their digest is ' .. r[2] .. ')')
+              'arguments of run ' .. rid .. ' (their digest is ' .. expected .. ')')
 end
-local iok, intent = pcall(cjson.decode, r[4])
-local group = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
-if decision ~= 'approve' and group and not integer(redis.call('HGET', K_RUNS, 'grp:' .. group)) then
-  return fail('CORRUPT', 'runs grp:' .. group .. ' is not an integer')  -- before any write
-end
-local seq = redis.call('HINCRBY', K_META, 'seq', 1)
-if decision == 'approve' then
-  redis.call('HSET', K_RUNS, rid .. '.status', 'dispatched', rid .. '.approved', now)
-  outbox(sid, seq, 0, ARGV[7], ARGV[8], ARGV[9], now)
-  receipt('approve', ARGV[5], 0, seq, now, ARGV[6])
-  return {'approved', seq}
-end
-redis.call('HSET', K_RUNS, rid .. '.status', 'completed', rid .. '.completed', now,
-           rid .. '.result', ARGV[7])
-local wake_now = 1
-if group then
-  local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. group, -1)
-  if left <= 0 then redis.call('HDEL', K_RUNS, 'grp:' .. group) else wake_now = 0 end
-end
-if wake_now == 1 then
-  outbox(sid, seq, 0, redis.call('HGET', K_META, 'wake'), ARGV[8], '', now)
-end
-redis.call('HSET', K_META, 'dirty', 1)
-receipt('reject', ARGV[5], 0, seq, now, ARGV[6])
+local m = redis.call('HMGET', K_META, 'wake', 'seq')
+local wake, seq = m[1], m[2] or '0'
+local kind = 'approve'
+if decision ~= 'approve' then kind = 'reject' end
+-- first: a wrong key type fails before any write
+redis.call('HSET', K_INBOX, 'decide:' .. rid, cjson.encode({
+  decision = kind, ms = now, result = ARGV[7] or ''}))
+redis.call('SET', K_NUDGE, 1)
+redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/d.' .. now, 'subj', wake,
+           'data', ARGV[8], 'hdr', '', 'sid', sid, 'ts', now)
+receipt(kind, ARGV[5], 0, seq, now, ARGV[6])
+if kind == 'approve' then return {'approved', seq} end
 return {'rejected', seq}

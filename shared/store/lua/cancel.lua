@@ -1,12 +1,15 @@
 --[==[ cancel.lua: record a cancel intent for a session's tasks, idempotently (client side).
 
-KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers declare the
+      inbox, the one session key a client's cancel writes.
 ARGV: 1 session id, 2 target (a task id, or '*' for every root task of the session),
       3 wake JSON, 4 deadline ms, 5 worker JSON, 6 receipt JSON
-The intent is committed first, before any Brain acts on it: meta 'cancel:<target>' = now,
-the dirty mark, an outbox wake row, the progress deadline (a lost wake is retried) and a
-'cancel' receipt. The Brain that loads the session next turns the intent into
-cancel_requested on the target tasks and deletes it (brain.cancel).
+The intent is recorded first, before any Brain acts on it, and nothing the Brain owns is
+written: inbox 'cancel:<target>' = now, the nudge (the holder looks again before it
+releases), a wake row in the shard's wakes stream (the relay publishes it on the session's
+own wake subject), the progress deadline (a lost wake is retried) and a 'cancel' receipt.
+The Brain that loads the session next turns the intent into cancel_requested on the target
+tasks and deletes it in its commit (brain.cancel).
 Returns one of:
   {'requested', target}              the intent was recorded now
   {'pending', target}                recorded before and not yet consumed, or every target
@@ -15,14 +18,16 @@ Returns one of:
                                      nothing to cancel, nothing written
 Fails NOT_FOUND for an unknown session or task.
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
+  {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}})
 if denied then return denied end
 if redis.call('EXISTS', K_META) == 0 then
   return fail('NOT_FOUND', 'session ' .. ARGV[1])
 end
 local sid, target = ARGV[1], ARGV[2]
 local field = 'cancel:' .. target
-if redis.call('HEXISTS', K_META, field) == 1 then
+if redis.call('HEXISTS', K_INBOX, field) == 1 or redis.call('HEXISTS', K_META, field) == 1 then
   return {'pending', target}
 end
 if target == '*' then
@@ -57,10 +62,12 @@ else
   end
 end
 local now = now_ms()
-local wake = redis.call('HGET', K_META, 'wake')
-local seq = redis.call('HINCRBY', K_META, 'seq', 1)
-redis.call('HSET', K_META, field, now, 'dirty', 1)
-outbox(sid, seq, 0, wake, ARGV[3], '', now)
+local m = redis.call('HMGET', K_META, 'wake', 'seq')
+local wake, seq = m[1], m[2] or '0'
+redis.call('HSET', K_INBOX, field, now)  -- first: a wrong key type fails before any write
+redis.call('SET', K_NUDGE, 1)
+redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. now,
+           'subj', wake, 'data', ARGV[3], 'hdr', '', 'sid', sid, 'ts', now)
 set_deadline(sid, wake, tonumber(ARGV[4]), now)
 receipt('cancel', ARGV[5], 0, seq, now, ARGV[6])
 return {'requested', target}

@@ -35,7 +35,10 @@ if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
 end
 local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
                      rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
-r[1] = redis.call('HGET', K_INTENTS, rid)  -- the Brain's own copy, not the runs hash
+-- the intent, the cancel mark and the Brain's status are its own (intents hash): a run the
+-- Brain or a person ended without the Hands, or one awaiting an approval, is not claimed
+local own = redis.call('HMGET', K_INTENTS, rid, rid .. '.cancel', rid .. '.status')
+r[1], r[7] = own[1], own[2]
 if not r[1] then
   return {'gone'}
 end
@@ -46,7 +49,8 @@ if ARGV[7] and ARGV[7] ~= '' then
     return fail('WRONG_TOOL', ARGV[7] .. ' ' .. tostring(committed))
   end
 end
-local status, attempt, hb = r[2], tonumber(r[3] or '0'), tonumber(r[4] or '0')
+local status, attempt, hb = run_status(own[3], r[2]) or 'dispatched', tonumber(r[3] or '0'),
+                           tonumber(r[4] or '0')
 if status == 'completed' or status == 'awaiting_approval' then
   return {'done', status}
 end

@@ -10,24 +10,36 @@ ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then t
                                                           "b" stores a baseline (full value),
                                                           "d" a merge-patch delta
       submissions  ns x  submission id, JSON              upserted
-      runs         nr x  run id, intent JSON              new tool runs (dispatched, attempt 0)
+      runs         nr x  run id, intent JSON              new tool runs (intents: the intent and
+                                                          '<run>.status' dispatched)
       outbox       no x  subject, data JSON, headers JSON rows "<session>/<seq>/<n>"
 The index holds the counts (ne nt nd ns nr no) and the small parts:
-  g  [[group, count]]        completions to await before a group wakes the Brain
-  a  [run id]                'applied' mark: completed runs move to runs_done
+  g  [[group, count]]        completions to await before a group wakes the Brain (intents
+                             'grp:<group>'; the Hands count results in runs 'grp:<group>')
+  a  [run id]                'applied' mark: completed runs move to runs_done (their
+                             records in the runs hash are named in intents 'gc' for the
+                             Hands to drop: the Brain never writes the runs hash)
   ta [[timer member, due ms]]  tr [timer member]    timers to add / remove
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
   w  new wake subject, or "" (a migration to another compat level)
   n  [[channel, message]]    notifications SPUBLISHed after the writes (waiters; sharded channels under the session's hash tag, so one slot)
   c  new compat level, or 0  (with w: the session moved to another compat level)
   aw [[run id, digest]]      new runs that wait for an approval bound to this arguments
-                             digest: status 'awaiting_approval', no outbox row of their own
+                             digest: status 'awaiting_approval', no outbox row of their own;
+                             the digest goes to the intents hash ('<run>.digest')
   cr [run id]  crr result JSON   runs to cancel: one still 'dispatched' (never claimed) or
                              'awaiting_approval' is completed at once with the result crr
-                             (and the dirty mark set, so the holder looks again); a 'running'
-                             one gets '<run>.cancel', which its next heartbeat reports
+                             (and the dirty mark set, so the holder looks again); every one
+                             gets the cancel mark '<run>.cancel' in the intents hash, which
+                             a running attempt's next heartbeat reports
   ms [[field, value]]  md [field]   meta fields to set / delete: only 'cancel:*' and
-                             'blocked:*' (cancel intents consumed, blocked tasks' reasons)
+                             'blocked:*' (cancel intents consumed, blocked tasks' reasons),
+                             and 'decide:*' (deletes only); deleted fields go from the inbox
+                             too (clients' cancel intents and decisions taken up)
+  ap [[run id, ms]]          approved runs awaiting approval: status 'dispatched', approved
+                             ms (their dispatch rows are among the outbox records)
+  rj [[run id, result JSON]] rejected runs awaiting approval: completed with that result,
+                             one result fewer for their group to await, the dirty mark
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
@@ -40,9 +52,10 @@ Returns {seq, entry count after the commit}.
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
-  {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_RUNS, 'f', 'v'},
-  {'HDEL', K_RUNS, 'f'}, {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
-  {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_INTENTS, 'f', 'v'}, {'HDEL', K_INTENTS, 'f'}}))
+  {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'},
+  {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
+  {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_INTENTS, 'f', 'v'}, {'HDEL', K_INTENTS, 'f'},
+  {'HINCRBY', K_INTENTS, 'f', '1'}, {'HDEL', K_INBOX, 'f'}}))
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
@@ -139,8 +152,11 @@ local vok, verr = pcall(function()
     local names = {}
     for i, r in ipairs(applied) do names[i] = str(r, 'applied run id') .. '.status' end
     local st = redis.call('HMGET', K_RUNS, unpack(names))
+    local own = redis.call('HMGET', K_INTENTS, unpack(names))
     for i, r in ipairs(applied) do
-      if st[i] ~= 'completed' then error('INVALID run ' .. r .. ' is not completed (cannot apply)') end
+      if run_status(own[i], st[i]) ~= 'completed' then
+        error('INVALID run ' .. r .. ' is not completed (cannot apply)')
+      end
     end
   end
   for _, t in ipairs(list('ta')) do
@@ -158,8 +174,8 @@ local vok, verr = pcall(function()
       -- the write loop decrements the run's group counter: it must be an integer
       local iok, intent = pcall(cjson.decode, redis.call('HGET', K_INTENTS, r) or 'null')
       if iok and type(intent) == 'table' and type(intent.group) == 'string'
-          and not integer(redis.call('HGET', K_RUNS, 'grp:' .. intent.group)) then
-        error('CORRUPT runs grp:' .. intent.group .. ' is not an integer')
+          and not integer(redis.call('HGET', K_INTENTS, 'grp:' .. intent.group)) then
+        error('CORRUPT intents grp:' .. intent.group .. ' is not an integer')
       end
     end
     str(ix.crr, 'cancel result')
@@ -171,7 +187,28 @@ local vok, verr = pcall(function()
     end
   end
   for _, m in ipairs(list('ms')) do meta_field(m[1]); str(m[2], 'meta value') end
-  for _, f in ipairs(list('md')) do meta_field(f) end
+  for _, f in ipairs(list('md')) do
+    if string.sub(tostring(f), 1, 7) ~= 'decide:' then meta_field(f) end
+  end
+  for _, name in ipairs({'ap', 'rj'}) do
+    for _, d in ipairs(list(name)) do
+      str(d[1], 'decided run id')
+      if redis.call('HGET', K_INTENTS, d[1] .. '.status') ~= 'awaiting_approval' then
+        error('CONFLICT run ' .. d[1] .. ' awaits no approval')
+      end
+    end
+  end
+  for _, d in ipairs(list('ap')) do
+    if not whole(d[2]) then error('INVALID approval ms') end
+  end
+  for _, d in ipairs(list('rj')) do
+    str(d[2], 'rejection result')
+    local iok, intent = pcall(cjson.decode, redis.call('HGET', K_INTENTS, d[1]) or 'null')
+    if iok and type(intent) == 'table' and type(intent.group) == 'string'
+        and not integer(redis.call('HGET', K_INTENTS, 'grp:' .. intent.group)) then
+      error('CORRUPT intents grp:' .. intent.group .. ' is not an integer')
+    end
+  end
   for _, n in ipairs(list('n')) do
     str(n[1], 'channel'); str(n[2], 'notification')
     if redis.acl_check_cmd and not redis.acl_check_cmd('SPUBLISH', n[1], n[2]) then
@@ -223,59 +260,122 @@ local awaiting = {}
 for _, a in ipairs(list('aw')) do awaiting[a[1]] = a[2] end
 for _ = 1, nr do
   local rid = ARGV[p]
+  -- beside the intent, where the Hands cannot change what an approval must present
   if awaiting[rid] then
-    redis.call('HSET', K_RUNS, rid .. '.status', 'awaiting_approval', rid .. '.attempt', 0,
+    redis.call('HSET', K_INTENTS, rid, ARGV[p + 1], rid .. '.status', 'awaiting_approval',
                rid .. '.digest', awaiting[rid])
   else
-    redis.call('HSET', K_RUNS, rid .. '.status', 'dispatched', rid .. '.attempt', 0)
+    redis.call('HSET', K_INTENTS, rid, ARGV[p + 1], rid .. '.status', 'dispatched')
   end
-  redis.call('HSET', K_INTENTS, rid, ARGV[p + 1])
   p = p + 2
 end
 for i = 1, no do
   outbox(session, seq, i - 1, ARGV[p], ARGV[p + 1], ARGV[p + 2], now)
   p = p + 3
 end
-for _, g in ipairs(list('g')) do redis.call('HSET', K_RUNS, 'grp:' .. g[1], g[2]) end
-for _, a in ipairs(list('a')) do
-  local names = {}
-  for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
-  local vals = redis.call('HMGET', K_RUNS, unpack(names))
-  local moved = {}
-  for i = 1, #names do
-    if vals[i] then
-      moved[#moved + 1] = names[i]
-      moved[#moved + 1] = vals[i]
+-- The Hands' records of applied runs and finished group counters are left for the Hands
+-- to drop (gc_names): a commit that applies runs or (re)starts a group rewrites the list,
+-- keeping the names still present, but never a group counter it counts on again.
+local applied, groups = list('a'), list('g')
+local gc = nil
+if #applied > 0 or #groups > 0 then
+  local counting = {}
+  for _, g in ipairs(groups) do counting['grp:' .. g[1]] = true end
+  gc = {}
+  for _, n in ipairs(gc_names()) do
+    local field = n
+    if string.sub(n, 1, 4) ~= 'grp:' then field = n .. '.status' end
+    if not counting[n] and redis.call('HEXISTS', K_RUNS, field) == 1 then gc[#gc + 1] = n end
+  end
+end
+for _, g in ipairs(groups) do
+  -- awaited = the new runs plus what the Hands counted before (a group name used again)
+  local got = tonumber(redis.call('HGET', K_RUNS, 'grp:' .. g[1]) or '0') or 0
+  redis.call('HSET', K_INTENTS, 'grp:' .. g[1], g[2] + got)
+end
+if #applied > 0 then
+  local brain_fields = {}
+  for i, f in ipairs(BRAIN_RUN_FIELDS) do brain_fields[f] = i end
+  for _, a in ipairs(applied) do
+    local names = {}
+    for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
+    local vals = redis.call('HMGET', K_RUNS, unpack(names))
+    local own_names = {a}
+    for i, f in ipairs(BRAIN_RUN_FIELDS) do own_names[i + 1] = a .. '.' .. f end
+    local own = redis.call('HMGET', K_INTENTS, unpack(own_names))
+    -- an ending decided without the Hands (own status 'completed') keeps its own result
+    local ended = own[brain_fields['status'] + 1] == 'completed'
+    local moved = {}
+    for i, f in ipairs(RUN_FIELDS) do
+      local v = vals[i]
+      local b = brain_fields[f]
+      if f == 'intent' then
+        v = own[1]
+      elseif b and (ended or (f ~= 'status' and f ~= 'result' and f ~= 'completed')) then
+        v = own[b + 1]
+      elseif b and not v then
+        v = own[b + 1]
+      end
+      if v then
+        moved[#moved + 1] = names[i]
+        moved[#moved + 1] = v
+      end
+    end
+    redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
+    redis.call('HDEL', K_INTENTS, unpack(own_names))
+    if vals[2] then gc[#gc + 1] = a end
+    local iok, intent = pcall(cjson.decode, own[1] or 'null')
+    local g = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
+    if g then  -- a group with every result in: its counters go
+      local total = tonumber(redis.call('HGET', K_INTENTS, 'grp:' .. g) or '0') or 0
+      local got = tonumber(redis.call('HGET', K_RUNS, 'grp:' .. g) or '0') or 0
+      if got >= total then
+        redis.call('HDEL', K_INTENTS, 'grp:' .. g)
+        if got > 0 then gc[#gc + 1] = 'grp:' .. g end
+      end
     end
   end
-  local committed = redis.call('HGET', K_INTENTS, a)
-  if committed then
-    moved[#moved + 1] = a .. '.intent'
-    moved[#moved + 1] = committed
-  end
-  redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
-  redis.call('HDEL', K_RUNS, unpack(names))
-  redis.call('HDEL', K_INTENTS, a)
+end
+if gc and #gc > 0 then
+  redis.call('HSET', K_INTENTS, 'gc', table.concat(gc, ' '))
+elseif gc then
+  redis.call('HDEL', K_INTENTS, 'gc')
 end
 for _, rid in ipairs(list('cr')) do
-  local r = redis.call('HMGET', K_RUNS, rid .. '.status', rid .. '.intent')
-  r[2] = redis.call('HGET', K_INTENTS, rid)
-  if r[1] == 'dispatched' or r[1] == 'awaiting_approval' then
-    redis.call('HSET', K_RUNS, rid .. '.result', ix.crr, rid .. '.status', 'completed',
+  local hands = redis.call('HGET', K_RUNS, rid .. '.status')
+  local own = redis.call('HMGET', K_INTENTS, rid, rid .. '.status')
+  local status = run_status(own[2], hands)
+  if status == 'dispatched' or status == 'awaiting_approval' then
+    -- never claimed: it ends now, out of the Hands' reach
+    redis.call('HSET', K_INTENTS, rid .. '.result', ix.crr, rid .. '.status', 'completed',
                rid .. '.completed', now, rid .. '.cancel', now)
-    local iok, intent = pcall(cjson.decode, r[2])
+    local iok, intent = pcall(cjson.decode, own[1] or 'null')
     if iok and type(intent) == 'table' and type(intent.group) == 'string' then
-      local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. intent.group, -1)
-      if left <= 0 then redis.call('HDEL', K_RUNS, 'grp:' .. intent.group) end
+      redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
     end
     redis.call('HSET', K_META, 'dirty', 1)
-  elseif r[1] == 'running' then
-    redis.call('HSET', K_RUNS, rid .. '.cancel', now)
+  elseif status == 'running' then
+    redis.call('HSET', K_INTENTS, rid .. '.cancel', now)  -- Brain-owned: the Hands cannot clear it
   end
+end
+for _, d in ipairs(list('ap')) do
+  redis.call('HSET', K_INTENTS, d[1] .. '.status', 'dispatched', d[1] .. '.approved', d[2])
+end
+for _, d in ipairs(list('rj')) do
+  redis.call('HSET', K_INTENTS, d[1] .. '.status', 'completed', d[1] .. '.result', d[2],
+             d[1] .. '.completed', now)
+  local iok, intent = pcall(cjson.decode, redis.call('HGET', K_INTENTS, d[1]) or 'null')
+  if iok and type(intent) == 'table' and type(intent.group) == 'string' then
+    redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
+  end
+  redis.call('HSET', K_META, 'dirty', 1)
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
 local md = list('md')
-if #md > 0 then redis.call('HDEL', K_META, unpack(md)) end
+if #md > 0 then  -- cancel intents consumed: recorded in meta or, by clients, in the inbox
+  redis.call('HDEL', K_META, unpack(md))
+  redis.call('HDEL', K_INBOX, unpack(md))
+end
 if ix.c and ix.c > 0 then redis.call('HSET', K_META, 'compat', ix.c) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end
 for _, t in ipairs(list('tr')) do redis.call('ZREM', K_TIMERS, t) end

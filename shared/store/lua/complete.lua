@@ -6,12 +6,14 @@ ARGV: 1 run id, 2 attempt, 3 result JSON, 4 worker JSON, 5 group ("" for none),
 Only the current attempt of a run without a result may complete it; anything else is
 refused with STALE_ATTEMPT <presented> <current> <status> after a 'refused' receipt.
 In one step: result, 'completed' mark, attempt summary and, when this completion is the
-last of its group (runs 'grp:<group>', or forced), a wake row in the shard's wakes stream
+last of its group (the Hands' count in runs 'grp:<group>' reaches the Brain's in intents
+'grp:<group>'), or forced, a wake row in the shard's wakes stream
 (id "<session>/<seq>/w.<run>.<attempt>": unique per attempt, and like every row id it
 names the commit sequence it follows; on the session's own wake subject) plus the nudge (the
 dirty mark the holder's release reads). It writes only the run records, the receipts, the
 nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user needs no
-write access to either. The receipt's seq is the session's current commit sequence.
+write access to either. The receipt's seq is the session's current commit sequence. It
+also drops the records of runs the Brain applied since (intents 'gc', see gc_names).
 Returns {1 if a wake was written, 0 otherwise}.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
@@ -34,8 +36,15 @@ if not r[2] or cur ~= attempt or r[2] ~= 'running' then
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. status)
 end
 local group = ARGV[5]
-if group ~= '' and not integer(redis.call('HGET', K_RUNS, 'grp:' .. group)) then
-  return fail('CORRUPT', 'runs grp:' .. group .. ' is not an integer')
+local total = nil  -- how many results the group awaits (the Brain's count)
+if group ~= '' then
+  if not integer(redis.call('HGET', K_RUNS, 'grp:' .. group)) then
+    return fail('CORRUPT', 'runs grp:' .. group .. ' is not an integer')
+  end
+  total = redis.call('HGET', K_INTENTS, 'grp:' .. group)
+  if not integer(total) then
+    return fail('CORRUPT', 'intents grp:' .. group .. ' is not an integer')
+  end
 end
 local m = redis.call('HMGET', K_META, 'wake', 'seq')
 local wake, seq = m[1], tonumber(m[2] or '0')
@@ -47,11 +56,8 @@ redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'complet
            rid .. '.completed', now, rid .. '.attempts', attempts)
 local woke = 0
 if group ~= '' then
-  local left = redis.call('HINCRBY', K_RUNS, 'grp:' .. group, -1)
-  if left <= 0 then
-    redis.call('HDEL', K_RUNS, 'grp:' .. group)
-    woke = 1
-  end
+  local got = redis.call('HINCRBY', K_RUNS, 'grp:' .. group, 1)
+  if got >= tonumber(total or '0') then woke = 1 end
 else
   woke = 1
 end
@@ -60,6 +66,16 @@ if woke == 1 then
   redis.call('XADD', K_WAKES, '*', 'id', ARGV[8] .. '/' .. seq .. '/w.' .. rid .. '.' .. attempt,
              'subj', wake, 'data', ARGV[7], 'hdr', ARGV[10] or '', 'sid', ARGV[8], 'ts', now)
   redis.call('SET', K_NUDGE, 1)
+end
+-- drop the records of runs the Brain applied since (it may not write this hash)
+for _, n in ipairs(gc_names()) do
+  if string.sub(n, 1, 4) == 'grp:' then
+    redis.call('HDEL', K_RUNS, n)
+  elseif redis.call('HEXISTS', K_RUNS, n .. '.status') == 1 then
+    local names = {}
+    for i, f in ipairs(RUN_FIELDS) do names[i] = n .. '.' .. f end
+    redis.call('HDEL', K_RUNS, unpack(names))
+  end
 end
 receipt('complete', ARGV[4], attempt, seq, now, ARGV[9])
 return {woke}

@@ -3,12 +3,13 @@
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 run id, 2 attempt, 3 worker JSON (optional, for a 'refused' receipt)
 Returns 1 while the attempt is current and the run has no result, or 'cancelled' when the
-Brain has asked the run to stop (its '<run>.cancel' field, set by a commit): the worker
+Brain has asked the run to stop (intents '<run>.cancel', set by a commit): the worker
 stops the tool and completes the run with outcome 'cancelled'. Refused with
 STALE_ATTEMPT <presented> <current> <status> once another attempt took over (or it ended).
 ]==]
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
-local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .. '.cancel')
+local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')
+r[3] = redis.call('HGET', K_INTENTS, rid .. '.cancel')  -- Brain-owned: Hands cannot clear it
 local cur = tonumber(r[1] or '0')
 if cur ~= attempt or r[2] ~= 'running' then
   if ARGV[3] then
