@@ -205,6 +205,8 @@ class RedisClusterServers(Managed):
         await asyncio.gather(*(n.start() for n in self.nodes))
         if not await self._formed():
             await self._create()
+        else:
+            await self._rejoin()
         await self.wait_ready()
 
     async def stop(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
@@ -304,6 +306,21 @@ class RedisClusterServers(Managed):
         async with _client(self.nodes[0]) as r:
             info = await r.execute_command("CLUSTER", "INFO")
         return _info_field(info, "cluster_known_nodes") == str(len(self.nodes))
+
+    async def _rejoin(self) -> None:
+        """Tell every node where every other node listens now.
+
+        A durable cluster started again gets new ports, while each ``nodes.conf`` still names
+        the old ones, so no node could reach another. ``CLUSTER MEET`` with the new address of a
+        node already known by id makes the node update that address (Redis matches the id in
+        the handshake reply), which is what lets the cluster form again with its data.
+        """
+        for node in self.nodes:
+            async with _client(node) as r:
+                for other in self.nodes:
+                    if other is not node:
+                        await r.execute_command("CLUSTER", "MEET", other.host, other.port,
+                                                other.bus_port)
 
     async def _create(self) -> None:
         argv = [self._cli, "--cluster", "create", *(n.address for n in self.nodes),

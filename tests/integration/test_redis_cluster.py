@@ -7,6 +7,7 @@ so these tests are ``slow``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,6 +128,34 @@ async def test_killing_a_primary_promotes_its_replica() -> None:
         finally:
             await redis.aclose()
     assert promoted.port == replica.port and value == "before"
+
+
+async def test_a_durable_cluster_started_again_on_new_ports_forms_with_its_data(
+        tmp_path: Path) -> None:
+    """Each start picks free ports while every ``nodes.conf`` names the old ones: the nodes
+    are told each other's new addresses, and the cluster serves the data it had."""
+    async def write_and_wait(redis: Any) -> bool:
+        try:
+            await redis.set("{dur-1}:k", "kept")
+        except ResponseError as exc:
+            assert "NOREPLICAS" in str(exc), exc
+            return False
+        return int(await redis.wait(1, 2_000)) >= 1
+
+    async with RedisClusterServers(tmp_path, durable=True) as first:
+        old_ports = {n.port for n in first.nodes}
+        redis: Any = connect_redis(Settings(redis_url=first.seed_url))
+        try:
+            await eventually(lambda: write_and_wait(redis), timeout=15, message="the write")
+        finally:
+            await redis.aclose()
+    async with RedisClusterServers(tmp_path, durable=True) as again:
+        assert {n.port for n in again.nodes} != old_ports  # new ports: the case that failed
+        redis = connect_redis(Settings(redis_url=again.seed_url))
+        try:
+            assert await redis.get("{dur-1}:k") == "kept"
+        finally:
+            await redis.aclose()
 
 
 @pytest.mark.parametrize("url", [
