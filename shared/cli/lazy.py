@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from typing import Any
 
 import click
@@ -66,6 +67,11 @@ class LazyGroup(click.Group):
             raise
         except KeyboardInterrupt:
             raise SystemExit(130) from None
+        except BrokenPipeError:
+            # The reader went away (``baton trace --json | head``): nobody is left to tell,
+            # and the interpreter's last flush must not complain either.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
         except Exception as exc:
             if debugging(ctx):
                 raise

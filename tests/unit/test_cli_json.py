@@ -3,6 +3,9 @@ added later without it fails here."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import click
@@ -27,3 +30,16 @@ def test_every_command_and_subcommand_takes_json() -> None:
     missing = [name for name, command in names.items()
                if not any("--json" in param.opts for param in command.params)]
     assert not missing, f"no --json on: {', '.join(missing)}"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``baton ... | head``: output written after the reader closed its end is no error to
+    report (it used to surface as "cannot connect: Broken pipe"), and no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "baton", "inspect", "--help"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "BATON_DEBUG": ""})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert err == "", err
