@@ -236,6 +236,7 @@ class Trace:
     # The session's quarantine (tries, reason, quarantined_ms) when its state could not be
     # processed; no receipt records it (nothing is committed to a session that is poison).
     quarantine: dict[str, Any] | None = None
+    first_task: str = ""  # see _short: the task whose runs are labelled by their tail alone
 
     @property
     def duration_ms(self) -> int:
@@ -318,6 +319,7 @@ class Timeline:
         self.by_seq: dict[int, Event] = {}  # commit seq -> the event that wrote its rows
         # "w.<run>.<attempt>" (the last part of a Hands wake row's id) -> its completion
         self.by_wake: dict[str, Event] = {}
+        self.first_task = ""  # the task of the first run seen: its runs keep short labels
         self.publishes: dict[tuple[str, str, int], Publish] = {}  # (relay, row, stream seq)
         self.model_attempts: list[ModelAttempt] = []
 
@@ -364,6 +366,11 @@ class Timeline:
             self.brain_last[lane.id] = ev
         return ev
 
+    def _short(self, run_id: str) -> str:
+        if not self.first_task and run_id.count("-") >= 2:
+            self.first_task = run_id.rsplit("-", 2)[0]
+        return _short(run_id, self.first_task)
+
     def trace(self) -> Trace:
         """The trace so far; clients, then relays, then the others in order of appearance
         (a relay between the client and the Brain/Hands lanes keeps each hop short)."""
@@ -371,7 +378,7 @@ class Timeline:
         lanes = sorted(self.lanes.values(), key=lambda lane: order.get(lane.role, 2))
         return Trace(self.session_id, self.t0, lanes, self.events, self.handoffs,
                      list(self.runs.values()), list(self.publishes.values()),
-                     list(self.model_attempts))
+                     list(self.model_attempts), first_task=self.first_task)
 
     def _lane(self, r: Receipt) -> Lane:
         lid = _lane_id(r)
@@ -478,7 +485,7 @@ class Timeline:
                 if hop.dispatched_ms is None:
                     hop.dispatched_ms = ev.ts_ms
             what = "dispatched" if step == "tools" else "RE-DISPATCHED (no progress)"
-            ev.text = f"{len(runs)} tool run(s) {what}: {', '.join(_short(x) for x in runs)}"
+            ev.text = f"{len(runs)} tool run(s) {what}: {', '.join(self._short(x) for x in runs)}"
             if step == "redispatch":
                 ev.flags.append("retry")
         elif step == "retry":
@@ -557,7 +564,7 @@ class Timeline:
                              "delivery": delivery,
                              "via": d.carrier.relay if d.carrier is not None else None})
         self.claims[(rid, attempt)] = ev
-        ev.text = f"claimed {_short(rid)} attempt {attempt}"
+        ev.text = f"claimed {self._short(rid)} attempt {attempt}"
         if d.accepted_mark:
             ev.text += " (mark accepted)"
         if hop.dispatched_ms is not None and len(hop.attempts) == 1:
@@ -568,11 +575,11 @@ class Timeline:
             ev.text += f"; REDELIVERY (delivery {delivery})"
         if d.kind == "reclaim":
             self._on_reclaim(ev, d)
-        source = self._carried(ev, d.carrier, f"claimed {_short(rid)}")
+        source = self._carried(ev, d.carrier, f"claimed {self._short(rid)}")
         if "dispatch" in ev.hops:
             src = source or self._dispatch_event(rid)
             if src is not None:
-                self._handoff("dispatch", src, ev, f"dispatch {_short(rid)}: "
+                self._handoff("dispatch", src, ev, f"dispatch {self._short(rid)}: "
                               f"{ev.hops['dispatch']} ms")
         self._describe_carrier(ev)
 
@@ -590,7 +597,7 @@ class Timeline:
         before = self.claims.get((rid, prev))
         ev.flags.append("takeover")
         redelivered = "redelivery" in ev.flags
-        ev.text = (f"TAKEOVER of {_short(rid)}: attempt {prev} by "
+        ev.text = (f"TAKEOVER of {self._short(rid)}: attempt {prev} by "
                    f"{d.previous_worker or '?'} ended without a result "
                    f"(status {d.previous_status}) -> attempt {d.attempt} by "
                    f"{self._name(ev)}")
@@ -607,7 +614,7 @@ class Timeline:
                 if a["attempt"] == prev:
                     a["ended_ms"], a["result"] = ev.ts_ms, "abandoned"
             self._handoff("takeover", before, ev,
-                          f"takeover {_short(rid)}: a:{prev} {self._name(before)} -> "
+                          f"takeover {self._short(rid)}: a:{prev} {self._name(before)} -> "
                           f"a:{d.attempt} {self._name(ev)}; old lane silent "
                           f"{max(silent, 0)} ms")
 
@@ -619,7 +626,7 @@ class Timeline:
         self.completed.add((rid, attempt))
         self.by_wake[f"w.{rid}.{attempt}"] = ev  # its wake row, if it woke the Brain
         claim = self.claims.get((rid, attempt))
-        ev.text = f"completed {_short(rid)} attempt {attempt}: {hop.outcome} (mark completed)"
+        ev.text = f"completed {self._short(rid)} attempt {attempt}: {hop.outcome} (mark completed)"
         if claim is not None:
             ev.hops["execution"] = ev.ts_ms - claim.ts_ms
             ev.text += f", execution {ev.hops['execution']} ms"
@@ -641,10 +648,10 @@ class Timeline:
     def _on_approval(self, ev: Event, d: ApprovalDetail) -> None:
         ev.flags.append("approval")
         if d.kind == "reject":
-            ev.text = f"REJECTED {_short(d.run_id)}: {d.reason}"
+            ev.text = f"REJECTED {self._short(d.run_id)}: {d.reason}"
             self.waker = ev
             return
-        ev.text = f"APPROVED {_short(d.run_id)} (digest {d.digest[:12]}...): dispatched"
+        ev.text = f"APPROVED {self._short(d.run_id)} (digest {d.digest[:12]}...): dispatched"
         hop = self.run(d.run_id)
         hop.tool = d.tool or hop.tool
         hop.dispatched_ms = ev.ts_ms
@@ -652,11 +659,11 @@ class Timeline:
     def _on_refused(self, ev: Event, r: Receipt, d: RefusedDetail) -> None:
         ev.flags.append("refused")
         if d.op == "approve":
-            ev.text = (f"REFUSED approval of {_short(d.run_id)}: digest "
+            ev.text = (f"REFUSED approval of {self._short(d.run_id)}: digest "
                        f"{d.presented[:12]}... is not that of its arguments")
             return
         if d.op in ("complete", "heartbeat"):
-            ev.text = (f"REFUSED stale {d.op} of {_short(d.run_id)}: attempt "
+            ev.text = (f"REFUSED stale {d.op} of {self._short(d.run_id)}: attempt "
                        f"{r.fence} presented, current {d.current} ({d.status})")
         else:
             ev.text = (f"REFUSED stale {d.op}: fence {r.fence} presented, "
@@ -688,10 +695,15 @@ class Timeline:
         return max(found, key=lambda e: e.index) if found else None
 
 
-def _short(run_id: str) -> str:
-    """Run ids are ``<task>-<turn>-<n>``; the tail is what tells runs apart on a line."""
+def _short(run_id: str, first_task: str = "") -> str:
+    """Run ids are ``<task>-<turn>-<n>``; the tail tells one task's runs apart on a line, and
+    the runs of any task but the first one seen also show the end of their task id (two
+    tasks' first runs are both ``1-0``)."""
     parts = run_id.rsplit("-", 2)
-    return f"run {parts[-2]}-{parts[-1]}" if len(parts) == 3 else f"run {run_id}"
+    if len(parts) != 3:
+        return f"run {run_id}"
+    tail = f"{parts[1]}-{parts[2]}"
+    return f"run {parts[0][-6:]}/{tail}" if first_task and parts[0] != first_task else f"run {tail}"
 
 
 def build_trace(session_id: str, receipts: list[Receipt],
@@ -743,8 +755,9 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
             continue
         note = ""
         if lane.abandoned:
-            left = ", ".join(f"{_short(a.split('@')[0])} attempt {a.split('@')[1]}"
-                             for a in lane.abandoned)
+            left = ", ".join(
+                f"{_short(a.split('@')[0], trace.first_task)} attempt {a.split('@')[1]}"
+                for a in lane.abandoned)
             note = (f"  <- left {left} without a result; no receipt after "
                     "(process died or was cut off)")
         out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
@@ -763,7 +776,7 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
             + (f"via {a['via']} " if a.get("via") else "")
             + (f"{a['ended_ms'] - a['claimed_ms']} ms {a['result']}" if a["ended_ms"]
                else "no result") for a in r.attempts) or "never claimed"
-        out.append(f"  {_short(r.run_id):<10} {r.tool or '?':<11} dispatch "
+        out.append(f"  {_short(r.run_id, trace.first_task):<10} {r.tool or '?':<11} dispatch "
                    f"{_ms(r.dispatch_hop)}  [{attempts}]  apply {_ms(r.apply_hop)}  "
                    f"recovery {r.recovery or '-'}, deliveries {r.deliveries}")
     if trace.carried:

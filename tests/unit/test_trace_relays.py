@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from baton.cli.trace import build_trace, render_text
+from baton.cli.trace import Timeline, build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.receipts import Receipt
 
@@ -106,3 +106,14 @@ def test_the_picture_draws_commit_publish_consumer_and_a_redelivery_in_red() -> 
     assert len(events) == 7 and events == sorted(events)
     for x, p in zip(pubs, trace.publishes, strict=True):
         assert p.source is not None and events[p.source] < x < events[p.deliveries[0]]
+
+
+def test_the_runs_of_two_tasks_get_labels_that_tell_them_apart() -> None:
+    """Run ids are ``<task>-<turn>-<n>``: two tasks' first runs are both ``1-0``; the runs
+    of any task but the first one seen also show the end of their task id."""
+    timeline = Timeline("s-1")
+    first, second = "t-aaaaaa111111-1-0", "t-bbbbbb222222-1-0"
+    assert timeline._short(first) == "run 1-0"
+    assert timeline._short(second) == "run 222222/1-0"
+    assert timeline._short(first) == "run 1-0"  # stable once the first task is known
+    assert timeline.trace().first_task == "t-aaaaaa111111"
