@@ -12,6 +12,7 @@ apply at most once.
 
 from __future__ import annotations
 
+import re
 import uuid
 from functools import cache
 from importlib import resources
@@ -58,6 +59,44 @@ APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
 
 
+# _lib.lua helpers that name keys only to ask Redis whether the caller may write them
+# (redis.acl_check_cmd reads no key), so calling them touches none of those keys.
+_ACL_ONLY = frozenset({"acl_refusal", "log_checks", "corrupt_refusal"})
+_KEY = re.compile(r"\bK_([A-Z][A-Z_]*)\b")
+_NON_KEYS = frozenset({"ALL", "BASE", "SHARD"})  # K_ALL is the list, K_BASE/K_SHARD prefixes
+
+
+def _lib_functions(lib: str) -> dict[str, str]:
+    """Each ``local function`` of _lib.lua -> its text (up to the next top-level ``end``)."""
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r"^local function (\w+)\(.*?\n(.*?)^end\b", lib, re.S | re.M)}
+
+
+@cache
+def guarded_keys(name: str) -> frozenset[str]:
+    """The session keys (``_lib.lua``'s KEY_NAMES) whose types a session script checks
+    before running, found in its text: the keys it names and those of the _lib.lua helpers
+    it calls (transitively), plus the applied-commit record of _applied.lua.
+
+    A key the script never touches cannot fail it midway, so checking only these keeps
+    the validate-before-write rule at a fraction of the TYPE calls; over-approximating
+    (a key named in a comment) only costs a check.
+    """
+    lua = resources.files("baton.store") / "lua"
+    functions = _lib_functions((lua / "_lib.lua").read_text())
+    seen: set[str] = set()
+    texts = [(lua / f"{name}.lua").read_text(), (lua / "_applied.lua").read_text()]
+    keys: set[str] = set()
+    while texts:
+        text = texts.pop()
+        keys.update(k.lower() for k in _KEY.findall(text) if k not in _NON_KEYS)
+        for fn, body in functions.items():
+            if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
+                seen.add(fn)
+                texts.append(body)
+    return frozenset(keys)
+
+
 @cache
 def source(name: str, *, acl_checks: bool = True) -> str:
     """The full source of a script as sent to Redis.
@@ -72,9 +111,11 @@ def source(name: str, *, acl_checks: bool = True) -> str:
         # The Hands record their commit ids apart from the Brains' (runs_applied), so
         # neither role needs write access to the other's records.
         applied = "runs_applied" if name in HANDS_SCRIPTS else "applied"
+        guarded = ", ".join(f"{k} = true" for k in sorted(guarded_keys(name)))
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
-                f"local APPLIED_KEY = '{applied}'\n")
+                f"local APPLIED_KEY = '{applied}'\n"
+                f"local GUARDED = {{{guarded}}}\n")
         # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
         return (head + (lua / "_lib.lua").read_text() + "\nlocal function __script(ARGV)\n"
                 + body + "\nend\n" + (lua / "_applied.lua").read_text())
