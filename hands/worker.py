@@ -180,7 +180,7 @@ class HandsWorker(Service):
             log.info("hands_ready", worker=self.name, tools=list(self.tools))
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.announce(self.store.redis, self.store.keys))
-                tg.create_task(epoch.watch(self.stopping, epoch.watch_interval(s.lease_ms)))
+                tg.create_task(self.watch_epoch(epoch))
                 for tool, puller in zip(self.tools, pullers, strict=True):
                     tg.create_task(self._fetch_loop(tool, puller), name=f"fetch:{tool}")
             await self.drain()
