@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any, Literal, get_args
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from baton.errors import PayloadTooLarge, from_redis_error
 from baton.settings import Settings
@@ -130,6 +132,33 @@ def declared(script: str, sk: SessionKeys) -> list[str]:
     return [sk.inbox if script in INBOX_SCRIPTS else sk.meta]
 
 
+async def pipelined(redis: Any, script: AsyncScript,
+                    queue: Callable[[Any], None], *, transaction: bool) -> list[Any]:
+    """Run a pipeline whose commands ``queue`` adds, EVALSHA of ``script`` among them
+    (queued with :func:`evalsha`), with results as values or exceptions.
+
+    redis-py asks the server ``SCRIPT EXISTS`` before every pipeline that runs a
+    registered script, one more round trip each time; here a script the server lost (it
+    restarted) comes back as NOSCRIPT instead, and the pipeline runs once more after it is
+    loaded. Nothing in it ran then: inside MULTI/EXEC the refused EVALSHA wrote nothing,
+    and without a transaction only the pipeline's reads ran.
+    """
+    for attempt in (1, 2):
+        async with redis.pipeline(transaction=transaction) as pipe:
+            queue(pipe)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
+            script.sha = await redis.script_load(script.script)
+            continue
+        return results
+    raise AssertionError("unreachable")
+
+
+def evalsha(pipe: Any, script: AsyncScript, keys: list[str], args: list[Any]) -> None:
+    """Queue a registered script on a pipeline by its SHA (see :func:`pipelined`)."""
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+
 def _new_id() -> str:
     return uuid.uuid4().hex
 
@@ -206,12 +235,15 @@ class ScriptRunner:
         """
         if self.replicated(script):
             return await self._replicated(script, sk, args, _new_id(), reads)
+        registered = getattr(self.registered, script)
+
+        def queue(pipe: Any) -> None:
+            evalsha(pipe, registered, declared(script, sk), ["", *args])
+            reads(pipe)
+
         try:
-            async with self.registered.redis.pipeline(transaction=True) as pipe:
-                await getattr(self.registered, script)(
-                    keys=declared(script, sk), args=["", *args], client=pipe)
-                reads(pipe)
-                results = await pipe.execute(raise_on_error=False)
+            results = await pipelined(self.registered.redis, registered, queue,
+                                      transaction=True)
         except REDIS_ERRORS as exc:
             raise self._error(exc, sk, "") from None
         if isinstance(results[0], Exception):
