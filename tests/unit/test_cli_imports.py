@@ -63,3 +63,17 @@ def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry()
     assert "baton.store.redis_client" in modules  # the probe did reach the check
     assert not [m for m in modules if m.split(".")[0] in ("structlog", "rich")]
     assert "baton.observability.telemetry" not in modules
+
+
+def test_a_worker_loads_without_aiohttp_until_its_first_http_call() -> None:
+    """nats-py would import aiohttp (for ws:// servers) in every service; the Hands' HTTP
+    pool imports it when it is first needed (baton.hands.http)."""
+    probe = ("import sys\n"
+             "from baton.bus.lean import import_nats_without_websockets\n"
+             "import_nats_without_websockets()\n"
+             "import baton.hands.worker, baton.brain.worker, baton.relay.worker\n"
+             "print('aiohttp' in sys.modules)\n"
+             "import aiohttp  # still importable when a tool needs it\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
