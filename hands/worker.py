@@ -48,7 +48,6 @@ from baton.faults import Faults
 from baton.hands import liveness
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
 from baton.hands.http import http_client
-from baton.hands.http import warm as warm_http
 from baton.hands.isolation import harden_worker
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
 from baton.observability.canonical import CanonicalLines
@@ -173,7 +172,6 @@ class HandsWorker(Service):
             log.info("hands_ready", worker=self.name, tools=list(self.tools))
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.announce(self.store.redis, self.store.keys))
-                tg.create_task(warm_http())
                 tg.create_task(self.watch_epoch(epoch))
                 for tool, puller in zip(self.tools, pullers, strict=True):
                     tg.create_task(self._fetch_loop(tool, puller), name=f"fetch:{tool}")

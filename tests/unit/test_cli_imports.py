@@ -51,7 +51,6 @@ def test_health_help_and_a_port_probe_import_nothing_heavy() -> None:
     assert _heavy(modules) == []
 
 
-
 def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry() -> None:
     """``health --role`` imports redis-py and the settings; not structlog, rich or Baton's
     telemetry (its CPU, in bench/cli_bench.py, is mostly redis-py's own import)."""
@@ -65,13 +64,13 @@ def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry()
     assert "baton.observability.telemetry" not in modules
 
 
-def test_a_worker_loads_without_aiohttp_until_its_first_http_call() -> None:
-    """nats-py would import aiohttp (for ws:// servers) in every service; the Hands' HTTP
-    pool imports it when it is first needed (baton.hands.http)."""
+def test_a_brain_or_relay_loads_without_aiohttp() -> None:
+    """nats-py would import aiohttp (for ws:// servers) in every service; only the Hands'
+    HTTP pool needs it (baton.hands.http)."""
     probe = ("import sys\n"
              "from baton.bus.lean import import_nats_without_websockets\n"
              "import_nats_without_websockets()\n"
-             "import baton.hands.worker, baton.brain.worker, baton.relay.worker\n"
+             "import baton.brain.worker, baton.relay.worker\n"
              "print('aiohttp' in sys.modules)\n"
              "import aiohttp  # still importable when a tool needs it\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
