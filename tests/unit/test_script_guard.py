@@ -12,8 +12,10 @@ from baton.store.scripts import SESSION_SCRIPTS, guarded_keys, source
 def test_a_script_checks_the_keys_it_names_and_those_of_the_helpers_it_calls() -> None:
     # commit writes timers through set_deadline and the outbox through outbox()
     assert {"meta", "tasks", "timers", "outbox", "receipts", "applied"} <= guarded_keys("commit")
-    # heartbeat touches the runs and, refused, a receipt; never the Brain's keys
-    assert guarded_keys("heartbeat") == {"runs", "receipts", "applied"}
+    # heartbeat touches the runs and, refused, a receipt; never the session's own state
+    heartbeat = guarded_keys("heartbeat")
+    assert {"runs", "receipts", "applied"} <= heartbeat
+    assert not heartbeat & {"meta", "tasks", "entries", "outbox", "timers"}
 
 
 def test_keys_named_only_for_acl_checks_are_not_checked() -> None:
