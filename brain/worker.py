@@ -94,8 +94,7 @@ class BrainWorker(Service):
                 log.info("brain_ready", worker=self.name, consumers=consumers)
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self.announce(store.redis, store.keys))
-                    tg.create_task(epoch.watch(self.stopping,
-                                               epoch.watch_interval(self.settings.lease_ms)))
+                    tg.create_task(self.watch_epoch(epoch))
                     for durable in consumers:
                         tg.create_task(self._consume(bus, durable))
                 await self.drain()

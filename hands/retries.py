@@ -32,6 +32,7 @@ import asyncio
 import contextvars
 import random
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
@@ -55,17 +56,19 @@ MAX_TRIES_WITHOUT_DEADLINE = 5
 deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "baton_run_deadline", default=None)
 
-try:  # httpx_aiohttp maps aiohttp's errors coarsely: classify by the original one
-    import aiohttp
-
-    _AIOHTTP_NEVER_SENT: tuple[type[BaseException], ...] = (
-        aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-    _AIOHTTP_NOT_TRANSIENT: tuple[type[BaseException], ...] = (
-        aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)
-    _AIOHTTP_BASE: type[BaseException] = aiohttp.ClientError
-except ImportError:  # pragma: no cover - aiohttp is a dependency of the Hands
-    _AIOHTTP_NEVER_SENT, _AIOHTTP_NOT_TRANSIENT = (), ()
-    _AIOHTTP_BASE = type("_NoAiohttp", (Exception,), {})
+def _aiohttp_kinds(link: BaseException) -> Kind | None:
+    """How an aiohttp error classifies, None for any other error. httpx_aiohttp maps
+    aiohttp's errors coarsely: classify by the original one. aiohttp is imported only by
+    the Hands' first HTTP request (hands.http), so an error that is not from it is not
+    asked about it."""
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is None or not isinstance(link, aiohttp.ClientError):
+        return None
+    if isinstance(link, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        return "final"
+    if isinstance(link, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return "never_sent"
+    return "ambiguous"
 
 _HTTPX_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _HTTPX_AMBIGUOUS = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.ReadError, httpx.WriteError,
@@ -78,10 +81,9 @@ def classify(exc: BaseException, declared: tuple[type[BaseException], ...] = ())
     if declared and isinstance(exc, declared):
         return "declared"
     for link in _chain(exc):  # the original error decides when a library re-raised it
-        if isinstance(link, _AIOHTTP_BASE):
-            if isinstance(link, _AIOHTTP_NOT_TRANSIENT):
-                return "final"
-            return "never_sent" if isinstance(link, _AIOHTTP_NEVER_SENT) else "ambiguous"
+        kind = _aiohttp_kinds(link)
+        if kind is not None:
+            return kind
     if isinstance(exc, _HTTPX_NEVER_SENT + _OS_NEVER_SENT):
         return "never_sent"
     if isinstance(exc, (*_HTTPX_AMBIGUOUS, ConnectionResetError, BrokenPipeError)):

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 from nats.aio.msg import Msg
 
 from baton.app import App, Tool, load_app
@@ -48,8 +47,8 @@ from baton.errors import (
 from baton.faults import Faults
 from baton.hands import liveness
 from baton.hands.execute import CANCEL_GRACE_S, AttemptLost, ToolExecution
+from baton.hands.http import http_client
 from baton.hands.isolation import harden_worker
-from baton.hands.retries import RetryTransport
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
 from baton.observability.canonical import CanonicalLines
 from baton.observability.log import bind, bounded, get_logger
@@ -154,14 +153,7 @@ class HandsWorker(Service):
             epoch = await self.connect("redis",
                                        lambda: StoreEpoch.establish(store.redis, store.keys))
             self.bus = await self.connect("nats", lambda: Bus.connect(s, self.name, self.role))
-            # httpx's API over aiohttp's connection pool: httpcore's pool scans every
-            # connection per request, about 5x the CPU per call at 32 calls in flight.
-            self.http = httpx.AsyncClient(
-                timeout=httpx.Timeout(30.0, connect=s.connect_timeout_s),
-                transport=RetryTransport(AiohttpTransport(
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)
-                )),
-            )
+            self.http = http_client(s)
             if self.app.mcp:
                 await self._discover_mcp()
             self.execution = ToolExecution(s, self.tools, self.store.runs, self.worker, self.http)
@@ -180,7 +172,7 @@ class HandsWorker(Service):
             log.info("hands_ready", worker=self.name, tools=list(self.tools))
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.announce(self.store.redis, self.store.keys))
-                tg.create_task(epoch.watch(self.stopping, epoch.watch_interval(s.lease_ms)))
+                tg.create_task(self.watch_epoch(epoch))
                 for tool, puller in zip(self.tools, pullers, strict=True):
                     tg.create_task(self._fetch_loop(tool, puller), name=f"fetch:{tool}")
             await self.drain()

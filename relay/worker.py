@@ -179,8 +179,7 @@ class Relay(Service):
                 tg.create_task(self._read_loop(reader_box), name="relay-read")
                 tg.create_task(self._claim_loop(box), name="relay-claim")
                 tg.create_task(self._timer_loop(box), name="relay-timers")
-                tg.create_task(epoch.watch(self.stopping, epoch.watch_interval(s.lease_ms)),
-                               name="relay-epoch")
+                tg.create_task(self.watch_epoch(epoch), name="relay-epoch")
                 # The outbox backlog gauge (a no-op without telemetry metrics).
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
         finally:
@@ -386,7 +385,12 @@ class Relay(Service):
         now = time.monotonic()
         if now >= self._active_until:
             self._woken.set()
+            self.woken.set()
         self._active_until = now + _ACTIVE_S
+
+    def busy(self) -> bool:
+        """Rows moved within the last few seconds."""
+        return time.monotonic() < self._active_until
 
     # ------------------------------------------------------------------ steps
 

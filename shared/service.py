@@ -35,6 +35,7 @@ from baton.store.store import now_ms, worker_ref
 
 if TYPE_CHECKING:
     from baton.bus.bus import Bus
+    from baton.store.epoch import StoreEpoch
 
 log = get_logger("baton.service")
 T = TypeVar("T")
@@ -53,6 +54,9 @@ class Service(abc.ABC):
         self.ready = asyncio.Event()
         self.bus: Bus | None = None  # the NATS connection while serving (set by serve)
         self._inflight: set[asyncio.Task[object]] = set()
+        #: Set when work arrives (a message spawned); checks that slow down while the
+        #: process idles wait on it (:meth:`StoreEpoch.watch`).
+        self.woken = asyncio.Event()
         self.redis_reachable = True  # as of the last announcement
 
     @abc.abstractmethod
@@ -68,6 +72,7 @@ class Service(abc.ABC):
     def spawn(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         """Run one unit of work (a message) tracked for the drain."""
         task: asyncio.Task[object] = asyncio.ensure_future(coro)
+        self.woken.set()
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
@@ -87,6 +92,17 @@ class Service(abc.ABC):
     @property
     def inflight(self) -> int:
         return len(self._inflight)
+
+    def busy(self) -> bool:
+        """Work in hand now (a message being handled)."""
+        return bool(self._inflight)
+
+    def watch_epoch(self, epoch: StoreEpoch) -> Coroutine[Any, Any, None]:
+        """The epoch check loop (:meth:`StoreEpoch.watch`), slower while this process idles."""
+        lease_ms = self.settings.lease_ms
+        return epoch.watch(self.stopping, epoch.watch_interval(lease_ms),
+                           idle_s=epoch.idle_interval(lease_ms), busy=self.busy,
+                           woken=self.woken)
 
     async def drain(self) -> None:
         """Wait for in-flight work up to the drain timeout, then cancel what is left."""

@@ -10,8 +10,9 @@ store of another layout at start with :class:`~baton.errors.StoreLayoutError`. T
 sits on the slot of the shard's sessions, so on a cluster it is lost exactly when they are.
 
 Every role reads the epoch when it connects (:meth:`StoreEpoch.establish`) and re-reads it
-while it runs (:meth:`StoreEpoch.watch`, every third of a lease) and whenever a read says
-"not found" (:meth:`StoreEpoch.verify`). A shard whose epoch vanished or changed makes it
+while it runs (:meth:`StoreEpoch.watch`: every third of a lease while it works, ten times
+less often while it idles, and at once when work arrives after idling) and whenever a read
+says "not found" (:meth:`StoreEpoch.verify`). A shard whose epoch vanished or changed makes it
 stop with :class:`~baton.errors.StoreEpochError`.
 
 Initialisation: shard 0 is the anchor. A process that finds no epoch at all writes one to the
@@ -28,6 +29,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +51,8 @@ INIT_GRACE_MS = 30_000
 #: client's cancel intent or approval decision waits in the session's inbox.
 STORE_LAYOUT = 2
 ANCHOR = 0
+#: An idle process checks the epoch this many times less often than a working one.
+IDLE_FACTOR = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,10 @@ class StoreEpoch:
         """Seconds between checks: a third of a lease, so loss is seen before a takeover."""
         return max(lease_ms / 3000, 0.1)
 
+    def idle_interval(self, lease_ms: int) -> float:
+        """Seconds between checks of a process without work (it holds no lease to lose)."""
+        return IDLE_FACTOR * self.watch_interval(lease_ms)
+
     async def _establish(self) -> StoreEpoch:
         epoch, keys = self, self.keys
         found = await epoch._read()
@@ -154,20 +162,30 @@ class StoreEpoch:
         if changed:
             self._stop("changed", changed, _id(found[changed[0]]))
 
-    async def watch(self, stopping: asyncio.Event, interval_s: float) -> None:
+    async def watch(self, stopping: asyncio.Event, interval_s: float, *,
+                    idle_s: float | None = None, busy: Callable[[], bool] | None = None,
+                    woken: asyncio.Event | None = None) -> None:
         """Verify every ``interval_s`` until ``stopping`` is set; raises StoreEpochError.
 
-        An unreachable Redis is not lost state: it is checked again once it answers.
+        With ``busy`` and ``woken`` (set by the process when work arrives), a process that
+        is not busy checks only every ``idle_s`` (an idle stack spends almost nothing on it),
+        and at once when ``woken`` is set: the work that ends an idle spell is what lost
+        state would harm. An unreachable Redis is not lost state: it is checked again once
+        it answers.
         """
         while not stopping.is_set():
             try:
                 await self.verify()
             except REDIS_ERRORS as exc:
                 log.debug("store_epoch_check_skipped", error=str(exc))
-            try:
-                await asyncio.wait_for(stopping.wait(), interval_s)
-            except TimeoutError:
+            if busy is None or woken is None or idle_s is None:
+                await _first(interval_s, stopping)
                 continue
+            woken.clear()
+            if busy():
+                await _first(interval_s, stopping)
+            else:
+                await _first(idle_s, stopping, woken)
 
     # ------------------------------------------------------------------ internals
 
@@ -198,6 +216,18 @@ class StoreEpoch:
         for shard in shards:
             pipe.set(self.keys.epoch(shard), value, nx=True)
         await pipe.execute()
+
+
+async def _first(seconds: float, *events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set or ``seconds`` passed."""
+    if any(e.is_set() for e in events):
+        return
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def _parse(raw: Any) -> dict[str, Any] | None:

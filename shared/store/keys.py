@@ -167,9 +167,14 @@ class SessionKeys:
 class Keys:
     """Key names for one namespace."""
 
+    #: How many sessions' key sets :meth:`session` keeps (a worker asks for the same few
+    #: sessions many times per step).
+    CACHED_SESSIONS = 4096
+
     def __init__(self, namespace: str, shards: int) -> None:
         self.ns = namespace
         self.shards = shards
+        self._sessions: dict[str, SessionKeys] = {}
 
     def shard_of(self, session_id: str) -> int:
         return zlib.crc32(session_id.encode()) % self.shards
@@ -217,6 +222,16 @@ class Keys:
         return f"{self.ns}:{self.tag(self.shard_of(session_id))}:settled:{session_id}"
 
     def session(self, session_id: str) -> SessionKeys:
+        """The keys of a session (cached: SessionKeys is immutable)."""
+        sk = self._sessions.get(session_id)
+        if sk is None:
+            sk = self._session(session_id)
+            if len(self._sessions) >= self.CACHED_SESSIONS:
+                del self._sessions[next(iter(self._sessions))]  # the oldest entry
+            self._sessions[session_id] = sk
+        return sk
+
+    def _session(self, session_id: str) -> SessionKeys:
         check_session_id(session_id)
         shard = self.shard_of(session_id)
         base = f"{self.ns}:{self.tag(shard)}:s:{session_id}"

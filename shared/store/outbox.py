@@ -47,7 +47,7 @@ from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
 from baton.store.redis_client import is_cluster
 from baton.store.replication import ReplicatedWrites
-from baton.store.scripts import Scripts
+from baton.store.scripts import Scripts, evalsha, pipelined
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
 
@@ -141,15 +141,22 @@ class Outbox:
     async def renew_all(self, held: dict[int, int], holder: str,
                         ttl_ms: int) -> dict[int, LeaseAnswer]:
         """Renew the leases of every held shard (``shard -> fence``): one pipelined round
-        trip on a single server (redis-py loads a missing script before the pipeline runs),
-        one call per shard on a Redis Cluster."""
+        trip on a single server (a script the server lost is loaded and the pipeline run
+        again, see :func:`~baton.store.scripts.pipelined`), one call per shard on a Redis
+        Cluster."""
         if self.cluster or len(held) < 2:
             return {s: await self.lease("renew", s, holder, ttl_ms, f) for s, f in held.items()}
-        async with self.redis.pipeline(transaction=False) as p:
+        script = self.scripts.relay_lease
+
+        def queue(pipe: Any) -> None:
             for shard, fence in held.items():
-                await self.scripts.relay_lease(keys=[self.keys.relay_lease(shard)],
-                                               args=["renew", holder, ttl_ms, fence], client=p)
-            replies = await p.execute()
+                evalsha(pipe, script, [self.keys.relay_lease(shard)],
+                        ["renew", holder, ttl_ms, fence])
+
+        replies = await pipelined(self.redis, script, queue, transaction=False)
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
         return {shard: LeaseAnswer(True, int(r[1])) if int(r[0]) == 1
                 else LeaseAnswer(False, int(r[2]), str(r[1]))
                 for shard, r in zip(held, replies, strict=True)}

@@ -12,13 +12,16 @@ apply at most once.
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any, Literal, get_args
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from baton.errors import PayloadTooLarge, from_redis_error
 from baton.settings import Settings
@@ -58,6 +61,44 @@ APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
 
 
+# _lib.lua helpers that name keys only to ask Redis whether the caller may write them
+# (redis.acl_check_cmd reads no key), so calling them touches none of those keys.
+_ACL_ONLY = frozenset({"acl_refusal", "log_checks", "corrupt_refusal"})
+_KEY = re.compile(r"\bK_([A-Z][A-Z_]*)\b")
+_NON_KEYS = frozenset({"ALL", "BASE", "SHARD"})  # K_ALL is the list, K_BASE/K_SHARD prefixes
+
+
+def _lib_functions(lib: str) -> dict[str, str]:
+    """Each ``local function`` of _lib.lua -> its text (up to the next top-level ``end``)."""
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r"^local function (\w+)\(.*?\n(.*?)^end\b", lib, re.S | re.M)}
+
+
+@cache
+def guarded_keys(name: str) -> frozenset[str]:
+    """The session keys (``_lib.lua``'s KEY_NAMES) whose types a session script checks
+    before running, found in its text: the keys it names and those of the _lib.lua helpers
+    it calls (transitively), plus the applied-commit record of _applied.lua.
+
+    A key the script never touches cannot fail it midway, so checking only these keeps
+    the validate-before-write rule at a fraction of the TYPE calls; over-approximating
+    (a key named in a comment) only costs a check.
+    """
+    lua = resources.files("baton.store") / "lua"
+    functions = _lib_functions((lua / "_lib.lua").read_text())
+    seen: set[str] = set()
+    texts = [(lua / f"{name}.lua").read_text(), (lua / "_applied.lua").read_text()]
+    keys: set[str] = set()
+    while texts:
+        text = texts.pop()
+        keys.update(k.lower() for k in _KEY.findall(text) if k not in _NON_KEYS)
+        for fn, body in functions.items():
+            if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
+                seen.add(fn)
+                texts.append(body)
+    return frozenset(keys)
+
+
 @cache
 def source(name: str, *, acl_checks: bool = True) -> str:
     """The full source of a script as sent to Redis.
@@ -72,9 +113,11 @@ def source(name: str, *, acl_checks: bool = True) -> str:
         # The Hands record their commit ids apart from the Brains' (runs_applied), so
         # neither role needs write access to the other's records.
         applied = "runs_applied" if name in HANDS_SCRIPTS else "applied"
+        guarded = ", ".join(f"{k} = true" for k in sorted(guarded_keys(name)))
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
-                f"local APPLIED_KEY = '{applied}'\n")
+                f"local APPLIED_KEY = '{applied}'\n"
+                f"local GUARDED = {{{guarded}}}\n")
         # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
         return (head + (lua / "_lib.lua").read_text() + "\nlocal function __script(ARGV)\n"
                 + body + "\nend\n" + (lua / "_applied.lua").read_text())
@@ -87,6 +130,33 @@ def declared(script: str, sk: SessionKeys) -> list[str]:
     if script in HANDS_SCRIPTS:
         return [sk.runs]
     return [sk.inbox if script in INBOX_SCRIPTS else sk.meta]
+
+
+async def pipelined(redis: Any, script: AsyncScript,
+                    queue: Callable[[Any], None], *, transaction: bool) -> list[Any]:
+    """Run a pipeline whose commands ``queue`` adds, EVALSHA of ``script`` among them
+    (queued with :func:`evalsha`), with results as values or exceptions.
+
+    redis-py asks the server ``SCRIPT EXISTS`` before every pipeline that runs a
+    registered script, one more round trip each time; here a script the server lost (it
+    restarted) comes back as NOSCRIPT instead, and the pipeline runs once more after it is
+    loaded. Nothing in it ran then: inside MULTI/EXEC the refused EVALSHA wrote nothing,
+    and without a transaction only the pipeline's reads ran.
+    """
+    for attempt in (1, 2):
+        async with redis.pipeline(transaction=transaction) as pipe:
+            queue(pipe)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
+            script.sha = await redis.script_load(script.script)
+            continue
+        return results
+    raise AssertionError("unreachable")
+
+
+def evalsha(pipe: Any, script: AsyncScript, keys: list[str], args: list[Any]) -> None:
+    """Queue a registered script on a pipeline by its SHA (see :func:`pipelined`)."""
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
 
 
 def _new_id() -> str:
@@ -165,12 +235,15 @@ class ScriptRunner:
         """
         if self.replicated(script):
             return await self._replicated(script, sk, args, _new_id(), reads)
+        registered = getattr(self.registered, script)
+
+        def queue(pipe: Any) -> None:
+            evalsha(pipe, registered, declared(script, sk), ["", *args])
+            reads(pipe)
+
         try:
-            async with self.registered.redis.pipeline(transaction=True) as pipe:
-                await getattr(self.registered, script)(
-                    keys=declared(script, sk), args=["", *args], client=pipe)
-                reads(pipe)
-                results = await pipe.execute(raise_on_error=False)
+            results = await pipelined(self.registered.redis, registered, queue,
+                                      transaction=True)
         except REDIS_ERRORS as exc:
             raise self._error(exc, sk, "") from None
         if isinstance(results[0], Exception):

@@ -162,3 +162,40 @@ async def test_a_store_written_by_another_key_layout_is_refused_at_start(
         await redis.aclose()
     assert refused.value.found == 1 and refused.value.expected == STORE_LAYOUT
     assert "key layout 1" in str(refused.value)
+
+
+async def test_an_idle_process_checks_the_epoch_at_once_when_work_arrives(
+    own_redis: RedisServer,
+) -> None:
+    """Idle, the check waits a long idle interval; work arriving (``woken``) checks now."""
+    settings = Settings(redis_url=own_redis.url, namespace="epochidle")
+    redis: Any = connect_redis(settings)
+    keys = Keys(settings.namespace, settings.shards)
+    stopping, woken = asyncio.Event(), asyncio.Event()
+    try:
+        epoch = await StoreEpoch.establish(redis, keys)
+        before = await _epoch_reads(redis)
+        watching = asyncio.create_task(epoch.watch(
+            stopping, 0.05, idle_s=3600.0, busy=lambda: False, woken=woken))
+
+        async def checked_once() -> bool:
+            return await _epoch_reads(redis) > before
+
+        await eventually(checked_once, timeout=10, message="the first check")
+        await redis.delete(keys.epoch(1))  # lost while idle: nothing looks yet
+        await asyncio.sleep(0)
+        assert not watching.done()
+        woken.set()  # a message arrives
+        with pytest.raises(StoreEpochError) as lost:
+            async with asyncio.timeout(10):
+                await watching
+    finally:
+        stopping.set()
+        await redis.aclose()
+    assert lost.value.reason == "missing"
+
+
+async def _epoch_reads(redis: Any) -> int:
+    """GET calls the server has answered (the epoch checks are the only GETs here)."""
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_get", {}).get("calls", 0))

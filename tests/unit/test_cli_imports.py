@@ -51,7 +51,6 @@ def test_health_help_and_a_port_probe_import_nothing_heavy() -> None:
     assert _heavy(modules) == []
 
 
-
 def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry() -> None:
     """``health --role`` imports redis-py and the settings; not structlog, rich or Baton's
     telemetry (its CPU, in bench/cli_bench.py, is mostly redis-py's own import)."""
@@ -63,3 +62,17 @@ def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry()
     assert "baton.store.redis_client" in modules  # the probe did reach the check
     assert not [m for m in modules if m.split(".")[0] in ("structlog", "rich")]
     assert "baton.observability.telemetry" not in modules
+
+
+def test_a_brain_or_relay_loads_without_aiohttp() -> None:
+    """nats-py would import aiohttp (for ws:// servers) in every service; only the Hands'
+    HTTP pool needs it (baton.hands.http)."""
+    probe = ("import sys\n"
+             "from baton.bus.lean import import_nats_without_websockets\n"
+             "import_nats_without_websockets()\n"
+             "import baton.brain.worker, baton.relay.worker\n"
+             "print('aiohttp' in sys.modules)\n"
+             "import aiohttp  # still importable when a tool needs it\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr

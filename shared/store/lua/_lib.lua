@@ -47,9 +47,12 @@ tag, so on a Redis Cluster they too belong to the script's slot.
 Rule of every script: all checks come before the first write. Redis does not roll back a
 script that fails midway, so validation first is what makes a transition all-or-nothing.
 Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis_error).
-Before any script body runs, corrupt_refusal() (called by _applied.lua) checks what every
-script relies on: each key has its type (or does not exist), a session whose meta is gone
-has no receipts either, and the meta's agent/wake are set and its counters are integers.
+Before any script body runs, corrupt_refusal() (called by _applied.lua) checks what the
+script relies on: each key it touches has its type (or does not exist) and, when it touches
+meta, a session whose meta is gone has no receipts either, and the meta's agent/wake are set
+and its counters are integers. GUARDED (set above this file by shared/scripts.py, which
+finds the keys in the script's text and in the helpers below it calls) names those keys: a
+key a script never touches cannot fail it midway, so it is not checked there.
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
 quarantines such a session (baton.store.quarantine).
 ]==]
@@ -189,14 +192,18 @@ local function integer(v)
   return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil
 end
 
--- A CORRUPT reply when the session's keys cannot be written safely, else nil (no writes).
+-- A CORRUPT reply when the keys the script touches (GUARDED) cannot be written safely, else
+-- nil (no writes).
 local function corrupt_refusal()
   for _, kt in ipairs(KEY_TYPES) do
-    local t = redis.call('TYPE', K_ALL[kt[1]])['ok']
-    if t ~= 'none' and t ~= kt[2] then
-      return fail('CORRUPT', KEY_NAMES[kt[1]] .. ' key is a ' .. t .. ', not a ' .. kt[2])
+    if GUARDED[KEY_NAMES[kt[1]]] then
+      local t = redis.call('TYPE', K_ALL[kt[1]])['ok']
+      if t ~= 'none' and t ~= kt[2] then
+        return fail('CORRUPT', KEY_NAMES[kt[1]] .. ' key is a ' .. t .. ', not a ' .. kt[2])
+      end
     end
   end
+  if not GUARDED.meta then return nil end
   if redis.call('EXISTS', K_META) == 0 then
     if redis.call('EXISTS', K_RECEIPTS) == 1 then
       return fail('CORRUPT', 'meta is missing from a session that has receipts')

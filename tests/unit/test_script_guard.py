@@ -1,0 +1,30 @@
+"""Which session keys each script's corrupt_refusal checks (scripts.guarded_keys).
+
+The property test tests/integration/test_script_atomicity.py proves the checks make every
+script all-or-nothing; these pin how the checked keys are found in the scripts' text.
+"""
+
+from __future__ import annotations
+
+from baton.store.scripts import SESSION_SCRIPTS, guarded_keys, source
+
+
+def test_a_script_checks_the_keys_it_names_and_those_of_the_helpers_it_calls() -> None:
+    # commit writes timers through set_deadline and the outbox through outbox()
+    assert {"meta", "tasks", "timers", "outbox", "receipts", "applied"} <= guarded_keys("commit")
+    # heartbeat touches the runs and, refused, a receipt; never the session's own state
+    heartbeat = guarded_keys("heartbeat")
+    assert {"runs", "receipts", "applied"} <= heartbeat
+    assert not heartbeat & {"meta", "tasks", "entries", "outbox", "timers"}
+
+
+def test_keys_named_only_for_acl_checks_are_not_checked() -> None:
+    # acquire's log_checks() names the outbox and timers for acl_check_cmd, which reads no key
+    assert "outbox" not in guarded_keys("acquire")
+    assert "timers" not in guarded_keys("acquire")
+
+
+def test_every_script_checks_its_applied_record_and_ships_its_guard() -> None:
+    for name in SESSION_SCRIPTS:
+        assert "applied" in guarded_keys(name), name
+        assert "local GUARDED = {" in source(name), name
