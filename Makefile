@@ -1,7 +1,8 @@
 # The one command surface: the README, CI (.ci/run) and developers all go through these targets.
 #
 #   make demo        system deps + virtualenv, then the five-notice crash/takeover demo
-#   make test        system deps + virtualenv, then the default test suite (crash tests included)
+#   make test        system deps + virtualenv, then the default test suite (crash tests included;
+#                    TEST_WORKERS=2 processes by default)
 #   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
@@ -26,6 +27,12 @@ RUNTIME_LOCK := requirements/runtime.lock
 DEV_LOCK := requirements/dev.lock
 LOCK_ARGS ?=
 PYTEST_ARGS ?=
+# The default and stress suites run in this many pytest-xdist worker processes (TEST_WORKERS=0
+# runs them in one process). Each worker starts its own Redis and NATS on free ports; most of a
+# test's time is spent waiting on servers and timers, so two workers fit on two cores.
+# worksteal: an idle worker takes queued tests from a busy one, so no long file ends the run alone.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 .PHONY: help deps venv demo test test-stress test-chaos test-partition bench screenshots lint lock clean distclean
 
@@ -53,12 +60,12 @@ demo: deps venv
 	$(BIN)/baton demo
 
 test: deps venv
-	$(BIN)/pytest -q -m "not chaos and not partition" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not chaos and not partition" $(XDIST) $(PYTEST_ARGS)
 
 HOGS ?= 8
 
 test-stress: deps venv
-	scripts/with-cpu-hogs.sh $(HOGS) $(BIN)/pytest -q -m "not chaos and not partition" $(PYTEST_ARGS)
+	scripts/with-cpu-hogs.sh $(HOGS) $(BIN)/pytest -q -m "not chaos and not partition" $(XDIST) $(PYTEST_ARGS)
 
 test-chaos: deps venv
 	$(BIN)/pytest -q -m chaos $(PYTEST_ARGS)

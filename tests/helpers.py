@@ -46,7 +46,9 @@ async def running(*services: Any) -> AsyncIterator[None]:
     """Serve Baton services (Brain, Hands, Relay ...) in this event loop while in the block."""
     tasks = [asyncio.create_task(s.serve()) for s in services]
     try:
-        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 10)
+        # A bound for a broken start, not a timing: on a loaded machine a service that starts
+        # child processes (MCP servers) may take many seconds to be ready.
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 60)
         yield
     finally:
         for s in services:

@@ -128,12 +128,16 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @click.option("--from", "after", default=None, help="resume after this receipt id (no snapshot)")
 @click.option("--until-settled", is_flag=True, help="exit once every submission is settled")
-def watch_command(session_id: str, as_json: bool, after: str | None, until_settled: bool) -> None:
+@click.option("--connect-wait", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="before the first read, retry an unreachable Redis this long (default 5)")
+def watch_command(session_id: str, as_json: bool, after: str | None, until_settled: bool,
+                  connect_wait: float | None) -> None:
     """A snapshot of SESSION_ID, then its changes live (read-only; survives reconnects)."""
-    from baton.cli.watch import Watch, emitter
+    from baton.cli.watch import FIRST_GIVE_UP_S, Watch, emitter
 
     watch = Watch(_settings(), session_id, emitter(as_json), after=after,
-                  until_settled=until_settled)
+                  until_settled=until_settled,
+                  first_give_up_s=FIRST_GIVE_UP_S if connect_wait is None else connect_wait)
     last = _run(watch.run())
     click.echo(f"(last receipt {last}; resume with --from {last})", err=True)
 

@@ -46,7 +46,7 @@ from baton.store.redis_client import connect_redis, without_password
 from baton.store.state import parse_receipt, parse_runs, with_intents
 from baton.store.store import Store, now_ms
 
-__all__ = ["Watch", "emitter", "render_change"]
+__all__ = ["FIRST_GIVE_UP_S", "Watch", "emitter", "render_change"]
 
 Emit = Callable[[dict[str, Any]], None]
 M = TypeVar("M", bound=BaseModel)
@@ -54,7 +54,7 @@ _BATCH = 100
 _RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 _GIVE_UP_S = 60.0  # Redis unreachable this long in a row: give up with RedisUnavailable
 # Before the first successful read there may be no stack at all: give up sooner.
-_FIRST_GIVE_UP_S = 5.0
+FIRST_GIVE_UP_S = 5.0
 
 
 class Watch:
@@ -69,7 +69,7 @@ class Watch:
         after: str | None = None,
         until_settled: bool = False,
         block_ms: int = 5_000,
-        first_give_up_s: float = _FIRST_GIVE_UP_S,
+        first_give_up_s: float = FIRST_GIVE_UP_S,
         store: Store | None = None,
     ) -> None:
         self.settings = settings

@@ -61,11 +61,14 @@ async def _in_thread(fn: Callable[[], T]) -> T:
 
 
 def _wait(driver: Any, condition: Callable[[Any], Any], timeout: float, what: str) -> Any:
-    from selenium.common.exceptions import TimeoutException
+    """Poll ``condition`` until truthy; an element the live page re-rendered meanwhile (stale)
+    or has not drawn yet is asked for again."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(condition)
     except TimeoutException:
         raise AssertionError(f"the console did not show {what} within {timeout}s") from None
 
@@ -89,9 +92,16 @@ def _approve_first(driver: Any) -> str:
     """Click Approve on the first waiting run, confirm in the dialog; its run id."""
     from selenium.webdriver.common.by import By
 
-    first = driver.find_element(By.CSS_SELECTOR, "#approvals .approval")
-    run_id = first.get_attribute("data-run")
-    first.find_element(By.CSS_SELECTOR, "button.approve").click()
+    # The list is redrawn as receipts arrive: find the card again if it went stale.
+    run_id = _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#approvals .approval")
+                   .get_attribute("data-run"), 10, "a waiting approval")
+    card = f'#approvals .approval[data-run="{run_id}"] button.approve'
+
+    def click(d: Any) -> bool:
+        d.find_element(By.CSS_SELECTOR, card).click()
+        return True
+
+    _wait(driver, click, 10, f"run {run_id}'s approve button")
     dialog = _wait(driver, lambda d: d.find_element(By.ID, "confirm").is_displayed(), 10,
                    "the confirmation dialog")
     assert dialog

@@ -205,11 +205,16 @@ def test_with_no_stack_every_command_fails_in_one_line(tmp_path: Path) -> None:
            "BATON_NATS_URL": f"nats://127.0.0.1:{_closed_port()}"}
     for args in (("submit", "hi"), ("start", "notice_batch"), ("inspect",),
                  ("cancel", "s-1"), ("reject", "r-1", "--session", "s-1"),
-                 ("watch", "s-1"),  # watch: a bounded retry, then the same error
                  ("api", "--dev", "--port", "0")):
         done = _cli(*args, env=env)
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert "cannot reach Redis" in _one_error(done), args
+    # watch: a bounded retry (its bound shortened here from 5 s), then the same error
+    watch = _cli("watch", "s-1", "--connect-wait", "0.3", env=env)
+    assert watch.returncode == 3, (watch.stdout, watch.stderr)
+    assert "cannot reach Redis" in _one_error(watch)
+    assert "gave up after 0.3 s of retries" in watch.stderr
+    assert "-- connection lost" in watch.stderr  # it retried before giving up
     bad = _cli("start", "notice_batch", "--input", "[not json", env=env)
     assert bad.returncode == 2 and "not JSON" in bad.stderr and "Traceback" not in bad.stderr
     missing = _cli("dev", "status", env=env)
