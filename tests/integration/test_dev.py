@@ -85,9 +85,10 @@ def test_baton_dev_detached_serves_submit_and_stops(tmp_path: Path) -> None:
     assert not [pid for pid in pids if _pid_alive(pid)]
 
 
-def test_demo_kills_a_hands_mid_send_and_every_mail_goes_out_once() -> None:
+def test_demo_kills_a_hands_mid_send_and_every_mail_goes_out_once(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "baton", "demo"], capture_output=True,
-                          text=True, timeout=110, check=False)
+                          text=True, timeout=110, check=False,
+                          env={**os.environ, "BATON_HOME": str(tmp_path / "home")})
     last = done.stdout.strip().splitlines()[-1]
     summary = json.loads(last)
     assert done.returncode == 0, done.stdout + done.stderr
