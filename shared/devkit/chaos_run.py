@@ -51,6 +51,7 @@ from baton.devkit.devstack import DevStack, Proc
 from baton.devkit.redis_cluster import ClusterStack
 from baton.errors import UnavailableError
 from baton.store.deadletter import dead_letters
+from baton.store.keys import RELAY_GROUP
 from baton.store.outbox import Outbox
 from baton.store.store import now_ms
 
@@ -365,12 +366,37 @@ class ChaosRun:
         self._crashes(out)
         self._recovered(out)
 
+    async def _describe_rows(self) -> list[str]:
+        """Up to five rows per stream still in the outbox, and who holds them unacknowledged
+        (the relay consumer, how long idle, how often delivered): what to look at next."""
+        store = self.client.store
+        redis: Any = store.redis  # decoded replies (str)
+        keys, now = store.keys, now_ms()
+        lines = []
+        for shard in range(keys.shards):
+            for key in (keys.outbox(shard), keys.wakes(shard)):
+                for row_id, fields in await redis.xrange(key, "-", "+", count=5):
+                    what = {k: str(v)[:80] for k, v in fields.items() if k != "payload"}
+                    lines.append(f"  {key} {row_id} ({now - int(row_id.split('-')[0])} ms "
+                                 f"old): {what}")
+                try:
+                    pending = await redis.xpending_range(key, RELAY_GROUP, "-", "+", 5)
+                except RedisError:  # no group yet
+                    pending = []
+                for p in pending:
+                    lines.append(f"  {key} {p['message_id']} read by {p['consumer']}, idle "
+                                 f"{p['time_since_delivered']} ms, delivered "
+                                 f"{p['times_delivered']}x")
+        return lines
+
     async def _leftovers(self, out: Findings) -> None:
         store = self.client.store
         backlog = await _retrying(Outbox(store.redis, store.keys).backlog)
         rows = sum(b.rows for b in backlog)
         if rows:
             out.add(f"{rows} outbox rows left unpublished after the run")
+            for line in await _retrying(self._describe_rows):
+                out.add(line)
         dead = await _retrying(lambda: dead_letters(store.redis, store.keys, 20))
         for d in dead:
             out.add(f"dead letter from {d.get('source')}: {d.get('reason')}")
