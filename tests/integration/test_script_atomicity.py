@@ -24,6 +24,7 @@ from baton.models import Entry, Task, ToolIntent, ToolResult
 from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
+from tests.helpers import take_up
 
 BRAIN = worker_ref("brain", "brain-a")
 HANDS = worker_ref("hands", "hands-a")
@@ -47,6 +48,7 @@ class Session:
         await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
                            text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
                            worker=CLIENT, submission_id=f"{sid}-sub")
+        await take_up(store, sid, BRAIN)
         lease = await store.acquire(sid, BRAIN, 60_000)
         intent = ToolIntent(run_id=f"{sid}-r1", session_id=sid, task_id=f"{sid}-root",
                             tool="send_email", operation_id=f"{sid}-op1", wake_subject=WAKE,
