@@ -186,7 +186,7 @@ async def test_due_timers_fire_as_wakes_and_deadlines_rearm(
                     reasons += [loads(m.data)["reason"] for m in await collect(wakes, 1)]
         deadline = timer_member("deadline", "s1", "-", wake)
         armed = await store.redis.zscore(store.keys.session("s1").timers, deadline)
-    assert reasons[0] == "submit"
+    assert reasons.count("submit") == 1  # the request's wake (wakes stream: any order)
     assert reasons.count("timer:task") == 1  # a one-shot timer fires once
     assert relay.timers_fired >= 3
     assert armed is not None  # a deadline stays armed until a commit clears it

@@ -5,13 +5,14 @@ KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers dec
 ARGV:
   1 session id           2 agent            3 compat level     4 wake subject
   5 request id           6 submission id    7 submission JSON  8 user entry JSON
-  9 task id             10 task JSON       11 wake JSON       12 (unused)
+  9 task id             10 task JSON       11 wake JSON       12 deadline ms
  13 worker JSON         14 receipt JSON    15 wake row headers JSON (trace context)
  16 SHA-1 hex of the text (optional: without it a repeated request id is not compared)
 The request is recorded, not carried out: inbox 'submit:<request id>' = {agent, compat,
 wake, sub, entry, task, digest}, the nudge, the shard's session index (a new session), a row
 on the shard's wakes stream (published on the session's wake subject, or for a session
-without meta yet on the one the request names) and a 'submit' receipt. The Brain that loads
+without meta yet on the one the request names), the progress deadline (a lost wake is
+retried) and a 'submit' receipt. The Brain that loads
 the session next creates the session meta if it is new (acquire.lua) and writes the request
 id -> submission, the submission, the user entry and the generation task in its fenced
 commit, deleting the request (brain.requests).
@@ -22,7 +23,7 @@ id was used before with another text.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
-  {'ZADD', K_SESSIONS, 'NX', '0', 'm'}})
+  {'ZADD', K_SESSIONS, 'NX', '0', 'm'}, {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}})
 if denied then return denied end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local digest = ARGV[16] or ''
@@ -61,5 +62,6 @@ redis.call('SET', K_NUDGE, 1)
 if not m[1] then redis.call('ZADD', K_SESSIONS, 'NX', now, sid) end  -- listed from the start
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/s.' .. req, 'subj', wake,
            'data', ARGV[11], 'hdr', ARGV[15] or '', 'sid', sid, 'ts', now)
+set_deadline(sid, wake, tonumber(ARGV[12]), now)  -- a lost wake is retried
 receipt('submit', ARGV[13], 0, seq, now, ARGV[14])
 return {1, ARGV[7]}
