@@ -231,13 +231,16 @@ class Store:
 
     async def submission(self, session_id: str, submission_id: str) -> Submission:
         sk = self.keys.session(session_id)
-        async with self.redis.pipeline(transaction=True) as p:
-            p.hget(sk.subs, submission_id)
-            p.hgetall(sk.inbox)
-            raw, inbox = await p.execute()
+        # Single commands (a cluster client follows a slot's move for those): the inbox is
+        # read only when the submission is not there, i.e. not taken up yet.
+        raw = await self.redis.hget(sk.subs, submission_id)
         if raw is None:
+            # cast: connect_redis decodes replies, which redis-py's types cannot express
+            inbox = cast(dict[str, str], await self.redis.hgetall(sk.inbox))
             if (pending := pending_submission(inbox, submission_id)) is not None:
                 return pending  # requested, not taken up by a Brain yet
+            raw = await self.redis.hget(sk.subs, submission_id)  # taken up in between
+        if raw is None:
             raise not_found(f"submission {submission_id} in session {session_id}",
                             namespace=self.settings.namespace, session_id=session_id)
         return decode(Submission, raw)
