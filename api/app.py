@@ -288,7 +288,7 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     ) -> StreamingResponse:
         """A snapshot of the session, then its changes live; resumable with Last-Event-ID."""
         store = client().store
-        if not await store.redis.exists(store.keys.session(session_id).meta):
+        if not await store.exists(session_id):
             raise not_found(f"session {session_id}", namespace=settings.namespace,
                             session_id=session_id)
         stream = stream_session(settings, session_id, last_event_id or after, watchers, store)

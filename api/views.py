@@ -49,7 +49,7 @@ async def list_sessions(
 
 
 async def _exists(store: Store, session_id: str) -> None:
-    if not await store.redis.exists(store.keys.session(session_id).meta):
+    if not await store.exists(session_id):
         raise not_found(f"session {session_id}", namespace=store.keys.ns, session_id=session_id)
 
 

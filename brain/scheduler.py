@@ -21,6 +21,7 @@ from baton.brain.cancel import consume_cancels
 from baton.brain.context import TaskContext
 from baton.brain.decisions import consume_decisions
 from baton.brain.registry import Registry
+from baton.brain.requests import consume_requests
 from baton.brain.versions import migrate_session, note_blocked, unserved
 from baton.models import Task
 from baton.observability.log import bounded
@@ -35,6 +36,7 @@ async def schedule(registry: Registry, ctx: TaskContext) -> None:
     if reason := unserved(ctx.app, ctx.state.meta):
         ctx.log.warning("session_not_served", reason=bounded(reason))
         return
+    await consume_requests(ctx)
     await migrate_session(registry, ctx)
     await consume_cancels(ctx)
     await consume_decisions(ctx)

@@ -12,7 +12,7 @@ brain     create, pull from and ack consumers of ``NS_WAKE``     session keys bu
                                                                 outbox, timers
 hands     create, pull from and ack consumers of ``NS_TOOLS``;   run records, receipts, nudges,
           ask and answer ``ns.live.hands.*`` (liveness)         the wakes stream
-client    nothing: clients submit and watch through Redis       its granted sessions, outbox
+client    nothing: clients submit and watch through Redis       granted sessions' inbox, wakes
 ========  ====================================================  ==============================
 
 Every role may publish JetStream API requests only for its own stream and consumers, and
@@ -60,11 +60,11 @@ _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zad
 # set/get/del: the nudge (a tool result or a timer arrived; release and acquire clear it).
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "spublish", "zscan", "get", "del"],  # zscan: a quarantine drops its timers
+              "spublish", "zscan", "get", "del", "hkeys"],  # zscan: a quarantine drops its timers
     "hands": [*_SESSION_WRITES, "hgetall", "set"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
-              "set"],
+              "set", "hvals"],
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
@@ -95,7 +95,8 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
         # meta) and sets its nudge when a timer fires; nothing else of a session.
         return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
-                f"%R~{tag}:s:*:meta", f"%W~{tag}:s:*:nudge", *shard_logs]
+                f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%W~{tag}:s:*:nudge",
+                *shard_logs]
     if role == "hands":
         # Reads everything; writes the run records (claims, heartbeats, results), their
         # commit ids and receipts, the nudge and the shard's wakes stream: never meta, intents,
@@ -108,10 +109,15 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         own = [f"~{tag}:s:*:{k}" for k in BRAIN_SESSION_KEYS]
         return [f"%R~{ns}:*", *own, f"~{tag}:outbox", f"~{tag}:timers",
                 f"~{tag}:sessions", *shard_logs]
-    # client: the granted sessions and the shard keys a submission writes; a cancel's wake
-    # goes to the wakes stream (the relay publishes it on the session's own wake subject)
-    return [f"~{tag}:s:{sessions}", f"~{tag}:outbox", f"~{tag}:timers", f"~{tag}:sessions",
-            f"~{tag}:wakes", *shard_logs]
+    # client: reads the granted sessions; writes only their inbox (submit, start, cancel,
+    # approve and reject requests), nudge and receipts, and the shard's wakes stream (the
+    # relay publishes a request's wake on the session's wake subject) and timers (a cancel's
+    # progress deadline) and session index (a new session is listed from its first
+    # request). The shard's outbox it may only read (the scripts' type checks): the Brain
+    # writes the session, its entries, tasks, submissions and dispatches.
+    own = [f"~{tag}:s:{sessions}:{k}" for k in ("inbox", "nudge", "receipts", "inbox_applied")]
+    return [f"%R~{tag}:s:{sessions}", *own, f"%R~{tag}:outbox", f"~{tag}:sessions",
+            f"~{tag}:timers", f"~{tag}:wakes", *shard_logs]
 
 
 def redis_acl(

@@ -54,3 +54,19 @@ async def running(*services: Any) -> AsyncIterator[None]:
         for s in services:
             s.shutdown()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def take_up(store: Any, session_id: str, worker: Any = None) -> None:
+    """Do what a Brain does with a session's waiting submit and start requests (open the
+    session, commit their records), for tests that drive the store without a Brain."""
+    from baton.brain.requests import request_writes
+    from baton.models import WorkerRef
+
+    worker = worker or WorkerRef(name="brain-take-up", role="brain", pid=0)
+    lease, state = await store.acquire_and_load(session_id, worker, 5000)
+    writes, _, _ = request_writes(state)
+    if writes.tasks:  # as a Brain's commit: live tasks keep the progress deadline armed
+        writes.deadline_ms = store.settings.progress_deadline_ms
+    if writes:
+        await store.commit(session_id, lease.fence, writes, worker)
+    await store.release(session_id, lease.fence, 5000)

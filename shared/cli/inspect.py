@@ -35,7 +35,7 @@ from baton.errors import not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
 from baton.observability.log import bounded
 from baton.store.epoch import StoreEpoch
-from baton.store.state import parse_runs, with_intents
+from baton.store.state import parse_requests, parse_runs, requested_meta, with_intents
 from baton.store.store import Store, now_ms
 from baton.store.workers import SERVICE_STALE_MS
 from baton.store.workers import served_levels as _served
@@ -264,7 +264,10 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     if not f and not raw["meta"] and not replies[-1]:
         raise not_found(f"session {session_id}", namespace=store.keys.ns,
                         session_id=session_id)
-    if not raw["meta"] and not any(x.startswith(f"meta key {sk.meta}") for x in f):
+    requested = requested_meta(raw["inbox"]) if isinstance(raw["inbox"], dict) else {}
+    if not raw["meta"] and requested:  # not opened yet: shown as its first request asks
+        raw["meta"] = requested
+    elif not raw["meta"] and not any(x.startswith(f"meta key {sk.meta}") for x in f):
         f.add(f"meta key {sk.meta}", "missing (the session's other keys exist)")
     # A live run's committed intent, its Brain-owned fields and the group counts are kept
     # in the intents hash (only Brains write it).
@@ -274,6 +277,8 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     meta = lenient_meta(session_id, {**raw["meta"], **asked}, f, f"meta key {sk.meta}", merged) \
         if raw["meta"] else lenient_meta(session_id, {}, Findings())
     live_tasks = _decode_each(f, "task", raw["tasks"], Task)
+    if requested:  # not opened yet: the tasks its requests ask for, pending
+        live_tasks |= {q.task.id: q.task for q in parse_requests(raw["inbox"])}
     done_tasks = _decode_each(f, "finished task", raw["done"], Task)
     live_runs = _runs_each(f, sk.runs, merged)
     runs = {**_runs_each(f, sk.runs_done, raw["runs_done"]), **live_runs}
@@ -424,16 +429,21 @@ async def session_rows(store: Store, ids: list[str], served: set[tuple[str, int]
         for sid in ids:
             sk = store.keys.session(sid)
             p.hgetall(sk.meta).hvals(sk.subs).hlen(sk.tasks).hgetall(sk.poison)
+            p.hgetall(sk.inbox)
         replies = await p.execute(raise_on_error=False)
     rows: list[dict[str, Any]] = []
     for i, sid in enumerate(ids):
         sk = store.keys.session(sid)
         before = len(f)
-        meta_raw = f.reply(f"meta key {sk.meta}", replies[4 * i], None)
-        subs = f.reply(f"submissions key {sk.subs}", replies[4 * i + 1], [])
-        live = f.reply(f"tasks key {sk.tasks}", replies[4 * i + 2], 0)
-        poison = _quarantine(f.reply(f"poison key {sk.poison}", replies[4 * i + 3], {}), f,
+        meta_raw = f.reply(f"meta key {sk.meta}", replies[5 * i], None)
+        subs = f.reply(f"submissions key {sk.subs}", replies[5 * i + 1], [])
+        live = f.reply(f"tasks key {sk.tasks}", replies[5 * i + 2], 0)
+        poison = _quarantine(f.reply(f"poison key {sk.poison}", replies[5 * i + 3], {}), f,
                              sk.poison)
+        inbox = replies[5 * i + 4] if isinstance(replies[5 * i + 4], dict) else {}
+        if meta_raw == {} and (requested := requested_meta(inbox)):
+            # not opened yet: as its first request asks, its requested tasks waiting
+            meta_raw, live = requested, len(parse_requests(inbox))
         if meta_raw == {}:  # indexed, but gone (expired or deleted)
             continue
         meta = (lenient_meta(sid, meta_raw, f, f"meta key {sk.meta}") if meta_raw

@@ -450,9 +450,11 @@ class Timeline:
 
     def _on_input(self, ev: Event, d: SubmitDetail | StartDetail) -> None:
         if isinstance(d, SubmitDetail):
-            ev.text = f"input accepted: submission {d.submission_id or '?'}"
+            ev.text = f"input requested: submission {d.submission_id or '?'}"
+            self.by_wake[f"s.{d.request_id}"] = ev  # its wake row (see submit.lua)
         else:
-            ev.text = f"task started: {d.task_kind or '?'} {d.task_id}"
+            ev.text = f"task requested: {d.task_kind or '?'} {d.task_id}"
+            self.by_wake[f"t.{d.request_id}"] = ev  # its wake row (see start.lua)
         self.waker = ev
 
     def _on_lease(self, ev: Event, r: Receipt, d: LeaseDetail) -> None:

@@ -43,7 +43,7 @@ from baton.settings import Settings
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import connect_redis, without_password
-from baton.store.state import parse_receipt, parse_runs, with_intents
+from baton.store.state import parse_receipt, parse_runs, requested_meta, with_intents
 from baton.store.store import Store, now_ms
 
 __all__ = ["FIRST_GIVE_UP_S", "Watch", "emitter", "render_change"]
@@ -165,7 +165,11 @@ class Watch:
             p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
             p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
             p.xrange(sk.receipts, "-", "+").hgetall(sk.poison).hgetall(sk.intents)
+            p.hgetall(sk.inbox)
             replies = await p.execute(raise_on_error=False)
+        meta_reply, inbox = replies[0], replies.pop()
+        if not meta_reply and isinstance(inbox, dict):  # not opened yet: as requested
+            replies[0] = requested_meta(inbox)
         # A session too corrupt to run is still shown: what cannot be read or decoded is
         # a finding in the snapshot (and its quarantine, when it is quarantined).
         f = Findings()

@@ -30,8 +30,10 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     read it
     <ns>:T:s:<sid>:inbox     HASH   a client's requests the Brain has not consumed yet:
                                     "cancel:<task id|*>" -> ms, "decide:<run id>" -> JSON
-                                    {decision, ms, result} (written by clients, consumed by
-                                    the Brain's commit)
+                                    {decision, ms, result}, "submit:<request id>" and
+                                    "start:<request id>" -> JSON {agent, compat, wake, ...}
+                                    (written by clients, consumed by the Brain's commit; a
+                                    Brain's lease opens a session that has only requests)
     <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
                                     (the dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied

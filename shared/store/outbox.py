@@ -162,14 +162,18 @@ class Outbox:
                 for shard, r in zip(held, replies, strict=True)}
 
     async def pending_counts(self, shards: list[int]) -> dict[int, int]:
-        """Rows read but not acknowledged, per shard (one pipelined XPENDING summary each;
-        a shard without its group counts as pending so that its claim recreates it)."""
+        """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one
+        pipelined XPENDING summary each; a stream without its group counts as pending so
+        that its claim recreates it)."""
         async with self.redis.pipeline(transaction=False) as p:
             for shard in shards:
-                p.xpending(self.keys.outbox(shard), RELAY_GROUP)
+                for key in self._streams(shard):
+                    p.xpending(key, RELAY_GROUP)
             replies = await p.execute(raise_on_error=False)
-        return {s: 1 if isinstance(r, Exception) else int(r.get("pending") or 0)
-                for s, r in zip(shards, replies, strict=True)}
+        n = len(self._streams(shards[0])) if shards else 0
+        return {s: sum(1 if isinstance(r, Exception) else int(r.get("pending") or 0)
+                       for r in replies[i * n:(i + 1) * n])
+                for i, s in enumerate(shards)}
 
     async def ensure_groups(self, shards: list[int] | None = None) -> None:
         for shard in shards if shards is not None else range(self.keys.shards):
@@ -258,24 +262,35 @@ class Outbox:
                 if int(reply[0]) != 1}
 
     async def wake_subjects(self, rows: list[OutboxRow]) -> dict[str, str | None]:
-        """The committed wake subject of the session of each wakes-stream row (by stream
-        id; None for an unknown session): the only subject such a row may be published on."""
+        """The wake subject of the session of each wakes-stream row (by stream id; None
+        for an unknown session): the only subject such a row may be published on. It is the
+        committed one; for a session not opened yet, the row's own when a submit or start
+        request waiting in the session's inbox names it (a wake is a hint: the Brain that
+        takes it checks the request)."""
         wakes = [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]]
         if not wakes:
             return {}
-        metas: list[str | None] = []
+        keys: list[tuple[str, str] | None] = []
         for row in wakes:
             try:
-                metas.append(self.keys.session(row.session_id).meta)
+                sk = self.keys.session(row.session_id)
+                keys.append((sk.meta, sk.inbox))
             except ValidationError:
-                metas.append(None)
+                keys.append(None)
         async with self.redis.pipeline(transaction=False) as p:
-            for meta in metas:
-                if meta is not None:
-                    p.hget(meta, "wake")
+            for k in keys:
+                if k is not None:
+                    p.hget(k[0], "wake")
+                    p.hvals(k[1])
             replies = iter(await p.execute())
-        return {r.stream_id: (next(replies) if meta is not None else None)
-                for r, meta in zip(wakes, metas, strict=True)}
+        out: dict[str, str | None] = {}
+        for row, k in zip(wakes, keys, strict=True):
+            if k is None:
+                out[row.stream_id] = None
+                continue
+            committed, pending = next(replies), next(replies)
+            out[row.stream_id] = committed or _requested_wake(row.subject, pending)
+        return out
 
     async def claim_stale(
         self, shard: int, consumer: str, idle_ms: int, count: int
@@ -356,3 +371,16 @@ class Outbox:
             out.append(Backlog(shard=s, rows=int(n) + int(wn),
                                oldest_ms=min(heads) if heads else None, pending=0))
         return out
+
+
+def _requested_wake(subject: str, pending: list[str]) -> str | None:
+    """``subject`` when a submit or start request among ``pending`` (inbox values) names it
+    as its wake subject, else None."""
+    for raw in pending:
+        try:
+            wake = loads(raw).get("wake")
+        except (ValueError, AttributeError):
+            continue
+        if wake == subject:
+            return subject
+    return None

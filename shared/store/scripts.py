@@ -55,7 +55,7 @@ REPLICATED: frozenset[str] = frozenset(
 #: The Hands' scripts: they declare the run records, the only session key the Hands write.
 HANDS_SCRIPTS = frozenset({"claim", "heartbeat", "complete"})
 #: The client's requests that go to the session's inbox (the key they declare and write).
-INBOX_SCRIPTS = frozenset({"cancel", "approve"})
+INBOX_SCRIPTS = frozenset({"cancel", "approve", "submit", "start"})
 #: How long a session keeps the replies of its applied commit ids (see _applied.lua).
 APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
@@ -110,9 +110,10 @@ def source(name: str, *, acl_checks: bool = True) -> str:
     lua = resources.files("baton.store") / "lua"
     body = (lua / f"{name}.lua").read_text()
     if name in SESSION_SCRIPTS:
-        # The Hands record their commit ids apart from the Brains' (runs_applied), so
-        # neither role needs write access to the other's records.
-        applied = "runs_applied" if name in HANDS_SCRIPTS else "applied"
+        # The Hands and clients record their commit ids apart from the Brains' (runs_applied,
+        # inbox_applied), so no role needs write access to another's records.
+        applied = ("runs_applied" if name in HANDS_SCRIPTS
+                   else "inbox_applied" if name in INBOX_SCRIPTS else "applied")
         guarded = ", ".join(f"{k} = true" for k in sorted(guarded_keys(name)))
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"

@@ -143,6 +143,72 @@ def parse_decisions(inbox: dict[str, str]) -> dict[str, Decision]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A client's submit or start request waiting in the session's inbox
+    (``submit:<request id>`` / ``start:<request id>``): what the Brain's commit writes."""
+
+    field: str  # the inbox field, deleted by the commit that takes it up
+    request_id: str
+    agent: str
+    task: Task
+    submission: Submission | None = None  # submit only, with its user entry
+    entry: Entry | None = None
+
+
+def parse_requests(inbox: dict[str, str]) -> list[Request]:
+    """The submit and start requests in a session's inbox, in the order they were made
+    (unreadable ones are skipped: a client wrote them)."""
+    out = []
+    for name, raw in inbox.items():
+        kind, _, rid = name.partition(":")
+        if kind not in ("submit", "start"):
+            continue
+        try:
+            r = loads(raw)
+            task = decode(Task, r["task"])
+            if kind == "submit":
+                out.append(Request(name, rid, str(r["agent"]), task,
+                                   decode(Submission, r["sub"]), decode(Entry, r["entry"])))
+            else:
+                out.append(Request(name, rid, str(r["agent"]), task))
+        except (ValueError, KeyError, TypeError, CorruptStateError, ValidationError):
+            continue
+    return sorted(out, key=lambda q: (q.task.created_ms, q.field))
+
+
+def requested_meta(inbox: dict[str, str]) -> dict[str, str]:
+    """The meta a session not opened yet will have, from its first waiting submit or start
+    request (as acquire.lua opens it), or {} without one."""
+    for name in sorted(inbox):
+        if not name.startswith(("submit:", "start:")):
+            continue
+        try:
+            r = loads(inbox[name])
+            return {"agent": str(r["agent"]), "compat": str(int(r["compat"])),
+                    "wake": str(r["wake"]), "fence": "0", "seq": "0", "holder": "",
+                    "lease_until": "0"}
+        except (ValueError, KeyError, TypeError):
+            continue
+    return {}
+
+
+def pending_submission(inbox: dict[str, str], submission_id: str) -> Submission | None:
+    """A submission whose request waits in the inbox, not taken up by a Brain yet."""
+    for q in parse_requests(inbox):
+        if q.submission is not None and q.submission.id == submission_id:
+            return q.submission
+    return None
+
+
+def pending_task(inbox: dict[str, str], task_id: str) -> Task | None:
+    """A task whose submit or start request waits in the inbox."""
+    for q in parse_requests(inbox):
+        if q.task.id == task_id:
+            return q.task
+    return None
+
+
 @dataclass
 class SessionState:
     """A session's live state as one consistent snapshot."""
@@ -157,6 +223,8 @@ class SessionState:
     # A person's decisions on runs awaiting approval, recorded by clients in the session's
     # inbox and not yet carried out: run id -> Decision.
     decisions: dict[str, Decision] = field(default_factory=dict)
+    # Clients' submit and start requests not taken up yet (see parse_requests).
+    requests: list[Request] = field(default_factory=list)
 
     @property
     def entries_start(self) -> int:

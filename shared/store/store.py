@@ -34,6 +34,7 @@ from baton.models import (
     WorkerRef,
     decode,
     dumps,
+    loads,
 )
 from baton.observability.tracing import (
     counted_refusals,
@@ -64,14 +65,18 @@ from baton.store.state import (
     parse_decisions,
     parse_meta,
     parse_receipt,
+    parse_requests,
     parse_runs,
+    pending_submission,
+    pending_task,
     receipts_about,
+    requested_meta,
     with_intents,
 )
 from baton.store.writes import Writes
 
 #: A Brain commit's bound, in multiples of ``max_payload_bytes`` (see :meth:`Store.commit`).
-COMMIT_PAYLOAD_FACTOR = 2
+COMMIT_PAYLOAD_FACTOR = 3
 
 
 def now_ms() -> int:
@@ -134,10 +139,12 @@ class Store:
         submission_id: str,
         headers: dict[str, str] | None = None,
     ) -> tuple[Submission, bool]:
-        """Accept input once per request id; returns (submission, created).
+        """Request input once per request id; returns (submission, created).
 
-        The same request id with the same text answers the original submission (created
-        False); with another text it is a ``ConflictError`` (checked in the script, atomically).
+        The request goes to the session's inbox (with a wake); a Brain takes it up in its
+        fenced commit, opening a new session for ``agent``. The same request id with the
+        same text answers the original submission, pending or taken up (created False);
+        with another text it is a ``ConflictError`` (checked in the script, atomically).
         ``headers`` (trace context) go with the wake row and the receipt.
         """
         sk = self.keys.session(session_id)
@@ -155,7 +162,7 @@ class Store:
         self.scripts.check_size(entry.to_json(), "input")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
         receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
-                                    "task_id": task.id}, "changes": {"entries": 1, "tasks": 1},
+                                    "task_id": task.id}, "changes": {},
                          "trace": headers or {}})
         created, raw = await self.scripts.run(
             "submit",
@@ -180,12 +187,13 @@ class Store:
         worker: WorkerRef,
         headers: dict[str, str] | None = None,
     ) -> tuple[str, bool]:
-        """Create a root task once per request id; returns (task id, created)."""
+        """Request a root task once per request id (taken up by a Brain, as a submission
+        is); returns (task id, created)."""
         sk = self.keys.session(session_id)
         self.scripts.check_size(task.to_json(), "task")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "start"})
         receipt = dumps({"detail": {"task_id": task.id, "kind": task.kind,
-                                    "request_id": request_id}, "changes": {"tasks": 1},
+                                    "request_id": request_id}, "changes": {},
                          "trace": headers or {}})
         created, task_id = await self.scripts.run(
             "start",
@@ -202,14 +210,36 @@ class Store:
         async with self.redis.pipeline(transaction=True) as p:
             p.hget(sk.tasks, task_id)
             p.hget(sk.done, task_id)
-            live, done = await p.execute()
+            p.hgetall(sk.inbox)
+            live, done, inbox = await p.execute()
         if live is None and done is None:
+            if (pending := pending_task(inbox, task_id)) is not None:
+                return pending  # requested, not taken up by a Brain yet
             raise not_found(f"task {task_id} in session {session_id}",
                             namespace=self.settings.namespace, session_id=session_id)
         return decode(Task, live or done)
 
+    async def exists(self, session_id: str) -> bool:
+        """The session is open (its meta exists) or a submit or start request for it waits
+        in its inbox for a Brain to open it."""
+        sk = self.keys.session(session_id)
+        async with self.redis.pipeline(transaction=True) as p:
+            p.exists(sk.meta)
+            p.hgetall(sk.inbox)
+            opened, inbox = await p.execute()
+        return bool(opened) or bool(parse_requests(inbox))
+
     async def submission(self, session_id: str, submission_id: str) -> Submission:
-        raw = await self.redis.hget(self.keys.session(session_id).subs, submission_id)
+        sk = self.keys.session(session_id)
+        # Single commands (a cluster client follows a slot's move for those): the inbox is
+        # read only when the submission is not there, i.e. not taken up yet.
+        raw = await self.redis.hget(sk.subs, submission_id)
+        if raw is None:
+            # cast: connect_redis decodes replies, which redis-py's types cannot express
+            inbox = cast(dict[str, str], await self.redis.hgetall(sk.inbox))
+            if (pending := pending_submission(inbox, submission_id)) is not None:
+                return pending  # requested, not taken up by a Brain yet
+            raw = await self.redis.hget(sk.subs, submission_id)  # taken up in between
         if raw is None:
             raise not_found(f"submission {submission_id} in session {session_id}",
                             namespace=self.settings.namespace, session_id=session_id)
@@ -219,7 +249,10 @@ class Store:
         sk = self.keys.session(session_id)
         # cast: connect_redis decodes replies, which redis-py's types cannot express
         sub_id = cast(str | None, await self.redis.hget(sk.reqs, request_id))
-        return await self.submission(session_id, sub_id) if sub_id else None
+        if sub_id:
+            return await self.submission(session_id, sub_id)
+        pending = await self.redis.hget(sk.inbox, f"submit:{request_id}")
+        return decode(Submission, loads(pending)["sub"]) if pending else None
 
     # ------------------------------------------------------------------ Brain side
 
@@ -307,6 +340,9 @@ class Store:
             if isinstance(r, Exception):
                 raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
         meta, tasks, docs, subs, runs, count, entries, nudge, intents, inbox = results
+        # A session not opened yet reads as its first waiting request asks (fence 0, nothing
+        # committed): the Brain's acquire opens it before any commit.
+        meta = meta or requested_meta(inbox)
         if not meta:
             raise not_found(f"session {session_id}", namespace=self.settings.namespace,
                             session_id=session_id)
@@ -320,6 +356,7 @@ class Store:
             entry_count=int(count),
             entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
             decisions=parse_decisions(inbox),
+            requests=parse_requests(inbox),
         )
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
@@ -336,7 +373,9 @@ class Store:
         args = writes.to_script()
         # A commit may carry a record that embeds an input accepted up to the limit (the
         # submission, rewritten as it runs and settles) beside the Brain's own output of
-        # the same bound: twice the input limit, so a submission at the limit completes.
+        # the same bound, and the commit taking a request up carries its text twice (the
+        # entry and the submission) with its task: three times the input limit, so a
+        # submission at the limit completes.
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
         seq, count = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]

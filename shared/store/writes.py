@@ -44,6 +44,9 @@ class Writes:
     # the result it ends with (their inbox requests go in meta_del as "decide:<run id>").
     approve_runs: dict[str, int] = field(default_factory=dict)
     reject_runs: dict[str, str] = field(default_factory=dict)
+    # Request ids taken up from the inbox: request id -> submission id, or
+    # "task:<request id>" -> task id (their inbox requests go in meta_del).
+    reqs: dict[str, str] = field(default_factory=dict)
     meta_set: dict[str, str] = field(default_factory=dict)  # "cancel:*" / "blocked:*" only
     meta_del: list[str] = field(default_factory=list)
     notify: list[tuple[str, str]] = field(default_factory=list)  # (channel, message)
@@ -117,6 +120,8 @@ class Writes:
             index["rj"] = [[r, result] for r, result in self.reject_runs.items()]
         if self.meta_set:
             index["ms"] = [[k, v] for k, v in self.meta_set.items()]
+        if self.reqs:
+            index["rq"] = [[k, v] for k, v in self.reqs.items()]
         if self.meta_del:
             index["md"] = list(self.meta_del)
         args = [dumps(index), dumps(receipt)]

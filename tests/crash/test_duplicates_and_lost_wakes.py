@@ -110,15 +110,15 @@ async def test_lost_wake_is_recovered_by_the_progress_deadline(
     crash: Opener, topology: str
 ) -> None:
     """The submit's wake row disappears before any relay saw it: the session's progress
-    deadline (a Redis timer armed by the same commit) wakes it anyway."""
+    deadline (a Redis timer armed by the same request) wakes it anyway."""
     c = await crash(brains=1, hands=2, relays=0, env={"BATON_PROGRESS_DEADLINE_MS": "1500"})
     sub = await c.submit()
     session = sub.session_id
     sk = c.store.keys.session(session)
     redis: Any = c.store.redis  # decode_responses=True: str in, str out
-    rows = [(i, f) for i, f in await redis.xrange(sk.outbox) if f.get("sid") == session]
+    rows = [(i, f) for i, f in await redis.xrange(sk.wakes) if f.get("sid") == session]
     assert len(rows) == 1 and Wake.model_validate_json(rows[0][1]["data"]).reason == "submit"
-    assert await redis.xdel(sk.outbox, rows[0][0]) == 1
+    assert await redis.xdel(sk.wakes, rows[0][0]) == 1
     timers = await redis.zrange(sk.timers, 0, -1)
     assert any(t.startswith(f"deadline|{session}|") for t in timers), timers
 

@@ -118,8 +118,10 @@ async def test_a_reused_request_id_with_other_text_is_a_conflict(settings: Setti
         with pytest.raises(ConflictError) as caught:
             await client.submit("two", agent="ghost", session_id="s-rid", request_id="r-1")
         assert "r-1" in caught.value.message and first.id in caught.value.message
-        subs = await client.store.redis.hlen(client.store.keys.session("s-rid").subs)
-        assert subs == 1  # the refused input wrote nothing
+        sk = client.store.keys.session("s-rid")
+        subs = await client.store.redis.hlen(sk.subs)
+        requests = await client.store.redis.hkeys(sk.inbox)
+        assert subs + len(requests) == 1  # the refused input wrote nothing
     finally:
         await client.close()
     import asyncio

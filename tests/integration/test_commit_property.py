@@ -38,6 +38,7 @@ from baton.store.documents import next_change
 from baton.store.state import SessionState
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes, timer_member
+from tests.helpers import take_up
 
 BRAIN = worker_ref("brain", "brain-p")
 HANDS = worker_ref("hands", "hands-p")
@@ -87,6 +88,7 @@ class Session:
         await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
                            text="hi", task=task, worker=worker_ref("client", "c"),
                            submission_id=f"{sid}-sub")
+        await take_up(store, sid, BRAIN)
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
         ctx = TaskContext(session_id=sid, fence=lease.fence, state=state, store=store,
                           settings=settings_, app=App({}, {}), names=BusNames(settings_.namespace),

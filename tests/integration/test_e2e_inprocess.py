@@ -75,6 +75,9 @@ async def test_lost_tool_messages_are_dispatched_again_after_the_deadline(
             sub, _ = await client.submit(FIVE, agent="notices")
 
             async def dispatched() -> bool:
+                if not await client.store.redis.exists(
+                        client.store.keys.session(sub.session_id).meta):
+                    return False  # not opened by the Brain yet
                 state = await client.store.load(sub.session_id)
                 return len(state.runs) == 5
             await eventually(dispatched, message="five runs dispatched")

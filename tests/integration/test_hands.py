@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from baton.app import Agent, App, ToolContext, tool
+from baton.brain.requests import request_writes
 from baton.bus.bus import Bus
 from baton.devkit.mailbox import MailboxServer
 from baton.errors import ConfigError, RedisUnavailable, StaleAttemptError, ToolMismatchError
@@ -30,7 +31,6 @@ from baton.store.deadletter import dead_letters
 from baton.store.outbox import Outbox
 from baton.store.state import Claim
 from baton.store.store import Store, worker_ref
-from baton.store.writes import Writes
 from tests.helpers import eventually
 
 BRAIN = worker_ref("brain", "brain-t")
@@ -170,8 +170,10 @@ async def commit_runs(
         request_id="r1", text="go", task=Task(id="task-1", kind="generation", owner=session),
         worker=worker_ref("client", "c"), submission_id="sub-1",
     )
-    lease = await store.acquire(session, BRAIN, 5000)
-    await store.commit(session, lease.fence, Writes(runs=intents, groups=groups or {}), BRAIN)
+    lease, state = await store.acquire_and_load(session, BRAIN, 5000)
+    writes, _, _ = request_writes(state)  # the submission taken up, in the same commit
+    writes.runs, writes.groups = intents, groups or {}
+    await store.commit(session, lease.fence, writes, BRAIN)
 
 
 async def dispatch(bus: Bus, intent: ToolIntent, *, msg_id: str | None = None,

@@ -24,6 +24,7 @@ from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
 from baton.store.store import Store
 from tests.conftest import TOPOLOGIES
+from tests.helpers import take_up
 
 Corrupt = Callable[[Any, Keys, SessionKeys, str], Awaitable[Any]]
 
@@ -112,6 +113,7 @@ async def test_inspect_reports_corruption_as_a_finding(topo_settings: Settings, 
     async with await Client.connect(topo_settings) as client:
         sub, _ = await client.submit("hello [red]there", agent="notices")
         store: Store = client.store
+        await take_up(store, sub.session_id)
         sk = store.keys.session(sub.session_id)
         await corrupt(store.redis, store.keys, sk, sub.session_id)
 
@@ -131,6 +133,7 @@ async def test_inspect_cli_on_a_corrupt_store(settings: Settings, tmp_path: Path
     """The command itself: exit 0, findings in the output, no traceback."""
     async with await Client.connect(settings) as client:
         sub, _ = await client.submit("hello", agent="notices")
+        await take_up(client.store, sub.session_id)
         sk = client.store.keys.session(sub.session_id)
         await _replace(client.store.redis, sk.tasks)
         await _replace(client.store.redis, client.store.keys.every("dead")[0])

@@ -48,12 +48,12 @@ async def test_a_redis_restart_under_a_running_stack_is_one_clear_line_everywher
         submit = await _spawn(env, "submit", "--agent", "ghost", "--session", "s-lost",
                               "--wait", "--timeout", "120", "hello")
         redis = connect_redis(settings)
-        meta = Keys(settings.namespace, settings.shards).session("s-lost").meta
+        inbox = Keys(settings.namespace, settings.shards).session("s-lost").inbox
         try:
-            async def submitted() -> bool:
-                return bool(await redis.exists(meta))
+            async def submitted() -> bool:  # the request waits for a Brain of "ghost"
+                return bool(await redis.exists(inbox))
 
-            await eventually(submitted, timeout=30, message="the submission is committed")
+            await eventually(submitted, timeout=30, message="the submission is recorded")
         finally:
             await redis.aclose()
         watch = await _spawn(env, "watch", "s-lost")

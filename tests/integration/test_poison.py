@@ -32,7 +32,7 @@ from baton.store.deadletter import dead_letters
 from baton.store.keys import SessionKeys
 from baton.store.quarantine import quarantine_of
 from baton.store.store import Store
-from tests.helpers import running
+from tests.helpers import running, take_up
 
 Corrupt = Callable[[Store, SessionKeys, str], Awaitable[Any]]
 
@@ -64,6 +64,7 @@ async def test_undecodable_session_is_quarantined(settings: Settings, kind: str)
     async with await Client.connect(settings) as client:
         sub, _ = await client.submit("hello there", agent="notices")
         sid = sub.session_id
+        await take_up(client.store, sid)
         sk = client.store.keys.session(sid)
         if kind == "undecodable_task":
             await client.store.redis.hset(sk.tasks, sub.task_id, "{nope")
@@ -94,6 +95,7 @@ async def test_quarantine_is_shown_by_inspect_trace_and_watch(settings: Settings
     async with await Client.connect(settings) as client:
         sub, _ = await client.submit("hello there", agent="notices")
         sid = sub.session_id
+        await take_up(client.store, sid)
         await client.store.redis.hdel(client.store.keys.session(sid).meta, "agent")
         events: list[dict[str, Any]] = []
         watch = Watch(settings, sid, events.append, until_settled=True, block_ms=300)

@@ -152,13 +152,13 @@ async def test_a_submit_in_doubt_retries_to_its_original_reply(
                     submission_id="sub-r2")
         await cluster.wait_ready()
         assert caught.value.what == "submit"
-        seq = await store.redis.hget(sk.meta, "seq")
+        receipts = await store.redis.xlen(sk.receipts)
         # The recorded reply answers the commit id before the script body runs (so the
-        # arguments do not matter here): "created", and still exactly one new entry.
+        # arguments do not matter here): "created", and still exactly one new request.
         reply = await store.scripts.run("submit", sk, ["s1"], commit_id=caught.value.commit_id)
         assert int(reply[0]) == 1
-        assert await store.redis.llen(sk.entries) == 2
-        assert await store.redis.hget(sk.meta, "seq") == seq
+        assert sorted(await store.redis.hkeys(sk.inbox)) == ["submit:r1", "submit:r2"]
+        assert await store.redis.xlen(sk.receipts) == receipts
     finally:
         await impatient.close()
         await store.close()

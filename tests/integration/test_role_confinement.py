@@ -7,10 +7,6 @@ sessions ``acme-*`` only. Each test logs in as one role and tries one forbidden 
 plain Redis commands (or a script of its own), and checks that Redis refuses it and that the
 session's keys are unchanged.
 
-Acts the current key layout cannot refuse yet are marked ``xfail(strict=True)`` with the
-reason (see docs/threat-model.md, "Open gaps"): a client's scripts still write the session
-hash and the outbox of the sessions it is granted. ``strict`` makes such a test
-fail as soon as the refusal holds, so the mark cannot outlive the gap.
 """
 
 from __future__ import annotations
@@ -360,13 +356,11 @@ async def test_client_cannot_list_the_keyspace(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.keys("*"))
 
 
-@gap(HOLE_CLIENT)
 async def test_client_cannot_add_a_tool_row_to_the_outbox(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.xadd(sk(confined).outbox,
                                                        row(confined, TOOL_ROW)))
 
 
-@gap(HOLE_CLIENT)
 async def test_client_cannot_write_brain_state_of_its_own_session(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.hset(sk(confined).meta, "fence", 1))
 

@@ -24,13 +24,14 @@ from baton.models import Entry, Task, ToolIntent, ToolResult
 from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
+from tests.helpers import take_up
 
 BRAIN = worker_ref("brain", "brain-a")
 HANDS = worker_ref("hands", "hands-a")
 CLIENT = worker_ref("client", "c")
 WAKE = "a.wake.notices.1"
 KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "runs", "runs_done",
-        "receipts", "outbox", "timers", "applied", "sessions")
+        "receipts", "outbox", "timers", "applied", "sessions", "intents", "inbox")
 CORRUPTIONS = ("delete", "wrong_type", "garbage")
 
 
@@ -47,6 +48,7 @@ class Session:
         await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
                            text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
                            worker=CLIENT, submission_id=f"{sid}-sub")
+        await take_up(store, sid, BRAIN)
         lease = await store.acquire(sid, BRAIN, 60_000)
         intent = ToolIntent(run_id=f"{sid}-r1", session_id=sid, task_id=f"{sid}-root",
                             tool="send_email", operation_id=f"{sid}-op1", wake_subject=WAKE,
@@ -145,7 +147,7 @@ async def test_a_script_applies_fully_or_writes_nothing(
 ) -> None:
     s = await Session.start(store)
     sk = store.keys.session(s.sid)
-    names = dict(zip(KEYS, sk.all(), strict=True))
+    names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
     shard = {k: await store.redis.dump(names[k]) for k in ("outbox", "timers", "sessions")}
     try:
         await _corrupt(store, names[key], kind, garbage, pick)

@@ -22,7 +22,7 @@ from baton.settings import Settings
 from baton.store.outbox import Outbox
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
-from tests.helpers import eventually
+from tests.helpers import eventually, take_up
 
 BRAIN = worker_ref("brain", "brain-a")
 BRAIN_B = worker_ref("brain", "brain-b")
@@ -38,12 +38,17 @@ async def store(settings: Settings):
     await s.close()
 
 
-async def submit(store: Store, session: str, request_id: str = "r1", text: str = "hi"):
+async def submit(store: Store, session: str, request_id: str = "r1", text: str = "hi",
+                 *, take: bool = True):
+    """Submit as a client, then (``take``) take the request up as a Brain would."""
     task = Task(id=f"task-{request_id}", kind="generation", owner=session)
-    return await store.submit(
+    result = await store.submit(
         session, agent="notices", compat=1, wake_subject=WAKE, request_id=request_id,
         text=text, task=task, worker=worker_ref("client", "c"), submission_id=f"sub-{request_id}",
     )
+    if take:
+        await take_up(store, session, BRAIN)
+    return result
 
 
 def intent(session: str, run_id: str, group: str | None = None) -> ToolIntent:
@@ -72,15 +77,18 @@ async def test_submit_is_idempotent_and_writes_everything_at_once(store: Store) 
     assert state.meta.agent == "notices" and state.meta.wake_subject == WAKE
     assert [e.text for e in state.entries] == ["hi"]
     assert list(state.tasks) == ["task-r1"]
-    rows = await outbox_rows(store, "s1")
+    assert await store.redis.hkeys(store.keys.session("s1").inbox) == []  # taken up once
+    rows = await outbox_rows(store, "s1")  # the request's wake, on the session's subject
     assert [r.subject for r in rows] == [WAKE]
-    assert rows[0].id == "s1/1/0"
+    assert rows[0].id == "s1/0/s.r1"
 
 
 async def test_racing_submissions_with_one_request_id_make_one_submission(store: Store) -> None:
-    results = await asyncio.gather(*(submit(store, "race", "same") for _ in range(20)))
+    results = await asyncio.gather(*(submit(store, "race", "same", take=False)
+                                     for _ in range(20)))
     assert sum(created for _, created in results) == 1
     assert len({sub.id for sub, _ in results}) == 1
+    await take_up(store, "race", BRAIN)
     state = await store.load("race")
     assert state.entry_count == 1 and len(state.submissions) == 1
 
@@ -121,7 +129,7 @@ async def test_outbox_rows_exist_exactly_when_their_commit_does(store: Store) ->
                     outbox=[OutboxRow(subject="t.tool.send_email", data='{"x":1}')])
     seq, _ = await store.commit("s4", lease.fence, writes, BRAIN)
     rows = await outbox_rows(store, "s4")
-    assert [r.id for r in rows] == ["s4/1/0", f"s4/{seq}/0"]
+    assert sorted(r.id for r in rows) == ["s4/0/s.r1", f"s4/{seq}/0"]  # the request's wake
     # A refused commit leaves no row behind.
     with pytest.raises(StaleFenceError):
         await store.commit("s4", lease.fence - 1, writes, BRAIN)
@@ -168,7 +176,7 @@ async def test_lease_expiry_then_takeover_fences_out_the_old_holder(store: Store
 async def test_release_keeps_the_lease_when_work_arrived_meanwhile(store: Store) -> None:
     await submit(store, "s7")
     lease = await store.acquire("s7", BRAIN, 5000)
-    await submit(store, "s7", request_id="r2", text="more")  # arrives while held
+    await submit(store, "s7", request_id="r2", text="more", take=False)  # arrives while held
     assert await store.release("s7", lease.fence, 5000) is True  # dirty: keep going
     assert await store.release("s7", lease.fence, 5000) is False  # now released
     again = await store.acquire("s7", BRAIN_B, 5000)
@@ -279,7 +287,7 @@ async def test_own_pending_rows_are_read_again_and_deleted_ones_acknowledged(
     assert len(taken) == 1
     assert await box.read_pending([shard], "relay-a", 100) == (taken, True)
     assert await box.read_pending([shard], "relay-b", 100) == ([], False)  # only its own
-    await store.redis.xdel(store.keys.outbox(shard), taken[0].stream_id.partition(":")[2])
+    await store.redis.xdel(store.keys.wakes(shard), taken[0].stream_id.rpartition(":")[2])
     assert await box.read_pending([shard], "relay-a", 100) == ([], True)  # acknowledged
     assert await box.read_pending([shard], "relay-a", 100) == ([], False)
 

@@ -30,10 +30,13 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   runs_done HASH   same, for runs whose result was applied
   receipts  STREAM commit log
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
-                   keep theirs in runs_applied (APPLIED_KEY, set by scripts.py)
+                   keep theirs in runs_applied, the clients' in inbox_applied (APPLIED_KEY, set by
+                   scripts.py)
   inbox     HASH   a client's requests not consumed yet: "cancel:<task id|*>" -> ms,
-                   "decide:<run>" -> {decision, ms, result} (the key a client's cancel and
-                   decision declare; the Brain's commit deletes what it took up)
+                   "decide:<run>" -> {decision, ms, result}, "submit:<request id>" and
+                   "start:<request id>" -> {agent, compat, wake, ...} (the key a client's
+                   scripts declare; the Brain's commit deletes what it took up; a new
+                   session has only its inbox and receipts until a Brain opens it)
   nudge     STRING "1": a tool result, a timer or a client's request arrived (the dirty mark written by those who
                    may not write meta; acquire and release read and clear it with meta's)
 and of the session's shard: outbox STREAM, timers ZSET, sessions ZSET (the shard's session
@@ -49,10 +52,11 @@ script that fails midway, so validation first is what makes a transition all-or-
 Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis_error).
 Before any script body runs, corrupt_refusal() (called by _applied.lua) checks what the
 script relies on: each key it touches has its type (or does not exist) and, when it touches
-meta, a session whose meta is gone has no receipts either, and the meta's agent/wake are set
-and its counters are integers. GUARDED (set above this file by shared/scripts.py, which
-finds the keys in the script's text and in the helpers below it calls) names those keys: a
-key a script never touches cannot fail it midway, so it is not checked there.
+meta, a session whose meta is gone has no receipts either (unless requests wait in its inbox),
+and the meta's agent/wake are set and its counters are integers. GUARDED (set above this file
+by shared/scripts.py, which finds the keys in the script's text and in the helpers below it
+calls) names those keys: a key a script never touches cannot fail it midway, so it is not
+checked there.
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
 quarantines such a session (baton.store.quarantine).
 ]==]
@@ -68,7 +72,7 @@ local K_NUDGE, K_WAKES = K_BASE .. ':nudge', K_SHARD .. 'wakes'
 local K_INTENTS, K_INBOX = K_BASE .. ':intents', K_BASE .. ':inbox'
 local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS, K_RUNS_DONE,
                K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES,
-               K_INTENTS}
+               K_INTENTS, K_INBOX}
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -180,13 +184,41 @@ local function open_session(sid, agent, compat, wake, now)
   return redis.call('HGET', K_META, 'wake')
 end
 
+-- The agent a session's requests are for: its meta's, or for a session without meta yet the
+-- first pending submit/start request's (fields in order) with its compat and wake subject.
+local function requested_agent()
+  local cur = redis.call('HGET', K_META, 'agent')
+  if cur then return cur end
+  local fields = redis.call('HKEYS', K_INBOX)
+  table.sort(fields)
+  for _, f in ipairs(fields) do
+    if string.sub(f, 1, 7) == 'submit:' or string.sub(f, 1, 6) == 'start:' then
+      local ok, r = pcall(cjson.decode, redis.call('HGET', K_INBOX, f))
+      if ok and type(r) == 'table' and type(r.agent) == 'string' then
+        return r.agent, r.compat, r.wake
+      end
+    end
+  end
+  return nil
+end
+
+-- A CONFLICT reply when the session belongs (or its pending requests are for) another
+-- agent, else nil.
+local function inbox_agent_conflict(sid, agent)
+  local cur = requested_agent()
+  if cur and cur ~= agent then
+    return fail('CONFLICT', 'session ' .. sid .. ' belongs to agent ' .. cur)
+  end
+  return nil
+end
+
 local KEY_TYPES = {{1, 'hash'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'hash'}, {6, 'hash'},
                    {7, 'hash'}, {8, 'hash'}, {9, 'hash'}, {10, 'stream'}, {11, 'stream'},
                    {12, 'zset'}, {13, 'hash'}, {14, 'zset'}, {15, 'string'}, {16, 'stream'},
-                  {17, 'hash'}}
+                   {17, 'hash'}, {18, 'hash'}}
 local KEY_NAMES = {'meta', 'entries', 'tasks', 'done', 'docs', 'subs', 'reqs', 'runs',
                    'runs_done', 'receipts', 'outbox', 'timers', 'applied', 'sessions', 'nudge',
-                   'wakes', 'intents'}
+                   'wakes', 'intents', 'inbox'}
 
 local function integer(v)
   return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil
@@ -205,7 +237,7 @@ local function corrupt_refusal()
   end
   if not GUARDED.meta then return nil end
   if redis.call('EXISTS', K_META) == 0 then
-    if redis.call('EXISTS', K_RECEIPTS) == 1 then
+    if redis.call('EXISTS', K_RECEIPTS) == 1 and redis.call('EXISTS', K_INBOX) == 0 then
       return fail('CORRUPT', 'meta is missing from a session that has receipts')
     end
     return nil

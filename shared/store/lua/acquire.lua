@@ -4,15 +4,23 @@ KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
       4 carrier JSON (optional: how the wake that started this pass arrived, see
         baton.receipts.Carrier; saved in the receipt as 'carrier')
+A session without meta whose inbox holds a submit or start request is opened here for
+that request's agent, compat level and wake subject (meta, the shard's session index);
+without one it is NOT_FOUND.
 Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
 A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
 Clears the dirty mark (and the nudge): the new holder loads everything committed so far.
 Returns {fence, previous holder, 1 if takeover}.
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}}))
+local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
+local opening = nil
 if redis.call('EXISTS', K_META) == 0 then
-  return fail('NOT_FOUND', 'session')
+  local agent, compat, wake = requested_agent()
+  if not agent or type(wake) ~= 'string' or wake == '' then
+    return fail('NOT_FOUND', 'session')
+  end
+  opening = {agent, tonumber(compat) or 1, wake}
 end
 local worker, ttl = ARGV[1], tonumber(ARGV[2])
 local carrier = nil
@@ -25,6 +33,9 @@ if holder ~= '' and holder ~= worker and lease_until > now then
 end
 local takeover = 0
 if holder ~= '' and holder ~= worker then takeover = 1 end
+if opening then
+  open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
+end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
 redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
 redis.call('DEL', K_NUDGE)

@@ -16,13 +16,24 @@ Returns one of:
                                      task already has cancel_requested: nothing written
   {'finished', target, outcome}      the task (or every task of the session) has ended:
                                      nothing to cancel, nothing written
+A task whose submit or start request waits in the inbox counts as unfinished.
 Fails NOT_FOUND for an unknown session or task.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
-  {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}})
+  {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}, {'HVALS', K_INBOX}})
 if denied then return denied end
-if redis.call('EXISTS', K_META) == 0 then
+-- Tasks whose submit or start request waits in the inbox (the Brain takes the requests up
+-- before the cancels): a session that has only those is not opened yet, but exists.
+local requested = {}
+for _, raw in ipairs(redis.call('HVALS', K_INBOX)) do
+  local ok, r = pcall(cjson.decode, raw)
+  if ok and type(r) == 'table' and type(r.task) == 'string' then
+    local tok, t = pcall(cjson.decode, r.task)
+    if tok and type(t) == 'table' and type(t.id) == 'string' then requested[t.id] = true end
+  end
+end
+if redis.call('EXISTS', K_META) == 0 and next(requested) == nil then
   return fail('NOT_FOUND', 'session ' .. ARGV[1])
 end
 local sid, target = ARGV[1], ARGV[2]
@@ -30,7 +41,9 @@ local field = 'cancel:' .. target
 if redis.call('HEXISTS', K_INBOX, field) == 1 or redis.call('HEXISTS', K_META, field) == 1 then
   return {'pending', target}
 end
-if target == '*' then
+if requested[target] or (target == '*' and next(requested) ~= nil) then
+  -- recorded below: the task is started, then cancelled, by the same Brain pass
+elseif target == '*' then
   local live, requested = 0, 0
   local all = redis.call('HVALS', K_TASKS)
   for _, raw in ipairs(all) do
@@ -63,7 +76,7 @@ else
 end
 local now = now_ms()
 local m = redis.call('HMGET', K_META, 'wake', 'seq')
-local wake, seq = m[1], m[2] or '0'
+local wake, seq = m[1] or select(3, requested_agent()), m[2] or '0'
 redis.call('HSET', K_INBOX, field, now)  -- first: a wrong key type fails before any write
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. now,

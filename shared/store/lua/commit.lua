@@ -34,8 +34,10 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
                              a running attempt's next heartbeat reports
   ms [[field, value]]  md [field]   meta fields to set / delete: only 'cancel:*' and
                              'blocked:*' (cancel intents consumed, blocked tasks' reasons),
-                             and 'decide:*' (deletes only); deleted fields go from the inbox
-                             too (clients' cancel intents and decisions taken up)
+                             and 'decide:*', 'submit:*', 'start:*' (deletes only); deleted
+                             fields go from the inbox too (clients' requests taken up)
+  rq [[request, value]]      request ids taken up: request id -> submission id, or
+                             'task:<request id>' -> task id (the reqs hash)
   ap [[run id, ms]]          approved runs awaiting approval: status 'dispatched', approved
                              ms (their dispatch rows are among the outbox records)
   rj [[run id, result JSON]] rejected runs awaiting approval: completed with that result,
@@ -52,7 +54,7 @@ Returns {seq, entry count after the commit}.
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
-  {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'},
+  {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_REQS, 'f', 'v'},
   {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
   {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_INTENTS, 'f', 'v'}, {'HDEL', K_INTENTS, 'f'},
   {'HINCRBY', K_INTENTS, 'f', '1'}, {'HDEL', K_INBOX, 'f'}}))
@@ -187,8 +189,12 @@ local vok, verr = pcall(function()
     end
   end
   for _, m in ipairs(list('ms')) do meta_field(m[1]); str(m[2], 'meta value') end
+  for _, r in ipairs(list('rq')) do str(r[1], 'request id'); str(r[2], 'request value') end
   for _, f in ipairs(list('md')) do
-    if string.sub(tostring(f), 1, 7) ~= 'decide:' then meta_field(f) end
+    local f7 = string.sub(tostring(f), 1, 7)
+    if f7 ~= 'decide:' and f7 ~= 'submit:' and string.sub(tostring(f), 1, 6) ~= 'start:' then
+      meta_field(f)
+    end
   end
   for _, name in ipairs({'ap', 'rj'}) do
     for _, d in ipairs(list(name)) do
@@ -371,6 +377,7 @@ for _, d in ipairs(list('rj')) do
   redis.call('HSET', K_META, 'dirty', 1)
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
+for _, r in ipairs(list('rq')) do redis.call('HSET', K_REQS, r[1], r[2]) end
 local md = list('md')
 if #md > 0 then  -- cancel intents consumed: recorded in meta or, by clients, in the inbox
   redis.call('HDEL', K_META, unpack(md))

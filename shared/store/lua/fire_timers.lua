@@ -11,7 +11,7 @@ same due timer is deduplicated by NATS) and sets the session's nudge (its dirty 
 the holder's release; the relay reads a session's meta, never writes it); the meta and
 nudge keys are derived from the prefix and share the hash tag. Deadlines are re-armed (a session keeps
 being woken until a commit clears its deadline); other timers are removed, and so is
-a timer whose session no longer exists.
+a timer whose session no longer exists (neither meta nor requests in its inbox).
 Returns the number of timers fired.
 ]==]
 local lease = redis.call('HMGET', KEYS[3], 'holder', 'fence')
@@ -27,7 +27,9 @@ for i = 1, #due, 2 do
   local member, at = due[i], due[i + 1]
   local kind, sid, id, subject = string.match(member, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   local meta = kind and (ARGV[3] .. sid .. ':meta')
-  if meta and redis.call('EXISTS', meta) == 1 then
+  -- a session not opened yet has only its inbox (a client's requests waiting for a Brain)
+  if meta and (redis.call('EXISTS', meta) == 1
+               or redis.call('EXISTS', ARGV[3] .. sid .. ':inbox') == 1) then
     local data = cjson.encode({v = 1, session_id = sid, reason = 'timer:' .. kind})
     redis.call('XADD', KEYS[2], '*', 'id', 't/' .. member .. '/' .. at, 'subj', subject,
                'data', data, 'hdr', '', 'sid', sid, 'ts', now)

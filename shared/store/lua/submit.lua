@@ -1,44 +1,67 @@
---[==[ submit.lua: accept user input into a session, idempotently by client request id.
+--[==[ submit.lua: ask for user input to be taken into a session, idempotently by request id.
 
-KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
+KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers declare the
+      inbox, the one session key a client's submission writes.
 ARGV:
   1 session id           2 agent            3 compat level     4 wake subject
   5 request id           6 submission id    7 submission JSON  8 user entry JSON
   9 task id             10 task JSON       11 wake JSON       12 deadline ms
- 13 worker name         14 receipt JSON      15 wake row headers JSON (trace context)
+ 13 worker JSON         14 receipt JSON    15 wake row headers JSON (trace context)
  16 SHA-1 hex of the text (optional: without it a repeated request id is not compared)
-Creates the session meta on first use. In one step: request id -> submission, submission,
-user entry, generation task, outbox wake row, dirty mark, progress deadline, receipt.
-Returns {1, submission JSON} when created, {0, original submission JSON} for a repeated
-request id with the same text. Fails CONFLICT when the session belongs to another agent,
-or when the request id was used before with another text (a reused id must not silently
-answer with a different input's submission).
+The request is recorded, not carried out: inbox 'submit:<request id>' = {agent, compat,
+wake, sub, entry, task, digest}, the nudge, the shard's session index (a new session), a row
+on the shard's wakes stream (published on the session's wake subject, or for a session
+without meta yet on the one the request names), the progress deadline (a lost wake is
+retried) and a 'submit' receipt. The Brain that loads
+the session next creates the session meta if it is new (acquire.lua) and writes the request
+id -> submission, the submission, the user entry and the generation task in its fenced
+commit, deleting the request (brain.requests).
+Returns {1, submission JSON} when recorded now, {0, submission JSON} for a repeated request
+id with the same text, pending or taken up. Fails CONFLICT when the session belongs to
+another agent (its meta's, or a pending request's for a new session), or when the request
+id was used before with another text.
 ]==]
-local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'HSET', K_REQS, 'f', 'v'},
-  {'HSET', K_SUBS, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'}, {'HSET', K_TASKS, 'f', 'v'}}))
+local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
+  {'ZADD', K_SESSIONS, 'NX', '0', 'm'}, {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}})
 if denied then return denied end
-local sid, agent, compat, wake = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local existing = redis.call('HGET', K_REQS, ARGV[5])
+local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+local digest = ARGV[16] or ''
+local function different(text)
+  return digest ~= '' and redis.sha1hex(text) ~= digest
+end
+local existing = redis.call('HGET', K_REQS, req)
 if existing then
   local original = redis.call('HGET', K_SUBS, existing)
-  local digest = ARGV[16] or ''
-  if digest ~= '' and original and redis.sha1hex(cjson.decode(original).text) ~= digest then
-    return fail('CONFLICT', 'request id ' .. ARGV[5] .. ' in session ' .. sid
+  if original and different(cjson.decode(original).text) then
+    return fail('CONFLICT', 'request id ' .. req .. ' in session ' .. sid
                 .. ' was used before for submission ' .. existing .. ' with a different text')
   end
   return {0, original}
 end
-local conflict = agent_conflict(sid, agent)
+local pending = redis.call('HGET', K_INBOX, 'submit:' .. req)
+if pending then
+  local p = cjson.decode(pending)
+  if digest ~= '' and p.digest ~= '' and p.digest ~= digest then
+    return fail('CONFLICT', 'request id ' .. req .. ' in session ' .. sid
+                .. ' was used before for submission ' .. cjson.decode(p.sub).id
+                .. ' with a different text')
+  end
+  return {0, p.sub}
+end
+local conflict = inbox_agent_conflict(sid, agent)
 if conflict then return conflict end
 local now = now_ms()
-wake = open_session(sid, agent, compat, wake, now)
-local seq = redis.call('HINCRBY', K_META, 'seq', 1)
-redis.call('HSET', K_REQS, ARGV[5], ARGV[6])
-redis.call('HSET', K_SUBS, ARGV[6], ARGV[7])
-redis.call('RPUSH', K_ENTRIES, ARGV[8])
-redis.call('HSET', K_TASKS, ARGV[9], ARGV[10])
-outbox(sid, seq, 0, wake, ARGV[11], ARGV[15] or '', now)
-redis.call('HSET', K_META, 'dirty', 1)
-set_deadline(sid, wake, tonumber(ARGV[12]), now)
+local m = redis.call('HMGET', K_META, 'wake', 'seq')
+wake = m[1] or wake
+local seq = m[2] or '0'
+redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({  -- first: a wrong key type fails
+  agent = agent, compat = tonumber(ARGV[3]), wake = ARGV[4], sub = ARGV[7], entry = ARGV[8],
+  task = ARGV[10], digest = digest}))
+redis.call('SET', K_NUDGE, 1)
+if not m[1] then redis.call('ZADD', K_SESSIONS, 'NX', now, sid) end  -- listed from the start
+redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/s.' .. req, 'subj', wake,
+           'data', ARGV[11], 'hdr', ARGV[15] or '', 'sid', sid, 'ts', now)
+set_deadline(sid, wake, tonumber(ARGV[12]), now)  -- a lost wake is retried
 receipt('submit', ARGV[13], 0, seq, now, ARGV[14])
 return {1, ARGV[7]}

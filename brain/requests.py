@@ -1,0 +1,52 @@
+"""Clients' submit and start requests, taken up by the Brain.
+
+    client ── submit.lua / start.lua ──▶ inbox submit:<request id> | start:<request id>
+        (with a wake on the session's wake subject, or the requested agent's for a new one)
+    Brain ── acquire.lua ──▶ a new session's meta, for the request's agent
+          ── one commit ──▶ request id -> submission (or task:<request id> -> task id), the
+             submission, the user entry, the task; the inbox requests deleted
+
+The client writes only its request: the session, its entries, tasks and submissions are the
+Brain's, written under its fence. The commit that writes a request's records deletes the
+request, so each is taken up exactly once. A request for another agent than the session's
+(possible only if a session was reopened by another agent meanwhile) is dropped.
+"""
+
+from __future__ import annotations
+
+from baton.brain.context import TaskContext
+from baton.store.state import SessionState
+from baton.store.writes import Writes
+
+__all__ = ["consume_requests", "request_writes"]
+
+
+def request_writes(state: SessionState) -> tuple[Writes, list[str], list[str]]:
+    """The commit that takes up ``state``'s waiting requests: (writes, request ids taken,
+    request ids dropped)."""
+    writes = Writes(kind="requests", meta_del=[q.field for q in state.requests])
+    taken, dropped = [], []
+    for q in state.requests:
+        if q.agent != state.meta.agent or q.task.id in state.tasks:
+            dropped.append(q.request_id)
+            continue
+        if q.submission is not None and q.entry is not None:
+            writes.reqs[q.request_id] = q.submission.id
+            writes.submissions.append(q.submission)
+            writes.entries.append(q.entry)
+        else:
+            writes.reqs[f"task:{q.request_id}"] = q.task.id
+        writes.tasks.append(q.task)
+        taken.append(q.request_id)
+    writes.detail = {"requests": taken}
+    return writes, taken, dropped
+
+
+async def consume_requests(ctx: TaskContext) -> None:
+    """Take up the submit and start requests waiting in the session's inbox, in one commit."""
+    if not ctx.state.requests:
+        return
+    writes, taken, dropped = request_writes(ctx.state)
+    ctx.log.info("requests_taken_up", taken=taken, dropped=dropped)
+    await ctx.commit(writes)
+    ctx.state.requests = []

@@ -1,0 +1,38 @@
+"""A submission is a request in the session's inbox until a Brain's commit takes it up: a
+Brain killed after its wake, before its commit, leaves the request there, and the next Brain
+writes the entry, the submission and the task once.
+
+Topology: one Redis server (the inbox is the same keys on a cluster; the cancel and approval
+crash tests run the cluster case of the same pattern).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.crash.conftest import FIVE_NOTICES, Opener
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(90)]
+
+
+async def test_a_submission_waits_for_a_brain_killed_before_taking_it_up(
+    crash: Opener,
+) -> None:
+    c = await crash(brains=0, hands=1)
+    armed = await c.spawn_armed("brain", "brain.after_wake")
+    sub = await c.submit(FIVE_NOTICES)
+    await c.died_at(armed.name, "brain.after_wake")
+    sk = c.store.keys.session(sub.session_id)
+    assert await c.store.redis.hexists(sk.inbox, f"submit:{sub.request_id}")  # not lost
+    assert not await c.store.redis.exists(sk.entries)  # nothing written for it yet
+    clean = await c.replace(armed.name)
+    final = await c.settle(sub)
+    assert final.status == "completed", final
+    assert not await c.store.redis.exists(sk.inbox)  # taken up ...
+    taken = [e for e in c.events(clean.name, "requests_taken_up") if e["taken"]]
+    assert [e["taken"] for e in taken] == [[sub.request_id]]  # ... once
+    assert not c.events(armed.name, "requests_taken_up")
+    entries = await c.store.entries(sub.session_id)
+    assert [e.text for e in entries if e.kind == "user"] == [FIVE_NOTICES]
+    stats = await c.stats()
+    assert sum(stats["deliveries"].values()) == 5, stats
