@@ -435,6 +435,12 @@ def from_redis_error(
             idx = text.find(word)
         if idx >= 0:
             parts = text[idx:].split(" ")
+            numbers = parts[2:3] if word == "BUSY" else parts[1:3]
+            if word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY") and not all(
+                    _is_int(n) for n in numbers):
+                # the numbers come from the stored record: one that is not an integer is a
+                # corrupt record (a raw ValueError here would loop the caller)
+                return CorruptStateError(session_id, f"a record holds a non-integer ({text})")
             if word == "STALE_FENCE":
                 return StaleFenceError(session_id, int(parts[1]), int(parts[2]))
             if word == "STALE_ATTEMPT":
@@ -456,6 +462,10 @@ def from_redis_error(
                 return CorruptStateError(session_id, detail)
             return ConflictError(detail, session_id=session_id)
     return BatonError(f"redis error: {text}", cause=text)
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
 
 
 def _denied_redis_target(text: str) -> str:

@@ -137,7 +137,7 @@ async def store(settings: Settings) -> Any:
     await s.close()
 
 
-@settings(max_examples=120, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(op=st.sampled_from(sorted(OPS)), key=st.sampled_from(KEYS),
        kind=st.sampled_from(CORRUPTIONS), pick=st.integers(0, 20),

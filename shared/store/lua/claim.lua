@@ -23,6 +23,7 @@ The new attempt fence is the previous attempt + 1. Returns one of:
                                    cancelled before any claim has one), or it still awaits
                                    an approval (status awaiting_approval: nothing to run)
   {'gone'}                         no such run (unknown run id or session)
+Fails 'CORRUPT' before any write when the committed intent does not parse.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
                                            {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
@@ -42,12 +43,14 @@ r[1], r[7] = own[1], own[2]
 if not r[1] then
   return {'gone'}
 end
-if ARGV[7] and ARGV[7] ~= '' then
-  local ok, intent = pcall(cjson.decode, r[1])
-  local committed = ok and type(intent) == 'table' and intent.tool or ''
-  if committed ~= ARGV[7] then
-    return fail('WRONG_TOOL', ARGV[7] .. ' ' .. tostring(committed))
-  end
+-- the caller decodes the intent after the claim: one that cannot be is refused before any
+-- write (a claim written for an intent nobody can run would hold the run until it expires)
+local ok, intent = pcall(cjson.decode, r[1])
+if not ok or type(intent) ~= 'table' or type(intent.tool) ~= 'string' then
+  return fail('CORRUPT', 'the committed intent of run ' .. rid .. ' does not parse')
+end
+if ARGV[7] and ARGV[7] ~= '' and intent.tool ~= ARGV[7] then
+  return fail('WRONG_TOOL', ARGV[7] .. ' ' .. intent.tool)
 end
 local status, attempt, hb = run_status(own[3], r[2]) or 'dispatched', tonumber(r[3] or '0'),
                            tonumber(r[4] or '0')

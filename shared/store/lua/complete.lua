@@ -22,7 +22,7 @@ local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
 if denied then return denied end
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .. '.attempts')
-local cur = tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
+local cur = integer(r[1]) and tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
 local now = now_ms()
 if not r[2] or cur ~= attempt or r[2] ~= 'running' then
   local status = r[2]

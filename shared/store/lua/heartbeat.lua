@@ -10,7 +10,7 @@ STALE_ATTEMPT <presented> <current> <status> once another attempt took over (or 
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')
 r[3] = redis.call('HGET', K_INTENTS, rid .. '.cancel')  -- Brain-owned: Hands cannot clear it
-local cur = tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
+local cur = integer(r[1]) and tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
 if cur ~= attempt or r[2] ~= 'running' then
   if ARGV[3] then
     receipt('refused', ARGV[3], attempt, 0, now_ms(), cjson.encode({
