@@ -182,7 +182,9 @@ async def test_due_timers_fire_as_wakes_and_deadlines_rearm(
 
         async with running(settings) as relay:
             async with asyncio.timeout(10):
-                while reasons.count("timer:deadline") < 2:
+                # the request's wake travels on the wakes stream, read apart from the
+                # timers: on a loaded machine two deadlines may come first
+                while reasons.count("timer:deadline") < 2 or "submit" not in reasons:
                     reasons += [loads(m.data)["reason"] for m in await collect(wakes, 1)]
         deadline = timer_member("deadline", "s1", "-", wake)
         armed = await store.redis.zscore(store.keys.session("s1").timers, deadline)

@@ -14,6 +14,7 @@ from baton.models import Task
 from baton.settings import Settings
 from baton.store.outbox import Outbox
 from baton.store.store import Store, worker_ref
+from tests.helpers import take_up
 
 BRAIN = worker_ref("brain", "brain-reload")
 CLIENT = worker_ref("client", "c")
@@ -32,16 +33,17 @@ async def test_acquire_and_load_after_the_script_cache_was_flushed(settings: Set
                            request_id="r", text="hi", task=Task(id=f"{sid}-t", kind="generation",
                                                                 owner=sid), worker=CLIENT,
                            submission_id=f"{sid}-sub")
+        await take_up(store, sid)  # a Brain opens the session with its task (fence 1)
         before = await _commands(store)
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
         after = await _commands(store)
         assert after.get("script|exists", 0) == before.get("script|exists", 0)
-        assert lease.fence == 1 and len(state.tasks) == 1
+        assert lease.fence == 2 and len(state.tasks) == 1
         await store.release(sid, lease.fence, 60_000)
 
         await store.redis.script_flush()
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
-        assert lease.fence == 2 and len(state.tasks) == 1  # applied once, after the reload
+        assert lease.fence == 3 and len(state.tasks) == 1  # applied once, after the reload
     finally:
         await store.close()
 
