@@ -18,6 +18,7 @@ import sys
 import time
 from typing import IO, Any
 
+from baton.brain.requests import request_writes
 from baton.errors import LeaseBusyError, StaleFenceError, UnavailableError
 from baton.models import Entry, Task
 from baton.settings import Settings
@@ -50,9 +51,11 @@ async def _session(store: Store, sid: str, out: IO[str], stop: asyncio.Event) ->
         text = f"{sid}/{n}"
         try:
             if not fence:
-                lease, _ = await store.acquire_and_load(sid, brain, 60_000)
+                lease, state = await store.acquire_and_load(sid, brain, 60_000)
                 fence = lease.fence
                 _log(out, kind="lease", sid=sid, fence=fence)
+                if state.requests:  # as a Brain: take the submit request up first
+                    await store.commit(sid, fence, request_writes(state)[0], brain)
                 if any(e.text == text for e in await store.entries(sid)):
                     _log(out, kind="entry", sid=sid, text=text)
                     n += 1
