@@ -70,3 +70,23 @@ async def take_up(store: Any, session_id: str, worker: Any = None) -> None:
     if writes:
         await store.commit(session_id, lease.fence, writes, worker)
     await store.release(session_id, lease.fence, 5000)
+
+
+async def five_notices_once_each(settings: Any, mail_url: str, timeout: float) -> None:  # noqa: ASYNC109
+    """Submit the five-notice request through a client of ``settings``, wait for it to
+    complete and check that the mail service delivered exactly one mail per recipient."""
+    import httpx
+
+    from baton.client import Client
+    from baton.devkit.demo import FIVE_NOTICES
+
+    client = await Client.connect(settings)
+    try:
+        sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
+        final = await client.wait(sub, timeout=timeout)
+    finally:
+        await client.close()
+    assert final.status == "completed", final
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mail_url}/stats")).json()
+    assert sorted(stats["deliveries"].values()) == [1] * 5

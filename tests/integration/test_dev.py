@@ -12,10 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from baton.client import Client
-from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
+from tests.helpers import five_notices_once_each
 from tests.model_server import ModelServer
 
 
@@ -36,16 +35,7 @@ async def test_stack_runs_five_notices_respawns_a_killed_worker_and_stops_clean(
     async with stack:
         seen_pids |= {p["pid"] for p in stack.processes}
         assert {p["name"] for p in stack.processes} >= {"brain-1", "hands-1", "relay-1", "mailbox"}
-        client = await Client.connect(stack.settings())
-        try:
-            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
-            final = await client.wait(sub, timeout=30)
-        finally:
-            await client.close()
-        assert final.status == "completed", final
-        async with httpx.AsyncClient() as http:
-            stats = (await http.get(f"{stack.mail_url}/stats")).json()
-        assert sorted(stats["deliveries"].values()) == [1] * 5
+        await five_notices_once_each(stack.settings(), stack.mail_url, timeout=30)
 
         old = stack.proc("hands-1").pid
         stack.kill("hands-1")

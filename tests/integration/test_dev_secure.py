@@ -10,17 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, ResponseError
 
-from baton.client import Client
-from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
 from baton.devkit.secure import CREDENTIALS, REDIS_ACL, REDIS_CONF, load_credentials
 from baton.store.redis_client import connect_redis
+from tests.helpers import five_notices_once_each
 
 
 async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
@@ -47,16 +45,7 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         for server in (stack.servers.redis, stack.servers.nats):  # never on a command line
             cmdline = _cmdline(server.pid)
             assert not [u for u, p in passwords.items() if p.encode() in cmdline]
-        client = await Client.connect(stack.settings("client"))
-        try:
-            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
-            final = await client.wait(sub, timeout=60)
-        finally:
-            await client.close()
-        assert final.status == "completed", final
-        async with httpx.AsyncClient() as http:
-            stats = (await http.get(f"{stack.mail_url}/stats")).json()
-        assert sorted(stats["deliveries"].values()) == [1] * 5
+        await five_notices_once_each(stack.settings("client"), stack.mail_url, timeout=60)
 
         # No anonymous access, and a role's user stays within its role.
         anonymous = aioredis.Redis.from_url(stack.redis_url, ssl_ca_certs=ca)

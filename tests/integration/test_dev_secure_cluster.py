@@ -6,13 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 
-from baton.client import Client
-from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.devstack import DevStack
 from baton.devkit.redis_cluster import _client
+from tests.helpers import five_notices_once_each
 
 pytestmark = pytest.mark.slow
 
@@ -57,16 +55,7 @@ async def test_secure_cluster_runs_five_notices_over_tls_only(tmp_path: Path) ->
         for port in [n.port for n in stack.clusters.nats.nodes] + stack.clusters.nats.route_ports:
             assert await _plaintext_answer(port, read_greeting=True) == b""  # clients, routes
 
-        client = await Client.connect(settings)
-        try:
-            sub, _ = await client.submit(FIVE_NOTICES, agent="notices")
-            final = await client.wait(sub, timeout=90)
-        finally:
-            await client.close()
-        assert final.status == "completed", final
-        async with httpx.AsyncClient() as http:
-            stats = (await http.get(f"{stack.mail_url}/stats")).json()
-        assert sorted(stats["deliveries"].values()) == [1] * 5
+        await five_notices_once_each(settings, stack.mail_url, timeout=90)
 
         # A restarted replica syncs again from its primary: over TLS, as the admin user
         # (its users and replication login come from the stack's config file), the cluster
