@@ -41,8 +41,11 @@ from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
 # redis-py's errors for a server that does not answer (a read is retried past them).
+# ClusterDownError / TryAgainError: a Redis Cluster mid-failover (a slot without a primary
+# for a moment) answers reads that way; like a restart, it is waited out.
 _UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionError,
-                                            rex.TimeoutError, OSError)
+                                            rex.TimeoutError, rex.ClusterDownError,
+                                            rex.TryAgainError, OSError)
 
 log = get_logger("baton.client")
 T = TypeVar("T")
