@@ -45,6 +45,7 @@ from baton.bench.common import Result, Row, Run, concurrent, environment, percen
 from baton.brain.context import TaskContext
 from baton.brain.generation import Generation
 from baton.brain.model import ModelResponse
+from baton.brain.requests import consume_requests
 from baton.bus.bus import Bus, Puller
 from baton.client import Client
 from baton.devkit.devstack import DevStack
@@ -173,6 +174,7 @@ class DrivenBrain:
         sid = sub.session_id
         await self._wake(sid)
         ctx = await self._context(sid)
+        await consume_requests(ctx)  # open the session from its submit request, as a Brain does
         task: Task = next(iter(ctx.state.tasks.values()))
         task = await self.gen._prepare(task, ctx)
         call = ToolCall(id="call_0", name="send_email",
