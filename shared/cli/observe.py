@@ -118,9 +118,10 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
     if html_file is not None:
         html_file.write_text(render_html(trace))
         click.echo(f"wrote {html_file}", err=True)
-    click.echo(json.dumps(trace.to_json(), indent=2) if as_json else render_text(trace), nl=False)
-    if as_json:
-        click.echo()
+    if as_json:  # one JSON document on one line, as every other command's --json
+        click.echo(json.dumps(trace.to_json(), default=str))
+    else:
+        click.echo(render_text(trace), nl=False)
 
 
 @click.command("watch")
@@ -170,7 +171,7 @@ def inspect_command(session_id: str | None, as_json: bool) -> None:
 
     view = _run(go())
     if as_json:
-        click.echo(json.dumps(view, indent=2, default=str))
+        click.echo(json.dumps(view, default=str))
         return
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     (render_session if session_id else render_cluster)(view, console)

@@ -165,7 +165,9 @@ def test_saved_receipts_and_the_cli_trace(demo: Outcome, tmp_path: Path) -> None
     # the stack is gone (no Redis at that URL): trace falls back to the saved receipts
     out = _baton("trace", demo.session, "--html", str(tmp_path / "t.html"), env=env)
     assert "TAKEOVER of" in out and (tmp_path / "t.html").read_text().startswith("<!doctype")
-    js = json.loads(_baton("trace", demo.session, "--json", "--run", demo.kill.run_id, env=env))
+    out = _baton("trace", demo.session, "--json", "--run", demo.kill.run_id, env=env)
+    assert len(out.strip().splitlines()) == 1  # one document per line, as every --json
+    js = json.loads(out)
     assert {e["run_id"] for e in js["events"] if e["run_id"]} == {demo.kill.run_id}
     assert [js["events"][i]["kind"] for i in js["takeovers"]] == ["reclaim"]
 
@@ -289,7 +291,9 @@ async def test_watch_resume_from_an_id_repeats_nothing_and_loses_nothing(tmp_pat
         assert text.startswith("== snapshot of") and "submission" in text
         shown = _baton("inspect", sub.session_id, env=env)
         assert "Tool runs" in shown and "lease holder" in shown
-        data = json.loads(_baton("inspect", "--json", env=env))
+        out = _baton("inspect", "--json", env=env)
+        assert len(out.strip().splitlines()) == 1
+        data = json.loads(out)
         assert {"brain", "hands", "relay"} <= {s["role"] for s in data["services"]}
         traced = _baton("trace", sub.session_id, env=env)
         assert "session lease taken" in traced and "takeovers: none" in traced
