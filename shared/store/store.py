@@ -247,11 +247,14 @@ class Store:
 
     async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
         sk = self.keys.session(session_id)
-        # cast: connect_redis decodes replies, which redis-py's types cannot express
-        sub_id = cast(str | None, await self.redis.hget(sk.reqs, request_id))
+        # Both in one transaction: a Brain taking the request up between two separate reads
+        # (the record written, the inbox entry removed) would make it look unknown.
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hget(sk.reqs, request_id)
+            p.hget(sk.inbox, f"submit:{request_id}")
+            sub_id, pending = await p.execute()
         if sub_id:
             return await self.submission(session_id, sub_id)
-        pending = await self.redis.hget(sk.inbox, f"submit:{request_id}")
         return decode(Submission, loads(pending)["sub"]) if pending else None
 
     # ------------------------------------------------------------------ Brain side
