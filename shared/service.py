@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
@@ -192,7 +194,27 @@ class Service(abc.ABC):
 
 
 async def run_until_signalled(service: Service) -> None:
-    """Entry-point helper: serve until SIGTERM/SIGINT; a second signal cancels."""
+    """Entry-point helper: serve until SIGTERM/SIGINT; a second signal cancels.
+
+    With ``BATON_PROFILE`` set to a directory, the process runs under cProfile (CPU time) and writes
+    ``<role>-<pid>.prof`` there when it stops (for finding where a worker's CPU goes).
+    """
+    profile_dir = os.environ.get("BATON_PROFILE", "")
+    if not profile_dir:
+        await _serve_until_signalled(service)
+        return
+    import cProfile
+
+    profiler = cProfile.Profile(time.process_time)  # CPU, not wall time
+    profiler.enable()
+    try:
+        await _serve_until_signalled(service)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(profile_dir, f"{service.role}-{os.getpid()}.prof"))
+
+
+async def _serve_until_signalled(service: Service) -> None:
     loop = asyncio.get_running_loop()
     main = asyncio.ensure_future(service.serve())
     signals = 0
