@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import gc
 import os
 import signal
 import time
@@ -217,6 +218,7 @@ async def run_until_signalled(service: Service) -> None:
 async def _serve_until_signalled(service: Service) -> None:
     loop = asyncio.get_running_loop()
     main = asyncio.ensure_future(service.serve())
+    frozen = asyncio.ensure_future(_freeze_when_ready(service))
     signals = 0
 
     def on_signal(sig: signal.Signals) -> None:
@@ -253,5 +255,15 @@ async def _serve_until_signalled(service: Service) -> None:
             first = first.exceptions[0]
         raise first from None
     finally:
+        frozen.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+async def _freeze_when_ready(service: Service) -> None:
+    """Once the worker is ready, move every object it has (modules, app, connections: almost
+    all of them live as long as the process) out of the garbage collector's sight: the
+    collections that per-message garbage triggers then scan only what came after. Measured
+    on a Hands worker at 32 sessions in flight: GC time from ~11% to ~4% of its CPU."""
+    await service.ready.wait()
+    gc.freeze()
