@@ -34,8 +34,7 @@ from nats.aio.msg import Msg
 
 from baton.app import App, Tool, load_app
 from baton.bus.bus import Bus, Puller
-from baton.bus.messages import carrier_of, delivery_count
-from baton.bus.messages import heartbeat as bus_heartbeat
+from baton.bus.messages import Beats, carrier_of, delivery_count
 from baton.errors import (
     ConfigError,
     NatsUnavailable,
@@ -108,6 +107,8 @@ class HandsWorker(Service):
         # would make a duplicate message take over the attempt still running here.
         self._active: set[tuple[str, str]] = set()
         self._lines = CanonicalLines(log, "tool_message_handled", each=settings.log_each_message)
+        # JetStream in_progress for every message in hand, from one loop (bus.messages.Beats)
+        self._beats = Beats(settings.tool_ack_wait_s / 3)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -181,6 +182,7 @@ class HandsWorker(Service):
                 task.cancel()
             if self._inflight:
                 await asyncio.wait(set(self._inflight), timeout=CANCEL_GRACE_S)
+            await self._beats.close()
             for puller in pullers:
                 await puller.close()
             if self.http is not None:
@@ -245,7 +247,7 @@ class HandsWorker(Service):
                 await self._dead_letter(msg, mismatch, delivery)
                 await _settle(msg.term())
                 return
-            async with bus_heartbeat(msg, self.settings.tool_ack_wait_s / 3):
+            async with self._beats.beating(msg):
                 await self._process(msg, dispatch, delivery, done)
         except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
             done.outcome = "retry"

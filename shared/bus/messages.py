@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
@@ -74,6 +75,56 @@ def carrier_of(msg: Msg) -> Carrier | None:
 def delivery_count(msg: Msg) -> int:
     """How many times JetStream has delivered this message (1 on first delivery)."""
     return int(msg.metadata.num_delivered)
+
+
+class Beats:
+    """``in_progress`` beats for every message a worker has in hand, sent by one timer loop.
+
+    The per-message :func:`heartbeat` needs a task per message that outlives ``interval``
+    and a write per beat; with many messages in hand (a busy Hands) the beats due at one
+    tick leave together (one flush). A message is beaten once it has been in hand, since its
+    start or its last beat, for ``interval`` s, checked every ``interval / 2``: at most
+    ``1.5 * interval`` between beats (pick ``interval`` <= ``ack_wait / 3``). The loop runs
+    only while messages are in hand.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._held: dict[int, tuple[Msg, float]] = {}  # id(msg) -> (msg, last beat or start)
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0  # beats sent (for tests and benchmarks)
+
+    @contextlib.asynccontextmanager
+    async def beating(self, msg: Msg) -> AsyncIterator[None]:
+        """Keep ``msg`` in progress while the body runs."""
+        self._held[id(msg)] = (msg, time.monotonic())
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="beats")
+        try:
+            yield
+        finally:
+            self._held.pop(id(msg), None)
+
+    async def _run(self) -> None:
+        while self._held:
+            await asyncio.sleep(self.interval / 2)
+            now = time.monotonic()
+            due = [(key, m) for key, (m, last) in self._held.items()
+                   if now - last >= self.interval and not m.is_acked]
+            for key, m in due:
+                if key in self._held:
+                    self._held[key] = (m, now)
+                try:
+                    await m.in_progress()  # buffered: this tick's beats share one flush
+                    self.sent += 1
+                except Exception as exc:
+                    log.debug("heartbeat_failed", subject=m.subject, error=repr(exc))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 @contextlib.asynccontextmanager

@@ -237,7 +237,9 @@ class Outbox:
 
     async def ack(self, rows: list[OutboxRow], holder: str,
                   fences: dict[int, int]) -> dict[int, str]:
-        """Acknowledge and delete published rows, per shard under its lease fence.
+        """Acknowledge and delete published rows, per shard under its lease fence (every
+        shard's script in one pipelined round trip on a single server without replica
+        acknowledgement, one call per shard otherwise).
 
         Returns the shards whose lease is no longer ``holder``'s with the fence in
         ``fences`` (shard -> current holder): their rows were left in place for the new
@@ -251,12 +253,24 @@ class Outbox:
                 by_stream.setdefault((int(shard_text), WAKES), []).append(wake_id)
             else:
                 by_stream.setdefault((int(shard_text), ""), []).append(sid)
-        replies = await asyncio.gather(*(
-            self._write("relay_ack",
-                        [self.keys.relay_lease(shard),
-                         self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
-                        [holder, fences.get(shard, 0), *ids])
-            for (shard, stream), ids in by_stream.items()))
+        calls = [([self.keys.relay_lease(shard),
+                   self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
+                  [holder, fences.get(shard, 0), *ids])
+                 for (shard, stream), ids in by_stream.items()]
+        if self.cluster or self.writes is not None or len(calls) < 2:
+            replies = await asyncio.gather(*(self._write("relay_ack", keys, args)
+                                             for keys, args in calls))
+        else:  # one server, no replica wait: every shard's ack in one pipelined round trip
+            script = self.scripts.relay_ack
+
+            def queue(pipe: Any) -> None:
+                for keys, args in calls:
+                    evalsha(pipe, script, keys, args)
+
+            replies = await pipelined(self.redis, script, queue, transaction=False)
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
         return {shard: str(reply[1])
                 for (shard, _), reply in zip(by_stream, replies, strict=True)
                 if int(reply[0]) != 1}

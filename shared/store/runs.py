@@ -3,7 +3,9 @@
 :class:`Runs` is the collaborator a :class:`~baton.store.store.Store` holds as
 ``store.runs``: ``store.runs.claim(...)``. Each transition is one fenced Lua script under
 the run's attempt (see claim.lua, heartbeat.lua, complete.lua), run through the store's
-:class:`~baton.store.scripts.ScriptRunner`.
+:class:`~baton.store.scripts.ScriptRunner`; those issued in the same event-loop turn (the
+claims of one fetched batch, results that come in together) share one round trip
+(:class:`~baton.store.batch.ScriptBatch`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from baton.models import ToolIntent, ToolResult, ToolRun, WorkerRef, decode, dum
 from baton.observability.tracing import counted_refusals, traced_claim, traced_complete
 from baton.receipts import Carrier
 from baton.settings import Settings
+from baton.store.batch import ScriptBatch
 from baton.store.keys import RUN_FIELDS, Keys
 from baton.store.scripts import ScriptRunner
 from baton.store.state import BRAIN_RUN_FIELDS, Claim, parse_runs, with_intents
@@ -31,6 +34,15 @@ class Runs:
         self.keys = keys
         self.settings = settings
         self.scripts = scripts
+        self.batch = ScriptBatch(scripts)
+        self._worker_json: dict[WorkerRef, str] = {}
+
+    def _worker(self, worker: WorkerRef) -> str:
+        """The worker's JSON, serialised once per worker (it is in every script call)."""
+        text = self._worker_json.get(worker)
+        if text is None:
+            text = self._worker_json[worker] = worker.model_dump_json()
+        return text
 
     @traced_claim
     async def claim(
@@ -44,10 +56,10 @@ class Runs:
         :class:`~baton.errors.ToolMismatchError` and is left untouched. ``gone_holder``
         names a worker known disconnected: its live-looking attempt is taken over now."""
         sk = self.keys.session(session_id)
-        r = await self.scripts.run(
+        r = await self.batch.run(
             "claim",
             sk,
-            [run_id, worker.name, self.settings.attempt_ttl_ms, worker.model_dump_json(), delivery,
+            [run_id, worker.name, self.settings.attempt_ttl_ms, self._worker(worker), delivery,
              carrier.model_dump_json() if carrier is not None else "", tool, gone_holder],
             run_id,
         )
@@ -76,8 +88,8 @@ class Runs:
         once the attempt is no longer current."""
         args: list[Any] = [run_id, attempt]
         if worker is not None:
-            args.append(worker.model_dump_json())
-        reply = await self.scripts.run("heartbeat", self.keys.session(session_id), args, run_id)
+            args.append(self._worker(worker))
+        reply = await self.batch.run("heartbeat", self.keys.session(session_id), args, run_id)
         return reply == "cancelled"
 
     @traced_complete
@@ -105,10 +117,10 @@ class Runs:
                        **(detail or {})},
             "trace": headers or {},
         })
-        (woke,) = await self.scripts.run(
+        (woke,) = await self.batch.run(
             "complete",
             sk,
-            [intent.run_id, attempt, payload, worker.model_dump_json(), intent.group or "",
+            [intent.run_id, attempt, payload, self._worker(worker), intent.group or "",
              "1" if force_wake or intent.wake_each else "0", wake, session_id, receipt,
              dumps(headers or {})],
             intent.run_id,

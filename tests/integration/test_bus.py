@@ -11,7 +11,7 @@ import pytest
 from nats.js.api import DiscardPolicy
 
 from baton.bus.bus import Bus
-from baton.bus.messages import Outgoing, delivery_count, heartbeat
+from baton.bus.messages import Beats, Outgoing, delivery_count, heartbeat
 from baton.bus.subjects import BusNames
 from baton.devkit.servers import NatsServer, free_port
 from baton.errors import NatsUnavailable, PayloadTooLarge, ValidationError
@@ -162,6 +162,32 @@ async def test_heartbeat_keeps_message_from_redelivery(bus: Bus) -> None:
             assert await rival.fetch(1, 0.5) == []
     await msg.ack_sync()
     assert await rival.fetch(1, 1.5) == []  # acked: never redelivered
+    await worker.close()
+    await rival.close()
+
+
+async def test_shared_beats_keep_every_message_in_hand_from_redelivery(bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "slow", ack_wait=1.0)
+    for i in range(3):
+        await bus.publish(bus.tool_subject("slow"), b"job", msg_id=f"b{i}")
+    worker = await bus.pull(bus.names.tool_stream, durable)
+    rival = await bus.pull(bus.names.tool_stream, durable)
+    msgs = await worker.fetch(3, 1.0)
+    assert len(msgs) == 3
+    beats = Beats(0.2)
+    started = time.monotonic()
+    async with beats.beating(msgs[0]), beats.beating(msgs[1]), beats.beating(msgs[2]):
+        # Watch for 2.5 x ack_wait: a redelivery would reach the rival's fetch.
+        while time.monotonic() - started < 2.5:
+            assert await rival.fetch(1, 0.5) == []
+    assert beats.sent >= 3  # one loop beat all three
+    for msg in msgs:
+        await msg.ack_sync()
+    await eventually(lambda: beats._task is not None and beats._task.done())  # nothing held
+    sent = beats.sent
+    assert await rival.fetch(1, 1.5) == []  # acked: never redelivered
+    assert beats.sent == sent
+    await beats.close()
     await worker.close()
     await rival.close()
 

@@ -1,0 +1,98 @@
+"""The Hands' scripts issued in one event-loop turn share one round trip (store.batch), and
+each caller still gets its own reply or its own error, as from a call of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from baton.errors import StaleAttemptError
+from baton.models import Task, ToolIntent, ToolResult
+from baton.settings import Settings
+from baton.store.store import Store, worker_ref
+from baton.store.writes import Writes
+
+BRAIN = worker_ref("brain", "b1")
+HANDS = worker_ref("hands", "h1")
+WAKE = "x.wake.notices.1"
+
+
+async def _dispatched(store: Store, n: int) -> tuple[str, list[ToolIntent]]:
+    sid = "sb-" + uuid.uuid4().hex[:10]
+    task = Task(id=f"{sid}-root", kind="generation", owner=sid)
+    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                       text="hi", task=task, worker=worker_ref("client", "c"),
+                       submission_id=f"{sid}-sub")
+    lease, _ = await store.acquire_and_load(sid, BRAIN, 60_000)
+    intents = [ToolIntent(run_id=f"g-{i}", session_id=sid, task_id=f"{sid}-root",
+                          tool="send_email", operation_id=f"op-{i}", wake_subject=WAKE,
+                          group="g") for i in range(n)]
+    await store.commit(sid, lease.fence, Writes(runs=intents, groups={"g": n}), BRAIN)
+    return sid, intents
+
+
+def _ok(intent: ToolIntent, attempt: int) -> ToolResult:
+    return ToolResult(outcome="ok", output={"sent": intent.run_id}, attempt=attempt)
+
+
+async def test_claims_and_completes_of_one_turn_share_a_round_trip(settings: Settings) -> None:
+    store = await Store.connect(settings)
+    try:
+        sid, intents = await _dispatched(store, 4)
+        batch = store.runs.batch
+        before = batch.batches
+        claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
+        assert [c.status for c in claims] == ["claimed"] * 4
+        assert [c.intent for c in claims] == intents
+        assert batch.batches == before + 1  # four claims, one pipeline
+        # One stale complete among good ones: only its caller is refused.
+        results = await asyncio.gather(
+            *(store.runs.complete(sid, i, c.attempt + (1 if n == 1 else 0),
+                                  _ok(i, c.attempt), HANDS)
+              for n, (i, c) in enumerate(zip(intents, claims, strict=True))),
+            return_exceptions=True)
+        assert batch.batches == before + 2
+        assert isinstance(results[1], StaleAttemptError)
+        assert results[1].fields["current"] == claims[1].attempt
+        assert results[0] is False and results[2] is False and results[3] is False
+        # The group's last result wakes the Brain, alone or batched.
+        assert await store.runs.complete(sid, intents[1], claims[1].attempt,
+                                         _ok(intents[1], claims[1].attempt), HANDS) is True
+        state = await store.load(sid)
+        assert {r.status for r in state.runs.values()} == {"completed"}
+    finally:
+        await store.close()
+
+
+async def test_a_batch_after_the_server_lost_its_scripts_runs_each_once(
+    settings: Settings,
+) -> None:
+    store = await Store.connect(settings)
+    try:
+        sid, intents = await _dispatched(store, 3)
+        await store.redis.script_flush()  # as after a restart: NOSCRIPT for the batch
+        claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
+        assert [(c.status, c.attempt) for c in claims] == [("claimed", 1)] * 3
+        run = await store.runs.get(sid, intents[0].run_id)
+        assert run is not None and run.attempt == 1  # not claimed twice
+    finally:
+        await store.close()
+
+
+async def test_a_caller_cancelled_while_batched_leaves_the_others_answered(
+    settings: Settings,
+) -> None:
+    store = await Store.connect(settings)
+    try:
+        sid, intents = await _dispatched(store, 2)
+        first = asyncio.ensure_future(store.runs.claim(sid, intents[0].run_id, HANDS))
+        second = asyncio.ensure_future(store.runs.claim(sid, intents[1].run_id, HANDS))
+        await asyncio.sleep(0)  # both queued in this turn
+        first.cancel()
+        assert (await second).status == "claimed"
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    finally:
+        await store.close()
