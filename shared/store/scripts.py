@@ -83,8 +83,9 @@ def guarded_keys(name: str) -> frozenset[str]:
     A key the script never touches cannot fail it midway, so checking only these keeps
     the validate-before-write rule at a fraction of the TYPE calls; over-approximating
     (a key named in a comment) only costs a check. Nor can a key the script only reads
-    before its first write (a WRONGTYPE there fails it with nothing written): its header
-    lists those on a ``READ_BEFORE_WRITES:`` line, and they are not checked.
+    before its first write (a WRONGTYPE there fails it with nothing written), or touches
+    only with commands that work on any type (EXISTS, DEL): its header lists those on an
+    ``UNGUARDED:`` line, and they are not checked.
     """
     lua = resources.files("baton.store") / "lua"
     functions = _lib_functions((lua / "_lib.lua").read_text())
@@ -99,8 +100,8 @@ def guarded_keys(name: str) -> frozenset[str]:
             if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
                 seen.add(fn)
                 texts.append(body)
-    read_only = re.search(r"^READ_BEFORE_WRITES:(.*)$", own, re.M)
-    return frozenset(keys - set(read_only.group(1).split() if read_only else ()))
+    unguarded = re.search(r"^UNGUARDED:(.*)$", own, re.M)
+    return frozenset(keys - set(unguarded.group(1).split() if unguarded else ()))
 
 
 @cache

@@ -383,10 +383,27 @@ class Store:
         # entry and the submission) with its task: three times the input limit, so a
         # submission at the limit completes.
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
-        seq, count = await self.scripts.run(
+        reply = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
-        return int(seq), int(count)
+        return int(reply[0]), int(reply[1])
+
+    @traced_commit
+    async def commit_and_release(
+        self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
+    ) -> tuple[int, int, bool]:
+        """:meth:`commit` as the last of a pass (``writes.release_ttl_ms`` > 0), releasing
+        the lease in the same script as :meth:`release` would: returns (seq, entry count,
+        True when work arrived meanwhile and the lease was kept for another look)."""
+        if writes.release_ttl_ms <= 0:
+            raise ValueError("commit_and_release needs writes.release_ttl_ms > 0")
+        sk = self.keys.session(session_id)
+        args = writes.to_script()
+        self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
+        seq, count, kept = await self.scripts.run(
+            "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
+        )
+        return int(seq), int(count), bool(kept)
 
     async def save_partial(
         self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,

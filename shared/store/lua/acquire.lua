@@ -17,7 +17,7 @@ Returns {fence, previous holder, 1 if takeover}, and with an entries page, a fou
 intents, inbox} (hashes as field/value lists), the same reads as Store.load. The keys only
 read here are read before the first write: one of the wrong type fails the call (WRONGTYPE)
 before anything is written, so the guard need not check them.
-READ_BEFORE_WRITES: tasks docs subs runs entries intents
+UNGUARDED: tasks docs subs runs entries intents
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
@@ -45,7 +45,7 @@ if opening then
 end
 local page = tonumber(ARGV[5] or '0') or 0
 local reads = nil
-if page > 0 then  -- before any write (see READ_BEFORE_WRITES above)
+if page > 0 then  -- before any write (see UNGUARDED above)
   reads = {redis.call('HGETALL', K_TASKS), redis.call('HGETALL', K_DOCS),
            redis.call('HGETALL', K_SUBS), redis.call('HGETALL', K_RUNS),
            redis.call('LLEN', K_ENTRIES), redis.call('LRANGE', K_ENTRIES, -page, -1),
