@@ -90,6 +90,8 @@ def _sleep_timer(task: Task, ctx: TaskContext) -> str:
 def _idle_after(registry: Registry, ctx: TaskContext, writes: Writes) -> bool:
     """Whether no task would be runnable once ``writes`` is committed: folded into a copy of
     the pass's state (the commit may still fail), then the next round's test."""
+    if any(t.state.name in ("pending", "running") for t in writes.tasks):
+        return False  # a task left to run at once (every handler runs those): no probe
     st = ctx.state
     probe = dataclasses.replace(ctx, state=dataclasses.replace(
         st, tasks=dict(st.tasks), documents=dict(st.documents),
