@@ -176,7 +176,8 @@ class DrivenBrain:
         ctx = await self._context(sid)
         await consume_requests(ctx)  # open the session from its submit request, as a Brain does
         task: Task = next(iter(ctx.state.tasks.values()))
-        task = await self.gen._prepare(task, ctx)
+        if task.state.name == "pending":  # else started by the commit that took it up
+            task = await self.gen._prepare(task, ctx)
         call = ToolCall(id="call_0", name="send_email",
                         arguments={"to": "ada@example.com", "subject": "Notice", "body": ONE})
         response = ModelResponse(tool_calls=(call,), stop_reason="tool_use")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,11 @@ class TaskContext:
     models: dict[str, Any] = field(default_factory=dict)
     log: Any = field(default_factory=lambda: get_logger("baton.brain"))
     commits: int = 0
+    # Set by the scheduler: whether nothing will be runnable once a write-set is applied,
+    # i.e. its commit is the pass's last, which then releases the lease in the same script.
+    idle_after: Callable[[Writes], bool] | None = None
+    released_at: int = 0  # the commit (count) that released the lease, 0 if none did
+    look_again: bool = False  # that commit kept the lease: work arrived meanwhile
 
     @property
     def agent(self) -> Agent:
@@ -49,7 +55,14 @@ class TaskContext:
         if writes.deadline_ms == 0:
             live = self.live_tasks_after(writes.tasks)
             writes.deadline_ms = self.settings.progress_deadline_ms if live else -1
-        seq, count = await self.store.commit(self.session_id, self.fence, writes, self.worker)
+        if self.idle_after is not None and self.idle_after(writes):
+            writes.release_ttl_ms = self.settings.lease_ms
+            seq, count, kept = await self.store.commit_and_release(
+                self.session_id, self.fence, writes, self.worker)
+            self.released_at, self.look_again = self.commits + 1, kept
+        else:
+            seq, count = await self.store.commit(self.session_id, self.fence, writes,
+                                                 self.worker)
         self.commits += 1
         self._fold(writes, seq, count)
 

@@ -5,6 +5,8 @@
 
 * ``prepare`` fixes the model and marks the request phase ``running`` (committed), so a
   worker that dies during the model call is visible on load and counted (restart limit).
+  A task that is the session's next generation when its request is taken up is started so
+  in the commit that takes it up (:func:`started`, brain.requests): no ``prepare`` then.
 * ``request`` calls the model outside any commit, then commits in one step the response
   entry, the tool runs (intent, replay policy, operation id), their outbox rows and the wait.
 * ``retry`` (``sleeping{until}`` with a durable timer): a retryable model failure (429 with
@@ -95,6 +97,11 @@ def runnable(task: Task, ctx: TaskContext) -> bool:
     return False
 
 
+def started(task: Task, ctx: TaskContext) -> Task:
+    """``task`` as the ``prepare`` phase leaves it: the request phase of turn 1 running."""
+    return Generation._running(task, ctx, "request", {"turn": 1, "model": ctx.agent.model})
+
+
 class Generation:
     """Handler of ``generation`` tasks (version 1)."""
 
@@ -123,8 +130,7 @@ class Generation:
     # ------------------------------------------------------------------ phases
 
     async def _prepare(self, task: Task, ctx: TaskContext) -> Task:
-        agent = ctx.agent
-        task = self._running(task, ctx, "request", {"turn": 1, "model": agent.model})
+        task = started(task, ctx)
         writes = Writes(kind="prepare", tasks=[task], detail={"task_id": task.id, "turn": 1})
         sub = ctx.state.submissions.get(task.submission_id or "")
         if sub and sub.status == "accepted":
@@ -353,8 +359,9 @@ class Generation:
 
     # ------------------------------------------------------------------ helpers
 
+    @staticmethod
     def _running(
-        self, task: Task, ctx: TaskContext, phase: str, data: dict[str, Any], crashes: int = 0
+        task: Task, ctx: TaskContext, phase: str, data: dict[str, Any], crashes: int = 0
     ) -> Task:
         return task.model_copy(update={
             "state": Running(worker=ctx.worker.name, fence=ctx.fence, since_ms=ctx.now()),

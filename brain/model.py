@@ -31,6 +31,7 @@ omit the parameter.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -130,8 +131,26 @@ class ModelClient(Protocol):
 
 def streams(client: Any) -> bool:
     """Whether ``client.generate`` takes ``on_text`` (apps may bring clients that do not)."""
+    generate = getattr(client, "generate", None)
+    try:  # through wrappers (functools.wraps: the traced client's) to the method
+        target = inspect.unwrap(generate) if generate is not None else None
+    except ValueError:
+        target = generate
+    fn = getattr(target, "__func__", None)  # a method: the same answer for its class
+    if fn is not None:
+        return _takes_on_text(fn)
+    return _signature_has_on_text(generate)
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_on_text(fn: Any) -> bool:
+    """Per function: reading a signature costs a fifth of a millisecond, once per turn."""
+    return _signature_has_on_text(fn)
+
+
+def _signature_has_on_text(fn: Any) -> bool:
     try:
-        return "on_text" in inspect.signature(client.generate).parameters
+        return "on_text" in inspect.signature(fn).parameters
     except (TypeError, ValueError, AttributeError):
         return False
 

@@ -10,10 +10,17 @@ The client writes only its request: the session, its entries, tasks and submissi
 Brain's, written under its fence. The commit that writes a request's records deletes the
 request, so each is taken up exactly once. A request for another agent than the session's
 (possible only if a session was reopened by another agent meanwhile) is dropped.
+
+A generation task taken up when no other one is live (it is the one to run next) is started
+in the same commit: its request phase marked ``running`` under this fence and its
+submission ``running``, what the generation's ``prepare`` phase would commit next (one
+commit fewer per submission; a worker that dies in the model call is visible on load all
+the same).
 """
 
 from __future__ import annotations
 
+from baton.brain import generation
 from baton.brain.context import TaskContext
 from baton.store.state import SessionState
 from baton.store.writes import Writes
@@ -47,6 +54,27 @@ async def consume_requests(ctx: TaskContext) -> None:
     if not ctx.state.requests:
         return
     writes, taken, dropped = request_writes(ctx.state)
+    _start_generation(writes, ctx)
     ctx.log.info("requests_taken_up", taken=taken, dropped=dropped)
     await ctx.commit(writes)
     ctx.state.requests = []
+
+
+def _start_generation(writes: Writes, ctx: TaskContext) -> None:
+    """Start the first generation task taken up when none is live (see the module text)."""
+    if any(t.kind == generation.KIND and not t.terminal for t in ctx.state.tasks.values()):
+        return  # the live one runs first; the new one starts in its own turn
+    new = [t for t in writes.tasks if t.kind == generation.KIND]
+    if not new:
+        return
+    task = min(new, key=lambda t: (t.created_ms, t.id))  # the scheduler's order
+    if (task.version != generation.Generation.version or task.state.name != "pending"
+            or task.cancel_requested):
+        return
+    started = generation.started(task, ctx)
+    writes.tasks = [started if t is task else t for t in writes.tasks]
+    writes.submissions = [
+        s.model_copy(update={"status": "running"})
+        if s.id == task.submission_id and s.status == "accepted" else s
+        for s in writes.submissions]
+    writes.detail.update(task_id=started.id, turn=1)

@@ -11,10 +11,17 @@ marked ``running`` under the pass's fence, all of them in ONE commit (a worker t
 any of those phases is then visible on load; marked together, they are ``shared`` suspects
 that re-run one by one); then each runnable task advances until it waits, sleeps or ends.
 A round that committed nothing ends the pass.
+
+The pass's last commit releases the lease in the same script (no release round trip): before
+each commit the scheduler tells whether anything would be runnable once its write-set is
+applied (:func:`_idle_after`, the same test the next round makes). If a later commit comes
+all the same (a sleeping task fell due meanwhile), it is still fenced, and the pass releases
+again after it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from baton.brain.cancel import consume_cancels
@@ -26,6 +33,7 @@ from baton.brain.versions import migrate_session, note_blocked, unserved
 from baton.models import Task
 from baton.observability.log import bounded
 from baton.observability.tracing import advance
+from baton.store.state import Entries
 from baton.store.writes import Writes
 
 __all__ = ["schedule"]
@@ -41,6 +49,7 @@ async def schedule(registry: Registry, ctx: TaskContext) -> None:
     await consume_cancels(ctx)
     await consume_decisions(ctx)
     await note_blocked(registry, ctx)
+    ctx.idle_after = lambda writes: _idle_after(registry, ctx, writes)
     progressed = True
     while progressed:
         progressed = False
@@ -76,6 +85,21 @@ def _sleep_timer(task: Task, ctx: TaskContext) -> str:
     from baton.store.writes import timer_member
 
     return timer_member("task", ctx.session_id, task.id, ctx.state.meta.wake_subject)
+
+
+def _idle_after(registry: Registry, ctx: TaskContext, writes: Writes) -> bool:
+    """Whether no task would be runnable once ``writes`` is committed: folded into a copy of
+    the pass's state (the commit may still fail), then the next round's test."""
+    if any(t.state.name in ("pending", "running") for t in writes.tasks):
+        return False  # a task left to run at once (every handler runs those): no probe
+    st = ctx.state
+    probe = dataclasses.replace(ctx, state=dataclasses.replace(
+        st, tasks=dict(st.tasks), documents=dict(st.documents),
+        submissions=dict(st.submissions), runs=dict(st.runs), decisions=dict(st.decisions),
+        entries=Entries(), requests=[]), idle_after=None)
+    probe._fold(writes, st.meta.seq + 1, st.entry_count + len(writes.entries))
+    return not any(h.runnable(t, probe) for t in _ordered(probe)
+                   if (h := registry.get(t)) is not None)
 
 
 def _ordered(ctx: TaskContext) -> list[Task]:

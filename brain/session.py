@@ -127,7 +127,11 @@ class SessionPass:
             await self._schedule(ctx)
             result.commits += ctx.commits
             result.passes += 1
-            if not await brain.store.release(sid, fence, brain.settings.lease_ms):
+            if ctx.released_at and ctx.released_at == ctx.commits:
+                again = ctx.look_again  # the last commit released the lease (or kept it)
+            else:
+                again = await brain.store.release(sid, fence, brain.settings.lease_ms)
+            if not again:
                 return
             state = await brain.store.load(sid)  # work arrived meanwhile: look again
 

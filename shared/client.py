@@ -271,7 +271,11 @@ class Client:
         self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
         timeout: float,  # noqa: ASYNC109
     ) -> T:
-        """Re-read on each settled notification of the session (or every second) until done."""
+        """Re-read on each settled notification of the session (or every second) until done.
+
+        A quarantined session never settles: that is checked when a second passed without a
+        notification (and by a read that fails to decode), not before every wait, which would
+        cost each waiter one more round trip."""
         channel = self.store.keys.settled_channel(session_id)
         signals = self._waiters.setdefault(channel, set())
         signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -284,13 +288,14 @@ class Client:
                     current = await self._read_checked(read, session_id)
                     if done(current):
                         return current
-                    await quarantine.raise_if_quarantined(self.store, session_id)
                     # Wake on a notification, or re-check at least every second.
                     await asyncio.wait({signal}, timeout=1.0)
                     if signal.done():
                         signals.discard(signal)
                         signal = asyncio.get_running_loop().create_future()
                         signals.add(signal)
+                    else:
+                        await quarantine.raise_if_quarantined(self.store, session_id)
         finally:
             signals.discard(signal)
             if not signals and self._waiters.get(channel) is signals:

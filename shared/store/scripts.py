@@ -82,12 +82,16 @@ def guarded_keys(name: str) -> frozenset[str]:
 
     A key the script never touches cannot fail it midway, so checking only these keeps
     the validate-before-write rule at a fraction of the TYPE calls; over-approximating
-    (a key named in a comment) only costs a check.
+    (a key named in a comment) only costs a check. Nor can a key the script only reads
+    before its first write (a WRONGTYPE there fails it with nothing written), or touches
+    only with commands that work on any type (EXISTS, DEL): its header lists those on an
+    ``UNGUARDED:`` line, and they are not checked.
     """
     lua = resources.files("baton.store") / "lua"
     functions = _lib_functions((lua / "_lib.lua").read_text())
     seen: set[str] = set()
-    texts = [(lua / f"{name}.lua").read_text(), (lua / "_applied.lua").read_text()]
+    own = (lua / f"{name}.lua").read_text()
+    texts = [own, (lua / "_applied.lua").read_text()]
     keys: set[str] = set()
     while texts:
         text = texts.pop()
@@ -96,7 +100,8 @@ def guarded_keys(name: str) -> frozenset[str]:
             if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
                 seen.add(fn)
                 texts.append(body)
-    return frozenset(keys)
+    unguarded = re.search(r"^UNGUARDED:(.*)$", own, re.M)
+    return frozenset(keys - set(unguarded.group(1).split() if unguarded else ()))
 
 
 @cache

@@ -50,7 +50,6 @@ from baton.store.keys import Keys, SessionKeys
 from baton.store.redis_client import (
     REDIS_ERRORS,
     connect_redis,
-    is_cluster,
     redis_user,
     without_password,
 )
@@ -85,6 +84,19 @@ def now_ms() -> int:
 
 def _carrier_arg(carrier: Carrier | None) -> str:
     return carrier.model_dump_json() if carrier is not None else ""
+
+
+def _hashes(reads: list[Any]) -> list[Any]:
+    """acquire.lua's state reads as a pipeline returns them: the hashes (field/value lists
+    in a script's reply) as dicts."""
+    out = list(reads)
+    for i in _HASH_READS:
+        it = iter(out[i])
+        out[i] = dict(zip(it, it, strict=True))
+    return out
+
+
+_HASH_READS = (0, 1, 2, 3, 4, 8, 9)  # meta tasks docs subs runs .. intents inbox (_queue_load)
 
 
 def worker_ref(role: str, name: str) -> WorkerRef:
@@ -307,28 +319,22 @@ class Store:
     ) -> tuple[Lease, SessionState]:
         """Take the lease and load the state in one round trip.
 
-        The snapshot is taken right after the acquire (atomically, in one MULTI/EXEC, unless
-        the acquire waits for a replica: see :meth:`ScriptRunner.run_and_read`), so it holds
-        everything the new fence holder may build on.
+        The snapshot is taken by the acquire script itself (atomically), or, when the
+        acquire waits for a replica, right after it (see :meth:`ScriptRunner.run_and_read`),
+        so it holds everything the new fence holder may build on.
         """
         sk = self.keys.session(session_id)
         args = [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)]
-        if is_cluster(self.redis) and not self.scripts.replicated("acquire"):
-            # redis-py's cluster pipeline refuses scripts: the acquire, then one MULTI/EXEC
-            # snapshot. Anything written in between (a Hands result, a submit) is already
-            # under the new fence's eyes: it is in the snapshot or marked the session dirty.
-            fence, prev, takeover = await self.scripts.run("acquire", sk, args)
-            try:
-                async with self.redis.pipeline(transaction=True) as p:
-                    self._queue_load(p, sk, page)
-                    reads = await p.execute(raise_on_error=False)
-            except REDIS_ERRORS as exc:
-                raise from_redis_error(
-                    exc, session_id=session_id, role=redis_user(self.settings)) from None
-        else:
-            reply, reads = await self.scripts.run_and_read(
-                "acquire", sk, args, lambda p: self._queue_load(p, sk, page))
-            fence, prev, takeover = reply
+        if not self.scripts.replicated("acquire"):
+            # The script reads the state itself (one command, no MULTI/EXEC around it); a
+            # replicated acquire records its reply for a retry, so it reads after the WAIT.
+            fence, prev, takeover, state = await self.scripts.run(
+                "acquire", sk, [*args, page or self.settings.entries_page])
+            lease = Lease(session_id, int(fence), bool(takeover), prev or "")
+            return lease, self._state(session_id, _hashes(state))
+        reply, reads = await self.scripts.run_and_read(
+            "acquire", sk, args, lambda p: self._queue_load(p, sk, page))
+        fence, prev, takeover = reply
         lease = Lease(session_id, int(fence), bool(takeover), prev or "")
         return lease, self._state(session_id, reads)
 
@@ -380,10 +386,27 @@ class Store:
         # entry and the submission) with its task: three times the input limit, so a
         # submission at the limit completes.
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
-        seq, count = await self.scripts.run(
+        reply = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
-        return int(seq), int(count)
+        return int(reply[0]), int(reply[1])
+
+    @traced_commit
+    async def commit_and_release(
+        self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
+    ) -> tuple[int, int, bool]:
+        """:meth:`commit` as the last of a pass (``writes.release_ttl_ms`` > 0), releasing
+        the lease in the same script as :meth:`release` would: returns (seq, entry count,
+        True when work arrived meanwhile and the lease was kept for another look)."""
+        if writes.release_ttl_ms <= 0:
+            raise ValueError("commit_and_release needs writes.release_ttl_ms > 0")
+        sk = self.keys.session(session_id)
+        args = writes.to_script()
+        self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
+        seq, count, kept = await self.scripts.run(
+            "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
+        )
+        return int(seq), int(count), bool(kept)
 
     async def save_partial(
         self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,

@@ -54,6 +54,9 @@ class Writes:
     trace: dict[str, str] = field(default_factory=dict)
     # Terminal child tasks that stay in the live set until their parent has read them.
     keep_live: set[str] = field(default_factory=set)
+    # > 0: the holder's last commit of its pass releases the lease after the writes (kept
+    # and extended by this many ms when work arrived meanwhile; Store.commit_and_release).
+    release_ttl_ms: int = 0
 
     def __bool__(self) -> bool:
         return bool(
@@ -124,6 +127,8 @@ class Writes:
             index["rq"] = [[k, v] for k, v in self.reqs.items()]
         if self.meta_del:
             index["md"] = list(self.meta_del)
+        if self.release_ttl_ms > 0:
+            index["rl"] = self.release_ttl_ms
         args = [dumps(index), dumps(receipt)]
         args.extend(e.to_json() for e in self.entries)
         for t in self.tasks:

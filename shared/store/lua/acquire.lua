@@ -3,14 +3,21 @@
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
       4 carrier JSON (optional: how the wake that started this pass arrived, see
-        baton.receipts.Carrier; saved in the receipt as 'carrier')
+        baton.receipts.Carrier; saved in the receipt as 'carrier'),
+      5 entries page (optional; > 0: the reply carries the session's state as well, the
+        load of the new fence holder in the same round trip)
 A session without meta whose inbox holds a submit or start request is opened here for
 that request's agent, compat level and wake subject (meta, the shard's session index);
 without one it is NOT_FOUND.
 Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
 A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
 Clears the dirty mark (and the nudge): the new holder loads everything committed so far.
-Returns {fence, previous holder, 1 if takeover}.
+Returns {fence, previous holder, 1 if takeover}, and with an entries page, a fourth element:
+{meta, tasks, docs, subs, runs, entry count, the newest page of entries, nudge (nil),
+intents, inbox} (hashes as field/value lists), the same reads as Store.load. The keys only
+read here are read before the first write: one of the wrong type fails the call (WRONGTYPE)
+before anything is written, so the guard need not check them.
+UNGUARDED: tasks docs subs runs entries intents
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
@@ -36,6 +43,14 @@ if holder ~= '' and holder ~= worker then takeover = 1 end
 if opening then
   open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
 end
+local page = tonumber(ARGV[5] or '0') or 0
+local reads = nil
+if page > 0 then  -- before any write (see UNGUARDED above)
+  reads = {redis.call('HGETALL', K_TASKS), redis.call('HGETALL', K_DOCS),
+           redis.call('HGETALL', K_SUBS), redis.call('HGETALL', K_RUNS),
+           redis.call('LLEN', K_ENTRIES), redis.call('LRANGE', K_ENTRIES, -page, -1),
+           redis.call('HGETALL', K_INTENTS)}
+end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
 redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
 redis.call('DEL', K_NUDGE)
@@ -44,4 +59,9 @@ if takeover == 1 then kind = 'takeover' end
 receipt(kind, ARGV[3], fence, 0, now,
         cjson.encode({previous_holder = holder, previous_fence = tonumber(m[3] or '0'),
                       carrier = carrier}))
+if reads then
+  return {fence, holder, takeover,
+          {redis.call('HGETALL', K_META), reads[1], reads[2], reads[3], reads[4], reads[5],
+           reads[6], false, reads[7], redis.call('HGETALL', K_INBOX)}}
+end
 return {fence, holder, takeover}

@@ -42,6 +42,9 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
                              ms (their dispatch rows are among the outbox records)
   rj [[run id, result JSON]] rejected runs awaiting approval: completed with that result,
                              one result fewer for their group to await, the dirty mark
+  rl lease ttl ms, or absent  the holder's last commit of its pass: after the writes, the
+                             lease is released as release.lua does (kept and extended by
+                             rl when the dirty mark or the nudge is set: work arrived)
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
@@ -50,14 +53,17 @@ Every commit clears the session's streamed partial text (meta 'partial', 'partia
 partial.lua): a real commit supersedes whatever was streamed before it.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
-Returns {seq, entry count after the commit}.
+Returns {seq, entry count after the commit}, with rl a third element: 1 when the lease was
+kept (the holder must load and look again), 0 when it was released.
+The nudge is only tested (EXISTS) and deleted (DEL), which no type fails.
+UNGUARDED: nudge
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
   {'HSET', K_DOCS, 'f', 'v'}, {'HDEL', K_DOCS, 'f'}, {'HSET', K_SUBS, 'f', 'v'}, {'HSET', K_REQS, 'f', 'v'},
   {'HSET', K_RUNS_DONE, 'f', 'v'}, {'HDEL', K_META, 'f'},
   {'HINCRBY', K_META, 'f', '1'}, {'HSET', K_INTENTS, 'f', 'v'}, {'HDEL', K_INTENTS, 'f'},
-  {'HINCRBY', K_INTENTS, 'f', '1'}, {'HDEL', K_INBOX, 'f'}}))
+  {'HINCRBY', K_INTENTS, 'f', '1'}, {'HDEL', K_INBOX, 'f'}, {'DEL', K_NUDGE}}))
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
@@ -168,6 +174,7 @@ local vok, verr = pcall(function()
   for _, t in ipairs(list('tr')) do str(t, 'timer') end
   if ix.dl ~= nil and not whole(ix.dl) then error('INVALID deadline') end
   if ix.w ~= nil then str(ix.w, 'wake subject') end
+  if ix.rl ~= nil and (not whole(ix.rl) or ix.rl <= 0) then error('INVALID lease ttl') end
   if ix.c ~= nil and (not whole(ix.c) or ix.c < 0) then error('INVALID compat level') end
   for _, a in ipairs(list('aw')) do str(a[1], 'awaiting run id'); str(a[2], 'digest') end
   if #list('cr') > 0 then
@@ -396,4 +403,13 @@ set_deadline(session, wake, ix.dl or 0, now)
 redis.call('HDEL', K_META, 'partial', 'partial_of')
 receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
+if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
+  if redis.call('HGET', K_META, 'dirty') == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
+    redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + ix.rl)
+    redis.call('DEL', K_NUDGE)
+    return {seq, redis.call('LLEN', K_ENTRIES), 1}
+  end
+  redis.call('HSET', K_META, 'holder', '', 'lease_until', 0)
+  return {seq, redis.call('LLEN', K_ENTRIES), 0}
+end
 return {seq, redis.call('LLEN', K_ENTRIES)}
