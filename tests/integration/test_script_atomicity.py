@@ -186,3 +186,20 @@ async def _check(store: Store, s: Session, names: dict[str, str], op: str, key: 
             assert last[0][1]["kind"] == "refused"
             return
         assert not changed, (op, key, kind, garbage, exc, changed)
+
+
+@pytest.mark.parametrize("op", ["claim", "heartbeat", "complete"])
+async def test_a_number_lua_reads_but_cannot_write_back_is_refused_before_any_write(
+    store: Store, op: str
+) -> None:
+    """"nan" and "inf" pass Lua's tonumber (strtod) and only fail when a receipt is encoded,
+    after the writes: every field of the run record, each such value, refused or applied whole."""
+    probe = await Session.start(store)
+    fields = sorted(await store.redis.hkeys(store.keys.session(probe.sid).runs))
+    for pick in range(len(fields)):
+        for garbage in ("nan", "inf", "-inf", "1e999"):
+            s = await Session.start(store)
+            sk = store.keys.session(s.sid)
+            names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
+            await _corrupt(store, names["runs"], "garbage", garbage, pick)
+            await _check(store, s, names, op, "runs", "garbage", garbage)

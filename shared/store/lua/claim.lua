@@ -52,6 +52,11 @@ end
 if ARGV[7] and ARGV[7] ~= '' and intent.tool ~= ARGV[7] then
   return fail('WRONG_TOOL', ARGV[7] .. ' ' .. intent.tool)
 end
+-- the attempt fence and heartbeat must be integers: a claim computes the next fence from
+-- them ("nan" would pass tonumber and fail only at the receipt, after the writes)
+if not integer(r[3]) or not integer(r[4]) then
+  return fail('CORRUPT', 'the attempt or heartbeat of run ' .. rid .. ' is not an integer')
+end
 local status, attempt, hb = run_status(own[3], r[2]) or 'dispatched', tonumber(r[3] or '0'),
                            tonumber(r[4] or '0')
 if status == 'completed' or status == 'awaiting_approval' then
