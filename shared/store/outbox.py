@@ -33,6 +33,7 @@ pending, the timer stays due).
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ from baton.store.replication import ReplicatedWrites
 from baton.store.scripts import Scripts, evalsha, pipelined
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
+# A session's inbox key, "<ns>:{<ns>-<shard>}:s:<session id>:inbox" (checked against the
+# session's own key, so a key of another shard or namespace is skipped).
+_INBOX_KEY = re.compile(r"^[^{]*\{[^}]*\}:s:(.+):inbox$")
 
 
 def parse_row(shard: int, stream_id: str, f: dict[str, str], stream: str = "") -> OutboxRow:
@@ -324,6 +328,33 @@ class Outbox:
             "fire_timers",
             [self.keys.timers(shard), self.keys.outbox(shard), self.keys.relay_lease(shard)],
             [limit, rearm_ms, prefix, holder, fence]))
+
+    async def waiting_requests(self, shards: list[int]) -> dict[int, list[str]]:
+        """The sessions of ``shards`` whose inbox holds requests (shard -> session ids), by
+        one ``SCAN`` of the keyspace (of every primary, on a cluster): the inbox is the one
+        key a client's request writes, so this finds a request whatever became of its wake."""
+        wanted, found = set(shards), dict[int, list[str]]()
+        pattern = f"{self.keys.ns}:{{{self.keys.ns}-*}}:s:*:inbox"
+        async for key in self.redis.scan_iter(match=pattern, count=1000, _type="hash"):
+            key = key.decode() if isinstance(key, bytes) else key
+            m = _INBOX_KEY.match(key)
+            try:
+                sk = self.keys.session(m.group(1)) if m else None
+            except ValidationError:
+                continue
+            if sk is not None and sk.inbox == key and sk.shard in wanted:
+                found.setdefault(sk.shard, []).append(sk.session_id)
+        return found
+
+    async def arm_requests(self, shard: int, session_ids: list[str], holder: str,
+                           fence: int) -> int:
+        """Arm, due now, the progress deadline of each session whose inbox still holds
+        requests (``arm_requests.lua``); returns how many were armed, or -1 when ``holder``
+        no longer holds the shard's lease with ``fence``."""
+        prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
+        return int(await self._write(
+            "arm_requests", [self.keys.timers(shard), self.keys.relay_lease(shard)],
+            [holder, fence, prefix, *session_ids]))
 
     async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run a shard script; with :attr:`writes`, answered once a replica has its writes.

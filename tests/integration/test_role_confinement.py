@@ -112,6 +112,11 @@ async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
                                           "r2.status": "awaiting_approval"})
     await admin.hset(sk.runs_done, mapping={"r0.intent": json.dumps({**intent, "run_id": "r0"}),
                                             "r0.result": '{"outcome":"ok"}'})
+    # what the Brain lists and arms in the shard's keys, and a pending row of its outbox
+    await admin.zadd(sk.timers, {f"deadline|{sk.session_id}|-|{namespace}.wake.notices.1": 9})
+    await admin.zadd(sk.sessions, {sk.session_id: 1})
+    await admin.xadd(sk.outbox, {"id": f"{sk.session_id}/3/0", "sid": sk.session_id,
+                                 "subj": f"{namespace}.tool.echo", "data": '{"secret": 1}'})
 
 
 async def snapshot(c: Confined, sid: str) -> list[Any]:
@@ -359,6 +364,57 @@ async def test_client_cannot_list_the_keyspace(confined: Confined) -> None:
 async def test_client_cannot_add_a_tool_row_to_the_outbox(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.xadd(sk(confined).outbox,
                                                        row(confined, TOOL_ROW)))
+
+
+async def test_client_cannot_remove_another_sessions_timer(confined: Confined) -> None:
+    member = f"deadline|{OTHER}|-|{confined.namespace}.wake.notices.1"
+    await as_role(confined, "client", lambda r: r.zrem(sk(confined, OTHER).timers, member))
+
+
+async def test_client_cannot_arm_a_timer(confined: Confined) -> None:
+    member = f"deadline|{OWN}|-|{confined.namespace}.wake.notices.1"
+    await as_role(confined, "client", lambda r: r.zadd(sk(confined).timers, {member: 1}))
+
+
+async def test_client_cannot_unlist_a_session_from_the_index(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.zrem(sk(confined, OTHER).sessions, OTHER))
+    await as_role(confined, "client", lambda r: r.hdel(sk(confined, OTHER).sessions, OTHER))
+
+
+async def test_client_cannot_list_a_session_in_the_index(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.zadd(sk(confined).sessions, {"acme-x": 1}))
+    await as_role(confined, "client", lambda r: r.hset(sk(confined).sessions, "acme-x", 1))
+
+
+async def test_client_cannot_read_the_outbox(confined: Confined) -> None:
+    """The shard's pending rows (tool arguments of other sessions among them)."""
+    await as_role(confined, "client", lambda r: r.xrange(sk(confined).outbox))
+    await as_role(confined, "client", lambda r: r.xread({sk(confined).outbox: "0-0"}))
+
+
+async def test_a_clients_submit_writes_no_shard_index_or_timer(confined: Confined) -> None:
+    """A submit for a new session of the client's grant writes only the session's inbox,
+    nudge, receipt and a wake row: the Brain lists the session and arms its deadline when it
+    takes the request up."""
+    admin = confined.connect("admin")
+    keys = sk(confined, "acme-new")
+    shard = [await admin.dump(k) for k in (keys.timers, keys.sessions, keys.outbox)]
+    client = await Store.connect(confined.settings("client"))
+    try:
+        _, created = await client.submit(
+            "acme-new", agent="notices", compat=1,
+            wake_subject=f"{confined.namespace}.wake.notices.1", request_id="r-new",
+            text="hello", task=Task(id="t-new", kind="generation", owner="acme-new"),
+            worker=worker_ref("client", "c"), submission_id="sub-new")
+    finally:
+        await client.close()
+    try:
+        assert created
+        assert [await admin.dump(k) for k in (keys.timers, keys.sessions, keys.outbox)] == shard
+        assert await admin.hexists(keys.inbox, "submit:r-new")
+    finally:
+        await admin.delete(keys.inbox, keys.nudge, keys.receipts)
+        await admin.aclose()
 
 
 async def test_client_cannot_write_brain_state_of_its_own_session(confined: Confined) -> None:
