@@ -507,8 +507,8 @@ class Relay(Service):
         self.faults.hit("relay.after_publish", rows=len(rows))
         for row, reason in refused:
             await record_dead_letter(
-                self._redis, self.keys, source="relay", reason=reason, payload=row.data,
-                row_id=row.id, subject=row.subject, session_id=row.session_id,
+                self._redis, self.keys, role="relay", source="relay", reason=reason,
+                payload=row.data, row_id=row.id, subject=row.subject, session_id=row.session_id,
                 stream_id=row.stream_id,
             )
             log.error("outbox_row_dead_lettered", row_id=row.id, reason=bounded(reason),

@@ -90,7 +90,11 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     hash for the others; see _lib.lua), so these patterns are what bounds the scripts too.
     """
     tag = f"{ns}:{{{ns}-*}}"
-    shard_logs = [f"~{tag}:dead", f"~{tag}:workers"]  # dead letters and liveness records
+    # Liveness records and dead letters: each role appends only to its own (keys per role,
+    # see baton.store.keys.LOG_ROLES) and reads every role's liveness (relays count each
+    # other, a client warns when no Brain serves an agent).
+    shard_logs = ([f"~{tag}:dead:{role}", f"~{tag}:workers:{role}"] if role != "client"
+                  else []) + [f"%R~{tag}:workers:*"]
     if role == "relay":
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
         # meta) and sets its nudge when a timer fires; nothing else of a session.

@@ -267,6 +267,76 @@ async def test_hands_cannot_flush_trim_or_delete(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.flushall())
 
 
+def log_key(c: Confined, log: str, role: str, sid: str = OWN) -> str:
+    """A role's liveness hash (``workers``) or dead-letter stream (``dead``) on the shard of
+    ``sid``."""
+    return f"{c.namespace}:{c.keys.tag(c.keys.shard_of(sid))}:{log}:{role}"
+
+
+async def test_hands_cannot_announce_a_brain(confined: Confined) -> None:
+    """A forged Brain liveness record would make inspect and clients see a Brain serving an
+    agent that none serves."""
+    record = json.dumps({"role": "brain", "name": "b9", "seen_ms": 2**41,
+                         "serves": [["notices", 1]]})
+    await as_role(confined, "hands", lambda r: r.hset(log_key(confined, "workers", "brain"),
+                                                      "brain:b9", record))
+
+
+async def test_hands_cannot_remove_a_relays_liveness_record(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hdel(log_key(confined, "workers", "relay"),
+                                                      "relay:r1"))
+
+
+async def test_hands_cannot_append_or_trim_brain_dead_letters(confined: Confined) -> None:
+    key = log_key(confined, "dead", "brain")
+    await as_role(confined, "hands", lambda r: r.xadd(key, {"source": "wake", "reason": "x"}))
+    await as_role(confined, "hands", lambda r: r.xadd(key, {"f": "v"}, maxlen=0))
+
+
+async def test_relay_cannot_announce_a_hands_or_write_its_dead_letters(
+    confined: Confined,
+) -> None:
+    await as_role(confined, "relay", lambda r: r.hset(log_key(confined, "workers", "hands"),
+                                                      "hands:h9", "{}"))
+    await as_role(confined, "relay", lambda r: r.xadd(log_key(confined, "dead", "hands"),
+                                                      {"f": "v"}))
+
+
+async def test_client_writes_no_liveness_record_or_dead_letter(confined: Confined) -> None:
+    for role in ("relay", "brain", "hands", "client"):
+        await as_role(confined, "client", lambda r, role=role: r.hset(
+            log_key(confined, "workers", role), f"{role}:x", "{}"))
+        await as_role(confined, "client", lambda r, role=role: r.xadd(
+            log_key(confined, "dead", role), {"f": "v"}))
+
+
+async def test_each_role_announces_and_dead_letters_in_its_own_keys(
+    confined: Confined,
+) -> None:
+    """What each role may do with the per-role logs, through the store's own functions."""
+    from baton.store.deadletter import dead_letters, record_dead_letter
+    from baton.store.workers import all_services
+    for role in ("relay", "brain", "hands"):
+        store = await Store.connect(confined.settings(role))
+        try:
+            field = f"{role}:{role}-1"
+            await store.redis.hset(confined.keys.workers(field), field,
+                                   json.dumps({"role": role, "name": f"{role}-1",
+                                               "seen_ms": 1}))
+            await record_dead_letter(store.redis, confined.keys, role=role, source=role,
+                                     reason=f"by {role}", payload="p", session_id=OWN)
+        finally:
+            await store.close()
+    admin = confined.connect("admin")
+    try:
+        seen = await all_services(admin, confined.keys, 2)
+        assert {s["role"] for s in seen} >= {"relay", "brain", "hands"}
+        reasons = {d["reason"] for d in await dead_letters(admin, confined.keys)}
+        assert reasons >= {"by relay", "by brain", "by hands"}
+    finally:
+        await admin.aclose()
+
+
 # --- Clients -------------------------------------------------------------------------------
 
 async def test_client_cannot_read_another_sessions_entries(confined: Confined) -> None:
