@@ -550,3 +550,22 @@ async def test_no_password_is_refused(confined: Confined) -> None:
             await r.get(f"{confined.namespace}:x")
     finally:
         await r.aclose()
+
+
+async def test_inspect_with_a_client_credential_names_what_it_may_not_read(
+    confined: Confined,
+) -> None:
+    """``baton inspect`` as a client (the CLI's user on a secure dev stack) shows the
+    session and one line per shard-wide log it may not read, not one error per key."""
+    from baton.cli.inspect import cluster_view, session_view
+    store = await Store.connect(confined.settings("client"))
+    try:
+        session = await session_view(store, OWN)
+        cluster = await cluster_view(store)
+    finally:
+        await store.close()
+    refused = [f for f in session["findings"] + cluster["findings"]
+               if "not readable with this credential" in f]
+    assert {f.partition(":")[0] for f in refused} == {"dead letters", "timers key", "outbox",
+                                                      "sessions index"}, refused
+    assert len(cluster["findings"]) == 3, cluster["findings"]
