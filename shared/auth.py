@@ -64,7 +64,7 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
     "hands": [*_SESSION_WRITES, "hgetall", "set"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
-              "set", "hvals", "hkeys", "scan"],  # scan, hkeys: the inbox sweep
+              "set", "hvals", "hkeys", "hexists", "scan"],  # the last three: the inbox sweep
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
@@ -97,9 +97,11 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
                   else []) + [f"%R~{tag}:workers:*"]
     if role == "relay":
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
-        # meta) and sets its nudge when a timer fires; nothing else of a session.
+        # meta) and sets its nudge when a timer fires; reads whether requests wait in its
+        # inbox and whether it is quarantined (the inbox sweep); nothing else of a session.
         return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
-                f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%W~{tag}:s:*:nudge",
+                f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%R~{tag}:s:*:poison",
+                f"%W~{tag}:s:*:nudge",
                 *shard_logs]
     if role == "hands":
         # Reads everything; writes the run records (claims, heartbeats, results), their

@@ -569,3 +569,34 @@ async def test_inspect_with_a_client_credential_names_what_it_may_not_read(
     assert {f.partition(":")[0] for f in refused} == {"dead letters", "timers key", "outbox",
                                                       "sessions index"}, refused
     assert len(cluster["findings"]) == 3, cluster["findings"]
+
+
+async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined) -> None:
+    """The relay finds a session whose inbox holds a request (SCAN, HKEYS) and arms its
+    deadline; it leaves a quarantined session alone; and it may not write the inbox."""
+    from baton.store.outbox import Outbox
+    keys = sk(confined, "acme-swept")
+    admin = confined.connect("admin")
+    relay = confined.connect("relay")
+    box = Outbox(relay, confined.keys)
+    member = f"deadline|acme-swept|-|{confined.namespace}.wake.notices.1"
+    try:
+        await admin.hset(keys.inbox, "submit:r1", json.dumps(
+            {"agent": "notices", "wake": f"{confined.namespace}.wake.notices.1"}))
+        lease = await box.lease("acquire", keys.shard, "relay-sweep", 60_000)
+        assert lease.ok
+        waiting = await box.waiting_requests([keys.shard])
+        assert "acme-swept" in waiting[keys.shard]
+        assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
+                                      lease.fence) == 1
+        assert await admin.zscore(keys.timers, member) is not None
+        await admin.zrem(keys.timers, member)
+        await admin.hset(keys.poison, "quarantined", 1)
+        assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
+                                      lease.fence) == 0
+        await refused(confined, relay.hdel(keys.inbox, "submit:r1"), "acme-swept")
+    finally:
+        await admin.zrem(keys.timers, member)
+        await admin.delete(keys.inbox, keys.poison, confined.keys.relay_lease(keys.shard))
+        await relay.aclose()
+        await admin.aclose()

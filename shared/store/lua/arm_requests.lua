@@ -13,7 +13,8 @@ deadline already armed is left as it is). fire_timers.lua then wakes the session
 wake subject (its meta's, or for a session not opened yet the one its first submit or start
 request names), and the Brain's commit that takes the requests up arms or clears the
 deadline as for any commit. The inbox is checked here, atomically with the ZADD, so a
-request taken up meanwhile arms nothing. Only the shard's lease holder arms: a relay that
+request taken up meanwhile arms nothing; a quarantined session (its poison hash) is left
+alone, as poison.lua left it without timers. Only the shard's lease holder arms: a relay that
 lost the shard gets -1.
 Returns the number of deadlines armed.
 ]==]
@@ -26,7 +27,7 @@ for i = 4, #ARGV do
   local sid, base = ARGV[i], ARGV[3] .. ARGV[i]
   local fields = redis.call('HKEYS', base .. ':inbox')
   local wake = nil
-  if #fields > 0 then
+  if #fields > 0 and redis.call('HEXISTS', base .. ':poison', 'quarantined') == 0 then
     wake = redis.call('HGET', base .. ':meta', 'wake')
     if not wake then
       table.sort(fields)
