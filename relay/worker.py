@@ -44,7 +44,7 @@ import time
 import nats.errors
 import nats.js.errors
 from redis.asyncio import Redis
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
 
 from baton.bus.bus import Bus
 from baton.bus.messages import Outgoing, carrier_headers
@@ -393,16 +393,21 @@ class Relay(Service):
         if not held or (held.keys() <= self._swept
                         and now - self._swept_at < self.settings.relay_sweep_ms / 1000):
             return
-        waiting = await box.waiting_requests(sorted(held))
         armed = 0
-        for shard, sessions in waiting.items():
-            n = await box.arm_requests(shard, sessions, self.name, held[shard])
-            if n < 0:
-                assert self.leases is not None
-                self.leases.lost(shard)
-            else:
-                armed += n
-        self._swept, self._swept_at = set(held), now
+        try:
+            waiting = await box.waiting_requests(sorted(held))
+            for shard, sessions in waiting.items():
+                for i in range(0, len(sessions), self.settings.relay_batch):
+                    n = await box.arm_requests(shard, sessions[i:i + self.settings.relay_batch],
+                                               self.name, held[shard])
+                    if n < 0:
+                        assert self.leases is not None
+                        self.leases.lost(shard)
+                        break
+                    armed += n
+        except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire
+            log.error("inbox_sweep_failed", error=bounded(exc))
+        self._swept, self._swept_at = set(held), now  # not after Redis was unreachable
         if armed:
             log.info("waiting_requests_woken", sessions=armed)
 
@@ -487,6 +492,7 @@ class Relay(Service):
                 good.append(row)
             else:
                 refused.append((row, reason))
+        await box.list_new_sessions(good)
         flags: list[bool] = []
         if good:
             if not self.bus.nc.is_connected:  # fail fast; publishes would only be buffered

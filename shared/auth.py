@@ -98,8 +98,10 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     if role == "relay":
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
         # meta) and sets its nudge when a timer fires; reads whether requests wait in its
-        # inbox and whether it is quarantined (the inbox sweep); nothing else of a session.
+        # inbox and whether it is quarantined (the inbox sweep), and lists a session its
+        # first request may open in the shard's index; nothing else of a session.
         return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
+                f"~{tag}:sessions",
                 f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%R~{tag}:s:*:poison",
                 f"%W~{tag}:s:*:nudge",
                 *shard_logs]

@@ -590,6 +590,7 @@ async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined
         assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
                                       lease.fence) == 1
         assert await admin.zscore(keys.timers, member) is not None
+        assert await admin.zscore(keys.sessions, "acme-swept") is not None  # not opened yet
         await admin.zrem(keys.timers, member)
         await admin.hset(keys.poison, "quarantined", 1)
         assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
@@ -597,6 +598,7 @@ async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined
         await refused(confined, relay.hdel(keys.inbox, "submit:r1"), "acme-swept")
     finally:
         await admin.zrem(keys.timers, member)
+        await admin.zrem(keys.sessions, "acme-swept")
         await admin.delete(keys.inbox, keys.poison, confined.keys.relay_lease(keys.shard))
         await relay.aclose()
         await admin.aclose()

@@ -1,7 +1,7 @@
 --[==[ arm_requests.lua: wake the sessions whose inbox holds requests no Brain took up yet.
 
-KEYS: 1 timers ZSET of the shard, 2 relay lease HASH of the shard (relay_lease.lua; both
-      under one hash tag)
+KEYS: 1 timers ZSET of the shard, 2 relay lease HASH of the shard (relay_lease.lua),
+      3 the shard's session index ZSET (all under one hash tag)
 ARGV: 1 relay name, 2 its lease fence, 3 session key prefix ("<ns>:{<ns>-<shard>}:s:"),
       4.. session ids (found by the relay's inbox sweep)
 A client's request (submit, start, cancel, approve, reject) writes only the session's inbox,
@@ -14,7 +14,8 @@ wake subject (its meta's, or for a session not opened yet the one its first subm
 request names), and the Brain's commit that takes the requests up arms or clears the
 deadline as for any commit. The inbox is checked here, atomically with the ZADD, so a
 request taken up meanwhile arms nothing; a quarantined session (its poison hash) is left
-alone, as poison.lua left it without timers. Only the shard's lease holder arms: a relay that
+alone, as poison.lua left it without timers. A session not opened yet is listed in the
+shard's index (ZADD NX), as the relay lists it when it publishes its first request's wake. Only the shard's lease holder arms: a relay that
 lost the shard gets -1.
 Returns the number of deadlines armed.
 ]==]
@@ -30,6 +31,7 @@ for i = 4, #ARGV do
   if #fields > 0 and redis.call('HEXISTS', base .. ':poison', 'quarantined') == 0 then
     wake = redis.call('HGET', base .. ':meta', 'wake')
     if not wake then
+      redis.call('ZADD', KEYS[3], 'NX', now, sid)
       table.sort(fields)
       for _, f in ipairs(fields) do
         if string.sub(f, 1, 7) == 'submit:' or string.sub(f, 1, 6) == 'start:' then
