@@ -17,8 +17,9 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
 * **timers**: due timers of the held shards become wake rows (``fire_timers.lua``, also
   fenced by the lease), which the read loop sends on. The same loop sweeps the held shards'
   inboxes (at once for a shard just taken, then every ``relay_sweep_ms``): a client's
-  request arms no timer, so a session whose inbox holds requests no Brain took up (their
-  wake was lost) gets its progress deadline armed due now (``arm_requests.lua``).
+  request arms no timer, so a session whose inbox holds requests no Brain took up gets its
+  progress deadline armed (``arm_requests.lua``), which wakes it if they still wait then
+  (their wake was lost).
 * **announce**: the liveness record ``inspect`` shows and the relays count each other by.
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
@@ -398,8 +399,9 @@ class Relay(Service):
             waiting = await box.waiting_requests(sorted(held))
             for shard, sessions in waiting.items():
                 for i in range(0, len(sessions), self.settings.relay_batch):
-                    n = await box.arm_requests(shard, sessions[i:i + self.settings.relay_batch],
-                                               self.name, held[shard])
+                    n = await box.arm_requests(
+                        shard, sessions[i:i + self.settings.relay_batch], self.name,
+                        held[shard], self.settings.progress_deadline_ms)
                     if n < 0:
                         assert self.leases is not None
                         self.leases.lost(shard)

@@ -367,15 +367,15 @@ class Outbox:
         return found
 
     async def arm_requests(self, shard: int, session_ids: list[str], holder: str,
-                           fence: int) -> int:
-        """Arm, due now, the progress deadline of each session whose inbox still holds
-        requests (``arm_requests.lua``); returns how many were armed, or -1 when ``holder``
-        no longer holds the shard's lease with ``fence``."""
+                           fence: int, deadline_ms: int) -> int:
+        """Arm, due ``deadline_ms`` from now, the progress deadline of each session whose
+        inbox still holds requests (``arm_requests.lua``); returns how many were armed, or -1
+        when ``holder`` no longer holds the shard's lease with ``fence``."""
         prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
         return int(await self._write(
             "arm_requests", [self.keys.timers(shard), self.keys.relay_lease(shard),
                              self.keys.sessions(shard)],
-            [holder, fence, prefix, *session_ids]))
+            [holder, fence, prefix, deadline_ms, *session_ids]))
 
     async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run a shard script; with :attr:`writes`, answered once a replica has its writes.

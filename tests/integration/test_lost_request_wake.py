@@ -1,6 +1,6 @@
 """A client's request whose wake is lost is still taken up: a request arms no timer (the
 client writes no shard-wide key but the wakes stream), so the relay's inbox sweep finds the
-session whose inbox holds it and wakes it through its progress deadline."""
+session whose inbox holds it and arms its progress deadline, which wakes it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 async def test_a_request_whose_wake_message_is_lost_is_taken_up(settings: Settings) -> None:
     """The relay published the submit's wake, then the message was lost (here: the wake
     stream purged) before any Brain took it; the next sweep wakes the session anyway."""
-    settings = settings.model_copy(update={"relay_sweep_ms": 300})
+    settings = settings.model_copy(update={"relay_sweep_ms": 300, "progress_deadline_ms": 400})
     relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     async with running(relay):

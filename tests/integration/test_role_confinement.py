@@ -588,13 +588,13 @@ async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined
         waiting = await box.waiting_requests([keys.shard])
         assert "acme-swept" in waiting[keys.shard]
         assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
-                                      lease.fence) == 1
+                                      lease.fence, 1000) == 1
         assert await admin.zscore(keys.timers, member) is not None
         assert await admin.zscore(keys.sessions, "acme-swept") is not None  # not opened yet
         await admin.zrem(keys.timers, member)
         await admin.hset(keys.poison, "quarantined", 1)
         assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
-                                      lease.fence) == 0
+                                      lease.fence, 1000) == 0
         await refused(confined, relay.hdel(keys.inbox, "submit:r1"), "acme-swept")
     finally:
         await admin.zrem(keys.timers, member)
