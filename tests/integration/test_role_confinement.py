@@ -302,12 +302,14 @@ async def test_relay_cannot_announce_a_hands_or_write_its_dead_letters(
                                                       {"f": "v"}))
 
 
-async def test_client_writes_no_liveness_record_or_dead_letter(confined: Confined) -> None:
+async def test_client_writes_no_liveness_record_and_sees_no_dead_letter(confined: Confined) -> None:
     for role in ("relay", "brain", "hands", "client"):
         await as_role(confined, "client", lambda r, role=role: r.hset(
             log_key(confined, "workers", role), f"{role}:x", "{}"))
         await as_role(confined, "client", lambda r, role=role: r.xadd(
             log_key(confined, "dead", role), {"f": "v"}))
+        await as_role(confined, "client", lambda r, role=role: r.xrange(
+            log_key(confined, "dead", role)))
 
 
 async def test_each_role_announces_and_dead_letters_in_its_own_keys(
