@@ -156,7 +156,7 @@ class BrainWorker(Service):
         try:
             wake = decode(Wake, msg.data)
         except ValidationError as exc:
-            await record_dead_letter(store.redis, store.keys, source="wake",
+            await record_dead_letter(store.redis, store.keys, role="brain", source="wake",
                                      reason=str(exc), payload=msg.data)
             await msg.term()
             log.error("wake_undecodable", error=logs.bounded(exc))
@@ -188,7 +188,7 @@ class BrainWorker(Service):
             outcome, fence = "fenced", exc.presented  # a newer Brain owns it: stop touching it
         except NotFoundError as exc:
             outcome = "unknown_session"
-            await record_dead_letter(store.redis, store.keys, source="wake",
+            await record_dead_letter(store.redis, store.keys, role="brain", source="wake",
                                      reason=str(exc), payload=msg.data, session_id=sid)
             await msg.ack()
         except UnavailableError as exc:

@@ -407,7 +407,7 @@ class HandsWorker(Service):
         assert self.store is not None
         log.warning("tool_message_dead_lettered", reason=bounded(reason))
         await record_dead_letter(
-            self.store.redis, self.store.keys, source="hands", reason=reason,
+            self.store.redis, self.store.keys, role="hands", source="hands", reason=reason,
             payload=msg.data, subject=msg.subject, delivery=delivery, worker=self.name,
         )
 

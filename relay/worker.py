@@ -15,7 +15,11 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
 * **claim**: rows another relay read but never acknowledged (it died, or lost the shard)
   are claimed after ``relay_claim_idle_ms`` and published here.
 * **timers**: due timers of the held shards become wake rows (``fire_timers.lua``, also
-  fenced by the lease), which the read loop sends on.
+  fenced by the lease), which the read loop sends on. The same loop sweeps the held shards'
+  inboxes (at once for a shard just taken, then every ``relay_sweep_ms``): a client's
+  request arms no timer, so a session whose inbox holds requests no Brain took up gets its
+  progress deadline armed (``arm_requests.lua``), which wakes it if they still wait then
+  (their wake was lost).
 * **announce**: the liveness record ``inspect`` shows and the relays count each other by.
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
@@ -41,7 +45,7 @@ import time
 import nats.errors
 import nats.js.errors
 from redis.asyncio import Redis
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
 
 from baton.bus.bus import Bus
 from baton.bus.messages import Outgoing, carrier_headers
@@ -147,6 +151,8 @@ class Relay(Service):
         self.acks_refused = 0  # batches whose shard lease was lost before their ack
         self._active_until = 0.0  # monotonic time until which the timers tick fast
         self._woken = asyncio.Event()  # rows moved after an idle spell: look at timers now
+        self._swept: set[int] = set()  # the shards of the last inbox sweep, and when
+        self._swept_at = 0.0
 
     @property
     def shards(self) -> list[int]:
@@ -354,6 +360,7 @@ class Relay(Service):
             self._woken.clear()
             try:
                 held = dict(leases.held)
+                await self._sweep(box, held)
                 now, heads = await box.timer_heads(sorted(held))
                 fired = 0
                 for shard, due in heads.items():
@@ -379,6 +386,32 @@ class Relay(Service):
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first(self.stopping, self._woken), delay)
+
+    async def _sweep(self, box: Outbox, held: dict[int, int]) -> None:
+        """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
+        to this relay or the last sweep is ``relay_sweep_ms`` old."""
+        now = time.monotonic()
+        if not held or (held.keys() <= self._swept
+                        and now - self._swept_at < self.settings.relay_sweep_ms / 1000):
+            return
+        armed = 0
+        try:
+            waiting = await box.waiting_requests(sorted(held))
+            for shard, sessions in waiting.items():
+                for i in range(0, len(sessions), self.settings.relay_batch):
+                    n = await box.arm_requests(
+                        shard, sessions[i:i + self.settings.relay_batch], self.name,
+                        held[shard], self.settings.progress_deadline_ms)
+                    if n < 0:
+                        assert self.leases is not None
+                        self.leases.lost(shard)
+                        break
+                    armed += n
+        except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire
+            log.error("inbox_sweep_failed", error=bounded(exc))
+        self._swept, self._swept_at = set(held), now  # not after Redis was unreachable
+        if armed:
+            log.info("waiting_requests_woken", sessions=armed)
 
     def _mark_active(self) -> None:
         """Rows moved: timers tick fast for a while (woken now if they were idle)."""
@@ -461,6 +494,7 @@ class Relay(Service):
                 good.append(row)
             else:
                 refused.append((row, reason))
+        await box.list_new_sessions(good)
         flags: list[bool] = []
         if good:
             if not self.bus.nc.is_connected:  # fail fast; publishes would only be buffered
@@ -481,8 +515,8 @@ class Relay(Service):
         self.faults.hit("relay.after_publish", rows=len(rows))
         for row, reason in refused:
             await record_dead_letter(
-                self._redis, self.keys, source="relay", reason=reason, payload=row.data,
-                row_id=row.id, subject=row.subject, session_id=row.session_id,
+                self._redis, self.keys, role="relay", source="relay", reason=reason,
+                payload=row.data, row_id=row.id, subject=row.subject, session_id=row.session_id,
                 stream_id=row.stream_id,
             )
             log.error("outbox_row_dead_lettered", row_id=row.id, reason=bounded(reason),

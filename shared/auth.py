@@ -64,7 +64,7 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
     "hands": [*_SESSION_WRITES, "hgetall", "set"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
-              "set", "hvals"],
+              "set", "hvals", "hkeys", "hexists", "scan"],  # the last three: the inbox sweep
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
@@ -90,12 +90,20 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     hash for the others; see _lib.lua), so these patterns are what bounds the scripts too.
     """
     tag = f"{ns}:{{{ns}-*}}"
-    shard_logs = [f"~{tag}:dead", f"~{tag}:workers"]  # dead letters and liveness records
+    # Liveness records and dead letters: each role appends only to its own (keys per role,
+    # see baton.store.keys.LOG_ROLES) and reads every role's liveness (relays count each
+    # other, a client warns when no Brain serves an agent).
+    shard_logs = ([f"~{tag}:dead:{role}", f"~{tag}:workers:{role}"] if role != "client"
+                  else []) + [f"%R~{tag}:workers:*"]
     if role == "relay":
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
-        # meta) and sets its nudge when a timer fires; nothing else of a session.
+        # meta) and sets its nudge when a timer fires; reads whether requests wait in its
+        # inbox and whether it is quarantined (the inbox sweep), and lists a session its
+        # first request may open in the shard's index; nothing else of a session.
         return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
-                f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%W~{tag}:s:*:nudge",
+                f"~{tag}:sessions",
+                f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%R~{tag}:s:*:poison",
+                f"%W~{tag}:s:*:nudge",
                 *shard_logs]
     if role == "hands":
         # Reads everything; writes the run records (claims, heartbeats, results), their
@@ -111,13 +119,13 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
                 f"~{tag}:sessions", *shard_logs]
     # client: reads the granted sessions; writes only their inbox (submit, start, cancel,
     # approve and reject requests), nudge and receipts, and the shard's wakes stream (the
-    # relay publishes a request's wake on the session's wake subject) and timers (a cancel's
-    # progress deadline) and session index (a new session is listed from its first
-    # request). The shard's outbox it may only read (the scripts' type checks): the Brain
-    # writes the session, its entries, tasks, submissions and dispatches.
+    # relay publishes a request's wake on the session's wake subject). No other shard-wide
+    # key: the Brain lists a new session in the shard's index and arms its timers when it
+    # takes the request up, and the relay's inbox sweep wakes a session whose request's
+    # wake was lost. The Brain writes the session, its entries, tasks, submissions and
+    # dispatches.
     own = [f"~{tag}:s:{sessions}:{k}" for k in ("inbox", "nudge", "receipts", "inbox_applied")]
-    return [f"%R~{tag}:s:{sessions}", *own, f"%R~{tag}:outbox", f"~{tag}:sessions",
-            f"~{tag}:timers", f"~{tag}:wakes", *shard_logs]
+    return [f"%R~{tag}:s:{sessions}", *own, f"~{tag}:wakes", *shard_logs]
 
 
 def redis_acl(

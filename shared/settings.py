@@ -111,6 +111,9 @@ class Settings(BaseModel):
     # rows come from), timer_idle_tick_ms once it has been idle (an idle stack polls less).
     timer_tick_ms: int = Field(default=200, ge=10)
     timer_idle_tick_ms: int = Field(default=1_000, ge=10)
+    # How often the relay sweeps its shards' inboxes for requests no Brain took up (their
+    # wake was lost) and wakes their sessions; also at once for every shard it takes.
+    relay_sweep_ms: int = Field(default=60_000, ge=100)
 
     # Limits and lifecycle
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)

@@ -29,6 +29,12 @@ def _unreachable(exc: BaseException) -> bool:
                       | ConnectionError | TimeoutError)
 
 
+def _refused(why: str | BaseException) -> bool:
+    from redis.exceptions import NoPermissionError
+
+    return isinstance(why, NoPermissionError)
+
+
 def _reason(exc: BaseException) -> str:
     from redis.exceptions import ResponseError
 
@@ -45,6 +51,9 @@ class Findings(list[str]):
     def add(self, what: str, why: str | BaseException) -> None:
         text = _reason(why) if isinstance(why, BaseException) else why
         line = f"{what}: {text}"
+        if _refused(why):  # a role's ACL, not corruption: one line per kind of key
+            kind = " ".join(w for w in what.split() if "{" not in w)
+            line = f"{kind}: not readable with this credential (an operator's shows them)"
         if line not in self:
             self.append(line[:MAX_FINDING])
 

@@ -70,7 +70,6 @@ class Decisions:
         wake = dumps({"v": 1, "session_id": session_id, "reason": "cancel"})
         receipt = dumps({"detail": {"target": target, "reason": reason or "cancelled"}})
         reply = await self.scripts.run("cancel", sk, [session_id, target, wake,
-                                                      self.settings.progress_deadline_ms,
                                                       worker.model_dump_json(), receipt])
         status = reply[0]
         return CancelAnswer(status, session_id, target, str(reply[2]) if len(reply) > 2 else "")

@@ -3,10 +3,12 @@
 A poison message (an outbox row NATS refuses, a wake or tool message that does not decode)
 must neither block what comes behind it nor vanish: the worker that gives up on it appends
 one record to a dead-letter stream and then acknowledges the message. The records are
-split over the shards (``<ns>:{<ns>-N}:dead``, by the session the message is about, or its
-id), so a flood of poison messages on a Redis Cluster does not pile onto one slot; readers
-merge every shard's newest records. Each stream is capped (approximately) at
-:data:`MAX_RECORDS`; a payload is kept up to :data:`PAYLOAD_LIMIT` bytes.
+split over the shards (``<ns>:{<ns>-N}:dead:<role>``, by the session the message is about, or
+its id), so a flood of poison messages on a Redis Cluster does not pile onto one slot, and
+by the role that recorded them (relay, brain, hands), so a role's credential can append to
+and trim only its own; readers merge every shard's and role's newest records. Each stream is
+capped (approximately) at :data:`MAX_RECORDS`; a payload is kept up to :data:`PAYLOAD_LIMIT`
+bytes.
 
 Recording happens before the acknowledgement, so a crash in between can record the same
 message twice; that is harmless (dead letters are for people to read, not work to redo).
@@ -39,9 +41,11 @@ def _text(value: str | bytes, limit: int | None = None) -> str:
 
 
 async def record_dead_letter(
-    redis: Redis, keys: Keys, *, source: str, reason: str, payload: str | bytes, **fields: Any
+    redis: Redis, keys: Keys, *, role: str, source: str, reason: str, payload: str | bytes,
+    **fields: Any,
 ) -> str:
-    """Append a dead letter; extra ``fields`` are stored as strings. Returns the record id."""
+    """Append a dead letter to ``role``'s stream (each role writes only its own); extra
+    ``fields`` are stored as strings. Returns the record id."""
     size = len(payload.encode() if isinstance(payload, str) else payload)
     record: dict[str, str] = {
         **{k: _text(v) if isinstance(v, bytes) else str(v) for k, v in fields.items()},
@@ -54,7 +58,7 @@ async def record_dead_letter(
         "at_us": str(time.time_ns() // 1000),
     }
     about = record.get("session_id") or record.get("row_id") or record.get("msg_id") or reason
-    record_id = await redis.xadd(keys.dead(about), record, maxlen=MAX_RECORDS,  # type: ignore[arg-type]
+    record_id = await redis.xadd(keys.dead(about, role), record, maxlen=MAX_RECORDS,  # type: ignore[arg-type]
                                  approximate=True)
     return _text(record_id)
 

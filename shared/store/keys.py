@@ -48,8 +48,11 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
     <ns>:T:sessions          ZSET   ids of the shard's sessions by creation time (inspect);
                                     written by the script that opens the session
-    <ns>:T:dead              STREAM dead letters whose session (or message id) hashes here
-    <ns>:T:workers           HASH   liveness of the services whose name hashes here
+    <ns>:T:dead:<role>       STREAM dead letters recorded by services of one role (relay,
+                                    brain, hands) whose session (or message id) hashes here
+    <ns>:T:workers:<role>    HASH   liveness of the services of one role whose name hashes
+                                    here: each role writes only its own (its ACL), so no
+                                    credential can forge or remove another role's records
     <ns>:T:relay             HASH   the shard's relay lease: holder, fence, until (ms)
     pub/sub (sharded): <ns>:T:settled:<sid>  settled submissions of a session (SPUBLISH)
 
@@ -86,6 +89,16 @@ RUN_FIELDS = (
     "digest",  # arguments digest an approval must present (intents hash while live)
     "approved",  # ms of the approval that dispatched it
 )
+
+
+#: The roles that keep liveness records and dead letters, each in keys of its own.
+LOG_ROLES = ("relay", "brain", "hands")
+
+
+def _log_role(role: str) -> str:
+    if role not in LOG_ROLES:
+        raise ValueError(f"no liveness or dead-letter keys for role {role!r}")
+    return role
 
 
 def check_session_id(session_id: str) -> str:
@@ -182,19 +195,25 @@ class Keys:
         return zlib.crc32(session_id.encode()) % self.shards
 
     def every(self, name: str) -> list[str]:
-        """The per-shard key ``name`` (``sessions``, ``dead``, ``workers``) of every shard."""
+        """The per-shard key ``name`` (``sessions``, ``dead``, ``workers``) of every shard;
+        for the per-role logs (``dead``, ``workers``) every role's key of every shard."""
+        if name in ("dead", "workers"):
+            return [f"{self.ns}:{self.tag(s)}:{name}:{role}" for s in range(self.shards)
+                    for role in LOG_ROLES]
         return [f"{self.ns}:{self.tag(s)}:{name}" for s in range(self.shards)]
 
     def sessions(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:sessions"
 
-    def dead(self, about: str) -> str:
-        """The dead-letter stream for a record about ``about`` (a session or message id)."""
-        return f"{self.ns}:{self.tag(self.shard_of(about or '-'))}:dead"
+    def dead(self, about: str, role: str) -> str:
+        """The dead-letter stream of ``role`` for a record about ``about`` (a session or
+        message id)."""
+        return f"{self.ns}:{self.tag(self.shard_of(about or '-'))}:dead:{_log_role(role)}"
 
     def workers(self, field: str) -> str:
-        """The liveness hash a service's field (``role:name``) is announced in."""
-        return f"{self.ns}:{self.tag(self.shard_of(field))}:workers"
+        """The liveness hash a service's field (``role:name``) is announced in: its role's."""
+        role = _log_role(field.partition(":")[0])
+        return f"{self.ns}:{self.tag(self.shard_of(field))}:workers:{role}"
 
     def relay_lease(self, shard: int) -> str:
         """The shard's relay lease (one slot with the outbox it guards)."""

@@ -33,6 +33,7 @@ pending, the timer stays due).
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,12 @@ from baton.store.replication import ReplicatedWrites
 from baton.store.scripts import Scripts, evalsha, pipelined
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
+# A session's inbox key, "<ns>:{<ns>-<shard>}:s:<session id>:inbox" (checked against the
+# session's own key, so a key of another shard or namespace is skipped).
+_INBOX_KEY = re.compile(r"^[^{]*\{[^}]*\}:s:(.+):inbox$")
+# The id of a request's wake row before its session's first commit: "<sid>/0/s.<request>"
+# (submit) or "<sid>/0/t.<request>" (start).
+_OPENING = re.compile(r"^[^/]+/0/[st]\.")
 
 
 def parse_row(shard: int, stream_id: str, f: dict[str, str], stream: str = "") -> OutboxRow:
@@ -338,6 +345,51 @@ class Outbox:
             "fire_timers",
             [self.keys.timers(shard), self.keys.outbox(shard), self.keys.relay_lease(shard)],
             [limit, rearm_ms, prefix, holder, fence]))
+
+    async def list_new_sessions(self, rows: list[OutboxRow]) -> None:
+        """List in their shard's session index (ZADD NX, scored by the row's time) the
+        sessions that the submit or start request of these wakes-stream rows may open: a
+        client writes no index, and a session stays listed from its first request on, as
+        ``inspect`` shows a request waiting for a Brain (e.g. for a level none serves).
+        Rows that cannot open a session (commit sequence above 0) cost nothing."""
+        new = [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]
+               and _OPENING.match(r.id)]
+        if not new:
+            return
+        async with self.redis.pipeline(transaction=False) as p:
+            for row in new:
+                shard = int(row.stream_id.partition(":")[0])
+                at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
+                p.zadd(self.keys.sessions(shard), {row.session_id: at}, nx=True)
+            await p.execute()
+
+    async def waiting_requests(self, shards: list[int]) -> dict[int, list[str]]:
+        """The sessions of ``shards`` whose inbox holds requests (shard -> session ids), by
+        one ``SCAN`` of the keyspace (of every primary, on a cluster): the inbox is the one
+        key a client's request writes, so this finds a request whatever became of its wake."""
+        wanted, found = set(shards), dict[int, list[str]]()
+        pattern = f"{self.keys.ns}:{{{self.keys.ns}-*}}:s:*:inbox"
+        async for key in self.redis.scan_iter(match=pattern, count=1000, _type="hash"):
+            key = key.decode() if isinstance(key, bytes) else key
+            m = _INBOX_KEY.match(key)
+            try:
+                sk = self.keys.session(m.group(1)) if m else None
+            except ValidationError:
+                continue
+            if sk is not None and sk.inbox == key and sk.shard in wanted:
+                found.setdefault(sk.shard, []).append(sk.session_id)
+        return found
+
+    async def arm_requests(self, shard: int, session_ids: list[str], holder: str,
+                           fence: int, deadline_ms: int) -> int:
+        """Arm, due ``deadline_ms`` from now, the progress deadline of each session whose
+        inbox still holds requests (``arm_requests.lua``); returns how many were armed, or -1
+        when ``holder`` no longer holds the shard's lease with ``fence``."""
+        prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
+        return int(await self._write(
+            "arm_requests", [self.keys.timers(shard), self.keys.relay_lease(shard),
+                             self.keys.sessions(shard)],
+            [holder, fence, prefix, deadline_ms, *session_ids]))
 
     async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run a shard script; with :attr:`writes`, answered once a replica has its writes.

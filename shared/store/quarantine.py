@@ -51,7 +51,7 @@ async def count_failure(store: Store, session_id: str, exc: BaseException, limit
         raise from_redis_error(err, session_id=session_id) from None
     state = state.decode() if isinstance(state, bytes) else str(state)
     if state == "quarantined":
-        await record_dead_letter(store.redis, store.keys, source="session",
+        await record_dead_letter(store.redis, store.keys, role="brain", source="session",
                                  reason=f"quarantined after {tries} tries: {reason}",
                                  payload=reason, session_id=session_id)
         log.error("session_quarantined", session_id=session_id, tries=int(tries),

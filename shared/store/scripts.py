@@ -44,7 +44,7 @@ SessionScript = Literal[
     "approve",
 ]
 SESSION_SCRIPTS: tuple[str, ...] = get_args(SessionScript)
-SHARD_SCRIPTS = ("fire_timers", "poison", "relay_lease", "relay_ack")
+SHARD_SCRIPTS = ("fire_timers", "poison", "relay_lease", "relay_ack", "arm_requests")
 #: Transitions a failover must not lose once acknowledged: fences (acquire), commits, input,
 #: tool-run claims and results, operator decisions. Heartbeats, lease renewals and streamed
 #: partial text are losable by design (a lost one at worst causes a fenced takeover), so

@@ -180,8 +180,8 @@ class Store:
             "submit",
             sk,
             [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
-             entry.to_json(), task.id, task.to_json(), wake, self.settings.progress_deadline_ms,
-             worker.model_dump_json(), receipt, dumps(headers or {}),
+             entry.to_json(), task.id, task.to_json(), wake, worker.model_dump_json(), receipt,
+             dumps(headers or {}),
              hashlib.sha1(text.encode()).hexdigest()],
         )
         return decode(Submission, raw), bool(created)
@@ -211,8 +211,7 @@ class Store:
             "start",
             sk,
             [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
-             self.settings.progress_deadline_ms, worker.model_dump_json(), receipt,
-             dumps(headers or {})],
+             worker.model_dump_json(), receipt, dumps(headers or {})],
         )
         return str(task_id), bool(created)
 

@@ -75,19 +75,24 @@ SESSION_KEYS: dict[str, tuple[Corrupt, str]] = {
     "timers_wrong_type": (lambda r, k, sk, sid: _replace(r, sk.timers), "WRONGTYPE"),
 }
 
+def _brains(k: Keys, shard: int, log: str) -> str:
+    """The Brains' liveness hash or dead-letter stream of a shard."""
+    return f"{k.ns}:{k.tag(shard)}:{log}:brain"
+
+
 #: Keys only the shared parts of the views read (services, index, backlog, dead letters,
 #: epoch), corrupted on the session's shard.
 SHARED_KEYS: dict[str, tuple[Corrupt, str]] = {
-    "workers_wrong_type": (lambda r, k, sk, sid: _replace(r, k.every("workers")[sk.shard]),
+    "workers_wrong_type": (lambda r, k, sk, sid: _replace(r, _brains(k, sk.shard, "workers")),
                            "WRONGTYPE"),
-    "service_garbage": (lambda r, k, sk, sid: r.hset(k.every("workers")[sk.shard],
+    "service_garbage": (lambda r, k, sk, sid: r.hset(_brains(k, sk.shard, "workers"),
                                                      "brain:x", "{nope"), "brain:x"),
     "service_wrong_shape": (lambda r, k, sk, sid: r.hset(
-        k.every("workers")[sk.shard], "brain:y", '{"seen_ms": "soon", "serves": [[1]]}'),
+        _brains(k, sk.shard, "workers"), "brain:y", '{"seen_ms": "soon", "serves": [[1]]}'),
         "brain:y"),
     "sessions_wrong_type": (lambda r, k, sk, sid: _replace(r, k.sessions(sk.shard)),
                             "WRONGTYPE"),
-    "dead_wrong_type": (lambda r, k, sk, sid: _replace(r, k.every("dead")[sk.shard]),
+    "dead_wrong_type": (lambda r, k, sk, sid: _replace(r, _brains(k, sk.shard, "dead")),
                         "WRONGTYPE"),
     "outbox_wrong_type": (lambda r, k, sk, sid: _replace(r, k.outbox(sk.shard)), "WRONGTYPE"),
     "epoch_wrong_type": (lambda r, k, sk, sid: _hash_instead(r, k.epoch(sk.shard)),

@@ -317,10 +317,11 @@ async def test_dead_letters_are_capped_truncated_and_newest_first(
     store: Store, redis: object
 ) -> None:
     keys: Keys = store.keys
-    await record_dead_letter(store.redis, keys, source="wake", reason="first", payload=b"\xff1")
+    await record_dead_letter(store.redis, keys, role="brain", source="wake", reason="first",
+                             payload=b"\xff1")
     await record_dead_letter(
-        store.redis, keys, source="tool", reason="second", payload="y" * 10_000, run_id="r1",
-        attempt=2,
+        store.redis, keys, role="hands", source="tool", reason="second", payload="y" * 10_000,
+        run_id="r1", attempt=2,
     )
     newest, oldest = await dead_letters(redis, keys)  # type: ignore[arg-type]  # bytes client
     assert newest["reason"] == "second" and newest["run_id"] == "r1" and newest["attempt"] == "2"

@@ -112,6 +112,11 @@ async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
                                           "r2.status": "awaiting_approval"})
     await admin.hset(sk.runs_done, mapping={"r0.intent": json.dumps({**intent, "run_id": "r0"}),
                                             "r0.result": '{"outcome":"ok"}'})
+    # what the Brain lists and arms in the shard's keys, and a pending row of its outbox
+    await admin.zadd(sk.timers, {f"deadline|{sk.session_id}|-|{namespace}.wake.notices.1": 9})
+    await admin.zadd(sk.sessions, {sk.session_id: 1})
+    await admin.xadd(sk.outbox, {"id": f"{sk.session_id}/3/0", "sid": sk.session_id,
+                                 "subj": f"{namespace}.tool.echo", "data": '{"secret": 1}'})
 
 
 async def snapshot(c: Confined, sid: str) -> list[Any]:
@@ -262,6 +267,78 @@ async def test_hands_cannot_flush_trim_or_delete(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.flushall())
 
 
+def log_key(c: Confined, log: str, role: str, sid: str = OWN) -> str:
+    """A role's liveness hash (``workers``) or dead-letter stream (``dead``) on the shard of
+    ``sid``."""
+    return f"{c.namespace}:{c.keys.tag(c.keys.shard_of(sid))}:{log}:{role}"
+
+
+async def test_hands_cannot_announce_a_brain(confined: Confined) -> None:
+    """A forged Brain liveness record would make inspect and clients see a Brain serving an
+    agent that none serves."""
+    record = json.dumps({"role": "brain", "name": "b9", "seen_ms": 2**41,
+                         "serves": [["notices", 1]]})
+    await as_role(confined, "hands", lambda r: r.hset(log_key(confined, "workers", "brain"),
+                                                      "brain:b9", record))
+
+
+async def test_hands_cannot_remove_a_relays_liveness_record(confined: Confined) -> None:
+    await as_role(confined, "hands", lambda r: r.hdel(log_key(confined, "workers", "relay"),
+                                                      "relay:r1"))
+
+
+async def test_hands_cannot_append_or_trim_brain_dead_letters(confined: Confined) -> None:
+    key = log_key(confined, "dead", "brain")
+    await as_role(confined, "hands", lambda r: r.xadd(key, {"source": "wake", "reason": "x"}))
+    await as_role(confined, "hands", lambda r: r.xadd(key, {"f": "v"}, maxlen=0))
+
+
+async def test_relay_cannot_announce_a_hands_or_write_its_dead_letters(
+    confined: Confined,
+) -> None:
+    await as_role(confined, "relay", lambda r: r.hset(log_key(confined, "workers", "hands"),
+                                                      "hands:h9", "{}"))
+    await as_role(confined, "relay", lambda r: r.xadd(log_key(confined, "dead", "hands"),
+                                                      {"f": "v"}))
+
+
+async def test_client_writes_no_liveness_record_and_sees_no_dead_letter(confined: Confined) -> None:
+    for role in ("relay", "brain", "hands", "client"):
+        await as_role(confined, "client", lambda r, role=role: r.hset(
+            log_key(confined, "workers", role), f"{role}:x", "{}"))
+        await as_role(confined, "client", lambda r, role=role: r.xadd(
+            log_key(confined, "dead", role), {"f": "v"}))
+        await as_role(confined, "client", lambda r, role=role: r.xrange(
+            log_key(confined, "dead", role)))
+
+
+async def test_each_role_announces_and_dead_letters_in_its_own_keys(
+    confined: Confined,
+) -> None:
+    """What each role may do with the per-role logs, through the store's own functions."""
+    from baton.store.deadletter import dead_letters, record_dead_letter
+    from baton.store.workers import all_services
+    for role in ("relay", "brain", "hands"):
+        store = await Store.connect(confined.settings(role))
+        try:
+            field = f"{role}:{role}-1"
+            await store.redis.hset(confined.keys.workers(field), field,
+                                   json.dumps({"role": role, "name": f"{role}-1",
+                                               "seen_ms": 1}))
+            await record_dead_letter(store.redis, confined.keys, role=role, source=role,
+                                     reason=f"by {role}", payload="p", session_id=OWN)
+        finally:
+            await store.close()
+    admin = confined.connect("admin")
+    try:
+        seen = await all_services(admin, confined.keys, 2)
+        assert {s["role"] for s in seen} >= {"relay", "brain", "hands"}
+        reasons = {d["reason"] for d in await dead_letters(admin, confined.keys)}
+        assert reasons >= {"by relay", "by brain", "by hands"}
+    finally:
+        await admin.aclose()
+
+
 # --- Clients -------------------------------------------------------------------------------
 
 async def test_client_cannot_read_another_sessions_entries(confined: Confined) -> None:
@@ -361,6 +438,57 @@ async def test_client_cannot_add_a_tool_row_to_the_outbox(confined: Confined) ->
                                                        row(confined, TOOL_ROW)))
 
 
+async def test_client_cannot_remove_another_sessions_timer(confined: Confined) -> None:
+    member = f"deadline|{OTHER}|-|{confined.namespace}.wake.notices.1"
+    await as_role(confined, "client", lambda r: r.zrem(sk(confined, OTHER).timers, member))
+
+
+async def test_client_cannot_arm_a_timer(confined: Confined) -> None:
+    member = f"deadline|{OWN}|-|{confined.namespace}.wake.notices.1"
+    await as_role(confined, "client", lambda r: r.zadd(sk(confined).timers, {member: 1}))
+
+
+async def test_client_cannot_unlist_a_session_from_the_index(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.zrem(sk(confined, OTHER).sessions, OTHER))
+    await as_role(confined, "client", lambda r: r.hdel(sk(confined, OTHER).sessions, OTHER))
+
+
+async def test_client_cannot_list_a_session_in_the_index(confined: Confined) -> None:
+    await as_role(confined, "client", lambda r: r.zadd(sk(confined).sessions, {"acme-x": 1}))
+    await as_role(confined, "client", lambda r: r.hset(sk(confined).sessions, "acme-x", 1))
+
+
+async def test_client_cannot_read_the_outbox(confined: Confined) -> None:
+    """The shard's pending rows (tool arguments of other sessions among them)."""
+    await as_role(confined, "client", lambda r: r.xrange(sk(confined).outbox))
+    await as_role(confined, "client", lambda r: r.xread({sk(confined).outbox: "0-0"}))
+
+
+async def test_a_clients_submit_writes_no_shard_index_or_timer(confined: Confined) -> None:
+    """A submit for a new session of the client's grant writes only the session's inbox,
+    nudge, receipt and a wake row: the Brain lists the session and arms its deadline when it
+    takes the request up."""
+    admin = confined.connect("admin")
+    keys = sk(confined, "acme-new")
+    shard = [await admin.dump(k) for k in (keys.timers, keys.sessions, keys.outbox)]
+    client = await Store.connect(confined.settings("client"))
+    try:
+        _, created = await client.submit(
+            "acme-new", agent="notices", compat=1,
+            wake_subject=f"{confined.namespace}.wake.notices.1", request_id="r-new",
+            text="hello", task=Task(id="t-new", kind="generation", owner="acme-new"),
+            worker=worker_ref("client", "c"), submission_id="sub-new")
+    finally:
+        await client.close()
+    try:
+        assert created
+        assert [await admin.dump(k) for k in (keys.timers, keys.sessions, keys.outbox)] == shard
+        assert await admin.hexists(keys.inbox, "submit:r-new")
+    finally:
+        await admin.delete(keys.inbox, keys.nudge, keys.receipts)
+        await admin.aclose()
+
+
 async def test_client_cannot_write_brain_state_of_its_own_session(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.hset(sk(confined).meta, "fence", 1))
 
@@ -424,3 +552,55 @@ async def test_no_password_is_refused(confined: Confined) -> None:
             await r.get(f"{confined.namespace}:x")
     finally:
         await r.aclose()
+
+
+async def test_inspect_with_a_client_credential_names_what_it_may_not_read(
+    confined: Confined,
+) -> None:
+    """``baton inspect`` as a client (the CLI's user on a secure dev stack) shows the
+    session and one line per shard-wide log it may not read, not one error per key."""
+    from baton.cli.inspect import cluster_view, session_view
+    store = await Store.connect(confined.settings("client"))
+    try:
+        session = await session_view(store, OWN)
+        cluster = await cluster_view(store)
+    finally:
+        await store.close()
+    refused = [f for f in session["findings"] + cluster["findings"]
+               if "not readable with this credential" in f]
+    assert {f.partition(":")[0] for f in refused} == {"dead letters", "timers key", "outbox",
+                                                      "sessions index"}, refused
+    assert len(cluster["findings"]) == 3, cluster["findings"]
+
+
+async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined) -> None:
+    """The relay finds a session whose inbox holds a request (SCAN, HKEYS) and arms its
+    deadline; it leaves a quarantined session alone; and it may not write the inbox."""
+    from baton.store.outbox import Outbox
+    keys = sk(confined, "acme-swept")
+    admin = confined.connect("admin")
+    relay = confined.connect("relay")
+    box = Outbox(relay, confined.keys)
+    member = f"deadline|acme-swept|-|{confined.namespace}.wake.notices.1"
+    try:
+        await admin.hset(keys.inbox, "submit:r1", json.dumps(
+            {"agent": "notices", "wake": f"{confined.namespace}.wake.notices.1"}))
+        lease = await box.lease("acquire", keys.shard, "relay-sweep", 60_000)
+        assert lease.ok
+        waiting = await box.waiting_requests([keys.shard])
+        assert "acme-swept" in waiting[keys.shard]
+        assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
+                                      lease.fence, 1000) == 1
+        assert await admin.zscore(keys.timers, member) is not None
+        assert await admin.zscore(keys.sessions, "acme-swept") is not None  # not opened yet
+        await admin.zrem(keys.timers, member)
+        await admin.hset(keys.poison, "quarantined", 1)
+        assert await box.arm_requests(keys.shard, ["acme-swept"], "relay-sweep",
+                                      lease.fence, 1000) == 0
+        await refused(confined, relay.hdel(keys.inbox, "submit:r1"), "acme-swept")
+    finally:
+        await admin.zrem(keys.timers, member)
+        await admin.zrem(keys.sessions, "acme-swept")
+        await admin.delete(keys.inbox, keys.poison, confined.keys.relay_lease(keys.shard))
+        await relay.aclose()
+        await admin.aclose()

@@ -3,13 +3,14 @@
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers declare the
       inbox, the one session key a client's cancel writes.
 ARGV: 1 session id, 2 target (a task id, or '*' for every root task of the session),
-      3 wake JSON, 4 deadline ms, 5 worker JSON, 6 receipt JSON
+      3 wake JSON, 4 worker JSON, 5 receipt JSON
 The intent is recorded first, before any Brain acts on it, and nothing the Brain owns is
 written: inbox 'cancel:<target>' = now, the nudge (the holder looks again before it
 releases), a wake row in the shard's wakes stream (the relay publishes it on the session's
-own wake subject), the progress deadline (a lost wake is retried) and a 'cancel' receipt.
-The Brain that loads the session next turns the intent into cancel_requested on the target
-tasks and deletes it in its commit (brain.cancel).
+own wake subject) and a 'cancel' receipt. The Brain that loads the session next turns the
+intent into cancel_requested on the target tasks and deletes it in its commit, which arms
+or clears the progress deadline (brain.cancel). A request whose wake is lost is found by the
+relay's inbox sweep.
 Returns one of:
   {'requested', target}              the intent was recorded now
   {'pending', target}                recorded before and not yet consumed, or every target
@@ -20,8 +21,7 @@ A task whose submit or start request waits in the inbox counts as unfinished.
 Fails NOT_FOUND for an unknown session or task.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
-  {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}, {'HVALS', K_INBOX}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}, {'HVALS', K_INBOX}})
 if denied then return denied end
 -- Tasks whose submit or start request waits in the inbox (the Brain takes the requests up
 -- before the cancels): a session that has only those is not opened yet, but exists.
@@ -81,6 +81,5 @@ redis.call('HSET', K_INBOX, field, now)  -- first: a wrong key type fails before
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. now,
            'subj', wake, 'data', ARGV[3], 'hdr', '', 'sid', sid, 'ts', now)
-set_deadline(sid, wake, tonumber(ARGV[4]), now)
-receipt('cancel', ARGV[5], 0, seq, now, ARGV[6])
+receipt('cancel', ARGV[4], 0, seq, now, ARGV[5])
 return {'requested', target}

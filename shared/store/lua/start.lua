@@ -4,19 +4,19 @@ KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers dec
       inbox, the one session key a client's start writes.
 ARGV:
   1 session id     2 agent        3 compat level   4 wake subject   5 request id
-  6 task id        7 task JSON    8 wake JSON      9 deadline ms   10 worker JSON
- 11 receipt JSON  12 wake row headers JSON (trace context)
+  6 task id        7 task JSON    8 wake JSON      9 worker JSON   10 receipt JSON
+ 11 wake row headers JSON (trace context)
 The request is recorded, not carried out: inbox 'start:<request id>' = {agent, compat, wake,
-task}, the nudge, the shard's session index (a new session), a row on the shard's wakes
-stream, the progress deadline (a lost wake is retried) and a 'start' receipt. The Brain that loads the session next creates the session meta
-if it is new (acquire.lua) and writes "task:<request id>" -> task id in the reqs hash and
-the pending task in its fenced commit, deleting the request (brain.requests).
+task}, the nudge, a row on the shard's wakes stream and a 'start' receipt. The Brain that
+loads the session next creates the session meta if it is new and lists it in the shard's
+session index (acquire.lua), and writes "task:<request id>" -> task id in the reqs hash, the
+pending task and the progress deadline in its fenced commit, deleting the request
+(brain.requests). A request whose wake is lost is found by the relay's inbox sweep.
 Returns {1, task id} when recorded now, {0, task id} for a repeated request id (pending or
 taken up). Fails CONFLICT when the session belongs to another agent or the task exists.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
-  {'ZADD', K_SESSIONS, 'NX', '0', 'm'}, {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local existing = redis.call('HGET', K_REQS, 'task:' .. req)
@@ -39,9 +39,7 @@ local seq = m[2] or '0'
 redis.call('HSET', K_INBOX, 'start:' .. req, cjson.encode({  -- first: a wrong key type fails
   agent = agent, compat = tonumber(ARGV[3]), wake = ARGV[4], task = ARGV[7]}))
 redis.call('SET', K_NUDGE, 1)
-if not m[1] then redis.call('ZADD', K_SESSIONS, 'NX', now, sid) end  -- listed from the start
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/t.' .. req, 'subj', wake,
-           'data', ARGV[8], 'hdr', ARGV[12] or '', 'sid', sid, 'ts', now)
-set_deadline(sid, wake, tonumber(ARGV[9]), now)  -- a lost wake is retried
-receipt('start', ARGV[10], 0, seq, now, ARGV[11])
+           'data', ARGV[8], 'hdr', ARGV[11] or '', 'sid', sid, 'ts', now)
+receipt('start', ARGV[9], 0, seq, now, ARGV[10])
 return {1, ARGV[6]}

@@ -5,28 +5,27 @@ KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers dec
 ARGV:
   1 session id           2 agent            3 compat level     4 wake subject
   5 request id           6 submission id    7 submission JSON  8 user entry JSON
-  9 task id             10 task JSON       11 wake JSON       12 deadline ms
- 13 worker JSON         14 receipt JSON    15 wake row headers JSON (trace context)
- 16 SHA-1 hex of the text (optional: without it a repeated request id is not compared)
+  9 task id             10 task JSON       11 wake JSON       12 worker JSON
+ 13 receipt JSON        14 wake row headers JSON (trace context)
+ 15 SHA-1 hex of the text (optional: without it a repeated request id is not compared)
 The request is recorded, not carried out: inbox 'submit:<request id>' = {agent, compat,
-wake, sub, entry, task, digest}, the nudge, the shard's session index (a new session), a row
-on the shard's wakes stream (published on the session's wake subject, or for a session
-without meta yet on the one the request names), the progress deadline (a lost wake is
-retried) and a 'submit' receipt. The Brain that loads
-the session next creates the session meta if it is new (acquire.lua) and writes the request
-id -> submission, the submission, the user entry and the generation task in its fenced
-commit, deleting the request (brain.requests).
+wake, sub, entry, task, digest}, the nudge, a row on the shard's wakes stream (published on
+the session's wake subject, or for a session without meta yet on the one the request names)
+and a 'submit' receipt. No shard-wide index or timer: the Brain that loads the session next
+creates the session meta if it is new and lists it in the shard's session index
+(acquire.lua), and writes the request id -> submission, the submission, the user entry, the
+generation task and the progress deadline in its fenced commit, deleting the request
+(brain.requests). A request whose wake is lost is found by the relay's inbox sweep.
 Returns {1, submission JSON} when recorded now, {0, submission JSON} for a repeated request
 id with the same text, pending or taken up. Fails CONFLICT when the session belongs to
 another agent (its meta's, or a pending request's for a new session), or when the request
 id was used before with another text.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
-  {'ZADD', K_SESSIONS, 'NX', '0', 'm'}, {'ZADD', K_TIMERS, '0', 'm'}, {'ZREM', K_TIMERS, 'm'}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
-local digest = ARGV[16] or ''
+local digest = ARGV[15] or ''
 local function different(text)
   return digest ~= '' and redis.sha1hex(text) ~= digest
 end
@@ -59,9 +58,7 @@ redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({  -- first: a wrong 
   agent = agent, compat = tonumber(ARGV[3]), wake = ARGV[4], sub = ARGV[7], entry = ARGV[8],
   task = ARGV[10], digest = digest}))
 redis.call('SET', K_NUDGE, 1)
-if not m[1] then redis.call('ZADD', K_SESSIONS, 'NX', now, sid) end  -- listed from the start
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/s.' .. req, 'subj', wake,
-           'data', ARGV[11], 'hdr', ARGV[15] or '', 'sid', sid, 'ts', now)
-set_deadline(sid, wake, tonumber(ARGV[12]), now)  -- a lost wake is retried
-receipt('submit', ARGV[13], 0, seq, now, ARGV[14])
+           'data', ARGV[11], 'hdr', ARGV[14] or '', 'sid', sid, 'ts', now)
+receipt('submit', ARGV[12], 0, seq, now, ARGV[13])
 return {1, ARGV[7]}
