@@ -295,7 +295,10 @@ class Client:
                         signal = asyncio.get_running_loop().create_future()
                         signals.add(signal)
                     else:
-                        await quarantine.raise_if_quarantined(self.store, session_id)
+                        # Redis unreachable here (a restart, a failover) is the next read's
+                        # to wait out, and then to tell a lost state from a live one.
+                        with contextlib.suppress(*_UNREACHABLE):
+                            await quarantine.raise_if_quarantined(self.store, session_id)
         finally:
             signals.discard(signal)
             if not signals and self._waiters.get(channel) is signals:
