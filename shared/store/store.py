@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -102,6 +103,9 @@ class Store:
         self.scripts = ScriptRunner(redis, settings)
         self.runs = Runs(redis, self.keys, settings, self.scripts)
         self.decisions = Decisions(self.keys, settings, self.scripts, self.runs)
+        #: Awaited after a commit that armed a timer or a deadline (a Brain's nudge to the
+        #: relays, :class:`baton.bus.nudge.TimerNudge`); None: nobody to tell.
+        self.timers_armed: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     async def connect(cls, settings: Settings) -> Store:
@@ -380,6 +384,8 @@ class Store:
         seq, count = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
+        if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
+            await self.timers_armed()
         return int(seq), int(count)
 
     async def save_partial(
