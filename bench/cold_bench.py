@@ -40,15 +40,15 @@ IMPORT_TARGET_S = 0.3
 READY_TARGET_S = 1.0
 IDLE_TARGET_MS = 5.0
 # A worker module is imported as its entry point (`baton brain|hands|relay`) imports it:
-# after loading nats-py without its WebSocket transport (baton.bus.lean).
+# after loading nats-py, redis-py and structlog without their unused parts (baton.bus.lean).
 _PROBE = ("import resource, sys\n"
           "def cpu():\n"
           "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
           "    return r.ru_utime + r.ru_stime\n"
           "t = cpu()\n"
           "if sys.argv[1].endswith('.worker'):\n"
-          "    from baton.bus.lean import import_nats_without_websockets\n"
-          "    import_nats_without_websockets()\n"
+          "    from baton.bus.lean import import_service_libraries\n"
+          "    import_service_libraries()\n"
           "__import__(sys.argv[1])\n"
           "print(cpu() - t)\n")
 
