@@ -248,7 +248,9 @@ class Relay(Service):
             try:
                 await self.leases.tick(int(time.time() * 1000))
                 if not before.issuperset(self.leases.held):
-                    self._mark_active()  # shards taken: look at their timers and stale rows
+                    # Shards taken: look at their timers and for stale rows once, now.
+                    self._woken.set()
+                    self._claim_woken.set()
                 backoff.reset()
                 delay = self.leases.tick_s
             except _REDIS_DOWN as exc:
@@ -426,8 +428,8 @@ class Relay(Service):
         return self.stopping.is_set()
 
     def _mark_active(self) -> None:
-        """Rows moved (or a nudge, or shards taken): timers tick fast for a while (woken now
-        if they were idle), and the claim loop looks for stale rows again."""
+        """Rows moved (or a nudge): timers tick fast for a while (woken now if they were
+        idle), and the claim loop looks for stale rows again."""
         self._claim_woken.set()
         now = time.monotonic()
         if now >= self._active_until:
