@@ -23,6 +23,7 @@ BENCHES: dict[str, str] = {
     "adversarial": "baton.bench.adversarial_bench",
     "sse": "baton.bench.sse_bench",
     "cold": "baton.bench.cold_bench",
+    "obs": "baton.bench.obs_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -22,6 +22,7 @@ from baton.brain.registry import Registry
 from baton.brain.session import BrainContext, SessionPass
 from baton.bus.bus import Bus
 from baton.bus.messages import carrier_of, delivery_count, heartbeat
+from baton.bus.nudge import TimerNudge
 from baton.bus.subjects import BusNames
 from baton.errors import (
     BatonError,
@@ -79,6 +80,7 @@ class BrainWorker(Service):
             bus = self.bus = await self.connect(
                 "nats", lambda: Bus.connect(self.settings, self.name, self.role)
             )
+            store.timers_armed = TimerNudge(bus)
             try:
                 await bus.ensure_streams()
                 consumers = []

@@ -3,7 +3,8 @@
 Each shard's outbox and timers are served by the one relay holding the shard's lease
 (``relay_lease.lua``, on the shard's own hash tag). Every tick (a third of the lease time) a
 relay renews what it holds and rebalances towards a fair share, ``ceil(shards / live
-relays)``, live relays being those announced in the service registry:
+relays)``, live relays being those announced in the service registry (counted every third
+tick):
 
 * over its share (a relay joined): release the surplus, which relays under their share take;
 * under its share: take shards that are free (released, never held) or expired;
@@ -30,6 +31,8 @@ __all__ = ["ShardLeases"]
 
 log = get_logger("baton.relay")
 
+_COUNT_EVERY = 3  # ticks (a tick is a third of the lease time)
+
 
 class ShardLeases:
     """The shards one relay holds (shard -> fence); ``changed`` is set when they change."""
@@ -43,6 +46,10 @@ class ShardLeases:
         self.changed = asyncio.Event()
         # Where this relay starts looking for free shards: relays spread over the ring.
         self._offset = zlib.crc32(name.encode()) % shards
+        # The live relays, counted every _COUNT_EVERY ticks: services announce every 2 s,
+        # so counting them every tick re-reads the same announcements.
+        self._live = 1
+        self._ticks = 0
 
     @property
     def tick_s(self) -> float:
@@ -69,7 +76,10 @@ class ShardLeases:
         for shard, answer in renewed.items():
             if not answer.ok:
                 self.lost(shard, answer.holder)
-        share = math.ceil(self.shards / await self.live_relays(now_ms))
+        if self._ticks % _COUNT_EVERY == 0:
+            self._live = await self.live_relays(now_ms)
+        self._ticks += 1
+        share = math.ceil(self.shards / self._live)
         surplus = len(self.held) - share
         for shard in sorted(self.held, reverse=True)[:max(surplus, 0)]:
             await self.release(shard)

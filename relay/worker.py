@@ -15,7 +15,11 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
 * **claim**: rows another relay read but never acknowledged (it died, or lost the shard)
   are claimed after ``relay_claim_idle_ms`` and published here.
 * **timers**: due timers of the held shards become wake rows (``fire_timers.lua``, also
-  fenced by the lease), which the read loop sends on. The same loop sweeps the held shards'
+  fenced by the lease), which the read loop sends on. While rows move (and for a few
+  seconds after) the timer heads are read every ``timer_tick_ms``; an idle relay sleeps
+  until its earliest timer is due, woken earlier by moved rows, a change of its shards or a
+  Brain's nudge (a commit armed a timer, :mod:`baton.bus.nudge`), and looks at least every
+  ``timer_idle_tick_ms`` in case a nudge was lost. The same loop sweeps the held shards'
   inboxes (at once for a shard just taken, then every ``relay_sweep_ms``): a client's
   request arms no timer, so a session whose inbox holds requests no Brain took up gets its
   progress deadline armed (``arm_requests.lua``), which wakes it if they still wait then
@@ -73,9 +77,13 @@ log = get_logger("baton.relay")
 # A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
 # long an idle reader sits in one call; shutdown and regrouping cancel a blocked reader.
 _BLOCK_MS = 2_000
-# After moving rows, the timer loop looks at the timer heads every timer_tick_ms for this
-# long; idle past it, every timer_idle_tick_ms.
+# After moving rows (or a timer nudge), the timer loop looks at the timer heads every
+# timer_tick_ms for this long; idle past it, it sleeps until the earliest head is due (at
+# most timer_idle_tick_ms). Longer than a Brain's nudge interval (baton.bus.nudge), so the
+# timers a Brain arms between two of its nudges are seen by the fast looks.
 _ACTIVE_S = 5.0
+# An idle relay whose last look found no pending rows looks this many times less often.
+_CLAIM_QUIET_FACTOR = 10
 _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _HEADER_NAME = re.compile(r"^[!-9;-~]+$")  # printable ASCII without ':'
@@ -149,10 +157,12 @@ class Relay(Service):
         self.dead_lettered = 0
         self.retries = 0
         self.acks_refused = 0  # batches whose shard lease was lost before their ack
+        self.timer_wait_s = 0.0  # how long the timer loop's current wait may last
         self._active_until = 0.0  # monotonic time until which the timers tick fast
         self._woken = asyncio.Event()  # rows moved after an idle spell: look at timers now
         self._swept: set[int] = set()  # the shards of the last inbox sweep, and when
         self._swept_at = 0.0
+        self._claim_woken = asyncio.Event()  # rows moved or shards taken: rows may go stale
 
     @property
     def shards(self) -> list[int]:
@@ -177,6 +187,7 @@ class Relay(Service):
                 return
             redis = self._redis
             epoch = await self.connect("redis", lambda: StoreEpoch.establish(redis, self.keys))
+            await self._listen_for_nudges()
             self.ready.set()
             log.info("relay_started", worker=self.name, shards=s.shards)
             async with asyncio.TaskGroup() as tg:
@@ -222,6 +233,15 @@ class Relay(Service):
                 await self.wait_stopping(delay)
         return False
 
+    async def _listen_for_nudges(self) -> None:
+        """Brains' timer nudges wake the timer loop (nats-py re-subscribes on reconnect)."""
+        assert self.bus is not None
+
+        async def nudged(_msg: object) -> None:
+            self._mark_active()
+
+        await self.bus.nc.subscribe(self.bus.names.timers_subject, cb=nudged)
+
     # ------------------------------------------------------------------ loops
 
     async def _lease_loop(self) -> None:
@@ -230,8 +250,13 @@ class Relay(Service):
         backoff = _Backoff()
         delay = self.leases.tick_s
         while True:
+            before = set(self.leases.held)
             try:
                 await self.leases.tick(int(time.time() * 1000))
+                if not before.issuperset(self.leases.held):
+                    # Shards taken: look at their timers and for stale rows once, now.
+                    self._woken.set()
+                    self._claim_woken.set()
                 backoff.reset()
                 delay = self.leases.tick_s
             except _REDIS_DOWN as exc:
@@ -317,13 +342,26 @@ class Relay(Service):
 
     async def _claim_loop(self, box: Outbox) -> None:
         idle = self.settings.relay_claim_idle_ms
-        while not await self.wait_stopping(idle / 2000):
+        quiet = False  # the last look found nothing pending
+        while True:
+            if quiet and not self.busy():
+                # Rows become pending only by a read (rows moving) or with a shard taken
+                # from another relay, and both wake this loop: an idle relay looks rarely.
+                stopping = await self._wait_woken(self._claim_woken,
+                                                  _CLAIM_QUIET_FACTOR * idle / 2000)
+            else:
+                stopping = await self.wait_stopping(idle / 2000)
+            if stopping:
+                return
+            self._claim_woken.clear()
             try:  # one round trip tells which shards have rows read but not acknowledged
                 pending = await box.pending_counts(list(self.shards))
             except _REDIS_DOWN as exc:
                 _reraise_cancel()
+                quiet = False
                 log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                 continue
+            quiet = not any(pending.values())
             for shard in [s for s, n in pending.items() if n]:
                 if self.stopping.is_set():
                     return
@@ -384,8 +422,17 @@ class Relay(Service):
                 _reraise_cancel()
                 delay = backoff.next()
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._first(self.stopping, self._woken), delay)
+            self.timer_wait_s = delay
+            if await self._wait_woken(self._woken, delay):
+                return
+
+    async def _wait_woken(self, event: asyncio.Event, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` s for ``event`` or shutdown; True if shutting down."""
+        _reraise_cancel()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._first(self.stopping, event)
+        return self.stopping.is_set()
 
     async def _sweep(self, box: Outbox, held: dict[int, int]) -> None:
         """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
@@ -414,7 +461,9 @@ class Relay(Service):
             log.info("waiting_requests_woken", sessions=armed)
 
     def _mark_active(self) -> None:
-        """Rows moved: timers tick fast for a while (woken now if they were idle)."""
+        """Rows moved (or a nudge): timers tick fast for a while (woken now if they were
+        idle), and the claim loop looks for stale rows again."""
+        self._claim_woken.set()
         now = time.monotonic()
         if now >= self._active_until:
             self._woken.set()

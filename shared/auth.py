@@ -182,6 +182,10 @@ def nats_permissions(role: Role, namespace: str) -> dict[str, dict[str, list[str
             f"$JS.ACK.{stream}.>",
         ]
     subscribe = [f"_INBOX.{role}.>"]
+    if role == "brain":  # commits that arm timers nudge the relays (baton.bus.nudge)
+        publish.append(names.timers_subject)
+    elif role == "relay":
+        subscribe.append(names.timers_subject)
     if role == "hands":  # liveness: each Hands answers on its subject, asks its peers'
         live = f"{namespace}.live.hands.*"
         publish += [live, "_INBOX.hands.>"]

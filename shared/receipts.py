@@ -23,6 +23,7 @@ so every field is bounded and validated here before it is stored.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -351,11 +352,14 @@ def _detail_or_other(body: dict[str, Any]) -> Any:
     if _tag(body) == "other":
         return body
     try:
-        return _ADAPTER.validate_python(body)
+        return _adapter().validate_python(body)
     except PydanticValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "(root)"
         return OtherDetail.model_validate({**body, "undecodable": f"{where}: {first['msg']}"})
 
 
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(ReceiptDetail)
+@functools.cache
+def _adapter() -> TypeAdapter[Any]:
+    """Built when a receipt is first read (inspect, trace): workers only write receipts."""
+    return TypeAdapter(ReceiptDetail)

@@ -106,11 +106,12 @@ class Settings(BaseModel):
     # Relay
     relay_batch: int = Field(default=256, ge=1)
     relay_claim_idle_ms: int = Field(default=3_000, ge=100)
-    # How late a due timer may fire: timer_tick_ms while the relay has moved rows in the last
-    # few seconds (a session is active: its sleeps and deadlines are armed by the commits those
-    # rows come from), timer_idle_tick_ms once it has been idle (an idle stack polls less).
+    # How late a due timer may fire: timer_tick_ms while the relay has moved rows or been
+    # nudged in the last few seconds (a Brain nudges the relays when a commit arms a timer,
+    # baton.bus.nudge). An idle relay sleeps until its earliest timer is due and looks at
+    # least every timer_idle_tick_ms, the bound on lateness should a nudge be lost.
     timer_tick_ms: int = Field(default=200, ge=10)
-    timer_idle_tick_ms: int = Field(default=1_000, ge=10)
+    timer_idle_tick_ms: int = Field(default=10_000, ge=10)
     # How often the relay sweeps its shards' inboxes for requests no Brain took up (their
     # wake was lost) and wakes their sessions; also at once for every shard it takes.
     relay_sweep_ms: int = Field(default=60_000, ge=100)

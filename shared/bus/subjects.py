@@ -55,3 +55,8 @@ class BusNames:
 
     def tool_durable(self, tool: str) -> str:
         return f"tool_{_token('tool', tool)}"
+
+    @property
+    def timers_subject(self) -> str:
+        """Core NATS (no stream): a Brain's commit armed a timer; relays look at their heads."""
+        return f"{self.namespace}.timers"

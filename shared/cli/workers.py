@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from baton.bus.lean import import_nats_without_websockets
+from baton.bus.lean import import_service_libraries
 from baton.cli.common import json_logs_option, run, settings
 
 __all__ = ["bench", "brain", "hands", "relay"]
@@ -18,7 +18,7 @@ __all__ = ["bench", "brain", "hands", "relay"]
 @json_logs_option
 def brain(app_spec: str, name: str | None, as_json: bool) -> None:
     """Run a Brain worker: consumes wakes, runs sessions' tasks under leases."""
-    import_nats_without_websockets()
+    import_service_libraries()
     from baton.brain.worker import main as brain_main
 
     run(brain_main(settings("brain", worker_name=name, log_format=_logs(as_json)), app_spec))
@@ -31,7 +31,7 @@ def brain(app_spec: str, name: str | None, as_json: bool) -> None:
 @json_logs_option
 def hands(app_spec: str, tools: str | None, name: str | None, as_json: bool) -> None:
     """Run a Hands worker: executes tool runs under attempt fences."""
-    import_nats_without_websockets()
+    import_service_libraries()
     from baton.hands.worker import main as hands_main
 
     served = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
@@ -44,7 +44,7 @@ def hands(app_spec: str, tools: str | None, name: str | None, as_json: bool) -> 
 @json_logs_option
 def relay(name: str | None, as_json: bool) -> None:
     """Run an outbox relay: publishes committed outbox rows, fires timers."""
-    import_nats_without_websockets()
+    import_service_libraries()
     from baton.relay.worker import main as relay_main
 
     run(relay_main(settings("relay", worker_name=name, log_format=_logs(as_json))))

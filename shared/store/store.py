@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -114,6 +115,9 @@ class Store:
         self.scripts = ScriptRunner(redis, settings)
         self.runs = Runs(redis, self.keys, settings, self.scripts)
         self.decisions = Decisions(self.keys, settings, self.scripts, self.runs)
+        #: Awaited after a commit that armed a timer or a deadline (a Brain's nudge to the
+        #: relays, :class:`baton.bus.nudge.TimerNudge`); None: nobody to tell.
+        self.timers_armed: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     async def connect(cls, settings: Settings) -> Store:
@@ -388,6 +392,7 @@ class Store:
         reply = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
+        await self._timers_armed(writes)
         return int(reply[0]), int(reply[1])
 
     @traced_commit
@@ -405,7 +410,13 @@ class Store:
         seq, count, kept = await self.scripts.run(
             "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
         )
+        await self._timers_armed(writes)
         return int(seq), int(count), bool(kept)
+
+    async def _timers_armed(self, writes: Writes) -> None:
+        """Tell the relays (``timers_armed``) when a commit armed a timer or a deadline."""
+        if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
+            await self.timers_armed()
 
     async def save_partial(
         self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,

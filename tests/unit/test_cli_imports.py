@@ -76,3 +76,20 @@ def test_a_brain_or_relay_loads_without_aiohttp() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+def test_a_service_loads_its_libraries_without_their_unused_parts() -> None:
+    """The entry points load redis-py without the OpenTelemetry SDK, structlog without rich
+    and httpx without its command line (click, pygments, rich); all stay importable."""
+    probe = ("import sys\n"
+             "import click  # the CLI has it loaded before the entry point runs\n"
+             "from baton.bus.lean import import_service_libraries\n"
+             "import_service_libraries()\n"
+             "import baton.hands.worker, baton.brain.worker, baton.relay.worker\n"
+             "print(sorted(m for m in ('opentelemetry.sdk', 'rich', 'pygments', 'aiohttp')\n"
+             "             if m in sys.modules))\n"
+             "import rich.console, opentelemetry.sdk.trace, httpx, structlog  # noqa\n"
+             "assert sys.modules['click'] is click\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "['aiohttp']", done.stdout + done.stderr

@@ -1,0 +1,153 @@
+"""Cost of observability: sessions/s at concurrency 32 with logs and tracing on vs off.
+
+Stacks of the same shape (1 Brain, 1 Hands, 1 relay) run side by side; only one is driven
+at a time (the others idle at a few ms of CPU per second):
+
+* **off**: WARNING logs, no exporter;
+* **logs**: INFO logs as shipped (each unusual message's canonical line in full, the routine
+  ones counted in a summary line, see :mod:`baton.observability.canonical`), no exporter;
+* **shipped**: INFO logs and tracing as the deploy files configure it (OTLP http/protobuf,
+  batched, with the deploy files' sampler) to a sink in this process that answers 200;
+* **all spans**: the same with every trace sampled.
+
+Each round drives every stack (in rotating order) with the same five-notice sessions. Two
+figures per mode:
+
+* **CPU per session**: the CPU every process of its stack (Redis, NATS, the three services)
+  spent per session, summed over the rounds, against the off stack's. Throughput at
+  concurrency 32 is bound by CPU, so this is the throughput a machine running only Baton
+  loses, and other work on the machine barely moves it (it slows the sessions, not the CPU
+  each one needs);
+* **throughput, paired**: one minus the median of the rounds' sessions/s ratios to the off
+  stack; on a shared machine the load changes between the halves of a pair make this one
+  noisy.
+
+Target: the cost of the shipped configuration is at most 5%.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import statistics
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from rich.console import Console
+from rich.table import Table
+
+from baton.bench.cold_bench import cpu_ns, stack_pids
+from baton.bench.common import Result, Row, environment
+from baton.bench.e2e_bench import bench_client, sessions
+from baton.devkit.devstack import DevStack
+from baton.devkit.servers import free_port
+
+NAME = "obs"
+DESCRIPTION = "sessions/s at concurrency 32 with logs and tracing on vs off (paired)"
+
+CONCURRENCY = 32
+TARGET_COST = 0.05
+
+
+@contextlib.asynccontextmanager
+async def otlp_sink() -> AsyncIterator[tuple[str, list[int]]]:
+    """An OTLP/HTTP endpoint that accepts everything; yields its URL and the bytes received."""
+    received = [0]
+
+    async def accept(request: web.Request) -> web.Response:
+        received[0] += len(await request.read())
+        return web.Response(status=200, content_type="application/x-protobuf")
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/{tail:.*}", accept)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", received
+    finally:
+        await runner.cleanup()
+
+
+#: The deploy files' sampler (deploy/compose.yaml, deploy/k8s): parent-based, a ratio of roots.
+SHIPPED_SAMPLER = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                   "OTEL_TRACES_SAMPLER_ARG": "0.1"}
+
+
+def modes(endpoint: str) -> dict[str, dict[str, str]]:
+    traced = {"BATON_LOG_LEVEL": "info", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+              "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "baton-bench"}
+    return {
+        "off": {"BATON_LOG_LEVEL": "warning"},
+        "logs": {"BATON_LOG_LEVEL": "info"},
+        "shipped": {**traced, **SHIPPED_SAMPLER},
+        "all spans": {**traced, "OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+    }
+
+
+async def run(quick: bool = False, console: Console | None = None) -> Result:
+    console = console or Console()
+    rounds, per_round = (3, 64) if quick else (10, 96)
+    rates: dict[str, list[float]] = {}
+    base = Path(tempfile.mkdtemp(prefix="baton-obs-"))
+    try:
+        async with otlp_sink() as (endpoint, received), contextlib.AsyncExitStack() as stacks:
+            envs = modes(endpoint)
+            names = list(envs)
+            rates = {m: [] for m in names}
+            clients: dict[str, Any] = {}
+            pids: dict[str, list[int]] = {}
+            cpu_s = dict.fromkeys(names, 0.0)
+            for i, mode in enumerate(names):
+                stack = await stacks.enter_async_context(DevStack(
+                    base / str(i), brains=1, hands=1, relays=1, namespace=f"obs{i}",
+                    mail_persist=False, env=envs[mode]))
+                pids[mode] = list(stack_pids(stack).values())
+                clients[mode] = await bench_client(stack)
+                stacks.push_async_callback(clients[mode].close)
+            for mode in names:  # warm every stack: connections, first sessions
+                await sessions(clients[mode], CONCURRENCY, CONCURRENCY, 1)
+            for r in range(rounds):
+                for mode in names[r % len(names):] + names[:r % len(names)]:
+                    before = sum(cpu_ns(p) for p in pids[mode])
+                    done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
+                    cpu_s[mode] += (sum(cpu_ns(p) for p in pids[mode]) - before) / 1e9
+                    rates[mode].append(per_round / done.elapsed_s)
+                console.print(f"[dim]round {r + 1}: " + ", ".join(
+                    f"{m} {rates[m][-1]:.1f}/s" for m in names) + "[/dim]")
+            exported = received[0]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    n = rounds * per_round
+    cpu_ms = {m: cpu_s[m] * 1000 / n for m in rates}
+    cpu_cost = {m: cpu_ms[m] / cpu_ms["off"] - 1 for m in rates if m != "off"}
+    costs = {m: 1 - statistics.median(a / b for a, b in zip(rates[m], rates["off"], strict=True))
+             for m in rates if m != "off"}
+    table = Table(title="Observability cost (five-notice sessions, concurrency 32)",
+                  title_justify="left")
+    for col in ("mode", "CPU ms/session", "cost (CPU)", "sessions/s (median)",
+                "cost (paired sessions/s)", "target"):
+        table.add_column(col, justify="left" if col == "mode" else "right")
+    for mode in rates:
+        table.add_row(mode, f"{cpu_ms[mode]:.1f}",
+                      f"{cpu_cost[mode]:.1%}" if mode in cpu_cost else "",
+                      f"{statistics.median(rates[mode]):.1f}",
+                      f"{costs[mode]:.1%}" if mode in costs else "",
+                      f"<= {TARGET_COST:.0%}" if mode == "shipped" else "")
+    console.print(table)
+    console.print(f"[dim]OTLP bytes exported: {exported:,}; shipped sampler: "
+                  f"{SHIPPED_SAMPLER}[/dim]")
+    rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
+                n=rounds * per_round, p50_us=float("nan"), p99_us=float("nan"),
+                ops_per_s=statistics.median(rates[mode]), note="median of rounds")
+            for mode in rates]
+    extra = {"rates": rates, "costs": costs, "cpu_ms_per_session": cpu_ms,
+             "cpu_costs": cpu_cost, "target": TARGET_COST, "rounds": rounds,
+             "sessions_per_round": per_round, "otlp_bytes": exported,
+             "shipped_sampler": SHIPPED_SAMPLER}
+    return Result(NAME, rows, env=environment(), extra=extra)
