@@ -70,9 +70,10 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
-    # The read-only views: read commands (``+@read -@dangerous``, see redis_acl) and the
-    # transactions ``baton watch`` reads its snapshot in; no script, no write.
-    "operator": ["multi", "exec", "discard"],
+    # The read-only views: read commands (``+@read -@dangerous``, see redis_acl), the
+    # transactions ``baton watch`` reads its snapshot in and the name it gives its
+    # connection; no script, no write.
+    "operator": ["multi", "exec", "discard", "client|setname"],
 }
 
 

@@ -46,6 +46,8 @@ def test_inspect_and_trace_on_a_secure_stack_run_as_the_operator(tmp_path: Path)
         assert not [f for f in view["findings"] if "not readable" in f], view["findings"]
         trace = json.loads(baton("trace", session, "--json"))
         assert trace["session_id"] == session and trace["events"], trace
+        watched = baton("watch", session, "--json", "--until-settled").splitlines()
+        assert watched and all(json.loads(line) for line in watched)
     finally:
         baton("dev", "--stop")
     assert not [pid for pid in pids if _pid_alive(pid)]
