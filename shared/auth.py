@@ -222,7 +222,8 @@ def nats_users_config(
 
     ``passwords`` maps role to password; a value like ``$BRAIN_PASSWORD`` is written bare,
     so nats-server reads it from its environment (as the deploy files do). An ``admin``
-    user without limits (for operators and setup) is added when ``admin_password`` is given.
+    user without limits (for setup and administration; the read-only views have the
+    ``operator`` role) is added when ``admin_password`` is given.
     """
     users = []
     if admin_password is not None:
