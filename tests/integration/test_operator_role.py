@@ -128,11 +128,15 @@ def _writes(o: Operated) -> dict[str, Callable[[aioredis.Redis], Awaitable[Any]]
         "flushall": lambda r: r.flushall(),
         "config set": lambda r: r.config_set("appendonly", "no"),
         "keys": lambda r: r.keys("*"),
+        "spublish": lambda r: r.execute_command("SPUBLISH", o.keys.settled_channel(SESSION),
+                                                "forged"),
+        "read another namespace": lambda r: r.hgetall(f"x{o.namespace}:{{x-0}}:s:a:meta"),
     }
 
 
 @pytest.mark.parametrize("act", ["hset", "xadd", "del", "set the epoch", "script load", "eval",
-                                 "flushall", "config set", "keys"])
+                                 "flushall", "config set", "keys", "spublish",
+                                 "read another namespace"])
 async def test_redis_refuses_the_operator(operated: Operated, act: str) -> None:
     before = await _digest(operated)
     r = operated.connect("operator")
