@@ -13,6 +13,8 @@ brain     create, pull from and ack consumers of ``NS_WAKE``     session keys bu
 hands     create, pull from and ack consumers of ``NS_TOOLS``;   run records, receipts, nudges,
           ask and answer ``ns.live.hands.*`` (liveness)         the wakes stream
 client    nothing: clients submit and watch through Redis       granted sessions' inbox, wakes
+operator  stream and consumer info of the two streams, the      nothing: reads every key of the
+          oldest message of a subject (``baton inspect``)       namespace (inspect, trace, watch)
 ========  ====================================================  ==============================
 
 Every role may publish JetStream API requests only for its own stream and consumers, and
@@ -43,8 +45,8 @@ __all__ = [
     "redis_acl", "redis_acl_file",
 ]
 
-Role = Literal["relay", "brain", "hands", "client"]
-ROLES: tuple[Role, ...] = ("relay", "brain", "hands", "client")
+Role = Literal["relay", "brain", "hands", "client", "operator"]
+ROLES: tuple[Role, ...] = ("relay", "brain", "hands", "client", "operator")
 
 # Redis commands by purpose. Lua scripts need the commands they call (see shared/lua).
 # CLIENT SETINFO (Redis >= 7.2) is left out: redis-py ignores its refusal.
@@ -68,6 +70,10 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
+    # The read-only views: read commands (``+@read -@dangerous``, see redis_acl), the
+    # transactions ``baton watch`` reads its snapshot in and the name it gives its
+    # connection; no script, no write.
+    "operator": ["multi", "exec", "discard", "client|setname"],
 }
 
 
@@ -144,6 +150,12 @@ def redis_acl(
     rules = ["on", "resetkeys", "resetchannels", "-@all"]
     if password is not None:
         rules += ["resetpass", f">{password}"]
+    if role == "operator":
+        # Reads every key of the namespace and writes none: read commands only (SCAN and
+        # ZSCAN included, KEYS, DEBUG and the like not), no EVAL/EVALSHA/FUNCTION/SCRIPT, no
+        # write command, and read-only key patterns; the epoch is read like any other key.
+        return [*rules, "+@read", "-@dangerous",
+                *(f"+{c}" for c in [*_CONNECT, *_REDIS_COMMANDS[role]]), f"%R~{namespace}:*"]
     if role == "client":  # watch reads its sessions; no key listing outside the grant
         rules += ["+@read", "-@dangerous", "-scan", "-randomkey"]
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
@@ -166,6 +178,16 @@ def nats_permissions(role: Role, namespace: str) -> dict[str, dict[str, list[str
     api = "$JS.API"
     if role == "client":
         return {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
+    if role == "operator":
+        # ``baton inspect``'s cluster view (baton.bus.backlog): stream and consumer info and
+        # the oldest message per subject; it publishes no work, creates and pulls from no
+        # consumer, and subscribes to nothing but its replies.
+        info = [f"{api}.INFO", f"{api}.STREAM.NAMES", f"{api}.STREAM.LIST"]
+        for stream in (names.wake_stream, names.tool_stream):
+            info += [f"{api}.STREAM.INFO.{stream}", f"{api}.STREAM.MSG.GET.{stream}",
+                     f"{api}.CONSUMER.NAMES.{stream}", f"{api}.CONSUMER.LIST.{stream}",
+                     f"{api}.CONSUMER.INFO.{stream}.*"]
+        return {"publish": {"allow": info}, "subscribe": {"allow": ["_INBOX.operator.>"]}}
     publish = [f"{api}.INFO", f"{api}.STREAM.INFO.{names.wake_stream}",
                f"{api}.STREAM.INFO.{names.tool_stream}"]
     if role == "relay":
@@ -204,7 +226,8 @@ def nats_users_config(
 
     ``passwords`` maps role to password; a value like ``$BRAIN_PASSWORD`` is written bare,
     so nats-server reads it from its environment (as the deploy files do). An ``admin``
-    user without limits (for operators and setup) is added when ``admin_password`` is given.
+    user without limits (for setup and administration; the read-only views have the
+    ``operator`` role) is added when ``admin_password`` is given.
     """
     users = []
     if admin_password is not None:

@@ -6,7 +6,7 @@ set -eu
 acl=/tmp/users.acl
 cp /etc/baton/users.acl "$acl.in"
 sed -i -e '/^#/d' -e '/^[[:space:]]*$/d' "$acl.in"
-for role in ADMIN RELAY BRAIN HANDS CLIENT; do
+for role in ADMIN RELAY BRAIN HANDS CLIENT OPERATOR; do
   eval "secret=\${${role}_REDIS_PASSWORD:?set ${role}_REDIS_PASSWORD}"
   sed -i "s|\${${role}_REDIS_PASSWORD}|${secret}|g" "$acl.in"
 done

@@ -10,8 +10,9 @@ marks each subject with its oldest message's age and who should be taking it:
 - ``served``: a live worker announced serving it (a Brain its agent/compat level, a Hands
   its tool); None when the caller passed no announcements.
 
-Read by ``baton inspect`` (cluster view). Needs the JetStream API's info requests (the
-admin user in a deployment with per-role NATS users).
+Read by ``baton inspect`` (cluster view). Needs the JetStream API's info requests and the
+streams' message reads (the ``operator`` user in a deployment with per-role NATS users, see
+:func:`baton.auth.nats_permissions`).
 """
 
 from __future__ import annotations

@@ -37,16 +37,18 @@ def json_logs_option(f: F) -> F:
                         help="log JSON lines even on a terminal")(f)
 
 
-def settings(role: str = "", log_level: str | None = None, **overrides: Any) -> Settings:
+def settings(role: str = "", log_level: str | None = None, *, user: str = "client",
+             **overrides: Any) -> Settings:
     """Settings from ``BATON_*`` or the running ``baton dev``, and logging; with ``role``,
     OpenTelemetry from the ``OTEL_*`` variables too (nothing when none is set; flushed by
-    :func:`run`)."""
+    :func:`run`). ``user="operator"``: the operator's credential where one is configured
+    (the read-only commands; see :func:`~baton.devkit.stack.settings_from_env_or_stack`)."""
     from baton.devkit.stack import settings_from_env_or_stack
     from baton.errors import BatonError
     from baton.observability import log as logs
 
     try:
-        found = settings_from_env_or_stack(**overrides)
+        found = settings_from_env_or_stack(user, **overrides)
     except BatonError as exc:
         raise failure(exc) from None
     logs.configure(log_level or found.log_level, found.log_format)

@@ -1,9 +1,11 @@
 """The read-only commands: ``baton trace``, ``baton watch`` and ``baton inspect``.
 
 They find the stack like every client command (``BATON_*``, else ``.baton/dev.json``), never
-take a lease and never write. ``trace`` can also read receipts saved to a file: ``baton demo``
-saves its session's receipts under ``$BATON_HOME/traces/``, so the demo's trace can be shown
-again after its private stack is gone.
+take a lease and never write, and connect as the read-only ``operator`` user where one is
+configured (``BATON_OPERATOR_*``, or a secure dev stack's), else as the client. ``trace``
+can also read receipts saved to a file: ``baton demo`` saves its session's receipts under
+``$BATON_HOME/traces/``, so the demo's trace can be shown again after its private stack is
+gone.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def load_receipts(path: Path) -> tuple[str, list[Receipt]]:
 
 
 def _settings() -> Settings:
-    return settings(log_level="warning")
+    return settings(log_level="warning", user="operator")
 
 
 async def _live_receipts(settings: Settings, session_id: str, task_id: str | None,
@@ -160,7 +162,7 @@ def inspect_command(session_id: str | None, as_json: bool) -> None:
             if session_id:
                 return await session_view(store, session_id)
             try:  # the JetStream part of the view; the rest stands without it
-                bus = await Bus.connect(settings, "inspect")
+                bus = await Bus.connect(settings, "inspect", "operator")
             except BatonError as exc:
                 click.echo(f"(NATS: {exc}; JetStream subjects not shown)", err=True)
             return await cluster_view(store, bus)

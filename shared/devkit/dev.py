@@ -97,7 +97,8 @@ def _print_stack(info: dict[str, Any]) -> None:
         users = ", ".join(f"{u} {redacted(p)}" for u, p in sorted(found.items()))
         console.print(f"  users      {users}")
         console.print(f"  passwords  {Path(info['base_dir']) / CREDENTIALS} (mode 0600); "
-                      "commands run here connect as `client`")
+                      "commands run here connect as `client`, "
+                      "inspect, trace and watch as the read-only `operator`")
     if info.get("tls_ca"):
         console.print(f"  tls        Redis and NATS take TLS only; CA {info['tls_ca']} "
                       "(BATON_REDIS_TLS_CA, BATON_NATS_TLS_CA)")

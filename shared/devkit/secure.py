@@ -7,8 +7,9 @@ of the ACL file deploy/ ships (:func:`baton.auth.redis_acl_file`, its ``default`
 loaded from a 0600 file (:func:`write_redis_config`) so that no password is ever on a
 command line and a restarted Redis process has its users again. Both servers take TLS
 connections only, with the stack's own CA (:mod:`baton.devkit.tls`). Every service then
-connects as its own role; commands run against the stack (``baton submit``, ``watch``) use
-the ``client`` user. Passwords are never printed in full (:func:`redacted`).
+connects as its own role; commands run against the stack (``baton submit``, ``cancel``) use
+the ``client`` user, the read-only ones (``inspect``, ``trace``, ``watch``) the
+``operator``. Passwords are never printed in full (:func:`redacted`).
 
 On a Redis Cluster (``--secure --cluster``) every node has the same users, each role also
 allowed the keyless topology reads a cluster client needs (:data:`CLUSTER_TOPOLOGY`), and

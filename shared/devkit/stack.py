@@ -40,9 +40,23 @@ def write_stack(info: dict[str, Any], env: dict[str, str] | None = None) -> Path
     return path
 
 
-def settings_from_env_or_stack(**overrides: Any) -> Settings:
-    """Settings from ``BATON_*``; URLs not set there come from a running ``baton dev``."""
+#: What an operator's credential replaces for the read-only commands: ``BATON_OPERATOR_<X>``
+#: is used as ``BATON_<X>`` when set (see :func:`settings_from_env_or_stack`).
+OPERATOR_ENV = ("REDIS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS")
+
+
+def settings_from_env_or_stack(user: str = "client", **overrides: Any) -> Settings:
+    """Settings from ``BATON_*``; URLs not set there come from a running ``baton dev``.
+
+    ``user="operator"`` (the read-only commands: inspect, trace, watch) takes the operator's
+    credential where one is configured: ``BATON_OPERATOR_REDIS_URL`` and
+    ``BATON_OPERATOR_NATS_USER``/``_PASSWORD``/``_CREDS``, or a secure stack's ``operator``
+    user (baton.devkit.secure); else the client's, as every other command.
+    """
     env = dict(os.environ)
+    if user == "operator":
+        env |= {f"BATON_{x}": env[f"BATON_OPERATOR_{x}"] for x in OPERATOR_ENV
+                if env.get(f"BATON_OPERATOR_{x}")}
     stack = read_stack(env) or {}
     # A secure stack's servers speak TLS with the stack's own CA (baton.devkit.tls).
     tls_ca = {"BATON_REDIS_URL": "BATON_REDIS_TLS_CA", "BATON_NATS_URL": "BATON_NATS_TLS_CA"}
@@ -50,17 +64,26 @@ def settings_from_env_or_stack(**overrides: Any) -> Settings:
                       ("mail_url", "BATON_MAIL_URL"), ("namespace", "BATON_NAMESPACE")):
         if not env.get(name) and stack.get(key):
             env[name] = str(stack[key])
-            if name == "BATON_REDIS_URL" and stack.get("secure"):
-                env[name] = _client_url(stack)
+            if stack.get("secure"):
+                env |= _stack_user(stack, name, user, env)
             if name in tls_ca and stack.get("tls_ca") and not env.get(tls_ca[name]):
                 env[tls_ca[name]] = str(stack["tls_ca"])
     return Settings.from_env(env, **overrides)
 
 
-def _client_url(stack: dict[str, Any]) -> str:
-    """A secure stack's Redis URL as its ``client`` user (baton.devkit.secure)."""
+def _stack_user(stack: dict[str, Any], name: str, user: str,
+                env: dict[str, str]) -> dict[str, str]:
+    """A secure stack's credential (baton.devkit.secure) for the server of ``name``: Redis
+    as ``user`` when the stack has that user, else as ``client``; NATS as ``operator`` for
+    the operator (clients use no NATS subject), unless the environment names a NATS user."""
     from baton.devkit.secure import load_credentials, with_user
 
     found = load_credentials(Path(str(stack.get("base_dir", "")))) or {}
-    url = str(stack["redis_url"])
-    return with_user(url, "client", found["client"]) if "client" in found else url
+    if name == "BATON_REDIS_URL":
+        for who in (user, "client"):
+            if who in found:
+                return {name: with_user(env[name], who, found[who])}
+    elif (name == "BATON_NATS_URL" and user == "operator" and "operator" in found
+          and not (env.get("BATON_NATS_USER") or env.get("BATON_NATS_CREDS"))):
+        return {"BATON_NATS_USER": "operator", "BATON_NATS_PASSWORD": found["operator"]}
+    return {}

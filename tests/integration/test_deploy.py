@@ -173,7 +173,10 @@ def test_every_setting_the_deploy_guide_names_exists() -> None:
 
     text = (DEPLOY / "README.md").read_text()
     named = set(re.findall(r"BATON_([A-Z0-9_]+)", text)) - {"FAULT", "WAKE", "TOOLS"}  # streams
+    from baton.devkit.stack import OPERATOR_ENV
+
     known = {name.upper() for name in Settings.model_fields}
+    known |= {f"OPERATOR_{name}" for name in OPERATOR_ENV}  # the read-only commands' credential
     prefixes = ("NATS_TLS_", "REDIS_TLS_")  # written as BATON_REDIS_TLS_* in prose
     missing = {n for n in named if n not in known and not n.startswith(prefixes)
                and not n.endswith("_")}
