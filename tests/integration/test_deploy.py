@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from baton.auth import ROLES, nats_users_file, redis_acl_file
+from baton.auth import ROLES, helm_users_block, nats_users_file, redis_acl_file, with_helm_users
 from baton.devkit.servers import NatsServer, RedisServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -22,6 +22,10 @@ def test_permission_files_are_generated_from_the_code() -> None:
     # Regenerate with `python -m baton.auth` after changing shared/auth.py.
     assert (DEPLOY / "nats" / "users.conf").read_text() == nats_users_file("baton")
     assert (DEPLOY / "redis" / "users.acl").read_text() == redis_acl_file("baton")
+    # The Helm values carry the same users (they had drifted when kept by hand).
+    values = (DEPLOY / "k8s" / "nats-values.yaml").read_text()
+    assert with_helm_users(values, "baton") == values
+    assert helm_users_block("baton") in values
 
 
 def test_the_nats_config_is_valid_for_nats_server(tmp_path: Path) -> None:
