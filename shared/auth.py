@@ -69,7 +69,8 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
               "set", "hvals", "hkeys", "hexists", "scan"],  # the last three: the inbox sweep
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
-               "type", "ssubscribe", "sunsubscribe", "set"],  # set: the nudge of a cancel
+               "type", "ssubscribe", "sunsubscribe", "set",  # set: the nudge of a cancel
+               "client|setname"],  # baton watch names its connection
     # The read-only views: read commands (``+@read -@dangerous``, see redis_acl), the
     # transactions ``baton watch`` reads its snapshot in and the name it gives its
     # connection; no script, no write.

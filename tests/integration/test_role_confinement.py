@@ -604,3 +604,23 @@ async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined
         await admin.delete(keys.inbox, keys.poison, confined.keys.relay_lease(keys.shard))
         await relay.aclose()
         await admin.aclose()
+
+
+async def test_a_client_names_its_watch_connection_and_reads_its_session(
+    confined: Confined,
+) -> None:
+    """``baton watch`` as the client (no operator configured) names its connection (CLIENT
+    SETNAME, which Redis refused the client before) and reads its own session's log."""
+    from baton.store.redis_client import connect_redis
+
+    r = connect_redis(confined.settings("client"), client_name=f"baton-watch:{OWN}")
+    try:
+        assert await r.lrange(sk(confined).entries, 0, -1)
+        admin = confined.connect("admin")
+        try:
+            named = [c for c in await admin.client_list() if c["name"] == f"baton-watch:{OWN}"]
+        finally:
+            await admin.aclose()
+        assert [c["user"] for c in named] == ["client"]
+    finally:
+        await r.aclose()
