@@ -48,8 +48,8 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 __all__ = [
-    "FILE_ENV", "SCOPE", "Instruments", "JsonLinesSpanExporter", "current_trace_id", "extract",
-    "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer",
+    "FILE_ENV", "SCOPE", "Instruments", "JsonLinesSpanExporter", "Tally", "current_trace_id",
+    "extract", "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer",
     "unsampled", "unsampled_header",
 ]
 
@@ -65,6 +65,30 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 # any set_*_provider) and the explicit no-ops.
 _NO_TRACING = (ProxyTracerProvider, NoOpTracerProvider)
 _NO_METRICS = (_ProxyMeterProvider, NoOpMeterProvider)
+
+
+class Tally:
+    """A counter kept in this process and reported by an observable counter's callback.
+
+    ``add`` has the signature of a Counter's, at the cost of one dict update: the SDK's
+    ``Counter.add`` cleans and hashes the attributes on every call (microseconds, several
+    times per handled message). The metric is the same cumulative monotonic sum.
+    """
+
+    __slots__ = ("totals",)
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[tuple[str, Any], ...], int] = {}
+
+    def add(self, amount: int, attributes: Mapping[str, Any] | None = None) -> None:
+        key = tuple(attributes.items()) if attributes else ()
+        self.totals[key] = self.totals.get(key, 0) + amount
+
+    def observe(self, _options: Any) -> Iterable[Any]:
+        from opentelemetry.metrics import Observation
+
+        for key, total in list(self.totals.items()):
+            yield Observation(total, dict(key))
 
 
 @dataclass
@@ -85,11 +109,17 @@ class Instruments:
     def create(cls, meter: Any) -> Instruments:
         from opentelemetry.metrics import CallbackOptions, Observation
 
+        def tally(name: str, unit: str, description: str) -> Tally:
+            counts = Tally()
+            meter.create_observable_counter(name, callbacks=[counts.observe], unit=unit,
+                                            description=description)
+            return counts
+
         inst = cls(
-            commits=meter.create_counter(
+            commits=tally(
                 "baton.commits", unit="{commit}",
                 description="State transitions committed (submit, commit, complete)"),
-            refused=meter.create_counter(
+            refused=tally(
                 "baton.commits.refused", unit="{write}",
                 description="Writes refused by a fence: a stale lease or a stale attempt"),
             handoff=meter.create_histogram(
@@ -97,10 +127,10 @@ class Instruments:
                 description="Time from the commit that hands work over to the process that "
                             "takes it (hop: submit, dispatch, wake)",
                 explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
-            redeliveries=meter.create_counter(
+            redeliveries=tally(
                 "baton.redeliveries", unit="{message}",
                 description="Messages JetStream delivered more than once"),
-            takeovers=meter.create_counter(
+            takeovers=tally(
                 "baton.takeovers", unit="{takeover}",
                 description="Leases (brain) and tool attempts (hands) taken from another "
                             "worker"),
