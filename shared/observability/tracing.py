@@ -31,6 +31,14 @@ the model call (``gen_ai.*``), database for the Redis scripts behind a transitio
 ``db.stored_procedure.name`` the script); Baton's own ids are ``baton.*`` (``session_id``,
 ``fence``, ``run_id``, ``task_id``). Durations are recorded in seconds.
 
+Traces that are not sampled cost almost nothing: under a parent that is not sampled, with
+a sampler that follows its parent (the SDK's default and every ``parentbased_*`` sampler),
+no span could be recorded, so the wrappers start none (no ids, no sampler call, no
+attributes); the consumer makes the message's context current and the writes hand it on,
+so the ``traceparent`` keeps the trace id with the sampled flag off and every process
+decides the same way. Counters are tallied in the process (see
+:class:`~baton.observability.telemetry.Tally`) and metric attribute sets are made once.
+
 The tracer and instruments come from the global providers at use time
 (:func:`baton.observability.telemetry.tracer` / ``instruments``): the host application's,
 or those Baton's own entry point installed. With none configured every wrapper calls
