@@ -48,8 +48,9 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 __all__ = [
-    "FILE_ENV", "SCOPE", "Instruments", "JsonLinesSpanExporter", "current_trace_id", "extract",
-    "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer",
+    "FILE_ENV", "SCOPE", "Instruments", "JsonLinesSpanExporter", "Tally", "current_trace_id",
+    "extract", "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer",
+    "unsampled", "unsampled_header",
 ]
 
 FILE_ENV = "BATON_OTEL_FILE"
@@ -64,6 +65,30 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 # any set_*_provider) and the explicit no-ops.
 _NO_TRACING = (ProxyTracerProvider, NoOpTracerProvider)
 _NO_METRICS = (_ProxyMeterProvider, NoOpMeterProvider)
+
+
+class Tally:
+    """A counter kept in this process and reported by an observable counter's callback.
+
+    ``add`` has the signature of a Counter's, at the cost of one dict update: the SDK's
+    ``Counter.add`` cleans and hashes the attributes on every call (microseconds, several
+    times per handled message). The metric is the same cumulative monotonic sum.
+    """
+
+    __slots__ = ("totals",)
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[tuple[str, Any], ...], int] = {}
+
+    def add(self, amount: int, attributes: Mapping[str, Any] | None = None) -> None:
+        key = tuple(attributes.items()) if attributes else ()
+        self.totals[key] = self.totals.get(key, 0) + amount
+
+    def observe(self, _options: Any) -> Iterable[Any]:
+        from opentelemetry.metrics import Observation
+
+        for key, total in list(self.totals.items()):
+            yield Observation(total, dict(key))
 
 
 @dataclass
@@ -84,11 +109,17 @@ class Instruments:
     def create(cls, meter: Any) -> Instruments:
         from opentelemetry.metrics import CallbackOptions, Observation
 
+        def tally(name: str, unit: str, description: str) -> Tally:
+            counts = Tally()
+            meter.create_observable_counter(name, callbacks=[counts.observe], unit=unit,
+                                            description=description)
+            return counts
+
         inst = cls(
-            commits=meter.create_counter(
+            commits=tally(
                 "baton.commits", unit="{commit}",
                 description="State transitions committed (submit, commit, complete)"),
-            refused=meter.create_counter(
+            refused=tally(
                 "baton.commits.refused", unit="{write}",
                 description="Writes refused by a fence: a stale lease or a stale attempt"),
             handoff=meter.create_histogram(
@@ -96,10 +127,10 @@ class Instruments:
                 description="Time from the commit that hands work over to the process that "
                             "takes it (hop: submit, dispatch, wake)",
                 explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
-            redeliveries=meter.create_counter(
+            redeliveries=tally(
                 "baton.redeliveries", unit="{message}",
                 description="Messages JetStream delivered more than once"),
-            takeovers=meter.create_counter(
+            takeovers=tally(
                 "baton.takeovers", unit="{takeover}",
                 description="Leases (brain) and tool attempts (hands) taken from another "
                             "worker"),
@@ -148,6 +179,11 @@ class _State:
         self._shutdown: list[Callable[[], Any]] = []
         self.tracer_provider: object = None
         self.tracer: Any = None
+        # What the provider's sampler is known to do (see _sampler_traits): a child of a
+        # span that is not sampled is not sampled either; the root decision ignores
+        # attributes. Both False for a sampler this module does not know.
+        self.follows_parent = False
+        self.attribute_free = False
         self.meter_provider: object = None
         self.instruments: Instruments | None = None
 
@@ -201,8 +237,61 @@ def tracer() -> Any:
             found = provider.get_tracer(SCOPE, _version())
             if isinstance(found, NoOpTracer):  # an SDK provider disabled by OTEL_SDK_DISABLED
                 found = None
+        state.follows_parent, state.attribute_free = _sampler_traits(provider)
         state.tracer, state.tracer_provider = found, provider
     return state.tracer
+
+
+_NO_TRACE = "0" * 32
+
+#: Samplers whose decision does not depend on a span's name, kind or attributes.
+_PLAIN_SAMPLERS = ("AlwaysOnSampler", "AlwaysOffSampler", "TraceIdRatioBased{")
+
+
+def _sampler_traits(provider: Any) -> tuple[bool, bool]:
+    """(follows its parent, decides roots without attributes) for the provider's sampler.
+
+    Read from the SDK sampler's description (no SDK import): ``ParentBased{root:...,
+    remoteParentNotSampled:AlwaysOffSampler,...,localParentNotSampled:AlwaysOffSampler}``
+    for the SDK's default and the ``parentbased_*`` samplers of ``OTEL_TRACES_SAMPLER``.
+    Any other sampler (a host's own) gets neither, and every span is started as usual.
+    """
+    try:
+        description = str(provider.sampler.get_description())
+    except Exception:  # not the SDK's provider, or no sampler
+        return False, False
+    follows = ("remoteParentNotSampled:AlwaysOffSampler" in description
+               and "localParentNotSampled:AlwaysOffSampler" in description)
+    root = description.removeprefix("ParentBased{root:")
+    return follows, root.startswith(_PLAIN_SAMPLERS)
+
+
+def unsampled(context: Context | None = None) -> bool:
+    """Whether a span started now (under ``context``, else the current one) is certain not
+    to be recorded: its parent is valid and not sampled, and the sampler follows parents.
+
+    The wrappers then start no span at all: no ids, no sampler call, no attributes. The
+    parent's context stays current, so the W3C ``traceparent`` handed on names the same
+    trace with the sampled flag off, and the next process decides the same way.
+    """
+    if not state.follows_parent:
+        return False
+    ctx = otel_trace.get_current_span(context).get_span_context()
+    return ctx.is_valid and not ctx.trace_flags.sampled
+
+
+def unsampled_header(headers: Mapping[str, str] | None) -> bool:
+    """:func:`unsampled` for a message's headers, read from ``traceparent`` without parsing
+    the whole context (``00-<trace id>-<span id>-<flags>``)."""
+    if not state.follows_parent or not headers:
+        return False
+    value = headers.get("traceparent")
+    if not value or len(value) != 55 or value[2] != "-" or value[3:35] == _NO_TRACE:
+        return False
+    try:
+        return not int(value[53:55], 16) & 1
+    except ValueError:
+        return False
 
 
 def instruments() -> Instruments | None:

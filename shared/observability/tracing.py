@@ -31,6 +31,14 @@ the model call (``gen_ai.*``), database for the Redis scripts behind a transitio
 ``db.stored_procedure.name`` the script); Baton's own ids are ``baton.*`` (``session_id``,
 ``fence``, ``run_id``, ``task_id``). Durations are recorded in seconds.
 
+Traces that are not sampled cost almost nothing: under a parent that is not sampled, with
+a sampler that follows its parent (the SDK's default and every ``parentbased_*`` sampler),
+no span could be recorded, so the wrappers start none (no ids, no sampler call, no
+attributes); the consumer makes the message's context current and the writes hand it on,
+so the ``traceparent`` keeps the trace id with the sampled flag off and every process
+decides the same way. Counters are tallied in the process (see
+:class:`~baton.observability.telemetry.Tally`) and metric attribute sets are made once.
+
 The tracer and instruments come from the global providers at use time
 (:func:`baton.observability.telemetry.tracer` / ``instruments``): the host application's,
 or those Baton's own entry point installed. With none configured every wrapper calls
@@ -46,7 +54,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import structlog
+from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.errors import StaleAttemptError, StaleFenceError
@@ -60,6 +70,8 @@ from baton.observability.telemetry import (
     state,
     trace_id_of,
     tracer,
+    unsampled,
+    unsampled_header,
 )
 
 __all__ = [
@@ -96,23 +108,44 @@ def _role() -> dict[str, str]:
     return {"baton.role": state.role} if state.role else {}
 
 
+# Metric attributes are made once per distinct value set and shared by every measurement
+# (the SDK only reads them); the sets are few: roles, ops, commit kinds, hops, subjects.
+
+
+@functools.lru_cache(maxsize=1024)
+def _attrs(*pairs: tuple[str, str]) -> dict[str, str]:
+    return {k: v for k, v in pairs if v}
+
+
 def _refused(inst: Instruments | None, op: str, exc: BaseException) -> None:
     if inst is not None:
-        inst.refused.add(1, {**_role(), "baton.op": op,
-                             "error.type": getattr(exc, "code", type(exc).__name__)})
+        inst.refused.add(1, _attrs(("baton.role", state.role), ("baton.op", op), (
+            "error.type", getattr(exc, "code", type(exc).__name__))))
 
 
 def _committed(inst: Instruments | None, op: str, kind: str = "") -> None:
     if inst is not None:
-        attrs = {**_role(), "baton.op": op}
-        if kind:
-            attrs["baton.commit.kind"] = kind
-        inst.commits.add(1, attrs)
+        inst.commits.add(1, _attrs(("baton.role", state.role), ("baton.op", op),
+                                   ("baton.commit.kind", kind)))
 
 
 def _handoff(inst: Instruments, hop: str, since_ms: int | None) -> None:
     if since_ms:
-        inst.handoff.record(max(0, _now_ms() - since_ms) / 1000, {"baton.hop": hop})
+        inst.handoff.record(max(0, _now_ms() - since_ms) / 1000, _attrs(("baton.hop", hop)))
+
+
+def _traced() -> Any:
+    """Baton's tracer, or None when not tracing or when a span started now would certainly
+    not be recorded (:func:`~baton.observability.telemetry.unsampled`): the wrappers then
+    build no span and no attributes."""
+    t = tracer()
+    return None if t is None or unsampled() else t
+
+
+def _in_trace() -> bool:
+    """Whether a context is current (a span of ours or the host's, or an unsampled parent's)
+    to hand on with the work: propagation goes on without spans."""
+    return bool(otel_trace.get_current_span().get_span_context().is_valid)
 
 
 def _span(t: Any, name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
@@ -138,12 +171,21 @@ def _publish_attrs(subject: str, msg_id: str) -> dict[str, Any]:
 
 
 def _start_publish(t: Any, subject: str, msg_id: str, headers: dict[str, str] | None
-                   ) -> tuple[Any, dict[str, str]]:
+                   ) -> tuple[Any, dict[str, str] | None]:
     """A PRODUCER span, child of the context saved in the row (else the current one), and
-    the headers to send: the row's, with the publish span's own context."""
+    the headers to send: the row's, with the publish span's own context.
+
+    No span (None) when the row's context is not sampled: the row's headers go out as they
+    are, so the consumer decides from the same sampled flag. A root's attributes are set
+    only once it is known to record, when the sampler does not look at them."""
+    if unsampled_header(headers):
+        return None, headers
+    late = state.attribute_free
     span = t.start_span(
         f"publish {subject}", context=extract(headers), kind=SpanKind.PRODUCER,
-        attributes=_publish_attrs(subject, msg_id))
+        attributes=None if late else _publish_attrs(subject, msg_id))
+    if late and span.is_recording():
+        span.set_attributes(_publish_attrs(subject, msg_id))
     out = dict(headers or {})
     inject(out, otel_trace.set_span_in_context(span))
     return span, out
@@ -151,6 +193,8 @@ def _start_publish(t: Any, subject: str, msg_id: str, headers: dict[str, str] | 
 
 def _end(spans: Sequence[Any], exc: BaseException | None) -> None:
     for span in spans:
+        if span is None:
+            continue
         if exc is not None:
             span.record_exception(exc)
             span.set_status(StatusCode.ERROR, repr(exc))
@@ -186,6 +230,9 @@ def publish_spans(batch: list[Any]) -> Iterator[list[Any]]:
     spans, items = [], []
     for item in batch:
         span, headers = _start_publish(t, item.subject, item.msg_id, item.headers)
+        if span is None:  # not recorded: the item goes out as it is
+            items.append(item)
+            continue
         spans.append(span)
         items.append(item._replace(headers=headers))
     try:
@@ -239,13 +286,19 @@ def consumer(role: str) -> Callable[[F], F]:
             except Exception:  # not a JetStream message (tests): first delivery
                 delivery = 1
             if delivery > 1 and inst is not None:
-                inst.redeliveries.add(
-                    1, {"baton.role": role, "messaging.destination.name": msg.subject})
+                inst.redeliveries.add(1, _attrs(("baton.role", role),
+                                                ("messaging.destination.name", msg.subject)))
             started = time.perf_counter()
             error: str | None = None
             try:
                 if t is None:
                     return await fn(self, msg)
+                if unsampled_header(headers):  # not recorded: its context current, no span
+                    token = otel_context.attach(extract(headers) or Context())
+                    try:
+                        return await fn(self, msg)
+                    finally:
+                        otel_context.detach(token)
                 with t.start_as_current_span(
                     f"process {msg.subject}", context=extract(headers),
                     kind=SpanKind.CONSUMER, attributes=_consume_attrs(msg, role, delivery),
@@ -256,11 +309,11 @@ def consumer(role: str) -> Callable[[F], F]:
                 raise
             finally:
                 if inst is not None:
-                    attrs = {**NATS, "messaging.destination.name": msg.subject,
-                             "messaging.operation.name": "process", "baton.role": role}
-                    if error:
-                        attrs["error.type"] = error
-                    inst.process.record(time.perf_counter() - started, attrs)
+                    inst.process.record(time.perf_counter() - started, _attrs(
+                        ("messaging.system", "nats"),
+                        ("messaging.destination.name", msg.subject),
+                        ("messaging.operation.name", "process"), ("baton.role", role),
+                        ("error.type", error or "")))
 
         return handle  # type: ignore[return-value]
 
@@ -292,9 +345,12 @@ def traced_commit(fn: F) -> F:
 
     @functools.wraps(fn)
     async def commit(self: Any, session_id: str, fence: int, writes: Any, worker: Any) -> Any:
-        t, inst = tracer(), instruments()
-        if t is None and inst is None:
-            return await fn(self, session_id, fence, writes, worker)
+        t, inst = _traced(), instruments()
+        if t is None:
+            if _in_trace():  # not recorded here: the trace goes on with the commit
+                _stamp(writes, inject())
+            if inst is None:
+                return await fn(self, session_id, fence, writes, worker)
         with contextlib.ExitStack() as stack:
             if t is not None:
                 span = stack.enter_context(_span(
@@ -309,7 +365,7 @@ def traced_commit(fn: F) -> F:
             except StaleFenceError as exc:
                 _refused(inst, "commit", exc)
                 raise
-            if t is not None:
+            if t is not None and span.is_recording():
                 span.set_attribute("baton.seq", int(result[0]))
             _committed(inst, "commit", writes.kind)
             return result
@@ -329,11 +385,12 @@ def traced_submit(op: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         async def submit(self: Any, session_id: str, **kw: Any) -> Any:
-            t, inst = tracer(), instruments()
-            if t is None and inst is None:
-                if otel_trace.get_current_span().get_span_context().is_valid:
+            t, inst = _traced(), instruments()
+            if t is None:
+                if _in_trace():  # a context without spans here: handed on all the same
                     kw["headers"] = inject()
-                return await fn(self, session_id, **kw)
+                if inst is None:
+                    return await fn(self, session_id, **kw)
             with contextlib.ExitStack() as stack:
                 if t is not None:
                     span = stack.enter_context(_span(
@@ -346,7 +403,7 @@ def traced_submit(op: str) -> Callable[[F], F]:
                     kw["headers"] = inject()
                 result = await fn(self, session_id, **kw)
                 created = bool(result[-1])
-                if t is not None:
+                if t is not None and span.is_recording():
                     span.set_attribute("baton.created", created)
                 if created:
                     _committed(inst, op)
@@ -363,9 +420,12 @@ def traced_complete(fn: F) -> F:
     @functools.wraps(fn)
     async def complete(self: Any, session_id: str, intent: Any, attempt: int, result: Any,
                        worker: Any, **kw: Any) -> Any:
-        t, inst = tracer(), instruments()
-        if t is None and inst is None:
-            return await fn(self, session_id, intent, attempt, result, worker, **kw)
+        t, inst = _traced(), instruments()
+        if t is None:
+            if _in_trace():  # not recorded here: the trace goes on with the wake
+                kw["headers"] = inject()
+            if inst is None:
+                return await fn(self, session_id, intent, attempt, result, worker, **kw)
         with contextlib.ExitStack() as stack:
             if t is not None:
                 span = stack.enter_context(_span(
@@ -379,7 +439,7 @@ def traced_complete(fn: F) -> F:
             except StaleAttemptError as exc:
                 _refused(inst, "complete", exc)
                 raise
-            if t is not None:
+            if t is not None and span.is_recording():
                 span.set_attribute("baton.woke", bool(woke))
             _committed(inst, "complete")
             return woke
@@ -392,7 +452,7 @@ def traced_claim(fn: F) -> F:
 
     @functools.wraps(fn)
     async def claim(self: Any, session_id: str, run_id: str, worker: Any, **kw: Any) -> Any:
-        t, inst = tracer(), instruments()
+        t, inst = _traced(), instruments()
         if t is None and inst is None:
             return await fn(self, session_id, run_id, worker, **kw)
         with contextlib.ExitStack() as stack:
@@ -401,7 +461,7 @@ def traced_claim(fn: F) -> F:
                     SESSION: session_id, "baton.run_id": run_id,
                     "baton.delivery": kw.get("delivery", 1)}))
             c = await fn(self, session_id, run_id, worker, **kw)
-            if t is not None:
+            if t is not None and span.is_recording():
                 span.set_attributes({"baton.claim": c.status, "baton.fence": c.attempt})
                 if c.recovering:
                     span.set_attributes({"baton.previous_attempt": c.previous_attempt,
@@ -423,7 +483,7 @@ def traced_lease(fn: F) -> F:
     @functools.wraps(fn)
     async def acquire_and_load(self: Any, session_id: str, worker: Any, ttl_ms: int,
                                **kw: Any) -> Any:
-        t, inst = tracer(), instruments()
+        t, inst = _traced(), instruments()
         if t is None and inst is None:
             return await fn(self, session_id, worker, ttl_ms, **kw)
         with contextlib.ExitStack() as stack:
@@ -431,7 +491,7 @@ def traced_lease(fn: F) -> F:
                 span = stack.enter_context(_span(t, "lease", **_db("acquire"),
                                                  **{SESSION: session_id}))
             lease, st = await fn(self, session_id, worker, ttl_ms, **kw)
-            if t is not None:
+            if t is not None and span.is_recording():
                 span.set_attributes({"baton.fence": lease.fence, "baton.takeover": lease.takeover,
                                      "baton.previous_holder": lease.previous_holder})
             if inst is not None:
@@ -473,7 +533,7 @@ async def advance(handler: Any, task: Any, ctx: Any) -> Any:
     and the task and phase bound to every log line meanwhile."""
     phase = task.checkpoint.phase
     with structlog.contextvars.bound_contextvars(task_id=task.id, phase=phase):
-        t = tracer()
+        t = _traced()
         if t is None:
             return await handler.advance(task, ctx)
         with _span(t, f"phase {task.kind}.{phase}", **{
@@ -506,7 +566,7 @@ class _TracedModel:
 
         @functools.wraps(inner)
         async def generate(request: Any, *args: Any, **kw: Any) -> Any:
-            t, inst = tracer(), instruments()
+            t, inst = _traced(), instruments()
             if t is None and inst is None:
                 return await inner(request, *args, **kw)
             gen_ai = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
@@ -569,7 +629,7 @@ def traced_model(name: str, client: Any) -> Any:
 
 async def execute(intent: Any, attempt: int, call: Awaitable[T]) -> T:
     """Around deciding a tool run's result (execute, or confirm / re-execute on recovery)."""
-    t = tracer()
+    t = _traced()
     if t is None:
         return await call
     with _span(t, f"execute {intent.tool}", **{

@@ -230,6 +230,94 @@ async def test_a_consumer_span_continues_the_message_trace(otel: Any) -> None:
     assert redelivered.value == 1
 
 
+UNSAMPLED = PARENT[:-2] + "00"
+
+
+class CompletingStore:
+    @tracing.traced_complete
+    async def complete(self, session_id: str, intent: Any, attempt: int, result: Any,
+                       worker: Any, headers: dict[str, str] | None = None) -> bool:
+        self.headers = headers
+        return True
+
+
+async def test_work_under_an_unsampled_parent_makes_no_span_and_hands_the_trace_on(
+        otel: Any) -> None:
+    spans, reader = otel
+    rows = [Item("t.tool.send_email", b"{}", "s-1/4/0", {"traceparent": UNSAMPLED})]
+    with tracing.publish_spans(rows) as items:
+        assert items[0] is rows[0]  # sent as it is: no span, no header copy
+    with tracing.publish_span("t.wake.a.1", "s-1/5/0", rows[0].headers) as sent:
+        assert sent is rows[0].headers
+    store, completing = FakeStore(), CompletingStore()
+
+    class Result:
+        outcome, recovery = "ok", "none"
+
+    class Worker:
+        @tracing.consumer("brain")
+        async def handle(self, msg: Any) -> dict[str, Any]:
+            writes = Writes(kind="tools", runs=[intent()],
+                            outbox=[OutboxRow(subject="t.tool.send_email", data="{}")])
+            await store.commit("s-1", 4, writes, None)
+            await completing.complete("s-1", intent(), 1, Result(), None)
+            await tracing.advance(_Handler(), _Task(), _Ctx())
+            assert writes.runs[0].trace == {"traceparent": UNSAMPLED}
+            assert writes.outbox[0].headers == {"traceparent": UNSAMPLED}
+            return add_trace_id(None, "info", {"event": "x"})
+
+    line = await Worker().handle(FakeMsg({"traceparent": UNSAMPLED, "Nats-Msg-Id": "s-1/4/0"}))
+    assert spans.get_finished_spans() == ()
+    # The same trace and sampled flag go on, so the next process decides the same way.
+    assert completing.headers == {"traceparent": UNSAMPLED}
+    assert line["trace_id"] == PARENT[3:35]
+    assert otel_trace.get_current_span().get_span_context().is_valid is False  # detached
+    points = metric_points(reader)  # metrics are kept for every message
+    assert sum(p.value for p in points["baton.commits"]) == 2
+    assert len(points["messaging.process.duration"]) == 1
+
+
+class _Task:
+    id, kind = "gen-1", "generate"
+
+    class checkpoint:
+        phase = "call"
+
+    class state:
+        name = "running"
+
+
+class _Ctx:
+    session_id, fence = "s-1", 4
+
+
+class _Handler:
+    async def advance(self, task: Any, ctx: Any) -> str:
+        return "advanced"
+
+
+async def test_a_sampler_that_ignores_parents_still_gets_every_span() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    with host_telemetry() as host:
+        host.tracer_provider.sampler = ALWAYS_ON  # no parent-based decision to rely on
+        rows = [Item("t.tool.send_email", b"{}", "s-1/4/0", {"traceparent": UNSAMPLED})]
+        with tracing.publish_spans(rows) as items:
+            assert items[0].headers is not None and items[0].headers["traceparent"] != UNSAMPLED
+        [span] = host.spans.get_finished_spans()
+        assert f"{span.context.trace_id:032x}" == PARENT[3:35]
+
+
+def test_an_unsampled_traceparent_is_read_from_the_header(otel: Any) -> None:
+    assert telemetry.tracer() is not None and state.follows_parent and state.attribute_free
+    assert telemetry.unsampled_header({"traceparent": UNSAMPLED})
+    assert not telemetry.unsampled_header({"traceparent": PARENT})
+    assert not telemetry.unsampled_header({"traceparent": "00-" + "0" * 32 + PARENT[35:-2]
+                                           + "00"})
+    assert not telemetry.unsampled_header({"traceparent": "garbage"})
+    assert not telemetry.unsampled_header(None)
+
+
 async def test_the_model_call_is_a_client_span_keeping_the_signature(otel: Any) -> None:
     import inspect
 
