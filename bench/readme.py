@@ -35,11 +35,13 @@ def render(summary: dict[str, Any], command: str) -> str:
     rows = summary["targets"]
     first = [r for r in rows if r.get("ratio_value") is not None]
     rest = [r for r in rows if r.get("ratio_value") is None]
+    load, cpus = env.get("loadavg_1m", float("nan")), env.get("cpus") or 1
+    shared = (" (a loaded machine: the absolute figures are pessimistic)"
+              if isinstance(cpus, int) and load > cpus / 2 else "")
     lines = [
         f"Measured by `{command}` on {env.get('cpus', '?')} CPUs ({env.get('platform', '?')}, "
         f"Python {env.get('python', '?')}), {env.get('time', '?')}, load average "
-        f"{env.get('loadavg_1m', float('nan')):.1f}: the machine was shared with other work "
-        f"while measuring, so absolute figures are pessimistic; the ratios are to baselines "
+        f"{load:.1f} as it started{shared}; the ratios are to baselines "
         f"measured in the same run (the raw Redis/NATS hop chain, a plain in-process loop "
         f"doing the same work with a JSONL log).",
         "",

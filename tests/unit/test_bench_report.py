@@ -25,7 +25,9 @@ def _summary(share: float, c1: float) -> dict[str, Any]:
 def test_readme_block_lists_ratios_first_with_command_and_machine() -> None:
     block = render(_summary(0.5, 3.0), "make bench")
     lines = block.splitlines()
-    assert "`make bench`" in lines[0] and "2 CPUs" in lines[0] and "shared" in lines[0]
+    assert "`make bench`" in lines[0] and "2 CPUs" in lines[0] and "loaded" in lines[0]
+    quiet = {**_summary(0.5, 3.0), "env": {**_summary(0.5, 3.0)["env"], "loadavg_1m": 0.2}}
+    assert "loaded" not in render(quiet, "make bench").splitlines()[0]
     rows = [line for line in lines if line.startswith("| ") and "figure" not in line]
     assert [r.split(" | ")[0] for r in rows] == ["| c=32 / plain", "| c=1 / plain",
                                                   "| takeover median"]
