@@ -154,7 +154,8 @@ class Watch:
             # A resume: replay the receipts up to the id silently, to know the entry count
             # and give the timeline its context (hops), then follow from there.
             before = await self.redis.xrange(self.sk.receipts, "-", self.after)
-            if not await self.redis.exists(self.sk.meta):
+            # A session no Brain opened yet is known by its receipts or its waiting request.
+            if not before and not await self.redis.exists(self.sk.meta, self.sk.inbox):
                 raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
                                 session_id=self.session_id)
             self._prime(before)

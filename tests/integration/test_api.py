@@ -223,3 +223,27 @@ async def test_an_open_api_serves_loopback_in_dev_only(settings: Settings) -> No
         assert twice.status_code == 200 and twice.json() == {**started.json(), "created": False}
         cancel = await http.post(f"/v1/sessions/{started.json()['session_id']}/cancel", json={})
         assert cancel.status_code == 200 and cancel.json()["status"] in ("requested", "pending")
+
+
+async def test_the_events_of_a_session_no_brain_opened_yet_keep_streaming(
+    settings: Settings,
+) -> None:
+    """A stream opened right after a submission, before any Brain took its request up (no
+    Brain runs here), follows the session instead of ending with "no session"."""
+    tokens = Tokens.load(host="127.0.0.1", dev=True, env={})
+    async with serving_api(settings, tokens) as url, \
+            httpx.AsyncClient(base_url=url, timeout=20) as http:
+        first = await http.post("/v1/submissions", json={"text": "one", "agent": "notices"},
+                                headers={"Idempotency-Key": "early-1"})
+        assert first.status_code == 201, first.text
+        sid = first.json()["submission"]["session_id"]
+        async with http.stream("GET", f"/v1/sessions/{sid}/events") as stream:
+            reader = SseReader(stream)
+            event, snapshot, _ = await reader.next()
+            assert event == "snapshot" and snapshot["session_id"] == sid
+            again = await http.post("/v1/submissions",
+                                    json={"text": "two", "agent": "notices", "session_id": sid},
+                                    headers={"Idempotency-Key": "early-2"})
+            assert again.status_code == 201, again.text
+            event, data, _ = await reader.next()
+            assert event == "receipt" and data["kind"] == "submit", (event, data)
