@@ -13,6 +13,7 @@ from baton.devkit.redis_cluster import RedisClusterServers
 from baton.devkit.servers import NatsServer, RedisServer
 from baton.errors import ServerBinaryMissing
 from baton.settings import Settings
+from baton.store.store import Store
 
 
 def _start_failed(exc: ServerBinaryMissing) -> NoReturn:
@@ -70,6 +71,16 @@ def settings(redis_server: RedisServer, nats_server: NatsServer) -> Settings:
         nats_url=nats_server.url,
         namespace="t" + uuid4().hex[:10],
     )
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[Store]:
+    """A :class:`Store` on ``settings``, closed after the test."""
+    s = await Store.connect(settings)
+    try:
+        yield s
+    finally:
+        await s.close()
 
 
 @pytest.fixture

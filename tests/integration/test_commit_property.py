@@ -14,7 +14,6 @@ import itertools
 import uuid
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -177,13 +176,6 @@ def _same(mem: SessionState, loaded: SessionState) -> None:
     assert mem.entry_count == loaded.entry_count
     tail = len(loaded.entries)
     assert list(mem.entries)[-tail:] == list(loaded.entries) if tail else True
-
-
-@pytest.fixture
-async def store(settings: Settings) -> Any:
-    s = await Store.connect(settings)
-    yield s
-    await s.close()
 
 
 # Function-scoped fixtures are fine here: the store is shared on purpose, and every example

@@ -9,7 +9,6 @@ import pytest
 
 from baton.errors import StaleFenceError
 from baton.models import Entry, Task
-from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import take_up
@@ -18,13 +17,6 @@ BRAIN = worker_ref("brain", "brain-a")
 BRAIN_B = worker_ref("brain", "brain-b")
 WAKE = "t.wake.notices.1"
 LEASE_MS = 60_000  # long: a second Brain gets in only because the lease was released
-
-
-@pytest.fixture
-async def store(settings: Settings):
-    s = await Store.connect(settings)
-    yield s
-    await s.close()
 
 
 async def _session(store: Store) -> str:

@@ -37,13 +37,6 @@ async def bus(settings: Settings) -> AsyncIterator[Bus]:
         yield b
 
 
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[Store]:
-    s = await Store.connect(settings)
-    yield s
-    await s.close()
-
-
 BAD_WAKES = {
     "malformed": b"{not json",
     "unknown schema": b'{"v": 9, "session_id": "s1"}',

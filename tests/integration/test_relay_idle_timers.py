@@ -4,6 +4,8 @@ nudge (a commit armed a timer) wakes it for timers armed earlier than that."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -42,23 +44,32 @@ def idle_settings(settings: Settings, **more: object) -> Settings:
                                        "timer_idle_tick_ms": NEVER_MS, **more})
 
 
-async def test_a_nudge_wakes_an_idle_relay_for_a_timer_armed_before_its_head(
-    bus: Bus, settings: Settings
-) -> None:
-    settings = idle_settings(settings)
-    wake = bus.wake_subject(AGENT, COMPAT)
+@asynccontextmanager
+async def sleeping_relay(bus: Bus, settings: Settings) -> AsyncIterator[tuple[Any, ...]]:
+    """An open session "s1" and a relay idling until its deadline (NEVER_MS ahead), the
+    session's submit wake consumed; yields (store, fence, relay, wakes, submit wakes), the
+    store set to nudge the relays as a Brain's does."""
     wakes = await wake_puller(bus)
     async with connected(settings) as store:
-        fence = await open_session(store, bus, "s1")  # its deadline: NEVER_MS ahead
+        fence = await open_session(store, bus, "s1")
         async with running(settings) as relay:
-            assert [loads(m.data)["reason"] for m in await collect(wakes, 1)] == ["submit"]
-            # Idle now: sleeping until the session's deadline (or the idle look), far out.
+            submitted = await collect(wakes, 1)
             await eventually(lambda: relay.timer_wait_s > 60, timeout=20,
                              message="relay idles until its next timer")
             store.timers_armed = TimerNudge(bus)
-            member = timer_member("task", "s1", "t1", wake)
-            await store.commit("s1", fence, Writes(timers_add={member: now_ms() + 100}), BRAIN)
-            fired = await collect(wakes, 1, timeout=20)
+            yield store, fence, relay, wakes, submitted
+
+
+async def test_a_nudge_wakes_an_idle_relay_for_a_timer_armed_before_its_head(
+    bus: Bus, settings: Settings
+) -> None:
+    wake = bus.wake_subject(AGENT, COMPAT)
+    async with sleeping_relay(bus, idle_settings(settings)) as (store, fence, relay, wakes,
+                                                                submitted):
+        assert [loads(m.data)["reason"] for m in submitted] == ["submit"]
+        member = timer_member("task", "s1", "t1", wake)
+        await store.commit("s1", fence, Writes(timers_add={member: now_ms() + 100}), BRAIN)
+        fired = await collect(wakes, 1, timeout=20)
     assert loads(fired[0].data)["reason"] == "timer:task"
     assert relay.timers_fired == 1
 
@@ -66,18 +77,10 @@ async def test_a_nudge_wakes_an_idle_relay_for_a_timer_armed_before_its_head(
 async def test_a_deadline_armed_while_the_relay_idles_still_wakes_the_session(
     bus: Bus, settings: Settings
 ) -> None:
-    settings = idle_settings(settings)
-    wakes = await wake_puller(bus)
-    async with connected(settings) as store:
-        fence = await open_session(store, bus, "s1")
-        async with running(settings) as relay:
-            await collect(wakes, 1)  # the submit's wake
-            await eventually(lambda: relay.timer_wait_s > 60, timeout=20,
-                             message="relay idles until its next timer")
-            store.timers_armed = TimerNudge(bus)
-            # A Brain's commit re-arms the progress deadline, much sooner than before.
-            await store.commit("s1", fence, Writes(deadline_ms=300), BRAIN)
-            fired = await collect(wakes, 1, timeout=20)
+    async with sleeping_relay(bus, idle_settings(settings)) as (store, fence, _, wakes, _):
+        # A Brain's commit re-arms the progress deadline, much sooner than before.
+        await store.commit("s1", fence, Writes(deadline_ms=300), BRAIN)
+        fired = await collect(wakes, 1, timeout=20)
     assert loads(fired[0].data)["reason"] == "timer:deadline"
 
 

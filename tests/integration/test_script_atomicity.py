@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from baton.errors import BatonError, ValidationError
 from baton.models import Entry, Task, ToolIntent, ToolResult
-from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import take_up
@@ -138,13 +137,6 @@ async def _content(store: Store, key: str) -> Any:
     if kind == "set":
         return kind, sorted(await r.smembers(key))
     return kind, await r.get(key) if kind == "string" else None
-
-
-@pytest.fixture
-async def store(settings: Settings) -> Any:
-    s = await Store.connect(settings)
-    yield s
-    await s.close()
 
 
 @settings(max_examples=300, deadline=None,

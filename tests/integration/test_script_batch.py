@@ -10,7 +10,6 @@ import pytest
 
 from baton.errors import StaleAttemptError
 from baton.models import Task, ToolIntent, ToolResult
-from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 
@@ -37,62 +36,50 @@ def _ok(intent: ToolIntent, attempt: int) -> ToolResult:
     return ToolResult(outcome="ok", output={"sent": intent.run_id}, attempt=attempt)
 
 
-async def test_claims_and_completes_of_one_turn_share_a_round_trip(settings: Settings) -> None:
-    store = await Store.connect(settings)
-    try:
-        sid, intents = await _dispatched(store, 4)
-        batch = store.runs.batch
-        before = batch.batches
-        claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
-        assert [c.status for c in claims] == ["claimed"] * 4
-        assert [c.intent for c in claims] == intents
-        assert batch.batches == before + 1  # four claims, one pipeline
-        # One stale complete among good ones: only its caller is refused.
-        results = await asyncio.gather(
-            *(store.runs.complete(sid, i, c.attempt + (1 if n == 1 else 0),
-                                  _ok(i, c.attempt), HANDS)
-              for n, (i, c) in enumerate(zip(intents, claims, strict=True))),
-            return_exceptions=True)
-        assert batch.batches == before + 2
-        assert isinstance(results[1], StaleAttemptError)
-        assert results[1].fields["current"] == claims[1].attempt
-        assert results[0] is False and results[2] is False and results[3] is False
-        # The group's last result wakes the Brain, alone or batched.
-        assert await store.runs.complete(sid, intents[1], claims[1].attempt,
-                                         _ok(intents[1], claims[1].attempt), HANDS) is True
-        state = await store.load(sid)
-        assert {r.status for r in state.runs.values()} == {"completed"}
-    finally:
-        await store.close()
+async def test_claims_and_completes_of_one_turn_share_a_round_trip(store: Store) -> None:
+    sid, intents = await _dispatched(store, 4)
+    batch = store.runs.batch
+    before = batch.batches
+    claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
+    assert [c.status for c in claims] == ["claimed"] * 4
+    assert [c.intent for c in claims] == intents
+    assert batch.batches == before + 1  # four claims, one pipeline
+    # One stale complete among good ones: only its caller is refused.
+    results = await asyncio.gather(
+        *(store.runs.complete(sid, i, c.attempt + (1 if n == 1 else 0),
+                              _ok(i, c.attempt), HANDS)
+          for n, (i, c) in enumerate(zip(intents, claims, strict=True))),
+        return_exceptions=True)
+    assert batch.batches == before + 2
+    assert isinstance(results[1], StaleAttemptError)
+    assert results[1].fields["current"] == claims[1].attempt
+    assert results[0] is False and results[2] is False and results[3] is False
+    # The group's last result wakes the Brain, alone or batched.
+    assert await store.runs.complete(sid, intents[1], claims[1].attempt,
+                                     _ok(intents[1], claims[1].attempt), HANDS) is True
+    state = await store.load(sid)
+    assert {r.status for r in state.runs.values()} == {"completed"}
 
 
 async def test_a_batch_after_the_server_lost_its_scripts_runs_each_once(
-    settings: Settings,
+    store: Store,
 ) -> None:
-    store = await Store.connect(settings)
-    try:
-        sid, intents = await _dispatched(store, 3)
-        await store.redis.script_flush()  # as after a restart: NOSCRIPT for the batch
-        claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
-        assert [(c.status, c.attempt) for c in claims] == [("claimed", 1)] * 3
-        run = await store.runs.get(sid, intents[0].run_id)
-        assert run is not None and run.attempt == 1  # not claimed twice
-    finally:
-        await store.close()
+    sid, intents = await _dispatched(store, 3)
+    await store.redis.script_flush()  # as after a restart: NOSCRIPT for the batch
+    claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
+    assert [(c.status, c.attempt) for c in claims] == [("claimed", 1)] * 3
+    run = await store.runs.get(sid, intents[0].run_id)
+    assert run is not None and run.attempt == 1  # not claimed twice
 
 
 async def test_a_caller_cancelled_while_batched_leaves_the_others_answered(
-    settings: Settings,
+    store: Store,
 ) -> None:
-    store = await Store.connect(settings)
-    try:
-        sid, intents = await _dispatched(store, 2)
-        first = asyncio.ensure_future(store.runs.claim(sid, intents[0].run_id, HANDS))
-        second = asyncio.ensure_future(store.runs.claim(sid, intents[1].run_id, HANDS))
-        await asyncio.sleep(0)  # both queued in this turn
-        first.cancel()
-        assert (await second).status == "claimed"
-        with pytest.raises(asyncio.CancelledError):
-            await first
-    finally:
-        await store.close()
+    sid, intents = await _dispatched(store, 2)
+    first = asyncio.ensure_future(store.runs.claim(sid, intents[0].run_id, HANDS))
+    second = asyncio.ensure_future(store.runs.claim(sid, intents[1].run_id, HANDS))
+    await asyncio.sleep(0)  # both queued in this turn
+    first.cancel()
+    assert (await second).status == "claimed"
+    with pytest.raises(asyncio.CancelledError):
+        await first

@@ -31,6 +31,12 @@ def _imported(*args: str, env: dict[str, str] | None = None) -> set[str]:
     return set(done.stderr.split())
 
 
+def _run(probe: str) -> subprocess.CompletedProcess[str]:
+    """``probe`` run by a fresh interpreter (its output captured as text)."""
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+
+
 def _heavy(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
 
@@ -73,8 +79,7 @@ def test_a_brain_or_relay_loads_without_aiohttp() -> None:
              "import baton.brain.worker, baton.relay.worker\n"
              "print('aiohttp' in sys.modules)\n"
              "import aiohttp  # still importable when a tool needs it\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = _run(probe)
     assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
@@ -90,6 +95,5 @@ def test_a_service_loads_its_libraries_without_their_unused_parts() -> None:
              "             if m in sys.modules))\n"
              "import rich.console, opentelemetry.sdk.trace, httpx, structlog  # noqa\n"
              "assert sys.modules['click'] is click\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = _run(probe)
     assert done.stdout.strip() == "['aiohttp']", done.stdout + done.stderr
