@@ -381,18 +381,7 @@ class Store:
         self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
     ) -> tuple[int, int]:
         """Apply a write-set atomically under the fence; returns (seq, entry count)."""
-        sk = self.keys.session(session_id)
-        args = writes.to_script()
-        # A commit may carry a record that embeds an input accepted up to the limit (the
-        # submission, rewritten as it runs and settles) beside the Brain's own output of
-        # the same bound, and the commit taking a request up carries its text twice (the
-        # entry and the submission) with its task: three times the input limit, so a
-        # submission at the limit completes.
-        self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
-        reply = await self.scripts.run(
-            "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
-        )
-        await self._timers_armed(writes)
+        reply = await self._commit(session_id, fence, writes, worker)
         return int(reply[0]), int(reply[1])
 
     @traced_commit
@@ -404,19 +393,26 @@ class Store:
         True when work arrived meanwhile and the lease was kept for another look)."""
         if writes.release_ttl_ms <= 0:
             raise ValueError("commit_and_release needs writes.release_ttl_ms > 0")
-        sk = self.keys.session(session_id)
-        args = writes.to_script()
-        self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
-        seq, count, kept = await self.scripts.run(
-            "commit", sk, [fence, worker.model_dump_json(), session_id, *args]
-        )
-        await self._timers_armed(writes)
+        seq, count, kept = await self._commit(session_id, fence, writes, worker)
         return int(seq), int(count), bool(kept)
 
-    async def _timers_armed(self, writes: Writes) -> None:
-        """Tell the relays (``timers_armed``) when a commit armed a timer or a deadline."""
+    async def _commit(
+        self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
+    ) -> Any:
+        """commit.lua's reply for ``writes``; then the relays are told (``timers_armed``)
+        when the commit armed a timer or a deadline."""
+        args = writes.to_script()
+        # A commit may carry a record that embeds an input accepted up to the limit (the
+        # submission, rewritten as it runs and settles) beside the Brain's own output of
+        # the same bound, and the commit taking a request up carries its text twice (the
+        # entry and the submission) with its task: three times the input limit, so a
+        # submission at the limit completes.
+        self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
+        reply = await self.scripts.run("commit", self.keys.session(session_id),
+                                       [fence, worker.model_dump_json(), session_id, *args])
         if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
             await self.timers_armed()
+        return reply
 
     async def save_partial(
         self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,
