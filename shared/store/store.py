@@ -175,7 +175,8 @@ class Store:
             created_ms=now,
         )
         entry = Entry(kind="user", text=text, submission_id=sub.id, task_id=task.id, ts_ms=now)
-        self.scripts.check_size(entry.to_json(), "input")
+        entry_json, sub_json = entry.to_json(), sub.to_json()
+        self.scripts.check_size(entry_json, "input")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
         receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
                                     "task_id": task.id}, "changes": {},
@@ -183,11 +184,13 @@ class Store:
         created, raw = await self.scripts.run(
             "submit",
             sk,
-            [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
-             entry.to_json(), task.id, task.to_json(), wake, worker.model_dump_json(), receipt,
+            [session_id, agent, compat, wake_subject, request_id, sub.id, sub_json,
+             entry_json, task.id, task.to_json(), wake, worker.model_dump_json(), receipt,
              dumps(headers or {}),
              hashlib.sha1(text.encode()).hexdigest()],
         )
+        if created and raw == sub_json:  # recorded now: the script answers what it was given
+            return sub, True
         return decode(Submission, raw), bool(created)
 
     @traced_submit("start")
@@ -258,6 +261,21 @@ class Store:
         if raw is None:
             raise not_found(f"submission {submission_id} in session {session_id}",
                             namespace=self.settings.namespace, session_id=session_id)
+        return decode(Submission, raw)
+
+    async def taken_up(self, submission: Submission) -> Submission | None:
+        """``submission`` as committed by a Brain, or None while its request still waits in
+        the inbox (read without decoding the request); ``NotFoundError`` when neither."""
+        sid = submission.session_id
+        sk = self.keys.session(sid)
+        raw = await self.redis.hget(sk.subs, submission.id)
+        if raw is None:
+            if await self.redis.hexists(sk.inbox, f"submit:{submission.request_id}"):
+                return None
+            raw = await self.redis.hget(sk.subs, submission.id)  # taken up in between
+        if raw is None:
+            raise not_found(f"submission {submission.id} in session {sid}",
+                            namespace=self.settings.namespace, session_id=sid)
         return decode(Submission, raw)
 
     async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
