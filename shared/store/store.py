@@ -271,14 +271,23 @@ class Store:
                             namespace=self.settings.namespace, session_id=session_id)
         return decode(Submission, raw)
 
-    async def taken_up(self, submission: Submission) -> Submission | None:
+    async def taken_up(self, submission: Submission, *, fresh: bool = False
+                       ) -> Submission | None:
         """``submission`` as committed by a Brain, or None while its request still waits in
-        the inbox (read without decoding the request); ``NotFoundError`` when neither."""
+        the inbox (read without decoding the request); ``NotFoundError`` when neither.
+
+        ``fresh``: just submitted, so most likely still waiting: the inbox is looked at
+        first (one round trip then). The commit that takes a request up deletes it from the
+        inbox and writes the submission atomically, so once the request is gone the
+        submission is there."""
         sid = submission.session_id
         sk = self.keys.session(sid)
+        request = f"submit:{submission.request_id}"
+        if fresh and await self.redis.hexists(sk.inbox, request):
+            return None
         raw = await self.redis.hget(sk.subs, submission.id)
-        if raw is None:
-            if await self.redis.hexists(sk.inbox, f"submit:{submission.request_id}"):
+        if raw is None and not fresh:
+            if await self.redis.hexists(sk.inbox, request):
                 return None
             raw = await self.redis.hget(sk.subs, submission.id)  # taken up in between
         if raw is None:
