@@ -16,6 +16,8 @@ from baton.store.state import SessionState
 from baton.store.store import Store, now_ms
 from baton.store.writes import Writes
 
+_LOG = get_logger("baton.brain")
+
 
 @dataclass
 class TaskContext:
@@ -31,7 +33,7 @@ class TaskContext:
     worker: WorkerRef
     faults: Faults
     models: dict[str, Any] = field(default_factory=dict)
-    log: Any = field(default_factory=lambda: get_logger("baton.brain"))
+    log: Any = field(default_factory=lambda: _LOG)  # resolved once, not once per pass
     commits: int = 0
     # Set by the scheduler: whether nothing will be runnable once a write-set is applied,
     # i.e. its commit is the pass's last, which then releases the lease in the same script.

@@ -55,7 +55,10 @@ async def consume_requests(ctx: TaskContext) -> None:
         return
     writes, taken, dropped = request_writes(ctx.state)
     _start_generation(writes, ctx)
-    ctx.log.info("requests_taken_up", taken=taken, dropped=dropped)
+    # Routine (nothing dropped) at DEBUG: the commit's receipt records what was taken up.
+    routine = not dropped and not ctx.settings.log_each_message
+    (ctx.log.debug if routine else ctx.log.info)("requests_taken_up", taken=taken,
+                                                  dropped=dropped)
     await ctx.commit(writes)
     ctx.state.requests = []
 

@@ -262,10 +262,20 @@ class Client:
 
     async def wait(self, submission: Submission, timeout: float = 60.0) -> Submission:  # noqa: ASYNC109
         """Wait until the submission settles (completed, failed or cancelled)."""
-        return await self._until(
-            submission.session_id,
-            lambda: self.store.submission(submission.session_id, submission.id),
-            lambda s: s.settled, timeout)
+        # While its request waits in the inbox it is not settled: nothing to decode then.
+        # The first read (right after the submit, as a rule) looks at the inbox first, the
+        # later ones (after a settled notification) at the submission first.
+        reads = 0
+
+        def read() -> Awaitable[Submission | None]:
+            nonlocal reads
+            reads += 1
+            return self.store.taken_up(submission, fresh=reads == 1 and not submission.settled)
+
+        settled = await self._until(submission.session_id, read,
+                                    lambda s: s is not None and s.settled, timeout)
+        assert settled is not None  # done() holds
+        return settled
 
     async def _until(
         self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],

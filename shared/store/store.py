@@ -118,6 +118,14 @@ class Store:
         #: Awaited after a commit that armed a timer or a deadline (a Brain's nudge to the
         #: relays, :class:`baton.bus.nudge.TimerNudge`); None: nobody to tell.
         self.timers_armed: Callable[[], Awaitable[None]] | None = None
+        self._worker_json: dict[WorkerRef, str] = {}
+
+    def _worker(self, worker: WorkerRef) -> str:
+        """The worker's JSON, serialised once per worker (in every lease and commit)."""
+        text = self._worker_json.get(worker)
+        if text is None:
+            text = self._worker_json[worker] = worker.model_dump_json()
+        return text
 
     @classmethod
     async def connect(cls, settings: Settings) -> Store:
@@ -175,7 +183,8 @@ class Store:
             created_ms=now,
         )
         entry = Entry(kind="user", text=text, submission_id=sub.id, task_id=task.id, ts_ms=now)
-        self.scripts.check_size(entry.to_json(), "input")
+        entry_json, sub_json = entry.to_json(), sub.to_json()
+        self.scripts.check_size(entry_json, "input")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "submit"})
         receipt = dumps({"detail": {"submission_id": sub.id, "request_id": request_id,
                                     "task_id": task.id}, "changes": {},
@@ -183,11 +192,13 @@ class Store:
         created, raw = await self.scripts.run(
             "submit",
             sk,
-            [session_id, agent, compat, wake_subject, request_id, sub.id, sub.to_json(),
-             entry.to_json(), task.id, task.to_json(), wake, worker.model_dump_json(), receipt,
+            [session_id, agent, compat, wake_subject, request_id, sub.id, sub_json,
+             entry_json, task.id, task.to_json(), wake, worker.model_dump_json(), receipt,
              dumps(headers or {}),
              hashlib.sha1(text.encode()).hexdigest()],
         )
+        if created and raw == sub_json:  # recorded now: the script answers what it was given
+            return sub, True
         return decode(Submission, raw), bool(created)
 
     @traced_submit("start")
@@ -260,6 +271,30 @@ class Store:
                             namespace=self.settings.namespace, session_id=session_id)
         return decode(Submission, raw)
 
+    async def taken_up(self, submission: Submission, *, fresh: bool = False
+                       ) -> Submission | None:
+        """``submission`` as committed by a Brain, or None while its request still waits in
+        the inbox (read without decoding the request); ``NotFoundError`` when neither.
+
+        ``fresh``: just submitted, so most likely still waiting: the inbox is looked at
+        first (one round trip then). The commit that takes a request up deletes it from the
+        inbox and writes the submission atomically, so once the request is gone the
+        submission is there."""
+        sid = submission.session_id
+        sk = self.keys.session(sid)
+        request = f"submit:{submission.request_id}"
+        if fresh and await self.redis.hexists(sk.inbox, request):
+            return None
+        raw = await self.redis.hget(sk.subs, submission.id)
+        if raw is None and not fresh:
+            if await self.redis.hexists(sk.inbox, request):
+                return None
+            raw = await self.redis.hget(sk.subs, submission.id)  # taken up in between
+        if raw is None:
+            raise not_found(f"submission {submission.id} in session {sid}",
+                            namespace=self.settings.namespace, session_id=sid)
+        return decode(Submission, raw)
+
     async def submission_for_request(self, session_id: str, request_id: str) -> Submission | None:
         sk = self.keys.session(session_id)
         # Both in one transaction: a Brain taking the request up between two separate reads
@@ -327,7 +362,7 @@ class Store:
         so it holds everything the new fence holder may build on.
         """
         sk = self.keys.session(session_id)
-        args = [worker.name, ttl_ms, worker.model_dump_json(), _carrier_arg(carrier)]
+        args = [worker.name, ttl_ms, self._worker(worker), _carrier_arg(carrier)]
         if not self.scripts.replicated("acquire"):
             # The script reads the state itself (one command, no MULTI/EXEC around it); a
             # replicated acquire records its reply for a retry, so it reads after the WAIT.
@@ -409,7 +444,7 @@ class Store:
         # submission at the limit completes.
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
         reply = await self.scripts.run("commit", self.keys.session(session_id),
-                                       [fence, worker.model_dump_json(), session_id, *args])
+                                       [fence, self._worker(worker), session_id, *args])
         if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
             await self.timers_armed()
         return reply

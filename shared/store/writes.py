@@ -90,7 +90,7 @@ class Writes:
         """The arguments commit.lua reads after the fence, worker and session (its header)."""
         receipt = {
             "kind": self.kind,
-            "marks": [m.model_dump() for m in self.marks()],
+            "marks": [{"run_id": r, "mark": "applied", "attempt": 0} for r in self.applied],
             "changes": self.changes(),
             "detail": self.detail,
             "trace": self.trace,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from baton.receipts import CommitDetail
 from tests.crash.conftest import FIVE_NOTICES, Opener
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(90)]
@@ -25,13 +26,13 @@ async def test_a_submission_waits_for_a_brain_killed_before_taking_it_up(
     sk = c.store.keys.session(sub.session_id)
     assert await c.store.redis.hexists(sk.inbox, f"submit:{sub.request_id}")  # not lost
     assert not await c.store.redis.exists(sk.entries)  # nothing written for it yet
-    clean = await c.replace(armed.name)
+    await c.replace(armed.name)
     final = await c.settle(sub)
     assert final.status == "completed", final
     assert not await c.store.redis.exists(sk.inbox)  # taken up ...
-    taken = [e for e in c.events(clean.name, "requests_taken_up") if e["taken"]]
-    assert [e["taken"] for e in taken] == [[sub.request_id]]  # ... once
-    assert not c.events(armed.name, "requests_taken_up")
+    taken = [r for r in await c.store.receipts(sub.session_id)
+             if isinstance(r.detail, CommitDetail) and r.detail.step == "requests"]
+    assert len(taken) == 1, taken  # ... once
     entries = await c.store.entries(sub.session_id)
     assert [e.text for e in entries if e.kind == "user"] == [FIVE_NOTICES]
     stats = await c.stats()

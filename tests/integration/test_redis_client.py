@@ -1,5 +1,6 @@
 """The Redis client's connections: a connection closed while a command is being written
-is a ConnectionError (retryable, "Redis is down"), never a raw AttributeError.
+is a ConnectionError (retryable, "Redis is down"), never a raw AttributeError; script calls
+take the pool's short way and behave as through redis-py's generic path.
 
 The race is made deterministic: the connection is disconnected (as another task or a peer
 reset would) right after its health check, between redis-py's "is it connected?" check and
@@ -8,11 +9,13 @@ its write, which is where the race happens in a live process.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from baton.settings import Settings
 from baton.store.redis_client import REDIS_ERRORS, SafeConnection, connect_redis
@@ -56,5 +59,43 @@ async def test_cluster_nodes_use_safe_connections(redis_cluster: Any) -> None:
         await client.ping()
         nodes = client.get_nodes()
         assert nodes and all(n.connection_class is SafeConnection for n in nodes)
+    finally:
+        await client.aclose()
+
+
+async def test_script_calls_share_a_small_pool_and_survive_a_killed_connection(
+    settings: Settings,
+) -> None:
+    """Script calls take pooled connections directly while one is idle and wait for one
+    otherwise; a script's error leaves its connection usable, a killed one is dropped, and
+    every connection goes back to the pool."""
+    client: Any = connect_redis(settings.model_copy(update={"redis_max_connections": 4}))
+    try:
+        echo = client.register_script("return ARGV[1]")
+        failing = client.register_script("return redis.error_reply('refused')")
+        replies = await asyncio.gather(*(echo(keys=["k"], args=[str(i)]) for i in range(40)))
+        assert replies == [str(i) for i in range(40)]  # 40 calls on at most 4 connections
+        pool = client.connection_pool
+        assert not pool._in_use_connections and len(pool._available_connections) <= 4
+        with pytest.raises(ResponseError, match="refused"):
+            await failing(keys=["k"], args=[])
+        assert await echo(keys=["k"], args=["after an error"]) == "after an error"
+        killer: Any = connect_redis(settings)
+        try:
+            await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        finally:
+            await killer.aclose()
+        # A call on a killed connection not yet seen closed fails as a connection error (as
+        # it always did) and drops that connection; the pool's other ones are reused.
+        answers = []
+        for _ in range(5):
+            try:
+                answers.append(await echo(keys=["k"], args=["after a kill"]))
+                break
+            except RedisConnectionError:
+                continue
+        assert answers == ["after a kill"]
+        assert await client.ping()
+        assert not pool._in_use_connections
     finally:
         await client.aclose()

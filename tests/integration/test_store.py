@@ -93,6 +93,20 @@ async def test_racing_submissions_with_one_request_id_make_one_submission(store:
     assert state.entry_count == 1 and len(state.submissions) == 1
 
 
+async def test_a_waiter_reads_a_submission_only_once_a_brain_took_it_up(store: Store) -> None:
+    sub, created = await submit(store, "w1", take=False)
+    assert created and sub == await store.submission("w1", sub.id)  # the script's own echo
+    for fresh in (True, False):  # the inbox looked at first, or the submissions
+        assert await store.taken_up(sub, fresh=fresh) is None  # its request waits
+    await take_up(store, "w1", BRAIN)
+    committed = await store.submission("w1", sub.id)
+    gone = sub.model_copy(update={"id": "sub-unknown", "request_id": "unknown"})
+    for fresh in (True, False):
+        assert await store.taken_up(sub, fresh=fresh) == committed
+        with pytest.raises(NotFoundError):
+            await store.taken_up(gone, fresh=fresh)
+
+
 async def test_session_of_another_agent_is_refused(store: Store) -> None:
     await submit(store, "s2")
     task = Task(id="t2", kind="generation", owner="s2")
