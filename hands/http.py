@@ -91,13 +91,13 @@ class CookielessTransport(httpx.AsyncBaseTransport):
 
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self._ssl = httpx.create_ssl_context()  # httpx's CA bundle; loaded now, not mid-call
         self._urls: dict[str, yarl.URL] = {}
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
 
     def _open(self) -> aiohttp.ClientSession:  # in the loop: aiohttp wants one running
-        # aiohttp's default pool size (100 connections); httpx's CA bundle.
-        connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S,
-                                         ssl=httpx.create_ssl_context())
+        # aiohttp's default pool size (100 connections)
+        connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S, ssl=self._ssl)
         self._session = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
         )
