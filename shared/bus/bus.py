@@ -28,6 +28,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -84,6 +85,29 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+def _take_queued_at_once(sub: Subscription) -> None:
+    """Let ``sub.next_msg`` return a message already queued without waiting for it.
+
+    nats-py's fetch takes the messages of a batch one ``next_msg`` at a time, and each runs
+    in two tasks of its own (its timed get, and asyncio.wait_for's on Python 3.11), a loop
+    turn or more per message even when the whole batch arrived in one read. A message in
+    the queue is taken as nats-py's own ``next_msg`` takes it (its size off the pending
+    count, marked done); an empty queue waits the library's way.
+    """
+    waiting = sub.next_msg
+    queue = sub._pending_queue
+
+    async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109
+        if queue.empty() or sub._conn.is_closed:
+            return await waiting(timeout)
+        msg = queue.get_nowait()
+        sub._pending_size -= len(msg.data)
+        queue.task_done()
+        return msg
+
+    sub.next_msg = next_msg  # type: ignore[method-assign]
+
+
 class Puller:
     """A pull subscription bound to one durable consumer.
 
@@ -98,6 +122,7 @@ class Puller:
         self._sub = sub
         self._bus = bus
         self._next = next_subject
+        _take_queued_at_once(sub._sub)
 
     async def fetch(self, batch: int, timeout: float,  # noqa: ASYNC109
                     stop: asyncio.Event | None = None) -> list[Msg]:
