@@ -151,7 +151,8 @@ class _ClosedWhileWriting:
     async def _send_within(self, command: Any, check_health: bool) -> None:
         """redis-py's write of a command with its socket timeout, the same errors, under
         ``asyncio.timeout``: redis-py's ``asyncio.wait_for`` runs every write in a task of
-        its own on Python 3.11 (a task, a timer and a loop turn per command)."""
+        its own on Python 3.11 (a task, a timer and a loop turn per command). A write the
+        socket took whole leaves nothing to wait for: no timer then."""
         if check_health:
             await self.check_health()  # type: ignore[attr-defined]
         if isinstance(command, str):
@@ -159,9 +160,13 @@ class _ClosedWhileWriting:
         if isinstance(command, bytes):
             command = [command]
         try:
-            async with asyncio.timeout(self.socket_timeout):
-                self._writer.writelines(command)
-                await self._writer.drain()
+            writer = self._writer
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size():  # only then may the drain wait
+                async with asyncio.timeout(self.socket_timeout):
+                    await writer.drain()
+            else:
+                await writer.drain()  # at once; raises if the connection broke
         except TimeoutError:
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise RedisTimeoutError("Timeout writing to socket") from None
