@@ -25,7 +25,7 @@ from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exception
 from baton.errors import ConfigError
 from baton.hands.retries import RetryTransport
 
-__all__ = ["CookielessClient", "http_client"]
+__all__ = ["CookielessClient", "CookielessTransport", "http_client"]
 
 #: How many parsed URLs a client keeps; past it the cache starts again (URLs that vary per
 #: call, e.g. with an id in the path, must not grow it without bound).
