@@ -120,9 +120,9 @@ def _take_queued_at_once(sub: Subscription) -> None:
     count, marked done); an empty queue waits the library's way.
     """
     waiting = sub.next_msg
-    queue = sub._pending_queue
 
     async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109
+        queue = sub._pending_queue
         if queue.empty() or sub._conn.is_closed:
             return await waiting(timeout)
         msg = queue.get_nowait()
