@@ -2,7 +2,8 @@
 
 No Brain, Hands or Relay, no Redis or NATS: one coroutine per session plays the model turn
 (the addresses are read from the text), sends the five mails in parallel to the same mail
-service with an ``Idempotency-Key`` each (httpx over aiohttp, as Hands send), writes one JSON
+service with an ``Idempotency-Key`` each (through the client the Hands give their tools,
+:func:`baton.hands.http.http_client`, built the same way, as ``send_email`` sends), writes one JSON
 line per step to a log file (written and flushed, not fsync'd: the bench stack's servers do
 not fsync either) and ends with the summary turn. It is what the system's figures are
 divided by (ratios hold on any machine), measured on the same mail service in the same run.
@@ -18,11 +19,11 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 
 from baton.bench.common import Row, Run, concurrent
+from baton.hands.http import http_client
+from baton.settings import Settings
 
 __all__ = ["PlainLoop", "measure"]
 
@@ -33,10 +34,8 @@ class PlainLoop:
     """Sessions of the five-notice workload, in this process."""
 
     def __init__(self, mail_url: str, log: IO[bytes]) -> None:
-        self.http = httpx.AsyncClient(
-            base_url=mail_url, timeout=30.0,
-            transport=AiohttpTransport(limits=httpx.Limits(max_connections=None,
-                                                           max_keepalive_connections=256)))
+        self.http = http_client(Settings.model_fields["connect_timeout_s"].default)
+        self.send_url = f"{mail_url}/send"
         self.log = log
 
     def _step(self, **line: Any) -> None:
@@ -45,7 +44,7 @@ class PlainLoop:
 
     async def _send(self, session: str, k: int, to: str) -> dict[str, Any]:
         response = await self.http.post(
-            "/send", json={"to": to, "subject": "Notice", "body": "The approved notice."},
+            self.send_url, json={"to": to, "subject": "Notice", "body": "The approved notice."},
             headers={"Idempotency-Key": f"{session}-{k}"})
         response.raise_for_status()
         result: dict[str, Any] = response.json()

@@ -1,26 +1,160 @@
-"""The Hands' shared HTTP client: httpx's API over aiohttp's connection pool.
+"""The Hands' shared HTTP client: httpx's API over aiohttp's connection pool, keeping no cookies.
 
 httpcore's pool scans every connection per request, about 5x the CPU per call at 32 calls
 in flight, hence aiohttp underneath. It is imported here, when the worker builds its client
 before serving: a first request must never wait for an import (it would stall the event
 loop, and with it the heartbeats of the messages in hand).
+
+One client serves every tool call of every session, so it must keep nothing one call
+received for another: a cookie a server set in answer to one session's request would be
+sent with the next session's requests to that server. Neither httpx's jar nor aiohttp's
+keeps any here (a tool that needs a cookie passes it with its request). The parsed form of
+the URLs tools send to is kept (a few hundred at most): a tool sending to the same endpoint
+for every call parses it once, not twice per request.
 """
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
+import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
+import yarl
+from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
+from baton.errors import ConfigError
 from baton.hands.retries import RetryTransport
-from baton.settings import Settings
 
-__all__ = ["http_client"]
+__all__ = ["CookielessClient", "CookielessTransport", "http_client"]
+
+#: How many parsed URLs a client keeps; past it the cache starts again (URLs that vary per
+#: call, e.g. with an id in the path, must not grow it without bound).
+URL_CACHE_SIZE = 256
+#: Idle keep-alive connections are closed after this long.
+KEEPALIVE_S = 5.0
+_NO_COOKIES = "the shared tool client keeps no cookies; pass them with the request"
 
 
-def http_client(settings: Settings) -> httpx.AsyncClient:
-    """The client tools get as ``ctx.http``: re-sends only what provably never left."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(30.0, connect=settings.connect_timeout_s),
-        transport=RetryTransport(AiohttpTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))),
+class _NoCookies(httpx.Cookies):
+    """A cookie store that stays empty: nothing a response sets is kept."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+    def set(self, name: str, value: str, domain: str = "", path: str = "/") -> NoReturn:
+        raise ConfigError(_NO_COOKIES)
+
+    def __setitem__(self, name: str, value: str) -> NoReturn:
+        raise ConfigError(_NO_COOKIES)
+
+    def update(self, cookies: Any = None) -> NoReturn:  # type: ignore[override]
+        raise ConfigError(_NO_COOKIES)
+
+
+class CookielessClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` shared by many sessions: it keeps no cookies (see the module
+    docstring) and parses a URL it sent to before only once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if kwargs.get("cookies"):
+            raise ConfigError(_NO_COOKIES)
+        super().__init__(**kwargs)
+        self._cookies = _NoCookies()
+        self._urls: dict[str, httpx.URL] = {}
+        self._urls_base = self._base_url
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._cookies
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> NoReturn:
+        raise ConfigError(_NO_COOKIES)
+
+    def _merge_url(self, url: httpx.URL | str) -> httpx.URL:
+        if not isinstance(url, str):
+            return super()._merge_url(url)
+        if self._urls_base is not self._base_url:  # base_url was set: merged URLs differ
+            self._urls.clear()
+            self._urls_base = self._base_url
+        merged = self._urls.get(url)
+        if merged is None:
+            merged = super()._merge_url(url)  # an httpx.URL never changes once made
+            if len(self._urls) >= URL_CACHE_SIZE:
+                self._urls.clear()
+            self._urls[url] = merged
+        return merged
+
+
+class CookielessTransport(httpx.AsyncBaseTransport):
+    """httpx requests sent through one aiohttp session that keeps no cookies."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._ssl = httpx.create_ssl_context()  # httpx's CA bundle; loaded now, not mid-call
+        self._urls: dict[str, yarl.URL] = {}
+        self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
+
+    def _open(self) -> aiohttp.ClientSession:  # in the loop: aiohttp wants one running
+        # aiohttp's default pool size (100 connections)
+        connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S, ssl=self._ssl)
+        self._session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+        )
+        return self._session
+
+    def _url(self, url: httpx.URL) -> yarl.URL:
+        text = str(url)
+        parsed = self._urls.get(text)
+        if parsed is None:
+            parsed = yarl.URL(text, encoded=True)  # httpx sends it percent-encoded already
+            if len(self._urls) >= URL_CACHE_SIZE:
+                self._urls.clear()
+            self._urls[text] = parsed
+        return parsed
+
+    def _timeout(self, timeout: dict[str, float | None]) -> aiohttp.ClientTimeout:
+        key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
+        found = self._timeouts.get(key)
+        if found is None:
+            if len(self._timeouts) >= URL_CACHE_SIZE:
+                self._timeouts.clear()
+            found = self._timeouts[key] = aiohttp.ClientTimeout(
+                sock_connect=key[0], sock_read=key[1], connect=key[2])
+        return found
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        session = self._session or self._open()
+        with map_aiohttp_exceptions():
+            data: bytes | httpx.AsyncByteStream | None
+            try:
+                data = request.content or None
+            except httpx.RequestNotRead:
+                data = request.stream  # type: ignore[assignment]
+                request.headers.pop("transfer-encoding", None)  # aiohttp chunks it
+            response = await session.request(
+                request.method, self._url(request.url), headers=request.headers, data=data,
+                allow_redirects=False, compress=False,
+                timeout=self._timeout(request.extensions.get("timeout", {})),
+                server_hostname=request.extensions.get("sni_hostname"),
+            ).__aenter__()
+        extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode()
+        return httpx.Response(
+            status_code=response.status, headers=response.raw_headers,
+            stream=AiohttpResponseStream(response), request=request, extensions=extensions,
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def http_client(connect_timeout_s: float, **kwargs: Any) -> httpx.AsyncClient:
+    """The client tools get as ``ctx.http``: re-sends only what provably never left, keeps
+    no cookies. The plain-loop baseline of the benchmarks sends through the same one."""
+    return CookielessClient(
+        timeout=httpx.Timeout(30.0, connect=connect_timeout_s),
+        transport=RetryTransport(CookielessTransport()), **kwargs,
     )

@@ -154,7 +154,7 @@ class HandsWorker(Service):
             epoch = await self.connect("redis",
                                        lambda: StoreEpoch.establish(store.redis, store.keys))
             self.bus = await self.connect("nats", lambda: Bus.connect(s, self.name, self.role))
-            self.http = http_client(s)
+            self.http = http_client(s.connect_timeout_s)
             if self.app.mcp:
                 await self._discover_mcp()
             self.execution = ToolExecution(s, self.tools, self.store.runs, self.worker, self.http)
@@ -230,17 +230,18 @@ class HandsWorker(Service):
         """Handle one tool message; never raises (except cancellation)."""
         started = time.monotonic()
         delivery = delivery_count(msg)
-        bind(worker=self.name, delivery=delivery)
         done = Handled()
         try:
             try:
                 dispatch = decode(ToolDispatch, msg.data)
             except ValidationError as exc:
+                bind(worker=self.name, delivery=delivery)
                 done.outcome = "dead_letter"
                 await self._dead_letter(msg, str(exc), delivery)
                 await _settle(msg.term())
                 return
-            bind(session_id=dispatch.session_id, run_id=dispatch.run_id, tool=dispatch.tool)
+            bind(worker=self.name, delivery=delivery, session_id=dispatch.session_id,
+                 run_id=dispatch.run_id, tool=dispatch.tool)  # one bind: it copies the context
             mismatch = self._misaddressed(msg.subject, dispatch)
             if mismatch:
                 done.outcome = "dead_letter"

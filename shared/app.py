@@ -42,7 +42,8 @@ NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 @dataclass
 class ToolContext:
-    """What a running tool may use: its identity, settings, a shared HTTP client."""
+    """What a running tool may use: its identity, settings, a shared HTTP client (shared by
+    every session's calls, so it keeps no cookies: pass one with the request that needs it)."""
 
     session_id: str
     run_id: str

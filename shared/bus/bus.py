@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -28,6 +29,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -84,6 +86,53 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+_WHITESPACE = re.compile(r"\s")  # what str.isspace() finds, in one scan
+
+
+def parse_header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's parsing of a message's header block (``Client._parse_header_lines``), with
+    the same result: a name holding whitespace is dropped by one regex scan instead of a
+    generator step per character, the most of what parsing a message's headers cost."""
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if _WHITESPACE.search(key):
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+def _take_queued_at_once(sub: Subscription) -> None:
+    """Let ``sub.next_msg`` return a message already queued without waiting for it.
+
+    nats-py's fetch takes the messages of a batch one ``next_msg`` at a time, and each runs
+    in two tasks of its own (its timed get, and asyncio.wait_for's on Python 3.11), a loop
+    turn or more per message even when the whole batch arrived in one read. A message in
+    the queue is taken as nats-py's own ``next_msg`` takes it (its size off the pending
+    count, marked done); an empty queue waits the library's way.
+    """
+    waiting = sub.next_msg
+
+    async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109
+        queue = sub._pending_queue
+        if queue.empty() or sub._conn.is_closed:
+            return await waiting(timeout)
+        msg = queue.get_nowait()
+        sub._pending_size -= len(msg.data)
+        queue.task_done()
+        return msg
+
+    sub.next_msg = next_msg  # type: ignore[method-assign]
+
+
 class Puller:
     """A pull subscription bound to one durable consumer.
 
@@ -98,6 +147,7 @@ class Puller:
         self._sub = sub
         self._bus = bus
         self._next = next_subject
+        _take_queued_at_once(sub._sub)
 
     async def fetch(self, batch: int, timeout: float,  # noqa: ASYNC109
                     stop: asyncio.Event | None = None) -> list[Msg]:
@@ -166,6 +216,7 @@ class Bus:
         raise :class:`CredentialsError`.
         """
         nc = Client()
+        nc._parse_header_lines = parse_header_lines  # type: ignore[method-assign]
         last_error: list[BaseException] = []
         denials = _Denials()
         user = settings.nats_user or role

@@ -30,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.errors import ConfigError
 from baton.settings import Settings
@@ -108,6 +109,8 @@ class _ClosedWhileWriting:
 
     _writer: Any
     encoder: Any
+    socket_timeout: float | None
+    is_connected: bool
 
     def pack_command(self, *args: Any) -> list[bytes]:
         """redis-py's packing of one command, in one join for the usual arguments (a one-word
@@ -144,13 +147,47 @@ class _ClosedWhileWriting:
                 return
             command = []  # queued or failed: redis-py's drain (with its timeout) tells which
         try:
-            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+            if self.socket_timeout and self.is_connected:
+                await self._send_within(command, check_health)
+            else:
+                await super().send_packed_command(command, check_health)  # type: ignore[misc]
         except (AttributeError, TypeError) as exc:
             writer = self._writer
             if writer is not None and not writer.transport.is_closing():
                 raise
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise RedisConnectionError(f"connection closed while writing: {exc!r}") from None
+
+    async def _send_within(self, command: Any, check_health: bool) -> None:
+        """redis-py's write of a command with its socket timeout, the same errors, under
+        ``asyncio.timeout``: redis-py's ``asyncio.wait_for`` runs every write in a task of
+        its own on Python 3.11 (a task, a timer and a loop turn per command). A write the
+        socket took whole leaves nothing to wait for: no timer then."""
+        if check_health:
+            await self.check_health()  # type: ignore[attr-defined]
+        if isinstance(command, str):
+            command = command.encode()
+        if isinstance(command, bytes):
+            command = [command]
+        try:
+            writer = self._writer
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size():  # only then may the drain wait
+                async with asyncio.timeout(self.socket_timeout):
+                    await writer.drain()
+            else:
+                await writer.drain()  # at once; raises if the connection broke
+        except TimeoutError:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as e:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            err_no, errmsg = ("UNKNOWN", e.args[0]) if len(e.args) == 1 else e.args[:2]
+            raise RedisConnectionError(
+                f"Error {err_no} while writing to socket. {errmsg}.") from e
+        except BaseException:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise
 
 
     def _health_check_due(self) -> bool:

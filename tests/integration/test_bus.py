@@ -97,6 +97,24 @@ async def test_republish_with_same_msg_id_is_deduplicated(bus: Bus) -> None:
     await puller.close()
 
 
+async def test_a_batch_is_fetched_whole_and_in_order(bus: Bus) -> None:
+    # The messages after a batch's first are taken from the subscription's queue at once.
+    durable = await _tool_consumer(bus, "echo")
+    subject = bus.tool_subject("echo")
+    for i in range(6):
+        assert await bus.publish(subject, b"m%d" % i, msg_id=f"row-{i}") is True
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    msgs = await puller.fetch(4, 1.0)
+    msgs += await puller.fetch(10, 1.0)
+    assert [m.data for m in msgs] == [b"m%d" % i for i in range(6)]
+    sub = puller._sub._sub
+    assert sub._pending_size == 0 and sub._pending_queue.empty()
+    for m in msgs:
+        await m.ack()
+    assert await puller.fetch(10, 0.2) == []
+    await puller.close()
+
+
 async def test_publish_many_reports_duplicates(bus: Bus) -> None:
     subject = bus.tool_subject("echo")
     await bus.publish(subject, b"x", msg_id="r1")
