@@ -136,16 +136,6 @@ class _ClosedWhileWriting:
         return [b"".join(out)]
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        writer = self._writer
-        if (writer is not None and type(command) is list and not writer.transport.is_closing()
-                and not (check_health and self._health_check_due())):
-            # redis-py writes under asyncio.wait_for, a task per command; a connected socket
-            # with an empty buffer takes a command at once, with nothing to wait for.
-            writer.writelines(command)
-            transport = writer.transport
-            if not transport.is_closing() and not transport.get_write_buffer_size():
-                return
-            command = []  # queued or failed: redis-py's drain (with its timeout) tells which
         try:
             if self.socket_timeout and self.is_connected:
                 await self._send_within(command, check_health)
@@ -161,9 +151,10 @@ class _ClosedWhileWriting:
     async def _send_within(self, command: Any, check_health: bool) -> None:
         """redis-py's write of a command with its socket timeout, the same errors, under
         ``asyncio.timeout``: redis-py's ``asyncio.wait_for`` runs every write in a task of
-        its own on Python 3.11 (a task, a timer and a loop turn per command). A write the
-        socket took whole leaves nothing to wait for: no timer then."""
-        if check_health:
+        its own on Python 3.11 (a task, a timer and a loop turn per command). A connected
+        socket with an empty buffer takes a command at once: nothing to wait for, no timer;
+        only a write the socket did not take whole is drained, within the timeout."""
+        if check_health and self._health_check_due():
             await self.check_health()  # type: ignore[attr-defined]
         if isinstance(command, str):
             command = command.encode()
@@ -172,11 +163,12 @@ class _ClosedWhileWriting:
         try:
             writer = self._writer
             writer.writelines(command)
-            if writer.transport.get_write_buffer_size():  # only then may the drain wait
+            transport = writer.transport
+            if transport.get_write_buffer_size():  # only then may the drain wait
                 async with asyncio.timeout(self.socket_timeout):
                     await writer.drain()
-            else:
-                await writer.drain()  # at once; raises if the connection broke
+            elif transport.is_closing():
+                await writer.drain()  # raises for the broken connection
         except TimeoutError:
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise RedisTimeoutError("Timeout writing to socket") from None
@@ -188,7 +180,6 @@ class _ClosedWhileWriting:
         except BaseException:
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise
-
 
     def _health_check_due(self) -> bool:
         interval = getattr(self, "health_check_interval", 0)
