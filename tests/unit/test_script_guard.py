@@ -27,4 +27,15 @@ def test_keys_named_only_for_acl_checks_are_not_checked() -> None:
 def test_every_script_checks_its_applied_record_and_ships_its_guard() -> None:
     for name in SESSION_SCRIPTS:
         assert "applied" in guarded_keys(name), name
-        assert "local GUARDED = {" in source(name), name
+        assert "local function corrupt_refusal(with_applied)" in source(name), name
+        assert "wrong_type(K_APPLIED, 'applied', 'hash')" in source(name), name
+
+
+def test_a_script_gets_only_the_definitions_it_uses() -> None:
+    claim = source("claim", acl_checks=False)
+    assert "local K_RUNS = " in claim and "local function now_ms()" in claim
+    # claim never touches the entries, the timers nor a session's meta
+    assert "local K_ENTRIES" not in claim and "set_deadline" not in claim
+    assert "meta_refusal" not in claim
+    # commit's guard checks meta's fields as well as its type
+    assert "meta_refusal()" in source("commit")

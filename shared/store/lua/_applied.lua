@@ -14,8 +14,7 @@ A retry in doubt (its replica acknowledgement timed out) carries the same commit
 retried submit, commit, claim or complete applies at most once.
 ]==]
 -- Without a commit id the applied hash is never touched: its type cannot fail this call.
-if ARGV[1] == '' then GUARDED.applied = nil end
-local corrupt = corrupt_refusal()  -- before anything, replies recorded or not
+local corrupt = corrupt_refusal(ARGV[1] ~= '')  -- before anything, replies recorded or not
 if corrupt then return corrupt end
 local COMMIT_ID = ARGV[1]
 local argv = {}
