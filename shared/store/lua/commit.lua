@@ -309,43 +309,59 @@ end
 if #applied > 0 then
   local brain_fields = {}
   for i, f in ipairs(BRAIN_RUN_FIELDS) do brain_fields[f] = i end
-  for _, a in ipairs(applied) do
-    local names = {}
-    for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
+  local nf, nb, status_at = #RUN_FIELDS, #BRAIN_RUN_FIELDS + 1, brain_fields['status'] + 1
+  local finished, order = {}, {}  -- the groups of the applied runs, each once
+  -- the records of up to 50 runs per command (a command's arguments are a Lua stack's)
+  for first = 1, #applied, 50 do
+    local last = math.min(first + 49, #applied)
+    local names, own_names = {}, {}
+    for j = first, last do
+      local a, v0, o0 = applied[j], (j - first) * nf, (j - first) * nb
+      for i, f in ipairs(RUN_FIELDS) do names[v0 + i] = a .. '.' .. f end
+      own_names[o0 + 1] = a
+      for i, f in ipairs(BRAIN_RUN_FIELDS) do own_names[o0 + i + 1] = a .. '.' .. f end
+    end
     local vals = redis.call('HMGET', K_RUNS, unpack(names))
-    local own_names = {a}
-    for i, f in ipairs(BRAIN_RUN_FIELDS) do own_names[i + 1] = a .. '.' .. f end
     local own = redis.call('HMGET', K_INTENTS, unpack(own_names))
-    -- an ending decided without the Hands (own status 'completed') keeps its own result
-    local ended = own[brain_fields['status'] + 1] == 'completed'
     local moved = {}
-    for i, f in ipairs(RUN_FIELDS) do
-      local v = vals[i]
-      local b = brain_fields[f]
-      if f == 'intent' then
-        v = own[1]
-      elseif b and (ended or (f ~= 'status' and f ~= 'result' and f ~= 'completed')) then
-        v = own[b + 1]
-      elseif b and not v then
-        v = own[b + 1]
+    for j = first, last do
+      local a, v0, o0 = applied[j], (j - first) * nf, (j - first) * nb
+      -- an ending decided without the Hands (own status 'completed') keeps its own result
+      local ended = own[o0 + status_at] == 'completed'
+      moved[#moved + 1] = a .. '.applied'
+      moved[#moved + 1] = now
+      for i, f in ipairs(RUN_FIELDS) do
+        local v = vals[v0 + i]
+        local b = brain_fields[f]
+        if f == 'intent' then
+          v = own[o0 + 1]
+        elseif b and (ended or (f ~= 'status' and f ~= 'result' and f ~= 'completed')) then
+          v = own[o0 + b + 1]
+        elseif b and not v then
+          v = own[o0 + b + 1]
+        end
+        if v then
+          moved[#moved + 1] = names[v0 + i]
+          moved[#moved + 1] = v
+        end
       end
-      if v then
-        moved[#moved + 1] = names[i]
-        moved[#moved + 1] = v
+      if vals[v0 + 2] then gc[#gc + 1] = a end
+      local iok, intent = pcall(cjson.decode, own[o0 + 1] or 'null')
+      local g = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
+      if g and not finished[g] then
+        finished[g] = true
+        order[#order + 1] = g
       end
     end
-    redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
+    redis.call('HSET', K_RUNS_DONE, unpack(moved))
     redis.call('HDEL', K_INTENTS, unpack(own_names))
-    if vals[2] then gc[#gc + 1] = a end
-    local iok, intent = pcall(cjson.decode, own[1] or 'null')
-    local g = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
-    if g then  -- a group with every result in: its counters go
-      local total = tonumber(redis.call('HGET', K_INTENTS, 'grp:' .. g) or '0') or 0
-      local got = tonumber(redis.call('HGET', K_RUNS, 'grp:' .. g) or '0') or 0
-      if got >= total then
-        redis.call('HDEL', K_INTENTS, 'grp:' .. g)
-        if got > 0 then gc[#gc + 1] = 'grp:' .. g end
-      end
+  end
+  for _, g in ipairs(order) do  -- a group with every result in: its counters go
+    local total = tonumber(redis.call('HGET', K_INTENTS, 'grp:' .. g) or '0') or 0
+    local got = tonumber(redis.call('HGET', K_RUNS, 'grp:' .. g) or '0') or 0
+    if got >= total then
+      redis.call('HDEL', K_INTENTS, 'grp:' .. g)
+      if got > 0 then gc[#gc + 1] = 'grp:' .. g end
     end
   end
 end
