@@ -115,7 +115,8 @@ def guarded_keys(name: str) -> frozenset[str]:
     (a key named in a comment) only costs a check. Nor can a key the script only reads
     before its first write (a WRONGTYPE there fails it with nothing written), or touches
     only with commands that work on any type (EXISTS, DEL): its header lists those on an
-    ``UNGUARDED:`` line, and they are not checked.
+    ``UNGUARDED:`` line, and they are not checked. Nor are the keys on a ``SELF-GUARDED:``
+    line: the script checks those itself, before its first write, when a call touches them.
     """
     lua = resources.files("baton.store") / "lua"
     functions = _lib_functions((lua / "_lib.lua").read_text())
@@ -130,20 +131,20 @@ def guarded_keys(name: str) -> frozenset[str]:
             if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
                 seen.add(fn)
                 texts.append(body)
-    unguarded = re.search(r"^UNGUARDED:(.*)$", own, re.M)
-    return frozenset(keys - set(unguarded.group(1).split() if unguarded else ()))
+    unguarded = re.findall(r"^(?:UNGUARDED|SELF-GUARDED):(.*)$", own, re.M)
+    return frozenset(keys - {k for line in unguarded for k in line.split()})
 
 
 def _guard(name: str) -> str:
-    """The script's corrupt_refusal (see _lib.lua): a TYPE check per guarded key (meta's
-    first, the applied record's only with a commit id), then meta_refusal() with meta."""
+    """The script's corrupt_refusal (see _lib.lua): meta_refusal() when it touches meta (its
+    read of meta's fields checks meta's type), then a TYPE check per other guarded key, the
+    applied record's only with a commit id."""
     keys = guarded_keys(name)
-    checks = [f"wrong_type(K_{k.upper()}, '{k}', '{KEY_TYPES[k]}')"
-              for k in sorted(keys - {"applied"}, key=list(KEY_TYPES).index)]
+    checks = ["meta_refusal()"] if "meta" in keys else []
+    checks += [f"wrong_type(K_{k.upper()}, '{k}', '{KEY_TYPES[k]}')"
+               for k in sorted(keys - {"applied", "meta"}, key=list(KEY_TYPES).index)]
     if "applied" in keys:
         checks.append("(with_applied and wrong_type(K_APPLIED, 'applied', 'hash'))")
-    if "meta" in keys:
-        checks.append("meta_refusal()")
     return ("-- corrupt_refusal(with_applied): the checks of _lib.lua's header for this script\n"
             "local function corrupt_refusal(with_applied)\n"
             f"  return {' or '.join(checks) or 'nil'}\n"

@@ -10,8 +10,10 @@ from baton.store.scripts import SESSION_SCRIPTS, guarded_keys, source
 
 
 def test_a_script_checks_the_keys_it_names_and_those_of_the_helpers_it_calls() -> None:
-    # commit writes timers through set_deadline and the outbox through outbox()
-    assert {"meta", "tasks", "timers", "outbox", "receipts", "applied"} <= guarded_keys("commit")
+    # every commit writes meta, entries and a receipt; the keys only some write-sets touch
+    # (timers through set_deadline, the outbox through outbox()) it checks itself
+    assert {"meta", "entries", "receipts", "applied"} <= guarded_keys("commit")
+    assert not {"tasks", "timers", "outbox"} & guarded_keys("commit")
     # heartbeat touches the runs and, refused, a receipt; never the session's own state
     heartbeat = guarded_keys("heartbeat")
     assert {"runs", "receipts", "applied"} <= heartbeat
@@ -39,3 +41,15 @@ def test_a_script_gets_only_the_definitions_it_uses() -> None:
     assert "meta_refusal" not in claim
     # commit's guard checks meta's fields as well as its type
     assert "meta_refusal()" in source("commit")
+
+
+def test_a_self_guarded_key_is_checked_by_the_script_itself() -> None:
+    import re
+
+    from baton.store.scripts import KEY_TYPES
+
+    for name in SESSION_SCRIPTS:
+        text = source(name)
+        line = re.search(r"^SELF-GUARDED:(.*)$", text, re.M)
+        for key in line.group(1).split() if line else ():
+            assert f"wrong_type(K_{key.upper()}, '{key}', '{KEY_TYPES[key]}')" in text, (name, key)

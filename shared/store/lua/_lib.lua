@@ -54,10 +54,11 @@ Before any script body runs, corrupt_refusal() (called by _applied.lua) checks w
 script relies on: each key it touches has its type (or does not exist) and, when it touches
 meta, a session whose meta is gone has no receipts either (unless requests wait in its inbox),
 and the meta's agent/wake are set and its counters are integers. shared/scripts.py writes
-corrupt_refusal for each script (below this file): one wrong_type() per key the script
-touches (found in the script's text and in the helpers below it calls, see
-scripts.guarded_keys; KEY_TYPES there gives each key's type), then meta_refusal() when meta
-is among them: a key a script never touches cannot fail it midway, so it is not checked there.
+corrupt_refusal for each script (below this file): meta_refusal() when meta is among the
+keys the script touches, then one wrong_type() per other key it touches (found in the
+script's text and in the helpers below it calls, see scripts.guarded_keys; KEY_TYPES there
+gives each key's type): a key a script never touches cannot fail it midway, so it is not
+checked there.
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
 quarantines such a session (baton.store.quarantine).
 scripts.py also sends each script only the definitions below that it uses (its own text,
@@ -238,17 +239,19 @@ local function wrong_type(k, name, want)
   return nil
 end
 
--- A CORRUPT reply when meta (a hash, see wrong_type) cannot be relied on, else nil (no
--- writes): gone from a session that has receipts (and no waiting requests), or without
--- agent or wake subject, or with a counter that is not an integer.
+-- A CORRUPT reply when meta cannot be relied on, else nil (no writes): not a hash (checked
+-- by the read of its fields: no TYPE call when it is one), gone from a session that has
+-- receipts (and no waiting requests), or without agent or wake subject, or with a counter
+-- that is not an integer.
 local function meta_refusal()
-  if redis.call('EXISTS', K_META) == 0 then
+  local m = redis.pcall('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until')
+  if m.err then return wrong_type(K_META, 'meta', 'hash') or m end
+  if not m[1] and redis.call('EXISTS', K_META) == 0 then
     if redis.call('EXISTS', K_RECEIPTS) == 1 and redis.call('EXISTS', K_INBOX) == 0 then
       return fail('CORRUPT', 'meta is missing from a session that has receipts')
     end
     return nil
   end
-  local m = redis.call('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until')
   if not m[1] or m[1] == '' then return fail('CORRUPT', 'meta has no agent') end
   if not m[2] or m[2] == '' then return fail('CORRUPT', 'meta has no wake subject') end
   for i, name in ipairs({'compat', 'fence', 'seq', 'lease_until'}) do

@@ -57,6 +57,11 @@ Returns {seq, entry count after the commit}, with rl a third element: 1 when the
 kept (the holder must load and look again), 0 when it was released.
 The nudge is only tested (EXISTS) and deleted (DEL), which no type fails.
 UNGUARDED: nudge
+The keys a commit touches only for some parts of its write-set are not checked by the guard
+before every commit: the script checks their types itself, right after reading the index and
+before the validation reads any of them (a WRONGTYPE there would read as INVALID), when the
+index has those parts (see touched_refusal below).
+SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
@@ -82,6 +87,31 @@ local ok, ix = pcall(cjson.decode, ARGV[4])
 if not ok or type(ix) ~= 'table' or not string.match(ARGV[4], '^%s*{') then
   return fail('INVALID', 'write-set index is not a JSON object')
 end
+
+-- The types of the keys this commit touches beyond meta, entries and receipts (SELF-GUARDED
+-- above), as the guard checks them: a part of the index that is present and not empty or
+-- zero may touch them (a malformed one is refused by the validation, after these checks).
+local function has(name)
+  local v = ix[name]
+  if type(v) == 'table' then return next(v) ~= nil end
+  return v ~= nil and v ~= 0 and v ~= '' and v ~= false
+end
+local function touched_refusal()
+  local runs = has('a') or has('g') or has('cr')
+  return (has('nt') and (wrong_type(K_TASKS, 'tasks', 'hash') or wrong_type(K_DONE, 'done', 'hash')))
+    or (has('nd') and wrong_type(K_DOCS, 'docs', 'hash'))
+    or (has('ns') and wrong_type(K_SUBS, 'subs', 'hash'))
+    or (has('rq') and wrong_type(K_REQS, 'reqs', 'hash'))
+    or (runs and wrong_type(K_RUNS, 'runs', 'hash'))
+    or ((has('nr') or has('a')) and wrong_type(K_RUNS_DONE, 'runs_done', 'hash'))
+    or ((runs or has('nr') or has('aw') or has('ap') or has('rj'))
+        and wrong_type(K_INTENTS, 'intents', 'hash'))
+    or (has('md') and wrong_type(K_INBOX, 'inbox', 'hash'))
+    or (has('no') and wrong_type(K_OUTBOX, 'outbox', 'stream'))
+    or ((has('ta') or has('tr') or has('dl') or has('w')) and wrong_type(K_TIMERS, 'timers', 'zset'))
+end
+local wrong = touched_refusal()
+if wrong then return wrong end
 
 -- 1. validate everything (no writes yet)
 -- JSON numbers may be fractions, NaN or infinite: counts and scores must be whole and finite,
