@@ -1,4 +1,5 @@
-"""A commit checks the type of every key its write-set touches before its first write.
+"""A commit (and the acquire that opens a session) checks the type of every key it touches
+before its first write.
 
 commit.lua checks the keys only some write-sets touch (its SELF-GUARDED line) itself, after
 reading the index, instead of before every commit: here one write-set touches every session
@@ -89,3 +90,31 @@ async def test_the_write_set_writes_the_keys_it_does_not_only_read(store: Store)
     for name in (sk.entries, sk.done, sk.docs, sk.subs, sk.reqs, sk.outbox,
                  sk.timers, sk.intents):
         assert await r.exists(name), name
+
+
+@pytest.mark.parametrize("key", ["tasks", "docs", "subs", "runs", "entries", "intents",
+                                 "sessions", "receipts"])
+async def test_the_acquire_that_opens_a_session_writes_nothing_on_a_key_of_the_wrong_type(
+    store: Store, key: str
+) -> None:
+    """acquire.lua reads the state before opening the session (its first write)."""
+    sid = "o-" + uuid.uuid4().hex[:12]
+    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                       text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                       worker=CLIENT, submission_id=f"{sid}-sub")
+    sk = store.keys.session(sid)
+    names = {k: getattr(sk, k) for k in (*KEYS, "sessions")}
+    r = store.redis
+    kept = await r.dump(names[key])
+    await r.delete(names[key])
+    await r.set(names[key], "garbage")
+    try:
+        before = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
+        with pytest.raises(CorruptStateError):
+            await store.acquire_and_load(sid, BRAIN, 60_000)
+        after = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
+        assert after == before
+    finally:
+        await r.delete(names[key])
+        if kept is not None:
+            await r.restore(names[key], 0, kept)

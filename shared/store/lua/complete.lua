@@ -15,6 +15,10 @@ nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user ne
 write access to either. The receipt's seq is the session's current commit sequence. It
 also drops the records of runs the Brain applied since (intents 'gc', see gc_names).
 Returns {1 if a wake was written, 0 otherwise}.
+The run records are read before the first write, and the applied ones (runs_done) only by a
+refusal, before its receipt: one of the wrong type fails the call (WRONGTYPE) with nothing
+written, so the guard need not check them.
+UNGUARDED: runs runs_done
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
