@@ -17,8 +17,8 @@ also drops the records of runs the Brain applied since (intents 'gc', see gc_nam
 Returns {1 if a wake was written, 0 otherwise}.
 The run records are read before the first write, and the applied ones (runs_done) only by a
 refusal, before its receipt: one of the wrong type fails the call (WRONGTYPE) with nothing
-written, so the guard need not check them.
-UNGUARDED: runs runs_done
+written, so the guard need not check them. SET replaces a nudge of any type.
+UNGUARDED: runs runs_done nudge
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
