@@ -55,8 +55,9 @@ A presented fence that is not the current one is refused with STALE_FENCE <prese
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}, with rl a third element: 1 when the lease was
 kept (the holder must load and look again), 0 when it was released.
-The nudge is only tested (EXISTS) and deleted (DEL), which no type fails.
-UNGUARDED: nudge
+The nudge is only tested (EXISTS) and deleted (DEL), which no type fails. The entries are
+read (their count) before the first write.
+UNGUARDED: nudge entries
 The keys a commit touches only for some parts of its write-set are not checked by the guard
 before every commit: the script checks their types itself, right after reading the index and
 before the validation reads any of them (a WRONGTYPE there would read as INVALID), when the
@@ -268,6 +269,7 @@ if not vok then
 end
 
 -- 2. write
+local count = redis.call('LLEN', K_ENTRIES) + ne  -- the count after the writes below
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 local p = 6
 for i = p, p + ne - 1, 1000 do
@@ -453,9 +455,9 @@ if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else release
   if redis.call('HGET', K_META, 'dirty') == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
     redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + ix.rl)
     redis.call('DEL', K_NUDGE)
-    return {seq, redis.call('LLEN', K_ENTRIES), 1}
+    return {seq, count, 1}
   end
   redis.call('HSET', K_META, 'holder', '', 'lease_until', 0)
-  return {seq, redis.call('LLEN', K_ENTRIES), 0}
+  return {seq, count, 0}
 end
-return {seq, redis.call('LLEN', K_ENTRIES)}
+return {seq, count}
