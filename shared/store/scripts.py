@@ -114,7 +114,7 @@ def guarded_keys(name: str) -> frozenset[str]:
     the validate-before-write rule at a fraction of the TYPE calls; over-approximating
     (a key named in a comment) only costs a check. Nor can a key the script only reads
     before its first write (a WRONGTYPE there fails it with nothing written), or touches
-    only with commands that work on any type (EXISTS, DEL): its header lists those on an
+    only with commands that work on any type (EXISTS, DEL, SET): its header lists those on an
     ``UNGUARDED:`` line, and they are not checked. Nor are the keys on a ``SELF-GUARDED:``
     line: the script checks those itself, before its first write, when a call touches them.
     """

@@ -58,7 +58,10 @@ corrupt_refusal for each script (below this file): meta_refusal() when meta is a
 keys the script touches, then one wrong_type() per other key it touches (found in the
 script's text and in the helpers below it calls, see scripts.guarded_keys; KEY_TYPES there
 gives each key's type): a key a script never touches cannot fail it midway, so it is not
-checked there.
+checked there. Nor are the keys its header lists as UNGUARDED (read before its first write,
+where a WRONGTYPE fails it with nothing written, or touched only by commands that work on
+any type: EXISTS, DEL, SET) or SELF-GUARDED (checked by the script itself with wrong_type()
+before its first write, when a call touches them).
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
 quarantines such a session (baton.store.quarantine).
 scripts.py also sends each script only the definitions below that it uses (its own text,
