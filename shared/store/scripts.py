@@ -63,9 +63,39 @@ APPLIED_MAX = 256
 
 # _lib.lua helpers that name keys only to ask Redis whether the caller may write them
 # (redis.acl_check_cmd reads no key), so calling them touches none of those keys.
-_ACL_ONLY = frozenset({"acl_refusal", "log_checks", "corrupt_refusal"})
+_ACL_ONLY = frozenset({"acl_refusal", "log_checks"})
 _KEY = re.compile(r"\bK_([A-Z][A-Z_]*)\b")
-_NON_KEYS = frozenset({"ALL", "BASE", "SHARD"})  # K_ALL is the list, K_BASE/K_SHARD prefixes
+_NON_KEYS = frozenset({"BASE", "SHARD"})  # K_BASE/K_SHARD: prefixes of the others
+#: The type of each session key (see _lib.lua), as corrupt_refusal checks it.
+KEY_TYPES: dict[str, str] = {
+    "meta": "hash", "entries": "list", "tasks": "hash", "done": "hash", "docs": "hash",
+    "subs": "hash", "reqs": "hash", "runs": "hash", "runs_done": "hash",
+    "receipts": "stream", "outbox": "stream", "timers": "zset", "applied": "hash",
+    "sessions": "zset", "nudge": "string", "wakes": "stream", "intents": "hash",
+    "inbox": "hash"}
+_DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)
+
+
+def _lib_parts(lib: str) -> list[tuple[frozenset[str], str]]:
+    """_lib.lua after its header as top-level statements, each with the comment lines above
+    it and the names it defines (none: always sent). A statement starts with ``local`` or
+    ``if`` at the start of a line; a function's runs up to its ``end`` there."""
+    parts: list[tuple[frozenset[str], list[str]]] = []
+    comment: list[str] = []
+    in_function = False
+    for line in lib[lib.index("]==]") + len("]==]"):].splitlines(keepends=True):
+        if in_function or not line.startswith(("--", "local ", "if ")):
+            (parts[-1][1] if parts else comment).append(line)
+            in_function = in_function and not line.startswith("end")
+        elif line.startswith("--"):
+            comment.append(line)
+        else:
+            m = _DEFINES.match(line)
+            names = {n.strip() for n in (m.group(1) or m.group(2)).split(",")} if m else set()
+            parts.append((frozenset(names), [*comment, line]))
+            comment = []
+            in_function = line.startswith("local function ")
+    return [(names, "".join(lines)) for names, lines in parts]
 
 
 def _lib_functions(lib: str) -> dict[str, str]:
@@ -76,16 +106,17 @@ def _lib_functions(lib: str) -> dict[str, str]:
 
 @cache
 def guarded_keys(name: str) -> frozenset[str]:
-    """The session keys (``_lib.lua``'s KEY_NAMES) whose types a session script checks
-    before running, found in its text: the keys it names and those of the _lib.lua helpers
-    it calls (transitively), plus the applied-commit record of _applied.lua.
+    """The session keys (:data:`KEY_TYPES`) whose types a session script checks before
+    running, found in its text: the keys it names and those of the _lib.lua helpers it
+    calls (transitively), plus the applied-commit record of _applied.lua.
 
     A key the script never touches cannot fail it midway, so checking only these keeps
     the validate-before-write rule at a fraction of the TYPE calls; over-approximating
     (a key named in a comment) only costs a check. Nor can a key the script only reads
     before its first write (a WRONGTYPE there fails it with nothing written), or touches
-    only with commands that work on any type (EXISTS, DEL): its header lists those on an
-    ``UNGUARDED:`` line, and they are not checked.
+    only with commands that work on any type (EXISTS, DEL, SET): its header lists those on an
+    ``UNGUARDED:`` line, and they are not checked. Nor are the keys on a ``SELF-GUARDED:``
+    line: the script checks those itself, before its first write, when a call touches them.
     """
     lua = resources.files("baton.store") / "lua"
     functions = _lib_functions((lua / "_lib.lua").read_text())
@@ -100,8 +131,39 @@ def guarded_keys(name: str) -> frozenset[str]:
             if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
                 seen.add(fn)
                 texts.append(body)
-    unguarded = re.search(r"^UNGUARDED:(.*)$", own, re.M)
-    return frozenset(keys - set(unguarded.group(1).split() if unguarded else ()))
+    unguarded = re.findall(r"^(?:UNGUARDED|SELF-GUARDED):(.*)$", own, re.M)
+    return frozenset(keys - {k for line in unguarded for k in line.split()})
+
+
+def _guard(name: str) -> str:
+    """The script's corrupt_refusal (see _lib.lua): meta_refusal() when it touches meta (its
+    read of meta's fields checks meta's type), then a TYPE check per other guarded key, the
+    applied record's only with a commit id."""
+    keys = guarded_keys(name)
+    checks = ["meta_refusal()"] if "meta" in keys else []
+    checks += [f"wrong_type(K_{k.upper()}, '{k}', '{KEY_TYPES[k]}')"
+               for k in sorted(keys - {"applied", "meta"}, key=list(KEY_TYPES).index)]
+    if "applied" in keys:
+        checks.append("(with_applied and wrong_type(K_APPLIED, 'applied', 'hash'))")
+    return ("-- corrupt_refusal(with_applied): the checks of _lib.lua's header for this script\n"
+            "local function corrupt_refusal(with_applied)\n"
+            f"  return {' or '.join(checks) or 'nil'}\n"
+            "end\n")
+
+
+def _prelude(lib: str, texts: list[str]) -> str:
+    """The parts of _lib.lua that ``texts`` use (transitively), in their order."""
+    parts = _lib_parts(lib)
+    used: set[int] = set()
+    pending = list(texts)
+    while pending:
+        text = pending.pop()
+        for i, (names, part) in enumerate(parts):
+            if i not in used and (not names or any(
+                    re.search(rf"\b{n}\b", text) for n in names)):
+                used.add(i)
+                pending.append(part)
+    return "".join(part for i, (_, part) in enumerate(parts) if i in used)
 
 
 @cache
@@ -111,6 +173,8 @@ def source(name: str, *, acl_checks: bool = True) -> str:
     ``acl_checks``: whether the script checks, before its first write, that the caller's
     ACL allows every write it will make (see ``acl_refusal`` in _lib.lua). Needed only for
     a restricted ACL user; the checks cost tens of microseconds of server time per call.
+    A session script gets the parts of _lib.lua it uses, its corrupt_refusal (:func:`_guard`)
+    and the commit-id wrapper of _applied.lua.
     """
     lua = resources.files("baton.store") / "lua"
     body = (lua / f"{name}.lua").read_text()
@@ -119,14 +183,15 @@ def source(name: str, *, acl_checks: bool = True) -> str:
         # inbox_applied), so no role needs write access to another's records.
         applied = ("runs_applied" if name in HANDS_SCRIPTS
                    else "inbox_applied" if name in INBOX_SCRIPTS else "applied")
-        guarded = ", ".join(f"{k} = true" for k in sorted(guarded_keys(name)))
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
-                f"local APPLIED_KEY = '{applied}'\n"
-                f"local GUARDED = {{{guarded}}}\n")
+                f"local APPLIED_KEY = '{applied}'\n")
+        wrapper = (lua / "_applied.lua").read_text()
+        guard = _guard(name)
+        lib = (lua / "_lib.lua").read_text()
         # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
-        return (head + (lua / "_lib.lua").read_text() + "\nlocal function __script(ARGV)\n"
-                + body + "\nend\n" + (lua / "_applied.lua").read_text())
+        return (head + _prelude(lib, [body, wrapper, guard]) + guard
+                + "local function __script(ARGV)\n" + body + "\nend\n" + wrapper)
     return body
 
 

@@ -10,12 +10,16 @@ from baton.store.scripts import SESSION_SCRIPTS, guarded_keys, source
 
 
 def test_a_script_checks_the_keys_it_names_and_those_of_the_helpers_it_calls() -> None:
-    # commit writes timers through set_deadline and the outbox through outbox()
-    assert {"meta", "tasks", "timers", "outbox", "receipts", "applied"} <= guarded_keys("commit")
-    # heartbeat touches the runs and, refused, a receipt; never the session's own state
+    # every commit writes meta and a receipt (it reads the entries' count before writing);
+    # the keys only some write-sets touch (timers through set_deadline, the outbox through
+    # outbox()) it checks itself
+    assert {"meta", "receipts", "applied"} <= guarded_keys("commit")
+    assert not {"entries", "tasks", "timers", "outbox"} & guarded_keys("commit")
+    # heartbeat writes the runs and, refused, a receipt; never the session's own state (it
+    # reads the runs before writing: a WRONGTYPE there writes nothing, see its UNGUARDED line)
     heartbeat = guarded_keys("heartbeat")
-    assert {"runs", "receipts", "applied"} <= heartbeat
-    assert not heartbeat & {"meta", "tasks", "entries", "outbox", "timers"}
+    assert {"receipts", "applied"} <= heartbeat
+    assert not heartbeat & {"runs", "meta", "tasks", "entries", "outbox", "timers"}
 
 
 def test_keys_named_only_for_acl_checks_are_not_checked() -> None:
@@ -27,4 +31,27 @@ def test_keys_named_only_for_acl_checks_are_not_checked() -> None:
 def test_every_script_checks_its_applied_record_and_ships_its_guard() -> None:
     for name in SESSION_SCRIPTS:
         assert "applied" in guarded_keys(name), name
-        assert "local GUARDED = {" in source(name), name
+        assert "local function corrupt_refusal(with_applied)" in source(name), name
+        assert "wrong_type(K_APPLIED, 'applied', 'hash')" in source(name), name
+
+
+def test_a_script_gets_only_the_definitions_it_uses() -> None:
+    claim = source("claim", acl_checks=False)
+    assert "local K_RUNS = " in claim and "local function now_ms()" in claim
+    # claim never touches the entries, the timers nor a session's meta
+    assert "local K_ENTRIES" not in claim and "set_deadline" not in claim
+    assert "meta_refusal" not in claim
+    # commit's guard checks meta's fields as well as its type
+    assert "meta_refusal()" in source("commit")
+
+
+def test_a_self_guarded_key_is_checked_by_the_script_itself() -> None:
+    import re
+
+    from baton.store.scripts import KEY_TYPES
+
+    for name in SESSION_SCRIPTS:
+        text = source(name)
+        line = re.search(r"^SELF-GUARDED:(.*)$", text, re.M)
+        for key in line.group(1).split() if line else ():
+            assert f"wrong_type(K_{key.upper()}, '{key}', '{KEY_TYPES[key]}')" in text, (name, key)

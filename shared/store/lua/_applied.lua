@@ -14,13 +14,10 @@ A retry in doubt (its replica acknowledgement timed out) carries the same commit
 retried submit, commit, claim or complete applies at most once.
 ]==]
 -- Without a commit id the applied hash is never touched: its type cannot fail this call.
-if ARGV[1] == '' then GUARDED.applied = nil end
-local corrupt = corrupt_refusal()  -- before anything, replies recorded or not
+local corrupt = corrupt_refusal(ARGV[1] ~= '')  -- before anything, replies recorded or not
 if corrupt then return corrupt end
-local COMMIT_ID = ARGV[1]
-local argv = {}
-for i = 2, #ARGV do argv[i - 1] = ARGV[i] end
-if COMMIT_ID == '' then return __script(argv) end
+local COMMIT_ID = table.remove(ARGV, 1)  -- what remains is the body's own ARGV
+if COMMIT_ID == '' then return __script(ARGV) end
 local prior = redis.call('HGET', K_APPLIED, COMMIT_ID)
 if prior then
   redis.call('PEXPIRE', K_APPLIED, APPLIED_TTL_MS)
@@ -31,7 +28,7 @@ if ACL_CHECKS then
                               {'HDEL', K_APPLIED, 'f'}})
   if denied then return denied end
 end
-local reply = __script(argv)
+local reply = __script(ARGV)
 if type(reply) == 'table' and reply.err then return reply end
 local now = now_ms()
 if redis.call('HLEN', K_APPLIED) >= APPLIED_MAX then

@@ -53,26 +53,42 @@ Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis
 Before any script body runs, corrupt_refusal() (called by _applied.lua) checks what the
 script relies on: each key it touches has its type (or does not exist) and, when it touches
 meta, a session whose meta is gone has no receipts either (unless requests wait in its inbox),
-and the meta's agent/wake are set and its counters are integers. GUARDED (set above this file
-by shared/scripts.py, which finds the keys in the script's text and in the helpers below it
-calls) names those keys: a key a script never touches cannot fail it midway, so it is not
-checked there.
+and the meta's agent/wake are set and its counters are integers. shared/scripts.py writes
+corrupt_refusal for each script (below this file): meta_refusal() when meta is among the
+keys the script touches, then one wrong_type() per other key it touches (found in the
+script's text and in the helpers below it calls, see scripts.guarded_keys; KEY_TYPES there
+gives each key's type): a key a script never touches cannot fail it midway, so it is not
+checked there. Nor are the keys its header lists as UNGUARDED (read before its first write,
+where a WRONGTYPE fails it with nothing written, or touched only by commands that work on
+any type: EXISTS, DEL, SET) or SELF-GUARDED (checked by the script itself with wrong_type()
+before its first write, when a call touches them).
 A session failing it is refused with "CORRUPT <what>" and nothing is written: the Brain
 quarantines such a session (baton.store.quarantine).
+scripts.py also sends each script only the definitions below that it uses (its own text,
+_applied.lua's and the definitions it keeps name them): every one is made anew at each call,
+so one per line and each `local` at the start of a line, documented by the comment above it.
 ]==]
 -- "<ns>:{<ns>-<shard>}:s:<session>" and "<ns>:{<ns>-<shard>}:" (session ids hold no '}').
 local K_BASE, K_SHARD = string.match(KEYS[1], '^((.-}:)s:.*):[a-z_]+$')
 if not K_BASE then return redis.error_reply('CORRUPT not a session key: ' .. KEYS[1]) end
-local K_META, K_ENTRIES, K_TASKS = K_BASE .. ':meta', K_BASE .. ':entries', K_BASE .. ':tasks'
-local K_DONE, K_DOCS, K_SUBS = K_BASE .. ':done', K_BASE .. ':docs', K_BASE .. ':subs'
-local K_REQS, K_RUNS, K_RUNS_DONE = K_BASE .. ':reqs', K_BASE .. ':runs', K_BASE .. ':runs_done'
-local K_RECEIPTS, K_APPLIED = K_BASE .. ':receipts', K_BASE .. ':' .. APPLIED_KEY
-local K_OUTBOX, K_TIMERS, K_SESSIONS = K_SHARD .. 'outbox', K_SHARD .. 'timers', K_SHARD .. 'sessions'
-local K_NUDGE, K_WAKES = K_BASE .. ':nudge', K_SHARD .. 'wakes'
-local K_INTENTS, K_INBOX = K_BASE .. ':intents', K_BASE .. ':inbox'
-local K_ALL = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS, K_RUNS_DONE,
-               K_RECEIPTS, K_OUTBOX, K_TIMERS, K_APPLIED, K_SESSIONS, K_NUDGE, K_WAKES,
-               K_INTENTS, K_INBOX}
+local K_META = K_BASE .. ':meta'
+local K_ENTRIES = K_BASE .. ':entries'
+local K_TASKS = K_BASE .. ':tasks'
+local K_DONE = K_BASE .. ':done'
+local K_DOCS = K_BASE .. ':docs'
+local K_SUBS = K_BASE .. ':subs'
+local K_REQS = K_BASE .. ':reqs'
+local K_RUNS = K_BASE .. ':runs'
+local K_RUNS_DONE = K_BASE .. ':runs_done'
+local K_RECEIPTS = K_BASE .. ':receipts'
+local K_APPLIED = K_BASE .. ':' .. APPLIED_KEY
+local K_OUTBOX = K_SHARD .. 'outbox'
+local K_TIMERS = K_SHARD .. 'timers'
+local K_SESSIONS = K_SHARD .. 'sessions'
+local K_NUDGE = K_BASE .. ':nudge'
+local K_WAKES = K_SHARD .. 'wakes'
+local K_INTENTS = K_BASE .. ':intents'
+local K_INBOX = K_BASE .. ':inbox'
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -212,43 +228,38 @@ local function inbox_agent_conflict(sid, agent)
   return nil
 end
 
-local KEY_TYPES = {{1, 'hash'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'hash'}, {6, 'hash'},
-                   {7, 'hash'}, {8, 'hash'}, {9, 'hash'}, {10, 'stream'}, {11, 'stream'},
-                   {12, 'zset'}, {13, 'hash'}, {14, 'zset'}, {15, 'string'}, {16, 'stream'},
-                   {17, 'hash'}, {18, 'hash'}}
-local KEY_NAMES = {'meta', 'entries', 'tasks', 'done', 'docs', 'subs', 'reqs', 'runs',
-                   'runs_done', 'receipts', 'outbox', 'timers', 'applied', 'sessions', 'nudge',
-                   'wakes', 'intents', 'inbox'}
-
 local function integer(v)
   return v == nil or v == false or string.match(v, '^-?%d+$') ~= nil
 end
 
--- A CORRUPT reply when the keys the script touches (GUARDED) cannot be written safely, else
--- nil (no writes).
-local function corrupt_refusal()
-  for _, kt in ipairs(KEY_TYPES) do
-    if GUARDED[KEY_NAMES[kt[1]]] then
-      local t = redis.call('TYPE', K_ALL[kt[1]])['ok']
-      if t ~= 'none' and t ~= kt[2] then
-        return fail('CORRUPT', KEY_NAMES[kt[1]] .. ' key is a ' .. t .. ', not a ' .. kt[2])
-      end
-    end
+-- A CORRUPT reply when key k (the session's key called name) exists with another type than
+-- want, else nil (no writes).
+local function wrong_type(k, name, want)
+  local t = redis.call('TYPE', k)['ok']
+  if t ~= 'none' and t ~= want then
+    return fail('CORRUPT', name .. ' key is a ' .. t .. ', not a ' .. want)
   end
-  if not GUARDED.meta then return nil end
-  if redis.call('EXISTS', K_META) == 0 then
+  return nil
+end
+
+-- A CORRUPT reply when meta cannot be relied on, else nil (no writes): not a hash (checked
+-- by the read of its fields: no TYPE call when it is one), gone from a session that has
+-- receipts (and no waiting requests), or without agent or wake subject, or with a counter
+-- that is not an integer.
+local function meta_refusal()
+  local m = redis.pcall('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until')
+  if m.err then return wrong_type(K_META, 'meta', 'hash') or m end
+  if not m[1] and redis.call('EXISTS', K_META) == 0 then
     if redis.call('EXISTS', K_RECEIPTS) == 1 and redis.call('EXISTS', K_INBOX) == 0 then
       return fail('CORRUPT', 'meta is missing from a session that has receipts')
     end
     return nil
   end
-  local m = redis.call('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until')
   if not m[1] or m[1] == '' then return fail('CORRUPT', 'meta has no agent') end
   if not m[2] or m[2] == '' then return fail('CORRUPT', 'meta has no wake subject') end
-  local names = {'compat', 'fence', 'seq', 'lease_until'}
-  for i = 3, 6 do
-    if not integer(m[i]) then
-      return fail('CORRUPT', 'meta ' .. names[i - 2] .. ' is not an integer: ' .. string.sub(m[i], 1, 40))
+  for i, name in ipairs({'compat', 'fence', 'seq', 'lease_until'}) do
+    if not integer(m[i + 2]) then
+      return fail('CORRUPT', 'meta ' .. name .. ' is not an integer: ' .. string.sub(m[i + 2], 1, 40))
     end
   end
   return nil

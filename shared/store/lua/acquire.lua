@@ -16,8 +16,11 @@ Returns {fence, previous holder, 1 if takeover}, and with an entries page, a fou
 {meta, tasks, docs, subs, runs, entry count, the newest page of entries, nudge (nil),
 intents, inbox} (hashes as field/value lists), the same reads as Store.load. The keys only
 read here are read before the first write: one of the wrong type fails the call (WRONGTYPE)
-before anything is written, so the guard need not check them.
-UNGUARDED: tasks docs subs runs entries intents
+before anything is written, so the guard need not check them. The nudge is only deleted
+(DEL), which no type fails. The shard's session index is written only when this call opens
+the session: its type is checked then, before any write.
+UNGUARDED: tasks docs subs runs entries intents inbox nudge
+SELF-GUARDED: sessions
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
@@ -28,6 +31,8 @@ if redis.call('EXISTS', K_META) == 0 then
     return fail('NOT_FOUND', 'session')
   end
   opening = {agent, tonumber(compat) or 1, wake}
+  local wrong = wrong_type(K_SESSIONS, 'sessions', 'zset')
+  if wrong then return wrong end
 end
 local worker, ttl = ARGV[1], tonumber(ARGV[2])
 local carrier = nil
@@ -40,16 +45,16 @@ if holder ~= '' and holder ~= worker and lease_until > now then
 end
 local takeover = 0
 if holder ~= '' and holder ~= worker then takeover = 1 end
-if opening then
-  open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
-end
 local page = tonumber(ARGV[5] or '0') or 0
 local reads = nil
 if page > 0 then  -- before any write (see UNGUARDED above)
   reads = {redis.call('HGETALL', K_TASKS), redis.call('HGETALL', K_DOCS),
            redis.call('HGETALL', K_SUBS), redis.call('HGETALL', K_RUNS),
            redis.call('LLEN', K_ENTRIES), redis.call('LRANGE', K_ENTRIES, -page, -1),
-           redis.call('HGETALL', K_INTENTS)}
+           redis.call('HGETALL', K_INTENTS), redis.call('HGETALL', K_INBOX)}
+end
+if opening then
+  open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
 end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
 redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
@@ -62,6 +67,6 @@ receipt(kind, ARGV[3], fence, 0, now,
 if reads then
   return {fence, holder, takeover,
           {redis.call('HGETALL', K_META), reads[1], reads[2], reads[3], reads[4], reads[5],
-           reads[6], false, reads[7], redis.call('HGETALL', K_INBOX)}}
+           reads[6], false, reads[7], reads[8]}}
 end
 return {fence, holder, takeover}

@@ -24,6 +24,10 @@ The new attempt fence is the previous attempt + 1. Returns one of:
                                    an approval (status awaiting_approval: nothing to run)
   {'gone'}                         no such run (unknown run id or session)
 Fails 'CORRUPT' before any write when the committed intent does not parse.
+The run records (runs, runs_done) and the intents are read before the first write: one of
+the wrong type fails the call (WRONGTYPE) before anything is written, so the guard need not
+check them.
+UNGUARDED: runs runs_done intents
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
                                            {'XADD', K_RECEIPTS, '*', 'f', 'v'}})

@@ -55,8 +55,14 @@ A presented fence that is not the current one is refused with STALE_FENCE <prese
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}, with rl a third element: 1 when the lease was
 kept (the holder must load and look again), 0 when it was released.
-The nudge is only tested (EXISTS) and deleted (DEL), which no type fails.
-UNGUARDED: nudge
+The nudge is only tested (EXISTS) and deleted (DEL), which no type fails. The entries are
+read (their count) before the first write.
+UNGUARDED: nudge entries
+The keys a commit touches only for some parts of its write-set are not checked by the guard
+before every commit: the script checks their types itself, right after reading the index and
+before the validation reads any of them (a WRONGTYPE there would read as INVALID), when the
+index has those parts (see touched_refusal below).
+SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
@@ -82,6 +88,31 @@ local ok, ix = pcall(cjson.decode, ARGV[4])
 if not ok or type(ix) ~= 'table' or not string.match(ARGV[4], '^%s*{') then
   return fail('INVALID', 'write-set index is not a JSON object')
 end
+
+-- The types of the keys this commit touches beyond meta, entries and receipts (SELF-GUARDED
+-- above), as the guard checks them: a part of the index that is present and not empty or
+-- zero may touch them (a malformed one is refused by the validation, after these checks).
+local function has(name)
+  local v = ix[name]
+  if type(v) == 'table' then return next(v) ~= nil end
+  return v ~= nil and v ~= 0 and v ~= '' and v ~= false
+end
+local function touched_refusal()
+  local runs = has('a') or has('g') or has('cr')
+  return (has('nt') and (wrong_type(K_TASKS, 'tasks', 'hash') or wrong_type(K_DONE, 'done', 'hash')))
+    or (has('nd') and wrong_type(K_DOCS, 'docs', 'hash'))
+    or (has('ns') and wrong_type(K_SUBS, 'subs', 'hash'))
+    or (has('rq') and wrong_type(K_REQS, 'reqs', 'hash'))
+    or (runs and wrong_type(K_RUNS, 'runs', 'hash'))
+    or ((has('nr') or has('a')) and wrong_type(K_RUNS_DONE, 'runs_done', 'hash'))
+    or ((runs or has('nr') or has('aw') or has('ap') or has('rj'))
+        and wrong_type(K_INTENTS, 'intents', 'hash'))
+    or (has('md') and wrong_type(K_INBOX, 'inbox', 'hash'))
+    or (has('no') and wrong_type(K_OUTBOX, 'outbox', 'stream'))
+    or ((has('ta') or has('tr') or has('dl') or has('w')) and wrong_type(K_TIMERS, 'timers', 'zset'))
+end
+local wrong = touched_refusal()
+if wrong then return wrong end
 
 -- 1. validate everything (no writes yet)
 -- JSON numbers may be fractions, NaN or infinite: counts and scores must be whole and finite,
@@ -238,6 +269,7 @@ if not vok then
 end
 
 -- 2. write
+local count = redis.call('LLEN', K_ENTRIES) + ne  -- the count after the writes below
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 local p = 6
 for i = p, p + ne - 1, 1000 do
@@ -309,43 +341,59 @@ end
 if #applied > 0 then
   local brain_fields = {}
   for i, f in ipairs(BRAIN_RUN_FIELDS) do brain_fields[f] = i end
-  for _, a in ipairs(applied) do
-    local names = {}
-    for i, f in ipairs(RUN_FIELDS) do names[i] = a .. '.' .. f end
+  local nf, nb, status_at = #RUN_FIELDS, #BRAIN_RUN_FIELDS + 1, brain_fields['status'] + 1
+  local finished, order = {}, {}  -- the groups of the applied runs, each once
+  -- the records of up to 50 runs per command (a command's arguments are a Lua stack's)
+  for first = 1, #applied, 50 do
+    local last = math.min(first + 49, #applied)
+    local names, own_names = {}, {}
+    for j = first, last do
+      local a, v0, o0 = applied[j], (j - first) * nf, (j - first) * nb
+      for i, f in ipairs(RUN_FIELDS) do names[v0 + i] = a .. '.' .. f end
+      own_names[o0 + 1] = a
+      for i, f in ipairs(BRAIN_RUN_FIELDS) do own_names[o0 + i + 1] = a .. '.' .. f end
+    end
     local vals = redis.call('HMGET', K_RUNS, unpack(names))
-    local own_names = {a}
-    for i, f in ipairs(BRAIN_RUN_FIELDS) do own_names[i + 1] = a .. '.' .. f end
     local own = redis.call('HMGET', K_INTENTS, unpack(own_names))
-    -- an ending decided without the Hands (own status 'completed') keeps its own result
-    local ended = own[brain_fields['status'] + 1] == 'completed'
     local moved = {}
-    for i, f in ipairs(RUN_FIELDS) do
-      local v = vals[i]
-      local b = brain_fields[f]
-      if f == 'intent' then
-        v = own[1]
-      elseif b and (ended or (f ~= 'status' and f ~= 'result' and f ~= 'completed')) then
-        v = own[b + 1]
-      elseif b and not v then
-        v = own[b + 1]
+    for j = first, last do
+      local a, v0, o0 = applied[j], (j - first) * nf, (j - first) * nb
+      -- an ending decided without the Hands (own status 'completed') keeps its own result
+      local ended = own[o0 + status_at] == 'completed'
+      moved[#moved + 1] = a .. '.applied'
+      moved[#moved + 1] = now
+      for i, f in ipairs(RUN_FIELDS) do
+        local v = vals[v0 + i]
+        local b = brain_fields[f]
+        if f == 'intent' then
+          v = own[o0 + 1]
+        elseif b and (ended or (f ~= 'status' and f ~= 'result' and f ~= 'completed')) then
+          v = own[o0 + b + 1]
+        elseif b and not v then
+          v = own[o0 + b + 1]
+        end
+        if v then
+          moved[#moved + 1] = names[v0 + i]
+          moved[#moved + 1] = v
+        end
       end
-      if v then
-        moved[#moved + 1] = names[i]
-        moved[#moved + 1] = v
+      if vals[v0 + 2] then gc[#gc + 1] = a end
+      local iok, intent = pcall(cjson.decode, own[o0 + 1] or 'null')
+      local g = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
+      if g and not finished[g] then
+        finished[g] = true
+        order[#order + 1] = g
       end
     end
-    redis.call('HSET', K_RUNS_DONE, a .. '.applied', now, unpack(moved))
+    redis.call('HSET', K_RUNS_DONE, unpack(moved))
     redis.call('HDEL', K_INTENTS, unpack(own_names))
-    if vals[2] then gc[#gc + 1] = a end
-    local iok, intent = pcall(cjson.decode, own[1] or 'null')
-    local g = iok and type(intent) == 'table' and type(intent.group) == 'string' and intent.group
-    if g then  -- a group with every result in: its counters go
-      local total = tonumber(redis.call('HGET', K_INTENTS, 'grp:' .. g) or '0') or 0
-      local got = tonumber(redis.call('HGET', K_RUNS, 'grp:' .. g) or '0') or 0
-      if got >= total then
-        redis.call('HDEL', K_INTENTS, 'grp:' .. g)
-        if got > 0 then gc[#gc + 1] = 'grp:' .. g end
-      end
+  end
+  for _, g in ipairs(order) do  -- a group with every result in: its counters go
+    local total = tonumber(redis.call('HGET', K_INTENTS, 'grp:' .. g) or '0') or 0
+    local got = tonumber(redis.call('HGET', K_RUNS, 'grp:' .. g) or '0') or 0
+    if got >= total then
+      redis.call('HDEL', K_INTENTS, 'grp:' .. g)
+      if got > 0 then gc[#gc + 1] = 'grp:' .. g end
     end
   end
 end
@@ -407,9 +455,9 @@ if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else release
   if redis.call('HGET', K_META, 'dirty') == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
     redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + ix.rl)
     redis.call('DEL', K_NUDGE)
-    return {seq, redis.call('LLEN', K_ENTRIES), 1}
+    return {seq, count, 1}
   end
   redis.call('HSET', K_META, 'holder', '', 'lease_until', 0)
-  return {seq, redis.call('LLEN', K_ENTRIES), 0}
+  return {seq, count, 0}
 end
-return {seq, redis.call('LLEN', K_ENTRIES)}
+return {seq, count}

@@ -15,6 +15,11 @@ nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user ne
 write access to either. The receipt's seq is the session's current commit sequence. It
 also drops the records of runs the Brain applied since (intents 'gc', see gc_names).
 Returns {1 if a wake was written, 0 otherwise}.
+The run records are read before the first write, and the applied ones (runs_done) only by a
+refusal, before its receipt: one of the wrong type fails the call (WRONGTYPE) with nothing
+written, so the guard need not check them; nor the intents, read (the group's count, the
+'gc' list) only before the first write. SET replaces a nudge of any type.
+UNGUARDED: runs runs_done intents nudge
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
@@ -52,6 +57,7 @@ local summary = '{"attempt":' .. attempt .. ',"ended":' .. now .. '}'
 local attempts = r[3]
 if attempts then attempts = string.sub(attempts, 1, -2) .. ',' .. summary .. ']'
 else attempts = '[' .. summary .. ']' end
+local gc = gc_names()  -- before the first write (see UNGUARDED above)
 redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'completed',
            rid .. '.completed', now, rid .. '.attempts', attempts)
 local woke = 0
@@ -68,7 +74,7 @@ if woke == 1 then
   redis.call('SET', K_NUDGE, 1)
 end
 -- drop the records of runs the Brain applied since (it may not write this hash)
-for _, n in ipairs(gc_names()) do
+for _, n in ipairs(gc) do
   if string.sub(n, 1, 4) == 'grp:' then
     redis.call('HDEL', K_RUNS, n)
   elseif redis.call('HEXISTS', K_RUNS, n .. '.status') == 1 then

@@ -6,6 +6,9 @@ Returns 1 while the attempt is current and the run has no result, or 'cancelled'
 Brain has asked the run to stop (intents '<run>.cancel', set by a commit): the worker
 stops the tool and completes the run with outcome 'cancelled'. Refused with
 STALE_ATTEMPT <presented> <current> <status> once another attempt took over (or it ended).
+The run records and the intents are read before the write: one of the wrong type fails
+the call (WRONGTYPE) with nothing written, so the guard need not check them.
+UNGUARDED: runs intents
 ]==]
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')

@@ -20,6 +20,11 @@ Returns {1, submission JSON} when recorded now, {0, submission JSON} for a repea
 id with the same text, pending or taken up. Fails CONFLICT when the session belongs to
 another agent (its meta's, or a pending request's for a new session), or when the request
 id was used before with another text.
+The request ids, the submissions and the inbox are read before the first write (a
+submission only by a repeated request, which writes nothing), and SET replaces a nudge of
+any type: one of the wrong type fails the call (WRONGTYPE) with nothing written or cannot
+fail it, so the guard need not check them.
+UNGUARDED: reqs subs inbox nudge
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
