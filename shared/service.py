@@ -267,3 +267,5 @@ async def _freeze_when_ready(service: Service) -> None:
     on a Hands worker at 32 sessions in flight: GC time from ~11% to ~4% of its CPU."""
     await service.ready.wait()
     gc.freeze()
+    loop = type(asyncio.get_running_loop())
+    log.info("event_loop", role=service.role, loop=f"{loop.__module__}.{loop.__qualname__}")

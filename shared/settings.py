@@ -174,6 +174,10 @@ class Settings(BaseModel):
     # The canonical line of every handled message at INFO; by default only the unusual ones
     # (redelivered, recovered, failed), the routine ones counted in a summary line every 10 s.
     log_each_message: bool = False
+    # The services' event loop: "uvloop" (libuv: less CPU per message and per Redis or NATS
+    # round trip), "asyncio" (the standard library's), or "auto" (uvloop where it is
+    # installed, which the package's dependencies do except on Windows).
+    event_loop: str = Field(default="auto", pattern="^(auto|uvloop|asyncio)$")
     fault: str = ""  # named fault point, for crash tests only: "point" or "point@N"
 
     @classmethod

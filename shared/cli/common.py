@@ -59,10 +59,33 @@ def settings(role: str = "", log_level: str | None = None, *, user: str = "clien
     return found
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; its errors become one-line :class:`CliError` s."""
+def loop_factory(event_loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop factory for the ``event_loop`` setting (None: asyncio's default).
+
+    ``uvloop`` fails with a clear error when it is not installed; ``auto`` takes it when it is.
+    """
+    if event_loop == "asyncio":
+        return None
     try:
-        return asyncio.run(coro)
+        import uvloop
+    except ImportError:
+        if event_loop == "auto":
+            return None
+        from baton.errors import ConfigError
+
+        raise failure(ConfigError(
+            "BATON_EVENT_LOOP=uvloop but uvloop is not installed (pip install uvloop)")) from None
+    return uvloop.new_event_loop
+
+
+def run(coro: Coroutine[Any, Any, T], *, event_loop: str = "asyncio") -> T:
+    """Run a command's coroutine; its errors become one-line :class:`CliError` s.
+
+    ``event_loop``: the loop to run it on (the setting of that name; the services pass it).
+    """
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
+            return runner.run(coro)
     except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
         raise
     except KeyboardInterrupt:

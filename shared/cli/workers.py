@@ -21,7 +21,8 @@ def brain(app_spec: str, name: str | None, as_json: bool) -> None:
     import_service_libraries()
     from baton.brain.worker import main as brain_main
 
-    run(brain_main(settings("brain", worker_name=name, log_format=_logs(as_json)), app_spec))
+    found = settings("brain", worker_name=name, log_format=_logs(as_json))
+    run(brain_main(found, app_spec), event_loop=found.event_loop)
 
 
 @click.command()
@@ -35,8 +36,8 @@ def hands(app_spec: str, tools: str | None, name: str | None, as_json: bool) -> 
     from baton.hands.worker import main as hands_main
 
     served = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
-    run(hands_main(settings("hands", worker_name=name, log_format=_logs(as_json)), app_spec,
-                   served))
+    found = settings("hands", worker_name=name, log_format=_logs(as_json))
+    run(hands_main(found, app_spec, served), event_loop=found.event_loop)
 
 
 @click.command()
@@ -47,7 +48,8 @@ def relay(name: str | None, as_json: bool) -> None:
     import_service_libraries()
     from baton.relay.worker import main as relay_main
 
-    run(relay_main(settings("relay", worker_name=name, log_format=_logs(as_json))))
+    found = settings("relay", worker_name=name, log_format=_logs(as_json))
+    run(relay_main(found), event_loop=found.event_loop)
 
 
 def _logs(as_json: bool) -> str | None:
