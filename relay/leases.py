@@ -65,8 +65,8 @@ class ShardLeases:
             self.changed.set()
 
     async def live_relays(self, now_ms: int) -> int:
-        announced = await all_services(self.box.redis, self.box.keys, now_ms)
-        names = {s.get("name") for s in announced if s.get("role") == "relay" and s["alive"]}
+        announced = await all_services(self.box.redis, self.box.keys, now_ms, "relay")
+        names = {s.get("name") for s in announced if s["alive"]}
         names.add(self.name)
         return len(names)
 

@@ -23,11 +23,12 @@ __all__ = ["SERVICE_STALE_MS", "all_services", "live_brains", "served_levels", "
 SERVICE_STALE_MS = 10_000  # services announce every 2 s; silent this long = probably gone
 
 
-async def all_services(redis: Any, keys: Keys, now: int) -> list[dict[str, Any]]:
-    """Every announcement of every shard, with ``seen_age_ms`` and ``alive`` (seen within
-    the stale age)."""
+async def all_services(redis: Any, keys: Keys, now: int,
+                       role: str | None = None) -> list[dict[str, Any]]:
+    """Every announcement of every shard (only ``role``'s, if given), with ``seen_age_ms``
+    and ``alive`` (seen within the stale age)."""
     async with redis.pipeline(transaction=False) as p:
-        for key in keys.every("workers"):
+        for key in keys.every("workers", role):
             p.hgetall(key)
         replies = await p.execute()
     found = []
