@@ -46,8 +46,8 @@ class ShardLeases:
         self.changed = asyncio.Event()
         # Where this relay starts looking for free shards: relays spread over the ring.
         self._offset = zlib.crc32(name.encode()) % shards
-        # The live relays, counted every _COUNT_EVERY ticks: services announce every 2 s,
-        # so counting them every tick re-reads the same announcements.
+        # The live relays, counted every _COUNT_EVERY ticks: services announce every few
+        # seconds (ANNOUNCE_EVERY_S), so counting them every tick re-reads the same ones.
         self._live = 1
         self._ticks = 0
 
