@@ -83,11 +83,17 @@ class ShardLeases:
         surplus = len(self.held) - share
         for shard in sorted(self.held, reverse=True)[:max(surplus, 0)]:
             await self.release(shard)
-        for i in range(self.shards):
-            shard = (self._offset + i) % self.shards
-            if shard in self.held:
-                continue
+        others = [(self._offset + i) % self.shards for i in range(self.shards)]
+        others = [shard for shard in others if shard not in self.held]
+        # One look at the other shards' leases, then an acquire only where it can succeed:
+        # most ticks (every shard held by a live relay) write nothing.
+        looks = await self.box.look(others)
+        for shard in others:
             under = len(self.held) < share
+            if looks is not None:
+                holder, left = looks[shard]
+                if (holder not in ("", self.name) and left > 0) or (holder == "" and not under):
+                    continue  # a live relay holds it, or it is free and we have our share
             answer = await self.box.lease("acquire" if under else "acquire_expired", shard,
                                           self.name, self.ttl_ms)
             if answer.ok:

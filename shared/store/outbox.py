@@ -159,6 +159,15 @@ class Outbox:
                 else LeaseAnswer(False, int(r[2]), str(r[1]))
                 for shard, r in zip(held, replies, strict=True)}
 
+    async def look(self, shards: list[int]) -> dict[int, tuple[str, int]] | None:
+        """Each shard's lease holder and the ms it has left (``''``/0 when free), in one
+        read-only call; None on a Redis Cluster, where it would take a call per shard."""
+        if self.cluster or not shards:
+            return None
+        replies = await self.scripts.relay_lease(
+            keys=[self.keys.relay_lease(shard) for shard in shards], args=["look", "", 0])
+        return {shard: (str(r[0]), int(r[1])) for shard, r in zip(shards, replies, strict=True)}
+
     async def pending_counts(self, shards: list[int]) -> dict[int, int]:
         """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one
         pipelined XPENDING summary each; a stream without its group counts as pending so

@@ -6,9 +6,12 @@ KEYS: 1 lease HASH "<ns>:{<ns>-<shard>}:relay" (same hash tag as the shard's out
         until   ms (Redis clock) the lease lasts to; 0 when released
       2.. renew only: more lease HASHes (one server, where keys of many hash tags may
         meet in one script): every held shard's lease renewed by one call
-ARGV: 1 op: acquire | acquire_expired | renew | release   2 relay name   3 lease time ms
-      4 fence (renew, release); 4+i-1 the fence of KEYS[i] (renew)
+      (look: any number of lease HASHes, on one server)
+ARGV: 1 op: acquire | acquire_expired | renew | release | look   2 relay name
+      3 lease time ms   4 fence (renew, release); 4+i-1 the fence of KEYS[i] (renew)
 Returns (with several KEYS, renew returns a list of these answers, one per key):
+  look     {{holder, ms left}, ...} per key, writing nothing: which leases a relay may
+           take ('' or 0 left), so it calls acquire only for those
   acquire  {1, fence} taken (a new fence, also when this relay held it and it expired)
            {0, holder, remaining ms} another relay holds it
   acquire_expired  the same, but takes only a lease whose holder let it expire (died),
@@ -34,6 +37,14 @@ if ARGV[1] == 'renew' then
     end
   end
   if #KEYS == 1 then return answers[1] end
+  return answers
+end
+if ARGV[1] == 'look' then
+  local answers = {}
+  for i, key in ipairs(KEYS) do
+    local cur = redis.call('HMGET', key, 'holder', 'until')
+    answers[i] = {cur[1] or '', math.max(tonumber(cur[2] or '0') - now, 0)}
+  end
   return answers
 end
 if #KEYS > 1 then return redis.error_reply('INVALID several keys for ' .. tostring(ARGV[1])) end
