@@ -48,8 +48,11 @@ from baton.store.store import Store
 
 log = get_logger("baton.brain")
 
-# An idle consumer's long poll (the stop event ends it at once): few pull requests a second.
-FETCH_TIMEOUT_S = 5.0
+# An idle consumer's long poll: one pull request per this long. A message ends it at once,
+# as do shutdown and a reconnect (the server forgets pull requests with the connection, see
+# Puller.fetch), so it bounds nothing but how often an idle worker asks: each pull costs
+# the NATS server a wake-up.
+FETCH_TIMEOUT_S = 30.0
 
 
 class BrainWorker(Service):

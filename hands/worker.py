@@ -62,8 +62,11 @@ __all__ = ["HandsWorker", "main"]
 
 log = get_logger("baton.hands")
 
-# An idle fetch loop's long poll (the stop event ends it at once): few pull requests a second.
-FETCH_TIMEOUT_S = 5.0
+# An idle consumer's long poll: one pull request per this long. A message ends it at once,
+# as do shutdown and a reconnect (the server forgets pull requests with the connection, see
+# Puller.fetch), so it bounds nothing but how often an idle worker asks: each pull costs
+# the NATS server a wake-up.
+FETCH_TIMEOUT_S = 30.0
 MAX_BATCH = 32  # messages per fetch, at most (and never more than free slots)
 RETRY_DELAY_S = 0.5  # redelivery delay after Redis/NATS was unreachable
 BUSY_MARGIN_S = 0.1  # after a live attempt's heartbeat would expire

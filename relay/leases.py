@@ -46,8 +46,8 @@ class ShardLeases:
         self.changed = asyncio.Event()
         # Where this relay starts looking for free shards: relays spread over the ring.
         self._offset = zlib.crc32(name.encode()) % shards
-        # The live relays, counted every _COUNT_EVERY ticks: services announce every 2 s,
-        # so counting them every tick re-reads the same announcements.
+        # The live relays, counted every _COUNT_EVERY ticks: services announce every few
+        # seconds (ANNOUNCE_EVERY_S), so counting them every tick re-reads the same ones.
         self._live = 1
         self._ticks = 0
 
@@ -65,8 +65,8 @@ class ShardLeases:
             self.changed.set()
 
     async def live_relays(self, now_ms: int) -> int:
-        announced = await all_services(self.box.redis, self.box.keys, now_ms)
-        names = {s.get("name") for s in announced if s.get("role") == "relay" and s["alive"]}
+        announced = await all_services(self.box.redis, self.box.keys, now_ms, "relay")
+        names = {s.get("name") for s in announced if s["alive"]}
         names.add(self.name)
         return len(names)
 
@@ -83,11 +83,17 @@ class ShardLeases:
         surplus = len(self.held) - share
         for shard in sorted(self.held, reverse=True)[:max(surplus, 0)]:
             await self.release(shard)
-        for i in range(self.shards):
-            shard = (self._offset + i) % self.shards
-            if shard in self.held:
-                continue
+        others = [(self._offset + i) % self.shards for i in range(self.shards)]
+        others = [shard for shard in others if shard not in self.held]
+        # One look at the other shards' leases, then an acquire only where it can succeed:
+        # most ticks (every shard held by a live relay) write nothing.
+        looks = await self.box.look(others)
+        for shard in others:
             under = len(self.held) < share
+            if looks is not None:
+                holder, left = looks[shard]
+                if (holder not in ("", self.name) and left > 0) or (holder == "" and not under):
+                    continue  # a live relay holds it, or it is free and we have our share
             answer = await self.box.lease("acquire" if under else "acquire_expired", shard,
                                           self.name, self.ttl_ms)
             if answer.ok:

@@ -35,6 +35,7 @@ from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
 from baton.store.store import now_ms, worker_ref
+from baton.store.workers import ANNOUNCE_EVERY_S
 
 if TYPE_CHECKING:
     from baton.bus.bus import Bus
@@ -178,7 +179,7 @@ class Service(abc.ABC):
             except Exception as exc:  # Redis down: keep serving, report later
                 self.redis_reachable = False
                 log.warning("announce_failed", error=str(exc))
-            if await self.wait_stopping(2.0):
+            if await self.wait_stopping(ANNOUNCE_EVERY_S):
                 try:
                     await redis.hdel(key, field)
                 except Exception:

@@ -133,6 +133,18 @@ def _take_queued_at_once(sub: Subscription) -> None:
     sub.next_msg = next_msg  # type: ignore[method-assign]
 
 
+class _Reconnects:
+    """An event set at every reconnect: the pull requests the server held for the old
+    connection are gone with it, so a long poll waiting on one must ask again at once."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def fire(self) -> None:
+        event, self.event = self.event, asyncio.Event()
+        event.set()
+
+
 class Puller:
     """A pull subscription bound to one durable consumer.
 
@@ -154,20 +166,24 @@ class Puller:
         """Up to ``batch`` messages; waits up to ``timeout`` s for the first; [] if none.
 
         With ``stop``, the wait also ends (with []) as soon as it is set, so an idle loop can
-        long-poll (few pull requests per second) and still stop at once; a message the
-        server sends after that comes back after the consumer's ack_wait.
+        long-poll (a pull request every ``timeout``) and still stop at once; a message the
+        server sends after that comes back after the consumer's ack_wait. It also ends when
+        the connection was re-established meanwhile (the server dropped the pull request
+        with the old connection), so a long poll never outlasts a NATS restart.
         Raises :class:`ForbiddenError` when this user may not pull from the consumer.
         """
         if stop is None:
             return await self._fetch(batch, timeout)
         if stop.is_set():
             return []
+        ends = [stop] if self._bus is None else [stop, self._bus.reconnected]
         fetching = asyncio.ensure_future(self._fetch(batch, timeout))
-        stopped = asyncio.ensure_future(stop.wait())
+        ended = [asyncio.ensure_future(event.wait()) for event in ends]
         try:
-            await asyncio.wait({fetching, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({fetching, *ended}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopped.cancel()
+            for waiter in ended:
+                waiter.cancel()
             if not fetching.done():
                 fetching.cancel()
                 with contextlib.suppress(BaseException):
@@ -193,9 +209,11 @@ class Bus:
     """A NATS connection with Baton's JetStream layout. Create with :meth:`connect`."""
 
     def __init__(
-        self, nc: Client, settings: Settings, denials: _Denials | None = None, user: str = ""
+        self, nc: Client, settings: Settings, denials: _Denials | None = None, user: str = "",
+        reconnects: _Reconnects | None = None,
     ) -> None:
         self._nc = nc
+        self._reconnects = reconnects or _Reconnects()
         self._js = nc.jetstream(timeout=_REQUEST_TIMEOUT_S)
         self.settings = settings
         self.names = BusNames(settings.namespace)
@@ -219,6 +237,7 @@ class Bus:
         nc._parse_header_lines = parse_header_lines  # type: ignore[method-assign]
         last_error: list[BaseException] = []
         denials = _Denials()
+        reconnects = _Reconnects()
         user = settings.nats_user or role
         auth = _auth_options(settings)
         if role:
@@ -239,6 +258,7 @@ class Bus:
 
         async def on_reconnected() -> None:
             log.info("nats_reconnected", connection=name)
+            reconnects.fire()
 
         try:
             async with asyncio.timeout(settings.connect_timeout_s):
@@ -270,7 +290,7 @@ class Bus:
                 f"{settings.connect_timeout_s}s: {cause!r}",
                 url=settings.nats_url,
             ) from None
-        return cls(nc, settings, denials, user)
+        return cls(nc, settings, denials, user, reconnects)
 
     async def guarded(self, action: str, subject: str, call: Awaitable[T]) -> T:
         """Await ``call``; raise :class:`ForbiddenError` at once if the server refuses
@@ -310,6 +330,11 @@ class Bus:
     @property
     def nc(self) -> Client:
         return self._nc
+
+    @property
+    def reconnected(self) -> asyncio.Event:
+        """Set at the next reconnect of this connection (a new event after each)."""
+        return self._reconnects.event
 
     # -- names ------------------------------------------------------------------------------
     def wake_subject(self, agent: str, compat: str | int) -> str:

@@ -139,6 +139,12 @@ class DevStack:
         self.env = dict(env or {})
         if cluster:  # JetStream streams replicated over the 3 NATS nodes
             self.env.setdefault("BATON_STREAM_REPLICAS", "3")
+        else:
+            # Client pings find a server that went silent without closing the connection
+            # (a partition, a crashed host), which one NATS server on the loopback cannot
+            # do: its connections are reset as it dies. Each ping wakes the worker and the
+            # server; the clusters (and their partitions) keep the default.
+            self.env.setdefault("BATON_NATS_PING_INTERVAL_S", "30")
         self.supervise = supervise
         # Partition runs: every server and service process in its own Linux network
         # namespace (baton.devkit.netns; root only), the mail service on the host side.

@@ -1,7 +1,7 @@
 """MCP tools announced by Hands, learned by Brains.
 
 A Hands adds ``mcp: {server: [declaration, ...]}`` to its service announcement
-(:mod:`baton.store.workers`, every 2 s while it runs). A Brain that runs agents naming MCP
+(:mod:`baton.store.workers`, every 3.3 s while it runs). A Brain that runs agents naming MCP
 servers reads the live announcements at most every :data:`REFRESH_MS` when it builds a model
 request, and declares each announced tool in its app (an :class:`MCPTool` that only Hands
 can call), with the replay policy, timeout and approval of the Brain's own app: what the

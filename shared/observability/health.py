@@ -125,7 +125,7 @@ def _health_settings() -> Any:
               help="check the announcement of this role's worker --name in Redis")
 @click.option("--name", default=None, help="the worker name (BATON_WORKER_NAME)")
 @click.option("--max-age-s", default=10.0, show_default=True,
-              help="an announcement older than this is stale (services announce every 2 s)")
+              help="an announcement older than this is stale (services announce every 3.3 s)")
 @click.option("--json", "as_json", is_flag=True, help="the answer as one JSON object")
 def health_command(port: int | None, path: str, role: str | None, name: str | None,
                    max_age_s: float, as_json: bool) -> None:

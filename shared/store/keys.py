@@ -194,12 +194,14 @@ class Keys:
     def shard_of(self, session_id: str) -> int:
         return zlib.crc32(session_id.encode()) % self.shards
 
-    def every(self, name: str) -> list[str]:
+    def every(self, name: str, role: str | None = None) -> list[str]:
         """The per-shard key ``name`` (``sessions``, ``dead``, ``workers``) of every shard;
-        for the per-role logs (``dead``, ``workers``) every role's key of every shard."""
+        for the per-role logs (``dead``, ``workers``) every role's key of every shard, or
+        only ``role``'s."""
         if name in ("dead", "workers"):
-            return [f"{self.ns}:{self.tag(s)}:{name}:{role}" for s in range(self.shards)
-                    for role in LOG_ROLES]
+            roles = LOG_ROLES if role is None else (_log_role(role),)
+            return [f"{self.ns}:{self.tag(s)}:{name}:{r}" for s in range(self.shards)
+                    for r in roles]
         return [f"{self.ns}:{self.tag(s)}:{name}" for s in range(self.shards)]
 
     def sessions(self, shard: int) -> str:

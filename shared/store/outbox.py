@@ -147,26 +147,26 @@ class Outbox:
 
     async def renew_all(self, held: dict[int, int], holder: str,
                         ttl_ms: int) -> dict[int, LeaseAnswer]:
-        """Renew the leases of every held shard (``shard -> fence``): one pipelined round
-        trip on a single server (a script the server lost is loaded and the pipeline run
-        again, see :func:`~baton.store.scripts.pipelined`), one call per shard on a Redis
-        Cluster."""
+        """Renew the leases of every held shard (``shard -> fence``): one script call for
+        all of them on a single server (relay_lease.lua takes several keys there), one
+        call per shard on a Redis Cluster, where a script's keys share one slot."""
         if self.cluster or len(held) < 2:
             return {s: await self.lease("renew", s, holder, ttl_ms, f) for s, f in held.items()}
-        script = self.scripts.relay_lease
-
-        def queue(pipe: Any) -> None:
-            for shard, fence in held.items():
-                evalsha(pipe, script, [self.keys.relay_lease(shard)],
-                        ["renew", holder, ttl_ms, fence])
-
-        replies = await pipelined(self.redis, script, queue, transaction=False)
-        for r in replies:
-            if isinstance(r, Exception):
-                raise r
+        replies = await self.scripts.relay_lease(
+            keys=[self.keys.relay_lease(shard) for shard in held],
+            args=["renew", holder, ttl_ms, *held.values()])
         return {shard: LeaseAnswer(True, int(r[1])) if int(r[0]) == 1
                 else LeaseAnswer(False, int(r[2]), str(r[1]))
                 for shard, r in zip(held, replies, strict=True)}
+
+    async def look(self, shards: list[int]) -> dict[int, tuple[str, int]] | None:
+        """Each shard's lease holder and the ms it has left (``''``/0 when free), in one
+        read-only call; None on a Redis Cluster, where it would take a call per shard."""
+        if self.cluster or not shards:
+            return None
+        replies = await self.scripts.relay_lease(
+            keys=[self.keys.relay_lease(shard) for shard in shards], args=["look", "", 0])
+        return {shard: (str(r[0]), int(r[1])) for shard, r in zip(shards, replies, strict=True)}
 
     async def pending_counts(self, shards: list[int]) -> dict[int, int]:
         """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one

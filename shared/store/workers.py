@@ -1,7 +1,8 @@
 """Who is alive: the services' announcements in the per-shard ``<ns>:{<ns>-N}:workers``.
 
 Every service writes ``role:name -> {role, name, pid, seen_ms, inflight, ...}`` into the
-hash of the shard its field hashes to (:meth:`Keys.workers`), every 2 s while it runs
+hash of the shard its field hashes to (:meth:`Keys.workers`), every
+:data:`ANNOUNCE_EVERY_S` while it runs
 (:meth:`baton.service.Service.announce`) and deletes it when it stops; a
 Brain adds ``serves``, the ``[agent, compat level]`` pairs whose wakes it consumes. Read by
 ``inspect`` (services, sessions no live Brain serves) and by ``baton submit`` (a warning
@@ -18,16 +19,21 @@ from typing import Any
 from baton.models import loads
 from baton.store.keys import Keys
 
-__all__ = ["SERVICE_STALE_MS", "all_services", "live_brains", "served_levels", "services"]
+__all__ = ["ANNOUNCE_EVERY_S", "SERVICE_STALE_MS", "all_services", "live_brains",
+           "served_levels", "services"]
 
-SERVICE_STALE_MS = 10_000  # services announce every 2 s; silent this long = probably gone
+SERVICE_STALE_MS = 10_000  # silent this long = probably gone
+#: How often a service announces itself: three times per stale age, so one lost or late
+#: announcement never makes a live service look gone. Each one wakes the service and Redis.
+ANNOUNCE_EVERY_S = SERVICE_STALE_MS / 3000
 
 
-async def all_services(redis: Any, keys: Keys, now: int) -> list[dict[str, Any]]:
-    """Every announcement of every shard, with ``seen_age_ms`` and ``alive`` (seen within
-    the stale age)."""
+async def all_services(redis: Any, keys: Keys, now: int,
+                       role: str | None = None) -> list[dict[str, Any]]:
+    """Every announcement of every shard (only ``role``'s, if given), with ``seen_age_ms``
+    and ``alive`` (seen within the stale age)."""
     async with redis.pipeline(transaction=False) as p:
-        for key in keys.every("workers"):
+        for key in keys.every("workers", role):
             p.hgetall(key)
         replies = await p.execute()
     found = []

@@ -249,3 +249,30 @@ async def test_bus_survives_nats_restart(settings: Settings, tmp_path: Path) -> 
             msgs = await puller.fetch(10, 1.0)
             assert [m.data for m in msgs] == [b"before", b"after"]
             await puller.close()
+
+
+async def test_a_long_poll_ends_when_the_connection_comes_back(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The server forgets pull requests with the connection: a long poll waiting across a
+    NATS restart ends at the reconnect, not at its own (hour-long) timeout, so the loop asks
+    again at once and gets what is published after."""
+    async with NatsServer(tmp_path, durable=True) as server:
+        local = settings.model_copy(update={"nats_url": server.url})
+        async with await Bus.connect(local, "poller") as bus:
+            await bus.ensure_streams()
+            durable = await _tool_consumer(bus, "echo")
+            puller = await bus.pull(bus.names.tool_stream, durable)
+            stop = asyncio.Event()
+            polling = asyncio.create_task(puller.fetch(1, 3600.0, stop=stop))
+            server.kill()
+            await eventually(lambda: not bus.nc.is_connected, message="disconnect seen")
+            await server.restart()
+            async with asyncio.timeout(30):
+                assert await polling == []
+            assert await bus.publish(bus.tool_subject("echo"), b"after", msg_id="a")
+            async with asyncio.timeout(30):
+                msgs = await puller.fetch(1, 3600.0, stop=stop)
+            assert [m.data for m in msgs] == [b"after"]
+            await msgs[0].ack_sync()
+            await puller.close()

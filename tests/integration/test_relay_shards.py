@@ -72,6 +72,31 @@ async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings:
         await store.close()
 
 
+async def test_one_look_tells_which_leases_a_relay_may_take(settings: Settings) -> None:
+    """A relay looks at the shards it does not hold in one read-only call and tries to take
+    only the free and expired ones: held leases stay untouched, their fences unchanged."""
+    store = await Store.connect(settings)
+    try:
+        box = Outbox(store.redis, Keys(settings.namespace, settings.shards))
+        held = await box.lease("acquire", 5, "relay-a", 60_000)
+        dying = await box.lease("acquire", 6, "relay-a", 200)
+        assert held.ok and dying.ok
+        looks = await box.look([5, 6, 7])
+        assert looks is not None
+        assert looks[5][0] == "relay-a" and looks[5][1] > 0
+        assert looks[7] == ("", 0)  # never held
+
+        async def expired() -> bool:
+            found = await box.look([6])
+            return found is not None and found[6] == ("relay-a", 0)
+
+        await eventually(expired, timeout=5, message="the short lease expired")
+        assert await store.redis.hget(box.keys.relay_lease(5), "fence") == str(held.fence)
+        assert (await box.lease("renew", 5, "relay-a", 60_000, held.fence)).ok
+    finally:
+        await store.close()
+
+
 async def test_relays_rebalance_when_one_joins_and_when_it_leaves(settings: Settings) -> None:
     settings = settings.model_copy(update={"lease_ms": 600})
     first = Relay(settings.model_copy(update={"worker_name": "relay-1"}))

@@ -4,9 +4,14 @@ KEYS: 1 lease HASH "<ns>:{<ns>-<shard>}:relay" (same hash tag as the shard's out
         holder  relay name ('' when free)
         fence   increases by one at every acquisition; never reset (the key is never deleted)
         until   ms (Redis clock) the lease lasts to; 0 when released
-ARGV: 1 op: acquire | acquire_expired | renew | release   2 relay name   3 lease time ms
-      4 fence (renew, release)
-Returns:
+      2.. renew only: more lease HASHes (one server, where keys of many hash tags may
+        meet in one script): every held shard's lease renewed by one call
+      (look: any number of lease HASHes, on one server)
+ARGV: 1 op: acquire | acquire_expired | renew | release | look   2 relay name
+      3 lease time ms   4 fence (renew, release); 4+i-1 the fence of KEYS[i] (renew)
+Returns (with several KEYS, renew returns a list of these answers, one per key):
+  look     {{holder, ms left}, ...} per key, writing nothing: which leases a relay may
+           take ('' or 0 left), so it calls acquire only for those
   acquire  {1, fence} taken (a new fence, also when this relay held it and it expired)
            {0, holder, remaining ms} another relay holds it
   acquire_expired  the same, but takes only a lease whose holder let it expire (died),
@@ -19,6 +24,30 @@ so a relay that lost a shard cannot delete rows the new holder is responsible fo
 ]==]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[1] == 'renew' then
+  local answers = {}
+  for i, key in ipairs(KEYS) do
+    local cur = redis.call('HMGET', key, 'holder', 'fence', 'until')
+    local holder, fence = cur[1] or '', tonumber(cur[2] or '0')
+    if holder == ARGV[2] and fence == tonumber(ARGV[3 + i]) and tonumber(cur[3] or '0') > now then
+      redis.call('HSET', key, 'until', now + tonumber(ARGV[3]))
+      answers[i] = {1, fence}
+    else  -- lost: expired (and maybe taken), or released
+      answers[i] = {0, holder, fence}
+    end
+  end
+  if #KEYS == 1 then return answers[1] end
+  return answers
+end
+if ARGV[1] == 'look' then
+  local answers = {}
+  for i, key in ipairs(KEYS) do
+    local cur = redis.call('HMGET', key, 'holder', 'until')
+    answers[i] = {cur[1] or '', math.max(tonumber(cur[2] or '0') - now, 0)}
+  end
+  return answers
+end
+if #KEYS > 1 then return redis.error_reply('INVALID several keys for ' .. tostring(ARGV[1])) end
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'until')
 local holder, fence, untl = cur[1] or '', tonumber(cur[2] or '0'), tonumber(cur[3] or '0')
 local op, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -32,11 +61,6 @@ if op == 'acquire' or op == 'acquire_expired' then
   return {1, fence}
 end
 local mine = holder == me and fence == tonumber(ARGV[4])
-if op == 'renew' then
-  if not mine or untl <= now then return {0, holder, fence} end
-  redis.call('HSET', KEYS[1], 'until', now + ttl)
-  return {1, fence}
-end
 if op == 'release' then
   if not mine then return {0, holder, fence} end
   redis.call('HSET', KEYS[1], 'holder', '', 'until', 0)
