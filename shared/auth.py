@@ -162,8 +162,8 @@ def redis_acl(
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += _redis_keys(role, namespace, sessions)
     # Every role reads the store's epoch and may write it once on a new store (SET NX, see
-    # baton.store.epoch): a selector grants GET/SET on the epoch keys and nothing else.
-    rules.append(f"(+get +set ~{namespace}:{{{namespace}-*}}:epoch)")
+    # baton.store.epoch): a selector grants GET/MGET/SET on the epoch keys and nothing else.
+    rules.append(f"(+get +mget +set ~{namespace}:{{{namespace}-*}}:epoch)")
     # Commits announce settled submissions (SPUBLISH), clients wait for their own (SSUBSCRIBE):
     # sharded channels under the session's hash tag.
     if role == "brain":

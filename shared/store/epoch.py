@@ -36,7 +36,7 @@ from typing import Any
 from baton.errors import RedisUnavailable, StoreEpochError, StoreLayoutError
 from baton.observability.log import get_logger
 from baton.store.keys import Keys
-from baton.store.redis_client import REDIS_ERRORS
+from baton.store.redis_client import REDIS_ERRORS, is_cluster
 
 __all__ = ["INIT_GRACE_MS", "STORE_LAYOUT", "EpochSurvey", "StoreEpoch"]
 
@@ -196,9 +196,12 @@ class StoreEpoch:
         raise err
 
     async def _read(self) -> list[dict[str, Any] | None]:
+        names = [self.keys.epoch(shard) for shard in range(self.keys.shards)]
+        if not is_cluster(self.redis):  # one command; on a Cluster the keys span slots
+            return [_parse(raw) for raw in await self.redis.mget(names)]
         pipe = self.redis.pipeline(transaction=False)
-        for shard in range(self.keys.shards):
-            pipe.get(self.keys.epoch(shard))
+        for name in names:
+            pipe.get(name)
         return [_parse(raw) for raw in await pipe.execute()]
 
     async def _initialise(self) -> None:
