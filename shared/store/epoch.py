@@ -198,7 +198,11 @@ class StoreEpoch:
     async def _read(self) -> list[dict[str, Any] | None]:
         names = [self.keys.epoch(shard) for shard in range(self.keys.shards)]
         if not is_cluster(self.redis):  # one command; on a Cluster the keys span slots
-            return [_parse(raw) for raw in await self.redis.mget(names)]
+            found = await self.redis.mget(names)
+            if all(raw is not None for raw in found):
+                return [_parse(raw) for raw in found]
+            # MGET answers nil for a key of another type too: the reads below tell a
+            # missing epoch from a wrong-typed key (WRONGTYPE), as they always did
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.get(name)
