@@ -10,6 +10,7 @@ claims of one fetched batch, results that come in together) share one round trip
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from redis.asyncio import Redis
@@ -35,14 +36,6 @@ class Runs:
         self.settings = settings
         self.scripts = scripts
         self.batch = ScriptBatch(scripts)
-        self._worker_json: dict[WorkerRef, str] = {}
-
-    def _worker(self, worker: WorkerRef) -> str:
-        """The worker's JSON, serialised once per worker (it is in every script call)."""
-        text = self._worker_json.get(worker)
-        if text is None:
-            text = self._worker_json[worker] = worker.model_dump_json()
-        return text
 
     @traced_claim
     async def claim(
@@ -59,7 +52,7 @@ class Runs:
         r = await self.batch.run(
             "claim",
             sk,
-            [run_id, worker.name, self.settings.attempt_ttl_ms, self._worker(worker), delivery,
+            [run_id, worker.name, self.settings.attempt_ttl_ms, worker_json(worker), delivery,
              carrier.model_dump_json() if carrier is not None else "", tool, gone_holder],
             run_id,
         )
@@ -88,7 +81,7 @@ class Runs:
         once the attempt is no longer current."""
         args: list[Any] = [run_id, attempt]
         if worker is not None:
-            args.append(self._worker(worker))
+            args.append(worker_json(worker))
         reply = await self.batch.run("heartbeat", self.keys.session(session_id), args, run_id)
         return reply == "cancelled"
 
@@ -120,7 +113,7 @@ class Runs:
         (woke,) = await self.batch.run(
             "complete",
             sk,
-            [intent.run_id, attempt, payload, self._worker(worker), intent.group or "",
+            [intent.run_id, attempt, payload, worker_json(worker), intent.group or "",
              "1" if force_wake or intent.wake_each else "0", wake, session_id, receipt,
              dumps(headers or {})],
             intent.run_id,
@@ -153,4 +146,11 @@ class Runs:
         return parse_runs(fields)
 
 
-__all__ = ["Runs"]
+__all__ = ["Runs", "worker_json"]
+
+
+@functools.lru_cache(maxsize=256)
+def worker_json(worker: WorkerRef) -> str:
+    """The worker's JSON, serialised once per worker: it goes with every lease, commit and
+    tool-run script call."""
+    return worker.model_dump_json()

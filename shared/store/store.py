@@ -54,7 +54,7 @@ from baton.store.redis_client import (
     redis_user,
     without_password,
 )
-from baton.store.runs import Runs
+from baton.store.runs import Runs, worker_json
 from baton.store.scripts import ScriptRunner
 from baton.store.state import (
     Claim,
@@ -118,14 +118,6 @@ class Store:
         #: Awaited after a commit that armed a timer or a deadline (a Brain's nudge to the
         #: relays, :class:`baton.bus.nudge.TimerNudge`); None: nobody to tell.
         self.timers_armed: Callable[[], Awaitable[None]] | None = None
-        self._worker_json: dict[WorkerRef, str] = {}
-
-    def _worker(self, worker: WorkerRef) -> str:
-        """The worker's JSON, serialised once per worker (in every lease and commit)."""
-        text = self._worker_json.get(worker)
-        if text is None:
-            text = self._worker_json[worker] = worker.model_dump_json()
-        return text
 
     @classmethod
     async def connect(cls, settings: Settings) -> Store:
@@ -362,7 +354,7 @@ class Store:
         so it holds everything the new fence holder may build on.
         """
         sk = self.keys.session(session_id)
-        args = [worker.name, ttl_ms, self._worker(worker), _carrier_arg(carrier)]
+        args = [worker.name, ttl_ms, worker_json(worker), _carrier_arg(carrier)]
         if not self.scripts.replicated("acquire"):
             # The script reads the state itself (one command, no MULTI/EXEC around it); a
             # replicated acquire records its reply for a retry, so it reads after the WAIT.
@@ -444,7 +436,7 @@ class Store:
         # submission at the limit completes.
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
         reply = await self.scripts.run("commit", self.keys.session(session_id),
-                                       [fence, self._worker(worker), session_id, *args])
+                                       [fence, worker_json(worker), session_id, *args])
         if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
             await self.timers_armed()
         return reply

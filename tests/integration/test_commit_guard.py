@@ -10,6 +10,8 @@ corrupt state with nothing written; without its check, each one would fail midwa
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -65,20 +67,8 @@ async def test_a_commit_touching_a_key_of_the_wrong_type_writes_nothing(
     sid, fence = await _session(store)
     sk = store.keys.session(sid)
     names = {k: getattr(sk, k) for k in KEYS}
-    r = store.redis
-    kept = await r.dump(names[key])  # the shard's keys are shared with other sessions
-    await r.delete(names[key])
-    await r.set(names[key], "garbage")
-    try:
-        before = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
-        with pytest.raises(CorruptStateError):
-            await store.commit(sid, fence, _everything(sid), BRAIN)
-        after = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
-        assert after == before
-    finally:
-        await r.delete(names[key])
-        if kept is not None:
-            await r.restore(names[key], 0, kept)
+    await _refused_writing_nothing(store.redis, names, key,
+                                   lambda: store.commit(sid, fence, _everything(sid), BRAIN))
 
 
 async def test_the_write_set_writes_the_keys_it_does_not_only_read(store: Store) -> None:
@@ -104,14 +94,22 @@ async def test_the_acquire_that_opens_a_session_writes_nothing_on_a_key_of_the_w
                        worker=CLIENT, submission_id=f"{sid}-sub")
     sk = store.keys.session(sid)
     names = {k: getattr(sk, k) for k in (*KEYS, "sessions")}
-    r = store.redis
+    await _refused_writing_nothing(store.redis, names, key,
+                                   lambda: store.acquire_and_load(sid, BRAIN, 60_000))
+
+
+async def _refused_writing_nothing(r: Any, names: dict[str, str], key: str,
+                                   call: Callable[[], Awaitable[Any]]) -> None:
+    """With a string where ``names[key]`` should be, ``call`` fails CorruptStateError and
+    changes none of ``names``; the key is restored after (a shard's keys are shared with
+    other sessions)."""
     kept = await r.dump(names[key])
     await r.delete(names[key])
     await r.set(names[key], "garbage")
     try:
         before = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
         with pytest.raises(CorruptStateError):
-            await store.acquire_and_load(sid, BRAIN, 60_000)
+            await call()
         after = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
         assert after == before
     finally:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from baton.cli.common import loop_factory
 from baton.settings import Settings
+from tests.helpers import eventually
 
 
 def test_the_setting_picks_the_loop() -> None:
@@ -28,27 +28,29 @@ def test_the_setting_picks_the_loop() -> None:
         Settings(event_loop="trio")
 
 
-def _relay_log(settings: Settings, tmp_path: Path, event_loop: str) -> str:
+async def _relay_log(settings: Settings, tmp_path: Path, event_loop: str) -> str:
     """Run a relay with ``BATON_EVENT_LOOP=event_loop`` until it says which loop it runs on,
     stop it with SIGTERM; its log."""
     env = {**os.environ, **settings.to_env(), "BATON_EVENT_LOOP": event_loop,
            "BATON_LOG_FORMAT": "json"}
     log_path = tmp_path / f"relay-{event_loop}.log"
     with log_path.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "baton", "relay"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "baton", "relay", env=env, stdout=out,
+            stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60
-            while '"event_loop"' not in log_path.read_text():
-                assert proc.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.05)  # polling the log file for a condition, with a deadline
+            def said_loop() -> bool:
+                assert proc.returncode is None, log_path.read_text()
+                return '"event_loop"' in log_path.read_text()
+
+            await eventually(said_loop, timeout=60, message="the event_loop line")
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0, log_path.read_text()
+            async with asyncio.timeout(30):
+                assert await proc.wait() == 0, log_path.read_text()
         finally:
-            if proc.poll() is None:
+            if proc.returncode is None:
                 proc.kill()
-                proc.wait()
+                await proc.wait()
     return log_path.read_text()
 
 
@@ -56,7 +58,7 @@ def _relay_log(settings: Settings, tmp_path: Path, event_loop: str) -> str:
     ("auto", "uvloop.Loop"), ("asyncio", "asyncio.unix_events._UnixSelectorEventLoop")])
 async def test_a_service_runs_on_the_loop_its_setting_names(
         settings: Settings, tmp_path: Path, event_loop: str, expected: str) -> None:
-    text = await asyncio.to_thread(_relay_log, settings, tmp_path, event_loop)
+    text = await _relay_log(settings, tmp_path, event_loop)
     lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     said = [line for line in lines if line.get("event") == "event_loop"]
     assert [line["loop"] for line in said] == [expected], text
