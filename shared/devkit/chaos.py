@@ -53,6 +53,9 @@ def _render(console: Console, report: ChaosReport) -> None:
                   f"stale writes refused {s['stale_refused']}; services that died on their "
                   f"own {s['crashes']}; exits at start while a server was down "
                   f"{s['start_failures']} (restarted by the supervisor)")
+    if s["recovery_probes"]:
+        console.print(f"  {s['recovery_probes']} probe sessions after the checks, for workers "
+                      f"that took no work after the last Redis restart")
     if report.violations:
         console.print(f"[bold red]{len(report.violations)} VIOLATIONS[/bold red]")
         for v in report.violations[:30]:

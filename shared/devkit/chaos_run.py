@@ -76,6 +76,11 @@ PARTITION_S = 3.0  # how long each partition lasts: past a cluster failover (nod
 PARTITION_KINDS = ("redis_node", "nats_node", "worker_from_redis", "worker_from_nats")
 _RETRY_S = 60.0  # how long the runner's own reads ride out a server restart
 _DRAIN_S = 15.0
+# After a run with a Redis restart: probe sessions a surviving worker may take to show it
+# recovered, in rounds of this many at once, and how long each may take.
+_PROBE_ROUNDS = 5
+_PROBE_SESSIONS = 8
+_PROBE_WAIT_S = 30.0
 _DOWN = (UnavailableError, RedisError, OSError)  # a server restarting: try again
 
 
@@ -113,6 +118,7 @@ class ChaosReport:
     start_failures: dict[str, int] = field(default_factory=dict)  # started while a server was down
     findings: Findings = field(default_factory=Findings)
     mail: dict[str, Any] = field(default_factory=dict)
+    probes: int = 0  # sessions run after the checks to see idle survivors of a Redis restart
     seconds: float = 0.0
     error: str = ""
 
@@ -135,6 +141,7 @@ class ChaosReport:
             "start_failures": sum(self.start_failures.values()),
             "violations": len(self.violations), "problems": self.violations[:10],
             "seed": self.config.seed, "cpu_hogs": self.config.cpu_hogs,
+            "recovery_probes": self.probes,
             "seconds": round(self.seconds, 1),
         }
 
@@ -364,7 +371,7 @@ class ChaosRun:
         self.report.settled = out.counts["settled"]
         await self._leftovers(out)
         self._crashes(out)
-        self._recovered(out)
+        await self._recovered(out)
 
     async def _describe_rows(self) -> list[str]:
         """Up to five rows per stream still in the outbox, and who holds them unacknowledged
@@ -406,24 +413,55 @@ class ChaosRun:
         if timers:
             out.add(f"{timers} timers left armed after every session settled")
 
-    def _recovered(self, out: Findings) -> None:
+    async def _recovered(self, out: Findings) -> None:
         """A brain or hands that lived through the last Redis restart must work after it.
 
         Its connections all failed once then (no automatic retries, on purpose): it has to
-        notice, log and go on. Relays show it through the empty outbox.
+        notice, log and go on. A worker proves it by a commit after the restart. One that
+        made none may simply have been out-competed for the work left after the restart
+        (the others took every message while it reconnected), so it gets more chances:
+        rounds of probe sessions, after every check of the run's own sessions, until each
+        such worker committed or the rounds run out. Relays show it through the empty
+        outbox.
         """
         if "redis" not in self.restarted_at:
             return
         mono, wall, submitted_before = self.restarted_at["redis"]
         if self.cfg.sessions - submitted_before < 20:
             return  # too little work after the restart to expect every worker to get some
-        workers = {r.worker.name for f in self.facts for r in f.receipts
-                   if r.worker is not None and r.ts_ms > wall}
-        for p in self.stack.procs():
-            if p.role in ("brain", "hands") and p.alive and p.started_at < mono \
-                    and p.name not in workers:
-                out.add(f"{p.name} (pid {p.pid}) committed nothing after the last Redis "
-                        f"restart: it did not recover")
+        survivors = {p.name: p for p in self.stack.procs()
+                     if p.role in ("brain", "hands") and p.alive and p.started_at < mono}
+        idle = set(survivors) - {r.worker.name for f in self.facts for r in f.receipts
+                                 if r.worker is not None and r.ts_ms > wall}
+        probes = 0
+        for round_ in range(_PROBE_ROUNDS):
+            if not idle:
+                return
+            batch = [f"s-chaos-probe-{self.cfg.seed}-{round_}-{k}"
+                     for k in range(_PROBE_SESSIONS)]
+            async with asyncio.TaskGroup() as tg:
+                done = [tg.create_task(self._probe(sid, f"{round_}-{k}"))
+                        for k, sid in enumerate(batch)]
+            probes += len(batch)
+            self.report.probes = probes
+            for task in done:
+                idle -= {r.worker.name for r in task.result() if r.worker is not None}
+        for name in sorted(idle):
+            p = survivors[name]
+            out.add(f"{p.name} (pid {p.pid}) committed nothing after the last Redis "
+                    f"restart, nor in {probes} probe sessions after the run: it did not "
+                    f"recover")
+
+    async def _probe(self, session_id: str, tag: str) -> list[Any]:
+        """One five-notice session after the run (its own recipients); its receipts."""
+        text = ("Send the approved notice 'Our terms change on 1 March' to "
+                + ", ".join(f"p{tag}-{k}@probe.example" for k in range(RECIPIENTS))
+                + ", then summarise.")
+        sub, _ = await _retrying(lambda: self.client.submit(
+            text, agent="notices", session_id=session_id, request_id=f"probe-{tag}"))
+        with contextlib.suppress(TimeoutError):  # unsettled: its receipts still tell
+            await _retrying(lambda: self.client.wait(sub, timeout=_PROBE_WAIT_S))
+        return await _retrying(lambda: self.client.store.receipts(session_id))
 
     def _crashes(self, out: Findings) -> None:
         """Exits that nobody caused: a service that died on its own (e.g. on a restart)."""
