@@ -10,19 +10,20 @@ at a time (the others idle at a few ms of CPU per second):
   batched, with the deploy files' sampler) to a sink in this process that answers 200;
 * **all spans**: the same with every trace sampled.
 
-Each round drives every stack (in rotating order) with the same five-notice sessions. Two
-figures per mode:
+The variants are interleaved: each round drives every stack once (in rotating order, so
+none is always first or last) with the same five-notice sessions, and each mode's cost is
+taken against the off stack's *in the same round*, so a change of load on the machine
+moves both halves of a pair. Two figures per mode, each the median of the rounds' paired
+costs with their spread (interquartile range, and min..max):
 
 * **CPU per session**: the CPU every process of its stack (Redis, NATS, the three services)
-  spent per session, summed over the rounds, against the off stack's. Throughput at
-  concurrency 32 is bound by CPU, so this is the throughput a machine running only Baton
-  loses, and other work on the machine barely moves it (it slows the sessions, not the CPU
-  each one needs);
-* **throughput, paired**: one minus the median of the rounds' sessions/s ratios to the off
-  stack; on a shared machine the load changes between the halves of a pair make this one
-  noisy.
+  spent per session, over the off stack's in the same round. Throughput at concurrency 32
+  is bound by CPU, so this is the throughput a machine running only Baton loses, and other
+  work on the machine barely moves it (it slows the sessions, not the CPU each one needs);
+* **throughput**: one minus the ratio of the round's sessions/s to the off stack's; on a
+  shared machine the load changes between the halves of a pair make this one noisier.
 
-Target: the cost of the shipped configuration is at most 5%.
+The output says how many rounds ran. Target: the cost of the shipped configuration is at most 5%.
 """
 
 from __future__ import annotations
@@ -50,6 +51,23 @@ DESCRIPTION = "sessions/s at concurrency 32 with logs and tracing on vs off (pai
 
 CONCURRENCY = 32
 TARGET_COST = 0.05
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles and extremes of paired costs (fractions)."""
+    ordered = sorted(values)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    return {"median": statistics.median(ordered), "q1": q1, "q3": q3,
+            "min": ordered[0], "max": ordered[-1]}
+
+
+def describe(stats: dict[str, float]) -> str:
+    """``+4.1% (IQR +3.0..+5.2, +1.9..+7.0)``."""
+    return (f"{stats['median']:+.1%} (IQR {stats['q1']:+.1%}..{stats['q3']:+.1%}, "
+            f"{stats['min']:+.1%}..{stats['max']:+.1%})")
 
 
 @contextlib.asynccontextmanager
@@ -91,7 +109,7 @@ def modes(endpoint: str) -> dict[str, dict[str, str]]:
 
 async def run(quick: bool = False, console: Console | None = None) -> Result:
     console = console or Console()
-    rounds, per_round = (3, 64) if quick else (10, 96)
+    rounds, per_round = (4, 64) if quick else (16, 96)
     rates: dict[str, list[float]] = {}
     base = Path(tempfile.mkdtemp(prefix="baton-obs-"))
     try:
@@ -101,7 +119,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             rates = {m: [] for m in names}
             clients: dict[str, Any] = {}
             pids: dict[str, list[int]] = {}
-            cpu_s = dict.fromkeys(names, 0.0)
+            cpu_ms: dict[str, list[float]] = {m: [] for m in names}  # per round, per session
             for i, mode in enumerate(names):
                 stack = await stacks.enter_async_context(DevStack(
                     base / str(i), brains=1, hands=1, relays=1, namespace=f"obs{i}",
@@ -115,32 +133,36 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                 for mode in names[r % len(names):] + names[:r % len(names)]:
                     before = sum(cpu_ns(p) for p in pids[mode])
                     done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
-                    cpu_s[mode] += (sum(cpu_ns(p) for p in pids[mode]) - before) / 1e9
+                    cpu_ms[mode].append(
+                        (sum(cpu_ns(p) for p in pids[mode]) - before) / 1e6 / per_round)
                     rates[mode].append(per_round / done.elapsed_s)
-                console.print(f"[dim]round {r + 1}: " + ", ".join(
-                    f"{m} {rates[m][-1]:.1f}/s" for m in names) + "[/dim]")
+                console.print(f"[dim]round {r + 1}/{rounds}: " + ", ".join(
+                    f"{m} {rates[m][-1]:.1f}/s {cpu_ms[m][-1]:.2f} ms" for m in names)
+                    + "[/dim]")
             exported = received[0]
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    n = rounds * per_round
-    cpu_ms = {m: cpu_s[m] * 1000 / n for m in rates}
-    cpu_cost = {m: cpu_ms[m] / cpu_ms["off"] - 1 for m in rates if m != "off"}
-    costs = {m: 1 - statistics.median(a / b for a, b in zip(rates[m], rates["off"], strict=True))
-             for m in rates if m != "off"}
-    table = Table(title="Observability cost (five-notice sessions, concurrency 32)",
-                  title_justify="left")
-    for col in ("mode", "CPU ms/session", "cost (CPU)", "sessions/s (median)",
-                "cost (paired sessions/s)", "target"):
+    others = [m for m in rates if m != "off"]
+    cpu_cost = {m: spread([a / b - 1 for a, b in zip(cpu_ms[m], cpu_ms["off"], strict=True)])
+                for m in others}
+    costs = {m: spread([1 - a / b for a, b in zip(rates[m], rates["off"], strict=True)])
+             for m in others}
+    table = Table(title=f"Observability cost (five-notice sessions, concurrency {CONCURRENCY}; "
+                        f"{rounds} interleaved rounds of {per_round} sessions per mode, "
+                        "paired with the off stack's round)", title_justify="left")
+    for col in ("mode", "CPU ms/session", "cost (CPU, paired)", "sessions/s",
+                "cost (sessions/s, paired)", "target"):
         table.add_column(col, justify="left" if col == "mode" else "right")
     for mode in rates:
-        table.add_row(mode, f"{cpu_ms[mode]:.1f}",
-                      f"{cpu_cost[mode]:.1%}" if mode in cpu_cost else "",
+        table.add_row(mode, f"{statistics.median(cpu_ms[mode]):.2f}",
+                      describe(cpu_cost[mode]) if mode in cpu_cost else "",
                       f"{statistics.median(rates[mode]):.1f}",
-                      f"{costs[mode]:.1%}" if mode in costs else "",
+                      describe(costs[mode]) if mode in costs else "",
                       f"<= {TARGET_COST:.0%}" if mode == "shipped" else "")
     console.print(table)
-    console.print(f"[dim]OTLP bytes exported: {exported:,}; shipped sampler: "
+    console.print(f"[dim]medians of {rounds} rounds; in brackets the paired costs' interquartile "
+                  f"range and min..max. OTLP bytes exported: {exported:,}; shipped sampler: "
                   f"{SHIPPED_SAMPLER}[/dim]")
     rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
                 n=rounds * per_round, p50_us=float("nan"), p99_us=float("nan"),
