@@ -54,16 +54,16 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import structlog
-from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
-from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.errors import StaleAttemptError, StaleFenceError
 from baton.observability.log import get_logger
 from baton.observability.telemetry import (
     Instruments,
+    carried,
     extract,
+    handing_on,
     inject,
     instruments,
     set_incoming_trace,
@@ -145,7 +145,8 @@ def _traced() -> Any:
 def _in_trace() -> bool:
     """Whether a context is current (a span of ours or the host's, or an unsampled parent's)
     to hand on with the work: propagation goes on without spans."""
-    return bool(otel_trace.get_current_span().get_span_context().is_valid)
+    return carried() is not None or bool(
+        otel_trace.get_current_span().get_span_context().is_valid)
 
 
 def _span(t: Any, name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
@@ -294,11 +295,8 @@ def consumer(role: str) -> Callable[[F], F]:
                 if t is None:
                     return await fn(self, msg)
                 if unsampled_header(headers):  # not recorded: its context current, no span
-                    token = otel_context.attach(extract(headers) or Context())
-                    try:
+                    with handing_on(headers):
                         return await fn(self, msg)
-                    finally:
-                        otel_context.detach(token)
                 with t.start_as_current_span(
                     f"process {msg.subject}", context=extract(headers),
                     kind=SpanKind.CONSUMER, attributes=_consume_attrs(msg, role, delivery),
