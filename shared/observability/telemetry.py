@@ -34,6 +34,7 @@ import contextvars
 import functools
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -366,6 +367,26 @@ def _fields(textmap: Any) -> tuple[str, ...]:
     return tuple(sorted(textmap.fields))
 
 
+_W3C = ("baggage", "traceparent", "tracestate")  # the default propagators' fields
+_VERSION_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def _plain_context(kept: Mapping[str, str]) -> Context | None:
+    """The context the default propagators extract from a lone version-00 ``traceparent``
+    (no ``tracestate``, no ``baggage``), made without them; None for anything else."""
+    if len(kept) != 1:
+        return None
+    match = _VERSION_00.fullmatch(kept.get("traceparent", ""))
+    if match is None:
+        return None
+    trace_id, span_id, flags = (int(g, 16) for g in match.groups())
+    if not trace_id or not span_id:
+        return None
+    return otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(otel_trace.SpanContext(
+        trace_id=trace_id, span_id=span_id, is_remote=True,
+        trace_flags=otel_trace.TraceFlags(flags))))
+
+
 @contextlib.contextmanager
 def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
     """Handle a message whose trace is not sampled (:func:`unsampled_header`) under its
@@ -378,8 +399,11 @@ def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
     write the same: the parent and flags of ``traceparent``, ``tracestate`` and
     ``baggage`` are passed on unchanged by a process that makes no span.
     """
-    ctx = extract(headers) or Context()
-    kept = {k: headers[k] for k in _fields(propagate.get_global_textmap()) if k in headers}
+    fields = _fields(propagate.get_global_textmap())
+    kept = {k: headers[k] for k in fields if k in headers}
+    ctx = _plain_context(kept) if fields == _W3C else None
+    if ctx is None:
+        ctx = extract(headers) or Context()
     token = otel_context.attach(ctx)
     mark = _carried.set((ctx, kept))
     try:

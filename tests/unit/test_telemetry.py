@@ -635,3 +635,18 @@ async def test_an_unsampled_message_hands_its_own_headers_on_and_keeps_its_conte
     submitted = store.seen[-1]
     assert submitted["traceparent"][3:35] != UNSAMPLED[3:35]  # the host's own new trace
     assert {s.name for s in spans.get_finished_spans()} >= {"own", "submit"}
+
+
+def test_a_lone_traceparent_gives_the_context_the_propagators_would() -> None:
+    from opentelemetry import propagate
+
+    for value in (UNSAMPLED, PARENT):
+        mine = otel_trace.get_current_span(telemetry._plain_context({"traceparent": value}))
+        theirs = otel_trace.get_current_span(propagate.extract({"traceparent": value}))
+        assert mine.get_span_context() == theirs.get_span_context()
+        assert mine.get_span_context().is_remote
+    for kept in ({"traceparent": UNSAMPLED, "tracestate": "a=b"},
+                 {"traceparent": "01" + UNSAMPLED[2:]},
+                 {"traceparent": UNSAMPLED.upper()},
+                 {"traceparent": UNSAMPLED[:36] + "0" * 16 + UNSAMPLED[52:]}):
+        assert telemetry._plain_context(kept) is None  # left to the propagators
