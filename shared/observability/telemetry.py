@@ -301,7 +301,9 @@ def tracer() -> Any:
     """
     if _unset(otel_trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
         return None
-    provider = otel_trace.get_tracer_provider()
+    provider: Any = getattr(otel_trace, "_TRACER_PROVIDER", None)
+    if provider is None or provider is not state.tracer_provider:  # else: the one last seen
+        provider = otel_trace.get_tracer_provider()
     if provider is not state.tracer_provider:
         found: Any = None
         if not isinstance(provider, _NO_TRACING):
@@ -374,9 +376,16 @@ _VERSION_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 def _plain_context(kept: Mapping[str, str]) -> Context | None:
     """The context the default propagators extract from a lone version-00 ``traceparent``
     (no ``tracestate``, no ``baggage``), made without them; None for anything else."""
-    if len(kept) != 1:
+    if len(kept) != 1 or "traceparent" not in kept:
         return None
-    match = _VERSION_00.fullmatch(kept.get("traceparent", ""))
+    return _remote_context(kept["traceparent"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _remote_context(traceparent: str) -> Context | None:
+    """Made once per trace: the messages of a session that is not sampled carry the same
+    ``traceparent`` (contexts are immutable, so they share one)."""
+    match = _VERSION_00.fullmatch(traceparent)
     if match is None:
         return None
     trace_id, span_id, flags = (int(g, 16) for g in match.groups())
@@ -431,7 +440,9 @@ def instruments() -> Instruments | None:
     """Baton's instruments on the global MeterProvider; None when no provider is configured."""
     if _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
         return None
-    provider = otel_metrics.get_meter_provider()
+    provider: Any = getattr(_metrics_api, "_METER_PROVIDER", None)
+    if provider is None or provider is not state.meter_provider:  # else: the one last seen
+        provider = otel_metrics.get_meter_provider()
     if provider is not state.meter_provider:
         found = None
         if not isinstance(provider, _NO_METRICS):
