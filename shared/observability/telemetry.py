@@ -53,9 +53,9 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 __all__ = [
-    "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally",
+    "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally", "carry",
     "current_trace_id", "extract", "handing_on", "inject", "instruments", "setup", "shutdown",
-    "state", "trace_id_of", "tracer", "unsampled", "unsampled_header",
+    "state", "trace_id_of", "tracer", "uncarry", "unsampled", "unsampled_header",
 ]
 
 FILE_ENV = "BATON_OTEL_FILE"
@@ -399,7 +399,7 @@ def _remote_context(traceparent: str) -> Context | None:
 @contextlib.contextmanager
 def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
     """Handle a message whose trace is not sampled (:func:`unsampled_header`) under its
-    context, which hands the trace on without a span.
+    context, which hands the trace on without a span (:func:`carry` and :func:`uncarry`).
 
     The context is made current, so a span started under it (instrumented code in a tool)
     is not sampled either; the propagation headers the message came with are kept, so
@@ -408,18 +408,28 @@ def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
     write the same: the parent and flags of ``traceparent``, ``tracestate`` and
     ``baggage`` are passed on unchanged by a process that makes no span.
     """
+    tokens = carry(headers)
+    try:
+        yield
+    finally:
+        uncarry(tokens)
+
+
+def carry(headers: Mapping[str, str]) -> tuple[Any, Any]:
+    """Enter :func:`handing_on` (without a generator: once per handled message); the
+    tokens to give :func:`uncarry`."""
     fields = _fields(propagate.get_global_textmap())
     kept = {k: headers[k] for k in fields if k in headers}
     ctx = _plain_context(kept) if fields == _W3C else None
     if ctx is None:
         ctx = extract(headers) or Context()
-    token = otel_context.attach(ctx)
-    mark = _carried.set((ctx, kept))
-    try:
-        yield
-    finally:
-        _carried.reset(mark)
-        otel_context.detach(token)
+    return otel_context.attach(ctx), _carried.set((ctx, kept))
+
+
+def uncarry(tokens: tuple[Any, Any]) -> None:
+    token, mark = tokens
+    _carried.reset(mark)
+    otel_context.detach(token)
 
 
 def unsampled_header(headers: Mapping[str, str] | None) -> bool:

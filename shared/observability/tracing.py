@@ -62,14 +62,15 @@ from baton.observability.log import get_logger
 from baton.observability.telemetry import (
     Instruments,
     carried,
+    carry,
     extract,
-    handing_on,
     inject,
     instruments,
     set_incoming_trace,
     state,
     trace_id_of,
     tracer,
+    uncarry,
     unsampled,
     unsampled_header,
 )
@@ -295,8 +296,11 @@ def consumer(role: str) -> Callable[[F], F]:
                 if t is None:
                     return await fn(self, msg)
                 if unsampled_header(headers):  # not recorded: its context current, no span
-                    with handing_on(headers):
+                    tokens = carry(headers)  # see telemetry.handing_on
+                    try:
                         return await fn(self, msg)
+                    finally:
+                        uncarry(tokens)
                 with t.start_as_current_span(
                     f"process {msg.subject}", context=extract(headers),
                     kind=SpanKind.CONSUMER, attributes=_consume_attrs(msg, role, delivery),
