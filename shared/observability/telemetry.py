@@ -21,7 +21,10 @@ it installs the global providers from the standard ``OTEL_*`` variables, and
   ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*`` and the exporter's
   own variables (headers, timeout, ...) are honoured by the SDK; ``OTEL_SDK_DISABLED=true``
   turns everything off.
-* metrics: the same, with ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_METRICS_EXPORTER``.
+* metrics: the same, with ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_METRICS_EXPORTER``
+  (every ``OTEL_METRIC_EXPORT_INTERVAL``, 60 s by default). Under this MeterProvider the
+  histograms are :class:`Histogram` aggregates kept in the process and added to each
+  export with the names, units, buckets and attributes the SDK's would have.
 * ``BATON_OTEL_FILE=PATH`` (ours, for tests): every finished span as one JSON line appended
   to PATH as it ends, so the spans of several processes (even one SIGKILLed) can be merged.
 """

@@ -34,10 +34,13 @@ the model call (``gen_ai.*``), database for the Redis scripts behind a transitio
 Traces that are not sampled cost almost nothing: under a parent that is not sampled, with
 a sampler that follows its parent (the SDK's default and every ``parentbased_*`` sampler),
 no span could be recorded, so the wrappers start none (no ids, no sampler call, no
-attributes); the consumer makes the message's context current and the writes hand it on,
-so the ``traceparent`` keeps the trace id with the sampled flag off and every process
-decides the same way. Counters are tallied in the process (see
-:class:`~baton.observability.telemetry.Tally`) and metric attribute sets are made once.
+attributes); the consumer makes the message's context current and the writes hand on the
+propagation headers it came with (:func:`~baton.observability.telemetry.handing_on`), so
+the ``traceparent`` keeps the trace id with the sampled flag off and every process decides
+the same way. Counters are tallied in the process (see
+:class:`~baton.observability.telemetry.Tally`), and so are the histograms under the
+MeterProvider Baton's own entry points install
+(:class:`~baton.observability.telemetry.Histogram`); metric attribute sets are made once.
 
 The tracer and instruments come from the global providers at use time
 (:func:`baton.observability.telemetry.tracer` / ``instruments``): the host application's,
