@@ -6,28 +6,33 @@ at a time (the others idle at a few ms of CPU per second):
 * **off**: WARNING logs, no exporter;
 * **logs**: INFO logs as shipped (each unusual message's canonical line in full, the routine
   ones counted in a summary line, see :mod:`baton.observability.canonical`), no exporter;
-* **shipped**: INFO logs and tracing as the deploy files configure it (OTLP http/protobuf,
-  batched, with the deploy files' sampler) to a sink in this process that answers 200;
+* **shipped**: INFO logs, tracing and metrics as the deploy files configure them (OTLP
+  http/protobuf, batched, with the deploy files' sampler: parent-based, 1% of the roots) to
+  a sink in this process that answers 200;
+* **1 in 10**: the same with a tenth of the traces sampled (the deploy files' former ratio);
 * **all spans**: the same with every trace sampled.
 
-Each round drives every stack (in rotating order) with the same five-notice sessions. Two
-figures per mode:
+The variants are interleaved and each is bracketed by the off stack: a round drives
+``off, A, off, B, off, ...`` (the other modes in an order that rotates from round to round)
+with the same five-notice sessions, and each mode's cost is taken against the mean of the
+off runs just before and just after it, so a change of load on the shared machine moves
+both halves of a pair and a steady drift cancels. Two figures per mode, each the median of
+the rounds' paired costs with their spread (interquartile range, and min..max):
 
 * **CPU per session**: the CPU every process of its stack (Redis, NATS, the three services)
-  spent per session, summed over the rounds, against the off stack's. Throughput at
-  concurrency 32 is bound by CPU, so this is the throughput a machine running only Baton
-  loses, and other work on the machine barely moves it (it slows the sessions, not the CPU
-  each one needs);
-* **throughput, paired**: one minus the median of the rounds' sessions/s ratios to the off
-  stack; on a shared machine the load changes between the halves of a pair make this one
-  noisy.
+  spent per session, over the bracketing off runs'. Throughput at concurrency 32 is bound by
+  CPU, so this is the throughput a machine running only Baton loses, and other work on the
+  machine moves it less (it slows the sessions more than the CPU each one needs);
+* **throughput**: one minus the ratio of the sessions/s to the bracketing off runs'; on a
+  shared machine the load changes between the halves of a pair make this one noisier.
 
-Target: the cost of the shipped configuration is at most 5%.
+The output says how many rounds ran. Target: the cost of the shipped configuration is at most 5%.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import statistics
 import tempfile
@@ -50,6 +55,32 @@ DESCRIPTION = "sessions/s at concurrency 32 with logs and tracing on vs off (pai
 
 CONCURRENCY = 32
 TARGET_COST = 0.05
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median of paired costs (fractions), a 95% confidence interval of that median, the
+    quartiles and the extremes.
+
+    The interval is distribution-free: the order statistics ``n/2 -+ 0.98 sqrt(n)`` (the
+    sign test's normal approximation), so one wild pair moves neither the median nor it."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    half = 0.98 * math.sqrt(n)
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return {"median": statistics.median(ordered), "ci_low": ordered[low],
+            "ci_high": ordered[high], "q1": q1, "q3": q3, "min": ordered[0],
+            "max": ordered[-1], "pairs": n}
+
+
+def describe(stats: dict[str, float]) -> str:
+    """``+4.1% (95% CI +3.0..+5.2; IQR +2.2..+6.0)``."""
+    return (f"{stats['median']:+.1%} (95% CI {stats['ci_low']:+.1%}..{stats['ci_high']:+.1%}; "
+            f"IQR {stats['q1']:+.1%}..{stats['q3']:+.1%})")
 
 
 @contextlib.asynccontextmanager
@@ -75,7 +106,7 @@ async def otlp_sink() -> AsyncIterator[tuple[str, list[int]]]:
 
 #: The deploy files' sampler (deploy/compose.yaml, deploy/k8s): parent-based, a ratio of roots.
 SHIPPED_SAMPLER = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
-                   "OTEL_TRACES_SAMPLER_ARG": "0.1"}
+                   "OTEL_TRACES_SAMPLER_ARG": "0.01"}
 
 
 def modes(endpoint: str) -> dict[str, dict[str, str]]:
@@ -85,14 +116,18 @@ def modes(endpoint: str) -> dict[str, dict[str, str]]:
         "off": {"BATON_LOG_LEVEL": "warning"},
         "logs": {"BATON_LOG_LEVEL": "info"},
         "shipped": {**traced, **SHIPPED_SAMPLER},
+        "1 in 10": {**traced, **SHIPPED_SAMPLER, "OTEL_TRACES_SAMPLER_ARG": "0.1"},
         "all spans": {**traced, "OTEL_TRACES_SAMPLER": "parentbased_always_on"},
     }
 
 
 async def run(quick: bool = False, console: Console | None = None) -> Result:
     console = console or Console()
-    rounds, per_round = (3, 64) if quick else (10, 96)
+    rounds, per_round = (4, 64) if quick else (30, 64)
     rates: dict[str, list[float]] = {}
+    cpu_pairs: dict[str, list[float]] = {}
+    rate_pairs: dict[str, list[float]] = {}
+    cpu_ms: dict[str, list[float]] = {}
     base = Path(tempfile.mkdtemp(prefix="baton-obs-"))
     try:
         async with otlp_sink() as (endpoint, received), contextlib.AsyncExitStack() as stacks:
@@ -101,7 +136,9 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             rates = {m: [] for m in names}
             clients: dict[str, Any] = {}
             pids: dict[str, list[int]] = {}
-            cpu_s = dict.fromkeys(names, 0.0)
+            cpu_ms = {m: [] for m in names}  # per run, per session
+            cpu_pairs = {m: [] for m in names[1:]}  # per round, against the bracketing off runs
+            rate_pairs = {m: [] for m in names[1:]}
             for i, mode in enumerate(names):
                 stack = await stacks.enter_async_context(DevStack(
                     base / str(i), brains=1, hands=1, relays=1, namespace=f"obs{i}",
@@ -111,43 +148,57 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                 stacks.push_async_callback(clients[mode].close)
             for mode in names:  # warm every stack: connections, first sessions
                 await sessions(clients[mode], CONCURRENCY, CONCURRENCY, 1)
+
+            async def drive(mode: str) -> tuple[float, float]:
+                """CPU ms per session and sessions/s of one run of ``mode``'s stack."""
+                before = sum(cpu_ns(p) for p in pids[mode])
+                done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
+                cpu = (sum(cpu_ns(p) for p in pids[mode]) - before) / 1e6 / per_round
+                cpu_ms[mode].append(cpu)
+                rates[mode].append(per_round / done.elapsed_s)
+                return cpu, rates[mode][-1]
+
+            others = names[1:]
             for r in range(rounds):
-                for mode in names[r % len(names):] + names[:r % len(names)]:
-                    before = sum(cpu_ns(p) for p in pids[mode])
-                    done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
-                    cpu_s[mode] += (sum(cpu_ns(p) for p in pids[mode]) - before) / 1e9
-                    rates[mode].append(per_round / done.elapsed_s)
-                console.print(f"[dim]round {r + 1}: " + ", ".join(
-                    f"{m} {rates[m][-1]:.1f}/s" for m in names) + "[/dim]")
+                off_before = await drive("off")
+                for mode in others[r % len(others):] + others[:r % len(others)]:
+                    cpu, rate = await drive(mode)
+                    off_after = await drive("off")
+                    cpu_pairs[mode].append(cpu / ((off_before[0] + off_after[0]) / 2) - 1)
+                    rate_pairs[mode].append(1 - rate / ((off_before[1] + off_after[1]) / 2))
+                    off_before = off_after
+                console.print(f"[dim]round {r + 1}/{rounds}: " + ", ".join(
+                    f"{m} {cpu_pairs[m][-1]:+.1%} CPU" for m in others) + "[/dim]")
             exported = received[0]
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    n = rounds * per_round
-    cpu_ms = {m: cpu_s[m] * 1000 / n for m in rates}
-    cpu_cost = {m: cpu_ms[m] / cpu_ms["off"] - 1 for m in rates if m != "off"}
-    costs = {m: 1 - statistics.median(a / b for a, b in zip(rates[m], rates["off"], strict=True))
-             for m in rates if m != "off"}
-    table = Table(title="Observability cost (five-notice sessions, concurrency 32)",
-                  title_justify="left")
-    for col in ("mode", "CPU ms/session", "cost (CPU)", "sessions/s (median)",
-                "cost (paired sessions/s)", "target"):
+    cpu_cost = {m: spread(v) for m, v in cpu_pairs.items()}
+    costs = {m: spread(v) for m, v in rate_pairs.items()}
+    table = Table(title=f"Observability cost (five-notice sessions, concurrency {CONCURRENCY}; "
+                        f"{rounds} rounds of {per_round} sessions per mode, each run "
+                        "paired with the off runs just before and after it)", title_justify="left")
+    for col in ("mode", "CPU ms/session", "cost (CPU, paired)", "sessions/s",
+                "cost (sessions/s, paired)", "target"):
         table.add_column(col, justify="left" if col == "mode" else "right")
     for mode in rates:
-        table.add_row(mode, f"{cpu_ms[mode]:.1f}",
-                      f"{cpu_cost[mode]:.1%}" if mode in cpu_cost else "",
+        table.add_row(mode, f"{statistics.median(cpu_ms[mode]):.2f}",
+                      describe(cpu_cost[mode]) if mode in cpu_cost else "",
                       f"{statistics.median(rates[mode]):.1f}",
-                      f"{costs[mode]:.1%}" if mode in costs else "",
+                      describe(costs[mode]) if mode in costs else "",
                       f"<= {TARGET_COST:.0%}" if mode == "shipped" else "")
     console.print(table)
-    console.print(f"[dim]OTLP bytes exported: {exported:,}; shipped sampler: "
+    console.print(f"[dim]medians of the {rounds} rounds' paired costs; in brackets a 95% "
+                  "confidence interval of the median and the interquartile range (min..max in "
+                  f"the JSON). OTLP bytes exported: {exported:,}; shipped sampler: "
                   f"{SHIPPED_SAMPLER}[/dim]")
     rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
                 n=rounds * per_round, p50_us=float("nan"), p99_us=float("nan"),
                 ops_per_s=statistics.median(rates[mode]), note="median of rounds")
             for mode in rates]
     extra = {"rates": rates, "costs": costs, "cpu_ms_per_session": cpu_ms,
-             "cpu_costs": cpu_cost, "target": TARGET_COST, "rounds": rounds,
+             "cpu_costs": cpu_cost, "cpu_pairs": cpu_pairs, "rate_pairs": rate_pairs,
+             "target": TARGET_COST, "rounds": rounds,
              "sessions_per_round": per_round, "otlp_bytes": exported,
              "shipped_sampler": SHIPPED_SAMPLER}
     return Result(NAME, rows, env=environment(), extra=extra)

@@ -21,23 +21,31 @@ it installs the global providers from the standard ``OTEL_*`` variables, and
   ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*`` and the exporter's
   own variables (headers, timeout, ...) are honoured by the SDK; ``OTEL_SDK_DISABLED=true``
   turns everything off.
-* metrics: the same, with ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_METRICS_EXPORTER``.
+* metrics: the same, with ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_METRICS_EXPORTER``
+  (every ``OTEL_METRIC_EXPORT_INTERVAL``, 60 s by default). Under this MeterProvider the
+  histograms are :class:`Histogram` aggregates kept in the process and added to each
+  export with the names, units, buckets and attributes the SDK's would have.
 * ``BATON_OTEL_FILE=PATH`` (ours, for tests): every finished span as one JSON line appended
   to PATH as it ends, so the spans of several processes (even one SIGKILLed) can be merged.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import contextvars
 import functools
 import json
 import os
+import re
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
@@ -48,9 +56,9 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 __all__ = [
-    "FILE_ENV", "SCOPE", "Instruments", "JsonLinesSpanExporter", "Tally", "current_trace_id",
-    "extract", "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer",
-    "unsampled", "unsampled_header",
+    "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally", "carry",
+    "current_trace_id", "extract", "handing_on", "inject", "instruments", "setup", "shutdown",
+    "state", "trace_id_of", "tracer", "uncarry", "unsampled", "unsampled_header",
 ]
 
 FILE_ENV = "BATON_OTEL_FILE"
@@ -91,6 +99,52 @@ class Tally:
             yield Observation(total, dict(key))
 
 
+class Histogram:
+    """A histogram kept in this process and handed to Baton's own metric exporters.
+
+    ``record`` has the signature of an SDK Histogram's, at the cost of one bisect and a few
+    list updates under a lock: the SDK's ``Histogram.record`` builds a measurement, cleans
+    and hashes the attributes and runs the exemplar filter on every call (tens of
+    microseconds, about twenty times per session). At each export the exporter
+    :func:`setup` installed adds one cumulative point per attribute set (the same name,
+    unit, description, explicit buckets and attributes as the SDK's would be) to what the
+    SDK collected. Used only when :func:`setup` installed the MeterProvider: a host's own
+    provider gets SDK histograms, its views and exemplars included.
+    """
+
+    __slots__ = ("_lock", "bounds", "description", "name", "points", "start_ns", "unit")
+
+    def __init__(self, name: str, unit: str, description: str,
+                 bounds: Sequence[float]) -> None:
+        self.name, self.unit, self.description = name, unit, description
+        self.bounds = tuple(float(b) for b in bounds)
+        self.start_ns = time.time_ns()
+        # attribute pairs -> [count, sum, min, max, bucket counts]
+        self.points: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
+        self._lock = threading.Lock()  # records on the loop, exports on the reader's thread
+
+    def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
+        key = tuple(attributes.items()) if attributes else ()
+        bucket = bisect.bisect_left(self.bounds, amount)  # upper bounds are inclusive
+        with self._lock:
+            point = self.points.get(key)
+            if point is None:
+                point = self.points[key] = [0, 0, amount, amount, [0] * (len(self.bounds) + 1)]
+            point[0] += 1
+            point[1] += amount
+            if amount < point[2]:
+                point[2] = amount
+            elif amount > point[3]:
+                point[3] = amount
+            point[4][bucket] += 1
+
+    def snapshot(self) -> list[tuple[dict[str, Any], int, float, float, float, list[int]]]:
+        """(attributes, count, sum, min, max, bucket counts) per attribute set so far."""
+        with self._lock:
+            return [(dict(key), n, total, low, high, list(counts))
+                    for key, (n, total, low, high, counts) in self.points.items()]
+
+
 @dataclass
 class Instruments:
     """The metric instruments Baton records (see :mod:`baton.observability.tracing` for where)."""
@@ -106,8 +160,20 @@ class Instruments:
     backlog: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard -> (rows, age s)
 
     @classmethod
-    def create(cls, meter: Any) -> Instruments:
+    def create(cls, meter: Any, kept: list[Histogram] | None = None) -> Instruments:
+        """Baton's instruments on ``meter``; with ``kept`` (Baton's own MeterProvider, see
+        :func:`setup`) the histograms are :class:`Histogram` aggregates added to that list
+        for its exporters, else the meter's own."""
         from opentelemetry.metrics import CallbackOptions, Observation
+
+        def histogram(name: str, unit: str, description: str,
+                      bounds: Sequence[float]) -> Any:
+            if kept is None:
+                return meter.create_histogram(name, unit=unit, description=description,
+                                              explicit_bucket_boundaries_advisory=bounds)
+            made = Histogram(name, unit, description, bounds)
+            kept.append(made)
+            return made
 
         def tally(name: str, unit: str, description: str) -> Tally:
             counts = Tally()
@@ -122,11 +188,11 @@ class Instruments:
             refused=tally(
                 "baton.commits.refused", unit="{write}",
                 description="Writes refused by a fence: a stale lease or a stale attempt"),
-            handoff=meter.create_histogram(
+            handoff=histogram(
                 "baton.handoff.duration", unit="s",
                 description="Time from the commit that hands work over to the process that "
                             "takes it (hop: submit, dispatch, wake)",
-                explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
+                bounds=DURATION_BUCKETS),
             redeliveries=tally(
                 "baton.redeliveries", unit="{message}",
                 description="Messages JetStream delivered more than once"),
@@ -134,18 +200,18 @@ class Instruments:
                 "baton.takeovers", unit="{takeover}",
                 description="Leases (brain) and tool attempts (hands) taken from another "
                             "worker"),
-            process=meter.create_histogram(
+            process=histogram(
                 "messaging.process.duration", unit="s",
                 description="Duration of handling one consumed message (wake or tool)",
-                explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
-            model_duration=meter.create_histogram(
+                bounds=DURATION_BUCKETS),
+            model_duration=histogram(
                 "gen_ai.client.operation.duration", unit="s",
                 description="Duration of one model call",
-                explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
-            model_tokens=meter.create_histogram(
+                bounds=DURATION_BUCKETS),
+            model_tokens=histogram(
                 "gen_ai.client.token.usage", unit="{token}",
                 description="Tokens used by one model call (gen_ai.token.type input/output)",
-                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS),
+                bounds=TOKEN_BUCKETS),
         )
 
         def rows(_: CallbackOptions) -> Iterable[Observation]:
@@ -186,6 +252,9 @@ class _State:
         self.attribute_free = False
         self.meter_provider: object = None
         self.instruments: Instruments | None = None
+        # The MeterProvider setup() installed, and the histograms its exporters add.
+        self.own_meter_provider: object = None
+        self.kept: list[Histogram] = []
 
 
 state = _State()
@@ -194,6 +263,11 @@ state = _State()
 # from its traceparent header), so log lines still name the trace they belong to.
 _incoming_trace: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "baton_incoming_trace", default=None)
+
+# While a message whose trace is not sampled is handled (handing_on): the context made
+# current for it and the propagation headers it came with, handed on as they are.
+_carried: contextvars.ContextVar[tuple[Context, dict[str, str]] | None] = (
+    contextvars.ContextVar("baton_carried", default=None))
 
 
 def _version() -> str:
@@ -230,7 +304,9 @@ def tracer() -> Any:
     """
     if _unset(otel_trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
         return None
-    provider = otel_trace.get_tracer_provider()
+    provider: Any = getattr(otel_trace, "_TRACER_PROVIDER", None)
+    if provider is None or provider is not state.tracer_provider:  # else: the one last seen
+        provider = otel_trace.get_tracer_provider()
     if provider is not state.tracer_provider:
         found: Any = None
         if not isinstance(provider, _NO_TRACING):
@@ -276,8 +352,87 @@ def unsampled(context: Context | None = None) -> bool:
     """
     if not state.follows_parent:
         return False
+    if context is None and carried() is not None:
+        return True
     ctx = otel_trace.get_current_span(context).get_span_context()
     return ctx.is_valid and not ctx.trace_flags.sampled
+
+
+def carried() -> dict[str, str] | None:
+    """The propagation headers of the unsampled message being handled (:func:`handing_on`),
+    while its context is still the current one; else None."""
+    found = _carried.get()
+    if found is not None and otel_context.get_current() is found[0]:
+        return found[1]
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _fields(textmap: Any) -> tuple[str, ...]:
+    return tuple(sorted(textmap.fields))
+
+
+_W3C = ("baggage", "traceparent", "tracestate")  # the default propagators' fields
+_VERSION_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def _plain_context(kept: Mapping[str, str]) -> Context | None:
+    """The context the default propagators extract from a lone version-00 ``traceparent``
+    (no ``tracestate``, no ``baggage``), made without them; None for anything else."""
+    if len(kept) != 1 or "traceparent" not in kept:
+        return None
+    return _remote_context(kept["traceparent"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _remote_context(traceparent: str) -> Context | None:
+    """Made once per trace: the messages of a session that is not sampled carry the same
+    ``traceparent`` (contexts are immutable, so they share one)."""
+    match = _VERSION_00.fullmatch(traceparent)
+    if match is None:
+        return None
+    trace_id, span_id, flags = (int(g, 16) for g in match.groups())
+    if not trace_id or not span_id:
+        return None
+    return otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(otel_trace.SpanContext(
+        trace_id=trace_id, span_id=span_id, is_remote=True,
+        trace_flags=otel_trace.TraceFlags(flags))))
+
+
+@contextlib.contextmanager
+def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
+    """Handle a message whose trace is not sampled (:func:`unsampled_header`) under its
+    context, which hands the trace on without a span (:func:`carry` and :func:`uncarry`).
+
+    The context is made current, so a span started under it (instrumented code in a tool)
+    is not sampled either; the propagation headers the message came with are kept, so
+    :func:`inject` hands the same ones on without formatting them again and
+    :func:`unsampled` answers without looking the span up. The SDK's propagators would
+    write the same: the parent and flags of ``traceparent``, ``tracestate`` and
+    ``baggage`` are passed on unchanged by a process that makes no span.
+    """
+    tokens = carry(headers)
+    try:
+        yield
+    finally:
+        uncarry(tokens)
+
+
+def carry(headers: Mapping[str, str]) -> tuple[Any, Any]:
+    """Enter :func:`handing_on` (without a generator: once per handled message); the
+    tokens to give :func:`uncarry`."""
+    fields = _fields(propagate.get_global_textmap())
+    kept = {k: headers[k] for k in fields if k in headers}
+    ctx = _plain_context(kept) if fields == _W3C else None
+    if ctx is None:
+        ctx = extract(headers) or Context()
+    return otel_context.attach(ctx), _carried.set((ctx, kept))
+
+
+def uncarry(tokens: tuple[Any, Any]) -> None:
+    token, mark = tokens
+    _carried.reset(mark)
+    otel_context.detach(token)
 
 
 def unsampled_header(headers: Mapping[str, str] | None) -> bool:
@@ -298,11 +453,15 @@ def instruments() -> Instruments | None:
     """Baton's instruments on the global MeterProvider; None when no provider is configured."""
     if _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
         return None
-    provider = otel_metrics.get_meter_provider()
+    provider: Any = getattr(_metrics_api, "_METER_PROVIDER", None)
+    if provider is None or provider is not state.meter_provider:  # else: the one last seen
+        provider = otel_metrics.get_meter_provider()
     if provider is not state.meter_provider:
         found = None
         if not isinstance(provider, _NO_METRICS):
-            found = Instruments.create(provider.get_meter(SCOPE, _version()))
+            own = provider is state.own_meter_provider
+            found = Instruments.create(provider.get_meter(SCOPE, _version()),
+                                       state.kept if own else None)
         state.instruments, state.meter_provider = found, provider
     return state.instruments
 
@@ -357,9 +516,11 @@ def setup(service_name: str, settings: Any = None,
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        readers = [PeriodicExportingMetricReader(e) for e in metric_exporters]
+        readers = [PeriodicExportingMetricReader(_with_kept_histograms(e, resource))
+                   for e in metric_exporters]
         meter_provider = MeterProvider(resource=resource, metric_readers=readers)
         otel_metrics.set_meter_provider(meter_provider)
+        state.own_meter_provider = meter_provider
         state._shutdown.append(meter_provider.shutdown)
     state.installed = True
     return True
@@ -430,6 +591,111 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
     return out
 
 
+# ---------------------------------------------------------------------------- kept histograms
+
+
+def _with_kept_histograms(exporter: Any, resource: Any) -> Any:
+    """``exporter``, adding the :class:`Histogram` points of ``state.kept`` to each export."""
+    return _kept_exporter_class()(exporter, resource)
+
+
+@functools.cache
+def _kept_exporter_class() -> type:
+    from opentelemetry.sdk.metrics import Histogram as SdkHistogram
+    from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        HistogramDataPoint,
+        Metric,
+        MetricExporter,
+        MetricsData,
+        ResourceMetrics,
+        ScopeMetrics,
+    )
+    from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    class KeptHistogramsExporter(MetricExporter):
+        """Delegates to the exporter it wraps, with the kept histograms' points added to
+        the ``baton`` scope. Cumulative by default; an exporter that prefers delta
+        histograms gets the counts and sums since its previous export (min and max stay
+        those since the start: the aggregate keeps no per-export extremes)."""
+
+        def __init__(self, inner: Any, resource: Any) -> None:
+            super().__init__(preferred_temporality=inner._preferred_temporality,
+                             preferred_aggregation=inner._preferred_aggregation)
+            self.inner, self.resource = inner, resource
+            self.delta = (inner._preferred_temporality.get(SdkHistogram)
+                          == AggregationTemporality.DELTA)
+            self.previous: dict[tuple[str, tuple[tuple[str, Any], ...]], tuple[Any, ...]] = {}
+            self.previous_ns = time.time_ns()
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000,
+                   **kwargs: Any) -> Any:
+            try:
+                metrics_data = self.merged(metrics_data)
+            except Exception as exc:  # never lose the SDK's own points to ours
+                print(f"telemetry: histograms not exported: {exc!r}", file=sys.stderr)
+            return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+        def merged(self, data: Any) -> Any:
+            now = time.time_ns()
+            ours = [m for m in (self.metric(h, now) for h in list(state.kept)) if m is not None]
+            self.previous_ns = now
+            if not ours:
+                return data
+            resource_metrics = list(data.resource_metrics) if data is not None else []
+            if not resource_metrics:
+                resource_metrics = [ResourceMetrics(resource=self.resource, scope_metrics=[],
+                                                    schema_url="")]
+            first = resource_metrics[0]
+            scopes = list(first.scope_metrics)
+            for i, scope in enumerate(scopes):
+                if scope.scope.name == SCOPE:
+                    scopes[i] = ScopeMetrics(scope=scope.scope, schema_url=scope.schema_url,
+                                             metrics=[*scope.metrics, *ours])
+                    break
+            else:
+                scopes.append(ScopeMetrics(scope=InstrumentationScope(SCOPE, _version()),
+                                           metrics=ours, schema_url=""))
+            resource_metrics[0] = ResourceMetrics(resource=first.resource, scope_metrics=scopes,
+                                                  schema_url=first.schema_url)
+            return MetricsData(resource_metrics=resource_metrics)
+
+        def metric(self, histogram: Histogram, now: int) -> Any:
+            points = []
+            for attrs, n, total, low, high, counts in histogram.snapshot():
+                start = histogram.start_ns
+                if self.delta:
+                    key = (histogram.name, tuple(attrs.items()))
+                    last = self.previous.get(key)
+                    self.previous[key] = (n, total, counts)
+                    start = max(start, self.previous_ns)
+                    if last is not None:
+                        n, total = n - last[0], total - last[1]
+                        counts = [a - b for a, b in zip(counts, last[2], strict=True)]
+                    if not n:
+                        continue
+                points.append(HistogramDataPoint(
+                    attributes=attrs, start_time_unix_nano=start, time_unix_nano=now,
+                    count=n, sum=total, bucket_counts=counts,
+                    explicit_bounds=list(histogram.bounds), min=low, max=high))
+            if not points:
+                return None
+            temporality = (AggregationTemporality.DELTA if self.delta
+                           else AggregationTemporality.CUMULATIVE)
+            return Metric(name=histogram.name, description=histogram.description,
+                          unit=histogram.unit, data=HistogramData(
+                              data_points=points, aggregation_temporality=temporality))
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return bool(self.inner.force_flush(timeout_millis=timeout_millis))
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    return KeptHistogramsExporter
+
+
 # ---------------------------------------------------------------------------- file exporter
 
 
@@ -489,6 +755,10 @@ def inject(carrier: dict[str, str] | None = None, context: Context | None = None
            ) -> dict[str, str]:
     """The W3C trace context (``traceparent``, ``tracestate``) of the current span."""
     carrier = {} if carrier is None else carrier
+    kept = carried() if context is None else None
+    if kept is not None:  # an unsampled message's headers, as they came
+        carrier.update(kept)
+        return carrier
     propagate.inject(carrier, context=context)
     return carrier
 

@@ -34,10 +34,13 @@ the model call (``gen_ai.*``), database for the Redis scripts behind a transitio
 Traces that are not sampled cost almost nothing: under a parent that is not sampled, with
 a sampler that follows its parent (the SDK's default and every ``parentbased_*`` sampler),
 no span could be recorded, so the wrappers start none (no ids, no sampler call, no
-attributes); the consumer makes the message's context current and the writes hand it on,
-so the ``traceparent`` keeps the trace id with the sampled flag off and every process
-decides the same way. Counters are tallied in the process (see
-:class:`~baton.observability.telemetry.Tally`) and metric attribute sets are made once.
+attributes); the consumer makes the message's context current and the writes hand on the
+propagation headers it came with (:func:`~baton.observability.telemetry.handing_on`), so
+the ``traceparent`` keeps the trace id with the sampled flag off and every process decides
+the same way. Counters are tallied in the process (see
+:class:`~baton.observability.telemetry.Tally`), and so are the histograms under the
+MeterProvider Baton's own entry points install
+(:class:`~baton.observability.telemetry.Histogram`); metric attribute sets are made once.
 
 The tracer and instruments come from the global providers at use time
 (:func:`baton.observability.telemetry.tracer` / ``instruments``): the host application's,
@@ -54,15 +57,15 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import structlog
-from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
-from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.errors import StaleAttemptError, StaleFenceError
 from baton.observability.log import get_logger
 from baton.observability.telemetry import (
     Instruments,
+    carried,
+    carry,
     extract,
     inject,
     instruments,
@@ -70,6 +73,7 @@ from baton.observability.telemetry import (
     state,
     trace_id_of,
     tracer,
+    uncarry,
     unsampled,
     unsampled_header,
 )
@@ -145,7 +149,8 @@ def _traced() -> Any:
 def _in_trace() -> bool:
     """Whether a context is current (a span of ours or the host's, or an unsampled parent's)
     to hand on with the work: propagation goes on without spans."""
-    return bool(otel_trace.get_current_span().get_span_context().is_valid)
+    return carried() is not None or bool(
+        otel_trace.get_current_span().get_span_context().is_valid)
 
 
 def _span(t: Any, name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
@@ -294,11 +299,11 @@ def consumer(role: str) -> Callable[[F], F]:
                 if t is None:
                     return await fn(self, msg)
                 if unsampled_header(headers):  # not recorded: its context current, no span
-                    token = otel_context.attach(extract(headers) or Context())
+                    tokens = carry(headers)  # see telemetry.handing_on
                     try:
                         return await fn(self, msg)
                     finally:
-                        otel_context.detach(token)
+                        uncarry(tokens)
                 with t.start_as_current_span(
                     f"process {msg.subject}", context=extract(headers),
                     kind=SpanKind.CONSUMER, attributes=_consume_attrs(msg, role, delivery),

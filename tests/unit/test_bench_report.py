@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from baton.bench.check import regressions
 from baton.bench.readme import BEGIN, END, render, replace_block
 from baton.observability.canonical import CanonicalLines
@@ -75,3 +77,18 @@ def test_canonical_lines_count_routine_and_log_unusual_in_full() -> None:
     each = CanonicalLines(rec, "wake_handled", each=True)  # type: ignore[arg-type]
     each.line(True, outcome="done", ms=1.0)
     assert rec.lines[-1][:2] == ("info", "wake_handled")
+
+
+def test_obs_costs_are_medians_of_pairs_with_a_distribution_free_interval() -> None:
+    from baton.bench.obs_bench import describe, spread
+
+    pairs = [i / 100 for i in range(30)]  # 0%..29%, median 14.5%
+    stats = spread(pairs)
+    assert stats["median"] == pytest.approx(0.145) and stats["pairs"] == 30
+    # The sign test's interval for n=30: the 10th and 21st smallest.
+    assert (stats["ci_low"], stats["ci_high"]) == (0.09, 0.20)
+    wild = spread([*pairs[:-1], 50.0])  # one wild pair moves neither
+    assert (wild["median"], wild["ci_low"], wild["ci_high"]) == (
+        stats["median"], stats["ci_low"], stats["ci_high"])
+    assert describe(stats).startswith("+14.5% (95% CI +9.0%..+20.0%; IQR ")
+    assert spread([0.03])["ci_low"] == spread([0.03])["ci_high"] == 0.03
