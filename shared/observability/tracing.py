@@ -505,9 +505,11 @@ def traced_lease(fn: F) -> F:
                 done = [r.completed_ms for r in st.runs.values()
                         if r.status == "completed" and r.completed_ms]
                 _handoff(inst, "wake", max(done) if done else None)
-                for sub in st.submissions.values():
-                    if sub.status == "accepted":
-                        _handoff(inst, "submit", sub.created_ms)
+                # A client's submit waits in the inbox until a Brain takes it up: the
+                # submit handoff ends at the first lease that sees it there.
+                for req in st.requests:
+                    if req.submission is not None:
+                        _handoff(inst, "submit", req.submission.created_ms)
             return lease, st
 
     return acquire_and_load  # type: ignore[return-value]

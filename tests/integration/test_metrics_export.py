@@ -80,7 +80,7 @@ async def test_the_services_export_their_histograms_with_the_sdks_shape(tmp_path
                 return None
 
             # Five tool messages handled and five claims of a dispatched run in the Hands;
-            # the wakes in the Brain, and its two model calls.
+            # the wakes in the Brain, and its two model calls and handoffs.
             _, _, attrs, tools = await eventually(
                 lambda: exported("baton-hands", "messaging.process.duration", 5), timeout=30)
             assert attrs["baton.role"] == "hands" and attrs["messaging.system"] == "nats"
@@ -92,6 +92,14 @@ async def test_the_services_export_their_histograms_with_the_sdks_shape(tmp_path
             await eventually(
                 lambda: exported("baton-brain", "gen_ai.client.operation.duration", 2),
                 timeout=30)
+
+            def brain_hop(hop: str) -> Point | None:
+                return next((p for p in seen if p[:3] == ("baton-brain", "baton.handoff.duration",
+                                                          {"baton.hop": hop})), None)
+
+            # The session's two wakes into the Brain: its submit, then the tools' results.
+            await eventually(lambda: brain_hop("submit"), timeout=30)
+            await eventually(lambda: brain_hop("wake"), timeout=30)
     assert list(tools.explicit_bounds)[:3] == [0.005, 0.01, 0.025]
     assert len(tools.bucket_counts) == len(tools.explicit_bounds) + 1
     assert sum(tools.bucket_counts) == tools.count
