@@ -335,13 +335,15 @@ class RedisServer(_Server):
         return self.tls.client_context() if self.tls is not None else None
 
     async def _probe(self) -> bool:
-        # Ready = answers, and it is our process (not another server already on the port).
+        # Ready = answers, it is our process (not another server already on the port), and
+        # it has loaded its data: while it reads its AOF or RDB it answers INFO but refuses
+        # data commands with LOADING.
         login = b""
         if self.credentials is not None:
             login = "AUTH {} {}\r\n".format(*self.credentials).encode()
-        reply = await self._exchange(login + b"INFO server\r\n", bulk=True,
+        reply = await self._exchange(login + b"INFO server persistence\r\n", bulk=True,
                                      skip=1 if login else 0)
-        return f"process_id:{self.pid}\r\n".encode() in reply
+        return f"process_id:{self.pid}\r\n".encode() in reply and b"loading:0\r\n" in reply
 
     @property
     def url(self) -> str:
