@@ -4,7 +4,8 @@ Live relays divide the shards by fenced leases (:mod:`baton.relay.leases`); a re
 only on the shards it holds. Loops of one :class:`Relay`, children of one task group:
 
 * **leases**: renew the held shards' leases and rebalance (take free or expired shards,
-  hand on a surplus when another relay joins).
+  hand on a surplus when another relay joins): every third of the lease time, every half
+  of it while this relay holds every shard.
 * **read**: one blocking ``XREADGROUP`` per read group of the held shards (all of them on
   one server; one per shard on a Redis Cluster, where a multi-key read cannot span slots),
   each on its own connection; it wakes as soon as a commit adds a row. The batch goes out
@@ -251,6 +252,7 @@ class Relay(Service):
         delay = self.leases.tick_s
         while True:
             before = set(self.leases.held)
+            started = time.monotonic()
             try:
                 await self.leases.tick(int(time.time() * 1000))
                 if not before.issuperset(self.leases.held):
@@ -258,7 +260,8 @@ class Relay(Service):
                     self._woken.set()
                     self._claim_woken.set()
                 backoff.reset()
-                delay = self.leases.tick_s
+                # From the tick's start: a renewal's new expiry counts from before it was sent.
+                delay = max(0.0, started + self.leases.next_tick_s() - time.monotonic())
             except _REDIS_DOWN as exc:
                 _reraise_cancel()
                 delay = min(backoff.next(), self.leases.tick_s)
