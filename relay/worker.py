@@ -77,7 +77,10 @@ log = get_logger("baton.relay")
 
 # A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
 # long an idle reader sits in one call; shutdown and regrouping cancel a blocked reader.
-_BLOCK_MS = 2_000
+# Each empty return wakes the relay and Redis to send the read again. The reader's socket
+# timeout is the block time plus 5 s: 10 s, as every other connection's, to notice a
+# connection gone silent (a dead connection that is closed or reset fails at once).
+_BLOCK_MS = 5_000
 # After moving rows (or a timer nudge), the timer loop looks at the timer heads every
 # timer_tick_ms for this long; idle past it, it sleeps until the earliest head is due (at
 # most timer_idle_tick_ms). Longer than a Brain's nudge interval (baton.bus.nudge), so the
