@@ -1,10 +1,14 @@
 """Which shards this relay serves: fenced per-shard leases, shared out among live relays.
 
 Each shard's outbox and timers are served by the one relay holding the shard's lease
-(``relay_lease.lua``, on the shard's own hash tag). Every tick (a third of the lease time) a
-relay renews what it holds and rebalances towards a fair share, ``ceil(shards / live
-relays)``, live relays being those announced in the service registry (counted every third
-tick):
+(``relay_lease.lua``, on the shard's own hash tag). Every tick a relay renews what it holds
+and rebalances towards a fair share, ``ceil(shards / live relays)``, live relays being
+those announced in the service registry (counted once per lease time). A tick comes every
+third of the lease time while some shard is another relay's or free: those are looked at
+for expiry each tick, so a dead relay's shards are taken within a third of the lease of
+lapsing. A relay holding every shard has nothing to look at: it ticks every half lease,
+which leaves a slow or failed renewal half the lease before the leases lapse (retried
+with a backoff meanwhile), and wakes itself and Redis a third less often when idle.
 
 * over its share (a relay joined): release the surplus, which relays under their share take;
 * under its share: take shards that are free (released, never held) or expired;
@@ -31,7 +35,6 @@ __all__ = ["ShardLeases"]
 
 log = get_logger("baton.relay")
 
-_COUNT_EVERY = 3  # ticks (a tick is a third of the lease time)
 
 
 class ShardLeases:
@@ -46,14 +49,24 @@ class ShardLeases:
         self.changed = asyncio.Event()
         # Where this relay starts looking for free shards: relays spread over the ring.
         self._offset = zlib.crc32(name.encode()) % shards
-        # The live relays, counted every _COUNT_EVERY ticks: services announce every few
+        # The live relays, counted once per lease time: services announce every few
         # seconds (ANNOUNCE_EVERY_S), so counting them every tick re-reads the same ones.
         self._live = 1
-        self._ticks = 0
+        self._counted_ms: int | None = None
 
     @property
     def tick_s(self) -> float:
+        """The tick while some shard is not ours: a third of the lease."""
         return self.ttl_ms / 3000
+
+    @property
+    def renew_s(self) -> float:
+        """The tick while this relay holds every shard: half the lease."""
+        return self.ttl_ms / 2000
+
+    def next_tick_s(self) -> float:
+        """How long after the start of a tick the next one is due."""
+        return self.renew_s if len(self.held) >= self.shards else self.tick_s
 
     def held_shards(self) -> list[int]:
         return sorted(self.held)
@@ -76,9 +89,10 @@ class ShardLeases:
         for shard, answer in renewed.items():
             if not answer.ok:
                 self.lost(shard, answer.holder)
-        if self._ticks % _COUNT_EVERY == 0:
+        # A tenth of a tick of slack: ticks every half lease count at every second one.
+        if self._counted_ms is None or now_ms - self._counted_ms >= self.ttl_ms * 0.9:
             self._live = await self.live_relays(now_ms)
-        self._ticks += 1
+            self._counted_ms = now_ms
         share = math.ceil(self.shards / self._live)
         surplus = len(self.held) - share
         for shard in sorted(self.held, reverse=True)[:max(surplus, 0)]:

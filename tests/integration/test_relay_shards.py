@@ -22,7 +22,7 @@ from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.keys import Keys
-from baton.store.outbox import Outbox
+from baton.store.outbox import LeaseAnswer, Outbox
 from baton.store.store import Store
 from tests.conftest import TOPOLOGIES
 from tests.helpers import eventually
@@ -118,6 +118,49 @@ async def test_relays_rebalance_when_one_joins_and_when_it_leaves(settings: Sett
         first.shutdown()
         second.shutdown()
         await asyncio.gather(one, return_exceptions=True)
+
+
+async def test_a_relay_holding_every_shard_renews_every_half_lease_and_keeps_them(
+        settings: Settings) -> None:
+    """Alone, a relay has no other relay's shard to look at: it ticks every half lease, and
+    its renewals keep every lease (fences unchanged, nothing lost); once another relay holds
+    shards it ticks every third of the lease again, to see theirs lapse."""
+    settings = settings.model_copy(update={"lease_ms": 600, "worker_name": "relay-1"})
+    relay = Relay(settings)
+    task = asyncio.create_task(relay.serve())
+    try:
+        await eventually(lambda: len(relay.shards) == settings.shards, timeout=10,
+                         message="a lone relay holds every shard")
+        leases = relay.leases
+        assert leases is not None
+        assert leases.next_tick_s() == pytest.approx(0.3)
+        fences = dict(leases.held)
+        renewals: list[int] = []
+        renew_all = leases.box.renew_all
+
+        async def counted(held: dict[int, int], holder: str,
+                          ttl_ms: int) -> dict[int, LeaseAnswer]:
+            renewals.append(len(held))
+            return await renew_all(held, holder, ttl_ms)
+
+        leases.box.renew_all = counted  # type: ignore[method-assign]
+        await eventually(lambda: len(renewals) >= 8, timeout=20,
+                         message="eight renewals, four lease times")
+        assert dict(leases.held) == fences  # never lapsed: the same fences, none lost
+        # Another relay holds a shard: this one ticks every third of the lease again.
+        shard = max(fences)
+
+        async def taken_by_another() -> bool:
+            if shard in leases.held:
+                await leases.release(shard)
+            return (await leases.box.lease("acquire", shard, "relay-2", 60_000)).ok
+
+        await eventually(taken_by_another, timeout=10, message="another relay took a shard")
+        assert shard not in leases.held
+        assert leases.next_tick_s() == pytest.approx(0.2)
+    finally:
+        relay.shutdown()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.mark.slow

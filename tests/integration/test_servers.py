@@ -53,6 +53,27 @@ async def test_nats_start_stop(nats_server: NatsServer) -> None:
     assert server.pid is None
 
 
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+async def test_embedded_nats_runs_one_go_thread_at_a_time_unless_told_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    stack = EmbeddedStack(tmp_path / "a")
+    async with stack.nats as server:
+        assert server.pid is not None
+        assert _environ(server.pid)["GOMAXPROCS"] == "1"
+    async with NatsServer(tmp_path / "b") as server:  # a bare server: Go's default
+        assert server.pid is not None
+        assert "GOMAXPROCS" not in _environ(server.pid)
+    monkeypatch.setenv("GOMAXPROCS", "2")  # the environment's own choice wins
+    async with EmbeddedStack(tmp_path / "c").nats as server:
+        assert server.pid is not None
+        assert _environ(server.pid)["GOMAXPROCS"] == "2"
+
+
 async def test_redis_restart_keeps_aof_data(tmp_path: Path) -> None:
     async with RedisServer(tmp_path / "r", durable=True) as server:
         port = server.port
