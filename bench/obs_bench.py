@@ -36,7 +36,7 @@ import math
 import shutil
 import statistics
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +84,18 @@ def describe(stats: dict[str, float]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def otlp_sink() -> AsyncIterator[tuple[str, list[int]]]:
-    """An OTLP/HTTP endpoint that accepts everything; yields its URL and the bytes received."""
+async def otlp_sink(
+    on_body: Callable[[str, bytes], None] | None = None,
+) -> AsyncIterator[tuple[str, list[int]]]:
+    """An OTLP/HTTP endpoint that accepts everything; yields its URL and the bytes received.
+    ``on_body`` sees each export's path and body (tests decode them)."""
     received = [0]
 
     async def accept(request: web.Request) -> web.Response:
-        received[0] += len(await request.read())
+        body = await request.read()
+        received[0] += len(body)
+        if on_body is not None:
+            on_body(request.path, body)
         return web.Response(status=200, content_type="application/x-protobuf")
 
     app = web.Application(client_max_size=64 * 1024 * 1024)

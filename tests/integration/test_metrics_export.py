@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
 from baton.bench.e2e_bench import FIVE, bench_client, session_call
+from baton.bench.obs_bench import otlp_sink
 from baton.devkit.devstack import DevStack
-from baton.devkit.servers import free_port
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.slow
@@ -35,8 +34,10 @@ async def otlp_metrics() -> AsyncIterator[tuple[str, list[Point]]]:
     latest: dict[str, list[Point]] = {}
     seen: list[Point] = []
 
-    async def accept(request: web.Request) -> web.Response:
-        body = ExportMetricsServiceRequest.FromString(await request.read())
+    def accept(path: str, data: bytes) -> None:
+        if path != "/v1/metrics":
+            return
+        body = ExportMetricsServiceRequest.FromString(data)
         for rm in body.resource_metrics:
             service = next(a.value.string_value for a in rm.resource.attributes
                            if a.key == "service.name")
@@ -45,18 +46,9 @@ async def otlp_metrics() -> AsyncIterator[tuple[str, list[Point]]]:
                 for sm in rm.scope_metrics for m in sm.metrics
                 if m.WhichOneof("data") == "histogram" for p in m.histogram.data_points]
         seen[:] = [p for points in latest.values() for p in points]
-        return web.Response(status=200, content_type="application/x-protobuf")
 
-    app = web.Application()
-    app.router.add_post("/v1/metrics", accept)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with otlp_sink(accept) as (endpoint, _):
+        yield endpoint, seen
 
 
 @pytest.mark.timeout(120)
