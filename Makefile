@@ -7,6 +7,7 @@
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
+#   make bench-obs   the cost of logs, metrics and tracing as shipped (~10 min; README figures)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -34,7 +35,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-stress test-chaos test-partition bench screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -81,6 +82,11 @@ BENCH_ARGS ?=
 bench: deps venv
 	$(BIN)/baton bench e2e takeover cold $(BENCH_ARGS)
 	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
+
+# The observability figures of the README (OpenTelemetry): every mode's run bracketed by runs
+# without telemetry, 30 rounds.
+bench-obs: deps venv
+	$(BIN)/baton bench obs $(BENCH_ARGS)
 
 # The console screenshots in docs/console/ (README) come from the browser test.
 screenshots: deps venv
