@@ -36,7 +36,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +146,12 @@ class ChaosReport:
         }
 
 
+def _notice_text(recipients: Iterable[str]) -> str:
+    """A five-notice session's input: the notice to each recipient, then a summary."""
+    return ("Send the approved notice 'Our terms change on 1 March' to "
+            + ", ".join(recipients) + ", then summarise.")
+
+
 async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
     """The runner's own Redis calls ride out a Redis restart (the services do the same)."""
     deadline = time.monotonic() + _RETRY_S
@@ -192,8 +198,7 @@ class ChaosRun:
     # ------------------------------------------------------------------ sessions
 
     async def _session(self, f: SessionFacts) -> None:
-        text = ("Send the approved notice 'Our terms change on 1 March' to "
-                + ", ".join(f.recipients) + ", then summarise.")
+        text = _notice_text(f.recipients)
         # Fixed session and request ids: a submit retried across a Redis restart is the same.
         sub, _ = await _retrying(lambda: self.client.submit(
             text, agent=f.agent, session_id=f.session_id, request_id=f"chaos-{f.index}"))
@@ -454,9 +459,7 @@ class ChaosRun:
 
     async def _probe(self, session_id: str, tag: str) -> list[Any]:
         """One five-notice session after the run (its own recipients); its receipts."""
-        text = ("Send the approved notice 'Our terms change on 1 March' to "
-                + ", ".join(f"p{tag}-{k}@probe.example" for k in range(RECIPIENTS))
-                + ", then summarise.")
+        text = _notice_text(f"p{tag}-{k}@probe.example" for k in range(RECIPIENTS))
         sub, _ = await _retrying(lambda: self.client.submit(
             text, agent="notices", session_id=session_id, request_id=f"probe-{tag}"))
         with contextlib.suppress(TimeoutError):  # unsettled: its receipts still tell
