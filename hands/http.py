@@ -15,11 +15,13 @@ for every call parses it once, not twice per request.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, NoReturn
 
 import aiohttp
 import httpx
 import yarl
+from aiohttp import hdrs
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
 from baton.errors import ConfigError
@@ -32,6 +34,10 @@ __all__ = ["CookielessClient", "CookielessTransport", "http_client"]
 URL_CACHE_SIZE = 256
 #: Idle keep-alive connections are closed after this long.
 KEEPALIVE_S = 5.0
+#: A response body up to this size (by its Content-Length, not content-encoded) is read
+#: whole with the response head: one read instead of httpx's chunk iterators. Larger or
+#: chunked bodies stream as they arrive.
+SMALL_BODY = 64 * 1024
 _NO_COOKIES = "the shared tool client keeps no cookies; pass them with the request"
 
 
@@ -133,22 +139,91 @@ class CookielessTransport(httpx.AsyncBaseTransport):
                 data = request.stream  # type: ignore[assignment]
                 request.headers.pop("transfer-encoding", None)  # aiohttp chunks it
             response = await session.request(
-                request.method, self._url(request.url), headers=request.headers, data=data,
-                allow_redirects=False, compress=False,
+                request.method, self._url(request.url), headers=_aiohttp_headers(request.headers),
+                data=data, allow_redirects=False, compress=False,
                 timeout=self._timeout(request.extensions.get("timeout", {})),
                 server_hostname=request.extensions.get("sni_hostname"),
             ).__aenter__()
+            body = None
+            length = response.content_length
+            if length is not None and length <= SMALL_BODY \
+                    and hdrs.CONTENT_ENCODING not in response.headers:
+                body = await response.read()  # one read, the connection goes back to the pool
         extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
         if response.reason:
             extensions["reason_phrase"] = response.reason.encode()
-        return httpx.Response(
-            status_code=response.status, headers=response.raw_headers,
-            stream=AiohttpResponseStream(response), request=request, extensions=extensions,
-        )
+        answer: httpx.Response
+        if body is None:
+            answer = httpx.Response(status_code=response.status,
+                                    stream=AiohttpResponseStream(response), request=request,
+                                    extensions=extensions)
+        else:
+            answer = _ReadResponse(status_code=response.status,
+                                   stream=_ReadBody(body, response), request=request,
+                                   extensions=extensions)
+            answer.body = body
+        answer.headers = _httpx_headers(response.raw_headers)  # not copied: keeps its encoding
+        return answer
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+class _ReadBody(httpx.AsyncByteStream):
+    """A body the transport read whole: one chunk, then the response is released."""
+
+    def __init__(self, body: bytes, response: aiohttp.ClientResponse) -> None:
+        self._body = body
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._body:
+            yield self._body
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+class _ReadResponse(httpx.Response):
+    """A response whose (small, unencoded) body the transport read whole: ``aread`` takes
+    it as it is instead of passing it through httpx's chunk iterators and decoders, with
+    the same effects (content set, stream consumed and closed, ``elapsed`` known)."""
+
+    body: bytes | None = None
+
+    async def aread(self) -> bytes:
+        body = self.body
+        if body is None or hasattr(self, "_content") or self.is_stream_consumed \
+                or self.is_closed:
+            return await super().aread()
+        self.body = None
+        self.is_stream_consumed = True
+        self._num_bytes_downloaded = len(body)
+        self._content = body
+        await self.aclose()
+        return body
+
+
+def _aiohttp_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
+    """The request's headers as aiohttp takes them: every item as sent (a repeated name
+    stays repeated), decoded once with the encoding httpx encoded them with."""
+    raw = headers.raw
+    encoding = "ascii" if all(k.isascii() and v.isascii() for k, v in raw) \
+        else headers.encoding
+    return [(k.decode(encoding), v.decode(encoding)) for k, v in raw]
+
+
+def _httpx_headers(raw: Iterable[tuple[bytes, bytes]]) -> httpx.Headers:
+    """httpx's Headers from aiohttp's raw (already bytes) response headers, without
+    normalising every item again; ASCII headers (the common case) are marked so, sparing
+    httpx the scan it makes to guess the encoding."""
+    headers = httpx.Headers()
+    items = [(key, key.lower(), value) for key, value in raw]
+    headers._list = items
+    if all(key.isascii() and value.isascii() for key, _, value in items):
+        headers.encoding = "ascii"
+    return headers
 
 
 def http_client(connect_timeout_s: float, **kwargs: Any) -> httpx.AsyncClient:
