@@ -15,13 +15,16 @@ for every call parses it once, not twice per request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
+from itertools import chain
 from typing import Any, NoReturn
 
 import aiohttp
 import httpx
 import yarl
 from aiohttp import hdrs
+from httpx._client import UseClientDefault
+from httpx._content import encode_request
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
 from baton.errors import ConfigError
@@ -76,6 +79,69 @@ class CookielessClient(httpx.AsyncClient):
     @cookies.setter
     def cookies(self, cookies: Any) -> NoReturn:
         raise ConfigError(_NO_COOKIES)
+
+    def build_request(  # type: ignore[override]
+        self, method: str, url: httpx.URL | str, *, content: Any = None, data: Any = None,
+        files: Any = None, json: Any = None, params: Any = None, headers: Any = None,
+        cookies: Any = None, timeout: Any = httpx.USE_CLIENT_DEFAULT,
+        extensions: Any = None,
+    ) -> httpx.Request:
+        """httpx's request, built in one pass over bytes for the common shape (a URL, a
+        bytes, str or JSON body, a mapping of headers): the same method, URL, headers in the
+        same order, body and extensions as httpx builds them, without httpx's three rounds
+        of header normalisation. Any other shape is built by httpx itself."""
+        request = None
+        if data is None and files is None and params is None and cookies is None \
+                and not self.params and isinstance(content, bytes | str | None) \
+                and (headers is None or isinstance(headers, dict)):
+            request = self._build_plain(method, url, content, json, headers, timeout,
+                                        extensions)
+        if request is None:
+            return super().build_request(
+                method, url, content=content, data=data, files=files, json=json,
+                params=params, headers=headers, cookies=cookies, timeout=timeout,
+                extensions=extensions)
+        return request
+
+    def _build_plain(
+        self, method: str, url: httpx.URL | str, content: bytes | str | None, json: Any,
+        headers: dict[Any, Any] | None, timeout: Any, extensions: Any,
+    ) -> httpx.Request | None:
+        try:
+            given = [(_ascii(k), _ascii(k).lower(), _ascii(v)) for k, v in headers.items()] \
+                if headers else []
+        except (TypeError, UnicodeEncodeError):
+            return None  # httpx raises its own error for these
+        merged_url = self._merge_url(url)
+        extensions = {} if extensions is None else extensions
+        if "timeout" not in extensions:
+            timeout = self.timeout if isinstance(timeout, UseClientDefault) \
+                else httpx.Timeout(timeout)
+            extensions = dict(**extensions, timeout=timeout.as_dict())
+        # The client's headers, those given replacing any of the same name (Headers.update)
+        replaced = {lower for _, lower, _ in given}
+        items = [item for item in self.headers._list if item[1] not in replaced]
+        items += given
+        # The body's headers where none of the name was given (Request._prepare)
+        defaults, stream = encode_request(content=content, json=json)
+        present = {lower for _, lower, _ in items}
+        for key, value in defaults.items():
+            lower = key.lower().encode()
+            if lower not in present:
+                items.append((key.encode(), lower, value.encode()))
+                present.add(lower)
+        request = httpx.Request(method, merged_url, stream=stream, extensions=extensions)
+        auto: list[tuple[bytes, bytes, bytes]] = []
+        if b"host" not in present and request.url.host:
+            auto.append((b"Host", b"host", request.url.netloc))
+        if b"content-length" not in present and b"transfer-encoding" not in present \
+                and request.method in ("POST", "PUT", "PATCH"):
+            auto.append((b"Content-Length", b"content-length", b"0"))
+        built = httpx.Headers()
+        built._list = auto + items
+        request.headers = built
+        request.read()
+        return request
 
     def _merge_url(self, url: httpx.URL | str) -> httpx.URL:
         if not isinstance(url, str):
@@ -205,23 +271,32 @@ class _ReadResponse(httpx.Response):
         return body
 
 
+def _ascii(text: str | bytes) -> bytes:
+    """A header name or value as httpx normalises a given one (``_normalize_header_*``)."""
+    if isinstance(text, bytes):
+        return text
+    if not isinstance(text, str):
+        raise TypeError(type(text))
+    return text.encode("ascii")
+
+
 def _aiohttp_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
     """The request's headers as aiohttp takes them: every item as sent (a repeated name
     stays repeated), decoded once with the encoding httpx encoded them with."""
     raw = headers.raw
-    encoding = "ascii" if all(k.isascii() and v.isascii() for k, v in raw) \
+    encoding = "ascii" if all(map(bytes.isascii, chain.from_iterable(raw))) \
         else headers.encoding
     return [(k.decode(encoding), v.decode(encoding)) for k, v in raw]
 
 
-def _httpx_headers(raw: Iterable[tuple[bytes, bytes]]) -> httpx.Headers:
+def _httpx_headers(raw: tuple[tuple[bytes, bytes], ...]) -> httpx.Headers:
     """httpx's Headers from aiohttp's raw (already bytes) response headers, without
     normalising every item again; ASCII headers (the common case) are marked so, sparing
     httpx the scan it makes to guess the encoding."""
     headers = httpx.Headers()
     items = [(key, key.lower(), value) for key, value in raw]
     headers._list = items
-    if all(key.isascii() and value.isascii() for key, _, value in items):
+    if all(map(bytes.isascii, chain.from_iterable(raw))):
         headers.encoding = "ascii"
     return headers
 
