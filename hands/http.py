@@ -23,7 +23,7 @@ import aiohttp
 import httpx
 import yarl
 from aiohttp import hdrs
-from httpx._client import UseClientDefault
+from httpx._client import ClientState, UseClientDefault
 from httpx._content import encode_request
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
@@ -79,6 +79,34 @@ class CookielessClient(httpx.AsyncClient):
     @cookies.setter
     def cookies(self, cookies: Any) -> NoReturn:
         raise ConfigError(_NO_COOKIES)
+
+    async def send(
+        self, request: httpx.Request, *, stream: bool = False,
+        auth: Any = httpx.USE_CLIENT_DEFAULT, follow_redirects: Any = httpx.USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        """httpx's ``send``, without its authentication flow when there is none to run (no
+        auth on the client or the request, no credentials in the URL, no event hooks):
+        httpx would run its no-op flow, an async generator resumed per request."""
+        hooks = self.event_hooks
+        if not isinstance(auth, UseClientDefault) or self.auth is not None \
+                or request.url.userinfo or hooks["request"] or hooks["response"]:
+            return await super().send(request, stream=stream, auth=auth,
+                                      follow_redirects=follow_redirects)
+        if self.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        self._state = ClientState.OPENED
+        follow = self.follow_redirects if isinstance(follow_redirects, UseClientDefault) \
+            else follow_redirects
+        self._set_timeout(request)
+        response = await self._send_handling_redirects(request, follow_redirects=follow,
+                                                       history=[])
+        try:
+            if not stream:
+                await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+        return response
 
     def build_request(  # type: ignore[override]
         self, method: str, url: httpx.URL | str, *, content: Any = None, data: Any = None,

@@ -174,3 +174,25 @@ async def test_request_headers_go_out_as_given(server: str) -> None:
         assert ("idempotency-key", "op-1") in items
         assert sum(1 for k, _ in items if k == "user-agent") == 1
         assert sent.request.headers["idempotency-key"] == "op-1"
+
+
+async def test_auth_hooks_redirects_and_closing_behave_as_in_httpx(server: str) -> None:
+    seen: list[str] = []
+
+    async def on_request(request: httpx.Request) -> None:
+        seen.append(f"request {request.url.path}")
+
+    async def on_response(response: httpx.Response) -> None:
+        seen.append(f"response {response.status_code}")
+
+    async with http_client(2.0) as http:
+        sent = (await http.get(f"{server}/headers", auth=("user", "pw"))).json()
+        assert any(k.lower() == "authorization" for k, _ in sent["items"])
+        not_followed = await http.get(f"{server}/redirect")
+        assert not_followed.status_code == 302 and not_followed.next_request is not None
+        assert not_followed.is_closed and not_followed.elapsed.total_seconds() >= 0
+        http.event_hooks = {"request": [on_request], "response": [on_response]}
+        assert (await http.get(f"{server}/redirect", follow_redirects=True)).status_code == 200
+        assert seen == ["request /redirect", "response 302", "request /echo", "response 200"]
+    with pytest.raises(RuntimeError, match="client has been closed"):
+        await http.get(f"{server}/echo")
