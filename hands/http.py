@@ -1,9 +1,14 @@
 """The Hands' shared HTTP client: httpx's API over aiohttp's connection pool, keeping no cookies.
 
 httpcore's pool scans every connection per request, about 5x the CPU per call at 32 calls
-in flight, hence aiohttp underneath. It is imported here, when the worker builds its client
-before serving: a first request must never wait for an import (it would stall the event
-loop, and with it the heartbeats of the messages in hand).
+in flight, hence aiohttp underneath. A plain-http request whose whole answer is wanted (not
+``client.stream``; a body in memory) goes through a leaner HTTP/1.1 client of its own
+(:mod:`baton.hands.http1`), at about half aiohttp's CPU per call; the rest (https, streams)
+through aiohttp. Between httpx and either, the layers are kept thin: the common request
+shapes are built in one pass, httpx's no-op authentication flow is skipped, response
+headers are built from raw bytes and a small body is read whole. aiohttp is imported here,
+when the worker builds its client before serving: a first request must never wait for an
+import (it would stall the event loop, and with it the heartbeats of the messages in hand).
 
 One client serves every tool call of every session, so it must keep nothing one call
 received for another: a cookie a server set in answer to one session's request would be
@@ -15,7 +20,8 @@ for every call parses it once, not twice per request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextvars
+from collections.abc import AsyncIterator, Sequence
 from itertools import chain
 from typing import Any, NoReturn
 
@@ -28,6 +34,7 @@ from httpx._content import encode_request
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
 from baton.errors import ConfigError
+from baton.hands.http1 import Answer, Http1Pool, eligible
 from baton.hands.retries import RetryTransport
 
 __all__ = ["CookielessClient", "CookielessTransport", "http_client"]
@@ -37,6 +44,11 @@ __all__ = ["CookielessClient", "CookielessTransport", "http_client"]
 URL_CACHE_SIZE = 256
 #: Idle keep-alive connections are closed after this long.
 KEEPALIVE_S = 5.0
+#: Connections open at most, by each of the two clients (aiohttp's default).
+POOL_SIZE = 100
+#: Whether the request being sent wants its whole answer (not ``client.stream``).
+_WHOLE: contextvars.ContextVar[bool] = contextvars.ContextVar("baton_http_whole",
+                                                              default=False)
 #: A response body up to this size (by its Content-Length, not content-encoded) is read
 #: whole with the response head: one read instead of httpx's chunk iterators. Larger or
 #: chunked bodies stream as they arrive.
@@ -98,8 +110,12 @@ class CookielessClient(httpx.AsyncClient):
         follow = self.follow_redirects if isinstance(follow_redirects, UseClientDefault) \
             else follow_redirects
         self._set_timeout(request)
-        response = await self._send_handling_redirects(request, follow_redirects=follow,
-                                                       history=[])
+        token = _WHOLE.set(not stream)  # a whole answer may be read by the lean client
+        try:
+            response = await self._send_handling_redirects(request, follow_redirects=follow,
+                                                           history=[])
+        finally:
+            _WHOLE.reset(token)
         try:
             if not stream:
                 await response.aread()
@@ -187,17 +203,20 @@ class CookielessClient(httpx.AsyncClient):
 
 
 class CookielessTransport(httpx.AsyncBaseTransport):
-    """httpx requests sent through one aiohttp session that keeps no cookies."""
+    """httpx requests sent through one aiohttp session that keeps no cookies; a plain-http
+    request whose whole answer is wanted through the lean client (hands.http1) instead."""
 
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self._http1 = Http1Pool(limit=POOL_SIZE, keepalive_s=KEEPALIVE_S)
         self._ssl = httpx.create_ssl_context()  # httpx's CA bundle; loaded now, not mid-call
         self._urls: dict[str, yarl.URL] = {}
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
 
     def _open(self) -> aiohttp.ClientSession:  # in the loop: aiohttp wants one running
         # aiohttp's default pool size (100 connections)
-        connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S, ssl=self._ssl)
+        connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S, ssl=self._ssl,
+                                         limit=POOL_SIZE)
         self._session = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
         )
@@ -224,6 +243,10 @@ class CookielessTransport(httpx.AsyncBaseTransport):
         return found
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if _WHOLE.get():
+            body = eligible(request)
+            if body is not None:
+                return _answered(request, await self._http1.request(request, body))
         session = self._session or self._open()
         with map_aiohttp_exceptions():
             data: bytes | httpx.AsyncByteStream | None
@@ -260,14 +283,28 @@ class CookielessTransport(httpx.AsyncBaseTransport):
         return answer
 
     async def aclose(self) -> None:
+        self._http1.close()
         if self._session is not None:
             await self._session.close()
+
+
+def _answered(request: httpx.Request, answer: Answer) -> httpx.Response:
+    """httpx's response to an answer the lean client read whole."""
+    extensions: dict[str, Any] = {"http_version": answer.version}
+    if answer.reason:
+        extensions["reason_phrase"] = answer.reason
+    response = _ReadResponse(status_code=answer.status, stream=_ReadBody(answer.body),
+                             request=request, extensions=extensions)
+    headers = response.headers = _httpx_headers(answer.headers)
+    if "content-encoding" not in headers:  # else httpx decodes it as it reads the stream
+        response.body = answer.body
+    return response
 
 
 class _ReadBody(httpx.AsyncByteStream):
     """A body the transport read whole: one chunk, then the response is released."""
 
-    def __init__(self, body: bytes, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, body: bytes, response: aiohttp.ClientResponse | None = None) -> None:
         self._body = body
         self._response = response
 
@@ -276,7 +313,8 @@ class _ReadBody(httpx.AsyncByteStream):
             yield self._body
 
     async def aclose(self) -> None:
-        self._response.release()
+        if self._response is not None:
+            self._response.release()
 
 
 class _ReadResponse(httpx.Response):
@@ -317,7 +355,7 @@ def _aiohttp_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
     return [(k.decode(encoding), v.decode(encoding)) for k, v in raw]
 
 
-def _httpx_headers(raw: tuple[tuple[bytes, bytes], ...]) -> httpx.Headers:
+def _httpx_headers(raw: Sequence[tuple[bytes, bytes]]) -> httpx.Headers:
     """httpx's Headers from aiohttp's raw (already bytes) response headers, without
     normalising every item again; ASCII headers (the common case) are marked so, sparing
     httpx the scan it makes to guess the encoding."""
