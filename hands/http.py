@@ -98,7 +98,10 @@ class CookielessClient(httpx.AsyncClient):
     ) -> httpx.Response:
         """httpx's ``send``, without its authentication flow when there is none to run (no
         auth on the client or the request, no credentials in the URL, no event hooks):
-        httpx would run its no-op flow, an async generator resumed per request."""
+        httpx would run its no-op flow, an async generator resumed per request. Such a
+        request tells the transport whether its whole answer is wanted (not ``stream``):
+        then a plain-http one may go through the lean client (hands.http1); any other
+        request goes through aiohttp."""
         hooks = self.event_hooks
         if not isinstance(auth, UseClientDefault) or self.auth is not None \
                 or request.url.userinfo or hooks["request"] or hooks["response"]:
