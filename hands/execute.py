@@ -75,6 +75,7 @@ class ToolExecution:
         self.runs = runs
         self.worker = worker
         self.http = http
+        self._logs: dict[str, Any] = {}  # each tool's ctx.log, bound once
 
     async def result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
         """The run's result, or None to leave it for a later delivery."""
@@ -102,7 +103,7 @@ class ToolExecution:
         ctx = ToolContext(
             session_id=intent.session_id, run_id=intent.run_id,
             operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
-            http=self.http, log=log.bind(tool=tool.name),
+            http=self.http, log=self._log(tool.name),
         )
         if decision.action == "interrupt":
             return ToolResult(outcome="interrupted", error_code="interrupted",
@@ -135,6 +136,12 @@ class ToolExecution:
         recovery: Recovery = "reexecuted" if decision.action == "reexecute" else "none"
         return await self._execute(tool, args, intent, ctx, recovery)
 
+    def _log(self, tool: str) -> Any:
+        found = self._logs.get(tool)
+        if found is None:
+            found = self._logs[tool] = log.bind(tool=tool)
+        return found
+
     async def _execute(
         self, tool: Tool, args: BaseModel, intent: ToolIntent, ctx: ToolContext,
         recovery: Recovery,
@@ -143,7 +150,9 @@ class ToolExecution:
         attempt = ctx.attempt
         confirm_fn = tool.confirm_fn
         confirm = (lambda: confirm_fn(intent.operation_id, args, ctx)) if confirm_fn else None
-        call: Callable[[], Awaitable[Any]] = functools.partial(tool, args, ctx)
+        # A plain tool's function directly (Tool.__call__ only awaits it), else the tool
+        call: Callable[[], Awaitable[Any]] = functools.partial(
+            tool.fn if type(tool).__call__ is Tool.__call__ else tool, args, ctx)
         if tool.isolation == "process":  # the tool, and its confirm, in a child process
             call = functools.partial(self._isolated, tool, "tool", args, ctx)
             if confirm_fn is not None:
@@ -206,9 +215,9 @@ class ToolExecution:
                 raise
 
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        work = asyncio.ensure_future(within_deadline())
+        work = loop.create_task(within_deadline())
         beat: asyncio.Task[None] | None = None
+        stop: asyncio.Event | None = None  # made with the beat: most calls end before it
 
         def on_beat_done(task: asyncio.Task[None]) -> None:
             if not task.cancelled() and task.exception() is not None and not work.done():
@@ -216,7 +225,8 @@ class ToolExecution:
                 work.cancel()
 
         def start_beat() -> None:  # most calls end before the first beat is due
-            nonlocal beat
+            nonlocal beat, stop
+            stop = asyncio.Event()
             beat = loop.create_task(self._beat(intent, ctx.attempt, stop))
             beat.add_done_callback(on_beat_done)
 
@@ -225,7 +235,8 @@ class ToolExecution:
             await asyncio.wait({work})
         finally:
             timer.cancel()
-            stop.set()
+            if stop is not None:
+                stop.set()
             if not work.done():  # we are being cancelled ourselves
                 ctx.cancelled.set()
                 work.cancel()

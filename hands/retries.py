@@ -129,13 +129,14 @@ class RetryTransport(httpx.AsyncBaseTransport):
         self.inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        backoff = Backoff()
+        backoff: Backoff | None = None  # made at the first failure: most requests have none
         while True:
             try:
                 return await self.inner.handle_async_request(request)
             except Exception as exc:
                 if classify(exc) != "never_sent" or not _replayable(request):
                     raise
+                backoff = backoff or Backoff()
                 wait = backoff.next_wait()
                 if wait is None:
                     raise
@@ -167,38 +168,32 @@ async def call_with_retries(
     """
     token = deadline.set(time.monotonic() + timeout)
     try:
-        return await _retry_loop(call, replay=replay, retry_on=retry_on, confirm=confirm)
+        backoff: Backoff | None = None  # made at the first failure: most calls have none
+        while True:
+            try:
+                return await call(), False
+            except Exception as exc:
+                kind = classify(exc, retry_on)
+                # An unsafe tool may have acted before the call that failed to connect: only
+                # its single request is re-sent (RetryTransport), never the whole tool.
+                if kind == "final" or (kind != "declared" and replay == "unsafe"):
+                    raise
+                if kind == "ambiguous" and replay == "confirm" and confirm is not None:
+                    found = await confirm()  # its own failure is the run's error
+                    if found is not None:
+                        log.info("confirm_adopted", reason=_describe(exc))
+                        return found, True
+                elif kind == "ambiguous" and replay != "safe":
+                    raise
+                backoff = backoff or Backoff()
+                wait = backoff.next_wait()
+                if wait is None:
+                    raise
+                log.info("tool_retried", kind=kind, reason=_describe(exc), tries=backoff.tries,
+                         wait_ms=round(wait * 1000))
+                await asyncio.sleep(wait)
     finally:
         deadline.reset(token)
-
-
-async def _retry_loop(
-    call: Callable[[], Awaitable[Any]], *, replay: str,
-    retry_on: tuple[type[BaseException], ...], confirm: Callable[[], Awaitable[Any]] | None,
-) -> tuple[Any, bool]:
-    backoff = Backoff()
-    while True:
-        try:
-            return await call(), False
-        except Exception as exc:
-            kind = classify(exc, retry_on)
-            # An unsafe tool may have acted before the call that failed to connect: only
-            # its single request is re-sent (RetryTransport), never the whole tool.
-            if kind == "final" or (kind != "declared" and replay == "unsafe"):
-                raise
-            if kind == "ambiguous" and replay == "confirm" and confirm is not None:
-                found = await confirm()  # its own failure is the run's error
-                if found is not None:
-                    log.info("confirm_adopted", reason=_describe(exc))
-                    return found, True
-            elif kind == "ambiguous" and replay != "safe":
-                raise
-            wait = backoff.next_wait()
-            if wait is None:
-                raise
-            log.info("tool_retried", kind=kind, reason=_describe(exc), tries=backoff.tries,
-                     wait_ms=round(wait * 1000))
-            await asyncio.sleep(wait)
 
 
 def _describe(exc: BaseException) -> str:

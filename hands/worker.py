@@ -73,6 +73,29 @@ BUSY_MARGIN_S = 0.1  # after a live attempt's heartbeat would expire
 COMPLETE_RETRIES = (0.1, 0.2, 0.4, 0.8, 1.6)  # a fenced complete is safe to retry
 
 
+class _Slots:
+    """The free run slots of one tool: the fetch loop takes all it may use at once (one
+    fetch asks for no more messages than it took), each handled message gives its slot back."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._freed = asyncio.Event()
+
+    async def take(self, most: int) -> int:
+        """At least one free slot and at most ``most``, waiting while none is free."""
+        while self.free == 0:
+            self._freed.clear()
+            await self._freed.wait()
+        taken = min(self.free, most)
+        self.free -= taken
+        return taken
+
+    def give(self, count: int) -> None:
+        if count > 0:
+            self.free += count
+            self._freed.set()
+
+
 @dataclass
 class Handled:
     """What happened to one message: the fields of the canonical log line."""
@@ -104,7 +127,7 @@ class HandsWorker(Service):
         self.http: httpx.AsyncClient | None = None
         self.execution: ToolExecution | None = None
         # One bound per tool: an idle tool's long poll must not hold slots another needs.
-        self._slots = {n: asyncio.Semaphore(settings.hands_concurrency) for n in names}
+        self._slots = {n: _Slots(settings.hands_concurrency) for n in names}
         # Runs this process is handling now. claim.lua lets a worker of the same name take
         # over its own live attempt (a restart with a stable name); inside one process that
         # would make a duplicate message take over the attempt still running here.
@@ -143,7 +166,7 @@ class HandsWorker(Service):
                 if tool.name in self.tools and not isinstance(self.tools[tool.name], MCPTool):
                     raise ConfigError(f"MCP tool {tool.name} clashes with a declared tool")
                 self.app.tools[tool.name] = self.tools[tool.name] = tool
-                self._slots[tool.name] = asyncio.Semaphore(self.settings.hands_concurrency)
+                self._slots[tool.name] = _Slots(self.settings.hands_concurrency)
             log.info("mcp_tools_discovered", server=server.name,
                      tools=[t for t, v in self.tools.items()
                             if getattr(v, "server", None) is server])
@@ -202,11 +225,7 @@ class HandsWorker(Service):
         """Fetch no more messages than there are free slots; each runs in its own task."""
         slots = self._slots[tool]
         while not self.stopping.is_set():
-            await slots.acquire()
-            taken = 1
-            while taken < MAX_BATCH and not slots.locked():
-                await slots.acquire()
-                taken += 1
+            taken = await slots.take(MAX_BATCH)
             msgs: list[Msg] = []
             try:
                 if not self.stopping.is_set():
@@ -215,16 +234,15 @@ class HandsWorker(Service):
                 log.warning("fetch_failed", tool=tool, error=repr(exc))
                 await self.wait_stopping(RETRY_DELAY_S)
             finally:
-                for _ in range(taken - len(msgs)):
-                    slots.release()
+                slots.give(taken - len(msgs))
             for msg in msgs:
                 self.spawn(self._handle_in_slot(msg, slots))
 
-    async def _handle_in_slot(self, msg: Msg, slots: asyncio.Semaphore) -> None:
+    async def _handle_in_slot(self, msg: Msg, slots: _Slots) -> None:
         try:
             await self.handle(msg)
         finally:
-            slots.release()
+            slots.give(1)
 
     # ------------------------------------------------------------------ one message
 

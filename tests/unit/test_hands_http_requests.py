@@ -1,0 +1,78 @@
+"""hands.http builds requests as httpx builds them: the same method, URL, headers (names,
+values and order), body and extensions, for every shape it builds itself and those it
+leaves to httpx."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from baton.hands.http import CookielessClient
+
+CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", "http://mail.test:8025/send",
+     {"json": {"to": "a@b.c", "subject": "Notice", "body": "caf\u00e9"},
+      "headers": {"Idempotency-Key": "op-1"}}),
+    ("GET", "http://mail.test/operations/op-1", {}),
+    ("get", "https://x.test/a?q=1&r=%20", {"headers": {"accept": "text/plain",
+                                                       "USER-AGENT": "tool/1"}}),
+    ("POST", "http://x.test/raw", {"content": b"raw bytes"}),
+    ("PUT", "http://x.test/text", {"content": "some text"}),
+    ("PUT", "http://x.test/empty", {"content": ""}),
+    ("POST", "http://x.test/nobody", {}),
+    ("PATCH", "http://x.test/j", {"json": [1, 2], "headers": {"Content-Type": "text/json"}}),
+    ("POST", "http://x.test/h", {"json": {}, "headers": {"Host": "other.test",
+                                                         "Content-Length": "2"}}),
+    ("DELETE", "http://x.test/b", {"headers": {b"X-Bytes": b"v", "x-str": "w"}}),
+    ("GET", "http://x.test/t", {"timeout": 3.0, "extensions": {"sni_hostname": "s"}}),
+    ("GET", "http://x.test/t", {"extensions": {"timeout": {"connect": 1.0}}}),
+    ("POST", "http://x.test/p", {"params": {"a": "1"}, "json": {"k": "v"}}),
+    ("POST", "http://x.test/d", {"data": {"a": "1"}}),
+    ("GET", "http://x.test/l", {"headers": [("X-Twice", "1"), ("X-Twice", "2")]}),
+    ("GET", "relative/path", {"headers": {"X-A": "1"}}),
+]
+
+
+def _shape(request: httpx.Request) -> tuple[Any, ...]:
+    return (request.method, str(request.url), request.headers.raw, request.content,
+            request.extensions, request.headers.encoding, type(request.stream))
+
+
+@pytest.mark.parametrize("client_kwargs", [
+    {}, {"headers": {"X-Client": "c", "Accept": "application/json"}},
+    {"base_url": "http://base.test/api/", "timeout": httpx.Timeout(5.0, connect=1.0)},
+])
+@pytest.mark.parametrize(("method", "url", "kwargs"), CASES)
+async def test_requests_are_built_as_httpx_builds_them(
+        client_kwargs: dict[str, Any], method: str, url: str, kwargs: dict[str, Any]) -> None:
+    if url.startswith("relative") and "base_url" not in client_kwargs:
+        pytest.skip("a relative URL needs a base URL")
+    async with CookielessClient(**client_kwargs) as ours, \
+            httpx.AsyncClient(**client_kwargs) as httpx_own:
+        for _ in range(2):  # the second time from the parsed-URL cache
+            assert _shape(ours.build_request(method, url, **kwargs)) == \
+                _shape(httpx_own.build_request(method, url, **kwargs))
+
+
+async def test_headers_httpx_refuses_are_refused_the_same_way() -> None:
+    async with CookielessClient() as ours, httpx.AsyncClient() as httpx_own:
+        for headers in ({"X-A": "caf\u00e9"}, {"X-A": 1}):
+            with pytest.raises(Exception) as expected:
+                httpx_own.build_request("GET", "http://x.test/", headers=headers)
+            with pytest.raises(type(expected.value)):
+                ours.build_request("GET", "http://x.test/", headers=headers)
+
+
+async def test_the_common_shapes_are_built_without_httpx(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> httpx.Request:
+        raise AssertionError("built by httpx")
+
+    async with CookielessClient() as ours:
+        monkeypatch.setattr(httpx.AsyncClient, "build_request", refuse)
+        for method, url, kwargs in CASES[:12]:
+            ours.build_request(method, url, **kwargs)
+        with pytest.raises(AssertionError, match="built by httpx"):  # params: httpx's way
+            ours.build_request(*CASES[12][:2], **CASES[12][2])
