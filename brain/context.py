@@ -47,10 +47,10 @@ class TaskContext:
 
     def live_tasks_after(self, changed: list[Task]) -> bool:
         """Whether unfinished work remains once these task changes are applied."""
-        tasks = dict(self.state.tasks)
-        for t in changed:
-            tasks[t.id] = t
-        return any(not t.terminal for t in tasks.values())
+        if any(not t.terminal for t in changed):
+            return True
+        ids = {t.id for t in changed}
+        return any(not t.terminal for t in self.state.tasks.values() if t.id not in ids)
 
     async def commit(self, writes: Writes) -> None:
         """Commit under this pass's fence and fold the changes into the in-memory state."""

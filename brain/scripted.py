@@ -7,8 +7,9 @@ are in, a summary naming each recipient's outcome.
 
 from __future__ import annotations
 
-import json
 import re
+
+import orjson
 
 from baton.brain.model import ModelRequest, ModelResponse
 from baton.models import Entry, ToolCall, Usage
@@ -64,8 +65,8 @@ def _turn(entries: tuple[Entry, ...]) -> tuple[Entry | None, list[Entry]]:
 def _fate(entry: Entry) -> str:
     """A recipient's outcome from a tool-result entry (its text is the result's JSON)."""
     try:
-        result = json.loads(entry.text)
-    except ValueError:
+        result = orjson.loads(entry.text)
+    except ValueError:  # orjson.JSONDecodeError is one
         return "failed"
     outcome, recovery = result.get("outcome"), result.get("recovery")
     if outcome == "ok":

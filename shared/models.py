@@ -31,7 +31,9 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def to_json(self) -> str:
-        return self.model_dump_json(exclude_defaults=False)
+        # model_dump_json() with its defaults, without its keyword handling (dozens of
+        # records per Brain pass): the same bytes.
+        return self.__pydantic_serializer__.to_json(self).decode()
 
 
 class Record(Model):
@@ -320,8 +322,8 @@ def loads(data: str | bytes) -> Any:
 
 def decode(model: type[M], data: str | bytes) -> M:
     """Parse and validate a stored record or wire message; a clear ValidationError otherwise."""
-    try:
-        return model.model_validate_json(data)
+    try:  # model_validate_json() without its keyword handling: the same validation
+        return model.__pydantic_validator__.validate_json(data)  # type: ignore[no-any-return]
     except PydanticValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(root)"

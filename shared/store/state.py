@@ -8,7 +8,7 @@ turn Redis hashes and stream rows into models (:func:`parse_meta`, :func:`parse_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
@@ -98,6 +98,12 @@ class Entries(Sequence[Entry]):
                 raise CorruptStateError(
                     self._session_id, f"entry {at} does not parse: {exc}") from None
         return item
+
+    def __iter__(self) -> Iterator[Entry]:
+        items = self._items
+        for i in range(len(items)):
+            item = items[i]
+            yield self[i] if isinstance(item, str) else item
 
     def decode_all(self) -> None:
         """Decode every entry now (CorruptStateError when one does not parse)."""
@@ -237,6 +243,7 @@ class SessionState:
 #: the Hands, with that result), the mark asking it to stop, what an approval must present.
 BRAIN_RUN_FIELDS = ("status", "cancel", "digest", "approved", "result", "completed")
 _ENDING = ("status", "result", "completed")  # the Brain's, when it ended the run itself
+_BRAIN_ONLY = frozenset(("intent", "cancel", "digest", "approved"))  # never the Hands'
 
 
 def run_status(brain: str | None, hands: str | None) -> str | None:
@@ -257,8 +264,7 @@ def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str
     appear in its state. ``grp:<group>`` becomes the number of results the group still
     awaits: the Brain's count less the Hands' (dropped at zero)."""
     merged = {k: v for k, v in runs.items()
-              if not k.startswith("grp:")
-              and k.rpartition(".")[2] not in ("intent", "cancel", "digest", "approved")}
+              if k[k.rfind(".") + 1:] not in _BRAIN_ONLY and not k.startswith("grp:")}
     for name, value in intents.items():
         if name == "gc":
             continue
@@ -294,24 +300,29 @@ def parse_runs(fields: dict[str, str]) -> dict[str, ToolRun]:
     grouped: dict[str, dict[str, str]] = {}
     for name, value in fields.items():
         rid, _, attr = name.rpartition(".")
-        grouped.setdefault(rid, {})[attr] = value
+        if (f := grouped.get(rid)) is None:
+            grouped[rid] = f = {}
+        f[attr] = value
     runs = {}
     for rid, f in grouped.items():
-        if "intent" not in f:
+        intent = f.get("intent")
+        if intent is None:
             continue
+        get = f.get
+        result, attempts = get("result"), get("attempts")
         runs[rid] = ToolRun(
-            intent=decode(ToolIntent, f["intent"]),
-            status=f.get("status", "dispatched"),  # type: ignore[arg-type]
-            attempt=int(f.get("attempt", 0)),
-            accepted_ms=_int(f.get("accepted")),
-            completed_ms=_int(f.get("completed")),
-            applied_ms=_int(f.get("applied")),
-            heartbeat_ms=_int(f.get("heartbeat")),
-            worker=f.get("worker"),
-            result=decode(ToolResult, f["result"]) if f.get("result") else None,
-            attempts=tuple(loads(f["attempts"])) if f.get("attempts") else (),
-            cancel_ms=_int(f.get("cancel")),
-            approved_ms=_int(f.get("approved")),
+            intent=decode(ToolIntent, intent),
+            status=get("status", "dispatched"),  # type: ignore[arg-type]
+            attempt=int(get("attempt", 0)),
+            accepted_ms=_int(get("accepted")),
+            completed_ms=_int(get("completed")),
+            applied_ms=_int(get("applied")),
+            heartbeat_ms=_int(get("heartbeat")),
+            worker=get("worker"),
+            result=decode(ToolResult, result) if result else None,
+            attempts=tuple(loads(attempts)) if attempts else (),
+            cancel_ms=_int(get("cancel")),
+            approved_ms=_int(get("approved")),
         )
     return runs
 
@@ -346,7 +357,7 @@ def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
+    return int(value) if value else None
 
 
 def receipts_about(

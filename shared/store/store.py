@@ -358,7 +358,7 @@ class Store:
         if not self.scripts.replicated("acquire"):
             # The script reads the state itself (one command, no MULTI/EXEC around it); a
             # replicated acquire records its reply for a retry, so it reads after the WAIT.
-            fence, prev, takeover, state = await self.scripts.run(
+            fence, prev, takeover, state = await self.runs.batch.run(
                 "acquire", sk, [*args, page or self.settings.entries_page])
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
             return lease, self._state(session_id, _hashes(state))
@@ -435,8 +435,8 @@ class Store:
         # entry and the submission) with its task: three times the input limit, so a
         # submission at the limit completes.
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
-        reply = await self.scripts.run("commit", self.keys.session(session_id),
-                                       [fence, worker_json(worker), session_id, *args])
+        reply = await self.runs.batch.run("commit", self.keys.session(session_id),
+                                          [fence, worker_json(worker), session_id, *args])
         if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
             await self.timers_armed()
         return reply

@@ -1,5 +1,6 @@
-"""The Hands' scripts issued in one event-loop turn share one round trip (store.batch), and
-each caller still gets its own reply or its own error, as from a call of its own."""
+"""The scripts issued in one event-loop turn (the Hands' claims and completions, the Brain's
+leases and commits) share one round trip (store.batch), and each caller still gets its own
+reply or its own error, as from a call of its own."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import uuid
 
 import pytest
 
-from baton.errors import StaleAttemptError
-from baton.models import Task, ToolIntent, ToolResult
+from baton.errors import StaleAttemptError, StaleFenceError
+from baton.models import Entry, Task, ToolIntent, ToolResult
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 
@@ -83,3 +84,32 @@ async def test_a_caller_cancelled_while_batched_leaves_the_others_answered(
     assert (await second).status == "claimed"
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def _opened(store: Store) -> str:
+    sid = "sb-" + uuid.uuid4().hex[:10]
+    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                       text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                       worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
+    return sid
+
+
+async def test_leases_and_commits_of_one_turn_share_a_round_trip(store: Store) -> None:
+    sids = [await _opened(store) for _ in range(3)]
+    batch = store.runs.batch
+    before = batch.batches
+    leased = await asyncio.gather(*(store.acquire_and_load(s, BRAIN, 60_000) for s in sids))
+    assert batch.batches == before + 1  # three leases, one pipeline
+    assert [st.requests[0].task.id for _, st in leased] == [f"{s}-root" for s in sids]
+    # One commit under a stale fence among good ones: only its caller is refused.
+    fences = [lease.fence + (1 if n == 1 else 0) for n, (lease, _) in enumerate(leased)]
+    results = await asyncio.gather(
+        *(store.commit(s, f, Writes(entries=[Entry(kind="system", text=s)]), BRAIN)
+          for s, f in zip(sids, fences, strict=True)),
+        return_exceptions=True)
+    assert batch.batches == before + 2
+    assert isinstance(results[1], StaleFenceError)
+    assert results[0] == (1, 1) and results[2] == (1, 1)
+    for n, s in enumerate(sids):
+        state = await store.load(s)
+        assert [e.text for e in state.entries] == ([] if n == 1 else [s])
