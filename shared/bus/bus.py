@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
@@ -37,7 +38,7 @@ from nats.js.api import (
     ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
-    PubAck,
+    Header,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -68,6 +69,7 @@ _STREAM_NOT_FOUND = 10059
 _RECONNECT_WAIT_S = 0.25
 _MAX_OUTSTANDING_PINGS = 2
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
+_NO_RESPONDERS = "503"  # the status of a reply no subscriber sent (no stream took it)
 _SETTLE_DELAYS_S = (0.25, 0.5, 1.0, 2.0)  # stream/consumer setup while a cluster settles
 # Errors meaning "the server is not reachable right now": retryable for the caller.
 _TRANSIENT = (
@@ -219,6 +221,12 @@ class Bus:
         self.names = BusNames(settings.namespace)
         self._denials = denials or _Denials()
         self.user = user or settings.nats_user
+        # The acks of publish_many: one wildcard reply inbox of this connection, each
+        # publish's reply subject its own token under it (see _publish_many).
+        self._ack_inbox = ""
+        self._ack_subscribing: asyncio.Lock | None = None
+        self._acks: dict[str, asyncio.Future[bool]] = {}
+        self._ack_seq = 0
 
     @classmethod
     async def connect(cls, settings: Settings, name: str, role: str = "") -> Bus:
@@ -504,24 +512,71 @@ class Bus:
             return await self._publish_many(batch)
 
     async def _publish_many(self, batch: Sequence[Outgoing]) -> list[bool]:
+        """Each message with a reply subject of its own under one inbox of this connection;
+        every ack is checked one by one (:meth:`_on_ack`), as JetStream's ``publish_async``
+        does, without its per-message semaphore, random token and ack object. nats-py
+        writes the publishes of one loop turn together."""
         headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
-        futures: list[asyncio.Future[PubAck]] = []
+        tokens: list[str] = []
+        futures: list[asyncio.Future[bool]] = []
         try:
-            # publish_async's futures have no deadline of their own.
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):  # the acks have no deadline
+                inbox = self._ack_inbox or await self._subscribe_acks()
+                loop = asyncio.get_running_loop()
+                publish = self._nc.publish
                 for item, hdrs in zip(batch, headers, strict=True):
-                    js = self._js
-                    futures.append(await js.publish_async(item.subject, item.data, headers=hdrs))
+                    self._ack_seq += 1
+                    token = str(self._ack_seq)
+                    future: asyncio.Future[bool] = loop.create_future()
+                    self._acks[token] = future
+                    tokens.append(token)
+                    futures.append(future)
+                    await publish(item.subject, item.data, reply=inbox + token, headers=hdrs)
                 # A refusal of any of them (all in the namespace) fails the batch at once.
-                acks = await self.guarded(
+                flags = await self.guarded(
                     "publish to", f"{self.settings.namespace}.", asyncio.gather(*futures)
                 )
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
         finally:
+            for token in tokens:
+                self._acks.pop(token, None)
             for future in futures:
-                future.cancel()  # no-op when done; frees the pending slots otherwise
-        return [not ack.duplicate for ack in acks]
+                future.cancel()  # no-op when done
+        return flags
+
+    async def _subscribe_acks(self) -> str:
+        """The prefix of publish_many's reply subjects, subscribed on first use (nats-py
+        subscribes again after a reconnect)."""
+        if self._ack_subscribing is None:
+            self._ack_subscribing = asyncio.Lock()
+        async with self._ack_subscribing:
+            if not self._ack_inbox:
+                inbox = self._nc.new_inbox()
+                await self._nc.subscribe(f"{inbox}.*", cb=self._on_ack)
+                self._ack_inbox = f"{inbox}."
+        return self._ack_inbox
+
+    async def _on_ack(self, msg: Msg) -> None:
+        """A stream's answer to one publish: True stored new, False a duplicate; an error
+        (or no stream for the subject) fails that publish, as in nats-py's publish_async."""
+        future = self._acks.pop(msg.subject[len(self._ack_inbox):], None)
+        if future is None or future.done():
+            return
+        if msg.headers and msg.headers.get(Header.STATUS) == _NO_RESPONDERS:
+            future.set_exception(nats.js.errors.NoStreamResponseError())
+            return
+        try:
+            answer = json.loads(msg.data)
+        except ValueError as exc:
+            future.set_exception(nats.errors.Error(f"unreadable publish ack: {exc}"))
+            return
+        if not isinstance(answer, dict):
+            future.set_exception(nats.errors.Error("unreadable publish ack"))
+        elif "error" in answer:
+            future.set_exception(nats.js.errors.APIError.from_error(answer["error"]))
+        else:
+            future.set_result(not answer.get("duplicate", False))
 
 
 def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:
