@@ -125,6 +125,7 @@ class Outbox:
         self.cluster = is_cluster(redis)
         self._by_key = {keys.outbox(s): (s, "") for s in range(keys.shards)}
         self._by_key.update({keys.wakes(s): (s, WAKES) for s in range(keys.shards)})
+        self._reads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def _streams(self, shard: int) -> list[str]:
         return [self.keys.outbox(shard), self.keys.wakes(shard)]
@@ -221,11 +222,16 @@ class Outbox:
     ) -> tuple[list[OutboxRow], dict[str, list[str]]]:
         """XREADGROUP from ``start`` ("0": own pending, ">": new): the rows, and the ids of
         entries whose row was deleted, by stream key. A missing group is recreated."""
-        streams: dict[KeyT, StreamIdT] = {k: start for s in shards for k in self._streams(s)}
         try:
-            reply = await self.redis.xreadgroup(
-                RELAY_GROUP, consumer, streams, count=count, block=block_ms
-            )
+            if self.cluster:  # redis-py routes the read by its keys
+                streams: dict[KeyT, StreamIdT] = {
+                    k: start for s in shards for k in self._streams(s)}
+                reply = await self.redis.xreadgroup(
+                    RELAY_GROUP, consumer, streams, count=count, block=block_ms
+                )
+            else:
+                reply = await self.redis.execute_command(
+                    *self._read_command(shards, consumer, start, count, block_ms))
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -241,6 +247,22 @@ class Outbox:
                 else:  # a deleted row still pending has no fields
                     gone.setdefault(key, []).append(stream_id)
         return rows, gone
+
+    def _read_command(self, shards: list[int], consumer: str, start: str, count: int,
+                      block_ms: int | None) -> tuple[Any, ...]:
+        """The XREADGROUP of these shards' streams, as redis-py's ``xreadgroup`` sends it,
+        built once per shard set (a reader sends the same one again and again)."""
+        key = (tuple(shards), consumer, start, count, block_ms)
+        command = self._reads.get(key)
+        if command is None:
+            streams = [k for s in shards for k in self._streams(s)]
+            block = ("BLOCK", block_ms) if block_ms is not None else ()
+            command = ("XREADGROUP", "GROUP", RELAY_GROUP, consumer, "COUNT", count, *block,
+                       "STREAMS", *streams, *[start] * len(streams))
+            if len(self._reads) >= 16:  # shard sets of a few rebalances
+                self._reads.clear()
+            self._reads[key] = command
+        return command
 
     async def ack(self, rows: list[OutboxRow], holder: str,
                   fences: dict[int, int]) -> dict[int, str]:

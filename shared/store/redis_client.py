@@ -95,6 +95,13 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     return ClusterUrl(tuple(seeds), username, password, scheme.lower() == "rediss+cluster")
 
 
+# Commands sent again and again with the same arguments (the relay's blocking read of its
+# shards' streams: some seventy of them): packed once, the bytes kept (a few per process).
+_REPEATED = frozenset({"XREADGROUP"})
+_PACKED_MAX = 64
+_packed: dict[tuple[Any, ...], list[bytes]] = {}
+
+
 class _ClosedWhileWriting:
     """Mixin: a write on a connection closed under it is a ConnectionError.
 
@@ -121,6 +128,20 @@ class _ClosedWhileWriting:
         if type(name) is not str or " " in name:
             return super().pack_command(*args)  # type: ignore[misc,no-any-return]
         encoding, errors = self.encoder.encoding, self.encoder.encoding_errors
+        if name in _REPEATED:
+            key = (encoding, errors, args)
+            try:
+                packed = _packed.get(key)
+            except TypeError:  # an unhashable argument (bytearray, memoryview)
+                return self._pack(args, encoding, errors)
+            if packed is None:
+                if len(_packed) >= _PACKED_MAX:
+                    _packed.clear()
+                packed = _packed[key] = self._pack(args, encoding, errors)
+            return list(packed)
+        return self._pack(args, encoding, errors)
+
+    def _pack(self, args: tuple[Any, ...], encoding: str, errors: str) -> list[bytes]:
         out = [b"*%d\r\n" % len(args)]
         for arg in args:
             kind = type(arg)
