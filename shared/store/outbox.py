@@ -40,15 +40,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.typing import KeyT, StreamIdT
 
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.redis_client import is_cluster
+from baton.store.redis_client import is_cluster, run_batch
 from baton.store.replication import ReplicatedWrites
-from baton.store.scripts import Scripts, evalsha, pipelined
+from baton.store.scripts import Scripts
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
 # A session's inbox key, "<ns>:{<ns>-<shard>}:s:<session id>:inbox" (checked against the
@@ -267,7 +267,7 @@ class Outbox:
     async def ack(self, rows: list[OutboxRow], holder: str,
                   fences: dict[int, int]) -> dict[int, str]:
         """Acknowledge and delete published rows, per shard under its lease fence (every
-        shard's script in one pipelined round trip on a single server without replica
+        shard's script in one round trip on a single server without replica
         acknowledgement, one call per shard otherwise).
 
         Returns the shards whose lease is no longer ``holder``'s with the fence in
@@ -282,21 +282,26 @@ class Outbox:
                 by_stream.setdefault((int(shard_text), WAKES), []).append(wake_id)
             else:
                 by_stream.setdefault((int(shard_text), ""), []).append(sid)
+        if not by_stream:
+            return {}
         calls = [([self.keys.relay_lease(shard),
                    self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
                   [holder, fences.get(shard, 0), *ids])
                  for (shard, stream), ids in by_stream.items()]
-        if self.cluster or self.writes is not None or len(calls) < 2:
+        if self.cluster or self.writes is not None:
             replies = await asyncio.gather(*(self._write("relay_ack", keys, args)
                                              for keys, args in calls))
-        else:  # one server, no replica wait: every shard's ack in one pipelined round trip
+        else:  # one server, no replica wait: every shard's ack in one round trip
             script = self.scripts.relay_ack
-
-            def queue(pipe: Any) -> None:
-                for keys, args in calls:
-                    evalsha(pipe, script, keys, args)
-
-            replies = await pipelined(self.redis, script, queue, transaction=False)
+            for attempt in (1, 2):
+                replies = await run_batch(self.redis, [
+                    ("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls])
+                if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
+                    # The server lost its scripts (a restart): load it, ack again (an ack
+                    # of rows acknowledged already acknowledges nothing).
+                    script.sha = await self.redis.script_load(script.script)
+                    continue
+                break
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
@@ -320,12 +325,13 @@ class Outbox:
                 keys.append((sk.meta, sk.inbox))
             except ValidationError:
                 keys.append(None)
-        async with self.redis.pipeline(transaction=False) as p:
-            for k in keys:
-                if k is not None:
-                    p.hget(k[0], "wake")
-                    p.hvals(k[1])
-            replies = iter(await p.execute())
+        answers = await run_batch(self.redis, [
+            command for k in keys if k is not None
+            for command in (("HGET", k[0], "wake"), ("HVALS", k[1]))])
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        replies = iter(answers)
         out: dict[str, str | None] = {}
         for row, k in zip(wakes, keys, strict=True):
             if k is None:
@@ -378,12 +384,14 @@ class Outbox:
                and _OPENING.match(r.id)]
         if not new:
             return
-        async with self.redis.pipeline(transaction=False) as p:
-            for row in new:
-                shard = int(row.stream_id.partition(":")[0])
-                at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
-                p.zadd(self.keys.sessions(shard), {row.session_id: at}, nx=True)
-            await p.execute()
+        commands = []
+        for row in new:
+            shard = int(row.stream_id.partition(":")[0])
+            at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
+            commands.append(("ZADD", self.keys.sessions(shard), "NX", at, row.session_id))
+        for reply in await run_batch(self.redis, commands):
+            if isinstance(reply, Exception):
+                raise reply
 
     async def waiting_requests(self, shards: list[int]) -> dict[int, list[str]]:
         """The sessions of ``shards`` whose inbox holds requests (shard -> session ids), by

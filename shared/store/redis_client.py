@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
@@ -29,7 +30,7 @@ from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.errors import ConfigError
@@ -274,6 +275,42 @@ class _Redis(Redis):
         finally:
             await pool.release(connection)
 
+    async def batch(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """See :func:`run_batch`: the commands written at once on a pooled connection, the
+        replies read in order; an error reply is read whole and kept in its place, so the
+        connection stays in step (any other error disconnects it, as redis-py does)."""
+        pool = self.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        finally:
+            await pool.release(connection)
+
+
+async def run_batch(redis: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Commands in one round trip, without a transaction; each reply in its place, an error
+    reply as its exception (a connection error is raised).
+
+    Meant for commands whose replies redis-py leaves as the server sends them (scripts,
+    HGET, HVALS, ZADD without INCR, ...): on a single server the batch is written and its
+    replies read on one pooled connection directly, without a pipeline object (its command
+    stack, option parsing and metric hooks); otherwise (a cluster, a client of one
+    connection) it is redis-py's pipeline.
+    """
+    if isinstance(redis, _Redis) and not redis.single_connection_client:
+        return await redis.batch(commands)
+    async with redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
 
 def _safe_class(cls: type[Any]) -> type[Any]:
     """The safe variant of redis-py's TCP or TLS connection class (others as they are)."""
@@ -499,4 +536,5 @@ def redis_user(settings: Settings) -> str:
 
 
 __all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis",
-           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user", "without_password"]
+           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user", "run_batch",
+           "without_password"]
