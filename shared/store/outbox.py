@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,7 @@ from redis.typing import KeyT, StreamIdT
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.redis_client import is_cluster, run_batch
+from baton.store.redis_client import batches_raw, is_cluster, run_batch, run_batch_then
 from baton.store.replication import ReplicatedWrites
 from baton.store.scripts import Scripts
 
@@ -237,6 +237,11 @@ class Outbox:
                 raise
             await self.ensure_groups(shards)
             return [], {}
+        return self._entries(reply)
+
+    def _entries(self, reply: Any) -> tuple[list[OutboxRow], dict[str, list[str]]]:
+        """The rows of an XREADGROUP reply, and the ids of entries whose row was deleted,
+        by stream key."""
         rows: list[OutboxRow] = []
         gone: dict[str, list[str]] = {}
         for key, entries in _stream_entries(reply):
@@ -274,28 +279,17 @@ class Outbox:
         ``fences`` (shard -> current holder): their rows were left in place for the new
         holder, which re-publishes them under the same ``Nats-Msg-Id``.
         """
-        by_stream: dict[tuple[int, str], list[str]] = {}
-        for row in rows:
-            shard_text, _, sid = row.stream_id.partition(":")
-            stream, _, wake_id = sid.partition(":")
-            if wake_id and stream == WAKES:
-                by_stream.setdefault((int(shard_text), WAKES), []).append(wake_id)
-            else:
-                by_stream.setdefault((int(shard_text), ""), []).append(sid)
+        by_stream = self._by_stream(rows)
         if not by_stream:
             return {}
-        calls = [([self.keys.relay_lease(shard),
-                   self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
-                  [holder, fences.get(shard, 0), *ids])
-                 for (shard, stream), ids in by_stream.items()]
+        calls = self._ack_calls(by_stream, holder, fences)
         if self.cluster or self.writes is not None:
             replies = await asyncio.gather(*(self._write("relay_ack", keys, args)
                                              for keys, args in calls))
         else:  # one server, no replica wait: every shard's ack in one round trip
             script = self.scripts.relay_ack
             for attempt in (1, 2):
-                replies = await run_batch(self.redis, [
-                    ("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls])
+                replies = await run_batch(self.redis, self._evalsha(script, calls))
                 if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
                     # The server lost its scripts (a restart): load it, ack again (an ack
                     # of rows acknowledged already acknowledges nothing).
@@ -305,9 +299,74 @@ class Outbox:
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
-        return {shard: str(reply[1])
-                for (shard, _), reply in zip(by_stream, replies, strict=True)
-                if int(reply[0]) != 1}
+        return _lost(by_stream, replies)
+
+    async def ack_and_read(
+        self, rows: list[OutboxRow], holder: str, fences: dict[int, int], shards: list[int],
+        count: int, block_ms: int, acked: Callable[[dict[int, str]], None],
+    ) -> list[OutboxRow]:
+        """:meth:`ack` of ``rows``, then :meth:`read` of ``shards`` for ``holder``, in one
+        round trip on a single server without replica acknowledgement (the two calls
+        otherwise): the batch just published is settled as the read for the next is sent.
+
+        ``acked`` gets what :meth:`ack` returns as soon as the acks' replies are in, before
+        the read (which may block up to ``block_ms``) is waited for. Should an ack fail,
+        the read is still taken; then a lost script is loaded and the ack sent again, any
+        other error raised (the rows stay pending, as after a failed :meth:`ack`).
+        """
+        by_stream = self._by_stream(rows)
+        if not by_stream or self.cluster or self.writes is not None or not batches_raw(
+                self.redis):
+            acked(await self.ack(rows, holder, fences))
+            return await self.read(shards, holder, count, block_ms)
+        failed: list[Exception] = []
+
+        def between(replies: list[Any]) -> None:
+            failed.extend(r for r in replies if isinstance(r, Exception))
+            if not failed:
+                acked(_lost(by_stream, replies))
+
+        calls = self._ack_calls(by_stream, holder, fences)
+        try:
+            reply = await run_batch_then(
+                self.redis, self._evalsha(self.scripts.relay_ack, calls),
+                self._read_command(shards, holder, ">", count, block_ms), between)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.ensure_groups(shards)
+            reply = None
+        if failed:
+            if not all(isinstance(e, NoScriptError) for e in failed):
+                raise failed[0]
+            acked(await self.ack(rows, holder, fences))  # loads the script, acks again
+        return self._entries(reply)[0]
+
+    @staticmethod
+    def _by_stream(rows: list[OutboxRow]) -> dict[tuple[int, str], list[str]]:
+        """The stream ids of ``rows`` by (shard, stream marker)."""
+        by_stream: dict[tuple[int, str], list[str]] = {}
+        for row in rows:
+            shard_text, _, sid = row.stream_id.partition(":")
+            stream, _, wake_id = sid.partition(":")
+            if wake_id and stream == WAKES:
+                by_stream.setdefault((int(shard_text), WAKES), []).append(wake_id)
+            else:
+                by_stream.setdefault((int(shard_text), ""), []).append(sid)
+        return by_stream
+
+    def _ack_calls(self, by_stream: dict[tuple[int, str], list[str]], holder: str,
+                   fences: dict[int, int]) -> list[tuple[list[str], list[Any]]]:
+        """relay_ack's keys and arguments, one call per stream of ``by_stream``."""
+        return [([self.keys.relay_lease(shard),
+                  self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
+                 [holder, fences.get(shard, 0), *ids])
+                for (shard, stream), ids in by_stream.items()]
+
+    @staticmethod
+    def _evalsha(script: Any, calls: list[tuple[list[str], list[Any]]]
+                 ) -> list[tuple[Any, ...]]:
+        return [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
 
     async def wake_subjects(self, rows: list[OutboxRow]) -> dict[str, str | None]:
         """The wake subject of the session of each wakes-stream row (by stream id; None
@@ -467,6 +526,13 @@ class Outbox:
             out.append(Backlog(shard=s, rows=int(n) + int(wn),
                                oldest_ms=min(heads) if heads else None, pending=0))
         return out
+
+
+def _lost(by_stream: dict[tuple[int, str], list[str]], replies: list[Any]) -> dict[int, str]:
+    """The shards whose relay_ack (one reply per stream of ``by_stream``) was refused, with
+    the lease's current holder."""
+    return {shard: str(reply[1]) for (shard, _), reply in zip(by_stream, replies, strict=True)
+            if int(reply[0]) != 1}
 
 
 def _requested_wake(subject: str, pending: list[str]) -> str | None:

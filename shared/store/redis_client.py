@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
@@ -283,15 +283,36 @@ class _Redis(Redis):
         connection = await pool.get_connection()
         try:
             await connection.send_packed_command(connection.pack_commands(commands))
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await connection.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
+            return await self._replies(connection, len(commands))
         finally:
             await pool.release(connection)
+
+    async def batch_then(self, commands: Sequence[tuple[Any, ...]], last: tuple[Any, ...],
+                         between: Callable[[list[Any]], None]) -> Any:
+        """See :func:`run_batch_then`."""
+        pool = self.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands([*commands, last]))
+            replies = await self._replies(connection, len(commands))
+            try:
+                between(replies)
+            except BaseException:
+                await connection.disconnect(nowait=True)  # last's reply is still to come
+                raise
+            return await self.parse_response(connection, last[0])
+        finally:
+            await pool.release(connection)
+
+    @staticmethod
+    async def _replies(connection: Any, n: int) -> list[Any]:
+        replies: list[Any] = []
+        for _ in range(n):
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:  # read whole: the connection is still in step
+                replies.append(exc)
+        return replies
 
 
 async def run_batch(redis: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -304,12 +325,33 @@ async def run_batch(redis: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any
     stack, option parsing and metric hooks); otherwise (a cluster, a client of one
     connection) it is redis-py's pipeline.
     """
-    if isinstance(redis, _Redis) and not redis.single_connection_client:
-        return await redis.batch(commands)
+    if batches_raw(redis):
+        return await cast(_Redis, redis).batch(commands)
     async with redis.pipeline(transaction=False) as pipe:
         for command in commands:
             pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
+
+
+def batches_raw(redis: Any) -> bool:
+    """Whether :func:`run_batch` and :func:`run_batch_then` take the raw way on ``redis``
+    (one server, a pooled client): only there may a batch end with a blocking command."""
+    return isinstance(redis, _Redis) and not redis.single_connection_client
+
+
+async def run_batch_then(redis: Any, commands: Sequence[tuple[Any, ...]],
+                         last: tuple[Any, ...], between: Callable[[list[Any]], None]) -> Any:
+    """``commands`` and then ``last`` (which may block: a blocking read) in one round trip,
+    on a client for which :func:`batches_raw` holds.
+
+    The replies of ``commands`` (as :func:`run_batch` gives them) go to ``between`` as soon
+    as they are read, before the reply of ``last`` is waited for; ``last``'s reply is
+    returned as redis-py's command would return it (its response callback). Should
+    ``between`` raise, the connection, whose last reply is still to come, is dropped.
+    """
+    if not batches_raw(redis):
+        raise TypeError("run_batch_then needs a pooled single-server client")
+    return await cast(_Redis, redis).batch_then(commands, last, between)
 
 
 def _safe_class(cls: type[Any]) -> type[Any]:
@@ -535,6 +577,6 @@ def redis_user(settings: Settings) -> str:
     return urlsplit(settings.redis_url).username or "default"
 
 
-__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis",
-           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user", "run_batch",
-           "without_password"]
+__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "batches_raw", "connect_cluster",
+           "connect_redis", "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user",
+           "run_batch", "run_batch_then", "without_password"]

@@ -72,6 +72,37 @@ async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings:
         await store.close()
 
 
+async def test_a_batch_is_acknowledged_in_the_round_trip_of_the_next_read(
+    settings: Settings,
+) -> None:
+    """ack_and_read: the published rows are acknowledged and deleted, the answer handed over
+    before the read's rows come back; after the server lost its scripts the ack is still
+    made (the script loaded again)."""
+    store = await Store.connect(settings)
+    try:
+        keys = Keys(settings.namespace, settings.shards)
+        box = Outbox(store.redis, keys)
+        await box.ensure_groups([4])
+        await store.redis.xadd(keys.outbox(4), {"id": "row-1", "subj": "x", "data": "{}"})
+        a = await box.lease("acquire", 4, "relay-a", 60_000)
+        rows = await box.read([4], "relay-a", 10, None)
+        await store.redis.xadd(keys.outbox(4), {"id": "row-2", "subj": "x", "data": "{}"})
+        answers: list[dict[int, str]] = []
+        later = await box.ack_and_read(rows, "relay-a", {4: a.fence}, [4], 10, 1000,
+                                       answers.append)
+        assert answers == [{}] and [r.id for r in later] == ["row-2"]
+        assert await store.redis.xlen(keys.outbox(4)) == 1  # row-1 deleted
+        await store.redis.script_flush()
+        assert await box.ack_and_read(later, "relay-a", {4: a.fence}, [4], 10, 10,
+                                      answers.append) == []
+        assert answers == [{}, {}]
+        assert await store.redis.xlen(keys.outbox(4)) == 0
+        assert await store.redis.xpending(keys.outbox(4), "relay") == {
+            "pending": 0, "min": None, "max": None, "consumers": []}
+    finally:
+        await store.close()
+
+
 async def test_one_look_tells_which_leases_a_relay_may_take(settings: Settings) -> None:
     """A relay looks at the shards it does not hold in one read-only call and tries to take
     only the free and expired ones: held leases stay untouched, their fences unchanged."""
