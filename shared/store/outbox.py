@@ -173,11 +173,17 @@ class Outbox:
         """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one
         pipelined XPENDING summary each; a stream without its group counts as pending so
         that its claim recreates it)."""
-        async with self.redis.pipeline(transaction=False) as p:
-            for shard in shards:
-                for key in self._streams(shard):
-                    p.xpending(key, RELAY_GROUP)
-            replies = await p.execute(raise_on_error=False)
+        if batches_raw(self.redis):  # the summaries as the server sends them: [count, ...]
+            replies = [r if isinstance(r, Exception) else {"pending": r[0]}
+                       for r in await run_batch(self.redis, [
+                           ("XPENDING", key, RELAY_GROUP)
+                           for shard in shards for key in self._streams(shard)])]
+        else:
+            async with self.redis.pipeline(transaction=False) as p:
+                for shard in shards:
+                    for key in self._streams(shard):
+                        p.xpending(key, RELAY_GROUP)
+                replies = await p.execute(raise_on_error=False)
         n = len(self._streams(shards[0])) if shards else 0
         return {s: sum(1 if isinstance(r, Exception) else int(r.get("pending") or 0)
                        for r in replies[i * n:(i + 1) * n])
@@ -501,6 +507,15 @@ class Outbox:
         (it has no key to route by), so the clock is one more call, to any node: the
         scripts compare due times with their own node's clock, this only sizes the sleep.
         """
+        if batches_raw(self.redis):  # as the server sends them (see _head)
+            replies = await run_batch(self.redis, [("TIME",), *(
+                ("ZRANGE", self.keys.timers(shard), 0, 0, "WITHSCORES") for shard in shards)])
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            sec, usec = replies.pop(0)
+            heads = {s: _head(r) for s, r in zip(shards, replies, strict=True) if r}
+            return int(sec) * 1000 + int(usec) // 1000, heads
         async with self.redis.pipeline(transaction=False) as p:
             if not self.cluster:
                 p.time()
@@ -533,6 +548,13 @@ def _lost(by_stream: dict[tuple[int, str], list[str]], replies: list[Any]) -> di
     the lease's current holder."""
     return {shard: str(reply[1]) for (shard, _), reply in zip(by_stream, replies, strict=True)
             if int(reply[0]) != 1}
+
+
+def _head(reply: list[Any]) -> int:
+    """The score of a ``ZRANGE key 0 0 WITHSCORES`` reply: ``[member, score]`` in RESP2,
+    ``[[member, score]]`` in RESP3."""
+    pair = reply[0] if isinstance(reply[0], list) else reply
+    return int(float(pair[1]))
 
 
 def _requested_wake(subject: str, pending: list[str]) -> str | None:
