@@ -25,7 +25,7 @@ SELF-GUARDED: sessions
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
 local opening = nil
-if redis.call('EXISTS', K_META) == 0 then
+if not META[1] then  -- the guard refuses a meta without agent: this one does not exist
   local agent, compat, wake = requested_agent()
   if not agent or type(wake) ~= 'string' or wake == '' then
     return fail('NOT_FOUND', 'session')
@@ -37,8 +37,7 @@ end
 local worker, ttl = ARGV[1], tonumber(ARGV[2])
 local carrier = nil
 if ARGV[4] and ARGV[4] ~= '' then carrier = cjson.decode(ARGV[4]) end  -- before any write
-local m = redis.call('HMGET', K_META, 'holder', 'lease_until', 'fence')
-local holder, lease_until = m[1] or '', tonumber(m[2] or '0')
+local holder, lease_until = META[7] or '', tonumber(META[6] or '0')  -- as the guard read them
 local now = now_ms()
 if holder ~= '' and holder ~= worker and lease_until > now then
   return fail('BUSY', holder .. ' ' .. (lease_until - now))
@@ -62,7 +61,7 @@ redis.call('DEL', K_NUDGE)
 local kind = 'lease'
 if takeover == 1 then kind = 'takeover' end
 receipt(kind, ARGV[3], fence, 0, now,
-        cjson.encode({previous_holder = holder, previous_fence = tonumber(m[3] or '0'),
+        cjson.encode({previous_holder = holder, previous_fence = tonumber(META[4] or '0'),
                       carrier = carrier}))
 if reads then
   return {fence, holder, takeover,

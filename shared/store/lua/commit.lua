@@ -73,7 +73,7 @@ local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq',
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
-local cur = tonumber(redis.call('HGET', K_META, 'fence') or '-1')
+local cur = tonumber(META[4] or '-1')  -- as the guard read it
 if cur < 0 then
   return fail('NOT_FOUND', 'session')
 end
@@ -402,6 +402,7 @@ if gc and #gc > 0 then
 elseif gc then
   redis.call('HDEL', K_INTENTS, 'gc')
 end
+local dirtied = false  -- the dirty mark set by this commit (META has it as it was)
 for _, rid in ipairs(list('cr')) do
   local hands = redis.call('HGET', K_RUNS, rid .. '.status')
   local own = redis.call('HMGET', K_INTENTS, rid, rid .. '.status')
@@ -415,6 +416,7 @@ for _, rid in ipairs(list('cr')) do
       redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
     end
     redis.call('HSET', K_META, 'dirty', 1)
+    dirtied = true
   elseif status == 'running' then
     redis.call('HSET', K_INTENTS, rid .. '.cancel', now)  -- Brain-owned: the Hands cannot clear it
   end
@@ -430,6 +432,7 @@ for _, d in ipairs(list('rj')) do
     redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
   end
   redis.call('HSET', K_META, 'dirty', 1)
+  dirtied = true
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
 for _, r in ipairs(list('rq')) do redis.call('HSET', K_REQS, r[1], r[2]) end
@@ -441,7 +444,7 @@ end
 if ix.c and ix.c > 0 then redis.call('HSET', K_META, 'compat', ix.c) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end
 for _, t in ipairs(list('tr')) do redis.call('ZREM', K_TIMERS, t) end
-local wake = redis.call('HGET', K_META, 'wake')
+local wake = META[2]  -- no write above changes it
 if ix.w and ix.w ~= '' and ix.w ~= wake then
   set_deadline(session, wake, -1, now)
   wake = ix.w
@@ -452,7 +455,7 @@ redis.call('HDEL', K_META, 'partial', 'partial_of')
 receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
-  if redis.call('HGET', K_META, 'dirty') == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
+  if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
     redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + ix.rl)
     redis.call('DEL', K_NUDGE)
     return {seq, count, 1}

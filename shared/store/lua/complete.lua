@@ -51,8 +51,7 @@ if group ~= '' then
     return fail('CORRUPT', 'intents grp:' .. group .. ' is not an integer')
   end
 end
-local m = redis.call('HMGET', K_META, 'wake', 'seq')
-local wake, seq = m[1], tonumber(m[2] or '0')
+local wake, seq = META[2], tonumber(META[5] or '0')  -- as the guard read them
 local summary = '{"attempt":' .. attempt .. ',"ended":' .. now .. '}'
 local attempts = r[3]
 if attempts then attempts = string.sub(attempts, 1, -2) .. ',' .. summary .. ']'
