@@ -271,3 +271,16 @@ local function meta_refusal()
   end
   return nil
 end
+
+-- Append a receipt as the script's FIRST write, for a script that lists receipts as
+-- SELF-GUARDED: a receipts key of another type fails this XADD with nothing written, and
+-- the call is refused as CORRUPT, as the guard's check of its type would have refused it.
+-- Returns that reply, or nil once the receipt is written.
+local function receipt_first(kind, worker, fence, seq, now, data)
+  local r = redis.pcall('XADD', K_RECEIPTS, '*', 'seq', seq, 'kind', kind, 'worker', worker,
+                        'fence', fence, 'ts', now, 'data', data)
+  if type(r) == 'table' and r.err then
+    return wrong_type(K_RECEIPTS, 'receipts', 'stream') or r
+  end
+  return nil
+end

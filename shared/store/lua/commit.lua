@@ -62,7 +62,9 @@ The keys a commit touches only for some parts of its write-set are not checked b
 before every commit: the script checks their types itself, right after reading the index and
 before the validation reads any of them (a WRONGTYPE there would read as INVALID), when the
 index has those parts (see touched_refusal below).
-SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers
+The receipt (a refusal's too) is the first write (receipt_first): a receipts key of another
+type is refused as CORRUPT with nothing written, without a check of its type every time.
+SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
@@ -79,7 +81,9 @@ if cur < 0 then
 end
 local now = now_ms()
 if cur ~= fence then
-  receipt('refused', ARGV[2], fence, 0, now, cjson.encode({current = cur, op = 'commit'}))
+  local corrupt = receipt_first('refused', ARGV[2], fence, 0, now,
+                                cjson.encode({current = cur, op = 'commit'}))
+  if corrupt then return corrupt end
   return fail('STALE_FENCE', fence .. ' ' .. cur)
 end
 local session = ARGV[3]
@@ -270,6 +274,10 @@ end
 
 -- 2. write
 local count = redis.call('LLEN', K_ENTRIES) + ne  -- the count after the writes below
+-- the receipt first, with the sequence the HINCRBY below makes (meta's seq is an integer)
+local corrupt = receipt_first('commit', ARGV[2], fence, tonumber(META[5] or '0') + 1, now,
+                              ARGV[5])
+if corrupt then return corrupt end
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 local p = 6
 for i = p, p + ne - 1, 1000 do
@@ -452,7 +460,6 @@ if ix.w and ix.w ~= '' and ix.w ~= wake then
 end
 set_deadline(session, wake, ix.dl or 0, now)
 redis.call('HDEL', K_META, 'partial', 'partial_of')
-receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
   if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
