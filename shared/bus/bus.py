@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
@@ -28,6 +27,7 @@ from typing import Any, Self, TypeVar
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -225,7 +225,7 @@ class Bus:
         # publish's reply subject its own token under it (see _publish_many).
         self._ack_inbox = ""
         self._ack_subscribing: asyncio.Lock | None = None
-        self._acks: dict[str, asyncio.Future[bool]] = {}
+        self._acks: dict[str, tuple[_Acks, int]] = {}
         self._ack_seq = 0
 
     @classmethod
@@ -514,36 +514,33 @@ class Bus:
     async def _publish_many(self, batch: Sequence[Outgoing]) -> list[bool]:
         """Each message with a reply subject of its own under one inbox of this connection;
         every ack is checked one by one (:meth:`_on_ack`), as JetStream's ``publish_async``
-        does, without its per-message semaphore, random token and ack object. nats-py
+        does, without its per-message semaphore, random token, future and ack object: the
+        batch has one future, done when its last ack is in or at its first refusal. nats-py
         writes the publishes of one loop turn together."""
         headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
+        acks = _Acks(len(batch), asyncio.get_running_loop().create_future())
         tokens: list[str] = []
-        futures: list[asyncio.Future[bool]] = []
         try:
             async with asyncio.timeout(_REQUEST_TIMEOUT_S):  # the acks have no deadline
                 inbox = self._ack_inbox or await self._subscribe_acks()
-                loop = asyncio.get_running_loop()
                 publish = self._nc.publish
-                for item, hdrs in zip(batch, headers, strict=True):
+                for i, (item, hdrs) in enumerate(zip(batch, headers, strict=True)):
                     self._ack_seq += 1
                     token = str(self._ack_seq)
-                    future: asyncio.Future[bool] = loop.create_future()
-                    self._acks[token] = future
+                    self._acks[token] = (acks, i)
                     tokens.append(token)
-                    futures.append(future)
                     await publish(item.subject, item.data, reply=inbox + token, headers=hdrs)
+                if not batch:
+                    return []
                 # A refusal of any of them (all in the namespace) fails the batch at once.
-                flags = await self.guarded(
-                    "publish to", f"{self.settings.namespace}.", asyncio.gather(*futures)
-                )
+                await self.guarded("publish to", f"{self.settings.namespace}.", acks.done)
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
         finally:
             for token in tokens:
                 self._acks.pop(token, None)
-            for future in futures:
-                future.cancel()  # no-op when done
-        return flags
+            acks.done.cancel()  # no-op when done
+        return [bool(flag) for flag in acks.flags]
 
     async def _subscribe_acks(self) -> str:
         """The prefix of publish_many's reply subjects, subscribed on first use (nats-py
@@ -558,25 +555,47 @@ class Bus:
         return self._ack_inbox
 
     async def _on_ack(self, msg: Msg) -> None:
-        """A stream's answer to one publish: True stored new, False a duplicate; an error
-        (or no stream for the subject) fails that publish, as in nats-py's publish_async."""
-        future = self._acks.pop(msg.subject[len(self._ack_inbox):], None)
-        if future is None or future.done():
+        """A stream's answer to one publish: stored new or a duplicate; an error (or no
+        stream for the subject) fails that publish's batch, as in nats-py's publish_async."""
+        entry = self._acks.pop(msg.subject[len(self._ack_inbox):], None)
+        if entry is None:
+            return
+        acks, index = entry
+        if acks.done.done():
             return
         if msg.headers and msg.headers.get(Header.STATUS) == _NO_RESPONDERS:
-            future.set_exception(nats.js.errors.NoStreamResponseError())
+            acks.done.set_exception(nats.js.errors.NoStreamResponseError())
             return
         try:
-            answer = json.loads(msg.data)
-        except ValueError as exc:
-            future.set_exception(nats.errors.Error(f"unreadable publish ack: {exc}"))
+            answer = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as exc:
+            acks.done.set_exception(nats.errors.Error(f"unreadable publish ack: {exc}"))
             return
         if not isinstance(answer, dict):
-            future.set_exception(nats.errors.Error("unreadable publish ack"))
+            acks.done.set_exception(nats.errors.Error("unreadable publish ack"))
         elif "error" in answer:
-            future.set_exception(nats.js.errors.APIError.from_error(answer["error"]))
+            acks.done.set_exception(nats.js.errors.APIError.from_error(answer["error"]))
         else:
-            future.set_result(not answer.get("duplicate", False))
+            acks.settle(index, not answer.get("duplicate", False))
+
+
+class _Acks:
+    """The acks of one publish_many batch: per message True (stored new), False (a
+    duplicate) or None (not in yet); ``done`` once all are in."""
+
+    __slots__ = ("done", "flags", "left")
+
+    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
+        self.flags: list[bool | None] = [None] * n
+        self.left = n
+        self.done = done
+
+    def settle(self, index: int, new: bool) -> None:
+        if self.flags[index] is None:  # a repeated answer counts once
+            self.flags[index] = new
+            self.left -= 1
+            if not self.left:
+                self.done.set_result(None)
 
 
 def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:
