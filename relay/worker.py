@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import nats.errors
 import nats.js.errors
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
 
 from baton.bus.bus import Bus
@@ -334,6 +335,8 @@ class Relay(Service):
             if sent is not None:
                 self._settle(sent, lost)
                 drop_sent()
+            if done.is_set():  # stopping or regrouping meanwhile: the read is not waited for
+                raise _ReaderDone
             me.blocked = True  # type: ignore[union-attr]
 
         try:
@@ -366,6 +369,8 @@ class Relay(Service):
                                 if sent is None:
                                     self._in_hand.release()
                     backoff.reset()
+                except _ReaderDone:  # rows the abandoned read took are pending: resent
+                    break
                 except _NATS_DOWN as exc:
                     drop_sent()
                     resend = True  # the rows in hand are in our pending list
@@ -530,6 +535,10 @@ class Relay(Service):
         self.retries += 1
         delay = backoff.next()
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
+        if isinstance(exc, RedisConnectionError) and self._reader is not None:
+            # The reader's idle connections went down with the one that failed (a server
+            # restart): dropped, so the retry connects afresh instead of failing on each.
+            await self._reader.connection_pool.disconnect(inuse_connections=False)
         if await self.wait_stopping(delay):
             return
         bus = self.bus
@@ -663,6 +672,10 @@ class Relay(Service):
             except _REFUSED as exc:
                 refused.append((row, _describe(exc)))
         return flags
+
+
+class _ReaderDone(Exception):
+    """A reader told to end (``done``) while its acks and next read were in flight."""
 
 
 @dataclass(frozen=True, slots=True)

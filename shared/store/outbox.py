@@ -190,6 +190,10 @@ class Outbox:
                 for i, s in enumerate(shards)}
 
     async def ensure_groups(self, shards: list[int] | None = None) -> None:
+        """The consumer groups of these shards' streams (all by default), created if missing,
+        and the ack script loaded: :meth:`ack_and_read` runs it by its SHA alone."""
+        script = self.scripts.relay_ack
+        script.sha = await self.redis.script_load(script.script)
         for shard in shards if shards is not None else range(self.keys.shards):
             for key in self._streams(shard):
                 try:
@@ -316,36 +320,37 @@ class Outbox:
         otherwise): the batch just published is settled as the read for the next is sent.
 
         ``acked`` gets what :meth:`ack` returns as soon as the acks' replies are in, before
-        the read (which may block up to ``block_ms``) is waited for. Should an ack fail,
-        the read is still taken; then a lost script is loaded and the ack sent again, any
-        other error raised (the rows stay pending, as after a failed :meth:`ack`).
+        the read (which may block up to ``block_ms``) is waited for. Should an ack fail, the
+        read is abandoned (its connection dropped) and the error raised: the rows stay
+        pending, as after a failed :meth:`ack` (a script the server lost is loaded again
+        first, for the next ack).
         """
         by_stream = self._by_stream(rows)
         if not by_stream or self.cluster or self.writes is not None or not batches_raw(
                 self.redis):
             acked(await self.ack(rows, holder, fences))
             return await self.read(shards, holder, count, block_ms)
-        failed: list[Exception] = []
 
         def between(replies: list[Any]) -> None:
-            failed.extend(r for r in replies if isinstance(r, Exception))
-            if not failed:
-                acked(_lost(by_stream, replies))
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            acked(_lost(by_stream, replies))
 
+        script = self.scripts.relay_ack
         calls = self._ack_calls(by_stream, holder, fences)
         try:
             reply = await run_batch_then(
-                self.redis, self._evalsha(self.scripts.relay_ack, calls),
+                self.redis, self._evalsha(script, calls),
                 self._read_command(shards, holder, ">", count, block_ms), between)
+        except NoScriptError:  # the server restarted: rows pending, the next ack loads it
+            script.sha = await self.redis.script_load(script.script)
+            raise
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups(shards)
-            reply = None
-        if failed:
-            if not all(isinstance(e, NoScriptError) for e in failed):
-                raise failed[0]
-            acked(await self.ack(rows, holder, fences))  # loads the script, acks again
+            raise
         return self._entries(reply)[0]
 
     @staticmethod
