@@ -46,10 +46,12 @@ import asyncio
 import contextlib
 import re
 import time
+from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
 
 from baton.bus.bus import Bus
@@ -310,41 +312,87 @@ class Relay(Service):
 
     async def _reader_loop(self, box: Outbox, shards: list[int], done: asyncio.Event) -> None:
         """Publish the rows of ``shards``: first this relay's own pending rows, then new ones
-        as they arrive (a blocking XREADGROUP on its own connection)."""
+        as they arrive (a blocking XREADGROUP on its own connection).
+
+        A batch read and published is acknowledged in the same round trip as the read of
+        the next (:meth:`Outbox.ack_and_read`); its rows count as in hand until then. The
+        reader may be cancelled only while blocked in a read, after the acks' replies.
+        """
         me = asyncio.current_task()
+        assert self.leases is not None
+        leases = self.leases
         backoff = _Backoff()
         resend = True  # our own pending rows first: a restart under a stable name
-        while not done.is_set():
-            try:
-                if resend:
-                    async with self._in_hand:
-                        rows, resend = await box.read_pending(
-                            shards, self.name, self.settings.relay_batch)
-                        if rows:
-                            await self._deliver(rows, box, "pending")
-                else:
-                    me.blocked = True  # type: ignore[union-attr]
-                    try:
-                        rows = await box.read(shards, self.name, self.settings.relay_batch,
-                                              _BLOCK_MS)
-                    finally:
-                        me.blocked = False  # type: ignore[union-attr]
-                    if rows:
-                        self._mark_active()
+        sent: _Sent | None = None  # published, not acknowledged yet: _in_hand is held
+
+        def drop_sent() -> None:  # the rows stay pending: resent (deduplicated) if not acked
+            nonlocal sent
+            if sent is not None:
+                sent = None
+                self._in_hand.release()
+
+        def acked(lost: dict[int, str]) -> None:
+            if sent is not None:
+                self._settle(sent, lost)
+                drop_sent()
+            if done.is_set():  # stopping or regrouping meanwhile: the read is not waited for
+                raise _ReaderDone
+            me.blocked = True  # type: ignore[union-attr]
+
+        try:
+            while not done.is_set():
+                try:
+                    if resend:
                         async with self._in_hand:
-                            await self._deliver(rows, box, "read")
-                backoff.reset()
-            except _NATS_DOWN as exc:
-                resend = True  # the rows in hand are in our pending list
-                await self._retry("nats", exc, backoff)
-            except ForbiddenError as exc:
-                # The deployment's permissions, not the rows, are wrong: keep them and retry.
-                resend = True
-                log.error("outbox_publish_forbidden", error=bounded(exc))
-                await self._retry("nats", exc, backoff)
-            except _REDIS_DOWN as exc:
-                resend = True
-                await self._retry("redis", exc, backoff)
+                            rows, resend = await box.read_pending(
+                                shards, self.name, self.settings.relay_batch)
+                            if rows:
+                                await self._deliver(rows, box, "pending")
+                    else:
+                        try:
+                            if sent is None:
+                                me.blocked = True  # type: ignore[union-attr]
+                                rows = await box.read(shards, self.name,
+                                                      self.settings.relay_batch, _BLOCK_MS)
+                            else:
+                                rows = await box.ack_and_read(
+                                    sent.rows, self.name, dict(leases.held), shards,
+                                    self.settings.relay_batch, _BLOCK_MS, acked)
+                        finally:
+                            me.blocked = False  # type: ignore[union-attr]
+                        if rows:
+                            self._mark_active()
+                            await self._in_hand.acquire()
+                            try:
+                                sent = await self._publish(rows, box, "read")
+                            finally:
+                                if sent is None:
+                                    self._in_hand.release()
+                    backoff.reset()
+                except _ReaderDone:  # rows the abandoned read took are pending: resent
+                    break
+                except _NATS_DOWN as exc:
+                    drop_sent()
+                    resend = True  # the rows in hand are in our pending list
+                    await self._retry("nats", exc, backoff)
+                except ForbiddenError as exc:
+                    # The deployment's permissions, not the rows, are wrong: keep them, retry.
+                    drop_sent()
+                    resend = True
+                    log.error("outbox_publish_forbidden", error=bounded(exc))
+                    await self._retry("nats", exc, backoff)
+                except _REDIS_DOWN as exc:
+                    drop_sent()
+                    resend = True
+                    await self._retry("redis", exc, backoff)
+        finally:
+            if sent is not None:  # stopping or regrouping: the last batch's ack, now
+                try:
+                    with contextlib.suppress(*_REDIS_DOWN):
+                        self._settle(sent, await box.ack(sent.rows, self.name,
+                                                         dict(leases.held)))
+                finally:
+                    drop_sent()
 
     async def _claim_loop(self, box: Outbox) -> None:
         idle = self.settings.relay_claim_idle_ms
@@ -487,6 +535,10 @@ class Relay(Service):
         self.retries += 1
         delay = backoff.next()
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
+        if isinstance(exc, RedisConnectionError) and self._reader is not None:
+            # The reader's idle connections went down with the one that failed (a server
+            # restart): dropped, so the retry connects afresh instead of failing on each.
+            await self._reader.connection_pool.disconnect(inuse_connections=False)
         if await self.wait_stopping(delay):
             return
         bus = self.bus
@@ -536,6 +588,14 @@ class Relay(Service):
 
         Raises (rows stay pending) when NATS or Redis is unavailable.
         """
+        sent = await self._publish(rows, box, via)
+        assert self.leases is not None
+        self._settle(sent, await box.ack(rows, self.name, dict(self.leases.held)))
+
+    async def _publish(self, rows: list[OutboxRow], box: Outbox, via: str) -> _Sent:
+        """Publish rows and dead-letter the refused ones: all of them are then to be
+        acknowledged (:meth:`_settle` once they are). Raises (rows stay pending) when NATS or
+        Redis is unavailable."""
         assert self.bus is not None and self._redis is not None
         started = time.perf_counter()
         good: list[OutboxRow] = []
@@ -576,20 +636,26 @@ class Relay(Service):
             )
             log.error("outbox_row_dead_lettered", row_id=row.id, reason=bounded(reason),
                       session_id=row.session_id, trace_id=trace_id_of(row.headers))
+        return _Sent(rows, flags, len(refused), via, started)
+
+    def _settle(self, sent: _Sent, lost: dict[int, str]) -> None:
+        """Count a published batch whose acknowledgement is in (``lost``: the shards whose
+        lease was no longer ours, see :meth:`Outbox.ack`)."""
         assert self.leases is not None
-        lost = await box.ack(rows, self.name, dict(self.leases.held))
         for shard, holder in lost.items():
             # Published, but the shard is another relay's now: it re-sends these rows under
             # the same Nats-Msg-Id (dropped by JetStream's dedupe) and acknowledges them.
             self.acks_refused += 1
             log.warning("outbox_ack_refused", shard=shard, holder=holder)
             self.leases.lost(shard, holder)
+        flags = sent.flags
         new = sum(flags)
         self.published += new
         self.duplicates += len(flags) - new
-        self.dead_lettered += len(refused)
-        log.debug("outbox_published", rows=len(rows), new=new, duplicates=len(flags) - new,
-                  dead=len(refused), via=via, ms=round((time.perf_counter() - started) * 1e3, 3))
+        self.dead_lettered += sent.dead
+        log.debug("outbox_published", rows=len(sent.rows), new=new,
+                  duplicates=len(flags) - new, dead=sent.dead, via=sent.via,
+                  ms=round((time.perf_counter() - sent.started) * 1e3, 3))
 
     async def _publish_each(
         self, rows: list[OutboxRow], refused: list[tuple[OutboxRow, str]]
@@ -606,6 +672,21 @@ class Relay(Service):
             except _REFUSED as exc:
                 refused.append((row, _describe(exc)))
         return flags
+
+
+class _ReaderDone(Exception):
+    """A reader told to end (``done``) while its acks and next read were in flight."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A published batch awaiting its acknowledgement."""
+
+    rows: list[OutboxRow]
+    flags: list[bool]  # per published row: stored new (True) or a duplicate
+    dead: int  # rows dead-lettered
+    via: str
+    started: float
 
 
 def _wake_refusal(row: OutboxRow, committed: str | None) -> str | None:

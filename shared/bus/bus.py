@@ -27,6 +27,7 @@ from typing import Any, Self, TypeVar
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -37,7 +38,7 @@ from nats.js.api import (
     ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
-    PubAck,
+    Header,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -68,6 +69,7 @@ _STREAM_NOT_FOUND = 10059
 _RECONNECT_WAIT_S = 0.25
 _MAX_OUTSTANDING_PINGS = 2
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
+_NO_RESPONDERS = "503"  # the status of a reply no subscriber sent (no stream took it)
 _SETTLE_DELAYS_S = (0.25, 0.5, 1.0, 2.0)  # stream/consumer setup while a cluster settles
 # Errors meaning "the server is not reachable right now": retryable for the caller.
 _TRANSIENT = (
@@ -219,6 +221,12 @@ class Bus:
         self.names = BusNames(settings.namespace)
         self._denials = denials or _Denials()
         self.user = user or settings.nats_user
+        # The acks of publish_many: one wildcard reply inbox of this connection, each
+        # publish's reply subject its own token under it (see _publish_many).
+        self._ack_inbox = ""
+        self._ack_subscribing: asyncio.Lock | None = None
+        self._acks: dict[str, tuple[_Acks, int]] = {}
+        self._ack_seq = 0
 
     @classmethod
     async def connect(cls, settings: Settings, name: str, role: str = "") -> Bus:
@@ -504,24 +512,90 @@ class Bus:
             return await self._publish_many(batch)
 
     async def _publish_many(self, batch: Sequence[Outgoing]) -> list[bool]:
+        """Each message with a reply subject of its own under one inbox of this connection;
+        every ack is checked one by one (:meth:`_on_ack`), as JetStream's ``publish_async``
+        does, without its per-message semaphore, random token, future and ack object: the
+        batch has one future, done when its last ack is in or at its first refusal. nats-py
+        writes the publishes of one loop turn together."""
         headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
-        futures: list[asyncio.Future[PubAck]] = []
+        acks = _Acks(len(batch), asyncio.get_running_loop().create_future())
+        tokens: list[str] = []
         try:
-            # publish_async's futures have no deadline of their own.
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-                for item, hdrs in zip(batch, headers, strict=True):
-                    js = self._js
-                    futures.append(await js.publish_async(item.subject, item.data, headers=hdrs))
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):  # the acks have no deadline
+                inbox = self._ack_inbox or await self._subscribe_acks()
+                publish = self._nc.publish
+                for i, (item, hdrs) in enumerate(zip(batch, headers, strict=True)):
+                    self._ack_seq += 1
+                    token = str(self._ack_seq)
+                    self._acks[token] = (acks, i)
+                    tokens.append(token)
+                    await publish(item.subject, item.data, reply=inbox + token, headers=hdrs)
+                if not batch:
+                    return []
                 # A refusal of any of them (all in the namespace) fails the batch at once.
-                acks = await self.guarded(
-                    "publish to", f"{self.settings.namespace}.", asyncio.gather(*futures)
-                )
+                await self.guarded("publish to", f"{self.settings.namespace}.", acks.done)
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
         finally:
-            for future in futures:
-                future.cancel()  # no-op when done; frees the pending slots otherwise
-        return [not ack.duplicate for ack in acks]
+            for token in tokens:
+                self._acks.pop(token, None)
+            acks.done.cancel()  # no-op when done
+        return [bool(flag) for flag in acks.flags]
+
+    async def _subscribe_acks(self) -> str:
+        """The prefix of publish_many's reply subjects, subscribed on first use (nats-py
+        subscribes again after a reconnect)."""
+        if self._ack_subscribing is None:
+            self._ack_subscribing = asyncio.Lock()
+        async with self._ack_subscribing:
+            if not self._ack_inbox:
+                inbox = self._nc.new_inbox()
+                await self._nc.subscribe(f"{inbox}.*", cb=self._on_ack)
+                self._ack_inbox = f"{inbox}."
+        return self._ack_inbox
+
+    async def _on_ack(self, msg: Msg) -> None:
+        """A stream's answer to one publish: stored new or a duplicate; an error (or no
+        stream for the subject) fails that publish's batch, as in nats-py's publish_async."""
+        entry = self._acks.pop(msg.subject[len(self._ack_inbox):], None)
+        if entry is None:
+            return
+        acks, index = entry
+        if acks.done.done():
+            return
+        if msg.headers and msg.headers.get(Header.STATUS) == _NO_RESPONDERS:
+            acks.done.set_exception(nats.js.errors.NoStreamResponseError())
+            return
+        try:
+            answer = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as exc:
+            acks.done.set_exception(nats.errors.Error(f"unreadable publish ack: {exc}"))
+            return
+        if not isinstance(answer, dict):
+            acks.done.set_exception(nats.errors.Error("unreadable publish ack"))
+        elif "error" in answer:
+            acks.done.set_exception(nats.js.errors.APIError.from_error(answer["error"]))
+        else:
+            acks.settle(index, not answer.get("duplicate", False))
+
+
+class _Acks:
+    """The acks of one publish_many batch: per message True (stored new), False (a
+    duplicate) or None (not in yet); ``done`` once all are in."""
+
+    __slots__ = ("done", "flags", "left")
+
+    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
+        self.flags: list[bool | None] = [None] * n
+        self.left = n
+        self.done = done
+
+    def settle(self, index: int, new: bool) -> None:
+        if self.flags[index] is None:  # a repeated answer counts once
+            self.flags[index] = new
+            self.left -= 1
+            if not self.left:
+                self.done.set_result(None)
 
 
 def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:

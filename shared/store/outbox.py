@@ -35,20 +35,20 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.typing import KeyT, StreamIdT
 
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.redis_client import is_cluster
+from baton.store.redis_client import batches_raw, is_cluster, run_batch, run_batch_then
 from baton.store.replication import ReplicatedWrites
-from baton.store.scripts import Scripts, evalsha, pipelined
+from baton.store.scripts import Scripts
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
 # A session's inbox key, "<ns>:{<ns>-<shard>}:s:<session id>:inbox" (checked against the
@@ -125,6 +125,7 @@ class Outbox:
         self.cluster = is_cluster(redis)
         self._by_key = {keys.outbox(s): (s, "") for s in range(keys.shards)}
         self._by_key.update({keys.wakes(s): (s, WAKES) for s in range(keys.shards)})
+        self._reads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def _streams(self, shard: int) -> list[str]:
         return [self.keys.outbox(shard), self.keys.wakes(shard)]
@@ -172,17 +173,27 @@ class Outbox:
         """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one
         pipelined XPENDING summary each; a stream without its group counts as pending so
         that its claim recreates it)."""
-        async with self.redis.pipeline(transaction=False) as p:
-            for shard in shards:
-                for key in self._streams(shard):
-                    p.xpending(key, RELAY_GROUP)
-            replies = await p.execute(raise_on_error=False)
+        if batches_raw(self.redis):  # the summaries as the server sends them: [count, ...]
+            replies = [r if isinstance(r, Exception) else {"pending": r[0]}
+                       for r in await run_batch(self.redis, [
+                           ("XPENDING", key, RELAY_GROUP)
+                           for shard in shards for key in self._streams(shard)])]
+        else:
+            async with self.redis.pipeline(transaction=False) as p:
+                for shard in shards:
+                    for key in self._streams(shard):
+                        p.xpending(key, RELAY_GROUP)
+                replies = await p.execute(raise_on_error=False)
         n = len(self._streams(shards[0])) if shards else 0
         return {s: sum(1 if isinstance(r, Exception) else int(r.get("pending") or 0)
                        for r in replies[i * n:(i + 1) * n])
                 for i, s in enumerate(shards)}
 
     async def ensure_groups(self, shards: list[int] | None = None) -> None:
+        """The consumer groups of these shards' streams (all by default), created if missing,
+        and the ack script loaded: :meth:`ack_and_read` runs it by its SHA alone."""
+        script = self.scripts.relay_ack
+        script.sha = await self.redis.script_load(script.script)
         for shard in shards if shards is not None else range(self.keys.shards):
             for key in self._streams(shard):
                 try:
@@ -221,16 +232,26 @@ class Outbox:
     ) -> tuple[list[OutboxRow], dict[str, list[str]]]:
         """XREADGROUP from ``start`` ("0": own pending, ">": new): the rows, and the ids of
         entries whose row was deleted, by stream key. A missing group is recreated."""
-        streams: dict[KeyT, StreamIdT] = {k: start for s in shards for k in self._streams(s)}
         try:
-            reply = await self.redis.xreadgroup(
-                RELAY_GROUP, consumer, streams, count=count, block=block_ms
-            )
+            if self.cluster:  # redis-py routes the read by its keys
+                streams: dict[KeyT, StreamIdT] = {
+                    k: start for s in shards for k in self._streams(s)}
+                reply = await self.redis.xreadgroup(
+                    RELAY_GROUP, consumer, streams, count=count, block=block_ms
+                )
+            else:
+                reply = await self.redis.execute_command(
+                    *self._read_command(shards, consumer, start, count, block_ms))
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups(shards)
             return [], {}
+        return self._entries(reply)
+
+    def _entries(self, reply: Any) -> tuple[list[OutboxRow], dict[str, list[str]]]:
+        """The rows of an XREADGROUP reply, and the ids of entries whose row was deleted,
+        by stream key."""
         rows: list[OutboxRow] = []
         gone: dict[str, list[str]] = {}
         for key, entries in _stream_entries(reply):
@@ -242,16 +263,99 @@ class Outbox:
                     gone.setdefault(key, []).append(stream_id)
         return rows, gone
 
+    def _read_command(self, shards: list[int], consumer: str, start: str, count: int,
+                      block_ms: int | None) -> tuple[Any, ...]:
+        """The XREADGROUP of these shards' streams, as redis-py's ``xreadgroup`` sends it,
+        built once per shard set (a reader sends the same one again and again)."""
+        key = (tuple(shards), consumer, start, count, block_ms)
+        command = self._reads.get(key)
+        if command is None:
+            streams = [k for s in shards for k in self._streams(s)]
+            block = ("BLOCK", block_ms) if block_ms is not None else ()
+            command = ("XREADGROUP", "GROUP", RELAY_GROUP, consumer, "COUNT", count, *block,
+                       "STREAMS", *streams, *[start] * len(streams))
+            if len(self._reads) >= 16:  # shard sets of a few rebalances
+                self._reads.clear()
+            self._reads[key] = command
+        return command
+
     async def ack(self, rows: list[OutboxRow], holder: str,
                   fences: dict[int, int]) -> dict[int, str]:
         """Acknowledge and delete published rows, per shard under its lease fence (every
-        shard's script in one pipelined round trip on a single server without replica
+        shard's script in one round trip on a single server without replica
         acknowledgement, one call per shard otherwise).
 
         Returns the shards whose lease is no longer ``holder``'s with the fence in
         ``fences`` (shard -> current holder): their rows were left in place for the new
         holder, which re-publishes them under the same ``Nats-Msg-Id``.
         """
+        by_stream = self._by_stream(rows)
+        if not by_stream:
+            return {}
+        calls = self._ack_calls(by_stream, holder, fences)
+        if self.cluster or self.writes is not None:
+            replies = await asyncio.gather(*(self._write("relay_ack", keys, args)
+                                             for keys, args in calls))
+        else:  # one server, no replica wait: every shard's ack in one round trip
+            script = self.scripts.relay_ack
+            for attempt in (1, 2):
+                replies = await run_batch(self.redis, self._evalsha(script, calls))
+                if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
+                    # The server lost its scripts (a restart): load it, ack again (an ack
+                    # of rows acknowledged already acknowledges nothing).
+                    script.sha = await self.redis.script_load(script.script)
+                    continue
+                break
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+        return _lost(by_stream, replies)
+
+    async def ack_and_read(
+        self, rows: list[OutboxRow], holder: str, fences: dict[int, int], shards: list[int],
+        count: int, block_ms: int, acked: Callable[[dict[int, str]], None],
+    ) -> list[OutboxRow]:
+        """:meth:`ack` of ``rows``, then :meth:`read` of ``shards`` for ``holder``, in one
+        round trip on a single server without replica acknowledgement (the two calls
+        otherwise): the batch just published is settled as the read for the next is sent.
+
+        ``acked`` gets what :meth:`ack` returns as soon as the acks' replies are in, before
+        the read (which may block up to ``block_ms``) is waited for. Should an ack fail, the
+        read is abandoned (its connection dropped) and the error raised: the rows stay
+        pending, as after a failed :meth:`ack` (a script the server lost is loaded again
+        first, for the next ack).
+        """
+        by_stream = self._by_stream(rows)
+        if not by_stream or self.cluster or self.writes is not None or not batches_raw(
+                self.redis):
+            acked(await self.ack(rows, holder, fences))
+            return await self.read(shards, holder, count, block_ms)
+
+        def between(replies: list[Any]) -> None:
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            acked(_lost(by_stream, replies))
+
+        script = self.scripts.relay_ack
+        calls = self._ack_calls(by_stream, holder, fences)
+        try:
+            reply = await run_batch_then(
+                self.redis, self._evalsha(script, calls),
+                self._read_command(shards, holder, ">", count, block_ms), between)
+        except NoScriptError:  # the server restarted: rows pending, the next ack loads it
+            script.sha = await self.redis.script_load(script.script)
+            raise
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.ensure_groups(shards)
+            raise
+        return self._entries(reply)[0]
+
+    @staticmethod
+    def _by_stream(rows: list[OutboxRow]) -> dict[tuple[int, str], list[str]]:
+        """The stream ids of ``rows`` by (shard, stream marker)."""
         by_stream: dict[tuple[int, str], list[str]] = {}
         for row in rows:
             shard_text, _, sid = row.stream_id.partition(":")
@@ -260,27 +364,20 @@ class Outbox:
                 by_stream.setdefault((int(shard_text), WAKES), []).append(wake_id)
             else:
                 by_stream.setdefault((int(shard_text), ""), []).append(sid)
-        calls = [([self.keys.relay_lease(shard),
-                   self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
-                  [holder, fences.get(shard, 0), *ids])
-                 for (shard, stream), ids in by_stream.items()]
-        if self.cluster or self.writes is not None or len(calls) < 2:
-            replies = await asyncio.gather(*(self._write("relay_ack", keys, args)
-                                             for keys, args in calls))
-        else:  # one server, no replica wait: every shard's ack in one pipelined round trip
-            script = self.scripts.relay_ack
+        return by_stream
 
-            def queue(pipe: Any) -> None:
-                for keys, args in calls:
-                    evalsha(pipe, script, keys, args)
+    def _ack_calls(self, by_stream: dict[tuple[int, str], list[str]], holder: str,
+                   fences: dict[int, int]) -> list[tuple[list[str], list[Any]]]:
+        """relay_ack's keys and arguments, one call per stream of ``by_stream``."""
+        return [([self.keys.relay_lease(shard),
+                  self.keys.wakes(shard) if stream else self.keys.outbox(shard)],
+                 [holder, fences.get(shard, 0), *ids])
+                for (shard, stream), ids in by_stream.items()]
 
-            replies = await pipelined(self.redis, script, queue, transaction=False)
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
-        return {shard: str(reply[1])
-                for (shard, _), reply in zip(by_stream, replies, strict=True)
-                if int(reply[0]) != 1}
+    @staticmethod
+    def _evalsha(script: Any, calls: list[tuple[list[str], list[Any]]]
+                 ) -> list[tuple[Any, ...]]:
+        return [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
 
     async def wake_subjects(self, rows: list[OutboxRow]) -> dict[str, str | None]:
         """The wake subject of the session of each wakes-stream row (by stream id; None
@@ -298,12 +395,13 @@ class Outbox:
                 keys.append((sk.meta, sk.inbox))
             except ValidationError:
                 keys.append(None)
-        async with self.redis.pipeline(transaction=False) as p:
-            for k in keys:
-                if k is not None:
-                    p.hget(k[0], "wake")
-                    p.hvals(k[1])
-            replies = iter(await p.execute())
+        answers = await run_batch(self.redis, [
+            command for k in keys if k is not None
+            for command in (("HGET", k[0], "wake"), ("HVALS", k[1]))])
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        replies = iter(answers)
         out: dict[str, str | None] = {}
         for row, k in zip(wakes, keys, strict=True):
             if k is None:
@@ -356,12 +454,14 @@ class Outbox:
                and _OPENING.match(r.id)]
         if not new:
             return
-        async with self.redis.pipeline(transaction=False) as p:
-            for row in new:
-                shard = int(row.stream_id.partition(":")[0])
-                at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
-                p.zadd(self.keys.sessions(shard), {row.session_id: at}, nx=True)
-            await p.execute()
+        commands = []
+        for row in new:
+            shard = int(row.stream_id.partition(":")[0])
+            at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
+            commands.append(("ZADD", self.keys.sessions(shard), "NX", at, row.session_id))
+        for reply in await run_batch(self.redis, commands):
+            if isinstance(reply, Exception):
+                raise reply
 
     async def waiting_requests(self, shards: list[int]) -> dict[int, list[str]]:
         """The sessions of ``shards`` whose inbox holds requests (shard -> session ids), by
@@ -412,6 +512,15 @@ class Outbox:
         (it has no key to route by), so the clock is one more call, to any node: the
         scripts compare due times with their own node's clock, this only sizes the sleep.
         """
+        if batches_raw(self.redis):  # as the server sends them (see _head)
+            replies = await run_batch(self.redis, [("TIME",), *(
+                ("ZRANGE", self.keys.timers(shard), 0, 0, "WITHSCORES") for shard in shards)])
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            sec, usec = replies.pop(0)
+            heads = {s: _head(r) for s, r in zip(shards, replies, strict=True) if r}
+            return int(sec) * 1000 + int(usec) // 1000, heads
         async with self.redis.pipeline(transaction=False) as p:
             if not self.cluster:
                 p.time()
@@ -437,6 +546,20 @@ class Outbox:
             out.append(Backlog(shard=s, rows=int(n) + int(wn),
                                oldest_ms=min(heads) if heads else None, pending=0))
         return out
+
+
+def _lost(by_stream: dict[tuple[int, str], list[str]], replies: list[Any]) -> dict[int, str]:
+    """The shards whose relay_ack (one reply per stream of ``by_stream``) was refused, with
+    the lease's current holder."""
+    return {shard: str(reply[1]) for (shard, _), reply in zip(by_stream, replies, strict=True)
+            if int(reply[0]) != 1}
+
+
+def _head(reply: list[Any]) -> int:
+    """The score of a ``ZRANGE key 0 0 WITHSCORES`` reply: ``[member, score]`` in RESP2,
+    ``[[member, score]]`` in RESP3."""
+    pair = reply[0] if isinstance(reply[0], list) else reply
+    return int(float(pair[1]))
 
 
 def _requested_wake(subject: str, pending: list[str]) -> str | None:

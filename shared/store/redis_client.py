@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
@@ -29,7 +30,7 @@ from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.errors import ConfigError
@@ -95,6 +96,13 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     return ClusterUrl(tuple(seeds), username, password, scheme.lower() == "rediss+cluster")
 
 
+# Commands sent again and again with the same arguments (the relay's blocking read of its
+# shards' streams: some seventy of them): packed once, the bytes kept (a few per process).
+_REPEATED = frozenset({"XREADGROUP"})
+_PACKED_MAX = 64
+_packed: dict[tuple[Any, ...], list[bytes]] = {}
+
+
 class _ClosedWhileWriting:
     """Mixin: a write on a connection closed under it is a ConnectionError.
 
@@ -121,6 +129,20 @@ class _ClosedWhileWriting:
         if type(name) is not str or " " in name:
             return super().pack_command(*args)  # type: ignore[misc,no-any-return]
         encoding, errors = self.encoder.encoding, self.encoder.encoding_errors
+        if name in _REPEATED:
+            key = (encoding, errors, args)
+            try:
+                packed = _packed.get(key)
+            except TypeError:  # an unhashable argument (bytearray, memoryview)
+                return self._pack(args, encoding, errors)
+            if packed is None:
+                if len(_packed) >= _PACKED_MAX:
+                    _packed.clear()
+                packed = _packed[key] = self._pack(args, encoding, errors)
+            return list(packed)
+        return self._pack(args, encoding, errors)
+
+    def _pack(self, args: tuple[Any, ...], encoding: str, errors: str) -> list[bytes]:
         out = [b"*%d\r\n" % len(args)]
         for arg in args:
             kind = type(arg)
@@ -252,6 +274,84 @@ class _Redis(Redis):
             return await connection.read_response()
         finally:
             await pool.release(connection)
+
+    async def batch(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """See :func:`run_batch`: the commands written at once on a pooled connection, the
+        replies read in order; an error reply is read whole and kept in its place, so the
+        connection stays in step (any other error disconnects it, as redis-py does)."""
+        pool = self.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands(commands))
+            return await self._replies(connection, len(commands))
+        finally:
+            await pool.release(connection)
+
+    async def batch_then(self, commands: Sequence[tuple[Any, ...]], last: tuple[Any, ...],
+                         between: Callable[[list[Any]], None]) -> Any:
+        """See :func:`run_batch_then`."""
+        pool = self.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands([*commands, last]))
+            replies = await self._replies(connection, len(commands))
+            try:
+                between(replies)
+            except BaseException:
+                await connection.disconnect(nowait=True)  # last's reply is still to come
+                raise
+            return await self.parse_response(connection, last[0])
+        finally:
+            await pool.release(connection)
+
+    @staticmethod
+    async def _replies(connection: Any, n: int) -> list[Any]:
+        replies: list[Any] = []
+        for _ in range(n):
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:  # read whole: the connection is still in step
+                replies.append(exc)
+        return replies
+
+
+async def run_batch(redis: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Commands in one round trip, without a transaction; each reply in its place, an error
+    reply as its exception (a connection error is raised).
+
+    Meant for commands whose replies redis-py leaves as the server sends them (scripts,
+    HGET, HVALS, ZADD without INCR, ...): on a single server the batch is written and its
+    replies read on one pooled connection directly, without a pipeline object (its command
+    stack, option parsing and metric hooks); otherwise (a cluster, a client of one
+    connection) it is redis-py's pipeline.
+    """
+    if batches_raw(redis):
+        return await cast(_Redis, redis).batch(commands)
+    async with redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+
+def batches_raw(redis: Any) -> bool:
+    """Whether :func:`run_batch` and :func:`run_batch_then` take the raw way on ``redis``
+    (one server, a pooled client): only there may a batch end with a blocking command."""
+    return isinstance(redis, _Redis) and not redis.single_connection_client
+
+
+async def run_batch_then(redis: Any, commands: Sequence[tuple[Any, ...]],
+                         last: tuple[Any, ...], between: Callable[[list[Any]], None]) -> Any:
+    """``commands`` and then ``last`` (which may block: a blocking read) in one round trip,
+    on a client for which :func:`batches_raw` holds.
+
+    The replies of ``commands`` (as :func:`run_batch` gives them) go to ``between`` as soon
+    as they are read, before the reply of ``last`` is waited for; ``last``'s reply is
+    returned as redis-py's command would return it (its response callback). Should
+    ``between`` raise, the connection, whose last reply is still to come, is dropped.
+    """
+    if not batches_raw(redis):
+        raise TypeError("run_batch_then needs a pooled single-server client")
+    return await cast(_Redis, redis).batch_then(commands, last, between)
 
 
 def _safe_class(cls: type[Any]) -> type[Any]:
@@ -477,5 +577,6 @@ def redis_user(settings: Settings) -> str:
     return urlsplit(settings.redis_url).username or "default"
 
 
-__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis",
-           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user", "without_password"]
+__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "batches_raw", "connect_cluster",
+           "connect_redis", "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user",
+           "run_batch", "run_batch_then", "without_password"]

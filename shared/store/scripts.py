@@ -66,6 +66,7 @@ APPLIED_MAX = 256
 _ACL_ONLY = frozenset({"acl_refusal", "log_checks"})
 _KEY = re.compile(r"\bK_([A-Z][A-Z_]*)\b")
 _NON_KEYS = frozenset({"BASE", "SHARD"})  # K_BASE/K_SHARD: prefixes of the others
+_META_READ = re.compile(r"\bMETA\[")  # a script using meta_refusal's read of meta's fields
 #: The type of each session key (see _lib.lua), as corrupt_refusal checks it.
 KEY_TYPES: dict[str, str] = {
     "meta": "hash", "entries": "list", "tasks": "hash", "done": "hash", "docs": "hash",
@@ -127,6 +128,8 @@ def guarded_keys(name: str) -> frozenset[str]:
     while texts:
         text = texts.pop()
         keys.update(k.lower() for k in _KEY.findall(text) if k not in _NON_KEYS)
+        if _META_READ.search(text):  # meta's fields as the guard read them
+            keys.add("meta")
         for fn, body in functions.items():
             if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
                 seen.add(fn)

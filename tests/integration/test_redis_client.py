@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from baton.settings import Settings
-from baton.store.redis_client import REDIS_ERRORS, SafeConnection, connect_redis
+from baton.store.redis_client import REDIS_ERRORS, SafeConnection, connect_redis, run_batch
 
 
 def _racy(base: type[Connection]) -> type[Connection]:
@@ -98,4 +98,30 @@ async def test_script_calls_share_a_small_pool_and_survive_a_killed_connection(
         assert await client.ping()
         assert not pool._in_use_connections
     finally:
+        await client.aclose()
+
+
+async def test_a_batch_keeps_each_reply_in_its_place_and_its_connection_in_step(
+    settings: Settings,
+) -> None:
+    """run_batch: one round trip, an error reply kept (read whole) in its place among the
+    others, the connection usable after it and back in the pool; a client of one connection
+    takes redis-py's pipeline and answers the same."""
+    client: Any = connect_redis(settings)
+    single: Any = connect_redis(settings).client()
+    try:
+        await client.delete("batch:h", "batch:s")
+        await client.hset("batch:h", mapping={"a": "1", "b": "2"})
+        await client.set("batch:s", "x")
+        commands = [("HGET", "batch:h", "a"), ("HVALS", "batch:s"), ("HVALS", "batch:h"),
+                    ("ZADD", "batch:z", "NX", 5, "m")]
+        for answer in (await run_batch(client, commands), await run_batch(single, commands)):
+            assert answer[0] == "1" and sorted(answer[2]) == ["1", "2"]
+            assert isinstance(answer[1], ResponseError) and "WRONGTYPE" in str(answer[1])
+            assert answer[3] in (0, 1)
+            await client.delete("batch:z")
+        assert await client.get("batch:s") == "x"
+        assert not client.connection_pool._in_use_connections
+    finally:
+        await single.aclose()
         await client.aclose()

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from redis.exceptions import NoScriptError
 
 from baton.brain.worker import BrainWorker
 from baton.client import Client
@@ -68,6 +69,42 @@ async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings:
         assert [r.id for r in claimed] == ["row-1"]
         assert await box.ack(claimed, "relay-b", {3: b_fence}) == {}
         assert await store.redis.xlen(keys.outbox(3)) == 0
+    finally:
+        await store.close()
+
+
+async def test_a_batch_is_acknowledged_in_the_round_trip_of_the_next_read(
+    settings: Settings,
+) -> None:
+    """ack_and_read: the published rows are acknowledged and deleted, the answer handed over
+    before the read's rows come back. After the server lost its scripts the call fails with
+    the rows left pending (the read abandoned, not waited for) and the next one acks them
+    (the script loaded again)."""
+    store = await Store.connect(settings)
+    try:
+        keys = Keys(settings.namespace, settings.shards)
+        box = Outbox(store.redis, keys)
+        await box.ensure_groups([4])
+        await store.redis.xadd(keys.outbox(4), {"id": "row-1", "subj": "x", "data": "{}"})
+        a = await box.lease("acquire", 4, "relay-a", 60_000)
+        rows = await box.read([4], "relay-a", 10, None)
+        await store.redis.xadd(keys.outbox(4), {"id": "row-2", "subj": "x", "data": "{}"})
+        answers: list[dict[int, str]] = []
+        later = await box.ack_and_read(rows, "relay-a", {4: a.fence}, [4], 10, 1000,
+                                       answers.append)
+        assert answers == [{}] and [r.id for r in later] == ["row-2"]
+        assert await store.redis.xlen(keys.outbox(4)) == 1  # row-1 deleted
+        await store.redis.script_flush()
+        with pytest.raises(NoScriptError):
+            await box.ack_and_read(later, "relay-a", {4: a.fence}, [4], 10, 60_000,
+                                   answers.append)
+        assert answers == [{}] and await store.redis.xlen(keys.outbox(4)) == 1
+        assert await box.ack_and_read(later, "relay-a", {4: a.fence}, [4], 10, 10,
+                                      answers.append) == []
+        assert answers == [{}, {}]
+        assert await store.redis.xlen(keys.outbox(4)) == 0
+        assert await store.redis.xpending(keys.outbox(4), "relay") == {
+            "pending": 0, "min": None, "max": None, "consumers": []}
     finally:
         await store.close()
 

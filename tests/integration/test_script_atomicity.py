@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baton.errors import BatonError, ValidationError
+from baton.errors import BatonError, CorruptStateError, ValidationError
 from baton.models import Entry, Task, ToolIntent, ToolResult
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
@@ -195,3 +195,21 @@ async def test_a_number_lua_reads_but_cannot_write_back_is_refused_before_any_wr
             names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
             await _corrupt(store, names["runs"], "garbage", garbage, pick)
             await _check(store, s, names, op, "runs", "garbage", garbage)
+
+
+@pytest.mark.parametrize("op", ["acquire", "commit", "claim", "complete"])
+async def test_a_receipts_key_of_another_type_is_refused_as_corrupt_with_nothing_written(
+    store: Store, op: str
+) -> None:
+    """These scripts write their receipt first (receipt_first) instead of checking the
+    receipts key's type before every call: a receipts key of another type still fails the
+    call as CORRUPT, naming the key, with nothing written."""
+    s = await Session.start(store)
+    sk = store.keys.session(s.sid)
+    names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
+    await store.redis.delete(names["receipts"])
+    await store.redis.set(names["receipts"], "x")
+    before = await _snapshot(store, list(names.values()))
+    with pytest.raises(CorruptStateError, match="receipts key is a string"):
+        await OPS[op](s)
+    assert await _snapshot(store, list(names.values())) == before

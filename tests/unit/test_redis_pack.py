@@ -23,3 +23,13 @@ CASES: list[tuple[Any, ...]] = [
 def test_fast_packing_matches_redis_py(args: tuple[Any, ...]) -> None:
     fast, plain = SafeConnection(), Connection()
     assert b"".join(fast.pack_command(*args)) == b"".join(plain.pack_command(*args))
+
+
+def test_a_repeated_command_is_packed_once_and_sent_the_same() -> None:
+    args = ("XREADGROUP", "GROUP", "relay", "r-1", "COUNT", 256, "BLOCK", 5000, "STREAMS",
+            "ns:{ns-0}:outbox", "ns:{ns-0}:wakes", ">", ">")
+    fast, plain = SafeConnection(), Connection()
+    first, again = fast.pack_command(*args), fast.pack_command(*args)
+    assert b"".join(first) == b"".join(again) == b"".join(plain.pack_command(*args))
+    unhashable = ("XREADGROUP", "GROUP", "relay", bytearray(b"r-1"), "STREAMS", "k", ">")
+    assert b"".join(fast.pack_command(*unhashable)) == b"".join(plain.pack_command(*unhashable))

@@ -242,13 +242,20 @@ local function wrong_type(k, name, want)
   return nil
 end
 
+-- Meta's fields as meta_refusal read them before the script's body ran (false: not set):
+-- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty. A script
+-- reads them here, not again, until its own writes change them.
+local META = {}
+
 -- A CORRUPT reply when meta cannot be relied on, else nil (no writes): not a hash (checked
 -- by the read of its fields: no TYPE call when it is one), gone from a session that has
 -- receipts (and no waiting requests), or without agent or wake subject, or with a counter
--- that is not an integer.
+-- that is not an integer. Keeps the fields it read in META.
 local function meta_refusal()
-  local m = redis.pcall('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until')
+  local m = redis.pcall('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until',
+                        'holder', 'dirty')
   if m.err then return wrong_type(K_META, 'meta', 'hash') or m end
+  META = m
   if not m[1] and redis.call('EXISTS', K_META) == 0 then
     if redis.call('EXISTS', K_RECEIPTS) == 1 and redis.call('EXISTS', K_INBOX) == 0 then
       return fail('CORRUPT', 'meta is missing from a session that has receipts')
@@ -261,6 +268,19 @@ local function meta_refusal()
     if not integer(m[i + 2]) then
       return fail('CORRUPT', 'meta ' .. name .. ' is not an integer: ' .. string.sub(m[i + 2], 1, 40))
     end
+  end
+  return nil
+end
+
+-- Append a receipt as the script's FIRST write, for a script that lists receipts as
+-- SELF-GUARDED: a receipts key of another type fails this XADD with nothing written, and
+-- the call is refused as CORRUPT, as the guard's check of its type would have refused it.
+-- Returns that reply, or nil once the receipt is written.
+local function receipt_first(kind, worker, fence, seq, now, data)
+  local r = redis.pcall('XADD', K_RECEIPTS, '*', 'seq', seq, 'kind', kind, 'worker', worker,
+                        'fence', fence, 'ts', now, 'data', data)
+  if type(r) == 'table' and r.err then
+    return wrong_type(K_RECEIPTS, 'receipts', 'stream') or r
   end
   return nil
 end

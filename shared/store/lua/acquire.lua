@@ -20,12 +20,14 @@ before anything is written, so the guard need not check them. The nudge is only 
 (DEL), which no type fails. The shard's session index is written only when this call opens
 the session: its type is checked then, before any write.
 UNGUARDED: tasks docs subs runs entries intents inbox nudge
-SELF-GUARDED: sessions
+The receipt is the first write (receipt_first): a receipts key of another type is refused
+as CORRUPT with nothing written, without a check of its type before every lease.
+SELF-GUARDED: sessions receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
 local opening = nil
-if redis.call('EXISTS', K_META) == 0 then
+if not META[1] then  -- the guard refuses a meta without agent: this one does not exist
   local agent, compat, wake = requested_agent()
   if not agent or type(wake) ~= 'string' or wake == '' then
     return fail('NOT_FOUND', 'session')
@@ -37,8 +39,7 @@ end
 local worker, ttl = ARGV[1], tonumber(ARGV[2])
 local carrier = nil
 if ARGV[4] and ARGV[4] ~= '' then carrier = cjson.decode(ARGV[4]) end  -- before any write
-local m = redis.call('HMGET', K_META, 'holder', 'lease_until', 'fence')
-local holder, lease_until = m[1] or '', tonumber(m[2] or '0')
+local holder, lease_until = META[7] or '', tonumber(META[6] or '0')  -- as the guard read them
 local now = now_ms()
 if holder ~= '' and holder ~= worker and lease_until > now then
   return fail('BUSY', holder .. ' ' .. (lease_until - now))
@@ -53,17 +54,19 @@ if page > 0 then  -- before any write (see UNGUARDED above)
            redis.call('LLEN', K_ENTRIES), redis.call('LRANGE', K_ENTRIES, -page, -1),
            redis.call('HGETALL', K_INTENTS), redis.call('HGETALL', K_INBOX)}
 end
+local kind = 'lease'
+if takeover == 1 then kind = 'takeover' end
+-- the fence the HINCRBY below makes (meta's fence is an integer; 1 for a session opened here)
+local corrupt = receipt_first(kind, ARGV[3], tonumber(META[4] or '0') + 1, 0, now,
+        cjson.encode({previous_holder = holder, previous_fence = tonumber(META[4] or '0'),
+                      carrier = carrier}))
+if corrupt then return corrupt end
 if opening then
   open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
 end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
 redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
 redis.call('DEL', K_NUDGE)
-local kind = 'lease'
-if takeover == 1 then kind = 'takeover' end
-receipt(kind, ARGV[3], fence, 0, now,
-        cjson.encode({previous_holder = holder, previous_fence = tonumber(m[3] or '0'),
-                      carrier = carrier}))
 if reads then
   return {fence, holder, takeover,
           {redis.call('HGETALL', K_META), reads[1], reads[2], reads[3], reads[4], reads[5],

@@ -27,7 +27,10 @@ Fails 'CORRUPT' before any write when the committed intent does not parse.
 The run records (runs, runs_done) and the intents are read before the first write: one of
 the wrong type fails the call (WRONGTYPE) before anything is written, so the guard need not
 check them.
+The receipt is the first write (receipt_first): a receipts key of another type is refused
+as CORRUPT with nothing written, without a check of its type before every claim.
 UNGUARDED: runs runs_done intents
+SELF-GUARDED: receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
                                            {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
@@ -72,19 +75,18 @@ if status == 'running' and hb + ttl > now and r[5] ~= worker and not gone then
   return {'busy', r[5] or '', hb + ttl - now}
 end
 local new = attempt + 1
-redis.call('HSET', K_RUNS, rid .. '.attempt', new, rid .. '.status', 'running',
-           rid .. '.worker', worker, rid .. '.heartbeat', now)
 local first = 0
-if not r[6] then
-  redis.call('HSET', K_RUNS, rid .. '.accepted', now)
-  first = 1
-end
+if not r[6] then first = 1 end
 local kind = 'claim'
 if attempt > 0 then kind = 'reclaim' end
-receipt(kind, ARGV[4], new, 0, now, cjson.encode({
+local corrupt = receipt_first(kind, ARGV[4], new, 0, now, cjson.encode({
   run_id = rid, attempt = new, previous_attempt = attempt, previous_status = status,
   previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1'),
   carrier = carrier}))
+if corrupt then return corrupt end
+redis.call('HSET', K_RUNS, rid .. '.attempt', new, rid .. '.status', 'running',
+           rid .. '.worker', worker, rid .. '.heartbeat', now)
+if first == 1 then redis.call('HSET', K_RUNS, rid .. '.accepted', now) end
 local cancel = 0
 if r[7] then cancel = 1 end
 return {'claimed', new, attempt, status, r[1], r[5] or '', cancel}

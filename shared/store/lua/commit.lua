@@ -62,7 +62,9 @@ The keys a commit touches only for some parts of its write-set are not checked b
 before every commit: the script checks their types itself, right after reading the index and
 before the validation reads any of them (a WRONGTYPE there would read as INVALID), when the
 index has those parts (see touched_refusal below).
-SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers
+The receipt (a refusal's too) is the first write (receipt_first): a receipts key of another
+type is refused as CORRUPT with nothing written, without a check of its type every time.
+SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
@@ -73,13 +75,15 @@ local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq',
 if denied then return denied end
 
 local fence = tonumber(ARGV[1])
-local cur = tonumber(redis.call('HGET', K_META, 'fence') or '-1')
+local cur = tonumber(META[4] or '-1')  -- as the guard read it
 if cur < 0 then
   return fail('NOT_FOUND', 'session')
 end
 local now = now_ms()
 if cur ~= fence then
-  receipt('refused', ARGV[2], fence, 0, now, cjson.encode({current = cur, op = 'commit'}))
+  local corrupt = receipt_first('refused', ARGV[2], fence, 0, now,
+                                cjson.encode({current = cur, op = 'commit'}))
+  if corrupt then return corrupt end
   return fail('STALE_FENCE', fence .. ' ' .. cur)
 end
 local session = ARGV[3]
@@ -270,6 +274,10 @@ end
 
 -- 2. write
 local count = redis.call('LLEN', K_ENTRIES) + ne  -- the count after the writes below
+-- the receipt first, with the sequence the HINCRBY below makes (meta's seq is an integer)
+local corrupt = receipt_first('commit', ARGV[2], fence, tonumber(META[5] or '0') + 1, now,
+                              ARGV[5])
+if corrupt then return corrupt end
 local seq = redis.call('HINCRBY', K_META, 'seq', 1)
 local p = 6
 for i = p, p + ne - 1, 1000 do
@@ -402,6 +410,7 @@ if gc and #gc > 0 then
 elseif gc then
   redis.call('HDEL', K_INTENTS, 'gc')
 end
+local dirtied = false  -- the dirty mark set by this commit (META has it as it was)
 for _, rid in ipairs(list('cr')) do
   local hands = redis.call('HGET', K_RUNS, rid .. '.status')
   local own = redis.call('HMGET', K_INTENTS, rid, rid .. '.status')
@@ -415,6 +424,7 @@ for _, rid in ipairs(list('cr')) do
       redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
     end
     redis.call('HSET', K_META, 'dirty', 1)
+    dirtied = true
   elseif status == 'running' then
     redis.call('HSET', K_INTENTS, rid .. '.cancel', now)  -- Brain-owned: the Hands cannot clear it
   end
@@ -430,6 +440,7 @@ for _, d in ipairs(list('rj')) do
     redis.call('HINCRBY', K_INTENTS, 'grp:' .. intent.group, -1)
   end
   redis.call('HSET', K_META, 'dirty', 1)
+  dirtied = true
 end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
 for _, r in ipairs(list('rq')) do redis.call('HSET', K_REQS, r[1], r[2]) end
@@ -441,7 +452,7 @@ end
 if ix.c and ix.c > 0 then redis.call('HSET', K_META, 'compat', ix.c) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end
 for _, t in ipairs(list('tr')) do redis.call('ZREM', K_TIMERS, t) end
-local wake = redis.call('HGET', K_META, 'wake')
+local wake = META[2]  -- no write above changes it
 if ix.w and ix.w ~= '' and ix.w ~= wake then
   set_deadline(session, wake, -1, now)
   wake = ix.w
@@ -449,10 +460,9 @@ if ix.w and ix.w ~= '' and ix.w ~= wake then
 end
 set_deadline(session, wake, ix.dl or 0, now)
 redis.call('HDEL', K_META, 'partial', 'partial_of')
-receipt('commit', ARGV[2], fence, seq, now, ARGV[5])
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
-  if redis.call('HGET', K_META, 'dirty') == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
+  if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
     redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + ix.rl)
     redis.call('DEL', K_NUDGE)
     return {seq, count, 1}

@@ -19,7 +19,10 @@ The run records are read before the first write, and the applied ones (runs_done
 refusal, before its receipt: one of the wrong type fails the call (WRONGTYPE) with nothing
 written, so the guard need not check them; nor the intents, read (the group's count, the
 'gc' list) only before the first write. SET replaces a nudge of any type.
+The receipt (a refusal's too) is the first write (receipt_first): a receipts key of another
+type is refused as CORRUPT with nothing written, without a check of its type every time.
 UNGUARDED: runs runs_done intents nudge
+SELF-GUARDED: receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
@@ -36,8 +39,9 @@ if not r[2] or cur ~= attempt or r[2] ~= 'running' then
     if d then cur, status = tonumber(d), 'applied' end
   end
   status = status or 'gone'
-  receipt('refused', ARGV[4], attempt, 0, now, cjson.encode({
+  local corrupt = receipt_first('refused', ARGV[4], attempt, 0, now, cjson.encode({
     run_id = rid, current = cur, status = status, op = 'complete'}))
+  if corrupt then return corrupt end
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. status)
 end
 local group = ARGV[5]
@@ -51,13 +55,14 @@ if group ~= '' then
     return fail('CORRUPT', 'intents grp:' .. group .. ' is not an integer')
   end
 end
-local m = redis.call('HMGET', K_META, 'wake', 'seq')
-local wake, seq = m[1], tonumber(m[2] or '0')
+local wake, seq = META[2], tonumber(META[5] or '0')  -- as the guard read them
 local summary = '{"attempt":' .. attempt .. ',"ended":' .. now .. '}'
 local attempts = r[3]
 if attempts then attempts = string.sub(attempts, 1, -2) .. ',' .. summary .. ']'
 else attempts = '[' .. summary .. ']' end
 local gc = gc_names()  -- before the first write (see UNGUARDED above)
+local corrupt = receipt_first('complete', ARGV[4], attempt, seq, now, ARGV[9])
+if corrupt then return corrupt end
 redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'completed',
            rid .. '.completed', now, rid .. '.attempts', attempts)
 local woke = 0
@@ -83,5 +88,4 @@ for _, n in ipairs(gc) do
     redis.call('HDEL', K_RUNS, unpack(names))
   end
 end
-receipt('complete', ARGV[4], attempt, seq, now, ARGV[9])
 return {woke}
