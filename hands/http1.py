@@ -383,17 +383,18 @@ def _has_token(headers: list[tuple[bytes, bytes]], names: list[bytes], name: byt
                for n, (_, v) in zip(names, headers, strict=True))
 
 
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
 async def _chunked(conn: _Connection, read: float | None) -> bytes:
     parts: list[bytes] = []
     while True:
         line = await conn.until(b"\r\n", 1024, read, "a chunk size")
         size_text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise httpx.RemoteProtocolError(f"malformed chunk size {line[:40]!r}") from None
-        if size < 0:
-            raise httpx.RemoteProtocolError("negative chunk size")
+        # Hex digits only: int(x, 16) would also take "0x", "_", a sign or inner spaces.
+        if not 0 < len(size_text) <= 16 or size_text.strip(_HEX_DIGITS):
+            raise httpx.RemoteProtocolError(f"malformed chunk size {line[:40]!r}")
+        size = int(size_text, 16)
         if size == 0:
             while await conn.until(b"\r\n", MAX_HEAD, read, "the trailers"):
                 pass

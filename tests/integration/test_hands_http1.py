@@ -153,6 +153,10 @@ async def test_failures_say_whether_the_request_left() -> None:
             return b"HTTP/1.1 2x0 Nope\r\n\r\n"
         if b"/short" in head:
             return b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nabc"
+        if b"/chunk/" in head:  # a size int(x, 16) would take but HTTP does not
+            size = head.split(b" ")[1].rsplit(b"/", 1)[1]
+            return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close"
+                    b"\r\n\r\n%s\r\nabcd\r\n0\r\n\r\n" % size)
         return ok()
 
     async with raw_server(script) as raw, http_client(2.0) as http:
@@ -167,6 +171,10 @@ async def test_failures_say_whether_the_request_left() -> None:
         with pytest.raises(httpx.RemoteProtocolError) as short:
             await http.get(f"{raw.url}/short")
         assert retries.classify(short.value) == "ambiguous"
+        for size in (b"0x4", b"+4", b"0_4", b"-4"):
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed chunk size"):
+                await http.get(f"{raw.url}/chunk/{size.decode()}")
+        assert (await http.get(f"{raw.url}/chunk/4")).content == b"abcd"
         with pytest.raises(httpx.LocalProtocolError):
             await http.get(f"{raw.url}/x", headers={"X-Injected": "a\r\nEvil: 1"})
         assert (await http.get(f"{raw.url}/fine")).text == "hello"
