@@ -535,10 +535,13 @@ class Relay(Service):
         self.retries += 1
         delay = backoff.next()
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
-        if isinstance(exc, RedisConnectionError) and self._reader is not None:
-            # The reader's idle connections went down with the one that failed (a server
-            # restart): dropped, so the retry connects afresh instead of failing on each.
-            await self._reader.connection_pool.disconnect(inuse_connections=False)
+        # The reader's idle connections went down with the one that failed (a server
+        # restart): dropped, so the retry connects afresh instead of failing on each. A
+        # Redis Cluster client has no one pool: it drops a failed node's connections itself.
+        pool = getattr(self._reader, "connection_pool", None)
+        if isinstance(exc, RedisConnectionError) and pool is not None:
+            with contextlib.suppress(*_REDIS_DOWN):
+                await pool.disconnect(inuse_connections=False)
         if await self.wait_stopping(delay):
             return
         bus = self.bus

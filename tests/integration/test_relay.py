@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.msg import Msg
 from nats.js.api import RawStreamMsg
+from redis.asyncio import Redis
 
 from baton.bus.bus import Bus, Puller
 from baton.bus.messages import Outgoing
@@ -22,6 +23,7 @@ from baton.store.outbox import Outbox
 from baton.store.redis_client import connect_redis
 from baton.store.store import Store, now_ms, worker_ref
 from baton.store.writes import Writes, timer_member
+from tests.conftest import TOPOLOGIES
 from tests.helpers import eventually, take_up
 
 BRAIN = worker_ref("brain", "brain-a")
@@ -247,6 +249,40 @@ async def test_relay_survives_a_redis_restart_without_persistence(
                 await open_session(store, bus, "after")
                 assert msg_ids(await collect(wakes, 1)) == ["after/0/s.r1"]
     assert relay.retries >= 1
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_relay_rides_out_its_blocked_read_cut_off(
+    topology: str, topo_settings: Settings, bus: Bus, request: pytest.FixtureRequest
+) -> None:
+    """The server drops the relay's blocked XREADGROUP connection (as a restart or a
+    network cut would): the relay retries, on one server and on a cluster, and goes on."""
+    if topology == "cluster":
+        urls = [f"redis://{n.address}" for n in request.getfixturevalue("redis_cluster").nodes]
+    else:
+        urls = [request.getfixturevalue("redis_server").url]
+    wakes = await wake_puller(bus)
+    async with running(topo_settings) as relay, connected(topo_settings) as store:
+        await open_session(store, bus, "before")
+        assert msg_ids(await collect(wakes, 1)) == ["before/0/s.r1"]
+
+        async def cut_blocked_reads() -> bool:
+            cut = 0
+            for url in urls:
+                node = Redis.from_url(url, decode_responses=True)
+                try:
+                    for client in await node.client_list():
+                        if client["cmd"] == "xreadgroup" and "b" in client["flags"]:
+                            cut += await node.client_kill_filter(_id=client["id"])
+                finally:
+                    await node.aclose()
+            return cut > 0
+
+        await eventually(cut_blocked_reads, timeout=15, message="the relay's blocked read was cut")
+        await eventually(lambda: relay.retries >= 1, timeout=15, message="the relay retried")
+        await open_session(store, bus, "after")
+        assert msg_ids(await collect(wakes, 1)) == ["after/0/s.r1"]
+        assert not relay.stopping.is_set()
 
 
 async def test_poison_rows_become_dead_letters_and_do_not_block(
