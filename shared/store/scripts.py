@@ -77,6 +77,7 @@ KEY_TYPES: dict[str, str] = {
 _DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)
 
 
+@cache
 def _lib_parts(lib: str) -> list[tuple[frozenset[str], str]]:
     """_lib.lua after its header as top-level statements, each with the comment lines above
     it and the names it defines (none: always sent). A statement starts with ``local`` or
@@ -99,6 +100,11 @@ def _lib_parts(lib: str) -> list[tuple[frozenset[str], str]]:
     return [(names, "".join(lines)) for names, lines in parts]
 
 
+#: A name called in Lua text (``name(`` or ``name (``), as a whole word.
+_CALL = re.compile(r"\b(\w++)\s*+\(")
+
+
+@cache
 def _lib_functions(lib: str) -> dict[str, str]:
     """Each ``local function`` of _lib.lua -> its text (up to the next top-level ``end``)."""
     return {m.group(1): m.group(2) for m in re.finditer(
@@ -130,8 +136,9 @@ def guarded_keys(name: str) -> frozenset[str]:
         keys.update(k.lower() for k in _KEY.findall(text) if k not in _NON_KEYS)
         if _META_READ.search(text):  # meta's fields as the guard read them
             keys.add("meta")
+        called = _calls(text)
         for fn, body in functions.items():
-            if fn not in seen and fn not in _ACL_ONLY and re.search(rf"\b{fn}\s*\(", text):
+            if fn not in seen and fn not in _ACL_ONLY and fn in called:
                 seen.add(fn)
                 texts.append(body)
     unguarded = re.findall(r"^(?:UNGUARDED|SELF-GUARDED):(.*)$", own, re.M)
@@ -154,16 +161,30 @@ def _guard(name: str) -> str:
             "end\n")
 
 
+_WORD = re.compile(r"\w+")
+
+
+@cache
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text))
+
+
+@cache
+def _calls(text: str) -> frozenset[str]:
+    return frozenset(_CALL.findall(text))
+
+
 def _prelude(lib: str, texts: list[str]) -> str:
-    """The parts of _lib.lua that ``texts`` use (transitively), in their order."""
+    """The parts of _lib.lua that ``texts`` use (transitively), in their order: those that
+    define a name a text holds as a whole word (a worker builds every script as it starts,
+    so each text is split into its words once, not searched once per name)."""
     parts = _lib_parts(lib)
     used: set[int] = set()
     pending = list(texts)
     while pending:
-        text = pending.pop()
+        words = _words(pending.pop())
         for i, (names, part) in enumerate(parts):
-            if i not in used and (not names or any(
-                    re.search(rf"\b{n}\b", text) for n in names)):
+            if i not in used and (not names or not names.isdisjoint(words)):
                 used.add(i)
                 pending.append(part)
     return "".join(part for i, (_, part) in enumerate(parts) if i in used)
