@@ -8,6 +8,7 @@ lease-level tests use the single server (the scripts are the same on both).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -42,13 +43,23 @@ async def mailbox() -> AsyncIterator[MailboxServer]:
         yield server
 
 
-async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings: Settings) -> None:
+@contextlib.asynccontextmanager
+async def shard_with_a_row(settings: Settings, shard: int) -> AsyncIterator[
+        tuple[Store, Keys, Outbox]]:
+    """A store whose outbox shard ``shard`` has its group and one row, ``row-1``."""
     store = await Store.connect(settings)
     try:
         keys = Keys(settings.namespace, settings.shards)
         box = Outbox(store.redis, keys)
-        await box.ensure_groups([3])
-        await store.redis.xadd(keys.outbox(3), {"id": "row-1", "subj": "x", "data": "{}"})
+        await box.ensure_groups([shard])
+        await store.redis.xadd(keys.outbox(shard), {"id": "row-1", "subj": "x", "data": "{}"})
+        yield store, keys, box
+    finally:
+        await store.close()
+
+
+async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings: Settings) -> None:
+    async with shard_with_a_row(settings, 3) as (store, keys, box):
         a = await box.lease("acquire", 3, "relay-a", 200)
         assert a.ok and not (await box.lease("acquire", 3, "relay-b", 200)).ok
         rows = await box.read([3], "relay-a", 10, None)
@@ -69,8 +80,6 @@ async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings:
         assert [r.id for r in claimed] == ["row-1"]
         assert await box.ack(claimed, "relay-b", {3: b_fence}) == {}
         assert await store.redis.xlen(keys.outbox(3)) == 0
-    finally:
-        await store.close()
 
 
 async def test_a_batch_is_acknowledged_in_the_round_trip_of_the_next_read(
@@ -80,12 +89,7 @@ async def test_a_batch_is_acknowledged_in_the_round_trip_of_the_next_read(
     before the read's rows come back. After the server lost its scripts the call fails with
     the rows left pending (the read abandoned, not waited for) and the next one acks them
     (the script loaded again)."""
-    store = await Store.connect(settings)
-    try:
-        keys = Keys(settings.namespace, settings.shards)
-        box = Outbox(store.redis, keys)
-        await box.ensure_groups([4])
-        await store.redis.xadd(keys.outbox(4), {"id": "row-1", "subj": "x", "data": "{}"})
+    async with shard_with_a_row(settings, 4) as (store, keys, box):
         a = await box.lease("acquire", 4, "relay-a", 60_000)
         rows = await box.read([4], "relay-a", 10, None)
         await store.redis.xadd(keys.outbox(4), {"id": "row-2", "subj": "x", "data": "{}"})
@@ -105,8 +109,6 @@ async def test_a_batch_is_acknowledged_in_the_round_trip_of_the_next_read(
         assert await store.redis.xlen(keys.outbox(4)) == 0
         assert await store.redis.xpending(keys.outbox(4), "relay") == {
             "pending": 0, "min": None, "max": None, "consumers": []}
-    finally:
-        await store.close()
 
 
 async def test_one_look_tells_which_leases_a_relay_may_take(settings: Settings) -> None:
