@@ -244,6 +244,9 @@ class SessionState:
 BRAIN_RUN_FIELDS = ("status", "cancel", "digest", "approved", "result", "completed")
 _ENDING = ("status", "result", "completed")  # the Brain's, when it ended the run itself
 _BRAIN_ONLY = frozenset(("intent", "cancel", "digest", "approved"))  # never the Hands'
+# The same test as a field's last dotted part being one of them, in one C call per field
+# (a load scans every field of the runs hash): "<run>.<field>", or the bare name.
+_BRAIN_ONLY_SUFFIXES = tuple(f".{f}" for f in _BRAIN_ONLY)
 
 
 def run_status(brain: str | None, hands: str | None) -> str | None:
@@ -264,7 +267,8 @@ def with_intents(runs: dict[str, str], intents: dict[str, str]) -> dict[str, str
     appear in its state. ``grp:<group>`` becomes the number of results the group still
     awaits: the Brain's count less the Hands' (dropped at zero)."""
     merged = {k: v for k, v in runs.items()
-              if k[k.rfind(".") + 1:] not in _BRAIN_ONLY and not k.startswith("grp:")}
+              if not (k.endswith(_BRAIN_ONLY_SUFFIXES) or k.startswith("grp:")
+                      or k in _BRAIN_ONLY)}
     for name, value in intents.items():
         if name == "gc":
             continue

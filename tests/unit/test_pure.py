@@ -11,7 +11,7 @@ from baton.brain.model import ModelRequest
 from baton.brain.scripted import ScriptedModel
 from baton.errors import ConfigError, ValidationError
 from baton.faults import Faults
-from baton.models import Entry, ToolCall, ToolDispatch, Wake, decode
+from baton.models import Entry, SessionMeta, ToolCall, ToolDispatch, Wake, decode
 from baton.settings import Settings
 from baton.store.writes import Writes
 
@@ -78,3 +78,35 @@ async def test_scripted_model_sends_one_mail_per_address_then_summarises() -> No
     assert not second.tool_calls
     assert "a@x.io: confirmed after recovery" in second.text
     assert "b@y.io: interrupted" in second.text
+
+
+def test_model_copy_is_pydantics_shallow_copy() -> None:
+    """Model.model_copy's fast path gives what pydantic's own gives: the same fields and
+    fields set, frozen, the original untouched; a deep copy still goes pydantic's way."""
+    from pydantic import BaseModel
+
+    meta = SessionMeta(session_id="s", agent="a", compat=1, wake_subject="w", groups={"g": 2})
+    update = {"seq": 3, "dirty": True, "groups": {"g": 1}}
+    fast, slow = meta.model_copy(update=update), BaseModel.model_copy(meta, update=update)
+    assert fast == slow and fast.model_fields_set == slow.model_fields_set
+    assert fast.to_json() == slow.to_json()
+    assert meta.seq == 0 and meta.groups == {"g": 2} and meta.model_fields_set == {
+        "session_id", "agent", "compat", "wake_subject", "groups"}
+    plain = meta.model_copy()
+    assert plain == meta and plain.__dict__ is not meta.__dict__
+    with pytest.raises(PydanticValidationError):
+        fast.seq = 4  # type: ignore[misc]
+    deep = meta.model_copy(deep=True)
+    assert deep == meta and deep.groups is not meta.groups
+
+
+def test_brain_only_fields_in_the_runs_hash_are_dropped() -> None:
+    """A field of the Hands' runs hash whose last dotted part is one the Brain alone writes
+    (or that is such a name bare) never reaches the merged state; look-alikes stay."""
+    from baton.store.state import with_intents
+
+    runs = {k: "1" for k in (
+        "r.intent", "intent", "cancel", "x.y.cancel", "a.digest", "r.approved", "grp:g",
+        "r.status", "x.cancelled", "r.intent.x", "rintent", "approved.r", "r.")}
+    assert sorted(with_intents(runs, {})) == [
+        "approved.r", "r.", "r.intent.x", "r.status", "rintent", "x.cancelled"]
