@@ -81,10 +81,13 @@ local first = 0
 if not r[6] then first = 1 end
 local kind = 'claim'
 if attempt > 0 then kind = 'reclaim' end
-local corrupt = receipt_first(kind, ARGV[4], new, 0, now, cjson.encode({
+local data = cjson.encode({
   run_id = rid, attempt = new, previous_attempt = attempt, previous_status = status,
-  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1'),
-  carrier = carrier}))
+  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1')})
+if carrier ~= nil then  -- as the caller sent it (decoded above only to refuse a malformed one):
+  data = string.sub(data, 1, -2) .. ',"carrier":' .. ARGV[6] .. '}'  -- no numbers re-encoded
+end
+local corrupt = receipt_first(kind, ARGV[4], new, 0, now, data)
 if corrupt then return corrupt end
 redis.call('HSET', K_RUNS, rid .. '.attempt', new, rid .. '.status', 'running',
            rid .. '.worker', worker, rid .. '.heartbeat', now)
