@@ -97,8 +97,8 @@ local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'app
 local BRAIN_RUN_FIELDS = {'status', 'cancel', 'digest', 'approved', 'result', 'completed'}
 
 -- Meta's fields as meta_refusal read them before the script's body ran (false: not set):
--- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty, 9 partial,
--- 10 partial_of. A script reads them here, not again, until its own writes change them.
+-- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty. A script
+-- reads them here, not again, until its own writes change them.
 local META = {}
 
 -- A live run's status from the Brain's ('dispatched', 'awaiting_approval', or 'completed'
@@ -256,7 +256,7 @@ end
 -- that is not an integer. Keeps the fields it read in META.
 local function meta_refusal()
   local m = redis.pcall('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until',
-                        'holder', 'dirty', 'partial', 'partial_of')
+                        'holder', 'dirty')
   if m.err then return wrong_type(K_META, 'meta', 'hash') or m end
   META = m
   if not m[1] and redis.call('EXISTS', K_META) == 0 then

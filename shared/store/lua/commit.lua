@@ -462,8 +462,7 @@ if ix.w and ix.w ~= '' and ix.w ~= wake then
   redis.call('HSET', K_META, 'wake', wake)
 end
 set_deadline(session, wake, ix.dl or 0, now)
--- (META has them as they were: no write above sets them; none streamed, nothing to clear)
-if META[9] or META[10] then redis.call('HDEL', K_META, 'partial', 'partial_of') end
+redis.call('HDEL', K_META, 'partial', 'partial_of')
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
   if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
