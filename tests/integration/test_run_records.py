@@ -112,3 +112,24 @@ async def test_a_run_cancelled_before_any_claim_ends_in_the_brains_own_records(
             sk.runs_done, f"{runs[1].run_id}.result")).outcome == "ok"
     finally:
         await store.close()
+
+
+async def test_a_claim_of_an_applied_run_is_done_and_of_an_unknown_one_gone(
+    settings: Settings,
+) -> None:
+    """claim looks for an applied run only when the intents hash has no intent for it: the
+    commit that applies a run moves its intent to runs_done in the same step."""
+    store = await Store.connect(settings)
+    try:
+        sid, fence = await _session(store)
+        sk = store.keys.session(sid)
+        [intent] = await _dispatch(store, sid, fence, "g1", 1)
+        assert await _run(store, sid, intent)
+        await store.commit(sid, fence, Writes(applied=[intent.run_id]), BRAIN)
+        receipts = await store.redis.xlen(sk.receipts)
+        claim = await store.runs.claim(sid, intent.run_id, HANDS)
+        assert (claim.status, claim.previous_status) == ("done", "applied")
+        assert (await store.runs.claim(sid, "no-such-run", HANDS)).status == "gone"
+        assert await store.redis.xlen(sk.receipts) == receipts  # neither wrote anything
+    finally:
+        await store.close()

@@ -96,6 +96,11 @@ local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'app
 -- '<run>.<field>' in the intents hash, where the Hands cannot write.
 local BRAIN_RUN_FIELDS = {'status', 'cancel', 'digest', 'approved', 'result', 'completed'}
 
+-- Meta's fields as meta_refusal read them before the script's body ran (false: not set):
+-- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty. A script
+-- reads them here, not again, until its own writes change them.
+local META = {}
+
 -- A live run's status from the Brain's ('dispatched', 'awaiting_approval', or 'completed'
 -- when it or a person ended the run without the Hands) and the Hands' ('running',
 -- 'completed'): an approval still awaited or an ending decided without the Hands wins.
@@ -106,10 +111,12 @@ end
 
 -- Space-separated names in the intents field 'gc': records of applied runs ('<run>') and
 -- finished group counters ('grp:<group>') the Hands may drop from the runs hash (the Brain
--- may not write it). Returns the names as a list.
-local function gc_names()
+-- may not write it). Returns the names as a list; raw: the field as the caller read it
+-- (false: not set), else it is read here.
+local function gc_names(raw)
+  if raw == nil then raw = redis.call('HGET', K_INTENTS, 'gc') end
   local names = {}
-  for n in string.gmatch(redis.call('HGET', K_INTENTS, 'gc') or '', '%S+') do
+  for n in string.gmatch(raw or '', '%S+') do
     names[#names + 1] = n
   end
   return names
@@ -202,8 +209,9 @@ end
 
 -- The agent a session's requests are for: its meta's, or for a session without meta yet the
 -- first pending submit/start request's (fields in order) with its compat and wake subject.
+-- Called before the script's first write: meta's agent is the one the guard read (META).
 local function requested_agent()
-  local cur = redis.call('HGET', K_META, 'agent')
+  local cur = META[1]
   if cur then return cur end
   local fields = redis.call('HKEYS', K_INBOX)
   table.sort(fields)
@@ -241,11 +249,6 @@ local function wrong_type(k, name, want)
   end
   return nil
 end
-
--- Meta's fields as meta_refusal read them before the script's body ran (false: not set):
--- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty. A script
--- reads them here, not again, until its own writes change them.
-local META = {}
 
 -- A CORRUPT reply when meta cannot be relied on, else nil (no writes): not a hash (checked
 -- by the read of its fields: no TYPE call when it is one), gone from a session that has

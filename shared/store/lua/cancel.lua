@@ -75,7 +75,7 @@ else
   end
 end
 local now = now_ms()
-local m = redis.call('HMGET', K_META, 'wake', 'seq')
+local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 local wake, seq = m[1] or select(3, requested_agent()), m[2] or '0'
 redis.call('HSET', K_INBOX, field, now)  -- first: a wrong key type fails before any write
 redis.call('SET', K_NUDGE, 1)

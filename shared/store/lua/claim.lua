@@ -38,18 +38,20 @@ if denied then return denied end
 local rid, worker, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local carrier = nil
 if ARGV[6] and ARGV[6] ~= '' then carrier = cjson.decode(ARGV[6]) end  -- before any write
-if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
-  return {'done', 'applied'}
-end
-local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
-                     rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
 -- the intent, the cancel mark and the Brain's status are its own (intents hash): a run the
 -- Brain or a person ended without the Hands, or one awaiting an approval, is not claimed
 local own = redis.call('HMGET', K_INTENTS, rid, rid .. '.cancel', rid .. '.status')
-r[1], r[7] = own[1], own[2]
-if not r[1] then
+if not own[1] then
+  -- a live run's intent stays in the intents hash until the commit that applies the run
+  -- moves it to runs_done, in the same step: only a run without one can be an applied one
+  if redis.call('HEXISTS', K_RUNS_DONE, rid .. '.intent') == 1 then
+    return {'done', 'applied'}
+  end
   return {'gone'}
 end
+local r = redis.call('HMGET', K_RUNS, rid .. '.intent', rid .. '.status', rid .. '.attempt',
+                     rid .. '.heartbeat', rid .. '.worker', rid .. '.accepted', rid .. '.cancel')
+r[1], r[7] = own[1], own[2]
 -- the caller decodes the intent after the claim: one that cannot be is refused before any
 -- write (a claim written for an intent nobody can run would hold the run until it expires)
 local ok, intent = pcall(cjson.decode, r[1])
@@ -79,10 +81,13 @@ local first = 0
 if not r[6] then first = 1 end
 local kind = 'claim'
 if attempt > 0 then kind = 'reclaim' end
-local corrupt = receipt_first(kind, ARGV[4], new, 0, now, cjson.encode({
+local data = cjson.encode({
   run_id = rid, attempt = new, previous_attempt = attempt, previous_status = status,
-  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1'),
-  carrier = carrier}))
+  previous_worker = r[5] or '', accepted_mark = first, delivery = tonumber(ARGV[5] or '1')})
+if carrier ~= nil then  -- as the caller sent it (decoded above only to refuse a malformed one):
+  data = string.sub(data, 1, -2) .. ',"carrier":' .. ARGV[6] .. '}'  -- no numbers re-encoded
+end
+local corrupt = receipt_first(kind, ARGV[4], new, 0, now, data)
 if corrupt then return corrupt end
 redis.call('HSET', K_RUNS, rid .. '.attempt', new, rid .. '.status', 'running',
            rid .. '.worker', worker, rid .. '.heartbeat', now)

@@ -274,11 +274,14 @@ end
 
 -- 2. write
 local count = redis.call('LLEN', K_ENTRIES) + ne  -- the count after the writes below
--- the receipt first, with the sequence the HINCRBY below makes (meta's seq is an integer)
+-- the receipt first, with the sequence below (meta's seq is an integer)
 local corrupt = receipt_first('commit', ARGV[2], fence, tonumber(META[5] or '0') + 1, now,
                               ARGV[5])
 if corrupt then return corrupt end
-local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+-- the next sequence (meta's seq is an integer), written with the lease's fields when the
+-- commit ends the pass (one write of meta fewer), else right here
+local seq = tonumber(META[5] or '0') + 1
+if not ix.rl then redis.call('HSET', K_META, 'seq', seq) end
 local p = 6
 for i = p, p + ne - 1, 1000 do
   redis.call('RPUSH', K_ENTRIES, unpack(ARGV, i, math.min(i + 999, p + ne - 1)))
@@ -463,11 +466,11 @@ redis.call('HDEL', K_META, 'partial', 'partial_of')
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
   if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
-    redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + ix.rl)
+    redis.call('HSET', K_META, 'seq', seq, 'dirty', 0, 'lease_until', now + ix.rl)
     redis.call('DEL', K_NUDGE)
     return {seq, count, 1}
   end
-  redis.call('HSET', K_META, 'holder', '', 'lease_until', 0)
+  redis.call('HSET', K_META, 'seq', seq, 'holder', '', 'lease_until', 0)
   return {seq, count, 0}
 end
 return {seq, count}

@@ -29,7 +29,10 @@ local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'SET', K_NUDGE, '1'}})
 if denied then return denied end
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
-local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .. '.attempts')
+local group = ARGV[5]
+-- with the group's count of results so far (the Hands'), in the same read
+local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status', rid .. '.attempts',
+                     'grp:' .. group)
 local cur = integer(r[1]) and tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
 local now = now_ms()
 if not r[2] or cur ~= attempt or r[2] ~= 'running' then
@@ -44,13 +47,14 @@ if not r[2] or cur ~= attempt or r[2] ~= 'running' then
   if corrupt then return corrupt end
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. status)
 end
-local group = ARGV[5]
+-- the Brain's fields in one read: the 'gc' list and how many results the group awaits
+local own = redis.call('HMGET', K_INTENTS, 'gc', 'grp:' .. group)
 local total = nil  -- how many results the group awaits (the Brain's count)
 if group ~= '' then
-  if not integer(redis.call('HGET', K_RUNS, 'grp:' .. group)) then
+  if not integer(r[4]) then
     return fail('CORRUPT', 'runs grp:' .. group .. ' is not an integer')
   end
-  total = redis.call('HGET', K_INTENTS, 'grp:' .. group)
+  total = own[2]
   if not integer(total) then
     return fail('CORRUPT', 'intents grp:' .. group .. ' is not an integer')
   end
@@ -60,7 +64,7 @@ local summary = '{"attempt":' .. attempt .. ',"ended":' .. now .. '}'
 local attempts = r[3]
 if attempts then attempts = string.sub(attempts, 1, -2) .. ',' .. summary .. ']'
 else attempts = '[' .. summary .. ']' end
-local gc = gc_names()  -- before the first write (see UNGUARDED above)
+local gc = gc_names(own[1])  -- read before the first write (see UNGUARDED above)
 local corrupt = receipt_first('complete', ARGV[4], attempt, seq, now, ARGV[9])
 if corrupt then return corrupt end
 redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'completed',

@@ -33,7 +33,7 @@ if redis.call('HEXISTS', K_TASKS, ARGV[6]) == 1 or redis.call('HEXISTS', K_DONE,
   return fail('CONFLICT', 'task ' .. ARGV[6] .. ' exists')
 end
 local now = now_ms()
-local m = redis.call('HMGET', K_META, 'wake', 'seq')
+local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 wake = m[1] or wake
 local seq = m[2] or '0'
 redis.call('HSET', K_INBOX, 'start:' .. req, cjson.encode({  -- first: a wrong key type fails

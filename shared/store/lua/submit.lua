@@ -56,7 +56,7 @@ end
 local conflict = inbox_agent_conflict(sid, agent)
 if conflict then return conflict end
 local now = now_ms()
-local m = redis.call('HMGET', K_META, 'wake', 'seq')
+local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 wake = m[1] or wake
 local seq = m[2] or '0'
 redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({  -- first: a wrong key type fails
