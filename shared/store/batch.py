@@ -3,9 +3,10 @@
 A Hands worker fetches tool messages in batches and handles each in its own task: the
 claims of one fetch are all issued before any of them is answered, and results that come
 back together complete together. :class:`ScriptBatch` sends the scripts queued within one
-loop turn as one pipeline (no MULTI: each script is its own atomic, fenced transition, so
-batching changes nothing about what each one decides), then answers every caller with its
-own reply or its own error, mapped as :meth:`ScriptRunner.run` maps it.
+loop turn in one round trip (:func:`~baton.store.redis_client.run_batch`; no MULTI: each
+script is its own atomic, fenced transition, so batching changes nothing about what each
+one decides), then answers every caller with its own reply or its own error, mapped as
+:meth:`ScriptRunner.run` maps it.
 
 It batches only where a pipeline of scripts is plain: one Redis server and no replica
 acknowledgement (a transition that waits for a replica goes through its own ``WAIT``, and
@@ -22,7 +23,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from baton.store.keys import SessionKeys
-from baton.store.redis_client import REDIS_ERRORS, is_cluster
+from baton.store.redis_client import REDIS_ERRORS, is_cluster, run_batch
 from baton.store.scripts import ScriptRunner, SessionScript, declared
 
 __all__ = ["ScriptBatch"]
@@ -72,12 +73,13 @@ class ScriptBatch:
             return
         self.batches += 1
         scripts = self.runner.registered
+        commands = []
+        for c in calls:
+            keys = declared(c.script, c.sk)
+            commands.append(("EVALSHA", getattr(scripts, c.script).sha, len(keys), *keys, "",
+                             *c.args))
         try:
-            async with scripts.redis.pipeline(transaction=False) as pipe:
-                for c in calls:
-                    keys = declared(c.script, c.sk)
-                    pipe.evalsha(getattr(scripts, c.script).sha, len(keys), *keys, "", *c.args)
-                results: list[Any] = await pipe.execute(raise_on_error=False)
+            results = await run_batch(scripts.redis, commands)
         except Exception as exc:  # the connection failed: every caller gets the error
             for c in calls:
                 _answer(c, exc=self.runner._error(exc, c.sk, c.run_id)

@@ -19,6 +19,7 @@ import pytest
 from baton.hands import retries
 from baton.hands.http import http_client
 from baton.hands.http1 import Http1Pool
+from tests.helpers import eventually
 
 Script = Callable[[bytes, int], bytes | None]  # (request head, index) -> raw answer
 
@@ -197,7 +198,7 @@ async def test_the_pool_bounds_connections_and_frees_them_on_cancel() -> None:
         timeout = {"connect": 1.0, "read": 5.0, "pool": 0.2}
         request = httpx.Request("GET", f"{raw.url}/x", extensions={"timeout": timeout})
         first = asyncio.ensure_future(pool.request(request, b""))
-        await asyncio.sleep(0)
+        await eventually(lambda: raw.connections == 1, message="the first holds the slot")
         with pytest.raises(httpx.PoolTimeout) as waited:
             await pool.request(request, b"")
         assert retries.classify(waited.value) == "never_sent"
