@@ -72,6 +72,7 @@ TARGET_C1_X_PLAIN = 2.5  # p50 at concurrency 1 <= 2.5x the plain loop's
 # stands in for the application: both are printed apart, never hidden.
 TARGET_CPU_PER_STEP_MS = 1.5
 OUTSIDE = frozenset({"mailbox", "bench client"})
+RELAY_HOPS = 3  # per five-notice session: submit -> Brain, Brain -> Hands, Hands -> Brain
 STEPS = 7  # per five-notice session: two model turns and five tool calls
 
 
@@ -506,3 +507,14 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
             "met": per_step <= TARGET_CPU_PER_STEP_MS})
     print_targets(targets, console)
     extra["targets"] = targets
+    # What the c=1 target asks, in raw chains: a five-notice session crosses three relay hops
+    # (submit -> Brain, Brain -> Hands, Hands -> Brain), each a raw chain at best, before any
+    # work of its own (two model turns, five tools, the client's read-back).
+    floor_us = RELAY_HOPS * chain_p50
+    extra["c1_floor"] = {"relay_hops": RELAY_HOPS, "floor_ms": floor_us / 1000,
+                         "floor_x_plain": floor_us / p1.p50_us,
+                         "p50_chains": c1.p50_us / chain_p50}
+    console.print(f"[dim]concurrency 1: p50 {c1.p50_us / 1000:.1f} ms = "
+                  f"{c1.p50_us / chain_p50:.1f} raw chains; its {RELAY_HOPS} relay hops alone, "
+                  f"one raw chain each, are {floor_us / 1000:.1f} ms = "
+                  f"{floor_us / p1.p50_us:.1f}x the plain loop's p50[/dim]")
