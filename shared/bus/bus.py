@@ -11,7 +11,9 @@ may act on a message is decided by fences in Redis, never here.
 
 The names live in :mod:`baton.bus.subjects`, one message's helpers (:class:`Outgoing`,
 :func:`delivery_count`, :func:`heartbeat`) in :mod:`baton.bus.messages`, credentials and
-permission denials in :mod:`baton.bus.nats_auth`; this module re-exports the public ones.
+permission denials in :mod:`baton.bus.nats_auth`, pulling (:class:`Puller`) in
+:mod:`baton.bus.pull` and the acks of :meth:`Bus.publish_many` in :mod:`baton.bus.publish_acks`;
+this module re-exports the public ones.
 """
 
 from __future__ import annotations
@@ -22,34 +24,30 @@ import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import nats
 import nats.errors
 import nats.js.errors
-import orjson
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
-    Header,
     RetentionPolicy,
     StorageType,
     StreamConfig,
 )
 
 from baton.bus.messages import Outgoing, delivery_count, heartbeat
-from baton.bus.nats_auth import _auth_options, _Denials, _is_auth_failure
+from baton.bus.nats_auth import _auth_options, _Denials, _Guard, _is_auth_failure
+from baton.bus.publish_acks import PublishAcks
+from baton.bus.pull import Puller, _Reconnects
 from baton.bus.subjects import BusNames, _token
 from baton.errors import (
     CredentialsError,
-    ForbiddenError,
     NatsUnavailable,
     PayloadTooLarge,
     ValidationError,
@@ -69,7 +67,6 @@ _STREAM_NOT_FOUND = 10059
 _RECONNECT_WAIT_S = 0.25
 _MAX_OUTSTANDING_PINGS = 2
 _REQUEST_TIMEOUT_S = 5.0  # JetStream API calls and publish acks
-_NO_RESPONDERS = "503"  # the status of a reply no subscriber sent (no stream took it)
 _SETTLE_DELAYS_S = (0.25, 0.5, 1.0, 2.0)  # stream/consumer setup while a cluster settles
 # Errors meaning "the server is not reachable right now": retryable for the caller.
 _TRANSIENT = (
@@ -81,11 +78,6 @@ _TRANSIENT = (
     nats.js.errors.NoStreamResponseError,
     asyncio.TimeoutError,
 )
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 _WHITESPACE = re.compile(r"\s")  # what str.isspace() finds, in one scan
@@ -112,101 +104,6 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
     return out
 
 
-def _take_queued_at_once(sub: Subscription) -> None:
-    """Let ``sub.next_msg`` return a message already queued without waiting for it.
-
-    nats-py's fetch takes the messages of a batch one ``next_msg`` at a time, and each runs
-    in two tasks of its own (its timed get, and asyncio.wait_for's on Python 3.11), a loop
-    turn or more per message even when the whole batch arrived in one read. A message in
-    the queue is taken as nats-py's own ``next_msg`` takes it (its size off the pending
-    count, marked done); an empty queue waits the library's way.
-    """
-    waiting = sub.next_msg
-
-    async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109
-        queue = sub._pending_queue
-        if queue.empty() or sub._conn.is_closed:
-            return await waiting(timeout)
-        msg = queue.get_nowait()
-        sub._pending_size -= len(msg.data)
-        queue.task_done()
-        return msg
-
-    sub.next_msg = next_msg  # type: ignore[method-assign]
-
-
-class _Reconnects:
-    """An event set at every reconnect: the pull requests the server held for the old
-    connection are gone with it, so a long poll waiting on one must ask again at once."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def fire(self) -> None:
-        event, self.event = self.event, asyncio.Event()
-        event.set()
-
-
-class Puller:
-    """A pull subscription bound to one durable consumer.
-
-    Each concurrent fetch loop needs its own Puller: fetches on one subscription share an
-    inbox and would take each other's messages.
-    """
-
-    def __init__(
-        self, sub: JetStreamContext.PullSubscription, bus: Bus | None = None,
-        next_subject: str = "",
-    ) -> None:
-        self._sub = sub
-        self._bus = bus
-        self._next = next_subject
-        _take_queued_at_once(sub._sub)
-
-    async def fetch(self, batch: int, timeout: float,  # noqa: ASYNC109
-                    stop: asyncio.Event | None = None) -> list[Msg]:
-        """Up to ``batch`` messages; waits up to ``timeout`` s for the first; [] if none.
-
-        With ``stop``, the wait also ends (with []) as soon as it is set, so an idle loop can
-        long-poll (a pull request every ``timeout``) and still stop at once; a message the
-        server sends after that comes back after the consumer's ack_wait. It also ends when
-        the connection was re-established meanwhile (the server dropped the pull request
-        with the old connection), so a long poll never outlasts a NATS restart.
-        Raises :class:`ForbiddenError` when this user may not pull from the consumer.
-        """
-        if stop is None:
-            return await self._fetch(batch, timeout)
-        if stop.is_set():
-            return []
-        ends = [stop] if self._bus is None else [stop, self._bus.reconnected]
-        fetching = asyncio.ensure_future(self._fetch(batch, timeout))
-        ended = [asyncio.ensure_future(event.wait()) for event in ends]
-        try:
-            await asyncio.wait({fetching, *ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in ended:
-                waiter.cancel()
-            if not fetching.done():
-                fetching.cancel()
-                with contextlib.suppress(BaseException):
-                    await fetching
-        return fetching.result() if not fetching.cancelled() else []
-
-    async def _fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
-        try:
-            if self._bus is None:
-                return await self._sub.fetch(batch, timeout=timeout)
-            return await self._bus.guarded(
-                "pull from", self._next, self._sub.fetch(batch, timeout=timeout)
-            )
-        except TimeoutError:  # nats.errors.TimeoutError, FetchTimeoutError: nothing came
-            return []
-
-    async def close(self) -> None:
-        with contextlib.suppress(nats.errors.Error):
-            await self._sub.unsubscribe()
-
-
 class Bus:
     """A NATS connection with Baton's JetStream layout. Create with :meth:`connect`."""
 
@@ -219,14 +116,10 @@ class Bus:
         self._js = nc.jetstream(timeout=_REQUEST_TIMEOUT_S)
         self.settings = settings
         self.names = BusNames(settings.namespace)
-        self._denials = denials or _Denials()
         self.user = user or settings.nats_user
-        # The acks of publish_many: one wildcard reply inbox of this connection, each
-        # publish's reply subject its own token under it (see _publish_many).
-        self._ack_inbox = ""
-        self._ack_subscribing: asyncio.Lock | None = None
-        self._acks: dict[str, tuple[_Acks, int]] = {}
-        self._ack_seq = 0
+        self._guard = _Guard(denials or _Denials(), self.user)
+        # A refusal of any of a batch's subjects (all in the namespace) fails it at once.
+        self._acks = PublishAcks(nc, self._guard, f"{settings.namespace}.", _REQUEST_TIMEOUT_S)
 
     @classmethod
     async def connect(cls, settings: Settings, name: str, role: str = "") -> Bus:
@@ -303,24 +196,7 @@ class Bus:
     async def guarded(self, action: str, subject: str, call: Awaitable[T]) -> T:
         """Await ``call``; raise :class:`ForbiddenError` at once if the server refuses
         ``subject`` (a prefix) to this user meanwhile, instead of waiting for a timeout."""
-        with self._denials.watch(subject) as denied:
-            task: asyncio.Future[T] = asyncio.ensure_future(call)
-            waits: set[asyncio.Future[Any]] = {task, denied}
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                task.cancel()
-                # Its outcome (often ConnectionClosedError at shutdown) is nobody's concern
-                # now: retrieved, so asyncio does not log it as never retrieved.
-                task.add_done_callback(_retrieve)
-                raise
-            if task.done():
-                return task.result()
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            raise ForbiddenError(self.user, action, denied.result(),
-                                 "not in this user's NATS permissions")
+        return await self._guard(action, subject, call)
 
     async def close(self) -> None:
         """Flush and close the connection (no drain: workers drain their own loops). Idempotent."""
@@ -466,7 +342,8 @@ class Bus:
     async def pull(self, stream: str, durable: str) -> Puller:
         """A new pull subscription on an existing durable consumer."""
         sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
-        return Puller(sub, self, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}")
+        return Puller(sub, self._guard, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+                      self._reconnects)
 
     # -- publish ----------------------------------------------------------------------------
     def _headers(self, data: bytes, msg_id: str, headers: dict[str, str] | None) -> dict[str, str]:
@@ -512,90 +389,11 @@ class Bus:
             return await self._publish_many(batch)
 
     async def _publish_many(self, batch: Sequence[Outgoing]) -> list[bool]:
-        """Each message with a reply subject of its own under one inbox of this connection;
-        every ack is checked one by one (:meth:`_on_ack`), as JetStream's ``publish_async``
-        does, without its per-message semaphore, random token, future and ack object: the
-        batch has one future, done when its last ack is in or at its first refusal. nats-py
-        writes the publishes of one loop turn together."""
         headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
-        acks = _Acks(len(batch), asyncio.get_running_loop().create_future())
-        tokens: list[str] = []
         try:
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):  # the acks have no deadline
-                inbox = self._ack_inbox or await self._subscribe_acks()
-                publish = self._nc.publish
-                for i, (item, hdrs) in enumerate(zip(batch, headers, strict=True)):
-                    self._ack_seq += 1
-                    token = str(self._ack_seq)
-                    self._acks[token] = (acks, i)
-                    tokens.append(token)
-                    await publish(item.subject, item.data, reply=inbox + token, headers=hdrs)
-                if not batch:
-                    return []
-                # A refusal of any of them (all in the namespace) fails the batch at once.
-                await self.guarded("publish to", f"{self.settings.namespace}.", acks.done)
+            return await self._acks.publish(batch, headers)
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
-        finally:
-            for token in tokens:
-                self._acks.pop(token, None)
-            acks.done.cancel()  # no-op when done
-        return [bool(flag) for flag in acks.flags]
-
-    async def _subscribe_acks(self) -> str:
-        """The prefix of publish_many's reply subjects, subscribed on first use (nats-py
-        subscribes again after a reconnect)."""
-        if self._ack_subscribing is None:
-            self._ack_subscribing = asyncio.Lock()
-        async with self._ack_subscribing:
-            if not self._ack_inbox:
-                inbox = self._nc.new_inbox()
-                await self._nc.subscribe(f"{inbox}.*", cb=self._on_ack)
-                self._ack_inbox = f"{inbox}."
-        return self._ack_inbox
-
-    async def _on_ack(self, msg: Msg) -> None:
-        """A stream's answer to one publish: stored new or a duplicate; an error (or no
-        stream for the subject) fails that publish's batch, as in nats-py's publish_async."""
-        entry = self._acks.pop(msg.subject[len(self._ack_inbox):], None)
-        if entry is None:
-            return
-        acks, index = entry
-        if acks.done.done():
-            return
-        if msg.headers and msg.headers.get(Header.STATUS) == _NO_RESPONDERS:
-            acks.done.set_exception(nats.js.errors.NoStreamResponseError())
-            return
-        try:
-            answer = orjson.loads(msg.data)
-        except orjson.JSONDecodeError as exc:
-            acks.done.set_exception(nats.errors.Error(f"unreadable publish ack: {exc}"))
-            return
-        if not isinstance(answer, dict):
-            acks.done.set_exception(nats.errors.Error("unreadable publish ack"))
-        elif "error" in answer:
-            acks.done.set_exception(nats.js.errors.APIError.from_error(answer["error"]))
-        else:
-            acks.settle(index, not answer.get("duplicate", False))
-
-
-class _Acks:
-    """The acks of one publish_many batch: per message True (stored new), False (a
-    duplicate) or None (not in yet); ``done`` once all are in."""
-
-    __slots__ = ("done", "flags", "left")
-
-    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
-        self.flags: list[bool | None] = [None] * n
-        self.left = n
-        self.done = done
-
-    def settle(self, index: int, new: bool) -> None:
-        if self.flags[index] is None:  # a repeated answer counts once
-            self.flags[index] = new
-            self.left -= 1
-            if not self.left:
-                self.done.set_result(None)
 
 
 def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:

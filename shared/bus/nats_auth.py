@@ -1,9 +1,10 @@
 """NATS credentials and permissions, as the bus sees them.
 
 Owns the connect options from :class:`Settings` (user/password or a creds file, TLS files),
-telling an authentication failure from other connect errors, and :class:`_Denials`, which
+telling an authentication failure from other connect errors, :class:`_Denials`, which
 matches the permission violations the server reports asynchronously to the calls waiting on
-them (see :meth:`~baton.bus.bus.Bus.guarded`).
+them, and :class:`_Guard`, which fails such a call at once (see
+:meth:`~baton.bus.bus.Bus.guarded`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import contextlib
 import logging
 import re
 import ssl
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Iterator
+from typing import Any, TypeVar
 
 import nats.errors
 
-from baton.errors import ConfigError
+from baton.errors import ConfigError, ForbiddenError
 from baton.settings import Settings
+
+T = TypeVar("T")
 
 # The server reports a refused publish or subscribe asynchronously, as an error line.
 # nats-py lower-cases the whole line, subject included: match prefixes case-insensitively.
@@ -53,6 +56,42 @@ class _Denials:
         finally:
             self._waiters.remove(entry)
             entry[1].cancel()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class _Guard:
+    """One connection's user and the denials reported to it: awaits a call that the server
+    may refuse, and fails it as soon as the refusal is reported."""
+
+    def __init__(self, denials: _Denials, user: str) -> None:
+        self._denials = denials
+        self.user = user
+
+    async def __call__(self, action: str, subject: str, call: Awaitable[T]) -> T:
+        """Await ``call``; raise :class:`ForbiddenError` at once if the server refuses
+        ``subject`` (a prefix) to this user meanwhile, instead of waiting for a timeout."""
+        with self._denials.watch(subject) as denied:
+            task: asyncio.Future[T] = asyncio.ensure_future(call)
+            waits: set[asyncio.Future[Any]] = {task, denied}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()
+                # Its outcome (often ConnectionClosedError at shutdown) is nobody's concern
+                # now: retrieved, so asyncio does not log it as never retrieved.
+                task.add_done_callback(_retrieve)
+                raise
+            if task.done():
+                return task.result()
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise ForbiddenError(self.user, action, denied.result(),
+                                 "not in this user's NATS permissions")
 
 
 class _StartTlsEofNoise(logging.Filter):
