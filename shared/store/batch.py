@@ -8,6 +8,11 @@ script is its own atomic, fenced transition, so batching changes nothing about w
 one decides), then answers every caller with its own reply or its own error, mapped as
 :meth:`ScriptRunner.run` maps it.
 
+A script that takes a list of items after its shared arguments (claim.lua: the runs of one
+session a worker claims) goes further: the calls of one turn on the same session with the
+same shared arguments become ONE script call (:meth:`ScriptBatch.run_item`), answered per
+item; a refusal of one item (``{'error', 'CODE detail'}`` in its place) fails only its caller.
+
 It batches only where a pipeline of scripts is plain: one Redis server and no replica
 acknowledgement (a transition that waits for a replica goes through its own ``WAIT``, and
 redis-py's cluster pipeline refuses scripts); otherwise, and for a lone script, it calls
@@ -20,7 +25,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import REDIS_ERRORS, is_cluster, run_batch
@@ -35,8 +40,25 @@ class _Call:
     sk: SessionKeys
     args: list[Any]
     run_id: str
+    #: For an item of a list-taking script (run_item): its shared arguments, ``args`` being
+    #: the item's own; None for a plain call.
+    shared: tuple[Any, ...] | None = None
     reply: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+@dataclass
+class _Unit:
+    """One script call of a batch: a plain call, or the merged items of several."""
+
+    calls: list[_Call]
+
+    @property
+    def args(self) -> list[Any]:
+        first = self.calls[0]
+        if first.shared is None:
+            return first.args
+        return [*first.shared, *(a for c in self.calls for a in c.args)]
 
 
 class ScriptBatch:
@@ -61,6 +83,26 @@ class ScriptBatch:
             asyncio.get_running_loop().call_soon(self._flush)
         return await call.reply
 
+    async def run_item(self, script: SessionScript, sk: SessionKeys, shared: list[Any],
+                       item: list[Any], run_id: str = "") -> Any:
+        """The reply to ``item`` of a script taking ``shared`` arguments then a list of items
+        and answering a list, one reply per item: merged into one call with the items of the
+        same script, session and shared arguments queued in this loop turn. An item refused
+        (``['error', 'CODE detail']``) raises as :meth:`ScriptRunner.run` maps that error."""
+        if not self.enabled or self.runner.replicated(script):
+            replies = await self.runner.run(script, sk, [*shared, *item], run_id)
+            return self._item(replies[0], sk, run_id)
+        call = _Call(script, sk, item, run_id, tuple(shared))
+        self._queue.append(call)
+        if len(self._queue) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        return self._item(await call.reply, sk, run_id)
+
+    def _item(self, reply: Any, sk: SessionKeys, run_id: str) -> Any:
+        if isinstance(reply, list) and reply and reply[0] == "error":
+            raise self.runner._error(ResponseError(str(reply[1])), sk, run_id)
+        return reply
+
     def _flush(self) -> None:
         calls, self._queue = self._queue, []
         task = asyncio.get_running_loop().create_task(self._send(calls))
@@ -68,16 +110,18 @@ class ScriptBatch:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, calls: list[_Call]) -> None:
-        if len(calls) == 1:
-            await self._direct(calls[0])
+        units = _units(calls)
+        if len(units) == 1:
+            await self._direct(units[0])
             return
         self.batches += 1
         scripts = self.runner.registered
         commands = []
-        for c in calls:
+        for u in units:
+            c = u.calls[0]
             keys = declared(c.script, c.sk)
             commands.append(("EVALSHA", getattr(scripts, c.script).sha, len(keys), *keys, "",
-                             *c.args))
+                             *u.args))
         try:
             results = await run_batch(scripts.redis, commands)
         except Exception as exc:  # the connection failed: every caller gets the error
@@ -89,26 +133,57 @@ class ScriptBatch:
             for c in calls:
                 c.reply.cancel()
             raise
-        for c, result in zip(calls, results, strict=True):
+        for u, result in zip(units, results, strict=True):
             if isinstance(result, NoScriptError):
                 # The server lost its scripts (a restart) and did not run this one: redis-py
                 # loads it again on a direct call.
-                await self._direct(c)
+                await self._direct(u)
             elif isinstance(result, Exception):
-                _answer(c, exc=self.runner._error(result, c.sk, c.run_id))
+                for c in u.calls:
+                    _answer(c, exc=self.runner._error(result, c.sk, c.run_id))
             else:
-                _answer(c, result=result)
+                _settle(u, result)
 
-    async def _direct(self, c: _Call) -> None:
+    async def _direct(self, u: _Unit) -> None:
+        c = u.calls[0]
         try:
-            result = await self.runner.run(c.script, c.sk, c.args, c.run_id)
+            result = await self.runner.run(c.script, c.sk, u.args, c.run_id)
         except Exception as exc:
-            _answer(c, exc=exc)
+            for c in u.calls:
+                _answer(c, exc=exc)
         except BaseException:
-            c.reply.cancel()
+            for c in u.calls:
+                c.reply.cancel()
             raise
         else:
-            _answer(c, result=result)
+            _settle(u, result)
+
+
+def _units(calls: list[_Call]) -> list[_Unit]:
+    """The script calls of a batch, in order: items of the same script, session and shared
+    arguments merged into the unit of the first of them."""
+    units: list[_Unit] = []
+    merged: dict[tuple[Any, ...], _Unit] = {}
+    for c in calls:
+        if c.shared is None:
+            units.append(_Unit([c]))
+            continue
+        key = (c.script, c.sk.session_id, c.shared)
+        unit = merged.get(key)
+        if unit is None:
+            unit = merged[key] = _Unit([])
+            units.append(unit)
+        unit.calls.append(c)
+    return units
+
+
+def _settle(u: _Unit, result: Any) -> None:
+    """Answer a unit's callers: a plain call its reply, each item its own."""
+    if u.calls[0].shared is None:
+        _answer(u.calls[0], result=result)
+        return
+    for c, reply in zip(u.calls, result, strict=True):
+        _answer(c, result=reply)
 
 
 def _answer(c: _Call, *, result: Any = None, exc: BaseException | None = None) -> None:

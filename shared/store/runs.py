@@ -49,11 +49,12 @@ class Runs:
         :class:`~baton.errors.ToolMismatchError` and is left untouched. ``gone_holder``
         names a worker known disconnected: its live-looking attempt is taken over now."""
         sk = self.keys.session(session_id)
-        r = await self.batch.run(
-            "claim",
-            sk,
-            [run_id, worker.name, self.settings.attempt_ttl_ms, worker_json(worker), delivery,
-             carrier.model_dump_json() if carrier is not None else "", tool, gone_holder],
+        # the claims of one session issued in the same loop turn (one fetched batch) go in
+        # one claim.lua call, each run still claimed under its own attempt fence
+        r = await self.batch.run_item(
+            "claim", sk, [worker.name, self.settings.attempt_ttl_ms, worker_json(worker)],
+            [run_id, delivery, carrier.model_dump_json() if carrier is not None else "", tool,
+             gone_holder],
             run_id,
         )
         status = r[0]

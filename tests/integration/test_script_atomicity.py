@@ -197,7 +197,7 @@ async def test_a_number_lua_reads_but_cannot_write_back_is_refused_before_any_wr
             await _check(store, s, names, op, "runs", "garbage", garbage)
 
 
-@pytest.mark.parametrize("op", ["acquire", "commit", "claim", "complete"])
+@pytest.mark.parametrize("op", ["acquire", "commit", "claim", "complete", "submit", "partial"])
 async def test_a_receipts_key_of_another_type_is_refused_as_corrupt_with_nothing_written(
     store: Store, op: str
 ) -> None:
@@ -213,3 +213,61 @@ async def test_a_receipts_key_of_another_type_is_refused_as_corrupt_with_nothing
     with pytest.raises(CorruptStateError, match="receipts key is a string"):
         await OPS[op](s)
     assert await _snapshot(store, list(names.values())) == before
+
+
+STALE: dict[str, Op] = {
+    "renew": lambda s: s.store.renew(s.sid, s.fence - 1, 60_000, BRAIN),
+    "heartbeat": lambda s: s.store.runs.heartbeat(s.sid, s.intent.run_id, s.attempt + 1, HANDS),
+}
+
+
+@pytest.mark.parametrize("op", sorted(STALE))
+async def test_a_refusal_receipt_on_a_receipts_key_of_another_type_is_refused_as_corrupt(
+    store: Store, op: str
+) -> None:
+    """renew and heartbeat write a receipt only when they refuse a stale caller, and check
+    the receipts key's type only then: still CORRUPT, naming the key, with nothing written."""
+    s = await Session.start(store)
+    sk = store.keys.session(s.sid)
+    names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
+    await store.redis.delete(names["receipts"])
+    await store.redis.set(names["receipts"], "x")
+    before = await _snapshot(store, list(names.values()))
+    with pytest.raises(CorruptStateError, match="receipts key is a string"):
+        await STALE[op](s)
+    assert await _snapshot(store, list(names.values())) == before
+
+
+async def test_a_completion_checks_the_wakes_stream_only_when_it_writes_a_wake(
+    store: Store
+) -> None:
+    """complete.lua checks the wakes stream's type only for the completion that wakes the
+    Brain (the last of its group): an earlier result of the group completes whatever the
+    key holds; the last is refused as CORRUPT with nothing written."""
+    sid = "a-" + uuid.uuid4().hex[:12]
+    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                       text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                       worker=CLIENT, submission_id=f"{sid}-sub")
+    await take_up(store, sid, BRAIN)
+    lease = await store.acquire(sid, BRAIN, 60_000)
+    intents = [ToolIntent(run_id=f"{sid}-r{i}", session_id=sid, task_id=f"{sid}-root",
+                          tool="send_email", operation_id=f"{sid}-op{i}", wake_subject=WAKE,
+                          group="g") for i in (1, 2)]
+    await store.commit(sid, lease.fence, Writes(runs=intents, groups={"g": 2}), BRAIN)
+    attempts = [(await store.runs.claim(sid, i.run_id, HANDS)).attempt for i in intents]
+    sk = store.keys.session(sid)
+    wakes = store.keys.wakes(sk.shard)
+    saved = await store.redis.dump(wakes)
+    await store.redis.delete(wakes)
+    await store.redis.set(wakes, "x")
+    try:
+        assert await store.runs.complete(sid, intents[0], attempts[0], RESULT, HANDS) is False
+        names = [*sk.all(), sk.intents, sk.inbox, wakes]
+        before = await _snapshot(store, names)
+        with pytest.raises(CorruptStateError, match="wakes key is a string"):
+            await store.runs.complete(sid, intents[1], attempts[1], RESULT, HANDS)
+        assert await _snapshot(store, names) == before
+    finally:  # the shard's wakes stream is shared by the other tests' sessions
+        await store.redis.delete(wakes)
+        if saved is not None:
+            await store.redis.restore(wakes, 0, saved)

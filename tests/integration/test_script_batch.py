@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from baton.errors import StaleAttemptError, StaleFenceError
+from baton.errors import StaleAttemptError, StaleFenceError, ToolMismatchError
 from baton.models import Entry, Task, ToolIntent, ToolResult
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
@@ -44,14 +44,14 @@ async def test_claims_and_completes_of_one_turn_share_a_round_trip(store: Store)
     claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
     assert [c.status for c in claims] == ["claimed"] * 4
     assert [c.intent for c in claims] == intents
-    assert batch.batches == before + 1  # four claims, one pipeline
+    assert batch.batches == before  # four claims of one session: one script call
     # One stale complete among good ones: only its caller is refused.
     results = await asyncio.gather(
         *(store.runs.complete(sid, i, c.attempt + (1 if n == 1 else 0),
                               _ok(i, c.attempt), HANDS)
           for n, (i, c) in enumerate(zip(intents, claims, strict=True))),
         return_exceptions=True)
-    assert batch.batches == before + 2
+    assert batch.batches == before + 1
     assert isinstance(results[1], StaleAttemptError)
     assert results[1].fields["current"] == claims[1].attempt
     assert results[0] is False and results[2] is False and results[3] is False
@@ -113,3 +113,26 @@ async def test_leases_and_commits_of_one_turn_share_a_round_trip(store: Store) -
     for n, s in enumerate(sids):
         state = await store.load(s)
         assert [e.text for e in state.entries] == ([] if n == 1 else [s])
+
+
+async def _evalsha_calls(store: Store) -> int:
+    stats = await store.redis.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_claims_of_one_session_in_one_turn_are_one_script_call(store: Store) -> None:
+    """claim.lua takes the runs of one session a worker claims together: one call, each run
+    fenced on its own, and a refusal of one (another tool) fails only its caller."""
+    sid, intents = await _dispatched(store, 4)
+    before = await _evalsha_calls(store)
+    claims = await asyncio.gather(
+        *(store.runs.claim(sid, i.run_id, HANDS, tool="other" if n == 2 else "send_email")
+          for n, i in enumerate(intents)), return_exceptions=True)
+    assert await _evalsha_calls(store) == before + 1
+    assert isinstance(claims[2], ToolMismatchError)
+    assert [c.status for n, c in enumerate(claims) if n != 2] == ["claimed"] * 3
+    run = await store.runs.get(sid, intents[2].run_id)
+    assert run is not None and run.attempt == 0  # the refused run was not touched
+    # claimed again in one call (same worker): each gets its own next attempt fence
+    again = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
+    assert [c.attempt for c in again] == [2, 2, 1, 2]

@@ -21,8 +21,11 @@ written, so the guard need not check them; nor the intents, read (the group's co
 'gc' list) only before the first write. SET replaces a nudge of any type.
 The receipt (a refusal's too) is the first write (receipt_first): a receipts key of another
 type is refused as CORRUPT with nothing written, without a check of its type every time.
+The wakes stream is written only by a completion that wakes the Brain (most results of a
+group do not): whether this one does is known before the first write (the group's count
+read above, plus one), and only then is the stream's type checked, before the receipt.
 UNGUARDED: runs runs_done intents nudge
-SELF-GUARDED: receipts
+SELF-GUARDED: receipts wakes
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
@@ -65,18 +68,22 @@ local attempts = r[3]
 if attempts then attempts = string.sub(attempts, 1, -2) .. ',' .. summary .. ']'
 else attempts = '[' .. summary .. ']' end
 local gc = gc_names(own[1])  -- read before the first write (see UNGUARDED above)
+-- whether this completion wakes the Brain: the last result its group awaits (the count
+-- HINCRBY returns below is the one read above plus one: nothing else writes it here),
+-- a run without a group, or forced
+local woke = 0
+if group == '' or ARGV[6] == '1' or tonumber(r[4] or '0') + 1 >= tonumber(total or '0') then
+  woke = 1
+  local wrong = wrong_type(K_WAKES, 'wakes', 'stream')  -- before the first write
+  if wrong then return wrong end
+end
 local corrupt = receipt_first('complete', ARGV[4], attempt, seq, now, ARGV[9])
 if corrupt then return corrupt end
 redis.call('HSET', K_RUNS, rid .. '.result', ARGV[3], rid .. '.status', 'completed',
            rid .. '.completed', now, rid .. '.attempts', attempts)
-local woke = 0
 if group ~= '' then
-  local got = redis.call('HINCRBY', K_RUNS, 'grp:' .. group, 1)
-  if got >= tonumber(total or '0') then woke = 1 end
-else
-  woke = 1
+  redis.call('HINCRBY', K_RUNS, 'grp:' .. group, 1)
 end
-if ARGV[6] == '1' then woke = 1 end
 if woke == 1 then
   redis.call('XADD', K_WAKES, '*', 'id', ARGV[8] .. '/' .. seq .. '/w.' .. rid .. '.' .. attempt,
              'subj', wake, 'data', ARGV[7], 'hdr', ARGV[10] or '', 'sid', ARGV[8], 'ts', now)

@@ -8,7 +8,10 @@ stops the tool and completes the run with outcome 'cancelled'. Refused with
 STALE_ATTEMPT <presented> <current> <status> once another attempt took over (or it ended).
 The run records and the intents are read before the write: one of the wrong type fails
 the call (WRONGTYPE) with nothing written, so the guard need not check them.
+Only a refusal writes a receipt, as its one write (receipt_first): a receipts key of another
+type is refused as CORRUPT with nothing written, without a check of its type every beat.
 UNGUARDED: runs intents
+SELF-GUARDED: receipts
 ]==]
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')
@@ -16,8 +19,9 @@ r[3] = redis.call('HGET', K_INTENTS, rid .. '.cancel')  -- Brain-owned: Hands ca
 local cur = integer(r[1]) and tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
 if cur ~= attempt or r[2] ~= 'running' then
   if ARGV[3] then
-    receipt('refused', ARGV[3], attempt, 0, now_ms(), cjson.encode({
+    local corrupt = receipt_first('refused', ARGV[3], attempt, 0, now_ms(), cjson.encode({
       run_id = rid, current = cur, status = r[2] or 'gone', op = 'heartbeat'}))
+    if corrupt then return corrupt end
   end
   return fail('STALE_ATTEMPT', attempt .. ' ' .. cur .. ' ' .. (r[2] or 'gone'))
 end

@@ -8,6 +8,9 @@ fields (commit.lua). A partial is never a response: after a crash the Brain that
 turns it into an 'interrupted' entry (brain.generation).
 Losable: a presented fence that is not the current one writes nothing and returns 0 (no
 error, no receipt): a stale Brain's text is simply dropped. Returns 1 when saved.
+The receipt is the first write (receipt_first): a receipts key of another type is refused
+as CORRUPT with nothing written, without a check of its type every time.
+SELF-GUARDED: receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_META, 'f', 'v'}}))
 if denied then return denied end
@@ -17,6 +20,7 @@ local cur = tonumber(redis.call('HGET', K_META, 'fence') or '-1')
 if cur ~= fence then
   return 0
 end
+local corrupt = receipt_first('partial', ARGV[2], fence, 0, now_ms(), ARGV[6])
+if corrupt then return corrupt end
 redis.call('HSET', K_META, 'partial', ARGV[5], 'partial_of', ARGV[3] .. ' ' .. ARGV[4])
-receipt('partial', ARGV[2], fence, 0, now_ms(), ARGV[6])
 return 1

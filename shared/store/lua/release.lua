@@ -7,6 +7,8 @@ completion or a timer, while the holder worked), the lease is kept and extended,
 must load and schedule again. Otherwise the lease is released and 0 is returned. This is
 what makes a wake that races the release impossible to lose.
 Refused with STALE_FENCE <presented> <current> when a newer fence exists.
+The nudge is only tested (EXISTS) and deleted (DEL), which no type fails.
+UNGUARDED: nudge
 ]==]
 local fence = tonumber(ARGV[1])
 local m = redis.call('HMGET', K_META, 'fence', 'dirty')

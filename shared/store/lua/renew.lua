@@ -5,12 +5,17 @@ ARGV: 1 fence, 2 lease ttl ms, 3 worker JSON (optional, for a 'refused' receipt)
 Refused with STALE_FENCE <presented> <current> when a newer fence exists, after a 'refused'
 receipt: the stale holder learning of the takeover is a fact worth tracing.
 Returns the new expiry (ms).
+Only a refusal writes a receipt, as its one write (receipt_first): a receipts key of another
+type is refused as CORRUPT with nothing written, without a check of its type every renewal.
+SELF-GUARDED: receipts
 ]==]
 local fence = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', K_META, 'fence') or '0')
 if cur ~= fence then
   if ARGV[3] then
-    receipt('refused', ARGV[3], fence, 0, now_ms(), cjson.encode({current = cur, op = 'renew'}))
+    local corrupt = receipt_first('refused', ARGV[3], fence, 0, now_ms(),
+                                  cjson.encode({current = cur, op = 'renew'}))
+    if corrupt then return corrupt end
   end
   return fail('STALE_FENCE', fence .. ' ' .. cur)
 end

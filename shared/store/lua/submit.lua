@@ -24,7 +24,10 @@ The request ids, the submissions and the inbox are read before the first write (
 submission only by a repeated request, which writes nothing), and SET replaces a nudge of
 any type: one of the wrong type fails the call (WRONGTYPE) with nothing written or cannot
 fail it, so the guard need not check them.
+The receipt is the first write (receipt_first): a receipts key of another type is refused
+as CORRUPT with nothing written, without a check of its type every time.
 UNGUARDED: reqs subs inbox nudge
+SELF-GUARDED: receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
@@ -59,11 +62,12 @@ local now = now_ms()
 local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 wake = m[1] or wake
 local seq = m[2] or '0'
-redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({  -- first: a wrong key type fails
+local corrupt = receipt_first('submit', ARGV[12], 0, seq, now, ARGV[13])
+if corrupt then return corrupt end
+redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({
   agent = agent, compat = tonumber(ARGV[3]), wake = ARGV[4], sub = ARGV[7], entry = ARGV[8],
   task = ARGV[10], digest = digest}))
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/s.' .. req, 'subj', wake,
            'data', ARGV[11], 'hdr', ARGV[14] or '', 'sid', sid, 'ts', now)
-receipt('submit', ARGV[12], 0, seq, now, ARGV[13])
 return {1, ARGV[7]}
