@@ -12,7 +12,6 @@ replica, which takes over once the lease expires.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from typing import Any
 
@@ -40,7 +39,7 @@ from baton.observability import log as logs
 from baton.observability.canonical import CanonicalLines
 from baton.observability.log import get_logger
 from baton.observability.tracing import consumer
-from baton.service import Service, run_until_signalled
+from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.deadletter import record_dead_letter
@@ -55,12 +54,6 @@ log = get_logger("baton.brain")
 # the NATS server a wake-up.
 FETCH_TIMEOUT_S = 30.0
 
-# The cyclic collector's thresholds in a Brain process. A pass allocates thousands of short-lived
-# containers (records, dicts, frames) that reference counting frees; with the default
-# (700, 10, 10) a busy Brain ran a young collection every few passes, each scanning the
-# state of every session in hand: about 5% of its CPU. Collections come 15x more rarely
-# (the objects kept meanwhile are garbage cycles, few), at the same generational ratios.
-GC_THRESHOLDS = (10_000, 10, 10)
 
 
 class BrainWorker(Service):
@@ -255,5 +248,5 @@ async def _nak(msg: Msg, delay: float) -> None:
 
 async def main(settings: Settings, app_spec: str) -> None:
     """``baton brain``: a Brain as its own process (whose collector it may tune)."""
-    gc.set_threshold(*GC_THRESHOLDS)
+    tune_collector()
     await run_until_signalled(BrainWorker(settings, load_app(app_spec)))

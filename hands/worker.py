@@ -52,7 +52,7 @@ from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
 from baton.observability.canonical import CanonicalLines
 from baton.observability.log import bind, bounded, get_logger
 from baton.observability.tracing import consumer, execute
-from baton.service import Service, run_until_signalled
+from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
@@ -444,6 +444,7 @@ async def _settle(op: Awaitable[None]) -> None:
 
 async def main(settings: Settings, app_spec: str, tools: list[str] | None = None) -> None:
     """Entry point of ``baton hands``: serve the app's tools until SIGTERM/SIGINT."""
+    tune_collector()
     app = load_app(app_spec)
     worker = HandsWorker(settings, app, tools)
     if any(t.isolation == "process" for t in worker.tools.values()):

@@ -62,7 +62,7 @@ from baton.models import OutboxRow
 from baton.observability.log import bounded, get_logger
 from baton.observability.telemetry import trace_id_of
 from baton.observability.tracing import sample_backlog
-from baton.service import Service, run_until_signalled
+from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
@@ -705,4 +705,5 @@ def _wake_refusal(row: OutboxRow, committed: str | None) -> str | None:
 
 async def main(settings: Settings) -> None:
     """Entry point of ``baton relay``: serve until SIGTERM/SIGINT (logging set by the CLI)."""
+    tune_collector()
     await run_until_signalled(Relay(settings))
