@@ -29,8 +29,9 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
 :class:`~baton.store.outbox.Outbox`, which owns the outbox's key layout and reply shapes;
-the relay owns the loops, the publish (:meth:`Relay._deliver`, the one place rows become
-messages), backoff and dead-lettering.
+the relay owns the loops; :class:`~baton.relay.publisher.Publisher` the publish (the one place
+rows become messages) and dead-lettering; :mod:`baton.relay.failures` what is retried, and
+the backoff.
 
 Failures: a row NATS can never accept (subject outside the namespace's streams, payload
 over the limit, malformed headers or row) is recorded as a dead letter and acknowledged, so
@@ -44,34 +45,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
-from dataclasses import dataclass
 
-import nats.errors
-import nats.js.errors
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError, RedisClusterException, RedisError
+from redis.exceptions import NoPermissionError
 
 from baton.bus.bus import Bus
-from baton.bus.messages import Outgoing, carrier_headers
-from baton.errors import ForbiddenError, NatsUnavailable, UnavailableError, ValidationError
+from baton.errors import ForbiddenError
 from baton.faults import Faults
-from baton.models import OutboxRow
 from baton.observability.log import bounded, get_logger
-from baton.observability.telemetry import trace_id_of
 from baton.observability.tracing import sample_backlog
 from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
-from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import Keys
 from baton.store.outbox import Outbox
 from baton.store.redis_client import connect_redis
 from baton.store.replication import ReplicatedWrites
 
+from .failures import NATS_DOWN, REDIS_DOWN, Backoff, reraise_cancel
 from .leases import ShardLeases
+from .publisher import Counts, Publisher, Sent
 
 __all__ = ["Relay", "main"]
 
@@ -90,50 +85,6 @@ _BLOCK_MS = 5_000
 _ACTIVE_S = 5.0
 # An idle relay whose last look found no pending rows looks this many times less often.
 _CLAIM_QUIET_FACTOR = 10
-_BACKOFF_MIN_S = 0.05
-_BACKOFF_MAX_S = 1.0
-_HEADER_NAME = re.compile(r"^[!-9;-~]+$")  # printable ASCII without ':'
-# Errors meaning "this message will never be accepted": dead-letter it, do not retry.
-_REFUSED = (ValidationError, nats.errors.MaxPayloadError, nats.errors.BadSubjectError,
-            nats.errors.BadHeaderError, nats.js.errors.BadRequestError)
-# Errors of a NATS call meaning "not now": retry later.
-_NATS_DOWN = (NatsUnavailable, nats.errors.Error, nats.js.errors.ServiceUnavailableError,
-              TimeoutError)
-# Errors of a Redis call meaning "not now". redis-py's RedisClusterException (no node
-# serves a slot, a failover in progress) is not a RedisError: without it here a cluster
-# hiccup would end the relay's task group instead of being retried.
-_REDIS_DOWN = (RedisError, RedisClusterException, OSError, UnavailableError)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, nats.js.errors.APIError):  # its repr() shows none of the facts
-        return (f"refused by NATS: {exc.description} "
-                f"(code {exc.code}, err_code {exc.err_code})")
-    return f"refused by NATS: {exc}"
-
-
-def _reraise_cancel() -> None:
-    """Re-raise a cancellation an error handler would otherwise swallow.
-
-    On Python 3.11 a cancel that lands as a library's own timeout expires can surface as
-    TimeoutError, which the loops treat as "NATS down, retry": the task would go on
-    looping, cancelled, and its task group would never end.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-class _Backoff:
-    def __init__(self) -> None:
-        self.delay = 0.0
-
-    def next(self) -> float:
-        self.delay = min(_BACKOFF_MAX_S, max(_BACKOFF_MIN_S, self.delay * 2))
-        return self.delay
-
-    def reset(self) -> None:
-        self.delay = 0.0
 
 
 class Relay(Service):
@@ -145,24 +96,14 @@ class Relay(Service):
         super().__init__(settings)
         self.keys = Keys(settings.namespace, settings.shards)
         self.faults = Faults(settings.fault)
-        self._subject = re.compile(
-            rf"^{re.escape(settings.namespace)}\.(wake|tool)(\.[A-Za-z0-9_-]{{1,64}})+$"
-        )
         self._redis: Redis | None = None
         self._reader: Redis | None = None  # only for the blocking reads and their acks
         self.leases: ShardLeases | None = None
-        self._probe = False  # after a failed batch: publish row by row to isolate a refusal
         # Held while rows are in hand, so the claim loop never takes (and re-sends) rows a
         # read loop is still publishing: XAUTOCLAIM does not skip our own consumer.
         self._in_hand = asyncio.Lock()
-        # counters, for tests, benchmarks and inspect
-        self.published = 0  # rows newly stored by JetStream
-        self.duplicates = 0  # rows JetStream already had (re-publish after a crash/takeover)
-        self.claimed = 0
-        self.timers_fired = 0
-        self.dead_lettered = 0
-        self.retries = 0
-        self.acks_refused = 0  # batches whose shard lease was lost before their ack
+        self.counts = Counts()
+        self.publisher = Publisher(settings, self.name, self.keys, self.faults, self.counts)
         self.timer_wait_s = 0.0  # how long the timer loop's current wait may last
         self._active_until = 0.0  # monotonic time until which the timers tick fast
         self._woken = asyncio.Event()  # rows moved after an idle spell: look at timers now
@@ -191,6 +132,8 @@ class Relay(Service):
         try:
             if not await self._connect(box):
                 return
+            assert self.bus is not None
+            self.publisher.attach(self.bus, self._redis, self.leases)
             redis = self._redis
             epoch = await self.connect("redis", lambda: StoreEpoch.establish(redis, self.keys))
             await self._listen_for_nudges()
@@ -206,7 +149,7 @@ class Relay(Service):
                 # The outbox backlog gauge (a no-op without telemetry metrics).
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
         finally:
-            with contextlib.suppress(*_REDIS_DOWN):  # a graceful stop hands the shards on
+            with contextlib.suppress(*REDIS_DOWN):  # a graceful stop hands the shards on
                 await self.leases.release_all()
             if self.bus is not None:
                 with contextlib.suppress(Exception):
@@ -216,15 +159,12 @@ class Relay(Service):
             log.info("relay_stopped", worker=self.name, **self.counters())
 
     def counters(self) -> dict[str, int]:
-        return {"published": self.published, "duplicates": self.duplicates,
-                "claimed": self.claimed, "timers_fired": self.timers_fired,
-                "dead_lettered": self.dead_lettered, "retries": self.retries,
-                "acks_refused": self.acks_refused}
+        return self.counts.as_dict()
 
     async def _connect(self, box: Outbox) -> bool:
         """Reach both servers and set up streams and groups; retry until up or stopping."""
         assert self._redis is not None
-        backoff = _Backoff()
+        backoff = Backoff()
         while not self.stopping.is_set():
             try:
                 await self._redis.ping()
@@ -233,7 +173,7 @@ class Relay(Service):
                 await self.bus.ensure_streams()
                 await box.ensure_groups()
                 return True
-            except (*_REDIS_DOWN, *_NATS_DOWN) as exc:
+            except (*REDIS_DOWN, *NATS_DOWN) as exc:
                 delay = backoff.next()
                 log.warning("relay_connect_retry", error=repr(exc), delay_s=delay)
                 await self.wait_stopping(delay)
@@ -253,7 +193,7 @@ class Relay(Service):
     async def _lease_loop(self) -> None:
         """Hold a fair share of the shards (see :mod:`baton.relay.leases`)."""
         assert self.leases is not None
-        backoff = _Backoff()
+        backoff = Backoff()
         delay = self.leases.tick_s
         while True:
             before = set(self.leases.held)
@@ -267,8 +207,8 @@ class Relay(Service):
                 backoff.reset()
                 # From the tick's start: a renewal's new expiry counts from before it was sent.
                 delay = max(0.0, started + self.leases.next_tick_s() - time.monotonic())
-            except _REDIS_DOWN as exc:
-                _reraise_cancel()
+            except REDIS_DOWN as exc:
+                reraise_cancel()
                 delay = min(backoff.next(), self.leases.tick_s)
                 log.warning("relay_leases_failed", error=repr(exc), delay_s=delay)
             if await self.wait_stopping(delay):
@@ -321,9 +261,9 @@ class Relay(Service):
         me = asyncio.current_task()
         assert self.leases is not None
         leases = self.leases
-        backoff = _Backoff()
+        backoff = Backoff()
         resend = True  # our own pending rows first: a restart under a stable name
-        sent: _Sent | None = None  # published, not acknowledged yet: _in_hand is held
+        sent: Sent | None = None  # published, not acknowledged yet: _in_hand is held
 
         def drop_sent() -> None:  # the rows stay pending: resent (deduplicated) if not acked
             nonlocal sent
@@ -333,7 +273,7 @@ class Relay(Service):
 
         def acked(lost: dict[int, str]) -> None:
             if sent is not None:
-                self._settle(sent, lost)
+                self.publisher.settle(sent, lost)
                 drop_sent()
             if done.is_set():  # stopping or regrouping meanwhile: the read is not waited for
                 raise _ReaderDone
@@ -347,7 +287,7 @@ class Relay(Service):
                             rows, resend = await box.read_pending(
                                 shards, self.name, self.settings.relay_batch)
                             if rows:
-                                await self._deliver(rows, box, "pending")
+                                await self.publisher.deliver(rows, box, "pending")
                     else:
                         try:
                             if sent is None:
@@ -364,14 +304,14 @@ class Relay(Service):
                             self._mark_active()
                             await self._in_hand.acquire()
                             try:
-                                sent = await self._publish(rows, box, "read")
+                                sent = await self.publisher.publish(rows, box, "read")
                             finally:
                                 if sent is None:
                                     self._in_hand.release()
                     backoff.reset()
                 except _ReaderDone:  # rows the abandoned read took are pending: resent
                     break
-                except _NATS_DOWN as exc:
+                except NATS_DOWN as exc:
                     drop_sent()
                     resend = True  # the rows in hand are in our pending list
                     await self._retry("nats", exc, backoff)
@@ -381,15 +321,15 @@ class Relay(Service):
                     resend = True
                     log.error("outbox_publish_forbidden", error=bounded(exc))
                     await self._retry("nats", exc, backoff)
-                except _REDIS_DOWN as exc:
+                except REDIS_DOWN as exc:
                     drop_sent()
                     resend = True
                     await self._retry("redis", exc, backoff)
         finally:
             if sent is not None:  # stopping or regrouping: the last batch's ack, now
                 try:
-                    with contextlib.suppress(*_REDIS_DOWN):
-                        self._settle(sent, await box.ack(sent.rows, self.name,
+                    with contextlib.suppress(*REDIS_DOWN):
+                        self.publisher.settle(sent, await box.ack(sent.rows, self.name,
                                                          dict(leases.held)))
                 finally:
                     drop_sent()
@@ -410,8 +350,8 @@ class Relay(Service):
             self._claim_woken.clear()
             try:  # one round trip tells which shards have rows read but not acknowledged
                 pending = await box.pending_counts(list(self.shards))
-            except _REDIS_DOWN as exc:
-                _reraise_cancel()
+            except REDIS_DOWN as exc:
+                reraise_cancel()
                 quiet = False
                 log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                 continue
@@ -426,17 +366,17 @@ class Relay(Service):
                         )
                         if not rows:
                             continue
-                        self.claimed += len(rows)
+                        self.counts.claimed += len(rows)
                         log.info("outbox_rows_claimed", shard=shard, rows=len(rows))
-                        await self._deliver(rows, box, "claim")
-                except (*_NATS_DOWN, ForbiddenError) as exc:
-                    _reraise_cancel()
+                        await self.publisher.deliver(rows, box, "claim")
+                except (*NATS_DOWN, ForbiddenError) as exc:
+                    reraise_cancel()
                     # Claimed rows are ours now: the next claim round (our own idle rows)
                     # or the shard's reader (its pending read) sends them again.
                     log.warning("outbox_claim_failed", server="nats", error=repr(exc))
                     break
-                except _REDIS_DOWN as exc:
-                    _reraise_cancel()
+                except REDIS_DOWN as exc:
+                    reraise_cancel()
                     log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                     break
 
@@ -444,7 +384,7 @@ class Relay(Service):
         s = self.settings
         assert self.leases is not None
         leases = self.leases
-        backoff = _Backoff()
+        backoff = Backoff()
         while not self.stopping.is_set():
             busy = time.monotonic() < self._active_until
             delay = (s.timer_tick_ms if busy else max(s.timer_tick_ms, s.timer_idle_tick_ms)
@@ -465,15 +405,15 @@ class Relay(Service):
                         else:
                             fired += n
                 if fired:
-                    self.timers_fired += fired
+                    self.counts.timers_fired += fired
                     log.debug("timers_fired", timers=fired)
                     continue  # look again at once: more may be due in the shards just fired
                 later = [due - now for due in heads.values() if due > now]
                 if later:
                     delay = min(delay, max(min(later), 1) / 1000)
                 backoff.reset()
-            except _REDIS_DOWN as exc:
-                _reraise_cancel()
+            except REDIS_DOWN as exc:
+                reraise_cancel()
                 delay = backoff.next()
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
             self.timer_wait_s = delay
@@ -482,7 +422,7 @@ class Relay(Service):
 
     async def _wait_woken(self, event: asyncio.Event, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait up to ``timeout`` s for ``event`` or shutdown; True if shutting down."""
-        _reraise_cancel()
+        reraise_cancel()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._first(self.stopping, event)
@@ -530,9 +470,9 @@ class Relay(Service):
 
     # ------------------------------------------------------------------ steps
 
-    async def _retry(self, server: str, exc: BaseException, backoff: _Backoff) -> None:
-        _reraise_cancel()
-        self.retries += 1
+    async def _retry(self, server: str, exc: BaseException, backoff: Backoff) -> None:
+        reraise_cancel()
+        self.counts.retries += 1
         delay = backoff.next()
         log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
         # The reader's idle connections went down with the one that failed (a server
@@ -540,7 +480,7 @@ class Relay(Service):
         # Redis Cluster client has no one pool: it drops a failed node's connections itself.
         pool = getattr(self._reader, "connection_pool", None)
         if isinstance(exc, RedisConnectionError) and pool is not None:
-            with contextlib.suppress(*_REDIS_DOWN):
+            with contextlib.suppress(*REDIS_DOWN):
                 await pool.disconnect(inuse_connections=False)
         if await self.wait_stopping(delay):
             return
@@ -552,155 +492,10 @@ class Relay(Service):
             except Exception as err:
                 log.warning("streams_ensure_failed", error=repr(err))
 
-    def _refusal(self, row: OutboxRow) -> str | None:
-        """Why NATS could never accept this row, or None. Mirrors the server's checks."""
-        if not row.subject:
-            return "malformed outbox row: a field is missing or unreadable"
-        if not self._subject.match(row.subject):
-            return (f"invalid subject {row.subject[:200]!r}: not a wake or tool subject "
-                    f"of namespace {self.settings.namespace!r}")
-        if not row.id:
-            return "row has no id (needed as Nats-Msg-Id)"
-        size = len(row.data.encode()) + len(b"NATS/1.0\r\n\r\nNats-Msg-Id: \r\n") + len(row.id)
-        for name, value in row.headers.items():
-            if not _HEADER_NAME.match(name) or "\r" in value or "\n" in value:
-                return f"invalid header {name[:100]!r}"
-            size += len(name) + len(value) + 4
-        if size > self.settings.max_payload_bytes:  # the stream's limit counts headers too
-            return f"message of {size} bytes exceeds {self.settings.max_payload_bytes}"
-        return None
-
-    def _outgoing(self, row: OutboxRow) -> Outgoing:
-        """The message for ``row``, with the carrier headers naming this relay and the time.
-
-        Consumers record them in the receipt they commit (the claim, the lease), so the
-        trace names the relay of every hop without the relay writing session state. A row
-        the headers would push over the size limit goes without them: they are an
-        observation, never a reason to refuse a row.
-        """
-        data = row.data.encode()
-        carrier = carrier_headers(self.name, int(time.time() * 1000))
-        headers = {**row.headers, **carrier}
-        size = len(data) + 27 + len(row.id) + sum(len(k) + len(v) + 4 for k, v in headers.items())
-        if size > self.settings.max_payload_bytes:
-            headers = row.headers
-        return Outgoing(row.subject, data, msg_id=row.id, headers=headers or None)
-
-    async def _deliver(self, rows: list[OutboxRow], box: Outbox, via: str) -> None:
-        """Publish rows, dead-letter the refused ones, then acknowledge and delete all.
-
-        Raises (rows stay pending) when NATS or Redis is unavailable.
-        """
-        sent = await self._publish(rows, box, via)
-        assert self.leases is not None
-        self._settle(sent, await box.ack(rows, self.name, dict(self.leases.held)))
-
-    async def _publish(self, rows: list[OutboxRow], box: Outbox, via: str) -> _Sent:
-        """Publish rows and dead-letter the refused ones: all of them are then to be
-        acknowledged (:meth:`_settle` once they are). Raises (rows stay pending) when NATS or
-        Redis is unavailable."""
-        assert self.bus is not None and self._redis is not None
-        started = time.perf_counter()
-        good: list[OutboxRow] = []
-        refused: list[tuple[OutboxRow, str]] = []
-        wakes = await box.wake_subjects(rows)
-        for row in rows:
-            reason = self._refusal(row)
-            if reason is None and row.stream_id in wakes:
-                reason = _wake_refusal(row, wakes[row.stream_id])
-            if reason is None:
-                good.append(row)
-            else:
-                refused.append((row, reason))
-        await box.list_new_sessions(good)
-        flags: list[bool] = []
-        if good:
-            if not self.bus.nc.is_connected:  # fail fast; publishes would only be buffered
-                raise NatsUnavailable("NATS is not connected")
-            if self._probe:
-                flags = await self._publish_each(good, refused)
-                self._probe = False
-            else:
-                try:
-                    flags = await self.bus.publish_many(self._outgoing(r) for r in good)
-                except ValidationError:  # the bus refused a row before sending: isolate it
-                    flags = await self._publish_each(good, refused)
-                except _NATS_DOWN:
-                    # nats-py reports a refused async publish as a timeout: if the server
-                    # is still there, the retry goes row by row to find the refused row.
-                    self._probe = self.bus.nc.is_connected
-                    raise
-        self.faults.hit("relay.after_publish", rows=len(rows))
-        for row, reason in refused:
-            await record_dead_letter(
-                self._redis, self.keys, role="relay", source="relay", reason=reason,
-                payload=row.data, row_id=row.id, subject=row.subject, session_id=row.session_id,
-                stream_id=row.stream_id,
-            )
-            log.error("outbox_row_dead_lettered", row_id=row.id, reason=bounded(reason),
-                      session_id=row.session_id, trace_id=trace_id_of(row.headers))
-        return _Sent(rows, flags, len(refused), via, started)
-
-    def _settle(self, sent: _Sent, lost: dict[int, str]) -> None:
-        """Count a published batch whose acknowledgement is in (``lost``: the shards whose
-        lease was no longer ours, see :meth:`Outbox.ack`)."""
-        assert self.leases is not None
-        for shard, holder in lost.items():
-            # Published, but the shard is another relay's now: it re-sends these rows under
-            # the same Nats-Msg-Id (dropped by JetStream's dedupe) and acknowledges them.
-            self.acks_refused += 1
-            log.warning("outbox_ack_refused", shard=shard, holder=holder)
-            self.leases.lost(shard, holder)
-        flags = sent.flags
-        new = sum(flags)
-        self.published += new
-        self.duplicates += len(flags) - new
-        self.dead_lettered += sent.dead
-        log.debug("outbox_published", rows=len(sent.rows), new=new,
-                  duplicates=len(flags) - new, dead=sent.dead, via=sent.via,
-                  ms=round((time.perf_counter() - sent.started) * 1e3, 3))
-
-    async def _publish_each(
-        self, rows: list[OutboxRow], refused: list[tuple[OutboxRow, str]]
-    ) -> list[bool]:
-        """Publish one at a time (each waits for its ack); collect the refused rows."""
-        assert self.bus is not None
-        flags = []
-        for row in rows:
-            item = self._outgoing(row)
-            try:
-                flags.append(await self.bus.publish(
-                    item.subject, item.data, msg_id=item.msg_id, headers=item.headers
-                ))
-            except _REFUSED as exc:
-                refused.append((row, _describe(exc)))
-        return flags
 
 
 class _ReaderDone(Exception):
     """A reader told to end (``done``) while its acks and next read were in flight."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Sent:
-    """A published batch awaiting its acknowledgement."""
-
-    rows: list[OutboxRow]
-    flags: list[bool]  # per published row: stored new (True) or a duplicate
-    dead: int  # rows dead-lettered
-    via: str
-    started: float
-
-
-def _wake_refusal(row: OutboxRow, committed: str | None) -> str | None:
-    """Why a row of a wakes stream (written by Hands) may not go out, or None: it may only
-    wake its own session, on the wake subject that session committed."""
-    if committed is None:
-        return f"wake row for unknown session {row.session_id[:128]!r}"
-    if row.subject != committed:
-        return (f"wake row on subject {row.subject[:200]!r}: session {row.session_id[:128]!r} "
-                f"wakes on {committed[:200]!r}")
-    return None
 
 
 async def main(settings: Settings) -> None:

@@ -42,7 +42,7 @@ async def test_a_request_whose_wake_message_is_lost_is_taken_up(settings: Settin
         finally:
             await client.close()
     assert final.status == "completed", final
-    assert relay.timers_fired >= 1
+    assert relay.counts.timers_fired >= 1
 
 
 async def test_a_request_taken_up_arms_nothing_more(settings: Settings, redis: object) -> None:

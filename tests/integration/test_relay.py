@@ -15,6 +15,7 @@ from baton.bus.bus import Bus, Puller
 from baton.bus.messages import Outgoing
 from baton.devkit.servers import NatsServer, RedisServer
 from baton.models import OutboxRow, Task, dumps, loads
+from baton.relay.publisher import Publisher
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.deadletter import dead_letters, record_dead_letter
@@ -148,7 +149,8 @@ async def test_committed_rows_are_published_with_row_ids_then_removed(
     assert tool_msgs[0].data.decode() == dispatch
     assert tool_msgs[0].headers["traceparent"] == "00-x"  # type: ignore[index]
     assert sorted(msg_ids(wake_msgs)) == sorted(["s1/0/s.r1", f"s1/{seq}/1"])
-    assert relay.published == 3 and relay.duplicates == 0 and relay.dead_lettered == 0
+    counts = relay.counts
+    assert counts.published == 3 and counts.duplicates == 0 and counts.dead_lettered == 0
 
 
 async def test_live_relay_takes_over_rows_of_a_dead_relay_and_dedupes(
@@ -165,8 +167,8 @@ async def test_live_relay_takes_over_rows_of_a_dead_relay_and_dedupes(
 
     async with running(settings, relay_claim_idle_ms=200) as relay:
         await eventually(lambda: drained(store), message="rows taken over")
-    assert relay.claimed == 5
-    assert relay.published == 4 and relay.duplicates == 1
+    assert relay.counts.claimed == 5
+    assert relay.counts.published == 4 and relay.counts.duplicates == 1
     stored = await stream_messages(bus, bus.names.wake_stream)
     assert sorted(msg_ids(stored)) == sorted(r.id for r in taken)  # one message per row id
 
@@ -193,7 +195,7 @@ async def test_due_timers_fire_as_wakes_and_deadlines_rearm(
         armed = await store.redis.zscore(store.keys.session("s1").timers, deadline)
     assert reasons.count("submit") == 1  # the request's wake (wakes stream: any order)
     assert reasons.count("timer:task") == 1  # a one-shot timer fires once
-    assert relay.timers_fired >= 3
+    assert relay.counts.timers_fired >= 3
     assert armed is not None  # a deadline stays armed until a commit clears it
 
 
@@ -211,15 +213,15 @@ async def test_rows_wait_in_the_outbox_while_nats_is_down(
             await eventually(lambda: relay.bus is not None and not relay.bus.nc.is_connected)
             for i in range(3):
                 await open_session(store, bus, f"s{i}")
-            await eventually(lambda: relay.retries >= 2, message="relay retried")
-            assert await backlog(store) == 3 and relay.published == 0  # nothing lost
+            await eventually(lambda: relay.counts.retries >= 2, message="relay retried")
+            assert await backlog(store) == 3 and relay.counts.published == 0  # nothing lost
 
             await nats.restart()
             await eventually(lambda: drained(store), timeout=15, message="drained")
             await eventually(lambda: bus.nc.is_connected)
             stored = await stream_messages(bus, bus.names.wake_stream)
         assert sorted(msg_ids(stored)) == ["s0/0/s.r1", "s1/0/s.r1", "s2/0/s.r1"]
-        assert relay.published == 3
+        assert relay.counts.published == 3
 
 
 async def test_relay_survives_a_redis_restart_without_persistence(
@@ -248,7 +250,7 @@ async def test_relay_survives_a_redis_restart_without_persistence(
             async with connected(settings) as store:
                 await open_session(store, bus, "after")
                 assert msg_ids(await collect(wakes, 1)) == ["after/0/s.r1"]
-    assert relay.retries >= 1
+    assert relay.counts.retries >= 1
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -279,7 +281,7 @@ async def test_relay_rides_out_its_blocked_read_cut_off(
             return cut > 0
 
         await eventually(cut_blocked_reads, timeout=15, message="the relay's blocked read was cut")
-        await eventually(lambda: relay.retries >= 1, timeout=15, message="the relay retried")
+        await eventually(lambda: relay.counts.retries >= 1, timeout=15, message="the relay retried")
         await open_session(store, bus, "after")
         assert msg_ids(await collect(wakes, 1)) == ["after/0/s.r1"]
         assert not relay.stopping.is_set()
@@ -310,7 +312,7 @@ async def test_poison_rows_become_dead_letters_and_do_not_block(
             got = await collect(wakes, 2)
             await eventually(lambda: drained(store), message="outbox drained")
         assert sorted(msg_ids(got)) == ["s1/0/s.r1", "s1/9/0"]
-        assert relay.dead_lettered == 5
+        assert relay.counts.dead_lettered == 5
         dead = {d["row_id"]: d for d in await dead_letters(store.redis, store.keys)}
         assert set(dead) == {"p/1", "p/2", "p/3", "p/4", "p/5"}
         assert "invalid subject" in dead["p/1"]["reason"]
@@ -326,7 +328,7 @@ async def test_a_row_refused_by_the_server_is_isolated_and_dead_lettered(
     # Should the relay's own checks miss a limit, the server's refusal must still not block
     # the shard: the failed batch is retried row by row and the refused row dead-lettered.
     # (nats-py reports a refused async publish only as a timeout, so this test takes ~5 s.)
-    monkeypatch.setattr(Relay, "_refusal", lambda self, row: None)
+    monkeypatch.setattr(Publisher, "refusal", lambda self, row: None)
     wakes = await wake_puller(bus)
     wake = bus.wake_subject(AGENT, COMPAT)
     fence = await open_session(store, bus, "s1")
@@ -339,7 +341,7 @@ async def test_a_row_refused_by_the_server_is_isolated_and_dead_lettered(
         await eventually(lambda: drained(store), timeout=10, message="outbox drained")
     [dead] = await dead_letters(store.redis, store.keys)
     assert sorted(msg_ids(got)) == ["s1/0/s.r1", "s1/2/1"]
-    assert relay.dead_lettered == 1
+    assert relay.counts.dead_lettered == 1
     # Refused by the bus's own size check (headers counted) or, failing that, by the server.
     assert dead["row_id"] == "s1/2/0"
     assert "10054" in dead["reason"] or "exceeds 1024" in dead["reason"]
@@ -357,8 +359,8 @@ async def test_two_relays_publish_every_row_exactly_once(
             await eventually(lambda: drained(store), message="outbox drained")
         stored = await stream_messages(bus, bus.names.wake_stream)
         assert sorted(msg_ids(stored)) == sorted(f"s{i}/0/s.r1" for i in range(60))
-        assert a.published + b.published == 60
-        assert a.duplicates + b.duplicates == 0
+        assert a.counts.published + b.counts.published == 60
+        assert a.counts.duplicates + b.counts.duplicates == 0
 
 
 async def test_dead_letters_are_capped_truncated_and_newest_first(
@@ -404,7 +406,7 @@ async def test_a_wakes_stream_row_goes_out_only_on_its_sessions_wake_subject(
             await eventually(lambda: drained(store), message="outbox and wakes drained")
         assert sorted(msg_ids(got)) == ["s1/0/s.r1", "s1/1/w.run-1.1"]
         assert await stream_messages(bus, bus.names.tool_stream) == []
-        assert relay.dead_lettered == 3
+        assert relay.counts.dead_lettered == 3
         dead = {d["row_id"]: d["reason"] for d in await dead_letters(store.redis, store.keys)}
         assert set(dead) == {"w/1", "w/2", "w/3"}
         assert "unknown session" in dead["w/3"] and "wakes on" in dead["w/1"]

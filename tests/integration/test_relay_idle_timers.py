@@ -71,7 +71,7 @@ async def test_a_nudge_wakes_an_idle_relay_for_a_timer_armed_before_its_head(
         await store.commit("s1", fence, Writes(timers_add={member: now_ms() + 100}), BRAIN)
         fired = await collect(wakes, 1, timeout=20)
     assert loads(fired[0].data)["reason"] == "timer:task"
-    assert relay.timers_fired == 1
+    assert relay.counts.timers_fired == 1
 
 
 async def test_a_deadline_armed_while_the_relay_idles_still_wakes_the_session(
@@ -101,7 +101,7 @@ async def test_an_idle_relay_wakes_for_its_earliest_timer_without_ticking(
             fired = await collect(wakes, 1, timeout=30)
             assert now_ms() >= due
     assert loads(fired[0].data)["reason"] == "timer:task"
-    assert relay.timers_fired == 1
+    assert relay.counts.timers_fired == 1
 
 
 async def test_without_a_nudge_the_idle_look_still_finds_a_new_timer(
