@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from pydantic import ValidationError as PydanticValidationError
 
+from baton.bus.delivery import delivered, delivered_and_seq
 from baton.observability.log import bounded, get_logger
 from baton.receipts import Carrier
 
@@ -57,14 +58,14 @@ def carrier_of(msg: Msg) -> Carrier | None:
     """
     headers = msg.headers or {}
     try:
-        meta = msg.metadata
+        delivery, seq = delivered_and_seq(msg)
         published = headers.get(RELAY_PUBLISHED_HEADER, "0")
         return Carrier(
             relay=headers.get(RELAY_HEADER, "")[:129],
             published_ms=int(published) if published.isdigit() and len(published) < 17 else 0,
             row_id=headers.get("Nats-Msg-Id", "")[:513],
-            stream_seq=int(meta.sequence.stream),
-            delivery=int(meta.num_delivered),
+            stream_seq=seq,
+            delivery=delivery,
         )
     except (PydanticValidationError, NatsError, ValueError, TypeError, IndexError,
             AttributeError) as exc:
@@ -74,7 +75,7 @@ def carrier_of(msg: Msg) -> Carrier | None:
 
 def delivery_count(msg: Msg) -> int:
     """How many times JetStream has delivered this message (1 on first delivery)."""
-    return int(msg.metadata.num_delivered)
+    return delivered(msg)
 
 
 class Beats:

@@ -302,11 +302,12 @@ def tracer() -> Any:
     Called by every wrapper at use time: one look at the global provider, and a new tracer
     only when the provider changed.
     """
+    provider: Any = getattr(otel_trace, "_TRACER_PROVIDER", None)
+    if provider is not None and provider is state.tracer_provider:  # the usual case
+        return state.tracer
     if _unset(otel_trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
         return None
-    provider: Any = getattr(otel_trace, "_TRACER_PROVIDER", None)
-    if provider is None or provider is not state.tracer_provider:  # else: the one last seen
-        provider = otel_trace.get_tracer_provider()
+    provider = otel_trace.get_tracer_provider()  # new, or named by the environment
     if provider is not state.tracer_provider:
         found: Any = None
         if not isinstance(provider, _NO_TRACING):
@@ -352,8 +353,10 @@ def unsampled(context: Context | None = None) -> bool:
     """
     if not state.follows_parent:
         return False
-    if context is None and carried() is not None:
-        return True
+    if context is None:
+        found = _carried.get()  # carried(), inlined: asked by every wrapper
+        if found is not None and otel_context.get_current() is found[0]:
+            return True
     ctx = otel_trace.get_current_span(context).get_span_context()
     return ctx.is_valid and not ctx.trace_flags.sampled
 
@@ -451,11 +454,12 @@ def unsampled_header(headers: Mapping[str, str] | None) -> bool:
 
 def instruments() -> Instruments | None:
     """Baton's instruments on the global MeterProvider; None when no provider is configured."""
+    provider: Any = getattr(_metrics_api, "_METER_PROVIDER", None)
+    if provider is not None and provider is state.meter_provider:  # the usual case
+        return state.instruments
     if _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
         return None
-    provider: Any = getattr(_metrics_api, "_METER_PROVIDER", None)
-    if provider is None or provider is not state.meter_provider:  # else: the one last seen
-        provider = otel_metrics.get_meter_provider()
+    provider = otel_metrics.get_meter_provider()  # new, or named by the environment
     if provider is not state.meter_provider:
         found = None
         if not isinstance(provider, _NO_METRICS):

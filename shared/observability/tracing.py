@@ -60,6 +60,7 @@ import structlog
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, StatusCode
 
+from baton.bus.delivery import delivered
 from baton.errors import StaleAttemptError, StaleFenceError
 from baton.observability.log import get_logger
 from baton.observability.telemetry import (
@@ -146,11 +147,21 @@ def _traced() -> Any:
     return None if t is None or unsampled() else t
 
 
-def _in_trace() -> bool:
-    """Whether a context is current (a span of ours or the host's, or an unsampled parent's)
-    to hand on with the work: propagation goes on without spans."""
-    return carried() is not None or bool(
-        otel_trace.get_current_span().get_span_context().is_valid)
+def _handed_on() -> dict[str, str] | None:
+    """The propagation headers of the current context (a span of ours or the host's, or an
+    unsampled parent's) to hand on with work this process makes no span for, or None when
+    no context is current: propagation goes on without spans."""
+    kept = carried()
+    if kept is not None:  # an unsampled message's headers, as they came
+        return dict(kept)
+    if otel_trace.get_current_span().get_span_context().is_valid:
+        return inject()
+    return None
+
+
+#: Stands in for a span where none is made: ``with (span or _NO_SPAN) as span`` costs no
+#: exit stack on the path taken for nearly every message of an unsampled trace.
+_NO_SPAN = contextlib.nullcontext()
 
 
 def _span(t: Any, name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
@@ -278,6 +289,19 @@ def consumer(role: str) -> Callable[[F], F]:
     notes the message's trace id for log lines."""
 
     def decorate(fn: F) -> F:
+        processed: dict[tuple[str, str], dict[str, str]] = {}  # (subject, error) -> attributes
+
+        def process_attrs(subject: str, error: str) -> dict[str, str]:
+            found = processed.get((subject, error))
+            if found is None:
+                if len(processed) >= 1024:
+                    processed.clear()
+                found = processed[subject, error] = _attrs(
+                    ("messaging.system", "nats"), ("messaging.destination.name", subject),
+                    ("messaging.operation.name", "process"), ("baton.role", role),
+                    ("error.type", error))
+            return found
+
         @functools.wraps(fn)
         async def handle(self: Any, msg: Any) -> Any:
             headers = msg.headers
@@ -287,7 +311,7 @@ def consumer(role: str) -> Callable[[F], F]:
                 if inst is None:
                     return await fn(self, msg)
             try:
-                delivery = int(msg.metadata.num_delivered)
+                delivery = delivered(msg)
             except Exception:  # not a JetStream message (tests): first delivery
                 delivery = 1
             if delivery > 1 and inst is not None:
@@ -314,11 +338,8 @@ def consumer(role: str) -> Callable[[F], F]:
                 raise
             finally:
                 if inst is not None:
-                    inst.process.record(time.perf_counter() - started, _attrs(
-                        ("messaging.system", "nats"),
-                        ("messaging.destination.name", msg.subject),
-                        ("messaging.operation.name", "process"), ("baton.role", role),
-                        ("error.type", error or "")))
+                    inst.process.record(time.perf_counter() - started,
+                                        process_attrs(msg.subject, error or ""))
 
         return handle  # type: ignore[return-value]
 
@@ -352,18 +373,17 @@ def traced_commit(fn: F) -> F:
     async def commit(self: Any, session_id: str, fence: int, writes: Any, worker: Any) -> Any:
         t, inst = _traced(), instruments()
         if t is None:
-            if _in_trace():  # not recorded here: the trace goes on with the commit
-                _stamp(writes, inject())
+            handed_on = _handed_on()
+            if handed_on is not None:  # not recorded here: the trace goes on with the commit
+                _stamp(writes, handed_on)
             if inst is None:
                 return await fn(self, session_id, fence, writes, worker)
-        with contextlib.ExitStack() as stack:
+        with _NO_SPAN if t is None else _span(
+            t, f"commit {writes.kind}", **_db("commit"), **{
+                SESSION: session_id, "baton.fence": fence, "baton.commit.kind": writes.kind,
+                "baton.outbox_rows": len(writes.outbox), "baton.tool_runs": len(writes.runs)},
+        ) as span:
             if t is not None:
-                span = stack.enter_context(_span(
-                    t, f"commit {writes.kind}", **_db("commit"), **{
-                        SESSION: session_id, "baton.fence": fence,
-                        "baton.commit.kind": writes.kind,
-                        "baton.outbox_rows": len(writes.outbox),
-                        "baton.tool_runs": len(writes.runs)}))
                 _stamp(writes, inject())
             try:
                 result = await fn(self, session_id, fence, writes, worker)
@@ -392,19 +412,19 @@ def traced_submit(op: str) -> Callable[[F], F]:
         async def submit(self: Any, session_id: str, **kw: Any) -> Any:
             t, inst = _traced(), instruments()
             if t is None:
-                if _in_trace():  # a context without spans here: handed on all the same
-                    kw["headers"] = inject()
+                handed_on = _handed_on()
+                if handed_on is not None:  # a context without spans here: handed on all the same
+                    kw["headers"] = handed_on
                 if inst is None:
                     return await fn(self, session_id, **kw)
-            with contextlib.ExitStack() as stack:
+            with _NO_SPAN if t is None else _span(
+                t, op, SpanKind.PRODUCER, **_db(op), **NATS, **{
+                    SESSION: session_id, "baton.request_id": kw.get("request_id"),
+                    "messaging.destination.name": kw.get("wake_subject"),
+                    "messaging.operation.type": "create", "messaging.operation.name": op,
+                },
+            ) as span:
                 if t is not None:
-                    span = stack.enter_context(_span(
-                        t, op, SpanKind.PRODUCER, **_db(op), **NATS, **{
-                            SESSION: session_id, "baton.request_id": kw.get("request_id"),
-                            "messaging.destination.name": kw.get("wake_subject"),
-                            "messaging.operation.type": "create",
-                            "messaging.operation.name": op,
-                        }))
                     kw["headers"] = inject()
                 result = await fn(self, session_id, **kw)
                 created = bool(result[-1])
@@ -427,17 +447,18 @@ def traced_complete(fn: F) -> F:
                        worker: Any, **kw: Any) -> Any:
         t, inst = _traced(), instruments()
         if t is None:
-            if _in_trace():  # not recorded here: the trace goes on with the wake
-                kw["headers"] = inject()
+            handed_on = _handed_on()
+            if handed_on is not None:  # not recorded here: the trace goes on with the wake
+                kw["headers"] = handed_on
             if inst is None:
                 return await fn(self, session_id, intent, attempt, result, worker, **kw)
-        with contextlib.ExitStack() as stack:
+        with _NO_SPAN if t is None else _span(
+            t, f"complete {intent.tool}", **_db("complete"), **{
+                SESSION: session_id, "baton.run_id": intent.run_id,
+                "baton.task_id": intent.task_id, "baton.fence": attempt,
+                "baton.outcome": result.outcome, "baton.recovery": result.recovery},
+        ) as span:
             if t is not None:
-                span = stack.enter_context(_span(
-                    t, f"complete {intent.tool}", **_db("complete"), **{
-                        SESSION: session_id, "baton.run_id": intent.run_id,
-                        "baton.task_id": intent.task_id, "baton.fence": attempt,
-                        "baton.outcome": result.outcome, "baton.recovery": result.recovery}))
                 kw["headers"] = inject()
             try:
                 woke = await fn(self, session_id, intent, attempt, result, worker, **kw)
@@ -460,11 +481,9 @@ def traced_claim(fn: F) -> F:
         t, inst = _traced(), instruments()
         if t is None and inst is None:
             return await fn(self, session_id, run_id, worker, **kw)
-        with contextlib.ExitStack() as stack:
-            if t is not None:
-                span = stack.enter_context(_span(t, "claim", **_db("claim"), **{
-                    SESSION: session_id, "baton.run_id": run_id,
-                    "baton.delivery": kw.get("delivery", 1)}))
+        with _NO_SPAN if t is None else _span(t, "claim", **_db("claim"), **{
+            SESSION: session_id, "baton.run_id": run_id, "baton.delivery": kw.get("delivery", 1),
+        }) as span:
             c = await fn(self, session_id, run_id, worker, **kw)
             if t is not None and span.is_recording():
                 span.set_attributes({"baton.claim": c.status, "baton.fence": c.attempt})
@@ -491,10 +510,8 @@ def traced_lease(fn: F) -> F:
         t, inst = _traced(), instruments()
         if t is None and inst is None:
             return await fn(self, session_id, worker, ttl_ms, **kw)
-        with contextlib.ExitStack() as stack:
-            if t is not None:
-                span = stack.enter_context(_span(t, "lease", **_db("acquire"),
-                                                 **{SESSION: session_id}))
+        with _NO_SPAN if t is None else _span(t, "lease", **_db("acquire"),
+                                              **{SESSION: session_id}) as span:
             lease, st = await fn(self, session_id, worker, ttl_ms, **kw)
             if t is not None and span.is_recording():
                 span.set_attributes({"baton.fence": lease.fence, "baton.takeover": lease.takeover,
@@ -539,7 +556,10 @@ async def advance(handler: Any, task: Any, ctx: Any) -> Any:
     """One step of a task (the scheduler's call of ``handler.advance``): a span per phase,
     and the task and phase bound to every log line meanwhile."""
     phase = task.checkpoint.phase
-    with structlog.contextvars.bound_contextvars(task_id=task.id, phase=phase):
+    # bind, then reset to what was bound before: structlog's bound_contextvars() does the
+    # same after reading every context variable of the context, at every phase.
+    tokens = structlog.contextvars.bind_contextvars(task_id=task.id, phase=phase)
+    try:
         t = _traced()
         if t is None:
             return await handler.advance(task, ctx)
@@ -548,6 +568,8 @@ async def advance(handler: Any, task: Any, ctx: Any) -> Any:
             "baton.task.state": task.state.name, "baton.fence": ctx.fence,
         }):
             return await handler.advance(task, ctx)
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)
 
 
 def _provider(name: str) -> str:
