@@ -161,7 +161,7 @@ def _handed_on() -> dict[str, str] | None:
 
 #: Stands in for a span where none is made: ``with (span or _NO_SPAN) as span`` costs no
 #: exit stack on the path taken for nearly every message of an unsampled trace.
-_NO_SPAN = contextlib.nullcontext()
+_NO_SPAN: Any = contextlib.nullcontext()
 
 
 def _span(t: Any, name: str, kind: SpanKind = SpanKind.INTERNAL, /, **attributes: Any) -> Any:
