@@ -650,3 +650,33 @@ def test_a_lone_traceparent_gives_the_context_the_propagators_would() -> None:
                  {"traceparent": UNSAMPLED.upper()},
                  {"traceparent": UNSAMPLED[:36] + "0" * 16 + UNSAMPLED[52:]}):
         assert telemetry._plain_context(kept) is None  # left to the propagators
+
+
+async def test_a_phase_binds_its_task_and_phase_for_log_lines_and_restores_what_was_bound(
+) -> None:
+    import structlog
+
+    seen: list[dict[str, Any]] = []
+
+    class Handler:
+        async def advance(self, task: Any, ctx: Any) -> str:
+            seen.append(structlog.contextvars.get_contextvars())
+            return "advanced"
+
+    class Failing:
+        async def advance(self, task: Any, ctx: Any) -> str:
+            raise RuntimeError("phase failed")
+
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(task_id="outer", worker="brain-1")
+    try:
+        assert await tracing.advance(Handler(), _Task(), _Ctx()) == "advanced"
+        assert seen == [{"task_id": "gen-1", "phase": "call", "worker": "brain-1"}]
+        assert structlog.contextvars.get_contextvars() == {"task_id": "outer",
+                                                             "worker": "brain-1"}
+        with pytest.raises(RuntimeError):
+            await tracing.advance(Failing(), _Task(), _Ctx())
+        assert structlog.contextvars.get_contextvars() == {"task_id": "outer",
+                                                             "worker": "brain-1"}
+    finally:
+        structlog.contextvars.clear_contextvars()
