@@ -23,26 +23,23 @@ it installs the global providers from the standard ``OTEL_*`` variables, and
   turns everything off.
 * metrics: the same, with ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_METRICS_EXPORTER``
   (every ``OTEL_METRIC_EXPORT_INTERVAL``, 60 s by default). Under this MeterProvider the
-  histograms are :class:`Histogram` aggregates kept in the process and added to each
-  export with the names, units, buckets and attributes the SDK's would have.
+  counters and histograms are aggregates kept in the process
+  (:mod:`baton.observability.metrics`) and added to each export with the names, units,
+  buckets and attributes the SDK's would have.
 * ``BATON_OTEL_FILE=PATH`` (ours, for tests): every finished span as one JSON line appended
-  to PATH as it ends, so the spans of several processes (even one SIGKILLed) can be merged.
+  to PATH as it ends (:mod:`baton.observability.span_file`), so the spans of several
+  processes (even one SIGKILLed) can be merged.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import contextvars
 import functools
-import json
 import os
 import re
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -55,6 +52,14 @@ from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
+from baton.observability.metrics import (
+    Histogram,
+    Instruments,
+    Tally,
+    kept_histograms_exporter,
+)
+from baton.observability.span_file import JsonLinesSpanExporter
+
 __all__ = [
     "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally", "carry",
     "current_trace_id", "extract", "handing_on", "inject", "instruments", "setup", "shutdown",
@@ -64,171 +69,10 @@ __all__ = [
 FILE_ENV = "BATON_OTEL_FILE"
 SCOPE = "baton"  # the instrumentation scope of every span and instrument Baton makes
 
-# Seconds, per the semantic conventions' advice for duration histograms.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                    7.5, 10.0, 30.0, 60.0)
-TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
-
 # The global providers that mean "nobody configured telemetry": the API's proxies (before
 # any set_*_provider) and the explicit no-ops.
 _NO_TRACING = (ProxyTracerProvider, NoOpTracerProvider)
 _NO_METRICS = (_ProxyMeterProvider, NoOpMeterProvider)
-
-
-class Tally:
-    """A counter kept in this process and reported by an observable counter's callback.
-
-    ``add`` has the signature of a Counter's, at the cost of one dict update: the SDK's
-    ``Counter.add`` cleans and hashes the attributes on every call (microseconds, several
-    times per handled message). The metric is the same cumulative monotonic sum.
-    """
-
-    __slots__ = ("totals",)
-
-    def __init__(self) -> None:
-        self.totals: dict[tuple[tuple[str, Any], ...], int] = {}
-
-    def add(self, amount: int, attributes: Mapping[str, Any] | None = None) -> None:
-        key = tuple(attributes.items()) if attributes else ()
-        self.totals[key] = self.totals.get(key, 0) + amount
-
-    def observe(self, _options: Any) -> Iterable[Any]:
-        from opentelemetry.metrics import Observation
-
-        for key, total in list(self.totals.items()):
-            yield Observation(total, dict(key))
-
-
-class Histogram:
-    """A histogram kept in this process and handed to Baton's own metric exporters.
-
-    ``record`` has the signature of an SDK Histogram's, at the cost of one bisect and a few
-    list updates under a lock: the SDK's ``Histogram.record`` builds a measurement, cleans
-    and hashes the attributes and runs the exemplar filter on every call (tens of
-    microseconds, about twenty times per session). At each export the exporter
-    :func:`setup` installed adds one cumulative point per attribute set (the same name,
-    unit, description, explicit buckets and attributes as the SDK's would be) to what the
-    SDK collected. Used only when :func:`setup` installed the MeterProvider: a host's own
-    provider gets SDK histograms, its views and exemplars included.
-    """
-
-    __slots__ = ("_lock", "bounds", "description", "name", "points", "start_ns", "unit")
-
-    def __init__(self, name: str, unit: str, description: str,
-                 bounds: Sequence[float]) -> None:
-        self.name, self.unit, self.description = name, unit, description
-        self.bounds = tuple(float(b) for b in bounds)
-        self.start_ns = time.time_ns()
-        # attribute pairs -> [count, sum, min, max, bucket counts]
-        self.points: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
-        self._lock = threading.Lock()  # records on the loop, exports on the reader's thread
-
-    def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
-        key = tuple(attributes.items()) if attributes else ()
-        bucket = bisect.bisect_left(self.bounds, amount)  # upper bounds are inclusive
-        with self._lock:
-            point = self.points.get(key)
-            if point is None:
-                point = self.points[key] = [0, 0, amount, amount, [0] * (len(self.bounds) + 1)]
-            point[0] += 1
-            point[1] += amount
-            if amount < point[2]:
-                point[2] = amount
-            elif amount > point[3]:
-                point[3] = amount
-            point[4][bucket] += 1
-
-    def snapshot(self) -> list[tuple[dict[str, Any], int, float, float, float, list[int]]]:
-        """(attributes, count, sum, min, max, bucket counts) per attribute set so far."""
-        with self._lock:
-            return [(dict(key), n, total, low, high, list(counts))
-                    for key, (n, total, low, high, counts) in self.points.items()]
-
-
-@dataclass
-class Instruments:
-    """The metric instruments Baton records (see :mod:`baton.observability.tracing` for where)."""
-
-    commits: Any
-    refused: Any
-    handoff: Any
-    redeliveries: Any
-    takeovers: Any
-    process: Any
-    model_duration: Any
-    model_tokens: Any
-    backlog: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard -> (rows, age s)
-
-    @classmethod
-    def create(cls, meter: Any, kept: list[Histogram] | None = None) -> Instruments:
-        """Baton's instruments on ``meter``; with ``kept`` (Baton's own MeterProvider, see
-        :func:`setup`) the histograms are :class:`Histogram` aggregates added to that list
-        for its exporters, else the meter's own."""
-        from opentelemetry.metrics import CallbackOptions, Observation
-
-        def histogram(name: str, unit: str, description: str,
-                      bounds: Sequence[float]) -> Any:
-            if kept is None:
-                return meter.create_histogram(name, unit=unit, description=description,
-                                              explicit_bucket_boundaries_advisory=bounds)
-            made = Histogram(name, unit, description, bounds)
-            kept.append(made)
-            return made
-
-        def tally(name: str, unit: str, description: str) -> Tally:
-            counts = Tally()
-            meter.create_observable_counter(name, callbacks=[counts.observe], unit=unit,
-                                            description=description)
-            return counts
-
-        inst = cls(
-            commits=tally(
-                "baton.commits", unit="{commit}",
-                description="State transitions committed (submit, commit, complete)"),
-            refused=tally(
-                "baton.commits.refused", unit="{write}",
-                description="Writes refused by a fence: a stale lease or a stale attempt"),
-            handoff=histogram(
-                "baton.handoff.duration", unit="s",
-                description="Time from the commit that hands work over to the process that "
-                            "takes it (hop: submit, dispatch, wake)",
-                bounds=DURATION_BUCKETS),
-            redeliveries=tally(
-                "baton.redeliveries", unit="{message}",
-                description="Messages JetStream delivered more than once"),
-            takeovers=tally(
-                "baton.takeovers", unit="{takeover}",
-                description="Leases (brain) and tool attempts (hands) taken from another "
-                            "worker"),
-            process=histogram(
-                "messaging.process.duration", unit="s",
-                description="Duration of handling one consumed message (wake or tool)",
-                bounds=DURATION_BUCKETS),
-            model_duration=histogram(
-                "gen_ai.client.operation.duration", unit="s",
-                description="Duration of one model call",
-                bounds=DURATION_BUCKETS),
-            model_tokens=histogram(
-                "gen_ai.client.token.usage", unit="{token}",
-                description="Tokens used by one model call (gen_ai.token.type input/output)",
-                bounds=TOKEN_BUCKETS),
-        )
-
-        def rows(_: CallbackOptions) -> Iterable[Observation]:
-            for shard, (n, _age) in list(inst.backlog.items()):
-                yield Observation(n, {"baton.shard": shard})
-
-        def age(_: CallbackOptions) -> Iterable[Observation]:
-            for shard, (_n, seconds) in list(inst.backlog.items()):
-                yield Observation(seconds, {"baton.shard": shard})
-
-        meter.create_observable_gauge(
-            "baton.outbox.backlog", callbacks=[rows], unit="{row}",
-            description="Outbox rows not yet published, per shard (sampled by the relay)")
-        meter.create_observable_gauge(
-            "baton.outbox.oldest_age", callbacks=[age], unit="s",
-            description="Age of the oldest unpublished outbox row, per shard")
-        return inst
 
 
 class _State:
@@ -595,161 +439,9 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
     return out
 
 
-# ---------------------------------------------------------------------------- kept histograms
-
-
 def _with_kept_histograms(exporter: Any, resource: Any) -> Any:
     """``exporter``, adding the :class:`Histogram` points of ``state.kept`` to each export."""
-    return _kept_exporter_class()(exporter, resource)
-
-
-@functools.cache
-def _kept_exporter_class() -> type:
-    from opentelemetry.sdk.metrics import Histogram as SdkHistogram
-    from opentelemetry.sdk.metrics.export import (
-        AggregationTemporality,
-        HistogramDataPoint,
-        Metric,
-        MetricExporter,
-        MetricsData,
-        ResourceMetrics,
-        ScopeMetrics,
-    )
-    from opentelemetry.sdk.metrics.export import Histogram as HistogramData
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-    class KeptHistogramsExporter(MetricExporter):
-        """Delegates to the exporter it wraps, with the kept histograms' points added to
-        the ``baton`` scope. Cumulative by default; an exporter that prefers delta
-        histograms gets the counts and sums since its previous export (min and max stay
-        those since the start: the aggregate keeps no per-export extremes)."""
-
-        def __init__(self, inner: Any, resource: Any) -> None:
-            super().__init__(preferred_temporality=inner._preferred_temporality,
-                             preferred_aggregation=inner._preferred_aggregation)
-            self.inner, self.resource = inner, resource
-            self.delta = (inner._preferred_temporality.get(SdkHistogram)
-                          == AggregationTemporality.DELTA)
-            self.previous: dict[tuple[str, tuple[tuple[str, Any], ...]], tuple[Any, ...]] = {}
-            self.previous_ns = time.time_ns()
-
-        def export(self, metrics_data: Any, timeout_millis: float = 10_000,
-                   **kwargs: Any) -> Any:
-            try:
-                metrics_data = self.merged(metrics_data)
-            except Exception as exc:  # never lose the SDK's own points to ours
-                print(f"telemetry: histograms not exported: {exc!r}", file=sys.stderr)
-            return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-
-        def merged(self, data: Any) -> Any:
-            now = time.time_ns()
-            ours = [m for m in (self.metric(h, now) for h in list(state.kept)) if m is not None]
-            self.previous_ns = now
-            if not ours:
-                return data
-            resource_metrics = list(data.resource_metrics) if data is not None else []
-            if not resource_metrics:
-                resource_metrics = [ResourceMetrics(resource=self.resource, scope_metrics=[],
-                                                    schema_url="")]
-            first = resource_metrics[0]
-            scopes = list(first.scope_metrics)
-            for i, scope in enumerate(scopes):
-                if scope.scope.name == SCOPE:
-                    scopes[i] = ScopeMetrics(scope=scope.scope, schema_url=scope.schema_url,
-                                             metrics=[*scope.metrics, *ours])
-                    break
-            else:
-                scopes.append(ScopeMetrics(scope=InstrumentationScope(SCOPE, _version()),
-                                           metrics=ours, schema_url=""))
-            resource_metrics[0] = ResourceMetrics(resource=first.resource, scope_metrics=scopes,
-                                                  schema_url=first.schema_url)
-            return MetricsData(resource_metrics=resource_metrics)
-
-        def metric(self, histogram: Histogram, now: int) -> Any:
-            points = []
-            for attrs, n, total, low, high, counts in histogram.snapshot():
-                start = histogram.start_ns
-                if self.delta:
-                    key = (histogram.name, tuple(attrs.items()))
-                    last = self.previous.get(key)
-                    self.previous[key] = (n, total, counts)
-                    start = max(start, self.previous_ns)
-                    if last is not None:
-                        n, total = n - last[0], total - last[1]
-                        counts = [a - b for a, b in zip(counts, last[2], strict=True)]
-                    if not n:
-                        continue
-                points.append(HistogramDataPoint(
-                    attributes=attrs, start_time_unix_nano=start, time_unix_nano=now,
-                    count=n, sum=total, bucket_counts=counts,
-                    explicit_bounds=list(histogram.bounds), min=low, max=high))
-            if not points:
-                return None
-            temporality = (AggregationTemporality.DELTA if self.delta
-                           else AggregationTemporality.CUMULATIVE)
-            return Metric(name=histogram.name, description=histogram.description,
-                          unit=histogram.unit, data=HistogramData(
-                              data_points=points, aggregation_temporality=temporality))
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return bool(self.inner.force_flush(timeout_millis=timeout_millis))
-
-        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
-
-    return KeptHistogramsExporter
-
-
-# ---------------------------------------------------------------------------- file exporter
-
-
-class JsonLinesSpanExporter:
-    """Appends each finished span to a file as one JSON object per line (tests, debugging).
-
-    Fields: ``trace_id``, ``span_id``, ``parent_span_id`` (hex; None for a root), ``name``,
-    ``kind``, ``start_ns``, ``end_ns``, ``status``, ``attributes``, ``links``, ``resource``.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._file = open(path, "a", encoding="utf-8")  # closed by shutdown()
-
-    def export(self, spans: Sequence[Any]) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        lines = [json.dumps(_span_record(s), default=str) + "\n" for s in spans]
-        with self._lock:
-            if self._file.closed:
-                return SpanExportResult.FAILURE
-            self._file.writelines(lines)
-            self._file.flush()  # a SIGKILLed process keeps what it exported
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        with self._lock:
-            self._file.close()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
-
-
-def _span_record(span: Any) -> dict[str, Any]:
-    ctx, parent = span.context, span.parent
-    return {
-        "trace_id": f"{ctx.trace_id:032x}",
-        "span_id": f"{ctx.span_id:016x}",
-        "parent_span_id": f"{parent.span_id:016x}" if parent is not None else None,
-        "name": span.name,
-        "kind": span.kind.name,
-        "start_ns": span.start_time,
-        "end_ns": span.end_time,
-        "status": span.status.status_code.name,
-        "attributes": dict(span.attributes or {}),
-        "links": [{"trace_id": f"{ln.context.trace_id:032x}",
-                   "span_id": f"{ln.context.span_id:016x}"} for ln in span.links],
-        "resource": dict(span.resource.attributes),
-    }
+    return kept_histograms_exporter(exporter, resource, lambda: state.kept, SCOPE, _version())
 
 
 # ---------------------------------------------------------------------------- propagation

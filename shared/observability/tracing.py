@@ -38,9 +38,9 @@ attributes); the consumer makes the message's context current and the writes han
 propagation headers it came with (:func:`~baton.observability.telemetry.handing_on`), so
 the ``traceparent`` keeps the trace id with the sampled flag off and every process decides
 the same way. Counters are tallied in the process (see
-:class:`~baton.observability.telemetry.Tally`), and so are the histograms under the
+:class:`~baton.observability.metrics.Tally`), and so are the histograms under the
 MeterProvider Baton's own entry points install
-(:class:`~baton.observability.telemetry.Histogram`); metric attribute sets are made once.
+(:class:`~baton.observability.metrics.Histogram`); metric attribute sets are made once.
 
 The tracer and instruments come from the global providers at use time
 (:func:`baton.observability.telemetry.tracer` / ``instruments``): the host application's,
@@ -63,8 +63,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from baton.bus.delivery import delivered
 from baton.errors import StaleAttemptError, StaleFenceError
 from baton.observability.log import get_logger
+from baton.observability.metrics import Instruments
 from baton.observability.telemetry import (
-    Instruments,
     carried,
     carry,
     extract,
