@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
@@ -19,6 +20,27 @@ from nats.js import JetStreamContext
 from baton.bus.nats_auth import _Guard
 
 __all__ = ["Puller"]
+
+_HEARTBEAT = "100"
+#: What ends a pull request: no messages (404), expired (408), a conflict (409: the consumer
+#: changed, too many waiting requests, a leadership change).
+_REQUEST_ENDED = frozenset({"404", "408", "409"})
+
+
+def _is_message(msg: Msg) -> bool:
+    """A stream message, not a status about a pull request."""
+    return JetStreamContext.is_status_msg(msg) is None
+
+
+def _ends_request(msg: Msg) -> bool:
+    """Whether a status message ends the pull request it answers; raises for a status
+    that is an error (nats-py's error for it)."""
+    status = JetStreamContext.is_status_msg(msg)
+    if status in _REQUEST_ENDED:
+        return True
+    if status == _HEARTBEAT:
+        return False
+    raise nats.js.errors.APIError.from_msg(msg)
 
 
 def _take_queued_at_once(sub: Subscription) -> None:
@@ -106,12 +128,92 @@ class Puller:
     async def _fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
         try:
             if self._guard is None:
-                return await self._sub.fetch(batch, timeout=timeout)
-            return await self._guard(
-                "pull from", self._next, self._sub.fetch(batch, timeout=timeout)
-            )
-        except TimeoutError:  # nats.errors.TimeoutError, FetchTimeoutError: nothing came
+                return await self._pull(batch, timeout)
+            return await self._guard("pull from", self._next, self._pull(batch, timeout))
+        except TimeoutError:  # nats.errors.TimeoutError: nothing came
             return []
+
+    async def _pull(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+        """Up to ``batch`` messages, returned as soon as there are any.
+
+        nats-py's ``fetch`` waits, once its long poll has brought a first message, for the
+        whole batch or the end of the timeout: at a trickle (a Brain between bursts, a
+        second Brain on the same consumer) a wake sat in the client for seconds, past the
+        consumer's ack_wait, came back to another worker as a redelivery, and its session
+        stalled until the duplicates were sorted out. Here:
+
+        1. messages already delivered to the subscription are taken first, at once;
+        2. else a ``no_wait`` request takes what the stream holds now (the server answers
+           at once: up to ``batch`` messages, then 404 when it had fewer);
+        3. else one request for a single message waits up to ``timeout`` (the long poll),
+           and that message is returned the moment it comes, with any queued behind it.
+
+        The long poll ends with its one message (or expires with the wait), so no request
+        is left behind to deliver messages nobody waits for; a 404 or 408 that comes
+        meanwhile answered an earlier request and is passed over. A 409 (the consumer
+        changed, a leadership change) ends the wait: the caller asks again. Raises
+        :class:`nats.js.errors.APIError` for any other status.
+        """
+        ps = self._sub
+        msgs, _ = self._queued(batch)  # a status found here ended an earlier request
+        if msgs:
+            return msgs
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await ps._nc.publish(ps._nms, b'{"batch":%d,"no_wait":true}' % batch, ps._deliver)
+        while len(msgs) < batch:
+            try:
+                msg = await self._next_msg(deadline - loop.time())
+            except TimeoutError:
+                if msgs:
+                    return msgs
+                raise
+            if _is_message(msg):
+                msgs.append(msg)
+                more, ended = self._queued(batch - len(msgs))
+                msgs += more
+                if ended:
+                    break
+            elif _ends_request(msg):
+                break
+        if msgs:
+            return msgs
+        expires_ns = int((deadline - loop.time()) * 1e9) - 100_000
+        if expires_ns <= 0:
+            return []
+        await ps._nc.publish(ps._nms, b'{"batch":1,"expires":%d}' % expires_ns, ps._deliver)
+        while True:
+            msg = await self._next_msg(deadline - loop.time())
+            if _is_message(msg):
+                return [msg, *self._queued(batch - 1)[0]]
+            # This request ends with its message or at the deadline (where the wait ends
+            # first): a 404 or 408 now is an earlier request's, and this one stays open.
+            if JetStreamContext.is_status_msg(msg) not in ("404", "408") and _ends_request(msg):
+                return []
+
+    def _queued(self, limit: int) -> tuple[list[Msg], bool]:
+        """Up to ``limit`` messages already delivered to the subscription, without waiting,
+        and whether a status that ends a request was taken with them (the 404 that follows
+        what a ``no_wait`` request found)."""
+        sub = self._sub._sub
+        queue = sub._pending_queue
+        out: list[Msg] = []
+        ended = False
+        while len(out) < limit and not queue.empty():
+            msg = queue.get_nowait()
+            sub._pending_size -= len(msg.data)
+            queue.task_done()
+            status = JetStreamContext.is_status_msg(msg)
+            if status is None:
+                out.append(msg)
+            elif status in _REQUEST_ENDED:
+                ended = True
+        return out, ended
+
+    async def _next_msg(self, timeout: float) -> Msg:  # noqa: ASYNC109
+        if timeout <= 0:
+            raise TimeoutError
+        return await self._sub._sub.next_msg(timeout=timeout)
 
     async def close(self) -> None:
         with contextlib.suppress(nats.errors.Error):

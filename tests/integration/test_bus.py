@@ -276,3 +276,50 @@ async def test_a_long_poll_ends_when_the_connection_comes_back(
             assert [m.data for m in msgs] == [b"after"]
             await msgs[0].ack_sync()
             await puller.close()
+
+
+
+async def _waiting_requests(bus: Bus, durable: str) -> int:
+    info = await bus.nc.jetstream().consumer_info(bus.names.tool_stream, durable)
+    return int(info.num_waiting or 0)
+
+
+async def test_a_long_poll_hands_over_its_first_message_at_once_and_leaves_no_request(
+        bus: Bus) -> None:
+    # nats-py's fetch, when its long poll had brought one message, could wait for the
+    # whole batch or the end of the timeout (seen with two Brains on one consumer: a wake
+    # held past ack_wait came back to the other Brain and its session stalled for
+    # seconds). The long poll asks for one message and returns it the moment it comes,
+    # and nothing is left waiting on the server for more.
+    durable = await _tool_consumer(bus, "trickle")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+
+    async def long_poll_open() -> bool:
+        return await _waiting_requests(bus, durable) == 1
+
+    async with asyncio.timeout(30):  # far below the fetches' own 60 s
+        for i in range(3):
+            fetch = asyncio.create_task(puller.fetch(8, 60.0))
+            await eventually(long_poll_open)
+            await bus.publish(bus.tool_subject("trickle"), b"m%d" % i, msg_id=f"t{i}")
+            msgs = await fetch
+            assert [m.data for m in msgs] == [b"m%d" % i]
+            await msgs[0].ack_sync()
+            assert await _waiting_requests(bus, durable) == 0
+    await puller.close()
+
+
+async def test_what_the_stream_holds_is_fetched_up_to_the_batch_and_the_rest_next_time(
+        bus: Bus) -> None:
+    durable = await _tool_consumer(bus, "held")
+    for i in range(5):
+        await bus.publish(bus.tool_subject("held"), b"h%d" % i, msg_id=f"h{i}")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    async with asyncio.timeout(30):
+        first = await puller.fetch(3, 60.0)
+        rest = await puller.fetch(8, 60.0)  # two left: the no_wait request's 404 ends it
+    assert [m.data for m in first + rest] == [b"h%d" % i for i in range(5)]
+    assert await _waiting_requests(bus, durable) == 0
+    for m in first + rest:
+        await m.ack_sync()
+    await puller.close()
