@@ -154,6 +154,8 @@ class Puller:
         changed, a leadership change) ends the wait: the caller asks again. Raises
         :class:`nats.js.errors.APIError` for any other status.
         """
+        if batch < 1:
+            raise ValueError(f"a fetch takes at least one message, not {batch}")
         ps = self._sub
         msgs, _ = self._queued(batch)  # a status found here ended an earlier request
         if msgs:
