@@ -94,11 +94,6 @@ class Puller:
         self._guard = guard
         self._next = next_subject
         self._reconnects = reconnects
-        # The long poll last sent (see _pull): messages it may still deliver, when it
-        # expires (loop time), and the reconnect event current when it was sent.
-        self._poll_left = 0
-        self._poll_until = 0.0
-        self._poll_epoch: asyncio.Event | None = None
         _take_queued_at_once(sub._sub)
 
     async def fetch(self, batch: int, timeout: float,  # noqa: ASYNC109
@@ -141,54 +136,85 @@ class Puller:
     async def _pull(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
         """Up to ``batch`` messages, returned as soon as there are any.
 
-        nats-py's ``fetch`` waits, once its long poll has brought a first message, for the
-        whole batch or the end of the timeout: at a trickle (a Brain between bursts, a
-        second Brain on the same consumer) a wake sat in the client for seconds, past the
-        consumer's ack_wait, came back to another worker as a redelivery, and its session
-        stalled until the duplicates were sorted out. Here one pull request at a time is
-        kept open (the long poll, for ``batch`` messages, expiring with ``timeout``): the
-        server delivers into the subscription as messages come, and each fetch returns
-        what is there as soon as there is something. A fetch sends a new request only
-        when the last one has delivered its batch, expired, or ended with a status
-        (404, 408, 409) or a reconnect; a status that ends the wait makes the caller ask
-        again. Raises :class:`nats.js.errors.APIError` for any other status.
+        nats-py's ``fetch`` could, once its long poll had brought a first message, wait for
+        the whole batch or the end of the timeout (when a status left by an earlier request
+        answered its first one, it sent a second request that lingers for the whole
+        batch): a wake sat in a Brain for seconds, past the consumer's ack_wait, came back
+        to another Brain as a redelivery, and its session stalled until the duplicates were
+        sorted out. Here:
+
+        1. messages already delivered to the subscription are taken first, at once;
+        2. else one request for up to ``batch`` that waits for the first message and then
+           takes what the stream holds (``no_wait`` with ``expires``: the server answers
+           when something comes, with the messages there are and a 404 when fewer), so the
+           tool calls of one turn, published together, come in one fetch;
+        3. if a 404 or 408 answers that before any message (one left by an earlier
+           request, or a server that does not wait), a request for one message waits
+           instead, and that message is returned the moment it comes.
+
+        No request outlives the fetch that made it (each ends with what it delivered), so
+        the server hands the next message to whichever worker asks next, and a worker that
+        takes messages without getting anywhere (cut off from Redis, say) does not keep
+        them coming to itself. A 409 (the consumer changed, a leadership change) ends the
+        wait: the caller asks again. Raises :class:`nats.js.errors.APIError` for any other
+        status.
         """
         if batch < 1:
             raise ValueError(f"a fetch takes at least one message, not {batch}")
-        msgs = self._queued(batch)
+        msgs, _ = self._queued(batch)  # a status found here ended an earlier request
         if msgs:
             return msgs
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        if not self._poll_open(loop.time()):
-            expires_ns = int(timeout * 1e9) - 100_000
-            ps = self._sub
-            await ps._nc.publish(ps._nms, b'{"batch":%d,"expires":%d}' % (batch, expires_ns),
-                                 ps._deliver)
-            self._poll_left, self._poll_until = batch, loop.time() + timeout
-            self._poll_epoch = self._reconnects.event if self._reconnects else None
-        while True:
-            msg = await self._next_msg(min(deadline, self._poll_until) - loop.time())
+        ps = self._sub
+        expires_ns = int(timeout * 1e9) - 100_000
+        await ps._nc.publish(ps._nms, b'{"batch":%d,"expires":%d,"no_wait":true}'
+                             % (batch, expires_ns), ps._deliver)
+        while len(msgs) < batch:
+            try:
+                msg = await self._next_msg(deadline - loop.time())
+            except TimeoutError:
+                if msgs:
+                    return msgs
+                raise
             if _is_message(msg):
-                self._poll_left -= 1
-                return [msg, *self._queued(batch - 1)]
-            if _ends_request(msg):
-                self._poll_left = 0  # if it was the long poll's end, the next fetch asks again
+                msgs.append(msg)
+                more, ended = self._queued(batch - len(msgs))
+                msgs += more
+                if ended:
+                    break
+            elif _ends_request(msg):
+                if msgs or JetStreamContext.is_status_msg(msg) == "409":
+                    break
+                return await self._one(batch, deadline)  # 3.
+        return msgs
+
+    async def _one(self, batch: int, deadline: float) -> list[Msg]:
+        """The first message a request for one brings before ``deadline``, with any queued
+        behind it; [] when the wait ends first."""
+        loop = asyncio.get_running_loop()
+        expires_ns = int((deadline - loop.time()) * 1e9) - 100_000
+        if expires_ns <= 0:
+            return []
+        ps = self._sub
+        await ps._nc.publish(ps._nms, b'{"batch":1,"expires":%d}' % expires_ns, ps._deliver)
+        while True:
+            msg = await self._next_msg(deadline - loop.time())
+            if _is_message(msg):
+                return [msg, *self._queued(batch - 1)[0]]
+            # This request ends with its message or at the deadline (where the wait ends
+            # first): a 404 or 408 now is an earlier request's, and this one stays open.
+            if JetStreamContext.is_status_msg(msg) not in ("404", "408") and _ends_request(msg):
                 return []
 
-    def _poll_open(self, now: float) -> bool:
-        """Whether the long poll last sent may still deliver: not filled, not expired, and
-        sent on this connection (a reconnect drops the server's pull requests)."""
-        epoch = self._reconnects.event if self._reconnects else None
-        return self._poll_left > 0 and now < self._poll_until and epoch is self._poll_epoch
-
-    def _queued(self, limit: int) -> list[Msg]:
-        """Up to ``limit`` messages already delivered to the subscription, without waiting
-        (each counted off the long poll's batch); a status among them that ends a request
-        closes the long poll, so the next wait sends a new one."""
+    def _queued(self, limit: int) -> tuple[list[Msg], bool]:
+        """Up to ``limit`` messages already delivered to the subscription, without waiting,
+        and whether a status that ends a request was taken with them (the 404 that follows
+        what a ``no_wait`` request found)."""
         sub = self._sub._sub
         queue = sub._pending_queue
         out: list[Msg] = []
+        ended = False
         while len(out) < limit and not queue.empty():
             msg = queue.get_nowait()
             sub._pending_size -= len(msg.data)
@@ -197,9 +223,8 @@ class Puller:
             if status is None:
                 out.append(msg)
             elif status in _REQUEST_ENDED:
-                self._poll_left = 0
-        self._poll_left -= len(out)
-        return out
+                ended = True
+        return out, ended
 
     async def _next_msg(self, timeout: float) -> Msg:  # noqa: ASYNC109
         if timeout <= 0:

@@ -284,13 +284,13 @@ async def _waiting_requests(bus: Bus, durable: str) -> int:
     return int(info.num_waiting or 0)
 
 
-async def test_a_long_poll_hands_over_each_message_at_once_and_stays_one_request(
+async def test_a_long_poll_hands_over_its_first_message_at_once_and_leaves_no_request(
         bus: Bus) -> None:
     # nats-py's fetch, when its long poll had brought one message, could wait for the
     # whole batch or the end of the timeout (seen with two Brains on one consumer: a wake
     # held past ack_wait came back to the other Brain and its session stalled for
-    # seconds). Each fetch returns what has come as soon as something has, and the one
-    # pull request left open serves the next fetches: no request piles up on the server.
+    # seconds). The long poll returns what has come the moment something has, and its
+    # request ends with it: nothing is left waiting on the server for more.
     durable = await _tool_consumer(bus, "trickle")
     puller = await bus.pull(bus.names.tool_stream, durable)
 
@@ -305,24 +305,41 @@ async def test_a_long_poll_hands_over_each_message_at_once_and_stays_one_request
             msgs = await fetch
             assert [m.data for m in msgs] == [b"m%d" % i]
             await msgs[0].ack_sync()
-            assert await _waiting_requests(bus, durable) == 1  # the same request, still open
+            assert await _waiting_requests(bus, durable) == 0
     await puller.close()
 
 
-async def test_what_the_stream_holds_comes_in_order_a_batch_at_most_per_fetch(
+async def test_what_the_stream_holds_is_fetched_up_to_the_batch_and_the_rest_next_time(
         bus: Bus) -> None:
     durable = await _tool_consumer(bus, "held")
     for i in range(5):
         await bus.publish(bus.tool_subject("held"), b"h%d" % i, msg_id=f"h{i}")
     puller = await bus.pull(bus.names.tool_stream, durable)
-    got: list[bytes] = []
     async with asyncio.timeout(30):
-        while len(got) < 5:
-            msgs = await puller.fetch(3, 60.0)
-            assert len(msgs) <= 3
-            got += [m.data for m in msgs]
-            for m in msgs:
-                await m.ack_sync()
-            assert await _waiting_requests(bus, durable) <= 1
-    assert got == [b"h%d" % i for i in range(5)]
+        first = await puller.fetch(3, 60.0)
+        rest = await puller.fetch(8, 60.0)  # two left: the no_wait request's 404 ends it
+    assert [m.data for m in first + rest] == [b"h%d" % i for i in range(5)]
+    assert await _waiting_requests(bus, durable) == 0
+    for m in first + rest:
+        await m.ack_sync()
+    await puller.close()
+
+
+async def test_a_long_poll_under_unacked_messages_hands_over_the_next_one_at_once(
+        bus: Bus) -> None:
+    # A busy worker fetches while it holds messages not yet acked: each message that
+    # comes is handed over at once, never held back for the rest of the batch.
+    durable = await _tool_consumer(bus, "busy")
+    puller = await bus.pull(bus.names.tool_stream, durable)
+    await bus.publish(bus.tool_subject("busy"), b"in hand", msg_id="b0")
+    async with asyncio.timeout(20):  # far below the fetches' own 60 s
+        [held] = await puller.fetch(8, 60.0)  # not acked while the next comes
+        for i in range(3):
+            fetch = asyncio.create_task(puller.fetch(8, 60.0))
+            await eventually(lambda: _waiting_requests(bus, durable))
+            await bus.publish(bus.tool_subject("busy"), b"m%d" % i, msg_id=f"b{i + 1}")
+            msgs = await fetch
+            assert [m.data for m in msgs] == [b"m%d" % i]
+            await msgs[0].ack_sync()
+    await held.ack_sync()
     await puller.close()
