@@ -28,15 +28,28 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
   out), approvals and rejections (and refused approvals), compat-level migrations and
   blocked tasks.
 
-Renderers: :func:`render_text` (plain text), :meth:`Trace.to_json`, and
+The timeline's shape is in :mod:`baton.cli.trace_model`. Renderers:
+:func:`baton.cli.trace_text.render_text` (plain text), :meth:`Trace.to_json`, and
 :func:`baton.cli.trace_html.render_html` (a self-contained picture).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from baton.cli.trace_model import (
+    Carried,
+    Event,
+    Handoff,
+    Lane,
+    ModelAttempt,
+    Publish,
+    RunHops,
+    Trace,
+    quarantine_line,
+    short_run,
+)
+from baton.cli.trace_text import render_text
 from baton.receipts import (
     ApprovalDetail,
     CancelDetail,
@@ -55,232 +68,8 @@ from baton.receipts import (
 
 __all__ = [
     "Carried", "Event", "Handoff", "Lane", "ModelAttempt", "Publish", "RunHops", "Timeline",
-    "Trace",
-    "build_trace", "render_text",
+    "Trace", "build_trace", "quarantine_line", "render_text",
 ]
-
-_BRAIN_KINDS = ("lease", "takeover", "commit")
-
-
-@dataclass
-class Lane:
-    """One process: a writer of receipts, or a relay (role "relay") seen only in carriers.
-
-    A relay writes no receipts and its pid is not in its headers, so its lane is keyed by
-    name, counts ``published`` stream messages instead of ``events``, and spans its publishes.
-    """
-
-    id: str
-    role: str
-    name: str
-    pid: int
-    first_ms: int = 0
-    last_ms: int = 0
-    events: int = 0
-    abandoned: list[str] = field(default_factory=list)  # "run@attempt" left without a result
-    published: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} (pid {self.pid})" if self.pid else self.name
-
-
-@dataclass
-class Carried:
-    """One message hop: the outbox row, the relay that published it, who acted on it.
-
-    Read from the carrier the consumer recorded in its receipt (the Brain's lease, the
-    Hands' claim); ``source`` is the event whose commit wrote the row (None for a timer).
-    """
-
-    event: int  # the consuming event
-    consumer: str
-    action: str  # what the consumer did: "took the lease", "claimed run 3-1"
-    relay: str
-    row_id: str
-    published_ms: int
-    published_t_ms: int | None
-    stream_seq: int
-    delivery: int
-    source: int | None
-    timer: bool = False
-    publish: int | None = None  # index in Trace.publishes
-    outbox_ms: int | None = None  # source commit -> publish: the row's wait in the outbox
-    transit_ms: int | None = None  # publish -> this consumer's receipt
-
-    def describe(self, source: str = "") -> str:
-        """``relay-1 published outbox row X at +0.012s (...) -> hands-2 claimed run 3-1``."""
-        at = f" at {_secs(self.published_t_ms).strip()}" if self.published_t_ms is not None \
-            else ""
-        origin = f" from {source}" if source else ""
-        return (f"{self.relay} published outbox row {self.row_id or '?'}{origin}{at} "
-                f"(stream seq {self.stream_seq}, delivery {self.delivery}) -> "
-                f"{self.consumer} {self.action}")
-
-
-@dataclass
-class Publish:
-    """One stream message a relay published: a dot on the relay's lane.
-
-    Keyed by relay, row id and stream sequence, so every delivery of the message (the first,
-    and JetStream's redeliveries after a consumer died) lists the same publish.
-    """
-
-    index: int
-    relay: str
-    lane: str
-    row_id: str
-    stream_seq: int
-    published_ms: int
-    published_t_ms: int | None  # None: the relay did not say when (an older relay)
-    source: int | None  # the event whose commit wrote the row
-    timer: bool = False
-    outbox_ms: int | None = None
-    deliveries: list[int] = field(default_factory=list)  # the consuming events, in order
-
-
-@dataclass
-class Event:
-    """One receipt, placed on its lane and described."""
-
-    index: int
-    stream_id: str
-    t_ms: int  # since the session's first receipt
-    ts_ms: int
-    lane: str
-    kind: str  # the receipt kind, or the commit's step ("commit:tools")
-    fence: str  # "s:3" session fence, "a:2" attempt fence, "-" none
-    text: str
-    seq: int = 0
-    run_id: str = ""
-    task_id: str = ""
-    marks: list[str] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)  # takeover refused confirm redelivery ...
-    hops: dict[str, int] = field(default_factory=dict)  # hop name -> ms (ending here)
-    carrier: Carried | None = None  # how the message that caused it arrived (lease, claim)
-
-
-@dataclass
-class Handoff:
-    """Work passing from one event to another (usually another lane)."""
-
-    kind: str  # wake | dispatch | takeover
-    src: int  # event index
-    dst: int
-    ms: int
-    text: str
-    via: str = ""  # the relay that published the message carrying it ("" when unknown)
-
-
-@dataclass
-class RunHops:
-    """One tool run's path: dispatch, each attempt, the result, its application."""
-
-    run_id: str
-    tool: str = ""
-    dispatched_ms: int | None = None
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    completed_ms: int | None = None
-    applied_ms: int | None = None
-    recovery: str = ""
-    outcome: str = ""
-    deliveries: int = 0
-
-    @property
-    def dispatch_hop(self) -> int | None:
-        first = self.attempts[0]["claimed_ms"] if self.attempts else None
-        return None if first is None or self.dispatched_ms is None else first - self.dispatched_ms
-
-    @property
-    def apply_hop(self) -> int | None:
-        if self.completed_ms is None or self.applied_ms is None:
-            return None
-        return self.applied_ms - self.completed_ms
-
-
-@dataclass
-class ModelAttempt:
-    """One model call of a generation task, from the commit that recorded how it ended."""
-
-    event: int  # index of the commit event
-    t_ms: int
-    task_id: str
-    request_id: str
-    attempt: int
-    status: str  # "ok", the HTTP status of a failure, or "error" (no status: a timeout, a cut)
-    error: str = ""
-    wait_ms: int | None = None  # the durable sleep before the next attempt (a retry)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    provider_request_id: str = ""
-    outcome: str = ""  # "answered", "tool calls", "retry", "failed"
-
-    def describe(self) -> str:
-        wait = f"; retry in {self.wait_ms} ms" if self.wait_ms is not None else ""
-        err = f": {self.error}" if self.error else ""
-        pid = f" [{self.provider_request_id}]" if self.provider_request_id else ""
-        return (f"{self.request_id} {self.status} {self.outcome}{err}{wait}; usage "
-                f"{self.input_tokens} in / {self.output_tokens} out{pid}")
-
-
-@dataclass
-class Trace:
-    session_id: str
-    t0_ms: int
-    lanes: list[Lane]
-    events: list[Event]
-    handoffs: list[Handoff]
-    runs: list[RunHops]
-    publishes: list[Publish] = field(default_factory=list)
-    model_attempts: list[ModelAttempt] = field(default_factory=list)
-    # The session's quarantine (tries, reason, quarantined_ms) when its state could not be
-    # processed; no receipt records it (nothing is committed to a session that is poison).
-    quarantine: dict[str, Any] | None = None
-    first_task: str = ""  # see _short: the task whose runs are labelled by their tail alone
-
-    @property
-    def duration_ms(self) -> int:
-        return self.events[-1].t_ms if self.events else 0
-
-    @property
-    def lanes_by_id(self) -> dict[str, Lane]:
-        return {lane.id: lane for lane in self.lanes}
-
-    def flagged(self, flag: str) -> list[Event]:
-        return [e for e in self.events if flag in e.flags]
-
-    @property
-    def carried(self) -> list[Carried]:
-        """Every message hop a consumer recorded, in commit order."""
-        return [e.carrier for e in self.events if e.carrier is not None]
-
-    @property
-    def relays(self) -> dict[str, int]:
-        """The relays that carried this session's messages, with how many each carried."""
-        out: dict[str, int] = {}
-        for c in self.carried:
-            out[c.relay] = out.get(c.relay, 0) + 1
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "t0_ms": self.t0_ms,
-            "duration_ms": self.duration_ms,
-            "lanes": [{**asdict(lane), "label": lane.label} for lane in self.lanes],
-            "events": [asdict(e) for e in self.events],
-            "handoffs": [asdict(h) for h in self.handoffs],
-            "runs": [{**asdict(r), "dispatch_hop_ms": r.dispatch_hop,
-                      "apply_hop_ms": r.apply_hop} for r in self.runs],
-            "carriers": [asdict(c) for c in self.carried],
-            "publishes": [asdict(p) for p in self.publishes],
-            "model_attempts": [asdict(a) for a in self.model_attempts],
-            "relays": self.relays,
-            "takeovers": [e.index for e in self.flagged("takeover")],
-            "refused": [e.index for e in self.flagged("refused")],
-            "quarantine": self.quarantine,
-        }
-
 
 # ---------------------------------------------------------------------- building
 
@@ -369,7 +158,7 @@ class Timeline:
     def _short(self, run_id: str) -> str:
         if not self.first_task and run_id.count("-") >= 2:
             self.first_task = run_id.rsplit("-", 2)[0]
-        return _short(run_id, self.first_task)
+        return short_run(run_id, self.first_task)
 
     def trace(self) -> Trace:
         """The trace so far; clients, then relays, then the others in order of appearance
@@ -697,17 +486,6 @@ class Timeline:
         return max(found, key=lambda e: e.index) if found else None
 
 
-def _short(run_id: str, first_task: str = "") -> str:
-    """Run ids are ``<task>-<turn>-<n>``; the tail tells one task's runs apart on a line, and
-    the runs of any task but the first one seen also show the end of their task id (two
-    tasks' first runs are both ``1-0``)."""
-    parts = run_id.rsplit("-", 2)
-    if len(parts) != 3:
-        return f"run {run_id}"
-    tail = f"{parts[1]}-{parts[2]}"
-    return f"run {parts[0][-6:]}/{tail}" if first_task and parts[0] != first_task else f"run {tail}"
-
-
 def build_trace(session_id: str, receipts: list[Receipt],
                 quarantine: dict[str, Any] | None = None) -> Trace:
     """The timeline of ``receipts`` (in stream order, as ``Store.receipts`` returns them);
@@ -718,97 +496,3 @@ def build_trace(session_id: str, receipts: list[Receipt],
     trace = timeline.trace()
     trace.quarantine = quarantine
     return trace
-
-
-def quarantine_line(q: dict[str, Any] | None) -> str:
-    """One line saying the session is quarantined and why (empty when it is not)."""
-    if not q:
-        return ""
-    return (f"QUARANTINED after {q.get('tries', '?')} tries: {q.get('reason', '')} (its state "
-            "could not be processed; no Brain runs it, waiting clients get QuarantinedError)")
-
-
-# ---------------------------------------------------------------------- text
-
-
-def _secs(ms: int) -> str:
-    return f"+{ms / 1000:.3f}s".rjust(9)
-
-
-def render_text(trace: Trace, *, width: int = 28) -> str:
-    """Plain text: the lanes, one line per receipt, then hops, takeovers and refusals."""
-    quarantined = quarantine_line(trace.quarantine)
-    if not trace.events:
-        return f"session {trace.session_id}: no receipts\n" + (
-            f"{quarantined}\n" if quarantined else "")
-    lanes = {lane.id: lane for lane in trace.lanes}
-    out = [f"session {trace.session_id}: {len(trace.events)} receipts, {len(trace.lanes)} "
-           f"processes, {trace.duration_ms / 1000:.3f}s",
-           "fences: s:N = session lease fence (Brain), a:N = tool-run attempt fence (Hands)",
-           "processes:"]
-    if quarantined:
-        out.insert(1, quarantined)
-    carried = trace.relays
-    for lane in trace.lanes:
-        if lane.role == "relay":
-            out.append(f"  {'relay':<6} {lane.label:<{width}} published {lane.published:>3}, "
-                       f"{_secs(lane.first_ms)} .. {_secs(lane.last_ms)}  "
-                       f"({carried.get(lane.name, 0)} deliveries acted on here)")
-            continue
-        note = ""
-        if lane.abandoned:
-            left = ", ".join(
-                f"{_short(a.split('@')[0], trace.first_task)} attempt {a.split('@')[1]}"
-                for a in lane.abandoned)
-            note = (f"  <- left {left} without a result; no receipt after "
-                    "(process died or was cut off)")
-        out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
-                   f"{_secs(lane.first_ms)} .. {_secs(lane.last_ms)}{note}")
-    out.append("")
-    out.append(f"  {'t':>9}  {'process':<{width}} {'fence':<6} {'event':<17} what")
-    for e in trace.events:
-        lane = lanes[e.lane]
-        mark = ">>" if {"takeover", "refused"} & set(e.flags) else "  "
-        out.append(f"{mark}{_secs(e.t_ms)}  {lane.label:<{width}} {e.fence:<6} {e.kind:<17} "
-                   f"{e.text}")
-    out += ["", "tool runs (hops from commit timestamps):"]
-    for r in trace.runs:
-        attempts = "; ".join(
-            f"a:{a['attempt']} {a['worker']} "
-            + (f"via {a['via']} " if a.get("via") else "")
-            + (f"{a['ended_ms'] - a['claimed_ms']} ms {a['result']}" if a["ended_ms"]
-               else "no result") for a in r.attempts) or "never claimed"
-        out.append(f"  {_short(r.run_id, trace.first_task):<10} {r.tool or '?':<11} dispatch "
-                   f"{_ms(r.dispatch_hop)}  [{attempts}]  apply {_ms(r.apply_hop)}  "
-                   f"recovery {r.recovery or '-'}, deliveries {r.deliveries}")
-    if trace.carried:
-        out.append("message hops (outbox row -> relay -> the process that acted on it):")
-        for c in trace.carried:
-            src = trace.events[c.source] if c.source is not None else None
-            origin = "timer" if c.timer else (
-                f"{src.kind} of {lanes[src.lane].name}" if src is not None else "")
-            waits = ", ".join(
-                [*([f"{c.outbox_ms} ms in the outbox"] if c.outbox_ms is not None else []),
-                 *([f"{c.transit_ms} ms from publish to {c.consumer}"]
-                   if c.transit_ms is not None else [])])
-            out.append(f"  {_secs(trace.events[c.event].t_ms)} {c.describe(origin)}"
-                       + (f" [{waits}]" if waits else ""))
-    if trace.model_attempts:
-        out.append("model attempts (status, error, wait before the next attempt, usage):")
-        out += [f"  {_secs(a.t_ms)} {a.describe()}" for a in trace.model_attempts]
-    wakes = [h for h in trace.handoffs if h.kind == "wake"]
-    if wakes:
-        out.append("wake hops: " + ", ".join(f"{h.ms} ms" for h in wakes))
-    for title, flag in (("takeovers", "takeover"), ("refused stale writes", "refused"),
-                        ("confirm / recovery outcomes", "confirm"),
-                        ("redeliveries", "redelivery"), ("retries", "retry"),
-                        ("cancellations", "cancel"), ("approvals", "approval"),
-                        ("versions (migrations, blocked tasks)", "version")):
-        found = trace.flagged(flag) + (trace.flagged("recovery") if flag == "confirm" else [])
-        out.append(f"{title}: {len(found) or 'none'}")
-        out += [f"  {_secs(e.t_ms)} {lanes[e.lane].label}: {e.text}" for e in found]
-    return "\n".join(out) + "\n"
-
-
-def _ms(value: int | None) -> str:
-    return f"{value} ms" if value is not None else "-"
