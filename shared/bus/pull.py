@@ -27,20 +27,24 @@ _HEARTBEAT = "100"
 _REQUEST_ENDED = frozenset({"404", "408", "409"})
 
 
-def _is_message(msg: Msg) -> bool:
-    """A stream message, not a status about a pull request."""
-    return JetStreamContext.is_status_msg(msg) is None
-
-
-def _ends_request(msg: Msg) -> bool:
-    """Whether a status message ends the pull request it answers; raises for a status
-    that is an error (nats-py's error for it)."""
-    status = JetStreamContext.is_status_msg(msg)
+def _ends_request(status: str, msg: Msg) -> bool:
+    """Whether ``status`` (of the status message ``msg``) ends the pull request it answers;
+    raises for a status that is an error (nats-py's error for it)."""
     if status in _REQUEST_ENDED:
         return True
     if status == _HEARTBEAT:
         return False
     raise nats.js.errors.APIError.from_msg(msg)
+
+
+def _take(sub: Subscription) -> Msg:
+    """A message already queued on ``sub``, taken as nats-py's own ``next_msg`` takes it
+    (its size off the pending count, marked done)."""
+    queue = sub._pending_queue
+    msg = queue.get_nowait()
+    sub._pending_size -= len(msg.data)
+    queue.task_done()
+    return msg
 
 
 def _take_queued_at_once(sub: Subscription) -> None:
@@ -49,19 +53,14 @@ def _take_queued_at_once(sub: Subscription) -> None:
     nats-py's fetch takes the messages of a batch one ``next_msg`` at a time, and each runs
     in two tasks of its own (its timed get, and asyncio.wait_for's on Python 3.11), a loop
     turn or more per message even when the whole batch arrived in one read. A message in
-    the queue is taken as nats-py's own ``next_msg`` takes it (its size off the pending
-    count, marked done); an empty queue waits the library's way.
+    the queue is taken at once (:func:`_take`); an empty queue waits the library's way.
     """
     waiting = sub.next_msg
 
     async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109
-        queue = sub._pending_queue
-        if queue.empty() or sub._conn.is_closed:
+        if sub._pending_queue.empty() or sub._conn.is_closed:
             return await waiting(timeout)
-        msg = queue.get_nowait()
-        sub._pending_size -= len(msg.data)
-        queue.task_done()
-        return msg
+        return _take(sub)
 
     sub.next_msg = next_msg  # type: ignore[method-assign]
 
@@ -166,10 +165,8 @@ class Puller:
             return msgs
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        ps = self._sub
         expires_ns = int(timeout * 1e9) - 100_000
-        await ps._nc.publish(ps._nms, b'{"batch":%d,"expires":%d,"no_wait":true}'
-                             % (batch, expires_ns), ps._deliver)
+        await self._ask(b'{"batch":%d,"expires":%d,"no_wait":true}' % (batch, expires_ns))
         while len(msgs) < batch:
             try:
                 msg = await self._next_msg(deadline - loop.time())
@@ -177,14 +174,15 @@ class Puller:
                 if msgs:
                     return msgs
                 raise
-            if _is_message(msg):
+            status = JetStreamContext.is_status_msg(msg)
+            if status is None:
                 msgs.append(msg)
                 more, ended = self._queued(batch - len(msgs))
                 msgs += more
                 if ended:
                     break
-            elif _ends_request(msg):
-                if msgs or JetStreamContext.is_status_msg(msg) == "409":
+            elif _ends_request(status, msg):
+                if msgs or status == "409":
                     break
                 return await self._one(batch, deadline)  # 3.
         return msgs
@@ -196,15 +194,15 @@ class Puller:
         expires_ns = int((deadline - loop.time()) * 1e9) - 100_000
         if expires_ns <= 0:
             return []
-        ps = self._sub
-        await ps._nc.publish(ps._nms, b'{"batch":1,"expires":%d}' % expires_ns, ps._deliver)
+        await self._ask(b'{"batch":1,"expires":%d}' % expires_ns)
         while True:
             msg = await self._next_msg(deadline - loop.time())
-            if _is_message(msg):
+            status = JetStreamContext.is_status_msg(msg)
+            if status is None:
                 return [msg, *self._queued(batch - 1)[0]]
             # This request ends with its message or at the deadline (where the wait ends
             # first): a 404 or 408 now is an earlier request's, and this one stays open.
-            if JetStreamContext.is_status_msg(msg) not in ("404", "408") and _ends_request(msg):
+            if status not in ("404", "408") and _ends_request(status, msg):
                 return []
 
     def _queued(self, limit: int) -> tuple[list[Msg], bool]:
@@ -212,19 +210,21 @@ class Puller:
         and whether a status that ends a request was taken with them (the 404 that follows
         what a ``no_wait`` request found)."""
         sub = self._sub._sub
-        queue = sub._pending_queue
         out: list[Msg] = []
         ended = False
-        while len(out) < limit and not queue.empty():
-            msg = queue.get_nowait()
-            sub._pending_size -= len(msg.data)
-            queue.task_done()
+        while len(out) < limit and not sub._pending_queue.empty():
+            msg = _take(sub)
             status = JetStreamContext.is_status_msg(msg)
             if status is None:
                 out.append(msg)
             elif status in _REQUEST_ENDED:
                 ended = True
         return out, ended
+
+    async def _ask(self, request: bytes) -> None:
+        """Send a pull request (JSON); what it brings arrives on the subscription."""
+        ps = self._sub
+        await ps._nc.publish(ps._nms, request, ps._deliver)
 
     async def _next_msg(self, timeout: float) -> Msg:  # noqa: ASYNC109
         if timeout <= 0:

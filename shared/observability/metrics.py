@@ -62,10 +62,11 @@ class Histogram:
     list updates under a lock: the SDK's ``Histogram.record`` builds a measurement, cleans
     and hashes the attributes and runs the exemplar filter on every call (tens of
     microseconds, about twenty times per session). At each export the exporter
-    :func:`setup` installed adds one cumulative point per attribute set (the same name,
-    unit, description, explicit buckets and attributes as the SDK's would be) to what the
-    SDK collected. Used only when :func:`setup` installed the MeterProvider: a host's own
-    provider gets SDK histograms, its views and exemplars included.
+    :func:`~baton.observability.telemetry.setup` installed adds one cumulative point per
+    attribute set (the same name, unit, description, explicit buckets and attributes as the
+    SDK's would be) to what the SDK collected. Used only when ``setup`` installed the
+    MeterProvider: a host's own provider gets SDK histograms, its views and exemplars
+    included.
     """
 
     __slots__ = ("_lock", "bounds", "description", "name", "points", "start_ns", "unit")
@@ -118,8 +119,8 @@ class Instruments:
     @classmethod
     def create(cls, meter: Any, kept: list[Histogram] | None = None) -> Instruments:
         """Baton's instruments on ``meter``; with ``kept`` (Baton's own MeterProvider, see
-        :func:`setup`) the histograms are :class:`Histogram` aggregates added to that list
-        for its exporters, else the meter's own."""
+        :func:`~baton.observability.telemetry.setup`) the histograms are :class:`Histogram`
+        aggregates added to that list for its exporters, else the meter's own."""
         from opentelemetry.metrics import CallbackOptions, Observation
 
         def histogram(name: str, unit: str, description: str,

@@ -159,8 +159,8 @@ def _handed_on() -> dict[str, str] | None:
     return None
 
 
-#: Stands in for a span where none is made: ``with (span or _NO_SPAN) as span`` costs no
-#: exit stack on the path taken for nearly every message of an unsampled trace.
+#: Stands in for a span where none is made (``with _NO_SPAN if t is None else _span(...)``):
+#: no exit stack on the path taken for nearly every message of an unsampled trace.
 _NO_SPAN: Any = contextlib.nullcontext()
 
 
