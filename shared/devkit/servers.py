@@ -348,7 +348,9 @@ class RedisServer(_Server):
             login = "AUTH {} {}\r\n".format(*self.credentials).encode()
         reply = await self._exchange(login + b"INFO server persistence\r\n", bulk=True,
                                      skip=1 if login else 0)
-        return f"process_id:{self.pid}\r\n".encode() in reply and b"loading:0\r\n" in reply
+        # Whole lines: "async_loading:0" also ends in "loading:0" while the load runs.
+        lines = reply.split(b"\r\n")
+        return f"process_id:{self.pid}".encode() in lines and b"loading:0" in lines
 
     @property
     def url(self) -> str:

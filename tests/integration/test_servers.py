@@ -93,6 +93,44 @@ async def test_redis_restart_keeps_aof_data(tmp_path: Path) -> None:
     assert (tmp_path / "r").exists()  # a given data dir is kept
 
 
+async def test_a_restarted_redis_is_ready_only_once_its_data_is_loaded(tmp_path: Path) -> None:
+    # Enough data that reading the AOF back takes a while: restart() must not return
+    # while the server still refuses data commands with LOADING.
+    async with RedisServer(tmp_path / "r", durable=True) as server:
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            pipe = client.pipeline(transaction=False)
+            for n in range(100_000):
+                pipe.set(f"k{n}", "x" * 200)
+            await pipe.execute()
+        finally:
+            await client.aclose()
+        server.kill()
+        await server.restart()
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            assert await client.dbsize() == 100_000  # no BusyLoadingError
+        finally:
+            await client.aclose()
+
+
+async def test_a_redis_still_loading_is_not_ready(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    server = RedisServer(tmp_path / "r")
+    pid = 4242
+    monkeypatch.setattr(RedisServer, "pid", property(lambda self: pid))
+
+    async def answer(loading: int) -> bool:
+        async def exchange(*args: object, **kwargs: object) -> bytes:
+            return (f"# Server\r\nprocess_id:{pid}\r\n# Persistence\r\n"
+                    f"loading:{loading}\r\nasync_loading:0\r\n").encode()
+        monkeypatch.setattr(server, "_exchange", exchange)
+        return await server._probe()
+
+    assert not await answer(1)  # "async_loading:0" must not read as "loading:0"
+    assert await answer(0)
+
+
 async def test_nats_restart_keeps_file_stream(tmp_path: Path) -> None:
     async with NatsServer(tmp_path / "n", durable=True) as server:
         port = server.port
