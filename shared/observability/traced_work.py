@@ -1,0 +1,145 @@
+"""The spans around the work itself: a task's phase (:func:`advance`), a model call
+(:func:`traced_model`, GenAI conventions) and deciding a tool run's result (:func:`execute`)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import structlog
+from opentelemetry.trace import SpanKind
+
+from baton.observability.metrics import Instruments
+from baton.observability.spans import (
+    SESSION,
+    enter_span,
+    recording_tracer,
+)
+from baton.observability.telemetry import instruments
+
+__all__ = ["advance", "execute", "traced_model"]
+
+T = TypeVar("T")
+
+
+async def advance(handler: Any, task: Any, ctx: Any) -> Any:
+    """One step of a task (the scheduler's call of ``handler.advance``): a span per phase,
+    and the task and phase bound to every log line meanwhile."""
+    phase = task.checkpoint.phase
+    # bind, then reset to what was bound before: structlog's bound_contextvars() does the
+    # same after reading every context variable of the context, at every phase.
+    tokens = structlog.contextvars.bind_contextvars(task_id=task.id, phase=phase)
+    try:
+        t = recording_tracer()
+        if t is None:
+            return await handler.advance(task, ctx)
+        with enter_span(t, f"phase {task.kind}.{phase}", **{
+            SESSION: ctx.session_id, "baton.task_id": task.id, "baton.task.kind": task.kind,
+            "baton.task.state": task.state.name, "baton.fence": ctx.fence,
+        }):
+            return await handler.advance(task, ctx)
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)
+
+
+def _provider(name: str) -> str:
+    """``gen_ai.provider.name`` from a model name ``<provider>:<model>`` (else the name)."""
+    provider, sep, _model = name.partition(":")
+    return provider if sep else name
+
+
+class _TracedModel:
+    """A model client whose ``generate`` is a CLIENT span (GenAI semantic conventions) and
+    records ``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage``.
+
+    Always wrapped, checked at each call: a provider configured after the Brain built its
+    clients still sees the calls. ``generate`` keeps the wrapped one's signature
+    (``functools.wraps``): the Brain looks at it to tell whether the client streams;
+    everything else is the client's own.
+    """
+
+    def __init__(self, name: str, client: Any) -> None:
+        self._client = client
+        inner = client.generate
+        provider = _provider(name)
+
+        @functools.wraps(inner)
+        async def generate(request: Any, *args: Any, **kw: Any) -> Any:
+            t, inst = recording_tracer(), instruments()
+            if t is None and inst is None:
+                return await inner(request, *args, **kw)
+            gen_ai = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
+                      "gen_ai.system": provider, "gen_ai.request.model": request.model}
+            started = time.perf_counter()
+            error: str | None = None
+            response: Any = None
+            try:
+                if t is None:
+                    response = await inner(request, *args, **kw)
+                    return response
+                with enter_span(t, f"chat {request.model}", SpanKind.CLIENT, **gen_ai, **{
+                    "baton.request_id": request.request_id,
+                    "baton.entries": len(request.entries),
+                }) as span:
+                    response = await inner(request, *args, **kw)
+                    span.set_attributes({
+                        **_usage(response),
+                        "gen_ai.response.finish_reasons": [
+                            str(getattr(response, "stop_reason", ""))],
+                        "baton.tool_calls": len(getattr(response, "tool_calls", ())),
+                    })
+                    return response
+            except BaseException as exc:
+                error = type(exc).__name__
+                raise
+            finally:
+                if inst is not None:
+                    _record_model(inst, gen_ai, time.perf_counter() - started, response, error)
+
+        self.generate = generate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def _usage(response: Any) -> dict[str, int]:
+    usage = getattr(response, "usage", None)
+    return {"gen_ai.usage.input_tokens": getattr(usage, "input_tokens", 0),
+            "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", 0)}
+
+
+def _record_model(inst: Instruments, gen_ai: dict[str, Any], seconds: float, response: Any,
+                  error: str | None) -> None:
+    inst.model_duration.record(seconds, {**gen_ai, "error.type": error} if error else gen_ai)
+    if response is not None:
+        usage = _usage(response)
+        inst.model_tokens.record(usage["gen_ai.usage.input_tokens"],
+                                 {**gen_ai, "gen_ai.token.type": "input"})
+        inst.model_tokens.record(usage["gen_ai.usage.output_tokens"],
+                                 {**gen_ai, "gen_ai.token.type": "output"})
+
+
+def traced_model(name: str, client: Any) -> Any:
+    """The model client ``name``, wrapped so each call is a span when something records."""
+    if isinstance(client, _TracedModel):
+        return client
+    return _TracedModel(name, client)
+
+
+async def execute(intent: Any, attempt: int, call: Awaitable[T]) -> T:
+    """Around deciding a tool run's result (execute, or confirm / re-execute on recovery)."""
+    t = recording_tracer()
+    if t is None:
+        return await call
+    with enter_span(t, f"execute {intent.tool}", **{
+        SESSION: intent.session_id, "baton.run_id": intent.run_id,
+        "baton.task_id": intent.task_id, "baton.fence": attempt,
+        "baton.replay": intent.replay, "baton.operation_id": intent.operation_id,
+    }) as span:
+        result: Any = await call
+        if result is not None:
+            span.set_attributes({"baton.outcome": result.outcome,
+                                 "baton.recovery": result.recovery})
+        return result
