@@ -41,14 +41,8 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from baton.devkit.netns import Netns
-from baton.devkit.servers import (
-    Managed,
-    NatsCluster,
-    NatsServer,
-    RedisServer,
-    _find_binary,
-    free_port,
-)
+from baton.devkit.process import Managed, find_binary, free_port
+from baton.devkit.servers import NatsCluster, NatsServer, RedisServer
 from baton.devkit.tls import TlsFiles
 from baton.errors import ServerError
 
@@ -164,7 +158,7 @@ class RedisClusterServers(Managed):
         tls: TlsFiles | None = None,
     ) -> None:
         hint = "install Redis >= 7 with its CLI (Debian: apt-get install redis-tools)"
-        self._cli = _find_binary("redis-cli", cli, "BATON_REDIS_CLI", [], hint)
+        self._cli = find_binary("redis-cli", cli, "BATON_REDIS_CLI", [], hint)
         self.primaries = primaries
         self.replicas = replicas
         self.durable = durable
