@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "sse": "baton.bench.sse_bench",
     "cold": "baton.bench.cold_bench",
     "obs": "baton.bench.obs_bench",
+    "redis": "baton.bench.redis_time_bench",
 }
 
 __all__ = ["BENCHES"]

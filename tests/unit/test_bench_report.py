@@ -92,3 +92,30 @@ def test_obs_costs_are_medians_of_pairs_with_a_distribution_free_interval() -> N
         stats["median"], stats["ci_low"], stats["ci_high"])
     assert describe(stats).startswith("+14.5% (95% CI +9.0%..+20.0%; IQR ")
     assert spread([0.03])["ci_low"] == spread([0.03])["ci_high"] == 0.03
+
+
+def test_redis_time_names_scripts_by_sha_and_keeps_scripted_commands_apart() -> None:
+    from baton.bench.redis_time_bench import script_names, summarize, tally
+
+    names = script_names()
+    commit = next(sha for sha, name in names.items() if name == "commit")
+    entries = [
+        {"command": f"EVALSHA {commit} 1 k a", "duration": 150, "client_address": "1.2.3.4:5"},
+        {"command": b"EVALSHA " + commit.encode() + b" 1 k b", "duration": 170,
+         "client_address": b"1.2.3.4:5"},
+        {"command": "HSET k f v", "duration": 2, "client_address": "?:0"},  # run by the script
+        {"command": "EVALSHA 0123456789abcdef0123 0", "duration": 9, "client_address": "x:1"},
+        {"command": "xreadgroup GROUP relay r STREAMS s >", "duration": 40,
+         "client_address": "1.2.3.4:6"},
+        {"command": "CONFIG SET slowlog-log-slower-than -1", "duration": 3,
+         "client_address": "1.2.3.4:7"},  # the benchmark's own
+    ]
+    tallied = tally(entries, names)
+    assert tallied["scripts"] == {"commit": [150, 170], "sha 0123456789ab": [9]}
+    assert tallied["scripted"] == {"HSET": [2]}
+    assert tallied["direct"] == {"XREADGROUP": [40]}
+
+    summary = summarize(tallied, sessions_n=2)
+    assert list(summary["scripts"]) == ["commit", "sha 0123456789ab"]  # most time first
+    assert summary["scripts"]["commit"] == {"calls_per_session": 1.0, "us_per_session": 160.0,
+                                            "p50_us": 160.0, "p99_us": pytest.approx(169.8)}
