@@ -19,7 +19,7 @@ from baton.observability.telemetry import carried, inject, state, tracer, unsamp
 __all__ = [
     "NATS", "NO_SPAN", "SESSION", "count_committed", "count_refused", "db_attrs", "enter_span",
     "headers_to_hand_on", "metric_attrs", "now_ms", "record_handoff", "recording_tracer",
-    "role_attrs", "session_of",
+    "session_of",
 ]
 
 SESSION = "baton.session_id"
@@ -43,10 +43,6 @@ def db_attrs(script: str) -> dict[str, str]:
             "db.stored_procedure.name": script}
 
 
-def role_attrs() -> dict[str, str]:
-    return {"baton.role": state.role} if state.role else {}
-
-
 # Metric attributes are made once per distinct value set and shared by every measurement
 # (the SDK only reads them); the sets are few: roles, ops, commit kinds, hops, subjects.
 
@@ -65,7 +61,7 @@ def count_refused(inst: Instruments | None, op: str, exc: BaseException) -> None
 def count_committed(inst: Instruments | None, op: str, kind: str = "") -> None:
     if inst is not None:
         inst.commits.add(1, metric_attrs(("baton.role", state.role), ("baton.op", op),
-                                   ("baton.commit.kind", kind)))
+                                         ("baton.commit.kind", kind)))
 
 
 def record_handoff(inst: Instruments, hop: str, since_ms: int | None) -> None:
