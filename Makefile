@@ -8,6 +8,7 @@
 #   make test-partition  network partitions in Linux network namespaces (root)
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
 #   make bench-obs   the cost of logs, metrics and tracing as shipped (~3 min; README figures)
+#   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -35,7 +36,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -87,6 +88,10 @@ bench: deps venv
 # without telemetry, 30 rounds.
 bench-obs: deps venv
 	$(BIN)/baton bench obs $(BENCH_ARGS)
+
+# Where Redis' time goes in a five-notice session (SLOWLOG of every command), by script.
+bench-redis: deps venv
+	$(BIN)/baton bench redis $(BENCH_ARGS)
 
 # The console screenshots in docs/console/ (README) come from the browser test.
 screenshots: deps venv
