@@ -33,8 +33,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from baton.bench.cold_bench import cpu_ns
 from baton.bench.common import Result, Row, environment, percentile
-from baton.bench.e2e_bench import _cpu_s, bench_client, sessions
+from baton.bench.e2e_bench import bench_client, sessions
 from baton.devkit.devstack import DevStack
 from baton.store.scripts import SESSION_SCRIPTS, SHARD_SCRIPTS, source
 
@@ -180,9 +181,9 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                     empty = await _empty_script_us(client.store.redis)
                     await sessions(client, conc, warmup * conc, 0)
                     async with SlowlogEverything(client.store.redis, 400 * total) as log:
-                        cpu0 = _cpu_s(redis_pid)
+                        cpu0 = cpu_ns(redis_pid)
                         done = await sessions(client, conc, total, 0)
-                        cpu = _cpu_s(redis_pid) - cpu0
+                        cpu_us = (cpu_ns(redis_pid) - cpu0) / 1000
                         tallied = tally(await log.entries(), names)
                     n = len(done.samples_ns)
                     v: dict[str, Any] = {"sessions": n, "empty_script_p50_us": empty,
@@ -191,9 +192,9 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                     direct_us = sum(s["us_per_session"] for s in v["direct"].values())
                     scripted_us = sum(s["us_per_session"] for s in v["scripted"].values())
                     v["logged_us_per_session"] = script_us + direct_us
-                    v["redis_cpu_us_per_session"] = cpu * 1e6 / n
-                    v["logged_share_of_cpu"] = (script_us + direct_us) / (cpu * 1e6 / n) \
-                        if cpu else math.nan
+                    v["redis_cpu_us_per_session"] = cpu_us / n
+                    v["logged_share_of_cpu"] = (script_us + direct_us) / (cpu_us / n) \
+                        if cpu_us else math.nan
                     v["scripted_share_of_scripts"] = scripted_us / script_us if script_us \
                         else math.nan
                     extra["levels"][level] = v
