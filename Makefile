@@ -7,7 +7,7 @@
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
-#   make bench-obs   the cost of logs, metrics and tracing as shipped (~3 min; README figures)
+#   make bench-obs   the cost of logs, metrics and tracing as shipped (~4 min; README figures)
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)

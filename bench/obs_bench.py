@@ -10,7 +10,10 @@ at a time (the others idle at a few ms of CPU per second):
   http/protobuf, batched, with the deploy files' sampler: parent-based, 1% of the roots) to
   a sink in this process that answers 200;
 * **1 in 10**: the same with a tenth of the traces sampled (the deploy files' former ratio);
-* **all spans**: the same with every trace sampled.
+* **all spans**: the same with every trace sampled;
+* **off again**: the off configuration once more, on a stack of its own: its paired cost is
+  the bench's own bias between two stacks of the same code and configuration (an A/A
+  control), the floor under which a mode's cost is not told apart from nothing.
 
 The variants are interleaved and each is bracketed by the off stack: a round drives
 ``off, A, off, B, off, ...`` (the other modes in an order that rotates from round to round)
@@ -55,6 +58,8 @@ DESCRIPTION = "sessions/s at concurrency 32 with logs and tracing on vs off (pai
 
 CONCURRENCY = 32
 TARGET_COST = 0.05
+#: The A/A control: the off configuration on a stack of its own (see the module docstring).
+CONTROL = "off again"
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -124,6 +129,7 @@ def modes(endpoint: str) -> dict[str, dict[str, str]]:
         "shipped": {**traced, **SHIPPED_SAMPLER},
         "1 in 10": {**traced, **SHIPPED_SAMPLER, "OTEL_TRACES_SAMPLER_ARG": "0.1"},
         "all spans": {**traced, "OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+        CONTROL: {"BATON_LOG_LEVEL": "warning"},
     }
 
 
@@ -192,12 +198,14 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                       describe(cpu_cost[mode]) if mode in cpu_cost else "",
                       f"{statistics.median(rates[mode]):.1f}",
                       describe(costs[mode]) if mode in costs else "",
-                      f"<= {TARGET_COST:.0%}" if mode == "shipped" else "")
+                      f"<= {TARGET_COST:.0%}" if mode == "shipped"
+                      else "~0 (the bench's bias)" if mode == CONTROL else "")
     console.print(table)
     console.print(f"[dim]medians of the {rounds} rounds' paired costs; in brackets a 95% "
                   "confidence interval of the median and the interquartile range (min..max in "
-                  f"the JSON). OTLP bytes exported: {exported:,}; shipped sampler: "
-                  f"{SHIPPED_SAMPLER}[/dim]")
+                  f"the JSON). '{CONTROL}' is the off configuration on another stack: a cost "
+                  "within its distance from zero is not told apart from nothing. OTLP bytes "
+                  f"exported: {exported:,}; shipped sampler: {SHIPPED_SAMPLER}[/dim]")
     rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
                 n=rounds * per_round, p50_us=float("nan"), p99_us=float("nan"),
                 ops_per_s=statistics.median(rates[mode]), note="median of rounds")
@@ -206,5 +214,5 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
              "cpu_costs": cpu_cost, "cpu_pairs": cpu_pairs, "rate_pairs": rate_pairs,
              "target": TARGET_COST, "rounds": rounds,
              "sessions_per_round": per_round, "otlp_bytes": exported,
-             "shipped_sampler": SHIPPED_SAMPLER}
+             "shipped_sampler": SHIPPED_SAMPLER, "control": CONTROL}
     return Result(NAME, rows, env=environment(), extra=extra)
