@@ -16,6 +16,8 @@ from baton.api.auth import Tokens
 from baton.devkit.servers import free_port
 from baton.settings import Settings
 
+START_TIMEOUT_S = 30.0  # generous: a loaded machine starts the app slowly, a hang still ends
+
 
 @asynccontextmanager
 async def serving_api(settings: Settings, tokens: Tokens) -> AsyncIterator[str]:
@@ -26,11 +28,14 @@ async def serving_api(settings: Settings, tokens: Tokens) -> AsyncIterator[str]:
         access_log=False, lifespan="on", timeout_graceful_shutdown=2))
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("the API stopped during start")
-            await asyncio.sleep(0.01)
+        # uvicorn sets ``started`` without an event to wait on: polled, with a deadline, and
+        # a server that ended during its start raises its own error.
+        async with asyncio.timeout(START_TIMEOUT_S):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError("the API stopped during start")
+                await asyncio.sleep(0.01)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True

@@ -1,4 +1,5 @@
-"""The relay's side of the store: outbox rows, timers and relay leases of each shard.
+"""The relay's side of the store: the outbox rows of each shard (its leases, timers and
+waiting requests are :mod:`baton.store.shard_store`'s).
 
 Each shard has one outbox stream read through the consumer group ``relay``. Live relays
 divide the shards by fenced leases (``relay_lease.lua``): a relay reads, claims and fires
@@ -34,9 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -46,14 +45,11 @@ from redis.typing import KeyT, StreamIdT
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.redis_client import batches_raw, is_cluster, run_batch, run_batch_then
+from baton.store.redis_client import batches_raw, run_batch, run_batch_then
 from baton.store.replication import ReplicatedWrites
-from baton.store.scripts import Scripts
+from baton.store.shard_store import ShardStore
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
-# A session's inbox key, "<ns>:{<ns>-<shard>}:s:<session id>:inbox" (checked against the
-# session's own key, so a key of another shard or namespace is skipped).
-_INBOX_KEY = re.compile(r"^[^{]*\{[^}]*\}:s:(.+):inbox$")
 # The id of a request's wake row before its session's first commit: "<sid>/0/s.<request>"
 # (submit) or "<sid>/0/t.<request>" (start).
 _OPENING = re.compile(r"^[^/]+/0/[st]\.")
@@ -95,40 +91,16 @@ def _stream_entries(reply: Any) -> Iterator[tuple[str, list[tuple[str, dict[str,
         yield key, entries
 
 
-@dataclass(frozen=True, slots=True)
-class Backlog:
-    shard: int
-    rows: int
-    oldest_ms: int | None
-    pending: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseAnswer:
-    """A relay lease script's answer: ``ok`` with this relay's ``fence``, or the holder."""
-
-    ok: bool
-    fence: int = 0
-    holder: str = ""
-
-
-class Outbox:
-    """Outbox, timer and relay-lease operations over the shards of a namespace."""
+class Outbox(ShardStore):
+    """Outbox and wakes rows over the shards of a namespace, with the shards' leases,
+    timers and waiting requests (:class:`~baton.store.shard_store.ShardStore`)."""
 
     def __init__(self, redis: Redis, keys: Keys, *,
                  writes: ReplicatedWrites | None = None) -> None:
-        self.redis = redis
-        self.keys = keys
-        self.scripts = Scripts(redis)
-        #: Replica acknowledgement of acks and timer firings (None: a primary's reply is enough).
-        self.writes = writes if writes is not None and writes.min_replicas > 0 else None
-        self.cluster = is_cluster(redis)
+        super().__init__(redis, keys, writes=writes)
         self._by_key = {keys.outbox(s): (s, "") for s in range(keys.shards)}
         self._by_key.update({keys.wakes(s): (s, WAKES) for s in range(keys.shards)})
         self._reads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-    def _streams(self, shard: int) -> list[str]:
-        return [self.keys.outbox(shard), self.keys.wakes(shard)]
 
     def groups(self, shards: list[int]) -> list[list[int]]:
         """Shards one XREADGROUP may read together: all on one server, one per slot on a
@@ -136,38 +108,6 @@ class Outbox:
         if not shards:
             return []
         return [[s] for s in shards] if self.cluster else [list(shards)]
-
-    async def lease(self, op: str, shard: int, holder: str, ttl_ms: int,
-                    fence: int = 0) -> LeaseAnswer:
-        """Acquire, renew or release the relay lease of a shard (see relay_lease.lua)."""
-        reply = await self.scripts.relay_lease(
-            keys=[self.keys.relay_lease(shard)], args=[op, holder, ttl_ms, fence])
-        if int(reply[0]) == 1:
-            return LeaseAnswer(True, int(reply[1]))
-        return LeaseAnswer(False, int(reply[2]) if op != "acquire" else 0, str(reply[1]))
-
-    async def renew_all(self, held: dict[int, int], holder: str,
-                        ttl_ms: int) -> dict[int, LeaseAnswer]:
-        """Renew the leases of every held shard (``shard -> fence``): one script call for
-        all of them on a single server (relay_lease.lua takes several keys there), one
-        call per shard on a Redis Cluster, where a script's keys share one slot."""
-        if self.cluster or len(held) < 2:
-            return {s: await self.lease("renew", s, holder, ttl_ms, f) for s, f in held.items()}
-        replies = await self.scripts.relay_lease(
-            keys=[self.keys.relay_lease(shard) for shard in held],
-            args=["renew", holder, ttl_ms, *held.values()])
-        return {shard: LeaseAnswer(True, int(r[1])) if int(r[0]) == 1
-                else LeaseAnswer(False, int(r[2]), str(r[1]))
-                for shard, r in zip(held, replies, strict=True)}
-
-    async def look(self, shards: list[int]) -> dict[int, tuple[str, int]] | None:
-        """Each shard's lease holder and the ms it has left (``''``/0 when free), in one
-        read-only call; None on a Redis Cluster, where it would take a call per shard."""
-        if self.cluster or not shards:
-            return None
-        replies = await self.scripts.relay_lease(
-            keys=[self.keys.relay_lease(shard) for shard in shards], args=["look", "", 0])
-        return {shard: (str(r[0]), int(r[1])) for shard, r in zip(shards, replies, strict=True)}
 
     async def pending_counts(self, shards: list[int]) -> dict[int, int]:
         """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one
@@ -434,16 +374,6 @@ class Outbox:
             rows += [parse_row(shard, sid, f, stream) for sid, f in entries if f]
         return rows
 
-    async def fire_timers(self, shard: int, limit: int, rearm_ms: int, holder: str,
-                          fence: int) -> int:
-        """Turn due timers of a shard into outbox wake rows; returns how many fired, or -1
-        when ``holder`` no longer holds the shard's lease with ``fence``."""
-        prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
-        return int(await self._write(
-            "fire_timers",
-            [self.keys.timers(shard), self.keys.outbox(shard), self.keys.relay_lease(shard)],
-            [limit, rearm_ms, prefix, holder, fence]))
-
     async def list_new_sessions(self, rows: list[OutboxRow]) -> None:
         """List in their shard's session index (ZADD NX, scored by the row's time) the
         sessions that the submit or start request of these wakes-stream rows may open: a
@@ -463,103 +393,11 @@ class Outbox:
             if isinstance(reply, Exception):
                 raise reply
 
-    async def waiting_requests(self, shards: list[int]) -> dict[int, list[str]]:
-        """The sessions of ``shards`` whose inbox holds requests (shard -> session ids), by
-        one ``SCAN`` of the keyspace (of every primary, on a cluster): the inbox is the one
-        key a client's request writes, so this finds a request whatever became of its wake."""
-        wanted, found = set(shards), dict[int, list[str]]()
-        pattern = f"{self.keys.ns}:{{{self.keys.ns}-*}}:s:*:inbox"
-        async for key in self.redis.scan_iter(match=pattern, count=1000, _type="hash"):
-            key = key.decode() if isinstance(key, bytes) else key
-            m = _INBOX_KEY.match(key)
-            try:
-                sk = self.keys.session(m.group(1)) if m else None
-            except ValidationError:
-                continue
-            if sk is not None and sk.inbox == key and sk.shard in wanted:
-                found.setdefault(sk.shard, []).append(sk.session_id)
-        return found
-
-    async def arm_requests(self, shard: int, session_ids: list[str], holder: str,
-                           fence: int, deadline_ms: int) -> int:
-        """Arm, due ``deadline_ms`` from now, the progress deadline of each session whose
-        inbox still holds requests (``arm_requests.lua``); returns how many were armed, or -1
-        when ``holder`` no longer holds the shard's lease with ``fence``."""
-        prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
-        return int(await self._write(
-            "arm_requests", [self.keys.timers(shard), self.keys.relay_lease(shard),
-                             self.keys.sessions(shard)],
-            [holder, fence, prefix, deadline_ms, *session_ids]))
-
-    async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run a shard script; with :attr:`writes`, answered once a replica has its writes.
-
-        The commit id only names the attempt in logs: both scripts are idempotent (an ack of
-        deleted rows acks nothing, a fired timer is gone or re-armed), so they need no
-        applied-reply record.
-        """
-        script = getattr(self.scripts, name)
-        if self.writes is None:
-            return await script(keys=keys, args=args)
-        reply, _ = await self.writes.run(script, keys, args, commit_id=uuid.uuid4().hex,
-                                         what=name)
-        return reply
-
-    async def timer_heads(self, shards: list[int]) -> tuple[int, dict[int, int]]:
-        """Redis' clock (ms) and each shard's earliest timer.
-
-        One round trip on a single server; on a cluster TIME cannot ride in a pipeline
-        (it has no key to route by), so the clock is one more call, to any node: the
-        scripts compare due times with their own node's clock, this only sizes the sleep.
-        """
-        if batches_raw(self.redis):  # as the server sends them (see _head)
-            replies = await run_batch(self.redis, [("TIME",), *(
-                ("ZRANGE", self.keys.timers(shard), 0, 0, "WITHSCORES") for shard in shards)])
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
-            sec, usec = replies.pop(0)
-            heads = {s: _head(r) for s, r in zip(shards, replies, strict=True) if r}
-            return int(sec) * 1000 + int(usec) // 1000, heads
-        async with self.redis.pipeline(transaction=False) as p:
-            if not self.cluster:
-                p.time()
-            for shard in shards:
-                p.zrange(self.keys.timers(shard), 0, 0, withscores=True)
-            replies = await p.execute()
-        clock = await self.redis.time() if self.cluster else replies.pop(0)
-        sec, usec = clock
-        heads = {s: int(r[0][1]) for s, r in zip(shards, replies, strict=True) if r}
-        return int(sec) * 1000 + int(usec) // 1000, heads
-
-    async def backlog(self) -> list[Backlog]:
-        async with self.redis.pipeline(transaction=False) as p:
-            for s in range(self.keys.shards):
-                for key in self._streams(s):
-                    p.xlen(key)
-                    p.xrange(key, "-", "+", count=1)
-            replies = await p.execute()
-        out = []
-        for s in range(self.keys.shards):
-            n, first, wn, wfirst = replies[4 * s:4 * s + 4]
-            heads = [int(f[0][0].split("-")[0]) for f in (first, wfirst) if f]
-            out.append(Backlog(shard=s, rows=int(n) + int(wn),
-                               oldest_ms=min(heads) if heads else None, pending=0))
-        return out
-
-
 def _lost(by_stream: dict[tuple[int, str], list[str]], replies: list[Any]) -> dict[int, str]:
     """The shards whose relay_ack (one reply per stream of ``by_stream``) was refused, with
     the lease's current holder."""
     return {shard: str(reply[1]) for (shard, _), reply in zip(by_stream, replies, strict=True)
             if int(reply[0]) != 1}
-
-
-def _head(reply: list[Any]) -> int:
-    """The score of a ``ZRANGE key 0 0 WITHSCORES`` reply: ``[member, score]`` in RESP2,
-    ``[[member, score]]`` in RESP3."""
-    pair = reply[0] if isinstance(reply[0], list) else reply
-    return int(float(pair[1]))
 
 
 def _requested_wake(subject: str, pending: list[str]) -> str | None:

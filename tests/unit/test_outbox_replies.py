@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from baton.models import OutboxRow
-from baton.store.outbox import _head, parse_row
+from baton.store.outbox import parse_row
+from baton.store.shard_store import _head
 
 
 def test_a_timer_head_reads_alike_in_resp2_and_resp3() -> None:
