@@ -140,6 +140,8 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     cpu_pairs: dict[str, list[float]] = {}
     rate_pairs: dict[str, list[float]] = {}
     cpu_ms: dict[str, list[float]] = {}
+    # per round, the CPU ms per session each process spent over the bracketing off runs'
+    role_pairs: dict[str, dict[str, list[float]]] = {}
     base = Path(tempfile.mkdtemp(prefix="baton-obs-"))
     try:
         async with otlp_sink() as (endpoint, received), contextlib.AsyncExitStack() as stacks:
@@ -147,37 +149,44 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             names = list(envs)
             rates = {m: [] for m in names}
             clients: dict[str, Any] = {}
-            pids: dict[str, list[int]] = {}
+            pids: dict[str, dict[str, int]] = {}  # mode -> process role -> pid
             cpu_ms = {m: [] for m in names}  # per run, per session
             cpu_pairs = {m: [] for m in names[1:]}  # per round, against the bracketing off runs
             rate_pairs = {m: [] for m in names[1:]}
+            role_pairs = {m: {} for m in names[1:]}
             for i, mode in enumerate(names):
                 stack = await stacks.enter_async_context(DevStack(
                     base / str(i), brains=1, hands=1, relays=1, namespace=f"obs{i}",
                     mail_persist=False, env=envs[mode]))
-                pids[mode] = list(stack_pids(stack).values())
+                pids[mode] = {name.split("-")[0]: pid for name, pid in stack_pids(stack).items()}
                 clients[mode] = await bench_client(stack)
                 stacks.push_async_callback(clients[mode].close)
             for mode in names:  # warm every stack: connections, first sessions
                 await sessions(clients[mode], CONCURRENCY, CONCURRENCY, 1)
 
-            async def drive(mode: str) -> tuple[float, float]:
-                """CPU ms per session and sessions/s of one run of ``mode``'s stack."""
-                before = sum(cpu_ns(p) for p in pids[mode])
+            async def drive(mode: str) -> tuple[float, float, dict[str, float]]:
+                """CPU ms per session (in all and by process) and sessions/s of one run of
+                ``mode``'s stack."""
+                before = {role: cpu_ns(p) for role, p in pids[mode].items()}
                 done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
-                cpu = (sum(cpu_ns(p) for p in pids[mode]) - before) / 1e6 / per_round
+                by_role = {role: (cpu_ns(p) - before[role]) / 1e6 / per_round
+                           for role, p in pids[mode].items()}
+                cpu = sum(by_role.values())
                 cpu_ms[mode].append(cpu)
                 rates[mode].append(per_round / done.elapsed_s)
-                return cpu, rates[mode][-1]
+                return cpu, rates[mode][-1], by_role
 
             others = names[1:]
             for r in range(rounds):
                 off_before = await drive("off")
                 for mode in others[r % len(others):] + others[:r % len(others)]:
-                    cpu, rate = await drive(mode)
+                    cpu, rate, by_role = await drive(mode)
                     off_after = await drive("off")
                     cpu_pairs[mode].append(cpu / ((off_before[0] + off_after[0]) / 2) - 1)
                     rate_pairs[mode].append(1 - rate / ((off_before[1] + off_after[1]) / 2))
+                    for role, ms in by_role.items():
+                        role_pairs[mode].setdefault(role, []).append(
+                            ms - (off_before[2][role] + off_after[2][role]) / 2)
                     off_before = off_after
                 console.print(f"[dim]round {r + 1}/{rounds}: " + ", ".join(
                     f"{m} {cpu_pairs[m][-1]:+.1%} CPU" for m in others) + "[/dim]")
@@ -201,6 +210,16 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                       f"<= {TARGET_COST:.0%}" if mode == "shipped"
                       else "~0 (the bench's bias)" if mode == CONTROL else "")
     console.print(table)
+    roles = sorted({r for by in role_pairs.values() for r in by})
+    split = Table(title="Where the cost is: CPU µs per session over the bracketing off runs', "
+                        "by process (medians of the rounds' pairs)", title_justify="left")
+    split.add_column("mode")
+    for role in roles:
+        split.add_column(role, justify="right")
+    for mode, by in role_pairs.items():
+        split.add_row(mode, *(f"{statistics.median(by[r]) * 1000:+.0f}" if by.get(r) else ""
+                              for r in roles))
+    console.print(split)
     console.print(f"[dim]medians of the {rounds} rounds' paired costs; in brackets a 95% "
                   "confidence interval of the median and the interquartile range (min..max in "
                   f"the JSON). '{CONTROL}' is the off configuration on another stack: a cost "
@@ -214,5 +233,8 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
              "cpu_costs": cpu_cost, "cpu_pairs": cpu_pairs, "rate_pairs": rate_pairs,
              "target": TARGET_COST, "rounds": rounds,
              "sessions_per_round": per_round, "otlp_bytes": exported,
-             "shipped_sampler": SHIPPED_SAMPLER, "control": CONTROL}
+             "shipped_sampler": SHIPPED_SAMPLER, "control": CONTROL,
+             "process_us_per_session": {
+                 mode: {r: statistics.median(v) * 1000 for r, v in by.items()}
+                 for mode, by in role_pairs.items()}}
     return Result(NAME, rows, env=environment(), extra=extra)
