@@ -4,7 +4,8 @@
 runs and benchmarks share. Every service is a separate OS process (``python -m baton
 brain|hands|relay``), as in a real deployment, so a test can SIGKILL, SIGSTOP or fault-inject
 one replica while the others carry on. With ``supervise=True`` a child that exits unexpectedly
-is started again under the same name after a short backoff, the way an orchestrator would.
+is started again under the same name after a short backoff, the way an orchestrator would
+(:mod:`baton.devkit.supervisor`).
 
 Readiness is read from the stack itself: a service is up once it has announced its own PID in
 ``<namespace>:workers``; the mail service and the HTTP API (``api=True``: ``baton api
@@ -20,10 +21,8 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -35,6 +34,7 @@ from baton.devkit.netns import HOST, Netns
 from baton.devkit.redis_cluster import ClusterStack
 from baton.devkit.servers import EmbeddedStack, RedisServer, free_port
 from baton.devkit.stack import write_stack
+from baton.devkit.supervisor import Proc, Supervisor, terminate
 from baton.devkit.tls import TlsFiles, stack_tls
 from baton.errors import ServerError
 from baton.observability.log import get_logger
@@ -49,48 +49,7 @@ log = get_logger("baton.dev")
 SERVICE_ROLES = ("brain", "hands", "relay")
 _READY_TIMEOUT_S = 30.0
 _POLL_S = 0.02
-_BACKOFF_S = (0.3, 1.0, 3.0)  # by consecutive quick crashes; reset after a stable run
-_STABLE_S = 10.0
 _NETNS_SPARES = 6  # namespaces for services spawned after the start
-
-
-@dataclass(eq=False)
-class Proc:
-    """One supervised child process (one incarnation at a time, same name across restarts)."""
-
-    role: str
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    process: asyncio.subprocess.Process | None = None
-    wrapper: tuple[str, ...] = ()  # argv prefix: its network namespace (netns stacks)
-    member: str = ""  # its member of the stack's Netns ("" outside one)
-    restarts: int = 0
-    respawn: bool = True
-    paused: bool = False
-    started_at: float = 0.0
-    crashes: int = 0  # consecutive quick exits, for the backoff
-    watcher: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.returncode is None
-
-    def info(self) -> dict[str, Any]:
-        return {"role": self.role, "name": self.name, "pid": self.pid,
-                "alive": self.alive, "restarts": self.restarts}
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no output)"
-        return "\n".join(text.splitlines()[-lines:]) or "(no output)"
 
 
 class DevStack:
@@ -169,7 +128,9 @@ class DevStack:
         self._mail_port = 0
         self._redis: Any = None  # Redis, or RedisCluster with cluster=True
         self._http: httpx.AsyncClient | None = None
-        self._stopping = False
+        # Starts the processes, and with supervise=True starts again those that exit.
+        self.supervisor = Supervisor(self.env, supervise=supervise,
+                                     on_restart=self._refresh_stack_file)
         self._stopped = False
         self._stack_file_written = False
 
@@ -273,7 +234,7 @@ class DevStack:
             if self.secure:  # only relays (and admins) may create the streams
                 await self._ensure_streams()
             starting = [
-                self._launch(self._new_proc(role, None, None))
+                self.supervisor.launch(self._new_proc(role, None, None))
                 for role in SERVICE_ROLES for _ in range(self.counts[role])
             ]
             await asyncio.gather(*starting)
@@ -295,7 +256,7 @@ class DevStack:
         if role not in SERVICE_ROLES:
             raise ValueError(f"role must be one of {SERVICE_ROLES}, not {role!r}")
         proc = self._new_proc(role, name, env, app)
-        await self._launch(proc)
+        await self.supervisor.launch(proc)
         if wait:
             await self.wait_ready(proc.name)
         self._refresh_stack_file()
@@ -351,17 +312,17 @@ class DevStack:
         """SIGTERM every child (they drain), SIGKILL after ``timeout``, stop the servers."""
         if self._stopped:
             return
-        self._stopping = True
+        self.supervisor.stopping = True
         watchers = [p.watcher for p in [*self._procs.values(), self.mailbox, self.api]
                     if p is not None and p.watcher is not None]
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         if self.api is not None:  # a client of the services: it goes first
-            await _terminate([self.api], 10.0)
-        await _terminate(list(self._procs.values()), timeout)
+            await terminate([self.api], 10.0)
+        await terminate(list(self._procs.values()), timeout)
         if self.mailbox is not None:
-            await _terminate([self.mailbox], 5.0)
+            await terminate([self.mailbox], 5.0)
         if self._http is not None:
             await self._http.aclose()
         if self._redis is not None:
@@ -473,7 +434,7 @@ class DevStack:
         """Start it, on another port if the one picked was taken meanwhile (3 tries)."""
         for attempt in range(3):
             proc = self._http_proc(role)
-            await self._launch(proc)
+            await self.supervisor.launch(proc)
             try:
                 await self.wait_ready(proc.name)
                 return
@@ -483,38 +444,6 @@ class DevStack:
                     proc.watcher.cancel()
                 if attempt == 2 or "in use" not in proc.log_tail().lower():
                     raise
-
-    async def _launch(self, proc: Proc) -> None:
-        env = {**os.environ, **self.env, **proc.env, "PYTHONUNBUFFERED": "1"}
-        mode = "ab" if proc.started_at else "wb"
-        with proc.log_path.open(mode) as out:
-            proc.process = await asyncio.create_subprocess_exec(
-                *proc.wrapper, *proc.argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C is for the supervisor only
-            )
-        proc.started_at = time.monotonic()
-        if self.supervise and (proc.watcher is None or proc.watcher.done()):
-            proc.watcher = asyncio.create_task(self._watch(proc), name=f"watch-{proc.name}")
-
-    async def _watch(self, proc: Proc) -> None:
-        """Restart ``proc`` whenever it exits, until the stack stops or respawn is off."""
-        while True:
-            assert proc.process is not None
-            code = await proc.process.wait()
-            if self._stopping or not proc.respawn:
-                log.info("process_exited", name=proc.name, code=code, respawn=False)
-                return
-            quick = time.monotonic() - proc.started_at < _STABLE_S
-            proc.crashes = proc.crashes + 1 if quick else 1
-            delay = _BACKOFF_S[min(proc.crashes, len(_BACKOFF_S)) - 1]
-            log.warning("process_exited", name=proc.name, code=code, restart_in_s=delay)
-            await asyncio.sleep(delay)  # backoff before the restart
-            if self._stopping or not proc.respawn:
-                return
-            await self._launch(proc)
-            proc.restarts += 1
-            self._refresh_stack_file()
 
     async def _is_ready(self, proc: Proc) -> bool:
         if proc.role in ("mailbox", "api"):
@@ -533,26 +462,5 @@ class DevStack:
         return raw is not None and json.loads(raw).get("pid") == proc.pid
 
     def _refresh_stack_file(self) -> None:
-        if self._stack_file_written and not self._stopping:
+        if self._stack_file_written and not self.supervisor.stopping:
             self.write_stack_file()
-
-
-async def _terminate(procs: list[Proc], timeout: float) -> None:  # noqa: ASYNC109
-    """SIGTERM (and SIGCONT, so a paused child can act on it); SIGKILL what outlives timeout."""
-    live = [p for p in procs if p.alive]
-    for p in live:
-        assert p.process is not None
-        p.process.send_signal(signal.SIGTERM)
-        if p.paused:
-            p.process.send_signal(signal.SIGCONT)
-            p.paused = False
-    if not live:
-        return
-    waits = [asyncio.ensure_future(p.process.wait()) for p in live if p.process is not None]
-    _, pending = await asyncio.wait(waits, timeout=timeout)
-    for p in live:
-        if p.alive and p.process is not None:
-            log.warning("process_killed_after_timeout", name=p.name, pid=p.pid)
-            p.process.kill()
-    if pending:
-        await asyncio.gather(*pending)
