@@ -28,6 +28,7 @@ from baton.devkit.redis_cluster import RedisClusterServers
 from baton.devkit.servers import RedisServer
 from baton.models import Submission
 from baton.settings import Settings
+from baton.store.notices import settled_notice
 from baton.store.store import Store, now_ms, worker_ref
 from baton.store.writes import Writes
 
@@ -57,7 +58,8 @@ async def _settle(store: Store, sub: Submission, fence: int) -> None:
     done = sub.model_copy(update={"status": "completed", "answer": "done",
                                   "settled_ms": now_ms()})
     writes = Writes(kind="final", submissions=[done],
-                    notify=[(store.keys.settled_channel(sub.session_id), sub.id)])
+                    notify=[(store.keys.settled_channel(sub.session_id),
+                             settled_notice(done))])
     await store.commit(sub.session_id, fence, writes, BRAIN)
 
 

@@ -60,6 +60,7 @@ from baton.models import (
 from baton.observability.log import bounded
 from baton.observability.tracing import traced_model
 from baton.store.control import args_digest
+from baton.store.notices import settled_notice
 from baton.store.writes import Writes, timer_member
 
 KIND = "generation"
@@ -402,7 +403,9 @@ class Generation:
                 "answer": answer, "error": reason or None, "settled_ms": ctx.now(),
             })
             writes.submissions.append(settled)
-            writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id), sub.id))
+            # the settled record itself: a waiting client returns it without a read
+            writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id),
+                                  settled_notice(settled)))
         writes.detail = {"task_id": task.id, "outcome": outcome, **(detail or {})}
         if reason:
             writes.detail["reason"] = reason

@@ -7,7 +7,9 @@ Waiting does not fan out: a commit that settles something SPUBLISHes on the sess
 sharded channel (:meth:`Keys.settled_channel`, under the session's hash tag), and a client
 SSUBSCRIBEs only to the channels of the sessions it is waiting on, for as long as it waits.
 A client therefore hears about its own sessions only, however many others settle, and on a
-Redis Cluster the notification stays on the node of the session's slot.
+Redis Cluster the notification stays on the node of the session's slot. A settled
+submission's notification carries the committed record (:mod:`baton.store.notices`), which
+:meth:`Client.wait` returns without reading it back.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.control import CancelAnswer
 from baton.store.epoch import StoreEpoch
+from baton.store.notices import submission_in
 from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
@@ -273,22 +276,27 @@ class Client:
             return self.store.taken_up(submission, fresh=reads == 1 and not submission.settled)
 
         settled = await self._until(submission.session_id, read,
-                                    lambda s: s is not None and s.settled, timeout)
+                                    lambda s: s is not None and s.settled, timeout,
+                                    notice=lambda message: submission_in(message, submission))
         assert settled is not None  # done() holds
         return settled
 
     async def _until(
         self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
         timeout: float,  # noqa: ASYNC109
+        notice: Callable[[Any], T | None] | None = None,
     ) -> T:
         """Re-read on each settled notification of the session (or every second) until done.
+
+        ``notice`` reads a notification's message: what it returns, when ``done`` holds for
+        it, is the answer without a read (see :mod:`baton.store.notices`).
 
         A quarantined session never settles: that is checked when a second passed without a
         notification (and by a read that fails to decode), not before every wait, which would
         cost each waiter one more round trip."""
         channel = self.store.keys.settled_channel(session_id)
         signals = self._waiters.setdefault(channel, set())
-        signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        signal: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         signals.add(signal)
         try:
             if len(signals) == 1:
@@ -301,9 +309,13 @@ class Client:
                     # Wake on a notification, or re-check at least every second.
                     await asyncio.wait({signal}, timeout=1.0)
                     if signal.done():
+                        message = signal.result()
                         signals.discard(signal)
                         signal = asyncio.get_running_loop().create_future()
                         signals.add(signal)
+                        heard = notice(message) if notice is not None else None
+                        if heard is not None and done(heard):
+                            return heard
                     else:
                         # Redis unreachable here (a restart, a failover) is the next read's
                         # to wait out, and then to tell a lost state from a live one.
@@ -388,4 +400,4 @@ class Client:
             self.notifications += 1
             for signal in self._waiters.get(msg.get("channel"), ()):
                 if not signal.done():
-                    signal.set_result(None)
+                    signal.set_result(msg.get("data"))  # see baton.store.notices
