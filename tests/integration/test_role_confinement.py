@@ -379,6 +379,19 @@ async def test_client_cannot_hear_another_sessions_settlements(confined: Confine
         await r.aclose()
 
 
+async def test_only_brains_announce_settlements(confined: Confined) -> None:
+    """A settled notice carries the record a waiting client returns as its answer
+    (baton.store.notices): no other role may send one, not even on a channel it may hear."""
+    for role in ("client", "hands", "relay"):
+        r = confined.connect(role)
+        try:
+            with pytest.raises(ResponseError, match="no permissions"):
+                await r.execute_command("SPUBLISH", confined.keys.settled_channel(OWN),
+                                        '{"id": "sub-forged", "status": "completed"}')
+        finally:
+            await r.aclose()
+
+
 async def test_a_clients_cancel_writes_its_intent_and_no_brain_state(confined: Confined) -> None:
     """A cancel is a request in the session's inbox plus a wake hint: the session hash and
     the outbox are untouched, the Brain consumes the request in its own commit."""
