@@ -16,7 +16,8 @@ servers) serves the whole run, and on the same servers, in the same run:
 3. **tool round trip, real Brain**: one-address sessions of the stack's Brain, from the
    receipts (millisecond timestamps): the ``tools`` commit to the Brain's next receipt;
 4. **five notices**: sessions/s and submit -> settled latency at concurrency 1, 8 and 32,
-   with CPU seconds per session of every process and Redis commands per session.
+   with CPU seconds per session of every process, Redis commands per session, and the
+   traffic per session: NATS messages and bytes in and out, Redis bytes in and out.
 
 Targets (DESIGN.md section 10, REFERENCE.md): tool round trip <= 2x the raw chain (it holds
 two chains: dispatch and wake); >= 150 sessions/s at concurrency 32; p50 <= 10 ms at
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -112,6 +114,22 @@ async def redis_calls(store: Store) -> Counter[str]:
     return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
 
 
+async def traffic(stack: DevStack, store: Store) -> Counter[str]:
+    """What went over the wire so far: NATS messages and bytes in and out (nats-server's
+    ``/varz``) and the bytes Redis read and wrote (``INFO stats``), cumulative."""
+    out: Counter[str] = Counter()
+    stats = await store.redis.info("stats")
+    out["redis_bytes_in"] = int(stats.get("total_net_input_bytes", 0))
+    out["redis_bytes_out"] = int(stats.get("total_net_output_bytes", 0))
+    nats = stack.servers.nats if stack.servers is not None else None
+    if nats is not None and nats.monitor_port:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            varz = (await http.get(f"http://{nats.host}:{nats.monitor_port}/varz")).json()
+        for key in ("in_msgs", "out_msgs", "in_bytes", "out_bytes"):
+            out[f"nats_{key}"] = int(varz.get(key, 0))
+    return out
+
+
 # ---------------------------------------------------------------------------- sessions
 
 
@@ -184,7 +202,22 @@ def print_cpu(per_level: dict[str, dict[str, Any]], console: Console) -> None:
                                     for v in per_level.values()])
     table.add_row("Redis commands / session",
                   *[f"{v['redis_calls_per_session']:.1f}" for v in per_level.values()])
+    for key, label in WIRE_ROWS:
+        if all(key in v.get("wire_per_session", {}) for v in per_level.values()):
+            table.add_row(label, *[f"{v['wire_per_session'][key]:,.1f}"
+                                   for v in per_level.values()])
     console.print(table)
+
+
+#: The traffic rows of the CPU table: (key in ``wire_per_session``, label).
+WIRE_ROWS = (
+    ("redis_bytes_in", "Redis bytes in / session"),
+    ("redis_bytes_out", "Redis bytes out / session"),
+    ("nats_in_msgs", "NATS messages in / session"),
+    ("nats_out_msgs", "NATS messages out / session"),
+    ("nats_in_bytes", "NATS bytes in / session"),
+    ("nats_out_bytes", "NATS bytes out / session"),
+)
 
 
 def print_targets(targets: list[dict[str, Any]], console: Console) -> None:
@@ -208,8 +241,11 @@ async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str
     session_rows: dict[int, Row] = {}
     for conc, total, warmup in levels:
         before_cpu, before_calls = meter.read(), await redis_calls(client.store)
+        before_wire = await traffic(stack, client.store)
         run_ = await sessions(client, conc, total, warmup)
         after_cpu, after_calls = meter.read(), await redis_calls(client.store)
+        wire = await traffic(stack, client.store)
+        wire.subtract(before_wire)
         n = len(run_.samples_ns) + warmup * conc  # the meters saw the warm-up too
         row = Row.from_run(mode, "five notices, submit -> settled", run_, writers=conc)
         row.client_cpu_us = None
@@ -225,6 +261,8 @@ async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str
                                    for k in before_cpu},
             "redis_calls_per_session": sum(calls.values()) / n,
             "redis_calls_by_command": {k: round(v / n, 2) for k, v in calls.most_common()},
+            # the readings themselves (an INFO, a /varz) are a few hundred bytes a level
+            "wire_per_session": {k: v / n for k, v in sorted(wire.items())},
             "loadavg": os.getloadavg()[0],
         }
     return session_rows, per_level
