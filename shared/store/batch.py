@@ -9,9 +9,10 @@ one decides), then answers every caller with its own reply or its own error, map
 :meth:`ScriptRunner.run` maps it.
 
 A script that takes a list of items after its shared arguments (claim.lua: the runs of one
-session a worker claims) goes further: the calls of one turn on the same session with the
-same shared arguments become ONE script call (:meth:`ScriptBatch.run_item`), answered per
-item; a refusal of one item (``{'error', 'CODE detail'}`` in its place) fails only its caller.
+session a worker claims; complete.lua: the results it commits) goes further: the calls of
+one turn on the same session with the same shared arguments become ONE script call
+(:meth:`ScriptBatch.run_item`), answered per item; a refusal of one item (``{'error', 'CODE
+detail'}`` in its place) fails only its caller.
 
 It batches only where a pipeline of scripts is plain: one Redis server and no replica
 acknowledgement (a transition that waits for a replica goes through its own ``WAIT``, and

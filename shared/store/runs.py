@@ -111,15 +111,16 @@ class Runs:
                        **(detail or {})},
             "trace": headers or {},
         })
-        (woke,) = await self.batch.run(
-            "complete",
-            sk,
-            [intent.run_id, attempt, payload, worker_json(worker), intent.group or "",
-             "1" if force_wake or intent.wake_each else "0", wake, session_id, receipt,
+        # the completions of one session issued in the same loop turn (results that came
+        # back together) go in one complete.lua call, each run under its own attempt fence
+        reply = await self.batch.run_item(
+            "complete", sk, [worker_json(worker), session_id],
+            [intent.run_id, attempt, payload, intent.group or "",
+             "1" if force_wake or intent.wake_each else "0", wake, receipt,
              dumps(headers or {})],
             intent.run_id,
         )
-        return bool(woke)
+        return bool(reply[0])
 
     async def get(self, session_id: str, run_id: str) -> ToolRun | None:
         """A tool run, live or applied, as a recovering worker or an operator sees it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ async def test_claims_and_completes_of_one_turn_share_a_round_trip(store: Store)
                               _ok(i, c.attempt), HANDS)
           for n, (i, c) in enumerate(zip(intents, claims, strict=True))),
         return_exceptions=True)
-    assert batch.batches == before + 1
+    assert batch.batches == before  # and four completes of one session: one script call
     assert isinstance(results[1], StaleAttemptError)
     assert results[1].fields["current"] == claims[1].attempt
     assert results[0] is False and results[2] is False and results[3] is False
@@ -60,6 +61,30 @@ async def test_claims_and_completes_of_one_turn_share_a_round_trip(store: Store)
                                      _ok(intents[1], claims[1].attempt), HANDS) is True
     state = await store.load(sid)
     assert {r.status for r in state.runs.values()} == {"completed"}
+
+
+async def test_a_group_completed_in_one_call_wakes_the_brain_once(store: Store) -> None:
+    sid, intents = await _dispatched(store, 3)
+    claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
+    wakes = store.keys.wakes(store.keys.shard_of(sid))
+    before = await store.redis.xlen(wakes)
+    runner, calls = store.runs.batch.runner, []
+    run = runner.run
+
+    async def counted(script: Any, *args: Any, **kw: Any) -> Any:
+        calls.append(script)
+        return await run(script, *args, **kw)
+
+    runner.run = counted  # type: ignore[method-assign]
+    woke = await asyncio.gather(*(store.runs.complete(sid, i, c.attempt, _ok(i, c.attempt), HANDS)
+                                  for i, c in zip(intents, claims, strict=True)))
+    assert calls == ["complete"]  # the three results: one complete.lua call
+    assert woke == [False, False, True]  # the group's last result, in order, wakes it
+    assert await store.redis.xlen(wakes) == before + 1  # one wake row for the group
+    state = await store.load(sid)
+    assert {r.status for r in state.runs.values()} == {"completed"}
+    assert {rid: r.result for rid, r in state.runs.items()} == {
+        i.run_id: _ok(i, c.attempt) for i, c in zip(intents, claims, strict=True)}
 
 
 async def test_a_batch_after_the_server_lost_its_scripts_runs_each_once(
