@@ -15,16 +15,16 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
   within the stream's duplicate window is dropped by NATS.
 * **claim**: rows another relay read but never acknowledged (it died, or lost the shard)
   are claimed after ``relay_claim_idle_ms`` and published here.
-* **timers** (:mod:`baton.relay.timers`): due timers of the held shards become wake rows
-  (``fire_timers.lua``, also fenced by the lease), which the read loop sends on. While rows
-  move (and for a few seconds after) the timer heads are read every ``timer_tick_ms``; an
-  idle relay sleeps until its earliest timer is due, woken earlier by moved rows, a change
-  of its shards or a Brain's nudge (a commit armed a timer, :mod:`baton.bus.nudge`), and
-  looks at least every ``timer_idle_tick_ms`` in case a nudge was lost. The same loop
-  sweeps the held shards' inboxes (at once for a shard just taken, then every
-  ``relay_sweep_ms``): a client's request arms no timer, so a session whose inbox holds
-  requests no Brain took up gets its progress deadline armed (``arm_requests.lua``), which
-  wakes it if they still wait then (their wake was lost).
+* **timers**: due timers of the held shards become wake rows (``fire_timers.lua``, also
+  fenced by the lease), which the read loop sends on. While rows move (and for a few
+  seconds after) the timer heads are read every ``timer_tick_ms``; an idle relay sleeps
+  until its earliest timer is due, woken earlier by moved rows, a change of its shards or a
+  Brain's nudge (a commit armed a timer, :mod:`baton.bus.nudge`), and looks at least every
+  ``timer_idle_tick_ms`` in case a nudge was lost. The same loop sweeps the held shards'
+  inboxes (at once for a shard just taken, then every ``relay_sweep_ms``): a client's
+  request arms no timer, so a session whose inbox holds requests no Brain took up gets its
+  progress deadline armed (``arm_requests.lua``), which wakes it if they still wait then
+  (their wake was lost).
 * **announce**: the liveness record ``inspect`` shows and the relays count each other by.
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
@@ -49,6 +49,7 @@ import time
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError
 
 from baton.bus.bus import Bus
 from baton.errors import ForbiddenError
@@ -66,7 +67,6 @@ from baton.store.replication import ReplicatedWrites
 from .failures import NATS_DOWN, REDIS_DOWN, Backoff, reraise_cancel
 from .leases import ShardLeases
 from .publisher import Counts, Publisher, Sent
-from .timers import TimerLoop
 
 __all__ = ["Relay", "main"]
 
@@ -87,7 +87,7 @@ _ACTIVE_S = 5.0
 _CLAIM_QUIET_FACTOR = 10
 
 
-class Relay(TimerLoop, Service):
+class Relay(Service):
     """Outbox relay and timer service; run with :meth:`serve`, stop with :meth:`shutdown`."""
 
     role = "relay"
@@ -241,6 +241,15 @@ class Relay(TimerLoop, Service):
                         result, asyncio.CancelledError):
                     raise result
 
+    @staticmethod
+    async def _first(*events: asyncio.Event) -> None:
+        waits = [asyncio.create_task(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
     async def _reader_loop(self, box: Outbox, shards: list[int], done: asyncio.Event) -> None:
         """Publish the rows of ``shards``: first this relay's own pending rows, then new ones
         as they arrive (a blocking XREADGROUP on its own connection).
@@ -370,6 +379,80 @@ class Relay(TimerLoop, Service):
                     reraise_cancel()
                     log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                     break
+
+    async def _timer_loop(self, box: Outbox) -> None:
+        s = self.settings
+        assert self.leases is not None
+        leases = self.leases
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            busy = time.monotonic() < self._active_until
+            delay = (s.timer_tick_ms if busy else max(s.timer_tick_ms, s.timer_idle_tick_ms)
+                     ) / 1000
+            self._woken.clear()
+            try:
+                held = dict(leases.held)
+                await self._sweep(box, held)
+                now, heads = await box.timer_heads(sorted(held))
+                fired = 0
+                for shard, due in heads.items():
+                    if due <= now:
+                        n = await box.fire_timers(shard, limit=s.relay_batch,
+                                                  rearm_ms=s.progress_deadline_ms,
+                                                  holder=self.name, fence=held[shard])
+                        if n < 0:
+                            leases.lost(shard)
+                        else:
+                            fired += n
+                if fired:
+                    self.counts.timers_fired += fired
+                    log.debug("timers_fired", timers=fired)
+                    continue  # look again at once: more may be due in the shards just fired
+                later = [due - now for due in heads.values() if due > now]
+                if later:
+                    delay = min(delay, max(min(later), 1) / 1000)
+                backoff.reset()
+            except REDIS_DOWN as exc:
+                reraise_cancel()
+                delay = backoff.next()
+                log.warning("timers_failed", error=repr(exc), delay_s=delay)
+            self.timer_wait_s = delay
+            if await self._wait_woken(self._woken, delay):
+                return
+
+    async def _wait_woken(self, event: asyncio.Event, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to ``timeout`` s for ``event`` or shutdown; True if shutting down."""
+        reraise_cancel()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._first(self.stopping, event)
+        return self.stopping.is_set()
+
+    async def _sweep(self, box: Outbox, held: dict[int, int]) -> None:
+        """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
+        to this relay or the last sweep is ``relay_sweep_ms`` old."""
+        now = time.monotonic()
+        if not held or (held.keys() <= self._swept
+                        and now - self._swept_at < self.settings.relay_sweep_ms / 1000):
+            return
+        armed = 0
+        try:
+            waiting = await box.waiting_requests(sorted(held))
+            for shard, sessions in waiting.items():
+                for i in range(0, len(sessions), self.settings.relay_batch):
+                    n = await box.arm_requests(
+                        shard, sessions[i:i + self.settings.relay_batch], self.name,
+                        held[shard], self.settings.progress_deadline_ms)
+                    if n < 0:
+                        assert self.leases is not None
+                        self.leases.lost(shard)
+                        break
+                    armed += n
+        except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire
+            log.error("inbox_sweep_failed", error=bounded(exc))
+        self._swept, self._swept_at = set(held), now  # not after Redis was unreachable
+        if armed:
+            log.info("waiting_requests_woken", sessions=armed)
 
     def _mark_active(self) -> None:
         """Rows moved (or a nudge): timers tick fast for a while (woken now if they were

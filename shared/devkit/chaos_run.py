@@ -22,10 +22,9 @@ seeded random generator:
   late, as they do).
 
 Once every submission settled (or the deadline passed) the faults stop, paused workers are
-resumed and the stack is given a moment to drain; then :mod:`baton.devkit.chaos_checks`
-checks the facts. The faults themselves are :mod:`baton.devkit.chaos_faults`'s. The
-``baton chaos`` command (:mod:`baton.devkit.chaos`) prints a report and ends with one JSON
-line.
+resumed and the stack is given a moment to drain; then :mod:`baton.devkit.chaos_checks` checks the
+facts. The ``baton chaos`` command (:mod:`baton.devkit.chaos`) prints a report and ends with one
+JSON line.
 """
 
 from __future__ import annotations
@@ -48,16 +47,15 @@ from redis.exceptions import RedisError
 
 from baton.client import Client
 from baton.devkit.chaos_checks import Findings, SessionFacts, check_mail, check_session
-from baton.devkit.chaos_faults import PARTITION_KINDS, PARTITION_S, PAUSE_S, Faults
 from baton.devkit.devstack import DevStack, Proc
+from baton.devkit.redis_cluster import ClusterStack
 from baton.errors import UnavailableError
 from baton.store.deadletter import dead_letters
 from baton.store.keys import RELAY_GROUP
 from baton.store.outbox import Outbox
 from baton.store.store import now_ms
 
-__all__ = ["CHAOS_ENV", "PARTITION_KINDS", "PARTITION_S", "PAUSE_S", "ChaosConfig",
-           "ChaosReport", "ChaosRun", "run_chaos"]
+__all__ = ["CHAOS_ENV", "PAUSE_S", "ChaosConfig", "ChaosReport", "ChaosRun", "run_chaos"]
 
 T = TypeVar("T")
 
@@ -72,6 +70,10 @@ CHAOS_ENV = {
     "BATON_RELAY_CLAIM_IDLE_MS": "1000",
     "BATON_PROGRESS_DEADLINE_MS": "4000",
 }
+PAUSE_S = 3.0  # past the lease (2 s), the attempt TTL (1.5 s) and the ack wait (2 s)
+SERVER_DOWN_S = 0.5  # how long Redis / NATS stay down on each restart
+PARTITION_S = 3.0  # how long each partition lasts: past a cluster failover (node timeout 1 s)
+PARTITION_KINDS = ("redis_node", "nats_node", "worker_from_redis", "worker_from_nats")
 _RETRY_S = 60.0  # how long the runner's own reads ride out a server restart
 _DRAIN_S = 15.0
 # After a run with a Redis restart: probe sessions a surviving worker may take to show it
@@ -162,9 +164,8 @@ async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
             await asyncio.sleep(0.2)
 
 
-class ChaosRun(Faults):
-    """One run: the stack, the submissions, the fault loop (:class:`Faults`) and the
-    collected facts."""
+class ChaosRun:
+    """One run: the stack, the submissions, the fault loop and the collected facts."""
 
     def __init__(self, cfg: ChaosConfig, stack: DevStack, client: Client,
                  on_progress: Callable[[ChaosRun], None]) -> None:
@@ -218,6 +219,125 @@ class ChaosRun(Faults):
                 tg.create_task(self._session(f))
                 await asyncio.sleep(gap)
         self.done.set()
+
+    # ------------------------------------------------------------------ faults
+
+    def _victims(self, roles: tuple[str, ...]) -> list[Proc]:
+        return [p for p in self.stack.procs() if p.role in roles and p.alive and not p.paused]
+
+    def kill_one(self) -> None:
+        victims = self._victims(("brain", "hands", "relay"))
+        if victims:
+            p = self.rng.choice(victims)
+            self.stack.kill(p.name)  # the supervisor starts it again
+            self.kills_by_name[p.name] += 1
+            self.report.kills[p.role] += 1
+
+    def pause_one(self) -> None:
+        victims = self._victims(("brain", "hands"))
+        if victims:
+            p = self.rng.choice(victims)
+            self.stack.pause(p.name)
+            self.paused.add(p.name)
+            self.report.pauses += 1
+            task = asyncio.create_task(self._resume_later(p.name))
+            self._resumes.add(task)
+            task.add_done_callback(self._resumes.discard)
+
+    async def _resume_later(self, name: str) -> None:
+        await asyncio.sleep(PAUSE_S)
+        self.stack.resume(name)
+
+    async def restart(self, server: str) -> None:
+        if server == "partition":
+            await self.partition()
+            return
+        if self.stack.clusters is not None:
+            await self._restart_cluster_node(self.stack.clusters, server)
+        else:
+            servers = self.stack.servers
+            assert servers is not None
+            target = servers.redis if server == "redis" else servers.nats
+            target.kill()  # SIGKILL: what the durable settings are for
+            await asyncio.sleep(SERVER_DOWN_S)
+            await target.restart()
+        self.report.restarts[server] += 1
+        self.restarted_at[server] = (time.monotonic(), now_ms(), self.submitted)
+
+    async def _restart_cluster_node(self, clusters: ClusterStack, server: str) -> None:
+        """SIGKILL one random node of the cluster and start it again on its data."""
+        if server == "redis":
+            node = self.rng.choice([n for n in clusters.redis.nodes if n.running])
+            clusters.redis.kill(node)
+            await asyncio.sleep(SERVER_DOWN_S)
+            await clusters.redis.restart(node)
+        else:
+            nats = self.rng.choice([n for n in clusters.nats.nodes if n.running])
+            nats.kill()
+            await asyncio.sleep(SERVER_DOWN_S)
+            await nats.restart()
+
+    async def partition(self) -> None:
+        """Cut the network for PARTITION_S (see the module docstring), then heal it."""
+        net = self.stack.net
+        assert net is not None
+        kind = self.rng.choice(PARTITION_KINDS)
+        if kind == "redis_node":
+            net.isolate(self.rng.choice(ClusterStack.REDIS_MEMBERS))
+        elif kind == "nats_node":
+            net.isolate(self.rng.choice(ClusterStack.NATS_MEMBERS))
+        else:
+            workers = [p for p in self.stack.procs() if p.member]
+            if not workers:
+                return
+            p = self.rng.choice(workers)
+            servers = (ClusterStack.REDIS_MEMBERS if kind == "worker_from_redis"
+                       else ClusterStack.NATS_MEMBERS)
+            net.split([p.member], servers)
+            if kind == "worker_from_redis":
+                self.paused.add(p.name)  # it may act late, as a paused worker does
+        self.report.partitions[kind] += 1
+        await asyncio.sleep(PARTITION_S)
+        net.heal()
+
+    def _schedule(self) -> list[tuple[float, str]]:
+        window = max(self.cfg.sessions / self.cfg.rate if self.cfg.rate > 0 else 5.0, 2.0)
+        out: list[tuple[float, str]] = []
+        for server, k, shift in (("redis", self.cfg.restart_redis, 0.0),
+                                 ("nats", self.cfg.restart_nats, 0.5),
+                                 ("partition", self.cfg.partitions, 0.25)):
+            slot = window / (k + 1)  # evenly spread; NATS half a slot after Redis
+            out += [(slot * (j + 1 + shift), server) for j in range(k)]
+        return sorted(out)
+
+    async def faults(self) -> None:
+        """Kill, pause and restart until every submission settled; then resume the paused."""
+        cfg = self.cfg
+        start = time.monotonic()
+        next_kill = start + cfg.kill_every if cfg.kill_every > 0 else float("inf")
+        next_pause = start + cfg.pause_every if cfg.pause_every > 0 else float("inf")
+        restarts = [(start + at, server) for at, server in self._schedule()]
+        while not self.done.is_set() or restarts:
+            now = time.monotonic()
+            if restarts and now >= restarts[0][0]:
+                await self.restart(restarts.pop(0)[1])
+                self.on_progress(self)
+                continue
+            if now >= next_kill:
+                self.kill_one()
+                next_kill = now + cfg.kill_every * self.rng.uniform(0.5, 1.5)
+            if now >= next_pause:
+                self.pause_one()
+                next_pause = now + cfg.pause_every * self.rng.uniform(0.5, 1.5)
+            self.on_progress(self)
+            wake = min(next_kill, next_pause, restarts[0][0] if restarts else float("inf"))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), max(0.01, min(wake - now, 1.0)))
+        for task in list(self._resumes):
+            task.cancel()
+        for p in self.stack.procs():
+            if p.paused:
+                self.stack.resume(p.name)
 
     # ------------------------------------------------------------------ after the run
 
