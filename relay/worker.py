@@ -297,7 +297,7 @@ class Relay(Service):
                             else:
                                 rows = await box.ack_and_read(
                                     sent.rows, self.name, dict(leases.held), shards,
-                                    self.settings.relay_batch, _BLOCK_MS, acked)
+                                    self.settings.relay_batch, _BLOCK_MS, acked, sent.opening)
                         finally:
                             me.blocked = False  # type: ignore[union-attr]
                         if rows:
@@ -329,8 +329,8 @@ class Relay(Service):
             if sent is not None:  # stopping or regrouping: the last batch's ack, now
                 try:
                     with contextlib.suppress(*REDIS_DOWN):
-                        self.publisher.settle(sent, await box.ack(sent.rows, self.name,
-                                                         dict(leases.held)))
+                        self.publisher.settle(sent, await box.ack(
+                            sent.rows, self.name, dict(leases.held), sent.opening))
                 finally:
                     drop_sent()
 

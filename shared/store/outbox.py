@@ -219,27 +219,32 @@ class Outbox(ShardStore):
             self._reads[key] = command
         return command
 
-    async def ack(self, rows: list[OutboxRow], holder: str,
-                  fences: dict[int, int]) -> dict[int, str]:
+    async def ack(self, rows: list[OutboxRow], holder: str, fences: dict[int, int],
+                  opening: list[OutboxRow] | None = None) -> dict[int, str]:
         """Acknowledge and delete published rows, per shard under its lease fence (every
         shard's script in one round trip on a single server without replica
-        acknowledgement, one call per shard otherwise).
+        acknowledgement, one call per shard otherwise), and list in their shard's session
+        index the sessions the ``opening`` rows may open (:meth:`opening`), in the same round
+        trip on a single server and before the acks delete their rows.
 
         Returns the shards whose lease is no longer ``holder``'s with the fence in
         ``fences`` (shard -> current holder): their rows were left in place for the new
         holder, which re-publishes them under the same ``Nats-Msg-Id``.
         """
         by_stream = self._by_stream(rows)
+        index = self._index_commands(opening or [])  # before the acks delete their rows
         if not by_stream:
+            await self._run_checked(index)
             return {}
         calls = self._ack_calls(by_stream, holder, fences)
         if self.cluster or self.writes is not None:
+            await self._run_checked(index)
             replies = await asyncio.gather(*(self._write("relay_ack", keys, args)
                                              for keys, args in calls))
         else:  # one server, no replica wait: every shard's ack in one round trip
             script = self.scripts.relay_ack
             for attempt in (1, 2):
-                replies = await run_batch(self.redis, self._evalsha(script, calls))
+                replies = await run_batch(self.redis, [*index, *self._evalsha(script, calls)])
                 if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
                     # The server lost its scripts (a restart): load it, ack again (an ack
                     # of rows acknowledged already acknowledges nothing).
@@ -249,15 +254,18 @@ class Outbox(ShardStore):
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
+            replies = replies[len(index):]
         return _lost(by_stream, replies)
 
     async def ack_and_read(
         self, rows: list[OutboxRow], holder: str, fences: dict[int, int], shards: list[int],
         count: int, block_ms: int, acked: Callable[[dict[int, str]], None],
+        opening: list[OutboxRow] | None = None,
     ) -> list[OutboxRow]:
-        """:meth:`ack` of ``rows``, then :meth:`read` of ``shards`` for ``holder``, in one
-        round trip on a single server without replica acknowledgement (the two calls
-        otherwise): the batch just published is settled as the read for the next is sent.
+        """:meth:`ack` of ``rows`` (and ``opening``), then :meth:`read` of ``shards`` for
+        ``holder``, in one round trip on a single server without replica acknowledgement
+        (the two calls otherwise): the batch just published is settled as the read for the
+        next is sent.
 
         ``acked`` gets what :meth:`ack` returns as soon as the acks' replies are in, before
         the read (which may block up to ``block_ms``) is waited for. Should an ack fail, the
@@ -268,20 +276,22 @@ class Outbox(ShardStore):
         by_stream = self._by_stream(rows)
         if not by_stream or self.cluster or self.writes is not None or not batches_raw(
                 self.redis):
-            acked(await self.ack(rows, holder, fences))
+            acked(await self.ack(rows, holder, fences, opening))
             return await self.read(shards, holder, count, block_ms)
+
+        script = self.scripts.relay_ack
+        calls = self._ack_calls(by_stream, holder, fences)
+        index = self._index_commands(opening or [])  # before the acks delete their rows
 
         def between(replies: list[Any]) -> None:
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
-            acked(_lost(by_stream, replies))
+            acked(_lost(by_stream, replies[len(index):]))
 
-        script = self.scripts.relay_ack
-        calls = self._ack_calls(by_stream, holder, fences)
         try:
             reply = await run_batch_then(
-                self.redis, self._evalsha(script, calls),
+                self.redis, [*index, *self._evalsha(script, calls)],
                 self._read_command(shards, holder, ">", count, block_ms), between)
         except NoScriptError:  # the server restarted: rows pending, the next ack loads it
             script.sha = await self.redis.script_load(script.script)
@@ -374,24 +384,32 @@ class Outbox(ShardStore):
             rows += [parse_row(shard, sid, f, stream) for sid, f in entries if f]
         return rows
 
-    async def list_new_sessions(self, rows: list[OutboxRow]) -> None:
-        """List in their shard's session index (ZADD NX, scored by the row's time) the
-        sessions that the submit or start request of these wakes-stream rows may open: a
-        client writes no index, and a session stays listed from its first request on, as
+    @staticmethod
+    def opening(rows: list[OutboxRow]) -> list[OutboxRow]:
+        """The wakes-stream rows among ``rows`` whose submit or start request may open their
+        session (commit sequence 0): a client writes no index, so the relay lists those
+        sessions in their shard's session index (ZADD NX, scored by the row's time) once it
+        published their wake, and a session stays listed from its first request on, as
         ``inspect`` shows a request waiting for a Brain (e.g. for a level none serves).
-        Rows that cannot open a session (commit sequence above 0) cost nothing."""
-        new = [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]
-               and _OPENING.match(r.id)]
-        if not new:
-            return
+        Rows that cannot open a session cost nothing."""
+        return [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]
+                and _OPENING.match(r.id)]
+
+    def _index_commands(self, opening: list[OutboxRow]) -> list[tuple[Any, ...]]:
         commands = []
-        for row in new:
+        for row in opening:
             shard = int(row.stream_id.partition(":")[0])
             at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
             commands.append(("ZADD", self.keys.sessions(shard), "NX", at, row.session_id))
+        return commands
+
+    async def _run_checked(self, commands: list[tuple[Any, ...]]) -> None:
+        if not commands:
+            return
         for reply in await run_batch(self.redis, commands):
             if isinstance(reply, Exception):
                 raise reply
+
 
 def _lost(by_stream: dict[tuple[int, str], list[str]], replies: list[Any]) -> dict[int, str]:
     """The shards whose relay_ack (one reply per stream of ``by_stream``) was refused, with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 from nats.aio.msg import Msg
@@ -410,3 +410,35 @@ async def test_a_wakes_stream_row_goes_out_only_on_its_sessions_wake_subject(
         dead = {d["row_id"]: d["reason"] for d in await dead_letters(store.redis, store.keys)}
         assert set(dead) == {"w/1", "w/2", "w/3"}
         assert "unknown session" in dead["w/3"] and "wakes on" in dead["w/1"]
+
+
+async def test_a_submitted_session_is_listed_once_its_wake_is_published(
+    settings: Settings, bus: Bus
+) -> None:
+    """A client writes no session index: the relay lists the session a submit may open when
+    it acknowledges the published wake (the same round trip), also for an agent level no
+    Brain serves, so ``inspect`` shows the request waiting; a forged opening row for a
+    session with no request is dead-lettered and listed nowhere. (The relay's inbox sweep
+    lists waiting sessions too, but only every ``relay_sweep_ms``: here after the submits
+    only through the acknowledgement.)"""
+    async with connected(settings) as store, running(settings, relay_sweep_ms=3_600_000) as relay:
+        # The timer loop went round once: the sweep of the shards just taken is done.
+        await eventually(lambda: relay.timer_wait_s > 0, message="first timer look")
+        for sid, agent in (("listed-1", AGENT), ("listed-2", "ghost")):
+            await store.submit(
+                sid, agent=agent, compat=COMPAT, wake_subject=bus.wake_subject(agent, COMPAT),
+                request_id="r1", text="hi", task=Task(id="task-1", kind="generation", owner=sid),
+                worker=worker_ref("client", "c"), submission_id="sub-1")
+        forged = store.keys.session("forged")
+        await store.redis.xadd(forged.wakes, {
+            "id": "forged/0/s.r9", "subj": bus.wake_subject(AGENT, COMPAT),
+            "data": dumps({"session_id": "forged"}), "hdr": "", "sid": "forged", "ts": "0"})
+
+        def listed(sid: str) -> Awaitable[float | None]:
+            return store.redis.zscore(store.keys.sessions(store.keys.session(sid).shard), sid)
+
+        await eventually(lambda: drained(store), message="wakes published and acked")
+        assert await listed("listed-1") is not None and await listed("listed-2") is not None
+        assert await listed("forged") is None
+        assert relay.counts.published == 2 and relay.counts.dead_lettered == 1
+        assert await store.redis.hlen(store.keys.session("listed-2").meta) == 0  # not opened
