@@ -240,10 +240,14 @@ async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str
     levels = [(1, cfg.c1_n, cfg.c1_warmup), *[(c, n, 1) for c, n in cfg.levels]]
     session_rows: dict[int, Row] = {}
     for conc, total, warmup in levels:
-        before_cpu, before_calls = meter.read(), await redis_calls(client.store)
+        # The CPU meters bracket the sessions alone: the readings around them (an INFO, a
+        # /varz over a new HTTP client) cost the bench client milliseconds of CPU each.
         before_wire = await traffic(stack, client.store)
+        before_calls = await redis_calls(client.store)
+        before_cpu = meter.read()
         run_ = await sessions(client, conc, total, warmup)
-        after_cpu, after_calls = meter.read(), await redis_calls(client.store)
+        after_cpu = meter.read()
+        after_calls = await redis_calls(client.store)
         wire = await traffic(stack, client.store)
         wire.subtract(before_wire)
         n = len(run_.samples_ns) + warmup * conc  # the meters saw the warm-up too
