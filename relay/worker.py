@@ -15,16 +15,11 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
   within the stream's duplicate window is dropped by NATS.
 * **claim**: rows another relay read but never acknowledged (it died, or lost the shard)
   are claimed after ``relay_claim_idle_ms`` and published here.
-* **timers**: due timers of the held shards become wake rows (``fire_timers.lua``, also
-  fenced by the lease), which the read loop sends on. While rows move (and for a few
-  seconds after) the timer heads are read every ``timer_tick_ms``; an idle relay sleeps
-  until its earliest timer is due, woken earlier by moved rows, a change of its shards or a
-  Brain's nudge (a commit armed a timer, :mod:`baton.bus.nudge`), and looks at least every
-  ``timer_idle_tick_ms`` in case a nudge was lost. The same loop sweeps the held shards'
-  inboxes (at once for a shard just taken, then every ``relay_sweep_ms``): a client's
-  request arms no timer, so a session whose inbox holds requests no Brain took up gets its
-  progress deadline armed (``arm_requests.lua``), which wakes it if they still wait then
-  (their wake was lost).
+* **timers** (:class:`~baton.relay.timers.TimerLoop`): due timers of the held shards
+  become wake rows (``fire_timers.lua``, also fenced by the lease), which the read loop
+  sends on; the held shards' inboxes are swept for requests no Brain took up. Moved rows
+  and Brains' nudges make it look often for a while; idle, it sleeps until its earliest
+  timer is due.
 * **announce**: the liveness record ``inspect`` shows and the relays count each other by.
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
@@ -49,7 +44,6 @@ import time
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError
 
 from baton.bus.bus import Bus
 from baton.errors import ForbiddenError
@@ -67,6 +61,7 @@ from baton.store.replication import ReplicatedWrites
 from .failures import NATS_DOWN, REDIS_DOWN, Backoff, reraise_cancel
 from .leases import ShardLeases
 from .publisher import Counts, Publisher, Sent
+from .timers import TimerLoop, first, wait_for
 
 __all__ = ["Relay", "main"]
 
@@ -78,11 +73,6 @@ log = get_logger("baton.relay")
 # timeout is the block time plus 5 s: 10 s, as every other connection's, to notice a
 # connection gone silent (a dead connection that is closed or reset fails at once).
 _BLOCK_MS = 5_000
-# After moving rows (or a timer nudge), the timer loop looks at the timer heads every
-# timer_tick_ms for this long; idle past it, it sleeps until the earliest head is due (at
-# most timer_idle_tick_ms). Longer than a Brain's nudge interval (baton.bus.nudge), so the
-# timers a Brain arms between two of its nudges are seen by the fast looks.
-_ACTIVE_S = 5.0
 # An idle relay whose last look found no pending rows looks this many times less often.
 _CLAIM_QUIET_FACTOR = 10
 
@@ -104,11 +94,7 @@ class Relay(Service):
         self._in_hand = asyncio.Lock()
         self.counts = Counts()
         self.publisher = Publisher(settings, self.name, self.keys, self.faults, self.counts)
-        self.timer_wait_s = 0.0  # how long the timer loop's current wait may last
-        self._active_until = 0.0  # monotonic time until which the timers tick fast
-        self._woken = asyncio.Event()  # rows moved after an idle spell: look at timers now
-        self._swept: set[int] = set()  # the shards of the last inbox sweep, and when
-        self._swept_at = 0.0
+        self.timers: TimerLoop | None = None  # with the leases, once serving
         self._claim_woken = asyncio.Event()  # rows moved or shards taken: rows may go stale
 
     @property
@@ -129,6 +115,7 @@ class Relay(Service):
                 retry_ms=s.redis_in_doubt_retry_ms))
             for r in (self._redis, self._reader))
         self.leases = ShardLeases(box, self.name, s.shards, s.lease_ms)
+        self.timers = TimerLoop(s, self.name, self.leases, self.counts, self.stopping)
         try:
             if not await self._connect(box):
                 return
@@ -144,7 +131,7 @@ class Relay(Service):
                 tg.create_task(self._lease_loop(), name="relay-leases")
                 tg.create_task(self._read_loop(reader_box), name="relay-read")
                 tg.create_task(self._claim_loop(box), name="relay-claim")
-                tg.create_task(self._timer_loop(box), name="relay-timers")
+                tg.create_task(self.timers.run(box), name="relay-timers")
                 tg.create_task(self.watch_epoch(epoch), name="relay-epoch")
                 # The outbox backlog gauge (a no-op without telemetry metrics).
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
@@ -202,7 +189,8 @@ class Relay(Service):
                 await self.leases.tick(int(time.time() * 1000))
                 if not before.issuperset(self.leases.held):
                     # Shards taken: look at their timers and for stale rows once, now.
-                    self._woken.set()
+                    if self.timers is not None:
+                        self.timers.look_now()
                     self._claim_woken.set()
                 backoff.reset()
                 # From the tick's start: a renewal's new expiry counts from before it was sent.
@@ -226,7 +214,7 @@ class Relay(Service):
             readers = [asyncio.create_task(self._reader_loop(box, group, done),
                                            name=f"relay-read-{group[0]}")
                        for group in box.groups(leases.held_shards())]
-            stop = asyncio.create_task(self._first(self.stopping, leases.changed))
+            stop = asyncio.create_task(first(self.stopping, leases.changed))
             try:
                 await asyncio.wait([stop, *readers], return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -240,15 +228,6 @@ class Relay(Service):
                 if isinstance(result, BaseException) and not isinstance(
                         result, asyncio.CancelledError):
                     raise result
-
-    @staticmethod
-    async def _first(*events: asyncio.Event) -> None:
-        waits = [asyncio.create_task(e.wait()) for e in events]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
 
     async def _reader_loop(self, box: Outbox, shards: list[int], done: asyncio.Event) -> None:
         """Publish the rows of ``shards``: first this relay's own pending rows, then new ones
@@ -341,7 +320,7 @@ class Relay(Service):
             if quiet and not self.busy():
                 # Rows become pending only by a read (rows moving) or with a shard taken
                 # from another relay, and both wake this loop: an idle relay looks rarely.
-                stopping = await self._wait_woken(self._claim_woken,
+                stopping = await wait_for(self.stopping, self._claim_woken,
                                                   _CLAIM_QUIET_FACTOR * idle / 2000)
             else:
                 stopping = await self.wait_stopping(idle / 2000)
@@ -380,93 +359,23 @@ class Relay(Service):
                     log.warning("outbox_claim_failed", server="redis", error=repr(exc))
                     break
 
-    async def _timer_loop(self, box: Outbox) -> None:
-        s = self.settings
-        assert self.leases is not None
-        leases = self.leases
-        backoff = Backoff()
-        while not self.stopping.is_set():
-            busy = time.monotonic() < self._active_until
-            delay = (s.timer_tick_ms if busy else max(s.timer_tick_ms, s.timer_idle_tick_ms)
-                     ) / 1000
-            self._woken.clear()
-            try:
-                held = dict(leases.held)
-                await self._sweep(box, held)
-                now, heads = await box.timer_heads(sorted(held))
-                fired = 0
-                for shard, due in heads.items():
-                    if due <= now:
-                        n = await box.fire_timers(shard, limit=s.relay_batch,
-                                                  rearm_ms=s.progress_deadline_ms,
-                                                  holder=self.name, fence=held[shard])
-                        if n < 0:
-                            leases.lost(shard)
-                        else:
-                            fired += n
-                if fired:
-                    self.counts.timers_fired += fired
-                    log.debug("timers_fired", timers=fired)
-                    continue  # look again at once: more may be due in the shards just fired
-                later = [due - now for due in heads.values() if due > now]
-                if later:
-                    delay = min(delay, max(min(later), 1) / 1000)
-                backoff.reset()
-            except REDIS_DOWN as exc:
-                reraise_cancel()
-                delay = backoff.next()
-                log.warning("timers_failed", error=repr(exc), delay_s=delay)
-            self.timer_wait_s = delay
-            if await self._wait_woken(self._woken, delay):
-                return
-
-    async def _wait_woken(self, event: asyncio.Event, timeout: float) -> bool:  # noqa: ASYNC109
-        """Wait up to ``timeout`` s for ``event`` or shutdown; True if shutting down."""
-        reraise_cancel()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._first(self.stopping, event)
-        return self.stopping.is_set()
-
-    async def _sweep(self, box: Outbox, held: dict[int, int]) -> None:
-        """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
-        to this relay or the last sweep is ``relay_sweep_ms`` old."""
-        now = time.monotonic()
-        if not held or (held.keys() <= self._swept
-                        and now - self._swept_at < self.settings.relay_sweep_ms / 1000):
-            return
-        armed = 0
-        try:
-            waiting = await box.waiting_requests(sorted(held))
-            for shard, sessions in waiting.items():
-                for i in range(0, len(sessions), self.settings.relay_batch):
-                    n = await box.arm_requests(
-                        shard, sessions[i:i + self.settings.relay_batch], self.name,
-                        held[shard], self.settings.progress_deadline_ms)
-                    if n < 0:
-                        assert self.leases is not None
-                        self.leases.lost(shard)
-                        break
-                    armed += n
-        except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire
-            log.error("inbox_sweep_failed", error=bounded(exc))
-        self._swept, self._swept_at = set(held), now  # not after Redis was unreachable
-        if armed:
-            log.info("waiting_requests_woken", sessions=armed)
-
     def _mark_active(self) -> None:
         """Rows moved (or a nudge): timers tick fast for a while (woken now if they were
         idle), and the claim loop looks for stale rows again."""
         self._claim_woken.set()
-        now = time.monotonic()
-        if now >= self._active_until:
-            self._woken.set()
+        if not self.busy():
             self.woken.set()
-        self._active_until = now + _ACTIVE_S
+        if self.timers is not None:
+            self.timers.wake()
 
     def busy(self) -> bool:
         """Rows moved within the last few seconds."""
-        return time.monotonic() < self._active_until
+        return self.timers is not None and self.timers.busy()
+
+    @property
+    def timer_wait_s(self) -> float:
+        """How long the timer loop's current wait may last (0 before its first look)."""
+        return self.timers.wait_s if self.timers is not None else 0.0
 
     # ------------------------------------------------------------------ steps
 

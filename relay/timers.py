@@ -1,0 +1,164 @@
+"""A relay's timers: the due timers of the shards it holds become wakes, and their inboxes
+are swept for requests no Brain took up.
+
+:class:`TimerLoop` is one of the loops of a :class:`~baton.relay.worker.Relay`. Due timers
+(sleeping tasks, progress deadlines) become wake rows by ``fire_timers.lua``, fenced by the
+shard's lease; the relay's read loop sends them on. While rows move (and for a few seconds
+after, :meth:`TimerLoop.wake`) the timer heads are read every ``timer_tick_ms``; an idle
+relay sleeps until its earliest timer is due, woken earlier by moved rows, a change of its
+shards or a Brain's nudge (a commit armed a timer, :mod:`baton.bus.nudge`), and looks at
+least every ``timer_idle_tick_ms`` in case a nudge was lost.
+
+The same loop sweeps the held shards' inboxes (at once for a shard just taken, then every
+``relay_sweep_ms``): a client's request arms no timer, so a session whose inbox holds
+requests no Brain took up gets its progress deadline armed (``arm_requests.lua``), which
+wakes it if they still wait then (their wake was lost).
+
+:func:`first` and :func:`wait_for` are the waits the relay's loops share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from redis.exceptions import NoPermissionError
+
+from baton.observability.log import bounded, get_logger
+from baton.settings import Settings
+from baton.store.outbox import Outbox
+
+from .failures import REDIS_DOWN, Backoff, reraise_cancel
+from .leases import ShardLeases
+from .publisher import Counts
+
+__all__ = ["ACTIVE_S", "TimerLoop", "first", "wait_for"]
+
+log = get_logger("baton.relay")
+
+# After moving rows (or a timer nudge), the timer loop looks at the timer heads every
+# timer_tick_ms for this long; idle past it, it sleeps until the earliest head is due (at
+# most timer_idle_tick_ms). Longer than a Brain's nudge interval (baton.bus.nudge), so the
+# timers a Brain arms between two of its nudges are seen by the fast looks.
+ACTIVE_S = 5.0
+
+
+async def first(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+async def wait_for(stopping: asyncio.Event, event: asyncio.Event,
+                   timeout: float) -> bool:  # noqa: ASYNC109
+    """Wait up to ``timeout`` s for ``event`` or ``stopping``; True if stopping."""
+    reraise_cancel()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await first(stopping, event)
+    return stopping.is_set()
+
+
+class TimerLoop:
+    """Fires the due timers of the shards a relay holds and sweeps their inboxes.
+
+    ``leases`` are the relay's shard leases (the shards held, their fences; a refused
+    firing gives the shard up), ``counts`` its counters (``timers_fired``), ``stopping``
+    ends :meth:`run`.
+    """
+
+    def __init__(self, settings: Settings, name: str, leases: ShardLeases, counts: Counts,
+                 stopping: asyncio.Event) -> None:
+        self.settings = settings
+        self.name = name
+        self.leases = leases
+        self.counts = counts
+        self.stopping = stopping
+        self.wait_s = 0.0  # how long the current wait may last
+        self._woken = asyncio.Event()  # look at the timer heads now
+        self._active_until = 0.0  # monotonic time until which the timers tick fast
+        self._swept: set[int] = set()  # the shards of the last inbox sweep, and when
+        self._swept_at = 0.0
+
+    def wake(self) -> None:
+        """Rows moved or a Brain nudged: tick fast for a while, at once if idle until now."""
+        now = time.monotonic()
+        if now >= self._active_until:
+            self._woken.set()
+        self._active_until = now + ACTIVE_S
+
+    def look_now(self) -> None:
+        """Look at the heads (and sweep) at once: the relay took shards."""
+        self._woken.set()
+
+    def busy(self) -> bool:
+        """Rows moved (or a nudge came) within the last :data:`ACTIVE_S` seconds."""
+        return time.monotonic() < self._active_until
+
+    async def run(self, box: Outbox) -> None:
+        s = self.settings
+        leases = self.leases
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            delay = (s.timer_tick_ms if self.busy()
+                     else max(s.timer_tick_ms, s.timer_idle_tick_ms)) / 1000
+            self._woken.clear()
+            try:
+                held = dict(leases.held)
+                await self._sweep(box, held)
+                now, heads = await box.timer_heads(sorted(held))
+                fired = 0
+                for shard, due in heads.items():
+                    if due <= now:
+                        n = await box.fire_timers(shard, limit=s.relay_batch,
+                                                  rearm_ms=s.progress_deadline_ms,
+                                                  holder=self.name, fence=held[shard])
+                        if n < 0:
+                            leases.lost(shard)
+                        else:
+                            fired += n
+                if fired:
+                    self.counts.timers_fired += fired
+                    log.debug("timers_fired", timers=fired)
+                    continue  # look again at once: more may be due in the shards just fired
+                later = [due - now for due in heads.values() if due > now]
+                if later:
+                    delay = min(delay, max(min(later), 1) / 1000)
+                backoff.reset()
+            except REDIS_DOWN as exc:
+                reraise_cancel()
+                delay = backoff.next()
+                log.warning("timers_failed", error=repr(exc), delay_s=delay)
+            self.wait_s = delay
+            if await wait_for(self.stopping, self._woken, delay):
+                return
+
+    async def _sweep(self, box: Outbox, held: dict[int, int]) -> None:
+        """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
+        to this relay or the last sweep is ``relay_sweep_ms`` old."""
+        now = time.monotonic()
+        if not held or (held.keys() <= self._swept
+                        and now - self._swept_at < self.settings.relay_sweep_ms / 1000):
+            return
+        armed = 0
+        try:
+            waiting = await box.waiting_requests(sorted(held))
+            for shard, sessions in waiting.items():
+                for i in range(0, len(sessions), self.settings.relay_batch):
+                    n = await box.arm_requests(
+                        shard, sessions[i:i + self.settings.relay_batch], self.name,
+                        held[shard], self.settings.progress_deadline_ms)
+                    if n < 0:
+                        self.leases.lost(shard)
+                        break
+                    armed += n
+        except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire
+            log.error("inbox_sweep_failed", error=bounded(exc))
+        self._swept, self._swept_at = set(held), now  # not after Redis was unreachable
+        if armed:
+            log.info("waiting_requests_woken", sessions=armed)
