@@ -1,4 +1,6 @@
-"""The invariants a chaos run checks, from committed state, receipts and the mail service.
+"""The invariants a chaos run checks, from committed state, receipts and the mail service,
+and the run's :class:`ChaosConfig` and :class:`ChaosReport` (what it was asked to do, what
+its faults did and what the checks found).
 
 Everything here reads facts written by the system under test (never the chaos runner's own
 bookkeeping, except what it did: which workers it paused, and when). Each broken invariant
@@ -31,7 +33,7 @@ from baton.receipts import (
     RefusedDetail,
 )
 
-__all__ = ["Findings", "SessionFacts", "check_mail", "check_session"]
+__all__ = ["ChaosConfig", "ChaosReport", "Findings", "SessionFacts", "check_mail", "check_session"]
 
 
 @dataclass
@@ -166,3 +168,70 @@ def check_mail(stats: dict[str, Any], facts: list[SessionFacts],
             continue
         out.add(f"{f.session_id}: operation {key} sent raw {repeats + 1}x (claimed by "
                 f"{sorted(holders)}, none of them paused): a re-send after a kill")
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """What a chaos run does (``baton chaos`` options, :mod:`baton.devkit.chaos`)."""
+
+    sessions: int = 50
+    brains: int = 2
+    hands: int = 2
+    relays: int = 2
+    kill_every: float = 2.0  # 0: no kills
+    pause_every: float = 0.0  # 0: no pauses
+    restart_redis: int = 0
+    restart_nats: int = 0
+    unsafe_share: float = 0.2
+    seed: int = 1
+    rate: float = 10.0  # sessions submitted per second
+    mail_delay_ms: int = 30  # widens the "accepted, reply not yet seen" window
+    deadline: float = 600.0
+    cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
+    cluster: bool = False  # 3+3 Redis Cluster and 3 NATS nodes instead of one server each
+    partitions: int = 0  # network partitions (needs cluster, root)
+
+
+@dataclass
+class ChaosReport:
+    """What a chaos run did (its faults, counted by :class:`~baton.devkit.chaos_faults.ChaosFaults`)
+    and found (:attr:`findings`)."""
+
+    config: ChaosConfig
+    sessions: int = 0
+    settled: int = 0
+    kills: Counter[str] = field(default_factory=Counter)  # by role
+    pauses: int = 0
+    restarts: Counter[str] = field(default_factory=Counter)  # redis / nats
+    partitions: Counter[str] = field(default_factory=Counter)  # by kind (PARTITION_KINDS)
+    crashes: dict[str, int] = field(default_factory=dict)  # exits nobody caused, by process
+    crash_logs: dict[str, str] = field(default_factory=dict)
+    start_failures: dict[str, int] = field(default_factory=dict)  # started while a server was down
+    findings: Findings = field(default_factory=Findings)
+    mail: dict[str, Any] = field(default_factory=dict)
+    probes: int = 0  # sessions run after the checks to see idle survivors of a Redis restart
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def violations(self) -> list[str]:
+        return [*([self.error] if self.error else []), *self.findings.problems]
+
+    def summary(self) -> dict[str, Any]:
+        c = self.findings.counts
+        return {
+            "sessions": self.sessions, "settled": self.settled,
+            "kills": sum(self.kills.values()), "pauses": self.pauses,
+            "restarts": {"redis": self.restarts["redis"], "nats": self.restarts["nats"]},
+            "partitions": dict(self.partitions), "cluster": self.config.cluster,
+            "deliveries": c["deliveries"], "duplicates": c["duplicates"],
+            "raw_resends": c["raw_resends"] - c["raw_resends_by_paused"],
+            "late_sends_by_paused": c["raw_resends_by_paused"],
+            "stale_refused": c["stale_refused"], "confirmed": c["confirmed"],
+            "interrupted": c["interrupted"], "crashes": sum(self.crashes.values()),
+            "start_failures": sum(self.start_failures.values()),
+            "violations": len(self.violations), "problems": self.violations[:10],
+            "seed": self.config.seed, "cpu_hogs": self.config.cpu_hogs,
+            "recovery_probes": self.probes,
+            "seconds": round(self.seconds, 1),
+        }

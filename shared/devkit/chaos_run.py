@@ -5,7 +5,7 @@ A durable :class:`~baton.devkit.devstack.DevStack` (Redis AOF ``always``, JetStr
 always``) runs brains, hands and relays as separate supervised processes with the chaos app
 (:mod:`baton.examples.chaos_app`). Sessions are submitted at a steady rate, each to five recipients
 of its own, a share of them through the non-idempotent ``unsafe`` tool. Meanwhile, from one
-seeded random generator:
+seeded random generator (:class:`~baton.devkit.chaos_faults.ChaosFaults`):
 
 - every ``--kill-every`` seconds a random brain, hands or relay is SIGKILLed; the supervisor
   starts it again after its backoff, as an orchestrator would;
@@ -16,7 +16,7 @@ seeded random generator:
   it each time);
 - with ``--partitions N`` (a cluster whose servers and services each run in their own
   network namespace, :mod:`baton.devkit.netns`; root only) the network is cut ``N`` times,
-  spread over the window, for :data:`PARTITION_S` each, then healed: a random Redis or NATS
+  spread over the window, for ``PARTITION_S`` each, then healed: a random Redis or NATS
   node isolated, or a random brain, hands or relay cut off from every Redis node or from
   every NATS node. A worker cut off from Redis is counted with the paused ones (it may act
   late, as they do).
@@ -35,10 +35,8 @@ import random
 import sys
 import time
 import traceback
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,16 +44,24 @@ import httpx
 from redis.exceptions import RedisError
 
 from baton.client import Client
-from baton.devkit.chaos_checks import Findings, SessionFacts, check_mail, check_session
+from baton.devkit.chaos_checks import (
+    ChaosConfig,
+    ChaosReport,
+    Findings,
+    SessionFacts,
+    check_mail,
+    check_session,
+)
+from baton.devkit.chaos_faults import PARTITION_S, PAUSE_S, ChaosFaults
 from baton.devkit.devstack import DevStack, Proc
-from baton.devkit.redis_cluster import ClusterStack
 from baton.errors import UnavailableError
 from baton.store.deadletter import dead_letters
 from baton.store.keys import RELAY_GROUP
 from baton.store.outbox import Outbox
 from baton.store.store import now_ms
 
-__all__ = ["CHAOS_ENV", "PAUSE_S", "ChaosConfig", "ChaosReport", "ChaosRun", "run_chaos"]
+__all__ = ["CHAOS_ENV", "PARTITION_S", "PAUSE_S", "ChaosConfig", "ChaosReport", "ChaosRun",
+           "run_chaos"]
 
 T = TypeVar("T")
 
@@ -70,10 +76,6 @@ CHAOS_ENV = {
     "BATON_RELAY_CLAIM_IDLE_MS": "1000",
     "BATON_PROGRESS_DEADLINE_MS": "4000",
 }
-PAUSE_S = 3.0  # past the lease (2 s), the attempt TTL (1.5 s) and the ack wait (2 s)
-SERVER_DOWN_S = 0.5  # how long Redis / NATS stay down on each restart
-PARTITION_S = 3.0  # how long each partition lasts: past a cluster failover (node timeout 1 s)
-PARTITION_KINDS = ("redis_node", "nats_node", "worker_from_redis", "worker_from_nats")
 _RETRY_S = 60.0  # how long the runner's own reads ride out a server restart
 _DRAIN_S = 15.0
 # After a run with a Redis restart: probe sessions a surviving worker may take to show it
@@ -82,68 +84,6 @@ _PROBE_ROUNDS = 5
 _PROBE_SESSIONS = 8
 _PROBE_WAIT_S = 30.0
 _DOWN = (UnavailableError, RedisError, OSError)  # a server restarting: try again
-
-
-@dataclass(frozen=True)
-class ChaosConfig:
-    sessions: int = 50
-    brains: int = 2
-    hands: int = 2
-    relays: int = 2
-    kill_every: float = 2.0  # 0: no kills
-    pause_every: float = 0.0  # 0: no pauses
-    restart_redis: int = 0
-    restart_nats: int = 0
-    unsafe_share: float = 0.2
-    seed: int = 1
-    rate: float = 10.0  # sessions submitted per second
-    mail_delay_ms: int = 30  # widens the "accepted, reply not yet seen" window
-    deadline: float = 600.0
-    cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
-    cluster: bool = False  # 3+3 Redis Cluster and 3 NATS nodes instead of one server each
-    partitions: int = 0  # network partitions (needs cluster, root)
-
-
-@dataclass
-class ChaosReport:
-    config: ChaosConfig
-    sessions: int = 0
-    settled: int = 0
-    kills: Counter[str] = field(default_factory=Counter)  # by role
-    pauses: int = 0
-    restarts: Counter[str] = field(default_factory=Counter)  # redis / nats
-    partitions: Counter[str] = field(default_factory=Counter)  # by kind (PARTITION_KINDS)
-    crashes: dict[str, int] = field(default_factory=dict)  # exits nobody caused, by process
-    crash_logs: dict[str, str] = field(default_factory=dict)
-    start_failures: dict[str, int] = field(default_factory=dict)  # started while a server was down
-    findings: Findings = field(default_factory=Findings)
-    mail: dict[str, Any] = field(default_factory=dict)
-    probes: int = 0  # sessions run after the checks to see idle survivors of a Redis restart
-    seconds: float = 0.0
-    error: str = ""
-
-    @property
-    def violations(self) -> list[str]:
-        return [*([self.error] if self.error else []), *self.findings.problems]
-
-    def summary(self) -> dict[str, Any]:
-        c = self.findings.counts
-        return {
-            "sessions": self.sessions, "settled": self.settled,
-            "kills": sum(self.kills.values()), "pauses": self.pauses,
-            "restarts": {"redis": self.restarts["redis"], "nats": self.restarts["nats"]},
-            "partitions": dict(self.partitions), "cluster": self.config.cluster,
-            "deliveries": c["deliveries"], "duplicates": c["duplicates"],
-            "raw_resends": c["raw_resends"] - c["raw_resends_by_paused"],
-            "late_sends_by_paused": c["raw_resends_by_paused"],
-            "stale_refused": c["stale_refused"], "confirmed": c["confirmed"],
-            "interrupted": c["interrupted"], "crashes": sum(self.crashes.values()),
-            "start_failures": sum(self.start_failures.values()),
-            "violations": len(self.violations), "problems": self.violations[:10],
-            "seed": self.config.seed, "cpu_hogs": self.config.cpu_hogs,
-            "recovery_probes": self.probes,
-            "seconds": round(self.seconds, 1),
-        }
 
 
 def _notice_text(recipients: Iterable[str]) -> str:
@@ -165,7 +105,8 @@ async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
 
 
 class ChaosRun:
-    """One run: the stack, the submissions, the fault loop and the collected facts."""
+    """One run: the stack, the submissions, the faults (:class:`ChaosFaults`) and the
+    collected facts."""
 
     def __init__(self, cfg: ChaosConfig, stack: DevStack, client: Client,
                  on_progress: Callable[[ChaosRun], None]) -> None:
@@ -176,14 +117,11 @@ class ChaosRun:
         self.report = ChaosReport(cfg)
         self.on_progress = on_progress
         self.facts: list[SessionFacts] = []
-        self.kills_by_name: Counter[str] = Counter()
-        self.paused: set[str] = set()
         self.settled = 0
         self.submitted = 0
         self.done = asyncio.Event()
-        self._resumes: set[asyncio.Task[None]] = set()
-        # server -> (monotonic, wall ms, sessions submitted) at its last restart
-        self.restarted_at: dict[str, tuple[float, int, int]] = {}
+        self.faults = ChaosFaults(cfg, stack, self.rng, self.report, self.done,
+                                  lambda: self.submitted, lambda: on_progress(self))
 
     def plan(self) -> None:
         unsafe = set(self.rng.sample(range(self.cfg.sessions),
@@ -220,125 +158,6 @@ class ChaosRun:
                 await asyncio.sleep(gap)
         self.done.set()
 
-    # ------------------------------------------------------------------ faults
-
-    def _victims(self, roles: tuple[str, ...]) -> list[Proc]:
-        return [p for p in self.stack.procs() if p.role in roles and p.alive and not p.paused]
-
-    def kill_one(self) -> None:
-        victims = self._victims(("brain", "hands", "relay"))
-        if victims:
-            p = self.rng.choice(victims)
-            self.stack.kill(p.name)  # the supervisor starts it again
-            self.kills_by_name[p.name] += 1
-            self.report.kills[p.role] += 1
-
-    def pause_one(self) -> None:
-        victims = self._victims(("brain", "hands"))
-        if victims:
-            p = self.rng.choice(victims)
-            self.stack.pause(p.name)
-            self.paused.add(p.name)
-            self.report.pauses += 1
-            task = asyncio.create_task(self._resume_later(p.name))
-            self._resumes.add(task)
-            task.add_done_callback(self._resumes.discard)
-
-    async def _resume_later(self, name: str) -> None:
-        await asyncio.sleep(PAUSE_S)
-        self.stack.resume(name)
-
-    async def restart(self, server: str) -> None:
-        if server == "partition":
-            await self.partition()
-            return
-        if self.stack.clusters is not None:
-            await self._restart_cluster_node(self.stack.clusters, server)
-        else:
-            servers = self.stack.servers
-            assert servers is not None
-            target = servers.redis if server == "redis" else servers.nats
-            target.kill()  # SIGKILL: what the durable settings are for
-            await asyncio.sleep(SERVER_DOWN_S)
-            await target.restart()
-        self.report.restarts[server] += 1
-        self.restarted_at[server] = (time.monotonic(), now_ms(), self.submitted)
-
-    async def _restart_cluster_node(self, clusters: ClusterStack, server: str) -> None:
-        """SIGKILL one random node of the cluster and start it again on its data."""
-        if server == "redis":
-            node = self.rng.choice([n for n in clusters.redis.nodes if n.running])
-            clusters.redis.kill(node)
-            await asyncio.sleep(SERVER_DOWN_S)
-            await clusters.redis.restart(node)
-        else:
-            nats = self.rng.choice([n for n in clusters.nats.nodes if n.running])
-            nats.kill()
-            await asyncio.sleep(SERVER_DOWN_S)
-            await nats.restart()
-
-    async def partition(self) -> None:
-        """Cut the network for PARTITION_S (see the module docstring), then heal it."""
-        net = self.stack.net
-        assert net is not None
-        kind = self.rng.choice(PARTITION_KINDS)
-        if kind == "redis_node":
-            net.isolate(self.rng.choice(ClusterStack.REDIS_MEMBERS))
-        elif kind == "nats_node":
-            net.isolate(self.rng.choice(ClusterStack.NATS_MEMBERS))
-        else:
-            workers = [p for p in self.stack.procs() if p.member]
-            if not workers:
-                return
-            p = self.rng.choice(workers)
-            servers = (ClusterStack.REDIS_MEMBERS if kind == "worker_from_redis"
-                       else ClusterStack.NATS_MEMBERS)
-            net.split([p.member], servers)
-            if kind == "worker_from_redis":
-                self.paused.add(p.name)  # it may act late, as a paused worker does
-        self.report.partitions[kind] += 1
-        await asyncio.sleep(PARTITION_S)
-        net.heal()
-
-    def _schedule(self) -> list[tuple[float, str]]:
-        window = max(self.cfg.sessions / self.cfg.rate if self.cfg.rate > 0 else 5.0, 2.0)
-        out: list[tuple[float, str]] = []
-        for server, k, shift in (("redis", self.cfg.restart_redis, 0.0),
-                                 ("nats", self.cfg.restart_nats, 0.5),
-                                 ("partition", self.cfg.partitions, 0.25)):
-            slot = window / (k + 1)  # evenly spread; NATS half a slot after Redis
-            out += [(slot * (j + 1 + shift), server) for j in range(k)]
-        return sorted(out)
-
-    async def faults(self) -> None:
-        """Kill, pause and restart until every submission settled; then resume the paused."""
-        cfg = self.cfg
-        start = time.monotonic()
-        next_kill = start + cfg.kill_every if cfg.kill_every > 0 else float("inf")
-        next_pause = start + cfg.pause_every if cfg.pause_every > 0 else float("inf")
-        restarts = [(start + at, server) for at, server in self._schedule()]
-        while not self.done.is_set() or restarts:
-            now = time.monotonic()
-            if restarts and now >= restarts[0][0]:
-                await self.restart(restarts.pop(0)[1])
-                self.on_progress(self)
-                continue
-            if now >= next_kill:
-                self.kill_one()
-                next_kill = now + cfg.kill_every * self.rng.uniform(0.5, 1.5)
-            if now >= next_pause:
-                self.pause_one()
-                next_pause = now + cfg.pause_every * self.rng.uniform(0.5, 1.5)
-            self.on_progress(self)
-            wake = min(next_kill, next_pause, restarts[0][0] if restarts else float("inf"))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.done.wait(), max(0.01, min(wake - now, 1.0)))
-        for task in list(self._resumes):
-            task.cancel()
-        for p in self.stack.procs():
-            if p.paused:
-                self.stack.resume(p.name)
-
     # ------------------------------------------------------------------ after the run
 
     async def drain(self) -> None:
@@ -371,7 +190,7 @@ class ChaosRun:
         deliveries = self.report.mail.get("deliveries", {})
         for f in self.facts:
             check_session(f, deliveries, out)
-        check_mail(self.report.mail, self.facts, self.paused, out)
+        check_mail(self.report.mail, self.facts, self.faults.paused, out)
         self.report.sessions = len(self.facts)
         self.report.settled = out.counts["settled"]
         await self._leftovers(out)
@@ -429,9 +248,9 @@ class ChaosRun:
         such worker committed or the rounds run out. Relays show it through the empty
         outbox.
         """
-        if "redis" not in self.restarted_at:
+        if "redis" not in self.faults.restarted_at:
             return
-        mono, wall, submitted_before = self.restarted_at["redis"]
+        mono, wall, submitted_before = self.faults.restarted_at["redis"]
         if self.cfg.sessions - submitted_before < 20:
             return  # too little work after the restart to expect every worker to get some
         survivors = {p.name: p for p in self.stack.procs()
@@ -475,7 +294,7 @@ class ChaosRun:
             refused_start = _start_failures(p)
             if refused_start:
                 self.report.start_failures[p.name] = refused_start
-            extra = exits - self.kills_by_name[p.name] - refused_start
+            extra = exits - self.faults.kills_by_name[p.name] - refused_start
             if extra > 0:
                 self.report.crashes[p.name] = extra
                 self.report.crash_logs[p.name] = _last_errors(p)
@@ -504,7 +323,7 @@ async def run_chaos(cfg: ChaosConfig, base_dir: Path,
                 try:
                     async with asyncio.timeout(cfg.deadline):
                         async with asyncio.TaskGroup() as tg:
-                            tg.create_task(run.faults())
+                            tg.create_task(run.faults.run())
                             tg.create_task(run.submit_all())
                 except TimeoutError:
                     run.done.set()
