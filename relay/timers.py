@@ -13,19 +13,17 @@ The same loop sweeps the held shards' inboxes (at once for a shard just taken, t
 ``relay_sweep_ms``): a client's request arms no timer, so a session whose inbox holds
 requests no Brain took up gets its progress deadline armed (``arm_requests.lua``), which
 wakes it if they still wait then (their wake was lost).
-
-:func:`first` and :func:`wait_for` are the waits the relay's loops share.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from redis.exceptions import NoPermissionError
 
 from baton.observability.log import bounded, get_logger
+from baton.service import wait_either
 from baton.settings import Settings
 from baton.store.outbox import Outbox
 
@@ -33,7 +31,7 @@ from .failures import REDIS_DOWN, Backoff, reraise_cancel
 from .leases import ShardLeases
 from .publisher import Counts
 
-__all__ = ["ACTIVE_S", "TimerLoop", "first", "wait_for"]
+__all__ = ["ACTIVE_S", "TimerLoop"]
 
 log = get_logger("baton.relay")
 
@@ -44,39 +42,18 @@ log = get_logger("baton.relay")
 ACTIVE_S = 5.0
 
 
-async def first(*events: asyncio.Event) -> None:
-    """Return once any of ``events`` is set."""
-    waits = [asyncio.create_task(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-
-
-async def wait_for(stopping: asyncio.Event, event: asyncio.Event,
-                   timeout: float) -> bool:  # noqa: ASYNC109
-    """Wait up to ``timeout`` s for ``event`` or ``stopping``; True if stopping."""
-    reraise_cancel()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            await first(stopping, event)
-    return stopping.is_set()
-
-
 class TimerLoop:
     """Fires the due timers of the shards a relay holds and sweeps their inboxes.
 
-    ``leases`` are the relay's shard leases (the shards held, their fences; a refused
-    firing gives the shard up), ``counts`` its counters (``timers_fired``), ``stopping``
-    ends :meth:`run`.
+    ``counts`` are the relay's counters (``timers_fired``), ``stopping`` ends :meth:`run`;
+    :meth:`run` gets the relay's shard leases (the shards held, their fences; a refused
+    firing gives the shard up).
     """
 
-    def __init__(self, settings: Settings, name: str, leases: ShardLeases, counts: Counts,
+    def __init__(self, settings: Settings, name: str, counts: Counts,
                  stopping: asyncio.Event) -> None:
         self.settings = settings
         self.name = name
-        self.leases = leases
         self.counts = counts
         self.stopping = stopping
         self.wait_s = 0.0  # how long the current wait may last
@@ -100,9 +77,8 @@ class TimerLoop:
         """Rows moved (or a nudge came) within the last :data:`ACTIVE_S` seconds."""
         return time.monotonic() < self._active_until
 
-    async def run(self, box: Outbox) -> None:
+    async def run(self, box: Outbox, leases: ShardLeases) -> None:
         s = self.settings
-        leases = self.leases
         backoff = Backoff()
         while not self.stopping.is_set():
             delay = (s.timer_tick_ms if self.busy()
@@ -110,7 +86,7 @@ class TimerLoop:
             self._woken.clear()
             try:
                 held = dict(leases.held)
-                await self._sweep(box, held)
+                await self._sweep(box, leases, held)
                 now, heads = await box.timer_heads(sorted(held))
                 fired = 0
                 for shard, due in heads.items():
@@ -135,10 +111,10 @@ class TimerLoop:
                 delay = backoff.next()
                 log.warning("timers_failed", error=repr(exc), delay_s=delay)
             self.wait_s = delay
-            if await wait_for(self.stopping, self._woken, delay):
+            if await wait_either(self.stopping, self._woken, delay):
                 return
 
-    async def _sweep(self, box: Outbox, held: dict[int, int]) -> None:
+    async def _sweep(self, box: Outbox, leases: ShardLeases, held: dict[int, int]) -> None:
         """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
         to this relay or the last sweep is ``relay_sweep_ms`` old."""
         now = time.monotonic()
@@ -154,7 +130,7 @@ class TimerLoop:
                         shard, sessions[i:i + self.settings.relay_batch], self.name,
                         held[shard], self.settings.progress_deadline_ms)
                     if n < 0:
-                        self.leases.lost(shard)
+                        leases.lost(shard)
                         break
                     armed += n
         except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire

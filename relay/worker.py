@@ -50,7 +50,7 @@ from baton.errors import ForbiddenError
 from baton.faults import Faults
 from baton.observability.log import bounded, get_logger
 from baton.observability.tracing import sample_backlog
-from baton.service import Service, run_until_signalled, tune_collector
+from baton.service import Service, run_until_signalled, tune_collector, wait_either
 from baton.settings import Settings
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import Keys
@@ -61,7 +61,7 @@ from baton.store.replication import ReplicatedWrites
 from .failures import NATS_DOWN, REDIS_DOWN, Backoff, reraise_cancel
 from .leases import ShardLeases
 from .publisher import Counts, Publisher, Sent
-from .timers import TimerLoop, first, wait_for
+from .timers import TimerLoop
 
 __all__ = ["Relay", "main"]
 
@@ -94,7 +94,7 @@ class Relay(Service):
         self._in_hand = asyncio.Lock()
         self.counts = Counts()
         self.publisher = Publisher(settings, self.name, self.keys, self.faults, self.counts)
-        self.timers: TimerLoop | None = None  # with the leases, once serving
+        self.timers = TimerLoop(settings, self.name, self.counts, self.stopping)
         self._claim_woken = asyncio.Event()  # rows moved or shards taken: rows may go stale
 
     @property
@@ -115,7 +115,6 @@ class Relay(Service):
                 retry_ms=s.redis_in_doubt_retry_ms))
             for r in (self._redis, self._reader))
         self.leases = ShardLeases(box, self.name, s.shards, s.lease_ms)
-        self.timers = TimerLoop(s, self.name, self.leases, self.counts, self.stopping)
         try:
             if not await self._connect(box):
                 return
@@ -131,7 +130,7 @@ class Relay(Service):
                 tg.create_task(self._lease_loop(), name="relay-leases")
                 tg.create_task(self._read_loop(reader_box), name="relay-read")
                 tg.create_task(self._claim_loop(box), name="relay-claim")
-                tg.create_task(self.timers.run(box), name="relay-timers")
+                tg.create_task(self.timers.run(box, self.leases), name="relay-timers")
                 tg.create_task(self.watch_epoch(epoch), name="relay-epoch")
                 # The outbox backlog gauge (a no-op without telemetry metrics).
                 tg.create_task(sample_backlog(box, self.wait_stopping), name="relay-backlog")
@@ -189,8 +188,7 @@ class Relay(Service):
                 await self.leases.tick(int(time.time() * 1000))
                 if not before.issuperset(self.leases.held):
                     # Shards taken: look at their timers and for stale rows once, now.
-                    if self.timers is not None:
-                        self.timers.look_now()
+                    self.timers.look_now()
                     self._claim_woken.set()
                 backoff.reset()
                 # From the tick's start: a renewal's new expiry counts from before it was sent.
@@ -214,7 +212,7 @@ class Relay(Service):
             readers = [asyncio.create_task(self._reader_loop(box, group, done),
                                            name=f"relay-read-{group[0]}")
                        for group in box.groups(leases.held_shards())]
-            stop = asyncio.create_task(first(self.stopping, leases.changed))
+            stop = asyncio.create_task(wait_either(self.stopping, leases.changed, None))
             try:
                 await asyncio.wait([stop, *readers], return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -320,8 +318,8 @@ class Relay(Service):
             if quiet and not self.busy():
                 # Rows become pending only by a read (rows moving) or with a shard taken
                 # from another relay, and both wake this loop: an idle relay looks rarely.
-                stopping = await wait_for(self.stopping, self._claim_woken,
-                                                  _CLAIM_QUIET_FACTOR * idle / 2000)
+                stopping = await wait_either(self.stopping, self._claim_woken,
+                                             _CLAIM_QUIET_FACTOR * idle / 2000)
             else:
                 stopping = await self.wait_stopping(idle / 2000)
             if stopping:
@@ -365,17 +363,16 @@ class Relay(Service):
         self._claim_woken.set()
         if not self.busy():
             self.woken.set()
-        if self.timers is not None:
-            self.timers.wake()
+        self.timers.wake()
 
     def busy(self) -> bool:
         """Rows moved within the last few seconds."""
-        return self.timers is not None and self.timers.busy()
+        return self.timers.busy()
 
     @property
     def timer_wait_s(self) -> float:
         """How long the timer loop's current wait may last (0 before its first look)."""
-        return self.timers.wait_s if self.timers is not None else 0.0
+        return self.timers.wait_s
 
     # ------------------------------------------------------------------ steps
 

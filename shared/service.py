@@ -58,6 +58,24 @@ def tune_collector() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def wait_either(stopping: asyncio.Event, event: asyncio.Event,
+                      timeout: float | None) -> bool:  # noqa: ASYNC109
+    """Wait up to ``timeout`` s (None: no limit) for ``event`` or ``stopping``; True if
+    stopping. A cancelled task that a library left running raises here, as in
+    :meth:`Service.wait_stopping`."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    if not (stopping.is_set() or event.is_set()):
+        waits = [asyncio.ensure_future(e.wait()) for e in (stopping, event)]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+    return stopping.is_set()
+
+
 class Service(abc.ABC):
     """A long-lived worker: serve until shut down, then drain."""
 

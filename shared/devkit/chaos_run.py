@@ -16,15 +16,15 @@ seeded random generator (:class:`~baton.devkit.chaos_faults.ChaosFaults`):
   it each time);
 - with ``--partitions N`` (a cluster whose servers and services each run in their own
   network namespace, :mod:`baton.devkit.netns`; root only) the network is cut ``N`` times,
-  spread over the window, for ``PARTITION_S`` each, then healed: a random Redis or NATS
-  node isolated, or a random brain, hands or relay cut off from every Redis node or from
-  every NATS node. A worker cut off from Redis is counted with the paused ones (it may act
-  late, as they do).
+  spread over the window, for :data:`~baton.devkit.chaos_faults.PARTITION_S` each, then
+  healed: a random Redis or NATS node isolated, or a random brain, hands or relay cut off
+  from every Redis node or from every NATS node. A worker cut off from Redis is counted with
+  the paused ones (it may act late, as they do).
 
 Once every submission settled (or the deadline passed) the faults stop, paused workers are
-resumed and the stack is given a moment to drain; then :mod:`baton.devkit.chaos_checks` checks the
-facts. The ``baton chaos`` command (:mod:`baton.devkit.chaos`) prints a report and ends with one
-JSON line.
+resumed and the stack is given a moment to drain; then :mod:`baton.devkit.chaos_checks`
+checks the facts. The ``baton chaos`` command (:mod:`baton.devkit.chaos`) prints a report and
+ends with one JSON line.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -220,7 +220,7 @@ class Outbox(ShardStore):
         return command
 
     async def ack(self, rows: list[OutboxRow], holder: str, fences: dict[int, int],
-                  opening: list[OutboxRow] | None = None) -> dict[int, str]:
+                  opening: Sequence[OutboxRow] = ()) -> dict[int, str]:
         """Acknowledge and delete published rows, per shard under its lease fence (every
         shard's script in one round trip on a single server without replica
         acknowledgement, one call per shard otherwise), and list in their shard's session
@@ -232,7 +232,7 @@ class Outbox(ShardStore):
         holder, which re-publishes them under the same ``Nats-Msg-Id``.
         """
         by_stream = self._by_stream(rows)
-        index = self._index_commands(opening or [])  # before the acks delete their rows
+        index = self._index_commands(opening)  # before the acks delete their rows
         if not by_stream:
             await self._run_checked(index)
             return {}
@@ -260,7 +260,7 @@ class Outbox(ShardStore):
     async def ack_and_read(
         self, rows: list[OutboxRow], holder: str, fences: dict[int, int], shards: list[int],
         count: int, block_ms: int, acked: Callable[[dict[int, str]], None],
-        opening: list[OutboxRow] | None = None,
+        opening: Sequence[OutboxRow] = (),
     ) -> list[OutboxRow]:
         """:meth:`ack` of ``rows`` (and ``opening``), then :meth:`read` of ``shards`` for
         ``holder``, in one round trip on a single server without replica acknowledgement
@@ -281,7 +281,7 @@ class Outbox(ShardStore):
 
         script = self.scripts.relay_ack
         calls = self._ack_calls(by_stream, holder, fences)
-        index = self._index_commands(opening or [])  # before the acks delete their rows
+        index = self._index_commands(opening)  # before the acks delete their rows
 
         def between(replies: list[Any]) -> None:
             for r in replies:
@@ -395,7 +395,7 @@ class Outbox(ShardStore):
         return [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]
                 and _OPENING.match(r.id)]
 
-    def _index_commands(self, opening: list[OutboxRow]) -> list[tuple[Any, ...]]:
+    def _index_commands(self, opening: Sequence[OutboxRow]) -> list[tuple[Any, ...]]:
         commands = []
         for row in opening:
             shard = int(row.stream_id.partition(":")[0])
