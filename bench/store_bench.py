@@ -57,6 +57,7 @@ from baton.models import (
     Waiting,
 )
 from baton.settings import Settings
+from baton.store.scripts import declared
 from baton.store.store import Store, now_ms, worker_ref
 from baton.store.writes import Writes
 
@@ -275,7 +276,8 @@ async def split(store: Store, kind: str, cfg: Config) -> dict[str, Any]:
     """
     n = cfg.split_n
     w = await open_writer(store, f"split-{kind}", kind, cfg.warmup + 2 * n + 1)
-    keys = store.keys.session(w.session).all()
+    # As Store.commit sends it: the one declared key, an empty commit id first (no WAIT).
+    keys = declared("commit", store.keys.session(w.session))
     worker_json = BRAIN.model_dump_json()
     payloads = [x.to_script() for x in w.writes]
     noop = await store.redis.script_load("return 1")
@@ -290,12 +292,12 @@ async def split(store: Store, kind: str, cfg: Config) -> dict[str, Any]:
         return await r.ping()
 
     async def noop_same_args() -> object:
-        return await r.evalsha(noop, len(keys), *keys, w.fence, worker_json, w.session,
+        return await r.evalsha(noop, len(keys), *keys, "", w.fence, worker_json, w.session,
                                *payloads[state["i"]])
 
     async def preserialized() -> object:
         return await store.scripts.registered.commit(
-            keys=keys, args=[w.fence, worker_json, w.session, *payloads[step()]])
+            keys=keys, args=["", w.fence, worker_json, w.session, *payloads[step()]])
 
     async def store_commit() -> None:
         await w.commit(step())
