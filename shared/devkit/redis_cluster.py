@@ -362,6 +362,16 @@ class RedisClusterServers(Managed):
                 return f"{node.address}: cluster_state {state}, {assigned} slots assigned"
             if repl.get("role") == "slave" and repl.get("master_link_status") != "up":
                 return f"{node.address}: replica link {repl.get('master_link_status')}"
+            # A replica may call its link up while its primary still counts it as syncing
+            # (state wait_bgsave): until the primary counts enough good replicas it refuses
+            # writes with NOREPLICAS, so readiness is the primary's view too.
+            good = repl.get("min_slaves_good_slaves")
+            if (repl.get("role") == "master" and good is not None
+                    and int(good) < node.min_replicas_to_write):
+                states = [v.get("state") for k, v in repl.items()
+                          if k.startswith("slave") and isinstance(v, dict)]
+                return (f"{node.address}: {good} good replicas of "
+                        f"{node.min_replicas_to_write} to write (replicas: {states})")
         topo = await self.topology()
         live = {n.port for n in running}
         for info in topo:
