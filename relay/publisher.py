@@ -64,7 +64,7 @@ class Sent:
     """A published batch awaiting its acknowledgement."""
 
     rows: list[OutboxRow]
-    opening: list[OutboxRow]  # published rows whose session is listed with the ack
+    requests: list[OutboxRow]  # published clients' requests, indexed with the ack
     flags: list[bool]  # per published row: stored new (True) or a duplicate
     dead: int  # rows dead-lettered
     via: str
@@ -99,12 +99,12 @@ class Publisher:
         """
         sent = await self.publish(rows, box, via)
         assert self._leases is not None
-        self.settle(sent, await box.ack(rows, self.name, dict(self._leases.held), sent.opening))
+        self.settle(sent, await box.ack(rows, self.name, dict(self._leases.held), sent.requests))
 
     async def publish(self, rows: list[OutboxRow], box: Outbox, via: str) -> Sent:
         """Publish rows and dead-letter the refused ones: all of them are then to be
-        acknowledged (:meth:`settle` once they are), with the sessions the published ones
-        may open (``Sent.opening``) listed in the same round trip. Raises (rows stay
+        acknowledged (:meth:`settle` once they are), with the sessions of the clients'
+        requests among them (``Sent.requests``) indexed in the same round trip. Raises (rows stay
         pending) when NATS or Redis is unavailable."""
         bus = self._bus
         assert bus is not None and self._redis is not None
@@ -146,7 +146,7 @@ class Publisher:
             )
             log.error("outbox_row_dead_lettered", row_id=row.id, reason=bounded(reason),
                       session_id=row.session_id, trace_id=trace_id_of(row.headers))
-        return Sent(rows, box.opening(good), flags, len(refused), via, started)
+        return Sent(rows, box.requests(good), flags, len(refused), via, started)
 
     def settle(self, sent: Sent, lost: dict[int, str]) -> None:
         """Count a published batch whose acknowledgement is in (``lost``: the shards whose

@@ -9,10 +9,15 @@ relay sleeps until its earliest timer is due, woken earlier by moved rows, a cha
 shards or a Brain's nudge (a commit armed a timer, :mod:`baton.bus.nudge`), and looks at
 least every ``timer_idle_tick_ms`` in case a nudge was lost.
 
-The same loop sweeps the held shards' inboxes (at once for a shard just taken, then every
-``relay_sweep_ms``): a client's request arms no timer, so a session whose inbox holds
-requests no Brain took up gets its progress deadline armed (``arm_requests.lua``), which
-wakes it if they still wait then (their wake was lost).
+The same loop sweeps the held shards' inboxes: a client's request arms no timer, so a
+session whose inbox holds requests no Brain took up gets its progress deadline armed
+(``arm_requests.lua``), which wakes it if they still wait then (their wake was lost). Every
+``relay_sweep_ms`` it looks at the sessions whose request wakes were published since the
+last sweep (the shard's ``requested`` set, written with the relay's acks: see
+``Outbox.requests``), so its cost follows the requests, not the sessions the store keeps.
+For a shard just taken, and every ``relay_scan_ms``, it scans the keyspace for every inbox
+(a request whose wake row was deleted before a relay read it, or whose index entry a
+failover lost, is in no index).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class TimerLoop:
         self._active_until = 0.0  # monotonic time until which the timers tick fast
         self._swept: set[int] = set()  # the shards of the last inbox sweep, and when
         self._swept_at = 0.0
+        self._scanned_at = time.monotonic()  # the last scan of the keyspace (shards taken)
 
     def wake(self) -> None:
         """Rows moved or a Brain nudged: tick fast for a while, at once if idle until now."""
@@ -115,26 +121,41 @@ class TimerLoop:
                 return
 
     async def _sweep(self, box: Outbox, leases: ShardLeases, held: dict[int, int]) -> None:
-        """Wake the sessions of ``held`` whose inbox holds requests, when a shard is new
-        to this relay or the last sweep is ``relay_sweep_ms`` old."""
+        """Wake the sessions of ``held`` whose inbox holds requests: when the last sweep is
+        ``relay_sweep_ms`` old (or a shard is new), those of the ``requested`` sets, and those
+        a scan of the keyspace finds, for the shards new to this relay or, once the last
+        scan is ``relay_scan_ms`` old, for all of them."""
+        s = self.settings
         now = time.monotonic()
-        if not held or (held.keys() <= self._swept
-                        and now - self._swept_at < self.settings.relay_sweep_ms / 1000):
+        new = sorted(held.keys() - self._swept)
+        if not held or (not new and now - self._swept_at < s.relay_sweep_ms / 1000):
             return
+        scan_all = now - self._scanned_at >= s.relay_scan_ms / 1000
+        if scan_all:
+            new = sorted(held)
+        batch = s.relay_batch
         armed = 0
         try:
-            waiting = await box.waiting_requests(sorted(held))
-            for shard, sessions in waiting.items():
-                for i in range(0, len(sessions), self.settings.relay_batch):
-                    n = await box.arm_requests(
-                        shard, sessions[i:i + self.settings.relay_batch], self.name,
-                        held[shard], self.settings.progress_deadline_ms)
+            found: dict[int, list[str]] = {}
+            if new:
+                try:
+                    found = await box.waiting_requests(new)
+                except NoPermissionError as exc:  # an ACL without SCAN: the index still counts
+                    log.error("inbox_sweep_failed", error=bounded(exc))
+            for shard, sessions in (await box.requested(sorted(held), 100 * batch)).items():
+                found[shard] = list(dict.fromkeys([*found.get(shard, []), *sessions]))
+            for shard, sessions in found.items():
+                for i in range(0, len(sessions), batch):
+                    n = await box.arm_requests(shard, sessions[i:i + batch], self.name,
+                                               held[shard], s.progress_deadline_ms)
                     if n < 0:
                         leases.lost(shard)
                         break
                     armed += n
-        except NoPermissionError as exc:  # an ACL without SCAN: the timers still fire
+        except NoPermissionError as exc:  # an ACL without the requested set: timers still fire
             log.error("inbox_sweep_failed", error=bounded(exc))
         self._swept, self._swept_at = set(held), now  # not after Redis was unreachable
+        if scan_all:
+            self._scanned_at = now
         if armed:
             log.info("waiting_requests_woken", sessions=armed)

@@ -274,7 +274,7 @@ class Relay(Service):
                             else:
                                 rows = await box.ack_and_read(
                                     sent.rows, self.name, dict(leases.held), shards,
-                                    self.settings.relay_batch, _BLOCK_MS, acked, sent.opening)
+                                    self.settings.relay_batch, _BLOCK_MS, acked, sent.requests)
                         finally:
                             me.blocked = False  # type: ignore[union-attr]
                         if rows:
@@ -307,7 +307,7 @@ class Relay(Service):
                 try:
                     with contextlib.suppress(*REDIS_DOWN):
                         self.publisher.settle(sent, await box.ack(
-                            sent.rows, self.name, dict(leases.held), sent.opening))
+                            sent.rows, self.name, dict(leases.held), sent.requests))
                 finally:
                     drop_sent()
 

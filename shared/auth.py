@@ -106,9 +106,10 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
         # meta) and sets its nudge when a timer fires; reads whether requests wait in its
         # inbox and whether it is quarantined (the inbox sweep), and lists a session its
-        # first request may open in the shard's index; nothing else of a session.
+        # first request may open in the shard's index and the sessions whose request wakes
+        # it published in the set the sweep reads; nothing else of a session.
         return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
-                f"~{tag}:sessions",
+                f"~{tag}:sessions", f"~{tag}:requested",
                 f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%R~{tag}:s:*:poison",
                 f"%W~{tag}:s:*:nudge",
                 *shard_logs]

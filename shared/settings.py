@@ -113,8 +113,13 @@ class Settings(BaseModel):
     timer_tick_ms: int = Field(default=200, ge=10)
     timer_idle_tick_ms: int = Field(default=10_000, ge=10)
     # How often the relay sweeps its shards' inboxes for requests no Brain took up (their
-    # wake was lost) and wakes their sessions; also at once for every shard it takes.
+    # wake was lost) and wakes their sessions: every relay_sweep_ms those of the requests
+    # whose wakes it published since the last sweep (an index; a wake message lost after
+    # its publish); every relay_scan_ms, and at once for every shard it takes, every inbox
+    # of the keyspace (a SCAN: about a second of Redis CPU per million keys), which also
+    # finds a request whose wake row was deleted before a relay read it.
     relay_sweep_ms: int = Field(default=60_000, ge=100)
+    relay_scan_ms: int = Field(default=3_600_000, ge=1_000)
 
     # Limits and lifecycle
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)

@@ -207,6 +207,11 @@ class Keys:
     def sessions(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:sessions"
 
+    def requested(self, shard: int) -> str:
+        """The shard's sessions whose request wakes the relay published since its last inbox
+        sweep (id -> ms published): what the sweep looks at instead of the keyspace."""
+        return f"{self.ns}:{self.tag(shard)}:requested"
+
     def dead(self, about: str, role: str) -> str:
         """The dead-letter stream of ``role`` for a record about ``about`` (a session or
         message id)."""

@@ -50,8 +50,10 @@ from baton.store.replication import ReplicatedWrites
 from baton.store.shard_store import ShardStore
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
-# The id of a request's wake row before its session's first commit: "<sid>/0/s.<request>"
-# (submit) or "<sid>/0/t.<request>" (start).
+# The id of a client's request's wake row: "<sid>/<seq>/s.<request>" (submit), "t.<request>"
+# (start), "c.<ms>" (cancel) or "d.<ms>" (an approval's decision); the Hands' wake rows are
+# "w.<run>.<attempt>". Before its session's first commit (seq 0) a submit or start may open it.
+_REQUEST = re.compile(r"^[^/]+/\d+/[stcd]\.")
 _OPENING = re.compile(r"^[^/]+/0/[st]\.")
 
 
@@ -220,19 +222,19 @@ class Outbox(ShardStore):
         return command
 
     async def ack(self, rows: list[OutboxRow], holder: str, fences: dict[int, int],
-                  opening: Sequence[OutboxRow] = ()) -> dict[int, str]:
+                  requests: Sequence[OutboxRow] = ()) -> dict[int, str]:
         """Acknowledge and delete published rows, per shard under its lease fence (every
         shard's script in one round trip on a single server without replica
-        acknowledgement, one call per shard otherwise), and list in their shard's session
-        index the sessions the ``opening`` rows may open (:meth:`opening`), in the same round
-        trip on a single server and before the acks delete their rows.
+        acknowledgement, one call per shard otherwise), and index the sessions of the
+        ``requests`` rows (:meth:`requests`), in the same round trip on a single server and
+        before the acks delete their rows.
 
         Returns the shards whose lease is no longer ``holder``'s with the fence in
         ``fences`` (shard -> current holder): their rows were left in place for the new
         holder, which re-publishes them under the same ``Nats-Msg-Id``.
         """
         by_stream = self._by_stream(rows)
-        index = self._index_commands(opening)  # before the acks delete their rows
+        index = self._index_commands(requests)  # before the acks delete their rows
         if not by_stream:
             await self._run_checked(index)
             return {}
@@ -260,9 +262,9 @@ class Outbox(ShardStore):
     async def ack_and_read(
         self, rows: list[OutboxRow], holder: str, fences: dict[int, int], shards: list[int],
         count: int, block_ms: int, acked: Callable[[dict[int, str]], None],
-        opening: Sequence[OutboxRow] = (),
+        requests: Sequence[OutboxRow] = (),
     ) -> list[OutboxRow]:
-        """:meth:`ack` of ``rows`` (and ``opening``), then :meth:`read` of ``shards`` for
+        """:meth:`ack` of ``rows`` (and ``requests``), then :meth:`read` of ``shards`` for
         ``holder``, in one round trip on a single server without replica acknowledgement
         (the two calls otherwise): the batch just published is settled as the read for the
         next is sent.
@@ -276,12 +278,12 @@ class Outbox(ShardStore):
         by_stream = self._by_stream(rows)
         if not by_stream or self.cluster or self.writes is not None or not batches_raw(
                 self.redis):
-            acked(await self.ack(rows, holder, fences, opening))
+            acked(await self.ack(rows, holder, fences, requests))
             return await self.read(shards, holder, count, block_ms)
 
         script = self.scripts.relay_ack
         calls = self._ack_calls(by_stream, holder, fences)
-        index = self._index_commands(opening)  # before the acks delete their rows
+        index = self._index_commands(requests)  # before the acks delete their rows
 
         def between(replies: list[Any]) -> None:
             for r in replies:
@@ -385,22 +387,31 @@ class Outbox(ShardStore):
         return rows
 
     @staticmethod
-    def opening(rows: list[OutboxRow]) -> list[OutboxRow]:
-        """The wakes-stream rows among ``rows`` whose submit or start request may open their
-        session (commit sequence 0): a client writes no index, so the relay lists those
-        sessions in their shard's session index (ZADD NX, scored by the row's time) once it
-        published their wake, and a session stays listed from its first request on, as
-        ``inspect`` shows a request waiting for a Brain (e.g. for a level none serves).
-        Rows that cannot open a session cost nothing."""
-        return [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]
-                and _OPENING.match(r.id)]
+    def requests(rows: list[OutboxRow]) -> list[OutboxRow]:
+        """The wakes-stream rows among ``rows`` that are a client's request (submit, start,
+        cancel, decision). A client writes no shard-wide index, so once their wakes are
+        published the relay indexes their sessions (:meth:`_index_commands`):
 
-    def _index_commands(self, opening: Sequence[OutboxRow]) -> list[tuple[Any, ...]]:
-        commands = []
-        for row in opening:
+        * in the shard's ``requested`` set (scored by the row's time): the sessions the
+          relay's next inbox sweep looks at (:mod:`baton.relay.timers`), so a request whose
+          wake message is lost after its publish is found without scanning the keyspace;
+        * a submit or start of a session's first commit sequence (it may open the session)
+          in the shard's session index (ZADD NX), so a session stays listed from its first
+          request on, as ``inspect`` shows a request waiting for a Brain (e.g. for a level
+          none serves).
+
+        The Hands' wake rows and the outbox's rows are not requests and cost nothing."""
+        return [r for r in rows if r.stream_id.split(":")[1:2] == [WAKES]
+                and _REQUEST.match(r.id)]
+
+    def _index_commands(self, requests: Sequence[OutboxRow]) -> list[tuple[Any, ...]]:
+        commands: list[tuple[Any, ...]] = []
+        for row in requests:
             shard = int(row.stream_id.partition(":")[0])
             at = int(row.stream_id.rpartition(":")[2].partition("-")[0] or 0)
-            commands.append(("ZADD", self.keys.sessions(shard), "NX", at, row.session_id))
+            commands.append(("ZADD", self.keys.requested(shard), at, row.session_id))
+            if _OPENING.match(row.id):
+                commands.append(("ZADD", self.keys.sessions(shard), "NX", at, row.session_id))
         return commands
 
     async def _run_checked(self, commands: list[tuple[Any, ...]]) -> None:

@@ -126,15 +126,34 @@ class ShardStore:
                 found.setdefault(sk.shard, []).append(sk.session_id)
         return found
 
+    async def requested(self, shards: list[int], limit: int) -> dict[int, list[str]]:
+        """The sessions of ``shards`` whose request wakes were published since the last sweep
+        (the ``requested`` set the relay writes with its acks, see ``Outbox.requests``), at
+        most ``limit`` per shard, oldest first: shard -> session ids, in one round trip (a
+        read per shard on a cluster). What the sweep costs grows with the requests since,
+        not with the sessions kept."""
+        if not shards:
+            return {}
+        replies = await run_batch(self.redis, [
+            ("ZRANGE", self.keys.requested(shard), 0, limit - 1) for shard in shards])
+        found: dict[int, list[str]] = {}
+        for shard, reply in zip(shards, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            if reply:
+                found[shard] = [m.decode() if isinstance(m, bytes) else str(m) for m in reply]
+        return found
+
     async def arm_requests(self, shard: int, session_ids: list[str], holder: str,
                            fence: int, deadline_ms: int) -> int:
         """Arm, due ``deadline_ms`` from now, the progress deadline of each session whose
-        inbox still holds requests (``arm_requests.lua``); returns how many were armed, or -1
-        when ``holder`` no longer holds the shard's lease with ``fence``."""
+        inbox still holds requests, and drop the sessions from the shard's ``requested``
+        set (``arm_requests.lua``); returns how many were armed, or -1 when ``holder`` no
+        longer holds the shard's lease with ``fence``."""
         prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
         return int(await self._write(
             "arm_requests", [self.keys.timers(shard), self.keys.relay_lease(shard),
-                             self.keys.sessions(shard)],
+                             self.keys.sessions(shard), self.keys.requested(shard)],
             [holder, fence, prefix, deadline_ms, *session_ids]))
 
     async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:

@@ -1,13 +1,15 @@
 --[==[ arm_requests.lua: wake the sessions whose inbox holds requests no Brain took up yet.
 
 KEYS: 1 timers ZSET of the shard, 2 relay lease HASH of the shard (relay_lease.lua),
-      3 the shard's session index ZSET (all under one hash tag)
+      3 the shard's session index ZSET, 4 the shard's requested ZSET (all under one hash tag)
 ARGV: 1 relay name, 2 its lease fence, 3 session key prefix ("<ns>:{<ns>-<shard>}:s:"),
       4 progress deadline ms, 5.. session ids (found by the relay's inbox sweep)
 A client's request (submit, start, cancel, approve, reject) writes only the session's inbox,
 its nudge and a row on the shard's wakes stream: no shard-wide timer. If that wake is lost
 (the row deleted before a relay read it, the message lost after), the request would wait
-unseen, so the relay sweeps the inboxes of its shards now and then and, for each session
+unseen, so the relay sweeps the inboxes of its shards now and then (the sessions of the
+requested set: those whose request wakes it published since the last sweep; every session
+of the keyspace when it takes a shard) and, for each session
 whose inbox still holds requests, arms the session's progress deadline (ZADD NX: a deadline
 already armed is left as it is), due one deadline from now: a request whose wake is merely
 in flight is taken up before, and the Brain's commit re-arms or clears it. fire_timers.lua then wakes the session on its
@@ -16,8 +18,10 @@ request names), and the Brain's commit that takes the requests up arms or clears
 deadline as for any commit. The inbox is checked here, atomically with the ZADD, so a
 request taken up meanwhile arms nothing; a quarantined session (its poison hash) is left
 alone, as poison.lua left it without timers. A session not opened yet is listed in the
-shard's index (ZADD NX), as the relay lists it when it publishes its first request's wake. Only the shard's lease holder arms: a relay that
-lost the shard gets -1.
+shard's index (ZADD NX), as the relay lists it when it publishes its first request's wake.
+Each session looked at leaves the requested set (ZREM): its deadline is armed now, or its
+inbox holds nothing to wait for; a later request's wake puts it back. Only the shard's lease
+holder arms: a relay that lost the shard gets -1.
 Returns the number of deadlines armed.
 ]==]
 local lease = redis.call('HMGET', KEYS[2], 'holder', 'fence')
@@ -49,5 +53,8 @@ for i = 5, #ARGV do
     armed = armed + redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[4]),
                                'deadline|' .. sid .. '|-|' .. wake)
   end
+end
+for i = 5, #ARGV, 1000 do
+  redis.call('ZREM', KEYS[4], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 return armed
