@@ -43,6 +43,7 @@ from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.deadletter import record_dead_letter
+from baton.store.entry_cache import EntryCache
 from baton.store.epoch import StoreEpoch
 from baton.store.store import Store
 
@@ -72,7 +73,9 @@ class BrainWorker(Service):
         self._lines = CanonicalLines(log, "wake_handled", each=settings.log_each_message)
 
     async def serve(self) -> None:
-        store = await self.connect("redis", lambda: Store.connect(self.settings))
+        held = self.settings.entry_cache_entries
+        store = await self.connect("redis", lambda: Store.connect(
+            self.settings, entry_cache=EntryCache(held) if held else None))
         self.context = BrainContext(
             store=store, settings=self.settings, worker=self.worker, app=self.app,
             names=self.names, faults=self.faults, handlers=self.handlers,

@@ -47,6 +47,7 @@ from baton.receipts import Carrier, Receipt
 from baton.settings import Settings
 from baton.store.control import Decisions
 from baton.store.documents import documents_from_hash
+from baton.store.entry_cache import EntryCache
 from baton.store.keys import Keys, SessionKeys
 from baton.store.redis_client import (
     REDIS_ERRORS,
@@ -108,9 +109,13 @@ class Store:
     """Session transitions, with the tool-run transitions as ``runs`` and the operator
     decisions as ``decisions``. One instance per process; safe for concurrent use."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, *,
+                 entry_cache: EntryCache | None = None) -> None:
         self.redis = redis
         self.settings = settings
+        #: The newest entries of the sessions this store leased lately (a Brain's): a lease
+        #: reads only the entries appended since (:mod:`baton.store.entry_cache`).
+        self.entry_cache = entry_cache
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = ScriptRunner(redis, settings)
         self.runs = Runs(redis, self.keys, settings, self.scripts)
@@ -120,10 +125,11 @@ class Store:
         self.timers_armed: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
-    async def connect(cls, settings: Settings) -> Store:
+    async def connect(cls, settings: Settings, *,
+                      entry_cache: EntryCache | None = None) -> Store:
         """Connect and check the server answers; ``RedisUnavailable`` within the timeout."""
         redis = connect_redis(settings)
-        store = cls(redis, settings)
+        store = cls(redis, settings, entry_cache=entry_cache)
         try:
             await redis.ping()
         except (AuthenticationError, NoPermissionError) as exc:
@@ -358,10 +364,13 @@ class Store:
         if not self.scripts.replicated("acquire"):
             # The script reads the state itself (one command, no MULTI/EXEC around it); a
             # replicated acquire records its reply for a retry, so it reads after the WAIT.
+            # With held entries it reads only the entries appended since.
+            page = page or self.settings.entries_page
+            held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
             fence, prev, takeover, state = await self.runs.batch.run(
-                "acquire", sk, [*args, page or self.settings.entries_page])
+                "acquire", sk, [*args, page, *((held.end, held.created) if held else (0, 0))])
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-            return lease, self._state(session_id, _hashes(state))
+            return lease, self._state(session_id, _hashes(state), page)
         reply, reads = await self.scripts.run_and_read(
             "acquire", sk, args, lambda p: self._queue_load(p, sk, page))
         fence, prev, takeover = reply
@@ -374,7 +383,10 @@ class Store:
         p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1).get(sk.nudge)
         p.hgetall(sk.intents).hgetall(sk.inbox)
 
-    def _state(self, session_id: str, results: list[Any]) -> SessionState:
+    def _state(self, session_id: str, results: list[Any], held_page: int = 0) -> SessionState:
+        """The state of ``results`` (the reads of :meth:`_queue_load`); ``held_page``: the
+        entries are acquire.lua's for what the entry cache held, merged into a page of that
+        size (and held in turn)."""
         for r in results:
             if isinstance(r, Exception):
                 raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
@@ -386,6 +398,10 @@ class Store:
             raise not_found(f"session {session_id}", namespace=self.settings.namespace,
                             session_id=session_id)
         runs = with_intents(runs, intents)
+        start, page = int(count) - len(entries), entries
+        if held_page and self.entry_cache is not None:
+            start, page = self.entry_cache.page(
+                session_id, int(meta.get("created") or 0), int(count), entries, held_page)
         return SessionState(
             meta=parse_meta(session_id, meta, runs, nudge, inbox),
             tasks={k: decode(Task, v) for k, v in tasks.items()},
@@ -393,7 +409,7 @@ class Store:
             submissions={k: decode(Submission, v) for k, v in subs.items()},
             runs=parse_runs(runs),
             entry_count=int(count),
-            entries=Entries(entries, session_id=session_id, start=int(count) - len(entries)),
+            entries=Entries(page, session_id=session_id, start=start),
             decisions=parse_decisions(inbox),
             requests=parse_requests(inbox),
         )

@@ -5,7 +5,11 @@ ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
       4 carrier JSON (optional: how the wake that started this pass arrived, see
         baton.receipts.Carrier; saved in the receipt as 'carrier'),
       5 entries page (optional; > 0: the reply carries the session's state as well, the
-        load of the new fence holder in the same round trip)
+        load of the new fence holder in the same round trip),
+      6 entries held (optional: the caller holds the entries before this index from an
+        earlier read, see baton.store.entry_cache), 7 the meta 'created' ms of the session
+        it read them from: the entries read start at the held index when that is within
+        the page's entries, not past the list's end, and of the same session's life
 A session without meta whose inbox holds a submit or start request is opened here for
 that request's agent, compat level and wake subject (meta, the shard's session index);
 without one it is NOT_FOUND.
@@ -13,7 +17,8 @@ Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
 A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
 Clears the dirty mark (and the nudge): the new holder loads everything committed so far.
 Returns {fence, previous holder, 1 if takeover}, and with an entries page, a fourth element:
-{meta, tasks, docs, subs, runs, entry count, the newest page of entries, nudge (nil),
+{meta, tasks, docs, subs, runs, entry count, the newest page of entries (or those from
+the held index on), nudge (nil),
 intents, inbox} (hashes as field/value lists), the same reads as Store.load. The keys only
 read here are read before the first write: one of the wrong type fails the call (WRONGTYPE)
 before anything is written, so the guard need not check them. The nudge is only deleted
@@ -49,9 +54,14 @@ if holder ~= '' and holder ~= worker then takeover = 1 end
 local page = tonumber(ARGV[5] or '0') or 0
 local reads = nil
 if page > 0 then  -- before any write (see UNGUARDED above)
+  local count = redis.call('LLEN', K_ENTRIES)
+  local from, held = math.max(count - page, 0), tonumber(ARGV[6] or '0') or 0
+  if held > from and held <= count and redis.call('HGET', K_META, 'created') == ARGV[7] then
+    from = held
+  end
   reads = {redis.call('HGETALL', K_TASKS), redis.call('HGETALL', K_DOCS),
            redis.call('HGETALL', K_SUBS), redis.call('HGETALL', K_RUNS),
-           redis.call('LLEN', K_ENTRIES), redis.call('LRANGE', K_ENTRIES, -page, -1),
+           count, redis.call('LRANGE', K_ENTRIES, from, -1),
            redis.call('HGETALL', K_INTENTS), redis.call('HGETALL', K_INBOX)}
 end
 local kind = 'lease'
