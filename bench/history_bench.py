@@ -85,7 +85,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     async with RedisServer() as server:
         settings = Settings(redis_url=server.url, namespace="bench")
         held = await Store.connect(
-            settings, entry_cache=EntryCache(settings.entry_cache_entries))
+            settings, entry_cache=EntryCache(settings.entry_cache_bytes))
         read = await Store.connect(settings)
         try:
             tag = f"{int(time.time())}"

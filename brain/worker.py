@@ -73,7 +73,7 @@ class BrainWorker(Service):
         self._lines = CanonicalLines(log, "wake_handled", each=settings.log_each_message)
 
     async def serve(self) -> None:
-        held = self.settings.entry_cache_entries
+        held = self.settings.entry_cache_bytes
         store = await self.connect("redis", lambda: Store.connect(
             self.settings, entry_cache=EntryCache(held) if held else None))
         self.context = BrainContext(

@@ -84,10 +84,10 @@ class Settings(BaseModel):
     poison_limit: int = Field(default=3, ge=1)
     progress_deadline_ms: int = Field(default=15_000, ge=100)
     entries_page: int = Field(default=200, ge=1)
-    # Entries a Brain holds from its earlier leases (all sessions together, least recently
-    # leased dropped first): a lease of a session held reads only the entries appended
-    # since (baton.store.entry_cache). 0: every lease reads the whole page.
-    entry_cache_entries: int = Field(default=50_000, ge=0)
+    # The entries a Brain holds from its earlier leases, as bytes of their JSON (all sessions
+    # together, least recently leased dropped first): a lease of a session held reads only
+    # the entries appended since (baton.store.entry_cache). 0: every lease reads the page.
+    entry_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # A document is stored in full every this many versions, as merge-patch deltas between.
     document_baseline_every: int = Field(default=16, ge=1)
 

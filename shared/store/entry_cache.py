@@ -10,7 +10,9 @@ whole page for a session opened anew under the same id (a store that lost its st
 list shorter than what is held, and so does this module when what came back does not
 continue what it holds.
 
-Bounded by the number of entries held in all (the least recently loaded sessions go first).
+Bounded by the size of the entries held in all, as the JSON text Redis returned (the least
+recently loaded sessions go first): a page of 200 model outputs or tool results may be
+megabytes.
 """
 
 from __future__ import annotations
@@ -18,18 +20,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from baton.models import Entry
-
 __all__ = ["EntryCache", "HeldEntries"]
 
 
 @dataclass(frozen=True, slots=True)
 class HeldEntries:
-    """Entries ``start .. start + len(items) - 1`` of a session opened at ``created`` ms."""
+    """Entries ``start .. start + len(items) - 1`` of a session opened at ``created`` ms, as
+    the JSON text Redis returned."""
 
     created: int
     start: int
-    items: tuple[str | Entry, ...]
+    items: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.items))
 
     @property
     def end(self) -> int:
@@ -38,47 +43,53 @@ class HeldEntries:
 
 
 class EntryCache:
-    """Held entries per session id, at most ``max_entries`` in all (LRU by session)."""
+    """Held entries per session id, at most ``max_bytes`` of their text in all (LRU by
+    session)."""
 
-    def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
-        self._held: OrderedDict[str, HeldEntries] = OrderedDict()
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._held: OrderedDict[str, tuple[HeldEntries, int]] = OrderedDict()
         self._size = 0
         self.reused = 0  # entries a load did not read again (for tests and benchmarks)
 
-    def __len__(self) -> int:
+    @property
+    def size(self) -> int:
+        """The text held in all (characters)."""
         return self._size
 
     def get(self, session_id: str) -> HeldEntries | None:
-        held = self._held.get(session_id)
-        if held is not None:
-            self._held.move_to_end(session_id)
-        return held
+        found = self._held.get(session_id)
+        if found is None:
+            return None
+        self._held.move_to_end(session_id)
+        return found[0]
 
     def put(self, session_id: str, held: HeldEntries) -> None:
         self.drop(session_id)
-        if not held.items or len(held.items) > self.max_entries:
+        size = held.size
+        if not held.items or size > self.max_bytes:
             return
-        self._held[session_id] = held
-        self._size += len(held.items)
-        while self._size > self.max_entries:
-            _, old = self._held.popitem(last=False)
-            self._size -= len(old.items)
+        self._held[session_id] = (held, size)
+        self._size += size
+        while self._size > self.max_bytes:
+            _, (_, dropped) = self._held.popitem(last=False)
+            self._size -= dropped
 
     def drop(self, session_id: str) -> None:
-        old = self._held.pop(session_id, None)
-        if old is not None:
-            self._size -= len(old.items)
+        found = self._held.pop(session_id, None)
+        if found is not None:
+            self._size -= found[1]
 
     def page(self, session_id: str, created: int, count: int, read: list[str],
-             page: int) -> tuple[int, list[str | Entry]]:
+             page: int) -> tuple[int, list[str]]:
         """The newest ``page`` entries of a session of ``count`` entries, as (index of the
         first, entries), from ``read`` (entries ``count - len(read) .. count - 1``, as
         acquire.lua returned them for what :meth:`get` held) and what is held; the result
         is held in turn."""
         start = count - len(read)
-        held = self._held.get(session_id)
-        items: list[str | Entry]
+        found = self._held.get(session_id)
+        held = found[0] if found is not None else None
+        items: list[str]
         if (held is not None and held.created == created and held.end == start
                 and held.start <= start):
             keep = max(0, min(len(held.items), page - len(read)))

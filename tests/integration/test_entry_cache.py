@@ -24,7 +24,7 @@ PAGE = 8
 
 @pytest.fixture
 async def cached(settings: Settings) -> AsyncIterator[Store]:
-    store = await Store.connect(settings, entry_cache=EntryCache(1_000))
+    store = await Store.connect(settings, entry_cache=EntryCache(1_000_000))
     try:
         yield store
     finally:
