@@ -46,9 +46,9 @@ from baton.observability.tracing import (
 from baton.receipts import Carrier, Receipt
 from baton.settings import Settings
 from baton.store.control import Decisions
-from baton.store.documents import documents_from_hash
 from baton.store.entry_cache import EntryCache
-from baton.store.keys import Keys, SessionKeys
+from baton.store.keys import Keys
+from baton.store.loading import as_pipeline_reads, queue_load, session_state
 from baton.store.redis_client import (
     REDIS_ERRORS,
     connect_redis,
@@ -59,20 +59,14 @@ from baton.store.runs import Runs, worker_json
 from baton.store.scripts import ScriptRunner
 from baton.store.state import (
     Claim,
-    Entries,
     Lease,
     Partial,
     SessionState,
-    parse_decisions,
-    parse_meta,
     parse_receipt,
     parse_requests,
-    parse_runs,
     pending_submission,
     pending_task,
     receipts_about,
-    requested_meta,
-    with_intents,
 )
 from baton.store.writes import Writes
 
@@ -86,19 +80,6 @@ def now_ms() -> int:
 
 def _carrier_arg(carrier: Carrier | None) -> str:
     return carrier.model_dump_json() if carrier is not None else ""
-
-
-def _hashes(reads: list[Any]) -> list[Any]:
-    """acquire.lua's state reads as a pipeline returns them: the hashes (field/value lists
-    in a script's reply) as dicts."""
-    out = list(reads)
-    for i in _HASH_READS:
-        it = iter(out[i])
-        out[i] = dict(zip(it, it, strict=True))
-    return out
-
-
-_HASH_READS = (0, 1, 2, 3, 4, 8, 9)  # meta tasks docs subs runs .. intents inbox (_queue_load)
 
 
 def worker_ref(role: str, name: str) -> WorkerRef:
@@ -340,7 +321,7 @@ class Store:
         sk = self.keys.session(session_id)
         try:
             async with self.redis.pipeline(transaction=True) as p:
-                self._queue_load(p, sk, page)
+                queue_load(p, sk, page or self.settings.entries_page)
                 results = await p.execute()
         except REDIS_ERRORS as exc:
             raise from_redis_error(
@@ -370,49 +351,19 @@ class Store:
             fence, prev, takeover, state = await self.runs.batch.run(
                 "acquire", sk, [*args, page, *((held.end, held.created) if held else (0, 0))])
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-            return lease, self._state(session_id, _hashes(state), page)
+            return lease, self._state(session_id, as_pipeline_reads(state), page)
         reply, reads = await self.scripts.run_and_read(
-            "acquire", sk, args, lambda p: self._queue_load(p, sk, page))
+            "acquire", sk, args,
+            lambda p: queue_load(p, sk, page or self.settings.entries_page))
         fence, prev, takeover = reply
         lease = Lease(session_id, int(fence), bool(takeover), prev or "")
         return lease, self._state(session_id, reads)
 
-    def _queue_load(self, p: Any, sk: SessionKeys, page: int | None) -> None:
-        page = page or self.settings.entries_page
-        p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
-        p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1).get(sk.nudge)
-        p.hgetall(sk.intents).hgetall(sk.inbox)
-
-    def _state(self, session_id: str, results: list[Any], held_page: int = 0) -> SessionState:
-        """The state of ``results`` (the reads of :meth:`_queue_load`); ``held_page``: the
-        entries are acquire.lua's for what the entry cache held, merged into a page of that
-        size (and held in turn)."""
-        for r in results:
-            if isinstance(r, Exception):
-                raise from_redis_error(r, session_id=session_id, role=redis_user(self.settings))
-        meta, tasks, docs, subs, runs, count, entries, nudge, intents, inbox = results
-        # A session not opened yet reads as its first waiting request asks (fence 0, nothing
-        # committed): the Brain's acquire opens it before any commit.
-        meta = meta or requested_meta(inbox)
-        if not meta:
-            raise not_found(f"session {session_id}", namespace=self.settings.namespace,
-                            session_id=session_id)
-        runs = with_intents(runs, intents)
-        start, page = int(count) - len(entries), entries
-        if held_page and self.entry_cache is not None:
-            start, page = self.entry_cache.page(
-                session_id, int(meta.get("created") or 0), int(count), entries, held_page)
-        return SessionState(
-            meta=parse_meta(session_id, meta, runs, nudge, inbox),
-            tasks={k: decode(Task, v) for k, v in tasks.items()},
-            documents=documents_from_hash(docs),
-            submissions={k: decode(Submission, v) for k, v in subs.items()},
-            runs=parse_runs(runs),
-            entry_count=int(count),
-            entries=Entries(page, session_id=session_id, start=start),
-            decisions=parse_decisions(inbox),
-            requests=parse_requests(inbox),
-        )
+    def _state(self, session_id: str, results: list[Any], page: int = 0) -> SessionState:
+        """:func:`~baton.store.loading.session_state` of a load's reads; ``page``: they are
+        acquire.lua's for what the entry cache held."""
+        return session_state(session_id, results, namespace=self.settings.namespace,
+                             role=redis_user(self.settings), held=self.entry_cache, page=page)
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
         """Entries ``start..stop`` (inclusive, Redis LRANGE semantics)."""
