@@ -79,6 +79,12 @@ class TimerLoop:
         """Look at the heads (and sweep) at once: the relay took shards."""
         self._woken.set()
 
+    @property
+    def swept(self) -> frozenset[int]:
+        """The shards the last inbox sweep covered (a shard new to this relay is scanned
+        when it is first swept)."""
+        return frozenset(self._swept)
+
     def busy(self) -> bool:
         """Rows moved (or a nudge came) within the last :data:`ACTIVE_S` seconds."""
         return time.monotonic() < self._active_until

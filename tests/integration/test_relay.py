@@ -422,8 +422,9 @@ async def test_a_submitted_session_is_listed_once_its_wake_is_published(
     lists waiting sessions too, but only every ``relay_sweep_ms``: here after the submits
     only through the acknowledgement.)"""
     async with connected(settings) as store, running(settings, relay_sweep_ms=3_600_000) as relay:
-        # The timer loop went round once: the sweep of the shards just taken is done.
-        await eventually(lambda: relay.timer_wait_s > 0, message="first timer look")
+        # The sweep of the shards just taken is done (all of them).
+        await eventually(lambda: relay.timers.swept == frozenset(range(settings.shards)),
+                         message="shards swept")
         for sid, agent in (("listed-1", AGENT), ("listed-2", "ghost")):
             await store.submit(
                 sid, agent=agent, compat=COMPAT, wake_subject=bus.wake_subject(agent, COMPAT),
