@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from opentelemetry import trace as trace_api
 from opentelemetry.metrics import _internal as metrics_internal
@@ -58,3 +58,14 @@ def host_telemetry(service: str = "host-app") -> Iterator[Host]:
         tracer_provider.shutdown()
         meter_provider.shutdown()
         _reset_globals()
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    """The data points of each metric ``reader`` collects now, by metric name."""
+    out: dict[str, list[Any]] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out.setdefault(m.name, []).extend(m.data.data_points)
+    return out
