@@ -20,6 +20,7 @@ from tests.integration.confinement import (
     Confined,
     as_role,
     confined_redis,
+    contents,
     refused,
     row,
     sk,
@@ -90,7 +91,7 @@ async def test_a_clients_cancel_writes_its_intent_and_no_brain_state(confined: C
     the outbox are untouched, the Brain consumes the request in its own commit."""
     admin = confined.connect("admin")
     keys = sk(confined)
-    before = [await admin.dump(k) for k in (keys.meta, keys.tasks, keys.outbox)]
+    before = [await contents(admin, k) for k in (keys.meta, keys.tasks, keys.outbox)]
     wakes = await admin.xlen(keys.wakes)
     client = await Store.connect(confined.settings("client"))
     try:
@@ -99,7 +100,7 @@ async def test_a_clients_cancel_writes_its_intent_and_no_brain_state(confined: C
         await client.close()
     try:
         assert answer.status == "requested"
-        assert [await admin.dump(k) for k in (keys.meta, keys.tasks, keys.outbox)] == before
+        assert [await contents(admin, k) for k in (keys.meta, keys.tasks, keys.outbox)] == before
         assert await admin.hexists(keys.inbox, "cancel:t1")
         assert await admin.get(keys.nudge) == "1"
         assert await admin.xlen(keys.wakes) == wakes + 1
@@ -116,7 +117,7 @@ async def test_a_clients_approval_writes_its_decision_and_no_brain_state(
     admin = confined.connect("admin")
     keys = sk(confined)
     owned = (keys.meta, keys.intents, keys.runs, keys.outbox)
-    before = [await admin.dump(k) for k in owned]
+    before = [await contents(admin, k) for k in owned]
     client = await Store.connect(confined.settings("client"))
     try:
         await client.decisions.approve(BusNames(confined.namespace), OWN, "r2", "d-real",
@@ -127,7 +128,7 @@ async def test_a_clients_approval_writes_its_decision_and_no_brain_state(
     finally:
         await client.close()
     try:
-        assert [await admin.dump(k) for k in owned] == before
+        assert [await contents(admin, k) for k in owned] == before
         assert json.loads(await admin.hget(keys.inbox, "decide:r2"))["decision"] == "approve"
     finally:
         await admin.delete(keys.inbox, keys.nudge)
