@@ -23,7 +23,7 @@ from baton.errors import ForbiddenError
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
 from baton.store.store import Store
-from tests.integration.confinement import PASSWORDS, render_acl, seed
+from tests.integration.confinement import PASSWORDS, contents, render_acl, seed
 
 SESSION = "acme-1"
 
@@ -78,7 +78,7 @@ async def _digest(o: Operated) -> dict[str, Any]:
     admin = o.connect("admin")
     try:
         keys = [*o.sk.all(), o.sk.outbox, o.sk.timers, o.sk.sessions]
-        return {k: await admin.dump(k) for k in keys}
+        return {k: await contents(admin, k) for k in keys}
     finally:
         await admin.aclose()
 
