@@ -1,4 +1,5 @@
-"""Test helpers: wait on a condition with a deadline instead of sleeping."""
+"""Test helpers: wait on a condition with a deadline instead of sleeping; read what a Redis key
+holds as data, to compare before and after an act."""
 
 from __future__ import annotations
 
@@ -90,3 +91,40 @@ async def five_notices_once_each(settings: Any, mail_url: str, timeout: float) -
     async with httpx.AsyncClient() as http:
         stats = (await http.get(f"{mail_url}/stats")).json()
     assert sorted(stats["deliveries"].values()) == [1] * 5
+
+
+# A key's whole value by its type, as data. DUMP's bytes are no way to tell a key unchanged:
+# a hash of long values is a hash table, and DUMP follows its iteration order, which a
+# rehash in progress changes without any write.
+_READ_WHOLE = {"hash": ("HGETALL",), "list": ("LRANGE", 0, -1), "stream": ("XRANGE", "-", "+"),
+               "zset": ("ZRANGE", 0, -1, "WITHSCORES"), "set": ("SMEMBERS",), "string": ("GET",)}
+
+
+def _held(kind: str, value: Any) -> Any:
+    if kind == "hash":
+        return sorted(value.items())
+    if kind == "set":
+        return sorted(value)
+    return value
+
+
+def _kind(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+async def contents(r: Any, key: str) -> tuple[str, Any]:
+    """``key``'s type and what it holds (an asyncio client)."""
+    kind = _kind(await r.type(key))
+    if kind not in _READ_WHOLE:
+        return kind, None
+    command, *args = _READ_WHOLE[kind]
+    return kind, _held(kind, await r.execute_command(command, key, *args))
+
+
+def contents_sync(r: Any, key: str) -> tuple[str, Any]:
+    """:func:`contents` with a blocking client."""
+    kind = _kind(r.type(key))
+    if kind not in _READ_WHOLE:
+        return kind, None
+    command, *args = _READ_WHOLE[kind]
+    return kind, _held(kind, r.execute_command(command, key, *args))

@@ -21,6 +21,7 @@ from baton.devkit.servers import RedisServer
 from baton.errors import BatonError
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
+from tests.helpers import contents
 
 PASSWORDS = {role: f"{role}-pw-{uuid.uuid4().hex[:8]}" for role in (*ROLES, "admin")}
 GRANT = "acme-*"
@@ -109,23 +110,6 @@ async def seed(admin: aioredis.Redis, sk: SessionKeys, namespace: str) -> None:
     await admin.zadd(sk.sessions, {sk.session_id: 1})
     await admin.xadd(sk.outbox, {"id": f"{sk.session_id}/3/0", "sid": sk.session_id,
                                  "subj": f"{namespace}.tool.echo", "data": '{"secret": 1}'})
-
-
-async def contents(r: aioredis.Redis, key: str) -> tuple[str, Any]:
-    """A key's type and what it holds, as data: DUMP's bytes follow a hash table's iteration
-    order, which a rehash in progress changes without any write."""
-    kind = await r.type(key)
-    if kind == "hash":
-        return kind, sorted((await r.hgetall(key)).items())
-    if kind == "list":
-        return kind, await r.lrange(key, 0, -1)
-    if kind == "zset":
-        return kind, await r.zrange(key, 0, -1, withscores=True)
-    if kind == "stream":
-        return kind, await r.xrange(key)
-    if kind == "set":
-        return kind, sorted(await r.smembers(key))
-    return kind, await r.get(key) if kind == "string" else None
 
 
 async def snapshot(c: Confined, sid: str) -> list[Any]:

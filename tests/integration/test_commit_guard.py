@@ -20,7 +20,7 @@ from baton.models import Entry, OutboxRow, Submission, Task, Terminal, ToolInten
 from baton.store.documents import next_change
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
-from tests.helpers import take_up
+from tests.helpers import contents, take_up
 
 BRAIN = worker_ref("brain", "brain-a")
 CLIENT = worker_ref("client", "c")
@@ -107,10 +107,10 @@ async def _refused_writing_nothing(r: Any, names: dict[str, str], key: str,
     await r.delete(names[key])
     await r.set(names[key], "garbage")
     try:
-        before = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
+        before = {k: await contents(r, v) for k, v in names.items()}
         with pytest.raises(CorruptStateError):
             await call()
-        after = {k: (await r.type(v), await r.dump(v)) for k, v in names.items()}
+        after = {k: await contents(r, v) for k, v in names.items()}
         assert after == before
     finally:
         await r.delete(names[key])

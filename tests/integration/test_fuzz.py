@@ -26,6 +26,7 @@ from baton.errors import ValidationError
 from baton.models import Task, ToolDispatch, Wake, WorkerRef, decode
 from baton.store.keys import Keys
 from baton.store.scripts import source
+from tests.helpers import contents_sync
 
 WIRE = [Wake, ToolDispatch]
 
@@ -96,7 +97,7 @@ def commit_env(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, Any, in
 
 def _digest(client: redis.Redis) -> list[Any]:
     sk = KEYS.session(SESSION)
-    return [client.dump(k) for k in sk.all()]
+    return [contents_sync(client, k) for k in sk.all()]
 
 
 small_int = st.integers(min_value=-2, max_value=4)

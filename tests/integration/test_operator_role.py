@@ -23,7 +23,8 @@ from baton.errors import ForbiddenError
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
 from baton.store.store import Store
-from tests.integration.confinement import PASSWORDS, contents, render_acl, seed
+from tests.helpers import contents
+from tests.integration.confinement import PASSWORDS, render_acl, seed
 
 SESSION = "acme-1"
 

@@ -34,6 +34,7 @@ from baton.settings import Settings
 from baton.store.outbox import Outbox
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
+from tests.helpers import contents
 from tests.integration.test_e2e_inprocess import FIVE, running
 
 PASSWORDS = {role: f"{role}-secret" for role in ROLES}
@@ -203,8 +204,8 @@ async def test_redis_acls_refuse_each_role_what_it_does_not_do(secured: Secured)
         await asyncio.gather(*(s.close() for s in stores.values()))
 
 
-async def _digest(redis: aioredis.Redis, keys: list[str]) -> list[bytes | None]:
-    return [await redis.dump(k) for k in keys]
+async def _digest(redis: aioredis.Redis, keys: list[str]) -> list[tuple[str, object]]:
+    return [await contents(redis, k) for k in keys]
 
 
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:

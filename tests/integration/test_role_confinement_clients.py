@@ -13,6 +13,7 @@ from baton.bus.subjects import BusNames
 from baton.errors import ConflictError
 from baton.models import Task
 from baton.store.store import Store, worker_ref
+from tests.helpers import contents
 from tests.integration.confinement import (
     OTHER,
     OWN,
@@ -20,7 +21,6 @@ from tests.integration.confinement import (
     Confined,
     as_role,
     confined_redis,
-    contents,
     refused,
     row,
     sk,
