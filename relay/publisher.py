@@ -104,8 +104,8 @@ class Publisher:
     async def publish(self, rows: list[OutboxRow], box: Outbox, via: str) -> Sent:
         """Publish rows and dead-letter the refused ones: all of them are then to be
         acknowledged (:meth:`settle` once they are), with the sessions of the clients'
-        requests among them (``Sent.requests``) indexed in the same round trip. Raises (rows stay
-        pending) when NATS or Redis is unavailable."""
+        requests among them (``Sent.requests``) indexed in the same round trip. Raises (rows
+        stay pending) when NATS or Redis is unavailable."""
         bus = self._bus
         assert bus is not None and self._redis is not None
         started = time.perf_counter()

@@ -90,8 +90,7 @@ class EntryCache:
         found = self._held.get(session_id)
         held = found[0] if found is not None else None
         items: list[str]
-        if (held is not None and held.created == created and held.end == start
-                and held.start <= start):
+        if held is not None and held.created == created and held.end == start:
             keep = max(0, min(len(held.items), page - len(read)))
             items = [*held.items[len(held.items) - keep:], *read]
             self.reused += keep

@@ -12,7 +12,6 @@ session's keys are unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -25,17 +24,9 @@ from tests.integration.confinement import (
     OWN,
     Confined,
     as_role,
-    confined_redis,
     refused,
     sk,
 )
-
-
-@pytest.fixture(scope="module")
-async def confined() -> AsyncIterator[Confined]:
-    async with confined_redis() as c:
-        yield c
-
 
 # --- Brains --------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.exceptions import ResponseError
@@ -20,18 +19,10 @@ from tests.integration.confinement import (
     TOOL_ROW,
     Confined,
     as_role,
-    confined_redis,
     refused,
     row,
     sk,
 )
-
-
-@pytest.fixture(scope="module")
-async def confined() -> AsyncIterator[Confined]:
-    async with confined_redis() as c:
-        yield c
-
 
 # --- Clients -------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ letters), tried as an attacker would, one act per test (see test_role_confinemen
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,18 +16,10 @@ from tests.integration.confinement import (
     WAKE_ROW,
     Confined,
     as_role,
-    confined_redis,
     log_key,
     row,
     sk,
 )
-
-
-@pytest.fixture(scope="module")
-async def confined() -> AsyncIterator[Confined]:
-    async with confined_redis() as c:
-        yield c
-
 
 # --- Hands ---------------------------------------------------------------------------------
 
