@@ -9,6 +9,7 @@ import pytest
 
 from baton.bench.check import regressions
 from baton.bench.readme import BEGIN, END, render, replace_block
+from baton.bench.summary import cold_targets
 from baton.observability.canonical import CanonicalLines
 
 
@@ -45,6 +46,30 @@ def test_regression_check_compares_ratios_in_their_direction() -> None:
     worse = regressions(base, _summary(0.3, 2.6), tolerance=0.25)
     assert len(worse) == 2 and worse[0].startswith("c=32 / plain")
     assert regressions(base, _summary(0.9, 1.0), tolerance=0.25) == []  # better is fine
+
+
+def _cold(**extra: Any) -> dict[str, Any]:
+    return {"targets": {"import_s": 0.3, "ready_s": 1.0, "idle_ms_per_s": 5.0},
+            "import_cpu_s": {"baton": 0.002, "baton.brain.worker": 0.3},
+            "worker_ready_s": 0.5, "worker_ready_cpu_s": 0.4,
+            "idle_cpu_total_ms_per_s": 9.0, **extra}
+
+
+def test_idle_figure_is_a_ratio_to_its_floor_measured_in_the_same_seconds() -> None:
+    idle = cold_targets(_cold(idle_floor_total_ms_per_s=3.0,
+                              idle_wakes_per_s={"relay-1": 2.0, "nats": 40.0}))[-1]
+    assert idle["ratio_value"] == pytest.approx(3.0) and not idle["met"]
+    assert idle["measured"].startswith("9.0 ms/s = 3.00x its floor (3.0 ms/s")
+    assert idle["measured"].endswith("42 wakes/s")
+    # A stack that idles more against the same floor is a regression; a machine whose every
+    # wake costs more moves the floor and the stack alike.
+    worse = cold_targets(_cold(idle_cpu_total_ms_per_s=12.0, idle_floor_total_ms_per_s=3.0))
+    slower = cold_targets(_cold(idle_cpu_total_ms_per_s=27.0, idle_floor_total_ms_per_s=9.0))
+    base = {"targets": cold_targets(_cold(idle_floor_total_ms_per_s=3.0))}
+    assert regressions(base, {"targets": worse}, tolerance=0.25)
+    assert regressions(base, {"targets": slower}, tolerance=0.25) == []
+    # A cold.json from before the floor was measured: the figure, no ratio.
+    assert "ratio_value" not in cold_targets(_cold())[-1]
 
 
 class _Recorder:
