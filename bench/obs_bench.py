@@ -15,18 +15,22 @@ at a time (the others idle at a few ms of CPU per second):
   the bench's own bias between two stacks of the same code and configuration (an A/A
   control), the floor under which a mode's cost is not told apart from nothing.
 
-The variants are interleaved and each is bracketed by the off stack: a round drives
-``off, A, off, B, off, ...`` (the other modes in an order that rotates from round to round)
-with the same five-notice sessions, and each mode's cost is taken against the mean of the
-off runs just before and just after it, so a change of load on the shared machine moves
-both halves of a pair and a steady drift cancels. Two figures per mode, each the median of
-the rounds' paired costs with their spread (interquartile range, and min..max):
+The variants are interleaved: a round drives every stack once with the same five-notice
+sessions, in an order that rotates from round to round and runs backwards every other round
+(so each mode runs before and after the off stack equally often, at every distance), and
+each mode's cost is taken against the off run of its own round, so a change of load on the
+shared machine moves both halves of a pair and a steady drift cancels. Every stack is
+driven equally often: an earlier version bracketed each run by off runs, driving the off
+stack twice as often as the others, and its Brain then spent 70-130 us more per session
+than the identical control's (the control's cost came out at -2% to -3% in every run, made
+before or after the off stack alike). Two figures per mode, each the median of the rounds'
+paired costs with their spread (interquartile range, and min..max):
 
 * **CPU per session**: the CPU every process of its stack (Redis, NATS, the three services)
-  spent per session, over the bracketing off runs'. Throughput at concurrency 32 is bound by
+  spent per session, over the same round's off run. Throughput at concurrency 32 is bound by
   CPU, so this is the throughput a machine running only Baton loses, and other work on the
   machine moves it less (it slows the sessions more than the CPU each one needs);
-* **throughput**: one minus the ratio of the sessions/s to the bracketing off runs'; on a
+* **throughput**: one minus the ratio of the sessions/s to the same round's off run; on a
   shared machine the load changes between the halves of a pair make this one noisier.
 
 The output says how many rounds ran. Target: the cost of the shipped configuration is at most 5%.
@@ -135,12 +139,12 @@ def modes(endpoint: str) -> dict[str, dict[str, str]]:
 
 async def run(quick: bool = False, console: Console | None = None) -> Result:
     console = console or Console()
-    rounds, per_round = (4, 64) if quick else (30, 64)
+    rounds, per_round = (4, 64) if quick else (40, 64)
     rates: dict[str, list[float]] = {}
     cpu_pairs: dict[str, list[float]] = {}
     rate_pairs: dict[str, list[float]] = {}
     cpu_ms: dict[str, list[float]] = {}
-    # per round, the CPU ms per session each process spent over the bracketing off runs'
+    # per round, the CPU ms per session each process spent over the round's off run
     role_pairs: dict[str, dict[str, list[float]]] = {}
     base = Path(tempfile.mkdtemp(prefix="baton-obs-"))
     try:
@@ -151,7 +155,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             clients: dict[str, Any] = {}
             pids: dict[str, dict[str, int]] = {}  # mode -> process role -> pid
             cpu_ms = {m: [] for m in names}  # per run, per session
-            cpu_pairs = {m: [] for m in names[1:]}  # per round, against the bracketing off runs
+            cpu_pairs = {m: [] for m in names[1:]}  # per round, against its off run
             rate_pairs = {m: [] for m in names[1:]}
             role_pairs = {m: {} for m in names[1:]}
             for i, mode in enumerate(names):
@@ -178,16 +182,19 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
 
             others = names[1:]
             for r in range(rounds):
-                off_before = await drive("off")
-                for mode in others[r % len(others):] + others[:r % len(others)]:
-                    cpu, rate, by_role = await drive(mode)
-                    off_after = await drive("off")
-                    cpu_pairs[mode].append(cpu / ((off_before[0] + off_after[0]) / 2) - 1)
-                    rate_pairs[mode].append(1 - rate / ((off_before[1] + off_after[1]) / 2))
+                order = names[r % len(names):] + names[:r % len(names)]
+                if r % 2:
+                    order.reverse()
+                runs = {}
+                for mode in order:
+                    runs[mode] = await drive(mode)
+                off_cpu, off_rate, off_roles = runs["off"]
+                for mode in others:
+                    cpu, rate, by_role = runs[mode]
+                    cpu_pairs[mode].append(cpu / off_cpu - 1)
+                    rate_pairs[mode].append(1 - rate / off_rate)
                     for role, ms in by_role.items():
-                        role_pairs[mode].setdefault(role, []).append(
-                            ms - (off_before[2][role] + off_after[2][role]) / 2)
-                    off_before = off_after
+                        role_pairs[mode].setdefault(role, []).append(ms - off_roles[role])
                 console.print(f"[dim]round {r + 1}/{rounds}: " + ", ".join(
                     f"{m} {cpu_pairs[m][-1]:+.1%} CPU" for m in others) + "[/dim]")
             exported = received[0]
@@ -198,7 +205,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     costs = {m: spread(v) for m, v in rate_pairs.items()}
     table = Table(title=f"Observability cost (five-notice sessions, concurrency {CONCURRENCY}; "
                         f"{rounds} rounds of {per_round} sessions per mode, each run "
-                        "paired with the off runs just before and after it)", title_justify="left")
+                        "paired with its round's off run)", title_justify="left")
     for col in ("mode", "CPU ms/session", "cost (CPU, paired)", "sessions/s",
                 "cost (sessions/s, paired)", "target"):
         table.add_column(col, justify="left" if col == "mode" else "right")
@@ -211,7 +218,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                       else "~0 (the bench's bias)" if mode == CONTROL else "")
     console.print(table)
     roles = sorted({r for by in role_pairs.values() for r in by})
-    split = Table(title="Where the cost is: CPU µs per session over the bracketing off runs', "
+    split = Table(title="Where the cost is: CPU µs per session over the round's off run, "
                         "by process (medians of the rounds' pairs)", title_justify="left")
     split.add_column("mode")
     for role in roles:
