@@ -7,7 +7,7 @@
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
-#   make bench-obs   the cost of logs, metrics and tracing as shipped (~4 min; README figures)
+#   make bench-obs   the cost of logs, metrics and tracing as shipped (~5 min; README figures)
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
@@ -84,8 +84,8 @@ bench: deps venv
 	$(BIN)/baton bench e2e takeover cold $(BENCH_ARGS)
 	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
 
-# The observability figures of the README (OpenTelemetry): every mode's run bracketed by runs
-# without telemetry, 30 rounds.
+# The observability figures of the README (OpenTelemetry): every stack driven once per round,
+# each mode paired with its round's run without telemetry, 40 rounds.
 bench-obs: deps venv
 	$(BIN)/baton bench obs $(BENCH_ARGS)
 

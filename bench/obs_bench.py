@@ -16,15 +16,16 @@ at a time (the others idle at a few ms of CPU per second):
   control), the floor under which a mode's cost is not told apart from nothing.
 
 The variants are interleaved: a round drives every stack once with the same five-notice
-sessions, in an order that rotates from round to round and runs backwards every other round
-(so each mode runs before and after the off stack equally often, at every distance), and
-each mode's cost is taken against the off run of its own round, so a change of load on the
-shared machine moves both halves of a pair and a steady drift cancels. Every stack is
-driven equally often: an earlier version bracketed each run by off runs, driving the off
-stack twice as often as the others, and its Brain then spent 70-130 us more per session
-than the identical control's (the control's cost came out at -2% to -3% in every run, made
-before or after the off stack alike). Two figures per mode, each the median of the rounds'
-paired costs with their spread (interquartile range, and min..max):
+sessions, in an order drawn at random for each round (from a fixed seed: a rotation would
+keep some stacks at even places and others at odd ones, and each after the same
+neighbours), and each mode's cost is taken against the off run of its own round, so a
+change of load on the shared machine moves both halves of a pair and a steady drift
+cancels. Every stack is driven equally often: an earlier version bracketed each run by off
+runs, driving the off stack twice as often as the others, and its Brain then spent 70-130
+us more per session than the identical control's (the control's cost came out at -2% to
+-3% in every run, made before or after the off stack alike). Two figures per mode, each
+the median of the rounds' paired costs with their spread (interquartile range, and
+min..max):
 
 * **CPU per session**: the CPU every process of its stack (Redis, NATS, the three services)
   spent per session, over the same round's off run. Throughput at concurrency 32 is bound by
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import shutil
 import statistics
 import tempfile
@@ -64,6 +66,8 @@ CONCURRENCY = 32
 TARGET_COST = 0.05
 #: The A/A control: the off configuration on a stack of its own (see the module docstring).
 CONTROL = "off again"
+#: Each round's order of the stacks is a permutation drawn from this seed: the same every run.
+ORDER_SEED = 15
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -181,10 +185,10 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                 return cpu, rates[mode][-1], by_role
 
             others = names[1:]
+            shuffle = random.Random(ORDER_SEED)
             for r in range(rounds):
-                order = names[r % len(names):] + names[:r % len(names)]
-                if r % 2:
-                    order.reverse()
+                order = list(names)
+                shuffle.shuffle(order)
                 runs = {}
                 for mode in order:
                     runs[mode] = await drive(mode)
