@@ -20,7 +20,9 @@ only on the shards it holds. Loops of one :class:`Relay`, children of one task g
   sends on; the held shards' inboxes are swept for requests no Brain took up. Moved rows
   and Brains' nudges make it look often for a while; idle, it sleeps until its earliest
   timer is due.
-* **announce**: the liveness record ``inspect`` shows and the relays count each other by.
+* **announce**: the liveness record ``inspect`` shows and the relays count each other by,
+  written on the lease loop's ticks (every second or third: about every
+  ``ANNOUNCE_EVERY_S``, never later), so an idle relay wakes once for both.
 
 Reading, claiming and acknowledging rows and reading the timer heads go through
 :class:`~baton.store.outbox.Outbox`, which owns the outbox's key layout and reply shapes;
@@ -57,6 +59,7 @@ from baton.store.keys import Keys
 from baton.store.outbox import Outbox
 from baton.store.redis_client import connect_redis
 from baton.store.replication import ReplicatedWrites
+from baton.store.workers import ANNOUNCE_EVERY_S
 
 from .failures import NATS_DOWN, REDIS_DOWN, Backoff, reraise_cancel
 from .leases import ShardLeases
@@ -126,7 +129,6 @@ class Relay(Service):
             self.ready.set()
             log.info("relay_started", worker=self.name, shards=s.shards)
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self.announce(self._redis, self.keys), name="announce")
                 tg.create_task(self._lease_loop(), name="relay-leases")
                 tg.create_task(self._read_loop(reader_box), name="relay-read")
                 tg.create_task(self._claim_loop(box), name="relay-claim")
@@ -137,6 +139,8 @@ class Relay(Service):
         finally:
             with contextlib.suppress(*REDIS_DOWN):  # a graceful stop hands the shards on
                 await self.leases.release_all()
+            if self.ready.is_set():
+                await self.withdraw(self._redis, self.keys)
             if self.bus is not None:
                 with contextlib.suppress(Exception):
                     await self.bus.close()
@@ -177,28 +181,42 @@ class Relay(Service):
     # ------------------------------------------------------------------ loops
 
     async def _lease_loop(self) -> None:
-        """Hold a fair share of the shards (see :mod:`baton.relay.leases`)."""
-        assert self.leases is not None
+        """Hold a fair share of the shards (see :mod:`baton.relay.leases`), and announce
+        this relay on the same wake-ups: at a tick, when the announcement falls due before
+        the next tick (early, never late); between ticks only when they are further apart
+        than ``ANNOUNCE_EVERY_S`` (a long lease)."""
+        assert self.leases is not None and self._redis is not None
         backoff = Backoff()
-        delay = self.leases.tick_s
+        now = time.monotonic()
+        next_tick = next_announce = now
         while True:
-            before = set(self.leases.held)
-            started = time.monotonic()
-            try:
-                await self.leases.tick(int(time.time() * 1000))
-                if not before.issuperset(self.leases.held):
-                    # Shards taken: look at their timers and for stale rows once, now.
-                    self.timers.look_now()
-                    self._claim_woken.set()
-                backoff.reset()
-                # From the tick's start: a renewal's new expiry counts from before it was sent.
-                delay = max(0.0, started + self.leases.next_tick_s() - time.monotonic())
-            except REDIS_DOWN as exc:
-                reraise_cancel()
-                delay = min(backoff.next(), self.leases.tick_s)
-                log.warning("relay_leases_failed", error=repr(exc), delay_s=delay)
-            if await self.wait_stopping(delay):
+            if now >= next_tick:
+                before = set(self.leases.held)
+                try:
+                    await self.leases.tick(int(time.time() * 1000))
+                    if not before.issuperset(self.leases.held):
+                        # Shards taken: look at their timers and for stale rows once, now.
+                        self.timers.look_now()
+                        self._claim_woken.set()
+                    backoff.reset()
+                    # From the tick's start: a renewal's new expiry counts from before it
+                    # was sent.
+                    next_tick = now + self.leases.next_tick_s()
+                except REDIS_DOWN as exc:
+                    reraise_cancel()
+                    delay = min(backoff.next(), self.leases.tick_s)
+                    log.warning("relay_leases_failed", error=repr(exc), delay_s=delay)
+                    next_tick = time.monotonic() + delay
+            if next_tick > next_announce:  # due before the next tick: now
+                next_announce = now + ANNOUNCE_EVERY_S
+                # Bounded: a stalled write must not hold the next renewal back.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.leases.tick_s / 2):
+                        await self.announce_once(self._redis, self.keys)
+            if await self.wait_stopping(max(0.0, min(next_tick, next_announce)
+                                            - time.monotonic())):
                 return
+            now = time.monotonic()
 
     async def _read_loop(self, box: Outbox) -> None:
         """One blocking reader per read group of the held shards; regrouped whenever the

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import gc
 import os
 import signal
@@ -198,24 +199,31 @@ class Service(abc.ABC):
 
     async def announce(self, redis: Redis, keys: Keys) -> None:
         """Record this worker as alive in its shard's ``workers`` hash until it stops (for
-        inspect and the relays' count of each other)."""
-        field = f"{self.role}:{self.name}"
-        key = keys.workers(field)
+        inspect and the relays' count of each other), every ``ANNOUNCE_EVERY_S``."""
         while True:
-            info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
-                    "seen_ms": now_ms(), "inflight": self.inflight, **self.announcement()}
-            try:
-                await redis.hset(key, field, dumps(info))
-                self.redis_reachable = True
-            except Exception as exc:  # Redis down: keep serving, report later
-                self.redis_reachable = False
-                log.warning("announce_failed", error=str(exc))
+            await self.announce_once(redis, keys)
             if await self.wait_stopping(ANNOUNCE_EVERY_S):
-                try:
-                    await redis.hdel(key, field)
-                except Exception:
-                    pass
+                await self.withdraw(redis, keys)
                 return
+
+    async def announce_once(self, redis: Redis, keys: Keys) -> None:
+        """One announcement (a worker with a tick of its own announces on it: one wake-up
+        where two loops would take two)."""
+        field = f"{self.role}:{self.name}"
+        info = {"role": self.role, "name": self.name, "pid": self.worker.pid,
+                "seen_ms": now_ms(), "inflight": self.inflight, **self.announcement()}
+        try:
+            await redis.hset(keys.workers(field), field, dumps(info))
+            self.redis_reachable = True
+        except Exception as exc:  # Redis down: keep serving, report later
+            self.redis_reachable = False
+            log.warning("announce_failed", error=str(exc))
+
+    async def withdraw(self, redis: Redis, keys: Keys) -> None:
+        """Remove the announcement (a graceful stop); a failure leaves it to go stale."""
+        field = f"{self.role}:{self.name}"
+        with contextlib.suppress(Exception):
+            await redis.hdel(keys.workers(field), field)
 
     async def __aenter__(self) -> Self:
         return self

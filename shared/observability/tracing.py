@@ -285,10 +285,12 @@ def consumer(role: str) -> Callable[[F], F]:
 
 
 async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
-                         every_s: float = 5.0) -> None:
+                         every_s: float = 5.0, unmetered_s: float = 60.0) -> None:
     """Keep the outbox backlog gauge current (the gauge's callback cannot read Redis).
 
-    Reads the backlog only while a MeterProvider is configured; checked at each round.
+    Reads the backlog every ``every_s`` while a MeterProvider is configured; checked at
+    each round, every ``unmetered_s`` while none is (an idle relay without metrics need not
+    wake to find nothing to do: a ``baton relay``'s provider is set before it starts).
     """
     while True:
         inst = instruments()
@@ -301,5 +303,5 @@ async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
             except Exception as exc:  # Redis away: the gauge keeps its last values
                 get_logger("baton.relay").debug("backlog_sample_failed",
                                                           error=repr(exc))
-        if await stopping(every_s):
+        if await stopping(every_s if inst is not None else unmetered_s):
             return
