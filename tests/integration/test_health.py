@@ -21,8 +21,7 @@ from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.store import Store
 from tests.helpers import eventually
-from tests.integration.test_e2e_inprocess import running
-from tests.integration.test_hands import (
+from tests.integration.hands_app import (
     APP,
     HOOKS,
     commit_runs,
@@ -31,6 +30,7 @@ from tests.integration.test_hands import (
     new_id,
     result_of,
 )
+from tests.integration.test_e2e_inprocess import running
 
 
 async def test_readyz_turns_503_while_draining_and_the_tool_still_finishes(

@@ -26,8 +26,8 @@ from baton.store.deadletter import dead_letters
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import eventually
+from tests.integration.hands_app import commit_runs, make_intent, new_id
 from tests.integration.test_e2e_inprocess import FIVE, running
-from tests.integration.test_hands import commit_runs, make_intent, new_id
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from baton.cli.inspect import cluster_view, render_cluster
 from baton.models import ToolDispatch, Wake
 from baton.settings import Settings
 from baton.store.store import Store
-from tests.integration.test_hands import running
+from tests.integration.hands_app import running
 
 
 async def test_messages_on_subjects_nobody_consumes_are_reported(settings: Settings) -> None:
