@@ -209,10 +209,13 @@ class Relay(Service):
                     next_tick = time.monotonic() + delay
             if next_tick > next_announce:  # due before the next tick: now
                 next_announce = now + ANNOUNCE_EVERY_S
-                # Bounded: a stalled write must not hold the next renewal back.
-                with contextlib.suppress(TimeoutError):
+                try:  # bounded: a stalled write must not hold the next renewal back
                     async with asyncio.timeout(self.leases.tick_s / 2):
                         await self.announce_once(self._redis, self.keys)
+                except TimeoutError:
+                    self.redis_reachable = False
+                if not self.redis_reachable:
+                    next_announce = next_tick  # not written: again at the next tick
             if await self.wait_stopping(max(0.0, min(next_tick, next_announce)
                                             - time.monotonic())):
                 return

@@ -1,12 +1,14 @@
 """A relay announces itself on its lease loop's wake-ups (an idle relay wakes once for both),
-never later than every ``ANNOUNCE_EVERY_S`` however long its lease, and withdraws its
-announcement when it stops gracefully."""
+never later than every ``ANNOUNCE_EVERY_S`` however long its lease, once per tick while Redis
+is down, and withdraws its announcement when it stops gracefully."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+from baton.devkit.servers import RedisServer
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.store import Store
@@ -85,3 +87,20 @@ async def test_a_stopped_relay_withdraws_its_announcement(
 async def _has(names: Any, name: str) -> bool:
     return name in await names
 
+
+
+async def test_with_redis_down_a_relay_tries_its_announcement_once_per_lease_tick(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Not written (Redis gone): tried again at the next tick, not at once (no spinning)."""
+    async with RedisServer(tmp_path / "redis") as redis:
+        private = settings.model_copy(update={"redis_url": redis.url, "namespace": "down"})
+        async with running(private) as relay:
+            events = spy(relay)
+            await redis.stop()
+            await eventually(lambda: sum(e == "announce" for e, _ in events) >= 3, timeout=60,
+                             message="three announcements tried with Redis down")
+            assert not relay.redis_reachable
+            await redis.start()  # for the relay's graceful stop
+    ticks = sum(e == "tick" for e, _ in events)
+    assert 1 <= sum(e == "announce" for e, _ in events) <= ticks + 1
