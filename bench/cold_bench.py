@@ -101,14 +101,18 @@ def stack_pids(stack: DevStack) -> dict[str, int]:
     return pids
 
 
+def _threads(pid: int) -> list[Path]:
+    """``/proc/<pid>/task/<tid>`` of ``pid``'s live threads (none when it is gone)."""
+    try:
+        return list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+
+
 def cpu_ns(pid: int) -> int:
     """CPU time ``pid``'s live threads have run, in ns (0 when it is gone)."""
     total = 0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return 0
-    for task in tasks:
+    for task in _threads(pid):
         try:
             total += int((task / "schedstat").read_text().split()[0])
         except FileNotFoundError:  # the thread ended meanwhile
@@ -122,11 +126,7 @@ def wakes(pid: int) -> int:
     """Times ``pid``'s live threads went to sleep and were woken (voluntary context
     switches; 0 when it is gone)."""
     total = 0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return 0
-    for task in tasks:
+    for task in _threads(pid):
         try:
             for line in (task / "status").read_text().splitlines():
                 if line.startswith("voluntary_ctxt_switches:"):

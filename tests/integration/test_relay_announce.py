@@ -80,12 +80,12 @@ async def test_a_stopped_relay_withdraws_its_announcement(
 
     async with running(settings) as relay:
         name = relay.name
-        await eventually(lambda: _has(relays(), name), timeout=10, message="announced")
+
+        async def announced() -> bool:
+            return name in await relays()
+
+        await eventually(announced, timeout=10, message="announced")
     assert name not in await relays()
-
-
-async def _has(names: Any, name: str) -> bool:
-    return name in await names
 
 
 
