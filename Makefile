@@ -9,6 +9,7 @@
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
 #   make bench-obs   the cost of logs, metrics and tracing as shipped (~5 min; README figures)
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
+#   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -36,7 +37,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -92,6 +93,10 @@ bench-obs: deps venv
 # Where Redis' time goes in a five-notice session (SLOWLOG of every command), by script.
 bench-redis: deps venv
 	$(BIN)/baton bench redis $(BENCH_ARGS)
+
+# Where the scripts' own Lua time goes, by line (scripts profiled with BATON_LUA_PROFILE).
+bench-lua: deps venv
+	$(BIN)/baton bench lua $(BENCH_ARGS)
 
 # The console screenshots in docs/console/ (README) come from the browser test.
 screenshots: deps venv

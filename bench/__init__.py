@@ -25,6 +25,7 @@ BENCHES: dict[str, str] = {
     "cold": "baton.bench.cold_bench",
     "obs": "baton.bench.obs_bench",
     "redis": "baton.bench.redis_time_bench",
+    "lua": "baton.bench.lua_bench",
 }
 
 __all__ = ["BENCHES"]

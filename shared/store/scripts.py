@@ -25,6 +25,7 @@ from redis.exceptions import NoScriptError
 
 from baton.errors import PayloadTooLarge, from_redis_error
 from baton.settings import Settings
+from baton.store import lua_profile
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import REDIS_ERRORS, redis_user
 from baton.store.replication import Reads, ReplicatedWrites
@@ -213,8 +214,12 @@ def source(name: str, *, acl_checks: bool = True) -> str:
         wrapper = (lua / "_applied.lua").read_text()
         guard = _guard(name)
         lib = (lua / "_lib.lua").read_text()
+        prelude = _prelude(lib, [body, wrapper, guard])
+        if lua_profile.enabled():  # baton bench lua: a checkpoint before each statement
+            body = lua_profile.profiled(name, body)
+            head, wrapper = lua_profile.wrap(name, head, wrapper)
         # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
-        return (head + _prelude(lib, [body, wrapper, guard]) + guard
+        return (head + prelude + guard
                 + "local function __script(ARGV)\n" + body + "\nend\n" + wrapper)
     return body
 
