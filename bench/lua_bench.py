@@ -7,8 +7,10 @@ loads the profiled scripts of :mod:`baton.store.lua_profile`, runs sessions at c
 and 32, and prints per script its calls and microseconds per session, then its costliest
 lines (net of the checkpoints' own cost, measured on the same server first) with their text.
 
-The profiled scripts are slower than the real ones (every checkpoint reads the clock): the
-figures rank lines within a run, they are not the scripts' cost. ``baton bench redis`` gives
+The profiled scripts are slower than the real ones (every checkpoint reads the clock), and
+the clock is wall time: on a busy machine (concurrency 32 on two cores) a server waiting for
+a CPU charges the wait to the line it is at, so concurrency 1 ranks lines more cleanly. The
+figures rank lines within a run, they are not the scripts' cost: ``baton bench redis`` gives
 that.
 """
 
