@@ -20,9 +20,10 @@ the number of times each line ran are added to the hash :data:`PROFILE_KEY`:
 Each checkpoint costs time of its own (a ``TIME`` call from Lua), charged to the line it
 follows: :func:`checkpoint_cost` measures it on the same server, so that a line's net time is
 its charge minus its runs times that cost. For finding hot lines, never for the scripts'
-absolute cost: a profiled stack is slower, and the profile key is written by every call
-(in single-server stacks only: it is outside the session's hash slot). Never set in
-production.
+absolute cost: a profiled stack is slower, and the profile key is written by every call.
+It is kept on one server whose clients may write it (not a cluster: the key is outside the
+session's hash slot; not per-role ACL users); elsewhere the writes are refused and the
+profile lost, never the transition. Never set in production.
 """
 
 from __future__ import annotations
@@ -53,11 +54,13 @@ KEYS.__tp = function(label)
 end
 KEYS.__flush = function(script)
   KEYS.__tp(script .. ':end')  -- charges the last line; 'end' itself is never charged
+  -- pcall: a profile the server refuses (a cluster's other slot, a role's ACL) is not kept,
+  -- and the transition is not failed for it
   for k, v in pairs(KEYS.__prof_t) do
-    redis.call('HINCRBY', '{PROFILE_KEY}', k, v)
-    redis.call('HINCRBY', '{PROFILE_KEY}', k .. ':n', KEYS.__prof_n[k])
+    redis.pcall('HINCRBY', '{PROFILE_KEY}', k, v)
+    redis.pcall('HINCRBY', '{PROFILE_KEY}', k .. ':n', KEYS.__prof_n[k])
   end
-  redis.call('HINCRBY', '{PROFILE_KEY}', script .. ':calls', 1)
+  redis.pcall('HINCRBY', '{PROFILE_KEY}', script .. ':calls', 1)
 end
 """
 

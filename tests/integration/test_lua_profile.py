@@ -1,5 +1,6 @@
 """``baton bench lua``'s profiled scripts: every session script still compiles and answers
-as before, and each call adds its lines' time and runs to the profile key (real Redis)."""
+as before, each call adds its lines' time and runs to the profile key, and a server that
+refuses that key fails no transition (real Redis)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from baton.client import Client
 from baton.models import WorkerRef
 from baton.settings import Settings
 from baton.store import lua_profile
+from baton.store.runs import worker_json
 from baton.store.scripts import SESSION_SCRIPTS, source
 from baton.store.store import Store
+from tests.integration.confinement import OWN, Confined
 
 BRAIN = WorkerRef(role="brain", name="brain-profiled", pid=os.getpid())
 
@@ -63,3 +66,23 @@ async def test_a_profiled_session_runs_and_is_profiled(profiling: None, settings
     assert scripts["acquire"]["net_us"] == sum(
         v for k, v in added.items() if k.startswith("acquire:") and k.count(":") == 1
         and not k.endswith(":calls"))
+
+
+async def test_a_profile_the_server_refuses_fails_no_transition(profiling: None,
+                                                                confined: Confined) -> None:
+    """A role whose ACL may not write the profile key (every role of a deployment) still
+    takes its lease: the profile is lost, not the transition."""
+    store = await Store.connect(confined.settings("brain"))
+    try:
+        # the lease alone (page 0): the seeded session's records are not a Brain's to load
+        fence, _holder, _takeover = await store.scripts.run(
+            "acquire", confined.keys.session(OWN),
+            [BRAIN.name, 30_000, worker_json(BRAIN), "", 0])
+    finally:
+        await store.close()
+    assert fence == 6
+    admin = confined.connect("admin")
+    try:
+        assert not await admin.exists(lua_profile.PROFILE_KEY)
+    finally:
+        await admin.aclose()
