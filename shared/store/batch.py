@@ -14,6 +14,12 @@ one turn on the same session with the same shared arguments become ONE script ca
 (:meth:`ScriptBatch.run_item`), answered per item; a refusal of one item (``{'error', 'CODE
 detail'}`` in its place) fails only its caller.
 
+A script may bring reads to run right after it on the same connection
+(:meth:`ScriptBatch.run_and_read`: a lease and the state it loads), in the same round trip,
+on a pooled connection to one server only (where
+:func:`~baton.store.redis_client.batches_raw` holds), even alone. The reads see the script's
+writes and any made by others since, as any later read would.
+
 It batches only where a pipeline of scripts is plain: one Redis server and no replica
 acknowledgement (a transition that waits for a replica goes through its own ``WAIT``, and
 redis-py's cluster pipeline refuses scripts); otherwise, and for a lone script, it calls
@@ -29,7 +35,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from baton.store.keys import SessionKeys
-from baton.store.redis_client import REDIS_ERRORS, is_cluster, run_batch
+from baton.store.redis_client import REDIS_ERRORS, batches_raw, is_cluster, run_batch
 from baton.store.scripts import ScriptRunner, SessionScript, declared
 
 __all__ = ["ScriptBatch"]
@@ -44,6 +50,8 @@ class _Call:
     #: For an item of a list-taking script (run_item): its shared arguments, ``args`` being
     #: the item's own; None for a plain call.
     shared: tuple[Any, ...] | None = None
+    #: Commands to run right after the script (run_and_read); None for none.
+    reads: list[tuple[Any, ...]] | None = None
     reply: asyncio.Future[Any] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -84,6 +92,24 @@ class ScriptBatch:
             asyncio.get_running_loop().call_soon(self._flush)
         return await call.reply
 
+    @property
+    def reads_natively(self) -> bool:
+        """Whether :meth:`run_and_read` may be used: one server, a pooled client."""
+        return self.enabled and batches_raw(self.runner.registered.redis)
+
+    async def run_and_read(self, script: SessionScript, sk: SessionKeys, args: list[Any],
+                           reads: list[tuple[Any, ...]]) -> tuple[Any, list[Any]]:
+        """The script's reply and the replies of ``reads`` (an error as its exception, in its
+        place), sent right after it on the same connection, in this loop turn's round trip;
+        only where :attr:`reads_natively` holds and the script is not replicated. A refusal
+        by the script raises as :meth:`ScriptRunner.run` maps it."""
+        call = _Call(script, sk, args, "", reads=reads)
+        self._queue.append(call)
+        if len(self._queue) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+        reply, replies = await call.reply
+        return reply, replies
+
     async def run_item(self, script: SessionScript, sk: SessionKeys, shared: list[Any],
                        item: list[Any], run_id: str = "") -> Any:
         """The reply to ``item`` of a script taking ``shared`` arguments then a list of items
@@ -112,17 +138,20 @@ class ScriptBatch:
 
     async def _send(self, calls: list[_Call]) -> None:
         units = _units(calls)
-        if len(units) == 1:
+        if len(units) == 1 and units[0].calls[0].reads is None:
             await self._direct(units[0])
             return
         self.batches += 1
         scripts = self.runner.registered
-        commands = []
+        commands: list[tuple[Any, ...]] = []
+        replies_at: list[int] = []  # the index of each unit's reply among the batch's
         for u in units:
             c = u.calls[0]
             keys = declared(c.script, c.sk)
+            replies_at.append(len(commands))
             commands.append(("EVALSHA", getattr(scripts, c.script).sha, len(keys), *keys, "",
                              *u.args))
+            commands.extend(c.reads or ())
         try:
             results = await run_batch(scripts.redis, commands)
         except Exception as exc:  # the connection failed: every caller gets the error
@@ -134,8 +163,12 @@ class ScriptBatch:
             for c in calls:
                 c.reply.cancel()
             raise
-        for u, result in zip(units, results, strict=True):
-            if isinstance(result, NoScriptError):
+        for u, at in zip(units, replies_at, strict=True):
+            result = results[at]
+            reads = u.calls[0].reads
+            if reads is not None:
+                await self._read(u.calls[0], [result, *results[at + 1:at + 1 + len(reads)]])
+            elif isinstance(result, NoScriptError):
                 # The server lost its scripts (a restart) and did not run this one: redis-py
                 # loads it again on a direct call.
                 await self._direct(u)
@@ -144,6 +177,29 @@ class ScriptBatch:
                     _answer(c, exc=self.runner._error(result, c.sk, c.run_id))
             else:
                 _settle(u, result)
+
+    async def _read(self, c: _Call, results: list[Any], *, again: bool = True) -> None:
+        """Answer a script with reads from their replies (the script's first). On NOSCRIPT the
+        server lost its scripts: the script wrote nothing (the reads only read), so it is
+        loaded and the call sent once more."""
+        reply = results[0]
+        if again and isinstance(reply, NoScriptError):
+            registered = self.runner.registered
+            script = getattr(registered, c.script)
+            keys = declared(c.script, c.sk)
+            try:
+                script.sha = await registered.redis.script_load(script.script)
+                results = await run_batch(registered.redis, [
+                    ("EVALSHA", script.sha, len(keys), *keys, "", *c.args), *(c.reads or ())])
+            except Exception as exc:
+                _answer(c, exc=self.runner._error(exc, c.sk, c.run_id)
+                        if isinstance(exc, REDIS_ERRORS) else exc)
+                return
+            await self._read(c, results, again=False)
+        elif isinstance(reply, Exception):  # the script refused: its reads are moot
+            _answer(c, exc=self.runner._error(reply, c.sk, c.run_id))
+        else:
+            _answer(c, result=(reply, list(results[1:])))
 
     async def _direct(self, u: _Unit) -> None:
         c = u.calls[0]

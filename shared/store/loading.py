@@ -3,8 +3,9 @@ of their replies (the entries merged with those a Brain holds, see
 :mod:`baton.store.entry_cache`).
 
 The reads are the same whether a pipeline sends them (:func:`queue_load`, a MULTI/EXEC
-snapshot) or acquire.lua makes them in its own call, whose reply lists the hashes as
-field/value lists (:func:`as_pipeline_reads`).
+snapshot), a lease sends them as plain commands right after its script (:func:`lease_reads`:
+the way a lease reads on one server), or acquire.lua makes them in its own call, whose reply
+lists the hashes as field/value lists (:func:`as_pipeline_reads`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from baton.store.state import (
     with_intents,
 )
 
-__all__ = ["as_pipeline_reads", "queue_load", "session_state"]
+__all__ = ["as_native_reads", "as_pipeline_reads", "lease_reads", "queue_load", "session_state",
+           "tail_is_read"]
 
 _HASH_READS = (0, 1, 2, 3, 4, 8, 9)  # meta tasks docs subs runs .. intents inbox (queue_load)
 
@@ -38,6 +40,52 @@ def queue_load(p: Any, sk: SessionKeys, page: int) -> None:
     p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.docs).hgetall(sk.subs)
     p.hgetall(sk.runs).llen(sk.entries).lrange(sk.entries, -page, -1).get(sk.nudge)
     p.hgetall(sk.intents).hgetall(sk.inbox)
+
+
+def lease_reads(sk: SessionKeys, page: int, held_end: int | None) -> list[tuple[Any, ...]]:
+    """The reads of :func:`queue_load` as commands (but the nudge's: the lease deletes it),
+    sent right after acquire.lua called with page -1, with the entries read from
+    ``held_end`` (the index a Brain holds them up to, see :mod:`baton.store.entry_cache`)
+    when it holds some: at most ``page`` of them, which :func:`tail_is_read` checks once the
+    count is in.
+
+    Read by the Lua script, every field of the state is a Lua string made from the reply and
+    a reply made from that string again: plain reads after the script cost the server about
+    half as much. They see the lease and whatever others wrote since (a tool result, a
+    client's request: each also leaves the nudge, which sends the Brain round once more), as
+    the reads after a replicated lease do; what only the lease holder writes (meta, tasks,
+    entries, intents) cannot change under them."""
+    first, last = (-page, -1) if held_end is None else (held_end, held_end + page - 1)
+    return [("HGETALL", sk.meta), ("HGETALL", sk.tasks), ("HGETALL", sk.docs),
+            ("HGETALL", sk.subs), ("HGETALL", sk.runs), ("LLEN", sk.entries),
+            ("LRANGE", sk.entries, first, last), ("HGETALL", sk.intents),
+            ("HGETALL", sk.inbox)]
+
+
+def tail_is_read(reads: list[Any], page: int, held_end: int, held_created: int) -> bool:
+    """Whether the entries :func:`lease_reads` read from ``held_end`` are the session's last
+    ones, all of them, and of the life the held ones came from (as acquire.lua decides before
+    it reads): else the newest page is to be read instead."""
+    meta, count = reads[0], reads[5]
+    if isinstance(meta, Exception) or isinstance(count, Exception):
+        return True  # the error is what session_state reports
+    if isinstance(meta, list):  # RESP2: field/value pairs
+        meta = dict(zip(meta[::2], meta[1::2], strict=True))
+    created = (meta or {}).get("created")
+    return (str(held_created) == str(created or "") and held_end <= int(count)
+            and int(count) - held_end <= page)
+
+
+def as_native_reads(reads: list[Any]) -> list[Any]:
+    """:func:`lease_reads`' results as :func:`queue_load`'s: the nudge, which the lease has
+    just deleted, as none, and the hashes as dicts (a RESP2 connection gives their
+    field/value lists)."""
+    out = [*reads[:7], None, *reads[7:]]
+    for i in _HASH_READS:
+        if isinstance(out[i], list):
+            it = iter(out[i])
+            out[i] = dict(zip(it, it, strict=True))
+    return out
 
 
 def as_pipeline_reads(reads: list[Any]) -> list[Any]:

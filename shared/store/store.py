@@ -48,7 +48,14 @@ from baton.settings import Settings
 from baton.store.control import Decisions
 from baton.store.entry_cache import EntryCache
 from baton.store.keys import Keys
-from baton.store.loading import as_pipeline_reads, queue_load, session_state
+from baton.store.loading import (
+    as_native_reads,
+    as_pipeline_reads,
+    lease_reads,
+    queue_load,
+    session_state,
+    tail_is_read,
+)
 from baton.store.redis_client import (
     REDIS_ERRORS,
     connect_redis,
@@ -342,6 +349,20 @@ class Store:
         """
         sk = self.keys.session(session_id)
         args = [worker.name, ttl_ms, worker_json(worker), _carrier_arg(carrier)]
+        batch = self.runs.batch
+        if not self.scripts.replicated("acquire") and batch.reads_natively:
+            # On one server the script takes the lease and plain commands sent right after
+            # it read the state, in the same round trip (see loading.lease_reads).
+            page = page or self.settings.entries_page
+            held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
+            (fence, prev, takeover), reads = await batch.run_and_read(
+                "acquire", sk, [*args, -1], lease_reads(sk, page, held.end if held else None))
+            if held is not None and not tail_is_read(reads, page, held.end, held.created):
+                # Not the held entries' continuation: the newest page instead, as acquire.lua
+                # would read it. The lease is ours now: no entry is appended meanwhile.
+                reads[6] = await self.redis.lrange(sk.entries, -page, -1)
+            lease = Lease(session_id, int(fence), bool(takeover), prev or "")
+            return lease, self._state(session_id, as_native_reads(reads), page)
         if not self.scripts.replicated("acquire"):
             # The script reads the state itself (one command, no MULTI/EXEC around it); a
             # replicated acquire records its reply for a retry, so it reads after the WAIT.

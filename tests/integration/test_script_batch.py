@@ -161,3 +161,41 @@ async def test_claims_of_one_session_in_one_turn_are_one_script_call(store: Stor
     # claimed again in one call (same worker): each gets its own next attempt fence
     again = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
     assert [c.attempt for c in again] == [2, 2, 1, 2]
+
+
+async def test_a_lease_reads_its_state_with_plain_commands_after_its_script(
+    store: Store,
+) -> None:
+    """On one server the lease's script only takes the lease (and checks the types of what
+    is read after it); the state comes from plain commands sent right after it, in the same
+    round trip: read by the script, every field cost the server twice as much."""
+    sid, intents = await _dispatched(store, 2)
+    assert store.runs.batch.reads_natively
+    redis = store.redis
+    before = (await redis.config_get("slowlog-log-slower-than"))["slowlog-log-slower-than"]
+    await redis.config_set("slowlog-log-slower-than", 0)  # log every command, with its caller
+    try:
+        await redis.slowlog_reset()
+        batches = store.runs.batch.batches
+        lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
+        log = await redis.slowlog_get(128)
+    finally:
+        await redis.config_set("slowlog-log-slower-than", before)
+    assert store.runs.batch.batches == batches + 1  # the script and its reads: one round trip
+    # a command a script runs is logged with the Lua client's address, "?:0"
+    reads = [e for e in log if bytes(e["command"]).split()[0] in (b"HGETALL", b"LRANGE")]
+    assert len(reads) == 8 and all(bytes(e["client_address"]) != b"?:0" for e in reads), reads
+    assert {r.run_id for r in state.runs.values()} == {i.run_id for i in intents}
+    assert lease.fence == 2 and state.meta.fence == 2
+
+
+async def test_a_lease_after_the_server_lost_its_scripts_takes_and_reads_once(
+    store: Store,
+) -> None:
+    sid, intents = await _dispatched(store, 2)
+    await store.redis.script_flush()  # as after a restart: NOSCRIPT for the lease
+    lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
+    assert lease.fence == 2 and state.meta.fence == 2  # taken once, read after it
+    assert {r.run_id for r in state.runs.values()} == {i.run_id for i in intents}
+    kinds = [r["kind"] for _, r in await store.redis.xrange(store.keys.session(sid).receipts)]
+    assert kinds.count("lease") == 2  # the first lease's and this one's: not one more

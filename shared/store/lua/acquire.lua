@@ -5,7 +5,10 @@ ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
       4 carrier JSON (optional: how the wake that started this pass arrived, see
         baton.receipts.Carrier; saved in the receipt as 'carrier'),
       5 entries page (optional; > 0: the reply carries the session's state as well, the
-        load of the new fence holder in the same round trip),
+        load of the new fence holder in the same round trip; -1: the caller reads that
+        state itself right after this call (baton.store.loading.lease_reads): the keys it
+        reads are checked here, before any write, so one of the wrong type refuses the
+        lease with nothing written, as the reads here would),
       6 entries held (optional: the caller holds the entries before this index from an
         earlier read, see baton.store.entry_cache), 7 the meta 'created' ms of the session
         it read them from: the entries read start at the held index when that is within
@@ -53,7 +56,12 @@ local takeover = 0
 if holder ~= '' and holder ~= worker then takeover = 1 end
 local page = tonumber(ARGV[5] or '0') or 0
 local reads = nil
-if page > 0 then  -- before any write (see UNGUARDED above)
+if page < 0 then  -- the caller's reads would fail (WRONGTYPE) on these: fail now, unwritten
+  for _, k in ipairs({K_TASKS, K_DOCS, K_SUBS, K_RUNS, K_INTENTS, K_INBOX}) do
+    redis.call('HLEN', k)
+  end
+  redis.call('LLEN', K_ENTRIES)
+elseif page > 0 then  -- before any write (see UNGUARDED above)
   local count = redis.call('LLEN', K_ENTRIES)
   local from, held = math.max(count - page, 0), tonumber(ARGV[6] or '0') or 0
   if held > from and held <= count and redis.call('HGET', K_META, 'created') == ARGV[7] then
