@@ -343,9 +343,13 @@ class Store:
     ) -> tuple[Lease, SessionState]:
         """Take the lease and load the state in one round trip.
 
-        The snapshot is taken by the acquire script itself (atomically), or, when the
-        acquire waits for a replica, right after it (see :meth:`ScriptRunner.run_and_read`),
-        so it holds everything the new fence holder may build on.
+        On one server the state is read by plain commands sent right after the acquire
+        script (see :func:`~baton.store.loading.lease_reads`); on a cluster (or a client of
+        one connection) by the script
+        itself (atomically), or, when the acquire waits for a replica, right after the
+        ``WAIT`` (see :meth:`ScriptRunner.run_and_read`). Either way the state holds
+        everything the new fence holder may build on: what only the holder writes cannot
+        change after its lease, and what others write meanwhile also leaves the nudge.
         """
         sk = self.keys.session(session_id)
         args = [worker.name, ttl_ms, worker_json(worker), _carrier_arg(carrier)]
@@ -364,8 +368,9 @@ class Store:
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
             return lease, self._state(session_id, as_native_reads(reads), page)
         if not self.scripts.replicated("acquire"):
-            # The script reads the state itself (one command, no MULTI/EXEC around it); a
-            # replicated acquire records its reply for a retry, so it reads after the WAIT.
+            # A cluster: the script reads the state itself (one command, no MULTI/EXEC
+            # around it); a replicated acquire records its reply for a retry, so it reads
+            # after the WAIT.
             # With held entries it reads only the entries appended since.
             page = page or self.settings.entries_page
             held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
