@@ -346,9 +346,10 @@ class Store:
         On one server the state is read by plain commands sent right after the acquire
         script (see :func:`~baton.store.loading.lease_reads`); on a cluster (or a client of
         one connection) by the script itself (atomically), or, when the acquire waits for a
-        replica, right after the ``WAIT`` (see :meth:`ScriptRunner.run_and_read`). Either way the state holds
-        everything the new fence holder may build on: what only the holder writes cannot
-        change after its lease, and what others write meanwhile also leaves the nudge.
+        replica, right after the ``WAIT`` (see :meth:`ScriptRunner.run_and_read`). Either
+        way the state holds everything the new fence holder may build on: what only the
+        holder writes cannot change after its lease, and what others write meanwhile also
+        leaves the nudge.
         """
         sk = self.keys.session(session_id)
         args = [worker.name, ttl_ms, worker_json(worker), _carrier_arg(carrier)]
