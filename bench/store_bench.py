@@ -275,7 +275,7 @@ async def split(store: Store, kind: str, cfg: Config) -> dict[str, Any]:
     script from ``INFO commandstats``.
     """
     n = cfg.split_n
-    w = await open_writer(store, f"split-{kind}", kind, cfg.warmup + 2 * n + 1)
+    w = await open_writer(store, f"split-{kind}", kind, cfg.warmup + 3 * n + 1)
     # As Store.commit sends it: the one declared key, an empty commit id first (no WAIT).
     keys = declared("commit", store.keys.session(w.session))
     worker_json = BRAIN.model_dump_json()
@@ -318,14 +318,16 @@ async def split(store: Store, kind: str, cfg: Config) -> dict[str, Any]:
             t0 = clock()
             await call()
             samples[name].append(clock() - t0)
-    server_us = await evalsha_usec(store)  # mean over the commits and the no-op calls
-    noop_calls = n
-    commit_calls = 2 * n
+    # The server's own means, each over calls of one script only: a difference of means
+    # over mixed calls went negative when another client's script ran in the window.
     await r.config_resetstat()
     for _ in range(n):
         await noop_same_args()
     noop_us = await evalsha_usec(store)
-    script_us = (server_us * (noop_calls + commit_calls) - noop_us * noop_calls) / commit_calls
+    await r.config_resetstat()
+    for _ in range(n):
+        await preserialized()
+    script_us = await evalsha_usec(store)
 
     ser = []
     for x in w.writes[:n]:
