@@ -149,6 +149,9 @@ async def test_claims_of_one_session_in_one_turn_are_one_script_call(store: Stor
     """claim.lua takes the runs of one session a worker claims together: one call, each run
     fenced on its own, and a refusal of one (another tool) fails only its caller."""
     sid, intents = await _dispatched(store, 4)
+    # on the server whatever an earlier test did to its script cache (a SCRIPT FLUSH): a
+    # NOSCRIPT answer and the call again would be two calls
+    await store.redis.script_load(store.scripts.registered.claim.script)
     before = await _evalsha_calls(store)
     claims = await asyncio.gather(
         *(store.runs.claim(sid, i.run_id, HANDS, tool="other" if n == 2 else "send_email")
