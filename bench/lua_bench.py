@@ -16,6 +16,7 @@ that.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from importlib import resources
@@ -58,11 +59,15 @@ def lines_by_script(profile: dict[str, int], cost_us: float, sessions_run: int
     return out
 
 
+@functools.cache
+def _lines(script: str) -> list[str]:
+    return (resources.files("baton.store") / "lua" / f"{script}.lua").read_text().splitlines()
+
+
 def _text(script: str, label: str) -> str:
     if not label.isdigit():
         return {"prelude": "(helpers, guard, commit-id wrapper)"}.get(label, label)
-    lines = (resources.files("baton.store") / "lua" / f"{script}.lua").read_text().splitlines()
-    return lines[int(label) - 1].strip()[:90]
+    return _lines(script)[int(label) - 1].strip()[:90]
 
 
 def _print(level: str, scripts: dict[str, dict[str, Any]], cost_us: float,

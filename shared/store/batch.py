@@ -86,11 +86,7 @@ class ScriptBatch:
         same loop turn."""
         if not self.enabled or self.runner.replicated(script):
             return await self.runner.run(script, sk, args, run_id)
-        call = _Call(script, sk, args, run_id)
-        self._queue.append(call)
-        if len(self._queue) == 1:  # the first of this turn: send them all once it ends
-            asyncio.get_running_loop().call_soon(self._flush)
-        return await call.reply
+        return await self._queued(_Call(script, sk, args, run_id))
 
     @property
     def reads_natively(self) -> bool:
@@ -103,11 +99,7 @@ class ScriptBatch:
         place), sent right after it on the same connection, in this loop turn's round trip;
         only where :attr:`reads_natively` holds and the script is not replicated. A refusal
         by the script raises as :meth:`ScriptRunner.run` maps it."""
-        call = _Call(script, sk, args, "", reads=reads)
-        self._queue.append(call)
-        if len(self._queue) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
-        reply, replies = await call.reply
+        reply, replies = await self._queued(_Call(script, sk, args, "", reads=reads))
         return reply, replies
 
     async def run_item(self, script: SessionScript, sk: SessionKeys, shared: list[Any],
@@ -119,11 +111,15 @@ class ScriptBatch:
         if not self.enabled or self.runner.replicated(script):
             replies = await self.runner.run(script, sk, [*shared, *item], run_id)
             return self._item(replies[0], sk, run_id)
-        call = _Call(script, sk, item, run_id, tuple(shared))
+        return self._item(await self._queued(_Call(script, sk, item, run_id, tuple(shared))),
+                          sk, run_id)
+
+    def _queued(self, call: _Call) -> asyncio.Future[Any]:
+        """Queue ``call`` for this loop turn's batch; its reply to await."""
         self._queue.append(call)
-        if len(self._queue) == 1:
+        if len(self._queue) == 1:  # the first of this turn: send them all once it ends
             asyncio.get_running_loop().call_soon(self._flush)
-        return self._item(await call.reply, sk, run_id)
+        return call.reply
 
     def _item(self, reply: Any, sk: SessionKeys, run_id: str) -> Any:
         if isinstance(reply, list) and reply and reply[0] == "error":
@@ -147,10 +143,8 @@ class ScriptBatch:
         replies_at: list[int] = []  # the index of each unit's reply among the batch's
         for u in units:
             c = u.calls[0]
-            keys = declared(c.script, c.sk)
             replies_at.append(len(commands))
-            commands.append(("EVALSHA", getattr(scripts, c.script).sha, len(keys), *keys, "",
-                             *u.args))
+            commands.append(_evalsha(getattr(scripts, c.script).sha, c, u.args))
             commands.extend(c.reads or ())
         try:
             results = await run_batch(scripts.redis, commands)
@@ -186,11 +180,10 @@ class ScriptBatch:
         if again and isinstance(reply, NoScriptError):
             registered = self.runner.registered
             script = getattr(registered, c.script)
-            keys = declared(c.script, c.sk)
             try:
                 script.sha = await registered.redis.script_load(script.script)
-                results = await run_batch(registered.redis, [
-                    ("EVALSHA", script.sha, len(keys), *keys, "", *c.args), *(c.reads or ())])
+                results = await run_batch(registered.redis,
+                                          [_evalsha(script.sha, c, c.args), *(c.reads or ())])
             except Exception as exc:
                 _answer(c, exc=self.runner._error(exc, c.sk, c.run_id)
                         if isinstance(exc, REDIS_ERRORS) else exc)
@@ -214,6 +207,12 @@ class ScriptBatch:
             raise
         else:
             _settle(u, result)
+
+
+def _evalsha(sha: str, c: _Call, args: list[Any]) -> tuple[Any, ...]:
+    """The command running ``c``'s script with ``args``: its declared key, no commit id."""
+    keys = declared(c.script, c.sk)
+    return ("EVALSHA", sha, len(keys), *keys, "", *args)
 
 
 def _units(calls: list[_Call]) -> list[_Unit]:

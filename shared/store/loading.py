@@ -63,14 +63,13 @@ def lease_reads(sk: SessionKeys, page: int, held_end: int | None) -> list[tuple[
 
 
 def tail_is_read(reads: list[Any], page: int, held_end: int, held_created: int) -> bool:
-    """Whether the entries :func:`lease_reads` read from ``held_end`` are the session's last
+    """Whether the entries :func:`lease_reads` read from ``held_end`` (in ``reads``, as
+    :func:`as_native_reads` gives them) are the session's last
     ones, all of them, and of the life the held ones came from (as acquire.lua decides before
     it reads): else the newest page is to be read instead."""
     meta, count = reads[0], reads[5]
     if isinstance(meta, Exception) or isinstance(count, Exception):
         return True  # the error is what session_state reports
-    if isinstance(meta, list):  # RESP2: field/value pairs
-        meta = dict(zip(meta[::2], meta[1::2], strict=True))
     created = (meta or {}).get("created")
     return (str(held_created) == str(created or "") and held_end <= int(count)
             and int(count) - held_end <= page)
@@ -80,21 +79,21 @@ def as_native_reads(reads: list[Any]) -> list[Any]:
     """:func:`lease_reads`' results as :func:`queue_load`'s: the nudge, which the lease has
     just deleted, as none, and the hashes as dicts (a RESP2 connection gives their
     field/value lists)."""
-    out = [*reads[:7], None, *reads[7:]]
-    for i in _HASH_READS:
-        if isinstance(out[i], list):
-            it = iter(out[i])
-            out[i] = dict(zip(it, it, strict=True))
-    return out
+    return _hashes_as_dicts([*reads[:7], None, *reads[7:]])
 
 
 def as_pipeline_reads(reads: list[Any]) -> list[Any]:
     """acquire.lua's state reads as a pipeline returns them: the hashes (field/value lists
     in a script's reply) as dicts."""
-    out = list(reads)
+    return _hashes_as_dicts(list(reads))
+
+
+def _hashes_as_dicts(out: list[Any]) -> list[Any]:
+    """``out`` with the hash reads that are field/value lists made dicts, in place."""
     for i in _HASH_READS:
-        it = iter(out[i])
-        out[i] = dict(zip(it, it, strict=True))
+        if isinstance(out[i], list):
+            it = iter(out[i])
+            out[i] = dict(zip(it, it, strict=True))
     return out
 
 

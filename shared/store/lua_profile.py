@@ -32,6 +32,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["ENV", "PROFILE_KEY", "checkpoint_cost", "enabled", "profiled", "profiling", "wrap"]
 
@@ -141,12 +142,11 @@ return 1
 """
 
 
-async def checkpoint_cost(redis: object, n: int = 2000) -> float:
+async def checkpoint_cost(redis: Any, n: int = 2000) -> float:
     """Microseconds one checkpoint adds, measured on ``redis`` (a script of ``n`` of them,
     as charged to their own label), removed from the profile key afterwards."""
-    await redis.eval(_CALIBRATE, 0, n)  # type: ignore[attr-defined]
-    charged, runs = await redis.hmget(  # type: ignore[attr-defined]
-        PROFILE_KEY, "calibrate:loop", "calibrate:loop:n")
-    await redis.hdel(PROFILE_KEY, "calibrate:loop", "calibrate:loop:n",  # type: ignore[attr-defined]
-                     "calibrate:end", "calibrate:end:n", "calibrate:calls")
+    await redis.eval(_CALIBRATE, 0, n)
+    charged, runs = await redis.hmget(PROFILE_KEY, "calibrate:loop", "calibrate:loop:n")
+    await redis.hdel(PROFILE_KEY, "calibrate:loop", "calibrate:loop:n", "calibrate:end",
+                     "calibrate:end:n", "calibrate:calls")
     return int(charged or 0) / max(1, int(runs or 0))

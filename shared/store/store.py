@@ -359,14 +359,15 @@ class Store:
             # it read the state, in the same round trip (see loading.lease_reads).
             page = page or self.settings.entries_page
             held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
-            (fence, prev, takeover), reads = await batch.run_and_read(
+            (fence, prev, takeover), replies = await batch.run_and_read(
                 "acquire", sk, [*args, -1], lease_reads(sk, page, held.end if held else None))
+            reads = as_native_reads(replies)
             if held is not None and not tail_is_read(reads, page, held.end, held.created):
                 # Not the held entries' continuation: the newest page instead, as acquire.lua
                 # would read it. The lease is ours now: no entry is appended meanwhile.
                 reads[6] = await self.redis.lrange(sk.entries, -page, -1)
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-            return lease, self._state(session_id, as_native_reads(reads), page)
+            return lease, self._state(session_id, reads, page)
         if not self.scripts.replicated("acquire"):
             # A cluster: the script reads the state itself (one command, no MULTI/EXEC
             # around it); a replicated acquire records its reply for a retry, so it reads
