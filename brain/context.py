@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from baton.app import Agent, App
+from baton.brain.held import HeldSessions
 from baton.bus.subjects import BusNames
 from baton.faults import Faults
 from baton.models import RunStatus, Task, ToolResult, ToolRun, WorkerRef, decode
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.state import SessionState
-from baton.store.store import Store, now_ms
+from baton.store.store import Release, Store, now_ms
 from baton.store.writes import Writes
 
 _LOG = get_logger("baton.brain")
@@ -40,6 +41,10 @@ class TaskContext:
     idle_after: Callable[[Writes], bool] | None = None
     released_at: int = 0  # the commit (count) that released the lease, 0 if none did
     look_again: bool = False  # that commit kept the lease: work arrived meanwhile
+    # Where a last commit that dispatched tool runs may hold the lease for their results
+    # (brain.held); None: it always releases.
+    held: HeldSessions | None = None
+    holding: bool = False  # the last commit held the lease (the pass waits, then releases)
 
     @property
     def agent(self) -> Agent:
@@ -59,14 +64,35 @@ class TaskContext:
             writes.deadline_ms = self.settings.progress_deadline_ms if live else -1
         if self.idle_after is not None and self.idle_after(writes):
             writes.release_ttl_ms = self.settings.lease_ms
-            seq, count, kept = await self.store.commit_and_release(
-                self.session_id, self.fence, writes, self.worker)
-            self.released_at, self.look_again = self.commits + 1, kept
+            held = self.held
+            if held is not None and held.can_hold() and self._awaits_results(writes):
+                writes.hold_as = held.name
+                held.expect(self.session_id)  # before the commit: a word may beat its reply
+            try:
+                seq, count, outcome = await self.store.commit_and_release(
+                    self.session_id, self.fence, writes, self.worker)
+            except BaseException:
+                if held is not None and writes.hold_as:
+                    held.forget(self.session_id)
+                raise
+            self.released_at = self.commits + 1
+            self.look_again = outcome == Release.KEPT
+            self.holding = outcome == Release.HELD
+            if held is not None and writes.hold_as and not self.holding:
+                held.forget(self.session_id)
         else:
             seq, count = await self.store.commit(self.session_id, self.fence, writes,
                                                  self.worker)
         self.commits += 1
         self._fold(writes, seq, count)
+
+    def _awaits_results(self, writes: Writes) -> bool:
+        """Whether tool runs are in flight once ``writes`` is applied: dispatched by it
+        (not awaiting an approval), approved by it, or dispatched or running before."""
+        if writes.approve_runs or any(r.run_id not in writes.awaiting for r in writes.runs):
+            return True
+        return any(run.status in ("dispatched", "running") for run in self.state.runs.values()
+                   if run.intent.run_id not in writes.cancel_runs)
 
     def _fold(self, writes: Writes, seq: int, count: int) -> None:
         """Apply a committed write-set to ``self.state`` the way commit.lua applied it to

@@ -11,6 +11,8 @@ and the app's code a pass needs, built once by the Brain when it has connected.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,7 @@ import structlog
 
 from baton.app import App
 from baton.brain.context import TaskContext
+from baton.brain.held import HeldSessions
 from baton.brain.registry import Registry
 from baton.brain.scheduler import schedule
 from baton.bus.subjects import BusNames
@@ -25,10 +28,11 @@ from baton.errors import StaleFenceError
 from baton.faults import Faults
 from baton.models import WorkerRef
 from baton.observability.log import get_logger
+from baton.observability.tracing import held_word
 from baton.receipts import Carrier
 from baton.settings import Settings
 from baton.store.state import SessionState
-from baton.store.store import Store
+from baton.store.store import HeldEnd, Store
 
 log = get_logger("baton.brain")
 
@@ -46,6 +50,9 @@ class BrainContext:
     handlers: Registry
     # Model clients built on first use, shared by the passes (the Brain closes them).
     models: dict[str, Any] = field(default_factory=dict)
+    # The Brain's held channels: where a pass that dispatched tool runs waits for their
+    # results under its lease (brain.held); None: passes never hold.
+    held: HeldSessions | None = None
 
 
 @dataclass
@@ -54,6 +61,7 @@ class PassResult:
     commits: int = 0
     passes: int = 0
     takeover: bool = False
+    holds: int = 0  # times the pass held its lease for tool results (brain.held)
 
 
 class SessionPass:
@@ -68,6 +76,14 @@ class SessionPass:
         self.carrier = carrier
         self.rewake = False  # set when another wake for this session arrives meanwhile
         self.lost: StaleFenceError | None = None
+
+    def join(self, carrier: Carrier | None) -> None:
+        """Another wake of this session arrived here: look again after this round (a
+        pass holding its lease stops holding and looks at once)."""
+        self.rewake = True
+        self.carrier = carrier  # its next lease receipt names this wake
+        if self.brain.held is not None:
+            self.brain.held.join(self.session_id)
 
     async def run(self) -> PassResult:
         brain, sid = self.brain, self.session_id
@@ -118,22 +134,71 @@ class SessionPass:
 
     async def _work(self, fence: int, result: PassResult, state: SessionState) -> None:
         brain, sid = self.brain, self.session_id
-        while True:
-            ctx = TaskContext(
-                session_id=sid, fence=fence, state=state, store=brain.store,
-                settings=brain.settings, app=brain.app, names=brain.names, worker=brain.worker,
-                faults=brain.faults, models=brain.models,
-            )
-            await self._schedule(ctx)
-            result.commits += ctx.commits
-            result.passes += 1
-            if ctx.released_at and ctx.released_at == ctx.commits:
-                again = ctx.look_again  # the last commit released the lease (or kept it)
-            else:
-                again = await brain.store.release(sid, fence, brain.settings.lease_ms)
-            if not again:
-                return
-            state = await brain.store.load(sid)  # work arrived meanwhile: look again
+        lease_ms = brain.settings.lease_ms
+        # The span of a look after word of held results (tracing.held_word): from the
+        # release that finds them to the end of the schedule that applies them.
+        word = contextlib.ExitStack()
+        try:
+            while True:
+                ctx = TaskContext(
+                    session_id=sid, fence=fence, state=state, store=brain.store,
+                    settings=brain.settings, app=brain.app, names=brain.names,
+                    worker=brain.worker, faults=brain.faults, models=brain.models,
+                    held=brain.held,
+                )
+                await self._schedule(ctx)
+                word.close()
+                result.commits += ctx.commits
+                result.passes += 1
+                if ctx.holding and ctx.released_at == ctx.commits:
+                    # The last commit kept the lease for the results of the runs it
+                    # dispatched (brain.held): wait for word of them, then look again
+                    # under the same fence.
+                    looked = await self._hold(fence, result, word)
+                    if looked is None:
+                        return
+                    state = looked
+                    continue
+                if ctx.released_at and ctx.released_at == ctx.commits:
+                    again = ctx.look_again  # the last commit released the lease (or kept it)
+                else:
+                    again = await brain.store.release(sid, fence, lease_ms)
+                if not again:
+                    return
+                state = await brain.store.load_held(sid)  # work arrived meanwhile: look again
+        finally:
+            word.close()
+
+    async def _hold(self, fence: int, result: PassResult,
+                    word: contextlib.ExitStack) -> SessionState | None:
+        """Hold the lease until word of the results comes (or the hold runs its length),
+        then release, which finds them (the nudge) and keeps the lease for the look: the
+        state to look at, or None when nothing arrived and the lease was released. With
+        word, the look runs in a span that continues the completion's trace, and the state
+        comes in the release's round trip."""
+        brain, sid = self.brain, self.session_id
+        held = brain.held
+        assert held is not None
+        lease_ms = brain.settings.lease_ms
+        since = time.monotonic()
+        headers = await held.hold(sid)
+        result.holds += 1
+        end = HeldEnd(brain.worker, heard=headers is not None,
+                      hold_ms=round((time.monotonic() - since) * 1000))
+        looked: SessionState | None = None
+        if headers is None:  # ran its length: a word lost, or the results are not in yet
+            if await brain.store.release(sid, fence, lease_ms, held=end):
+                looked = await brain.store.load_held(sid)
+        else:
+            keys = brain.store.keys
+            word.enter_context(held_word(sid, keys.held_channel(keys.shard_of(sid), held.name),
+                                         headers))
+            looked = await brain.store.release_and_load(sid, fence, lease_ms, held=end)
+        if looked is None:
+            return None
+        self.rewake = False  # what a wake joined meanwhile brought is in this state
+        brain.faults.hit("brain.after_wake")  # woken under the same lease
+        return looked
 
     async def _schedule(self, ctx: TaskContext) -> None:
         """Advance every runnable task until it waits, sleeps or ends (brain.scheduler)."""

@@ -12,12 +12,14 @@ replica, which takes over once the lease expires.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 from nats.aio.msg import Msg
 
 from baton.app import App, load_app
+from baton.brain.held import HeldSessions
 from baton.brain.registry import Registry
 from baton.brain.session import BrainContext, SessionPass
 from baton.bus.bus import Bus
@@ -69,6 +71,7 @@ class BrainWorker(Service):
         self.active: dict[str, SessionPass] = {}
         self.slot_freed = asyncio.Event()
         self.context: BrainContext | None = None  # what the passes share, once connected
+        self.held: HeldSessions | None = None  # the held channels, once connected
         self.handled = 0
         self._lines = CanonicalLines(log, "wake_handled", each=settings.log_each_message)
 
@@ -76,9 +79,14 @@ class BrainWorker(Service):
         held = self.settings.entry_cache_bytes
         store = await self.connect("redis", lambda: Store.connect(
             self.settings, entry_cache=EntryCache(held) if held else None))
+        holds = self.held = HeldSessions(
+            store.redis, store.keys, self.name, self.settings.shards,
+            hold_ms=self.settings.brain_hold_ms, limit=self.settings.brain_concurrency,
+            stopping=self.stopping)
+        holds.on_hold = self.slot_freed.set  # a held pass frees its slot (see _consume)
         self.context = BrainContext(
             store=store, settings=self.settings, worker=self.worker, app=self.app,
-            names=self.names, faults=self.faults, handlers=self.handlers,
+            names=self.names, faults=self.faults, handlers=self.handlers, held=holds,
         )
         try:
             epoch = await self.connect(
@@ -99,14 +107,22 @@ class BrainWorker(Service):
                         max_ack_pending=max(1000, self.settings.brain_concurrency * 4),
                     )
                     consumers.append(durable)
+                listener = asyncio.ensure_future(holds.run())
+                # bounded: a subscription that hangs leaves this Brain releasing, not waiting
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(holds.tried.wait(), 5.0)
                 self.ready.set()
                 log.info("brain_ready", worker=self.name, consumers=consumers)
-                async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self.announce(store.redis, store.keys))
-                    tg.create_task(self.watch_epoch(epoch))
-                    for durable in consumers:
-                        tg.create_task(self._consume(bus, durable))
-                await self.drain()
+                try:
+                    async with asyncio.TaskGroup() as tg:
+                        tg.create_task(self.announce(store.redis, store.keys))
+                        tg.create_task(self.watch_epoch(epoch))
+                        for durable in consumers:
+                            tg.create_task(self._consume(bus, durable))
+                    await self.drain()
+                finally:
+                    listener.cancel()
+                    await asyncio.gather(listener, return_exceptions=True)
             finally:
                 await bus.close()
         finally:
@@ -138,7 +154,9 @@ class BrainWorker(Service):
         puller = await bus.pull(self.names.wake_stream, durable)
         try:
             while not self.stopping.is_set():
-                free = self.settings.brain_concurrency - self.inflight
+                # passes holding a lease for tool results only wait: they take no slot
+                held = self.held.holding if self.held is not None else 0
+                free = self.settings.brain_concurrency - self.inflight + held
                 if free <= 0:  # bounded: wait for a session to finish
                     self.slot_freed.clear()
                     await self.slot_freed.wait()
@@ -174,8 +192,7 @@ class BrainWorker(Service):
         logs.bind(session_id=sid, reason=logs.bounded(wake.reason), delivery=delivery_count(msg))
         current = self.active.get(sid)
         if current is not None:  # already in hand here: make that pass look again
-            current.rewake = True
-            current.carrier = carrier_of(msg)  # its next lease receipt names this wake
+            current.join(carrier_of(msg))
             await msg.ack()
             self._lines.line(delivery_count(msg) == 1, outcome="joined", fence=0,
                              ms=round((time.perf_counter() - started) * 1000, 2))

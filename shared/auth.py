@@ -61,9 +61,12 @@ _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zad
                    "hlen", "hgetall", "pexpire"]
 # set/get/del: the nudge (a tool result or a timer arrived; release and acquire clear it).
 _REDIS_COMMANDS: dict[Role, list[str]] = {
+    # ssubscribe: the Brain's held channels (baton.brain.held); zscan: a quarantine drops
+    # its timers
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "spublish", "zscan", "get", "del", "hkeys"],  # zscan: a quarantine drops its timers
-    "hands": [*_SESSION_WRITES, "hgetall", "set"],
+              "spublish", "zscan", "get", "del", "hkeys", "ssubscribe", "sunsubscribe"],
+    # spublish: a result's word to the Brain holding its session (complete.lua)
+    "hands": [*_SESSION_WRITES, "hgetall", "set", "spublish"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
               "set", "hvals", "hkeys", "hexists", "scan"],  # the last three: the inbox sweep
@@ -166,9 +169,15 @@ def redis_acl(
     # baton.store.epoch): a selector grants GET/MGET/SET on the epoch keys and nothing else.
     rules.append(f"(+get +mget +set ~{namespace}:{{{namespace}-*}}:epoch)")
     # Commits announce settled submissions (SPUBLISH), clients wait for their own (SSUBSCRIBE):
-    # sharded channels under the session's hash tag.
+    # sharded channels under the session's hash tag. A Hands' completion tells the Brain
+    # holding its session (SPUBLISH on the Brain's held channel of the shard, which it
+    # SSUBSCRIBEs to): a word only makes that Brain look at a session it holds, so a Hands
+    # may speak on any Brain's channel.
+    held = f"&{namespace}:{{{namespace}-*}}:held:*"
     if role == "brain":
-        rules.append(f"&{namespace}:{{{namespace}-*}}:settled:*")
+        rules += [f"&{namespace}:{{{namespace}-*}}:settled:*", held]
+    elif role == "hands":
+        rules.append(held)
     elif role == "client":
         rules.append(f"&{namespace}:{{{namespace}-*}}:settled:{sessions}")
     return rules

@@ -8,6 +8,8 @@ Points used by the services:
 
     submit.after_commit       client: the submit committed, the reply not yet returned
     brain.after_wake          Brain: a wake was received, the lease taken, nothing applied yet
+                              (or word of a held session's results: the lease kept, the
+                              state loaded, nothing applied yet; see brain.held)
     brain.during_model        Brain: inside the model call (the request phase is running)
     brain.after_intent_commit Brain: response + tool intents + outbox committed, before more
     brain.in_phase            Brain: a custom task's phase is about to run (marked running)

@@ -41,7 +41,7 @@ from baton.models import MarkRef, Usage, WorkerRef, loads
 
 __all__ = [
     "ApprovalDetail", "CancelDetail", "Carrier", "ClaimDetail", "CommitDetail",
-    "CompleteDetail", "LeaseDetail", "OtherDetail", "PartialDetail", "Receipt",
+    "CompleteDetail", "HeldDetail", "LeaseDetail", "OtherDetail", "PartialDetail", "Receipt",
     "ReceiptDetail", "RefusedDetail", "StartDetail", "SubmitDetail",
 ]
 
@@ -100,6 +100,17 @@ class LeaseDetail(_Detail):
     previous_holder: Name = ""
     previous_fence: Count = 0
     carrier: Carrier | None = None  # the wake that started this pass
+
+
+class HeldDetail(_Detail):
+    """``held`` (release.lua): a Brain that kept its lease after dispatching tool runs
+    (baton.brain.held) looked again, the lease kept: the results came to it without a wake.
+    ``heard``: by word on its held channel (else its hold ran its length and its release
+    found them)."""
+
+    kind: Literal["held"]
+    heard: bool = True
+    hold_ms: Count = 0  # how long it held, from its commit to its release
 
 
 class ClaimDetail(_Detail):
@@ -245,7 +256,7 @@ class OtherDetail(_Detail):
 
 
 _TAGS = {
-    "lease": "lease", "takeover": "lease", "claim": "claim", "reclaim": "claim",
+    "lease": "lease", "takeover": "lease", "held": "held", "claim": "claim", "reclaim": "claim",
     "complete": "complete", "refused": "refused", "submit": "submit", "start": "start",
     "partial": "partial", "cancel": "cancel", "approve": "approval", "reject": "approval",
     "commit": "commit",
@@ -261,6 +272,7 @@ def _tag(value: Any) -> str:
 
 ReceiptDetail = Annotated[
     Annotated[LeaseDetail, Tag("lease")]
+    | Annotated[HeldDetail, Tag("held")]
     | Annotated[ClaimDetail, Tag("claim")]
     | Annotated[CompleteDetail, Tag("complete")]
     | Annotated[RefusedDetail, Tag("refused")]

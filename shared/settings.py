@@ -78,6 +78,10 @@ class Settings(BaseModel):
     # A dead Brain's sessions are taken over once its lease lapses (renewed every lease/3).
     lease_ms: int = Field(default=3_000, ge=100)
     brain_concurrency: int = Field(default=64, ge=1)
+    # A pass that dispatched tool runs keeps the lease this long for their results, which
+    # then come straight from the Hands' commit instead of through the relay (brain.held);
+    # then it releases. 0: never hold (every result wakes the session through the relay).
+    brain_hold_ms: int = Field(default=1_000, ge=0)
     restart_limit: int = Field(default=3, ge=1)
     # Failures to decode or process a session's state before it is quarantined
     # (baton.store.quarantine).

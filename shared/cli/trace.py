@@ -7,7 +7,8 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
 * a **lane** per process (a respawned worker with a new pid is a new lane);
 * **events** in commit order, each with its fence (``s:N`` a Brain's session fence, ``a:N``
   a Hands attempt fence), run and task ids;
-* **handoffs** between lanes: *wake* (submit or completion -> the next lease), *dispatch*
+* **handoffs** between lanes: *wake* (submit or completion -> the next lease, or the look
+  of a Brain that held its lease for the results: a ``held`` receipt), *dispatch*
   (the commit that saved a tool intent -> the claim of the run), *takeover* (an attempt that
   ended without a result -> its reclaim; an expired lease -> a Brain takeover);
 * **hops** timed from commit timestamps: dispatch (intent commit -> claim), execution
@@ -57,6 +58,7 @@ from baton.receipts import (
     ClaimDetail,
     CommitDetail,
     CompleteDetail,
+    HeldDetail,
     LeaseDetail,
     OtherDetail,
     PartialDetail,
@@ -85,7 +87,7 @@ def _fence(r: Receipt) -> str:
         isinstance(d, RefusedDetail) and d.op in ("complete", "heartbeat")
     ):
         return f"a:{r.fence}"
-    if isinstance(d, LeaseDetail | CommitDetail | RefusedDetail):
+    if isinstance(d, LeaseDetail | HeldDetail | CommitDetail | RefusedDetail):
         return f"s:{r.fence}"
     return "-"
 
@@ -133,6 +135,8 @@ class Timeline:
                 self._on_input(ev, d)
             case LeaseDetail():
                 self._on_lease(ev, r, d)
+            case HeldDetail():
+                self._on_held(ev, d)
             case CommitDetail():
                 self._on_commit(ev, r, d)
             case ClaimDetail():
@@ -265,6 +269,22 @@ class Timeline:
                 self._handoff("takeover", prev, ev,
                               f"takeover: {self._name(prev)} s:{d.previous_fence} -> "
                               f"{self._name(ev)} s:{r.fence}")
+
+    def _on_held(self, ev: Event, d: HeldDetail) -> None:
+        """A Brain that held its lease for tool results looked again (baton.brain.held):
+        the wake hop from the completion, with no relay in between."""
+        how = ("on word of them" if d.heard
+               else f"when its hold ran out ({d.hold_ms} ms): the word was lost")
+        ev.text = f"lease held for the tool results: looked again {how}"
+        w = self.waker
+        if w is not None:
+            ev.hops["wake"] = ev.ts_ms - w.ts_ms
+            ev.text += (f" (woken by {w.kind} of {self._name(w)}, wake hop {ev.hops['wake']} ms,"
+                        " no relay)")
+            self._handoff("wake", w, ev, f"wake: {w.kind} -> held lease, {ev.hops['wake']} ms")
+            self.waker = None
+        if not d.heard:
+            ev.flags.append("retry")
 
     def _on_commit(self, ev: Event, r: Receipt, d: CommitDetail) -> None:
         step = d.step

@@ -28,8 +28,9 @@ __all__ = ["BREAK_MS", "render_html"]
 BREAK_MS = 400
 _LEFT, _TOP, _LANE_H, _RIGHT = 180, 70, 64, 40
 _COLORS = {
-    "submit": "#6b7280", "lease": "#2563eb", "takeover": "#dc2626", "commit": "#1d4ed8",
-    "claim": "#059669", "reclaim": "#dc2626", "complete": "#047857", "refused": "#b91c1c",
+    "submit": "#6b7280", "lease": "#2563eb", "held": "#2563eb", "takeover": "#dc2626",
+    "commit": "#1d4ed8", "claim": "#059669", "reclaim": "#dc2626", "complete": "#047857",
+    "refused": "#b91c1c",
 }
 _ROLE_BG = {"brain": "#eef2ff", "hands": "#ecfdf5", "client": "#f3f4f6", "relay": "#fff7ed"}
 _PUBLISH = "#ea580c"

@@ -27,7 +27,7 @@ from baton.observability.telemetry import inject, instruments
 
 __all__ = [
     "counted_refusals", "traced_claim", "traced_commit", "traced_complete", "traced_lease",
-    "traced_submit",
+    "traced_look", "traced_submit",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,6 +184,13 @@ def traced_claim(fn: F) -> F:
     return claim  # type: ignore[return-value]
 
 
+def _record_wake(inst: Any, st: Any) -> None:
+    """The wake hop that ends at a look at state ``st``: from the newest completion of the
+    results it finds (none: no such hop)."""
+    done = [r.completed_ms for r in st.runs.values() if r.status == "completed" and r.completed_ms]
+    record_handoff(inst, "wake", max(done) if done else None)
+
+
 def traced_lease(fn: F) -> F:
     """``Store.acquire_and_load``: span ``lease``; takeovers and the hops that end in a
     Brain's lease (submit -> lease, tool complete -> lease)."""
@@ -203,9 +210,7 @@ def traced_lease(fn: F) -> F:
             if inst is not None:
                 if lease.takeover:
                     inst.takeovers.add(1, {"baton.role": "brain"})
-                done = [r.completed_ms for r in st.runs.values()
-                        if r.status == "completed" and r.completed_ms]
-                record_handoff(inst, "wake", max(done) if done else None)
+                _record_wake(inst, st)
                 # A client's submit waits in the inbox until a Brain takes it up: the
                 # submit handoff ends at the first lease that sees it there.
                 for req in st.requests:
@@ -214,6 +219,29 @@ def traced_lease(fn: F) -> F:
             return lease, st
 
     return acquire_and_load  # type: ignore[return-value]
+
+
+def traced_look(fn: F) -> F:
+    """``Store.release_and_load`` (a holder's look after word of its results, see
+    baton.brain.held): span ``look``, and the wake hop that ends there (tool complete ->
+    the holder's look), as :func:`traced_lease` records it for a lease."""
+
+    @functools.wraps(fn)
+    async def release_and_load(self: Any, session_id: str, fence: int, ttl_ms: int,
+                               **kw: Any) -> Any:
+        t, inst = recording_tracer(), instruments()
+        if t is None and inst is None:
+            return await fn(self, session_id, fence, ttl_ms, **kw)
+        with NO_SPAN if t is None else enter_span(t, "look", **db_attrs("release"),
+                                              **{SESSION: session_id}) as span:
+            st = await fn(self, session_id, fence, ttl_ms, **kw)
+            if t is not None and span.is_recording():
+                span.set_attributes({"baton.fence": fence, "baton.kept": st is not None})
+            if inst is not None and st is not None:
+                _record_wake(inst, st)
+            return st
+
+    return release_and_load  # type: ignore[return-value]
 
 
 def counted_refusals(op: str) -> Callable[[F], F]:

@@ -5,6 +5,8 @@ One trace follows a submission across processes::
     submit ─▶ (relay) publish ─▶ brain: process wake ─▶ lease, phase ... ─▶ commit tools
       ─▶ (relay) publish (each) ─▶ hands: process tool ─▶ claim, execute, complete
       ─▶ (relay) publish ─▶ brain: process wake ─▶ lease, phase apply ─▶ commit ...
+                  (or, to a Brain holding its lease, the completion's word on its held
+                   channel ─▶ brain: process held ─▶ look, phase apply ─▶ commit ...)
 
 How the context travels: a write that hands work over (:func:`traced_submit`,
 :func:`traced_commit`, :func:`traced_complete` around the :class:`~baton.store.store.Store`
@@ -91,14 +93,15 @@ from baton.observability.traced_store import (
     traced_commit,
     traced_complete,
     traced_lease,
+    traced_look,
     traced_submit,
 )
 from baton.observability.traced_work import advance, execute, traced_model
 
 __all__ = [
-    "advance", "consumer", "counted_refusals", "execute", "publish_span", "publish_spans",
-    "sample_backlog", "traced_claim", "traced_commit", "traced_complete", "traced_lease",
-    "traced_model", "traced_submit",
+    "advance", "consumer", "counted_refusals", "execute", "held_word", "publish_span",
+    "publish_spans", "sample_backlog", "traced_claim", "traced_commit", "traced_complete",
+    "traced_lease", "traced_look", "traced_model", "traced_submit",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -215,6 +218,34 @@ def _consume_attrs(msg: Any, role: str, delivery: int) -> dict[str, Any]:
     if isinstance(data, bytes | bytearray):
         attrs["messaging.message.body.size"] = len(data)
     return {k: v for k, v in attrs.items() if v is not None}
+
+
+@contextlib.contextmanager
+def held_word(session_id: str, channel: str, headers: dict[str, str] | None) -> Iterator[None]:
+    """Around a holder's look after word of its results (baton.brain.held): a CONSUMER
+    span ``process <channel>``, child of the completion's context the word carried (the
+    Hands' ``complete``), so the trace runs Hands -> Brain without the relay's publish in
+    between; under an unsampled context, that context made current, as :func:`consumer`
+    does for a message. Without telemetry it only notes the trace id for log lines."""
+    t = tracer()
+    if t is None:
+        set_incoming_trace(trace_id_of(headers) if headers else None)
+        yield
+        return
+    if headers and unsampled_header(headers):
+        tokens = carry(headers)
+        try:
+            yield
+        finally:
+            uncarry(tokens)
+        return
+    with t.start_as_current_span(
+        f"process {channel}", context=extract(headers or {}), kind=SpanKind.CONSUMER,
+        attributes={"messaging.system": "redis", "messaging.destination.name": channel,
+                    "messaging.operation.type": "process", "messaging.operation.name": "process",
+                    "baton.role": "brain", SESSION: session_id},
+    ):
+        yield
 
 
 def consumer(role: str) -> Callable[[F], F]:

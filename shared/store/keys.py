@@ -55,6 +55,8 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     credential can forge or remove another role's records
     <ns>:T:relay             HASH   the shard's relay lease: holder, fence, until (ms)
     pub/sub (sharded): <ns>:T:settled:<sid>  settled submissions of a session (SPUBLISH)
+                       <ns>:T:held:<brain>   tool results for the sessions of shard T a
+                                    Brain holds (commit.lua 'hd', complete.lua)
 
 There are no cluster-wide keys: the indexes a reader needs across the namespace (sessions,
 dead letters, services) are split over the shards like everything else, so none of them
@@ -248,6 +250,13 @@ class Keys:
         waiters): under the session's hash tag, so the commit SPUBLISHes on its own slot and
         only clients waiting on this session hear it."""
         return f"{self.ns}:{self.tag(self.shard_of(session_id))}:settled:{session_id}"
+
+    def held_channel(self, shard: int, brain: str) -> str:
+        """Sharded pub/sub channel on which a completion tells Brain ``brain`` that a
+        session of ``shard`` it holds has its results (``listening_holder`` in _lib.lua):
+        one per Brain and shard, under the shard's hash tag, so a completion SPUBLISHes
+        on its own slot."""
+        return f"{self.ns}:{self.tag(shard)}:held:{brain}"
 
     def session(self, session_id: str) -> SessionKeys:
         """The keys of a session (cached: SessionKeys is immutable)."""

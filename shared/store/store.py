@@ -13,10 +13,12 @@ method is one round trip.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -41,6 +43,7 @@ from baton.observability.tracing import (
     counted_refusals,
     traced_commit,
     traced_lease,
+    traced_look,
     traced_submit,
 )
 from baton.receipts import Carrier, Receipt
@@ -58,8 +61,10 @@ from baton.store.loading import (
 )
 from baton.store.redis_client import (
     REDIS_ERRORS,
+    batches_raw,
     connect_redis,
     redis_user,
+    run_batch,
     without_password,
 )
 from baton.store.runs import Runs, worker_json
@@ -89,8 +94,34 @@ def _carrier_arg(carrier: Carrier | None) -> str:
     return carrier.model_dump_json() if carrier is not None else ""
 
 
+@dataclass(frozen=True)
+class HeldEnd:
+    """A release that ends a hold (baton.brain.held): who held, for how long, and whether
+    word of the results came (else the hold ran its length)."""
+
+    worker: WorkerRef
+    heard: bool
+    hold_ms: int
+
+
+def _held_args(held: HeldEnd | None) -> list[str]:
+    """release.lua's ARGV 3 and 4 for a release that ends a hold: its receipt's."""
+    if held is None:
+        return []
+    return [worker_json(held.worker),
+            f'{{"heard":{"true" if held.heard else "false"},"hold_ms":{held.hold_ms}}}']
+
+
 def worker_ref(role: str, name: str) -> WorkerRef:
     return WorkerRef(role=role, name=name, pid=os.getpid())
+
+
+class Release(enum.IntEnum):
+    """What the last commit of a pass did with the lease (commit.lua's third reply)."""
+
+    RELEASED = 0
+    KEPT = 1  # work arrived meanwhile: load and look again
+    HELD = 2  # kept for the results of the runs in flight (Writes.hold_as, brain.held)
 
 
 class Store:
@@ -318,10 +349,66 @@ class Store:
             args.append(worker.model_dump_json())
         return int(await self.scripts.run("renew", self.keys.session(session_id), args))
 
-    async def release(self, session_id: str, fence: int, ttl_ms: int) -> bool:
-        """Release the lease; True means work arrived meanwhile and the lease is kept."""
+    async def release(self, session_id: str, fence: int, ttl_ms: int, *,
+                      held: HeldEnd | None = None) -> bool:
+        """Release the lease; True means work arrived meanwhile and the lease is kept.
+        ``held``: the release ends a hold (baton.brain.held), recorded by a ``held``
+        receipt when the lease is kept."""
         sk = self.keys.session(session_id)
-        return bool(await self.scripts.run("release", sk, [fence, ttl_ms]))
+        return bool(await self.scripts.run("release", sk, [fence, ttl_ms, *_held_args(held)]))
+
+    @traced_look
+    async def release_and_load(
+        self, session_id: str, fence: int, ttl_ms: int, *, held: HeldEnd | None = None
+    ) -> SessionState | None:
+        """:meth:`release`, and when work arrived meanwhile (the lease kept for another
+        look) the state that look needs; None when the lease was released.
+
+        On one server the state is read by plain commands sent right after release.lua in
+        the same round trip, as after a lease (:func:`~baton.store.loading.lease_reads`):
+        when the release kept the lease, they read what a lease's reads would; when it
+        released it, they are dropped. Elsewhere, :meth:`release` then :meth:`load_held`.
+        """
+        sk = self.keys.session(session_id)
+        batch = self.runs.batch
+        if self.scripts.replicated("release") or not batch.reads_natively:
+            if not await self.release(session_id, fence, ttl_ms, held=held):
+                return None
+            return await self.load_held(session_id)
+        page = self.settings.entries_page
+        cached = self.entry_cache.get(session_id) if self.entry_cache is not None else None
+        kept, replies = await batch.run_and_read(
+            "release", sk, [fence, ttl_ms, *_held_args(held)],
+            lease_reads(sk, page, cached.end if cached else None))
+        if not kept:
+            return None
+        return await self._held_state(session_id, as_native_reads(replies), page, cached)
+
+    async def load_held(self, session_id: str) -> SessionState:
+        """The state, for the lease holder after a commit or release that kept its lease
+        (and cleared the nudge) for another look: on one server by the plain reads of a
+        lease (:func:`~baton.store.loading.lease_reads`, what only the holder writes cannot
+        change under them), in one round trip without a transaction; else :meth:`load`."""
+        if not batches_raw(self.redis) or self.scripts.replicated("release"):
+            return await self.load(session_id)
+        sk = self.keys.session(session_id)
+        page = self.settings.entries_page
+        held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
+        try:
+            replies = await run_batch(self.redis, lease_reads(sk, page, held.end if held else None))
+        except REDIS_ERRORS as exc:
+            raise from_redis_error(
+                exc, session_id=session_id, role=redis_user(self.settings)) from None
+        return await self._held_state(session_id, as_native_reads(replies), page, held)
+
+    async def _held_state(self, session_id: str, reads: list[Any], page: int,
+                          held: Any) -> SessionState:
+        """The state of a lease's plain reads. When the entries read from where ``held``
+        ends are not the held entries' continuation, the newest page is read instead, as
+        acquire.lua would read it: the lease is ours, so no entry is appended meanwhile."""
+        if held is not None and not tail_is_read(reads, page, held.end, held.created):
+            reads[6] = await self.redis.lrange(self.keys.session(session_id).entries, -page, -1)
+        return self._state(session_id, reads, page)
 
     async def load(self, session_id: str, *, page: int | None = None) -> SessionState:
         """A consistent snapshot of the live state and the newest page of entries."""
@@ -361,13 +448,9 @@ class Store:
             held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
             (fence, prev, takeover), replies = await batch.run_and_read(
                 "acquire", sk, [*args, -1], lease_reads(sk, page, held.end if held else None))
-            reads = as_native_reads(replies)
-            if held is not None and not tail_is_read(reads, page, held.end, held.created):
-                # Not the held entries' continuation: the newest page instead, as acquire.lua
-                # would read it. The lease is ours now: no entry is appended meanwhile.
-                reads[6] = await self.redis.lrange(sk.entries, -page, -1)
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-            return lease, self._state(session_id, reads, page)
+            return lease, await self._held_state(session_id, as_native_reads(replies), page,
+                                                 held)
         if not self.scripts.replicated("acquire"):
             # A cluster: the script reads the state itself (one command, no MULTI/EXEC
             # around it); a replicated acquire records its reply for a retry, so it reads
@@ -408,14 +491,14 @@ class Store:
     @traced_commit
     async def commit_and_release(
         self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
-    ) -> tuple[int, int, bool]:
+    ) -> tuple[int, int, Release]:
         """:meth:`commit` as the last of a pass (``writes.release_ttl_ms`` > 0), releasing
-        the lease in the same script as :meth:`release` would: returns (seq, entry count,
-        True when work arrived meanwhile and the lease was kept for another look)."""
+        the lease in the same script as :meth:`release` would, or holding it
+        (``writes.hold_as``): returns (seq, entry count, what became of the lease)."""
         if writes.release_ttl_ms <= 0:
             raise ValueError("commit_and_release needs writes.release_ttl_ms > 0")
-        seq, count, kept = await self._commit(session_id, fence, writes, worker)
-        return int(seq), int(count), bool(kept)
+        seq, count, outcome = await self._commit(session_id, fence, writes, worker)
+        return int(seq), int(count), Release(int(outcome))
 
     async def _commit(
         self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
@@ -486,7 +569,8 @@ class Store:
 
 
 __all__ = [
-    "COMMIT_PAYLOAD_FACTOR", "BatonError", "Claim", "Lease", "Partial", "SessionState", "Store",
+    "COMMIT_PAYLOAD_FACTOR", "BatonError", "Claim", "HeldEnd", "Lease", "Partial", "Release",
+    "SessionState", "Store",
     "connect_redis", "now_ms",
     "receipts_about",
 ]

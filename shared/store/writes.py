@@ -57,6 +57,10 @@ class Writes:
     # > 0: the holder's last commit of its pass releases the lease after the writes (kept
     # and extended by this many ms when work arrived meanwhile; Store.commit_and_release).
     release_ttl_ms: int = 0
+    # With release_ttl_ms: when no work arrived, hold the lease instead of releasing it,
+    # listening as this name for the results of the runs in flight (commit.lua 'hd',
+    # brain.held).
+    hold_as: str = ""
 
     def __bool__(self) -> bool:
         return bool(
@@ -129,6 +133,8 @@ class Writes:
             index["md"] = list(self.meta_del)
         if self.release_ttl_ms > 0:
             index["rl"] = self.release_ttl_ms
+            if self.hold_as:
+                index["hd"] = self.hold_as
         args = [dumps(index), dumps(receipt)]
         args.extend(e.to_json() for e in self.entries)
         for t in self.tasks:

@@ -24,6 +24,7 @@ from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
 from baton.settings import Settings
+from baton.store.keys import Keys
 from tests.helpers import running
 from tests.otel_host import Host, host_telemetry
 
@@ -117,17 +118,26 @@ async def test_the_hosts_span_is_the_root_of_one_trace_through_relay_brain_and_h
         names = chain(ex)
         assert names[:3] == ["execute send_email", f"process {tool}", f"publish {tool}"], names
         assert names[3] == "commit tools" and names[-2:] == ["submit", "POST /notices"], names
-    # hands complete -> relay publish -> brain consume -> apply ... -> the final commit
-    applied = [s for s in spans if s.kind is SpanKind.CONSUMER and s.name == f"process {wake}"
-               and "complete send_email" in chain(s)]
-    assert applied
+    # hands complete -> the word to the Brain that held its lease (brain.held: no relay
+    # hop) -> look, apply ... -> the final commit
+    keys = Keys(settings.namespace, settings.shards)
+    held = f"process {keys.held_channel(keys.shard_of(sub.session_id), 'brain-1')}"
+    applied = [s for s in spans if s.kind is SpanKind.CONSUMER and s.name == held
+               and chain(s)[1] == "complete send_email"]
+    assert applied, Counter(s.name for s in spans)
     [final_commit] = [s for s in spans if s.name == "commit final"]
-    assert f"publish {wake}" in chain(final_commit)[1:]
+    assert chain(final_commit)[:3] == ["commit final", "phase generation.request", held], \
+        chain(final_commit)
     assert "complete send_email" in chain(final_commit), chain(final_commit)
+    assert "look" in [s.name for s in spans if parent[_hex(s.context.span_id)] is applied[0]]
 
     # Messaging attributes on every hop.
     for s in spans:
         attrs = _attrs(s)
+        if s.name == held:  # the word came over Redis pub/sub
+            assert attrs["messaging.system"] == "redis", attrs
+            assert attrs["baton.session_id"] == sub.session_id, attrs
+            continue
         if s.kind in (SpanKind.PRODUCER, SpanKind.CONSUMER):
             assert attrs["messaging.system"] == "nats", s.name
             assert attrs["messaging.destination.name"] in (wake, tool), s.name

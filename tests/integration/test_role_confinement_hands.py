@@ -3,16 +3,23 @@ letters), tried as an attacker would, one act per test (see test_role_confinemen
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 
 import pytest
+from redis.exceptions import ResponseError
 
+from baton.auth import redis_acl
+from baton.brain.held import HeldSessions
 from baton.bus.subjects import BusNames
 from baton.errors import ConflictError
+from baton.models import ToolResult
 from baton.store.state import parse_runs, with_intents
 from baton.store.store import Store, worker_ref
 from tests.integration.confinement import (
     OWN,
+    PASSWORDS,
     WAKE_ROW,
     Confined,
     as_role,
@@ -193,3 +200,100 @@ async def test_each_role_announces_and_dead_letters_in_its_own_keys(
         assert reasons >= {"by relay", "by brain", "by hands"}
     finally:
         await admin.aclose()
+
+
+# --- held leases (baton.brain.held) ---------------------------------------------------------
+
+
+async def _hold_as_brain(confined: Confined) -> tuple[Store, HeldSessions, asyncio.Task[None]]:
+    """A Brain-role listener on its held channels, as brain-1 holding OWN's lease."""
+    admin = confined.connect("admin")
+    await admin.hset(sk(confined).meta, mapping={"listen": "brain-1", "lease_until": 2**42})
+    await admin.aclose()
+    store = await Store.connect(confined.settings("brain"))
+    held = HeldSessions(store.redis, store.keys, "brain-1", store.settings.shards,
+                        hold_ms=600_000, limit=4, stopping=asyncio.Event())
+    listener = asyncio.create_task(held.run())
+    await asyncio.wait_for(held.tried.wait(), 10)
+    assert held.listening, "the Brain's credential may subscribe to its held channels"
+    return store, held, listener
+
+
+async def _complete_a_run(c: Confined) -> tuple[str, bool]:
+    """Seed a dispatched run of OWN (the fixture is shared by the module), then claim and
+    complete it as a Hands; (its id, whether the completion woke the Brain)."""
+    rid = "rh-" + uuid.uuid4().hex[:8]
+    intent = {"run_id": rid, "session_id": OWN, "task_id": "t1", "tool": "echo",
+              "operation_id": f"op-{rid}", "wake_subject": f"{c.namespace}.wake.notices.1"}
+    admin = c.connect("admin")
+    try:
+        await admin.hset(sk(c).intents, mapping={rid: json.dumps(intent),
+                                                 f"{rid}.status": "dispatched"})
+    finally:
+        await admin.aclose()
+    settings = c.settings("hands")
+    hands = await Store.connect(settings)
+    try:
+        me = worker_ref("hands", settings.worker_name)
+        claim = await hands.runs.claim(OWN, rid, me)
+        assert claim.status == "claimed" and claim.intent is not None, claim
+        woke = await hands.runs.complete(OWN, claim.intent, claim.attempt,
+                                         ToolResult(outcome="ok", output="done"), me)
+    finally:
+        await hands.close()
+    return rid, woke
+
+
+async def _wake_rows(c: Confined, rid: str) -> list[dict[str, str]]:
+    admin = c.connect("admin")
+    try:
+        return [f for _, f in await admin.xrange(sk(c).wakes) if f"/w.{rid}." in f["id"]]
+    finally:
+        await admin.aclose()
+
+
+async def test_a_confined_hands_tells_the_confined_brain_that_holds_the_session(
+    confined: Confined,
+) -> None:
+    store, held, listener = await _hold_as_brain(confined)
+    try:
+        waiting = asyncio.create_task(held.hold(OWN))
+        rid, woke = await _complete_a_run(confined)
+        assert woke
+        heard = await asyncio.wait_for(waiting, 10)  # long before the hold's end
+        assert heard is not None, "the hold ran its length: no word came"
+        assert not await _wake_rows(confined, rid)  # and no wake row for the relay
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await store.close()
+
+
+async def test_a_hands_without_the_held_channels_wakes_through_the_relay(
+    confined: Confined,
+) -> None:
+    """A Hands whose ACL predates held channels (no SPUBLISH there) still completes: its
+    result is written as a wake row for the relay, and the holder's release finds it."""
+    admin = confined.connect("admin")
+    rules = redis_acl("hands", confined.namespace, PASSWORDS["hands"])
+    try:
+        older = [r for r in rules if ":held:" not in r and r != "+spublish"]
+        assert len(older) == len(rules) - 2
+        await admin.execute_command("ACL", "SETUSER", "hands", "reset", *older)
+        await admin.hset(sk(confined).meta, mapping={"listen": "brain-1", "lease_until": 2**42})
+        rid, woke = await _complete_a_run(confined)
+        assert woke and len(await _wake_rows(confined, rid)) == 1
+    finally:
+        await admin.execute_command("ACL", "SETUSER", "hands", "reset", *rules)
+        await admin.aclose()
+
+
+@pytest.mark.parametrize("role", ["client", "relay", "hands"])
+async def test_only_brains_hear_held_channels(confined: Confined, role: str) -> None:
+    r = confined.connect(role)
+    try:
+        with pytest.raises(ResponseError, match=r"no permissions|NOPERM"):
+            await r.execute_command("SSUBSCRIBE", confined.keys.held_channel(
+                confined.keys.shard_of(OWN), "brain-1"))
+    finally:
+        await r.aclose()

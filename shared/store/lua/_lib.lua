@@ -7,8 +7,10 @@ declared key, so declaring only that key lets each role's ACL grant exactly the 
 writes; every other key is derived below from KEYS[1] (same hash tag, so the same Cluster
 slot) and checked by Redis against the caller's ACL at each call. Callers that pass the 14
 keys of SessionKeys.all() (meta first) get the same names. The session's keys:
-  meta      HASH   agent compat wake fence holder lease_until seq dirty created
+  meta      HASH   agent compat wake fence holder lease_until seq dirty created listen
                    cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
+                   (listen: the name of a holder that kept its lease after dispatching
+                   and listens on its held channel, see listening_holder; '' otherwise)
   entries   LIST   entry JSON
   tasks     HASH   live task id -> JSON
   done      HASH   terminal task id -> JSON
@@ -44,8 +46,9 @@ index, id -> created ms, for inspect), wakes STREAM (the Hands' wake rows, same 
 the outbox's).
 ARGV[1] is the commit id, consumed by the wrapper in _applied.lua: each script's own ARGV,
 as its header lists them, starts after it.
-Sharded pub/sub channels written with SPUBLISH (commit's notifications) carry the same hash
-tag, so on a Redis Cluster they too belong to the script's slot.
+Sharded pub/sub channels written with SPUBLISH (commit's notifications, a completion's word
+to a listening holder) carry the same hash tag, so on a Redis Cluster they too belong to
+the script's slot.
 
 Rule of every script: all checks come before the first write. Redis does not roll back a
 script that fails midway, so validation first is what makes a transition all-or-nothing.
@@ -97,7 +100,7 @@ local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'app
 local BRAIN_RUN_FIELDS = {'status', 'cancel', 'digest', 'approved', 'result', 'completed'}
 
 -- Meta's fields as meta_refusal read them before the script's body ran (false: not set):
--- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty. A script
+-- 1 agent, 2 wake, 3 compat, 4 fence, 5 seq, 6 lease_until, 7 holder, 8 dirty, 9 listen. A script
 -- reads them here, not again, until its own writes change them.
 local META = {}
 
@@ -120,6 +123,18 @@ local function gc_names(raw)
     names[#names + 1] = n
   end
   return names
+end
+
+-- The held channel of the Brain that kept the session's lease after its pass dispatched
+-- tool runs and listens for their results (meta 'listen', set by its last commit with 'hd'
+-- and cleared by its release or the next acquire), while its lease is live at now; else nil.
+-- A completion that would wake the session SPUBLISHes its id there instead of writing a
+-- wake row for the relay (complete.lua). "<ns>:{<ns>-<shard>}:held:<brain>": one channel
+-- per Brain and shard, under the shard's hash tag (Keys.held_channel).
+local function listening_holder(now)
+  local name = META[9]
+  if not name or name == '' or tonumber(META[6] or '0') <= now then return nil end
+  return K_SHARD .. 'held:' .. name
 end
 
 local function now_ms()
@@ -256,7 +271,7 @@ end
 -- that is not an integer. Keeps the fields it read in META.
 local function meta_refusal()
   local m = redis.pcall('HMGET', K_META, 'agent', 'wake', 'compat', 'fence', 'seq', 'lease_until',
-                        'holder', 'dirty')
+                        'holder', 'dirty', 'listen')
   if m.err then return wrong_type(K_META, 'meta', 'hash') or m end
   META = m
   if not m[1] and redis.call('EXISTS', K_META) == 0 then

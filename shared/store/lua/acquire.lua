@@ -83,7 +83,7 @@ if opening then
   open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
 end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
-redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0)
+redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0, 'listen', '')
 redis.call('DEL', K_NUDGE)
 if reads then
   return {fence, holder, takeover,

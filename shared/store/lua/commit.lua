@@ -45,6 +45,11 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
   rl lease ttl ms, or absent  the holder's last commit of its pass: after the writes, the
                              lease is released as release.lua does (kept and extended by
                              rl when the dirty mark or the nudge is set: work arrived)
+  hd Brain name, or absent   with rl, hold instead of releasing when no work arrived: the
+                             lease is kept and extended by rl and meta 'listen' names the
+                             holder, whose tool results then come to it on its held channel
+                             (listening_holder, complete.lua) instead of through the relay;
+                             its release (release.lua) ends the hold
 Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (the head),
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
@@ -54,7 +59,7 @@ partial.lua): a real commit supersedes whatever was streamed before it.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}, with rl a third element: 1 when the lease was
-kept (the holder must load and look again), 0 when it was released.
+kept (the holder must load and look again), 0 when it was released, 2 when it is held (hd).
 The nudge is only tested (EXISTS) and deleted (DEL), which no type fails. The entries are
 read (their count) before the first write.
 UNGUARDED: nudge entries
@@ -210,6 +215,9 @@ local vok, verr = pcall(function()
   if ix.dl ~= nil and not whole(ix.dl) then error('INVALID deadline') end
   if ix.w ~= nil then str(ix.w, 'wake subject') end
   if ix.rl ~= nil and (not whole(ix.rl) or ix.rl <= 0) then error('INVALID lease ttl') end
+  if ix.hd ~= nil and (type(ix.hd) ~= 'string' or not string.match(ix.hd, '^[%w_.:-]+$')) then
+    error('INVALID holder name')
+  end
   if ix.c ~= nil and (not whole(ix.c) or ix.c < 0) then error('INVALID compat level') end
   for _, a in ipairs(list('aw')) do str(a[1], 'awaiting run id'); str(a[2], 'digest') end
   if #list('cr') > 0 then
@@ -469,6 +477,10 @@ if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else release
     redis.call('HSET', K_META, 'seq', seq, 'dirty', 0, 'lease_until', now + ix.rl)
     redis.call('DEL', K_NUDGE)
     return {seq, count, 1}
+  end
+  if ix.hd then  -- hold: the results of the runs just dispatched come to the holder
+    redis.call('HSET', K_META, 'seq', seq, 'listen', ix.hd, 'lease_until', now + ix.rl)
+    return {seq, count, 2}
   end
   redis.call('HSET', K_META, 'seq', seq, 'holder', '', 'lease_until', 0)
   return {seq, count, 0}

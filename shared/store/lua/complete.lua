@@ -14,12 +14,20 @@ the last of its group (the Hands' count in runs 'grp:<group>' reaches the Brain'
 'grp:<group>'), or forced, a wake row in the shard's wakes stream
 (id "<session>/<seq>/w.<run>.<attempt>": unique per attempt, and like every row id it
 names the commit sequence it follows; on the session's own wake subject) plus the nudge (the
-dirty mark the holder's release reads). Of the runs of one group completed in one call,
+dirty mark the holder's release reads). When the lease holder kept its lease after
+dispatching and listens (listening_holder), that completion SPUBLISHes "<session id>
+<headers JSON>" (the trace context the wake row would carry) on the holder's held channel
+instead of writing the wake row: the holder, still under its
+fence, releases (reading the nudge) and looks again, with no relay hop. If the holder dies
+meanwhile, the wake it still holds unacknowledged in JetStream is redelivered to another
+Brain, which takes over once the lease expires and finds the nudge; if the word is lost,
+the holder's release at the end of its hold finds it. Of the runs of one group completed in one call,
 the last therefore writes the wake, once. It writes only the run records, the receipts, the
 nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user needs no
 write access to either. The receipt's seq is the session's current commit sequence. It
 also drops the records of runs the Brain applied since (intents 'gc', see gc_names).
-Returns a list with one reply per run, in order: {1 if it wrote a wake, 0 otherwise}, or
+Returns a list with one reply per run, in order: {1 if it wrote a wake, 2 if it told the
+listening holder instead, 0 otherwise}, or
 {'error', 'CODE detail'}.
 The run records are read before a run's first write, and the applied ones (runs_done) only
 by a refusal, before its receipt: one of the wrong type fails the first run's read
@@ -87,11 +95,18 @@ local function complete_one(rid, attempt, result, group, force, wake_json, recei
   -- whether this completion wakes the Brain: the last result its group awaits (the count
   -- HINCRBY returns below is the one read above plus one: nothing else writes it here),
   -- a run without a group, or forced
-  local woke = 0
+  local woke, held = 0, nil
   if group == '' or force == '1' or tonumber(r[4] or '0') + 1 >= tonumber(total or '0') then
     woke = 1
-    local wrong = wrong_type(K_WAKES, 'wakes', 'stream')  -- before the first write
-    if wrong then return {'error', wrong.err} end
+    held = listening_holder(now)
+    if held and ACL_CHECKS and redis.acl_check_cmd
+        and not redis.acl_check_cmd('SPUBLISH', held, sid) then
+      held = nil  -- a Hands whose ACL predates held channels wakes through the relay
+    end
+    if not held then
+      local wrong = wrong_type(K_WAKES, 'wakes', 'stream')  -- before the first write
+      if wrong then return {'error', wrong.err} end
+    end
   end
   local corrupt = receipt_first('complete', worker_json, attempt, seq, now, receipt)
   if corrupt then return {'error', corrupt.err} end
@@ -100,7 +115,11 @@ local function complete_one(rid, attempt, result, group, force, wake_json, recei
   if group ~= '' then
     redis.call('HINCRBY', K_RUNS, 'grp:' .. group, 1)
   end
-  if woke == 1 then
+  if held then  -- the holder listens: the nudge it reads on release, and word to it now
+    redis.call('SET', K_NUDGE, 1)
+    redis.call('SPUBLISH', held, sid .. ' ' .. (headers or ''))
+    woke = 2
+  elseif woke == 1 then
     redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/w.' .. rid .. '.' .. attempt,
                'subj', wake, 'data', wake_json, 'hdr', headers or '', 'sid', sid, 'ts', now)
     redis.call('SET', K_NUDGE, 1)
