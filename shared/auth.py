@@ -169,17 +169,19 @@ def redis_acl(
     # baton.store.epoch): a selector grants GET/MGET/SET on the epoch keys and nothing else.
     rules.append(f"(+get +mget +set ~{namespace}:{{{namespace}-*}}:epoch)")
     # Commits announce settled submissions (SPUBLISH), clients wait for their own (SSUBSCRIBE):
-    # sharded channels under the session's hash tag. A Hands' completion tells the Brain
-    # holding its session (SPUBLISH on the Brain's held channel of the shard, which it
-    # SSUBSCRIBEs to): a word only makes that Brain look at a session it holds, so a Hands
-    # may speak on any Brain's channel.
+    # sharded channels under the session's hash tag. A Hands' completion, and a client's
+    # request, tell the Brain holding the session (SPUBLISH on the Brain's held channel of
+    # the shard, which it SSUBSCRIBEs to): a word only makes that Brain look at a session it
+    # holds, so they may speak on any Brain's channel. Channel patterns grant publishing and
+    # subscribing alike, so a client, which subscribes to its settled channels, gets the
+    # held ones in a selector with SPUBLISH alone: it cannot hear a Brain's words.
     held = f"&{namespace}:{{{namespace}-*}}:held:*"
     if role == "brain":
         rules += [f"&{namespace}:{{{namespace}-*}}:settled:*", held]
     elif role == "hands":
         rules.append(held)
     elif role == "client":
-        rules.append(f"&{namespace}:{{{namespace}-*}}:settled:{sessions}")
+        rules += [f"&{namespace}:{{{namespace}-*}}:settled:{sessions}", f"(+spublish {held})"]
     return rules
 
 

@@ -105,8 +105,8 @@ class LeaseDetail(_Detail):
 class HeldDetail(_Detail):
     """``held`` (release.lua): a Brain that kept its lease after dispatching tool runs
     (baton.brain.held) looked again, the lease kept: the results came to it without a wake.
-    ``heard``: by word on its held channel (else its hold ran its length and its release
-    found them)."""
+    ``heard``: told, by word on its held channel or by a wake of the session it received
+    meanwhile (else its hold ran its length and its release found them)."""
 
     kind: Literal["held"]
     heard: bool = True

@@ -273,8 +273,8 @@ class Timeline:
     def _on_held(self, ev: Event, d: HeldDetail) -> None:
         """A Brain that held its lease for tool results looked again (baton.brain.held):
         the wake hop from the completion, with no relay in between."""
-        how = ("on word of them" if d.heard
-               else f"when its hold ran out ({d.hold_ms} ms): the word was lost")
+        how = ("when told (word of them, or a wake of the session joined)" if d.heard
+               else f"when its hold ran out ({d.hold_ms} ms): no word came")
         ev.text = f"lease held for the tool results: looked again {how}"
         w = self.waker
         if w is not None:

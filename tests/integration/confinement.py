@@ -5,6 +5,7 @@ test_role_confinement.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -17,10 +18,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from baton.auth import ROLES, redis_acl_file
+from baton.brain.held import HeldSessions
 from baton.devkit.servers import RedisServer
 from baton.errors import BatonError
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
+from baton.store.store import Store
 from tests.helpers import contents
 
 PASSWORDS = {role: f"{role}-pw-{uuid.uuid4().hex[:8]}" for role in (*ROLES, "admin")}
@@ -156,3 +159,19 @@ def log_key(c: Confined, log: str, role: str, sid: str = OWN) -> str:
     """A role's liveness hash (``workers``) or dead-letter stream (``dead``) on the shard of
     ``sid``."""
     return f"{c.namespace}:{c.keys.tag(c.keys.shard_of(sid))}:{log}:{role}"
+
+
+async def hold_as_brain(
+    confined: Confined,
+) -> tuple[Store, HeldSessions, asyncio.Task[None]]:
+    """A Brain-role listener on its held channels, as brain-1 holding OWN's lease."""
+    admin = confined.connect("admin")
+    await admin.hset(sk(confined).meta, mapping={"listen": "brain-1", "lease_until": 2**42})
+    await admin.aclose()
+    store = await Store.connect(confined.settings("brain"))
+    held = HeldSessions(store.redis, store.keys, "brain-1", store.settings.shards,
+                        hold_ms=600_000, limit=4, stopping=asyncio.Event())
+    listener = asyncio.create_task(held.run())
+    await asyncio.wait_for(held.tried.wait(), 10)
+    assert held.listening, "the Brain's credential may subscribe to its held channels"
+    return store, held, listener

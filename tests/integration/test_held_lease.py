@@ -250,3 +250,22 @@ async def test_a_brain_stopping_ends_its_holds_at_once(settings: Settings) -> No
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
         await store.close()
+
+
+async def test_a_clients_request_to_a_held_session_tells_the_holder(store: Store) -> None:
+    # Its wake row goes to the relay as ever (another Brain could act on it only once the
+    # lease is free); the holder is told at once and its release finds the nudge.
+    name = hold_name(BRAIN.name)
+    sid, fence = await _dispatched(store, name)
+    pubsub, _ = await _listen(store, sid, name)
+    try:
+        await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
+                           text="and one more", task=Task(id=f"{sid}-t2", kind="generation",
+                                                          owner=sid),
+                           worker=worker_ref("client", "c"), submission_id=f"{sid}-sub2")
+        word = await eventually(lambda: pubsub.get_message(timeout=1), timeout=10)
+    finally:
+        await pubsub.aclose()
+    assert word["type"] == "smessage" and word["data"].split(" ")[0] == sid
+    state = await store.release_and_load(sid, fence, 60_000)
+    assert state is not None and [r.request_id for r in state.requests] == ["r2"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -19,6 +20,7 @@ from tests.integration.confinement import (
     TOOL_ROW,
     Confined,
     as_role,
+    hold_as_brain,
     refused,
     row,
     sk,
@@ -189,3 +191,27 @@ async def test_a_clients_submit_writes_no_shard_index_or_timer(confined: Confine
 
 async def test_client_cannot_write_brain_state_of_its_own_session(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.hset(sk(confined).meta, "fence", 1))
+
+
+async def test_a_clients_request_tells_the_brain_that_holds_its_session(
+    confined: Confined,
+) -> None:
+    """A confined client may speak on held channels (a selector grants SPUBLISH there and
+    nothing else: test_only_brains_hear_held_channels), so its request to a held session
+    ends the hold at once."""
+    brain, held, listener = await hold_as_brain(confined)
+    client = await Store.connect(confined.settings("client"))
+    try:
+        waiting = asyncio.create_task(held.hold(OWN))
+        await client.submit(
+            OWN, agent="notices", compat=1, wake_subject=f"{confined.namespace}.wake.notices.1",
+            request_id="r-held", text="one more", task=Task(id="t-held", kind="generation",
+                                                            owner=OWN),
+            worker=worker_ref("client", "c"), submission_id="sub-held")
+        heard = await asyncio.wait_for(waiting, 10)  # long before the hold's end
+        assert heard is not None, "the hold ran its length: no word came"
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await client.close()
+        await brain.close()

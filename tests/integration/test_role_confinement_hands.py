@@ -11,7 +11,6 @@ import pytest
 from redis.exceptions import ResponseError
 
 from baton.auth import redis_acl
-from baton.brain.held import HeldSessions
 from baton.bus.subjects import BusNames
 from baton.errors import ConflictError
 from baton.models import ToolResult
@@ -23,6 +22,7 @@ from tests.integration.confinement import (
     WAKE_ROW,
     Confined,
     as_role,
+    hold_as_brain,
     log_key,
     row,
     sk,
@@ -205,20 +205,6 @@ async def test_each_role_announces_and_dead_letters_in_its_own_keys(
 # --- held leases (baton.brain.held) ---------------------------------------------------------
 
 
-async def _hold_as_brain(confined: Confined) -> tuple[Store, HeldSessions, asyncio.Task[None]]:
-    """A Brain-role listener on its held channels, as brain-1 holding OWN's lease."""
-    admin = confined.connect("admin")
-    await admin.hset(sk(confined).meta, mapping={"listen": "brain-1", "lease_until": 2**42})
-    await admin.aclose()
-    store = await Store.connect(confined.settings("brain"))
-    held = HeldSessions(store.redis, store.keys, "brain-1", store.settings.shards,
-                        hold_ms=600_000, limit=4, stopping=asyncio.Event())
-    listener = asyncio.create_task(held.run())
-    await asyncio.wait_for(held.tried.wait(), 10)
-    assert held.listening, "the Brain's credential may subscribe to its held channels"
-    return store, held, listener
-
-
 async def _complete_a_run(c: Confined) -> tuple[str, bool]:
     """Seed a dispatched run of OWN (the fixture is shared by the module), then claim and
     complete it as a Hands; (its id, whether the completion woke the Brain)."""
@@ -255,7 +241,7 @@ async def _wake_rows(c: Confined, rid: str) -> list[dict[str, str]]:
 async def test_a_confined_hands_tells_the_confined_brain_that_holds_the_session(
     confined: Confined,
 ) -> None:
-    store, held, listener = await _hold_as_brain(confined)
+    store, held, listener = await hold_as_brain(confined)
     try:
         waiting = asyncio.create_task(held.hold(OWN))
         rid, woke = await _complete_a_run(confined)

@@ -137,6 +137,19 @@ local function listening_holder(now)
   return K_SHARD .. 'held:' .. name
 end
 
+-- A client's request (submit, start, cancel, approval) to a session whose lease a Brain
+-- holds for tool results: besides its wake row, which a Brain other than the holder could
+-- act on only once the lease is free, tell the holder (listening_holder), whose hold then
+-- ends at once and whose release finds the nudge. Skipped where the caller's ACL lacks the
+-- channel (the wake row still comes). headers: the request's trace headers JSON, or ''.
+local function tell_holder(sid, now, headers)
+  local held = listening_holder(now)
+  if held and (not ACL_CHECKS or not redis.acl_check_cmd
+               or redis.acl_check_cmd('SPUBLISH', held, sid)) then
+    redis.call('SPUBLISH', held, sid .. ' ' .. (headers or ''))
+  end
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -71,6 +71,7 @@ redis.call('HSET', K_INBOX, 'decide:' .. rid, cjson.encode({
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/d.' .. now, 'subj', wake,
            'data', ARGV[8], 'hdr', '', 'sid', sid, 'ts', now)
+tell_holder(sid, now, '')
 receipt(kind, ARGV[5], 0, seq, now, ARGV[6])
 if kind == 'approve' then return {'approved', seq} end
 return {'rejected', seq}

@@ -81,5 +81,6 @@ redis.call('HSET', K_INBOX, field, now)  -- first: a wrong key type fails before
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. now,
            'subj', wake, 'data', ARGV[3], 'hdr', '', 'sid', sid, 'ts', now)
+tell_holder(sid, now, '')
 receipt('cancel', ARGV[4], 0, seq, now, ARGV[5])
 return {'requested', target}

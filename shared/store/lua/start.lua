@@ -41,5 +41,6 @@ redis.call('HSET', K_INBOX, 'start:' .. req, cjson.encode({  -- first: a wrong k
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/t.' .. req, 'subj', wake,
            'data', ARGV[8], 'hdr', ARGV[11] or '', 'sid', sid, 'ts', now)
+tell_holder(sid, now, ARGV[11])
 receipt('start', ARGV[9], 0, seq, now, ARGV[10])
 return {1, ARGV[6]}

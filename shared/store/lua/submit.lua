@@ -70,4 +70,5 @@ redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/s.' .. req, 'subj', wake,
            'data', ARGV[11], 'hdr', ARGV[14] or '', 'sid', sid, 'ts', now)
+tell_holder(sid, now, ARGV[14])
 return {1, ARGV[7]}
