@@ -24,9 +24,11 @@ whether it is recorded:
 * a hold ends with a release, which clears 'listen' atomically with its look at the nudge,
   so a result lands either before it (the nudge is seen) or after (a wake row is written).
 
-A Brain listens only where its subscription is confirmed and holds at most
-``brain_concurrency`` sessions at once; a hold does not count against the passes it runs.
-On a Redis Cluster it does not hold (a pub/sub read there polls every node).
+A Brain holds only while its subscriptions are confirmed, and at most ``brain_concurrency``
+sessions at once; a hold does not count against the passes it runs. On a Redis Cluster it
+listens on one connection per primary serving its channels' slots; a connection lost, or a
+slot that moved (its server unsubscribes the channel), stops the holds until every channel
+is subscribed again where it is now.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import json
 import re
 from collections.abc import Callable
 from typing import Any
+
+from redis.asyncio import ConnectionPool, Redis
 
 from baton.observability.log import get_logger
 from baton.store.keys import Keys
@@ -154,7 +158,7 @@ class HeldSessions:
     async def run(self) -> None:
         """Subscribe and hand each word to its waiter until cancelled (at shutdown); a lost
         connection stops the holds (``listening`` False) until it is subscribed again."""
-        if self.hold_ms <= 0 or is_cluster(self.redis):
+        if self.hold_ms <= 0:
             self.tried.set()
             return
         ender = asyncio.ensure_future(self._end_at_stop())
@@ -170,35 +174,79 @@ class HeldSessions:
     async def _listen(self) -> None:
         backoff = 0.5
         while not self.stopping.is_set():
-            pubsub = self.redis.pubsub()
+            subscriptions = self._subscriptions()
+            confirmed = [0]  # across the connections: listening once every channel is
             try:
-                await pubsub.ssubscribe(*self.channels)
-                # ssubscribe sends the command; its confirmations come as messages
-                confirmed = 0
-                async for msg in pubsub.listen():
-                    kind = msg.get("type")
-                    if kind == "ssubscribe":
-                        confirmed += 1
-                        if confirmed == len(self.channels):
-                            self.listening, backoff = True, 0.5
-                            self.tried.set()
-                            log.debug("held_listening", channels=confirmed)
-                    elif kind == "smessage":
-                        self.heard += 1
-                        self._heard(_text(msg.get("data")))
+                async with asyncio.TaskGroup() as tg:
+                    for pubsub, channels in subscriptions:
+                        tg.create_task(self._read(pubsub, channels, confirmed))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # connection lost or refused: holds stop meanwhile
-                self.listening = False
                 self.tried.set()
-                log.warning("held_listen_failed", error=repr(exc)[:300])
+                log.warning("held_listen_failed", error=repr(_first(exc))[:300])
+            else:
+                backoff = 0.5
             finally:
                 self.listening = False
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                for pubsub, _ in subscriptions:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()
+                    if is_cluster(self.redis):  # its own client to one node
+                        with contextlib.suppress(Exception):
+                            await pubsub.connection_pool.disconnect()
+            if confirmed[0] == len(self.channels):
+                backoff = 0.5  # it had listened: try again soon
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), backoff)
             backoff = min(backoff * 2, 5.0)
+
+    def _subscriptions(self) -> list[tuple[Any, list[str]]]:
+        """The pub/sub connections to listen on and their channels: one on one server; on a
+        Redis Cluster one per primary that serves some of the channels' slots (as the
+        client's slot map says now), each a plain connection that blocks until a word."""
+        if not is_cluster(self.redis):
+            return [(self.redis.pubsub(), self.channels)]
+        nodes: dict[str, tuple[Any, list[str]]] = {}
+        for channel in self.channels:
+            node = self.redis.get_node_from_key(channel)
+            nodes.setdefault(node.name, (node, []))[1].append(channel)
+        out = []
+        for node, channels in nodes.values():
+            pool = ConnectionPool(connection_class=node.connection_class,
+                                  **node.connection_kwargs)
+            out.append((Redis(connection_pool=pool).pubsub(), channels))
+        return out
+
+    async def _read(self, pubsub: Any, channels: list[str], confirmed: list[int]) -> None:
+        """Subscribe ``pubsub`` to ``channels`` and hand on each word until it fails; a
+        channel whose slot moved away (the server unsubscribes it) ends the listening, to
+        subscribe again where the slot is now."""
+        if is_cluster(self.redis):  # a cluster refuses channels of several slots at once
+            for channel in channels:
+                await pubsub.ssubscribe(channel)
+        else:
+            await pubsub.ssubscribe(*channels)
+        async for msg in pubsub.listen():  # confirmations come as messages
+            kind = msg.get("type")
+            if kind == "smessage":
+                self.heard += 1
+                self._heard(_text(msg.get("data")))
+            elif kind == "ssubscribe":
+                confirmed[0] += 1
+                if confirmed[0] == len(self.channels):
+                    self.listening = True
+                    self.tried.set()
+                    log.debug("held_listening", channels=confirmed[0])
+            elif kind == "sunsubscribe":
+                raise ConnectionError(f"the server unsubscribed {_text(msg.get('channel'))}")
+
+
+def _first(exc: BaseException) -> BaseException:
+    """The first error of a task group's, or the error itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _text(data: Any) -> str:

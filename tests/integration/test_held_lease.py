@@ -3,7 +3,8 @@ the result that wakes the session comes to the holding Brain on its held channel
 through the relay; whatever fails, the result is still applied, once.
 
 Against a real redis-server and nats-server: Brain, Hands and relay in one event loop for
-the flow, the store alone for the scripts' rules.
+the flow (on one Redis server and on a 3+3 Redis Cluster, where the Brain listens on each
+primary serving its channels), the store alone for the scripts' rules.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.store import Release, Store, worker_ref
 from baton.store.writes import Writes
+from tests.conftest import TOPOLOGIES
 from tests.helpers import eventually, running, take_up
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
@@ -65,10 +67,11 @@ async def _five_notices(settings: Settings, brain: BrainWorker) -> str:
     return sub.session_id
 
 
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_the_result_reaches_the_holding_brain_without_a_relay_wake(
-    settings: Settings, mailbox: MailboxServer
+    topology: str, topo_settings: Settings, mailbox: MailboxServer
 ) -> None:
-    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    settings = topo_settings.model_copy(update={"mail_url": mailbox.url})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     await _five_notices(settings, brain)
     assert brain.held is not None and brain.held.listening is False  # stopped with the Brain
