@@ -165,8 +165,9 @@ async def test_a_relay_holding_every_shard_renews_every_half_lease_and_keeps_the
     """Alone, a relay has no other relay's shard to look at: it ticks every half lease, and
     its renewals keep every lease (fences unchanged, nothing lost); once another relay holds
     shards it ticks every third of the lease again, to see theirs lapse."""
-    # A lease long enough that a loaded machine's stall does not outlast a renewal's margin.
-    settings = settings.model_copy(update={"lease_ms": 1200, "worker_name": "relay-1"})
+    # A lease long enough that a loaded machine's stall does not outlast a renewal's margin
+    # (half the lease: 1.2 s leases lapsed under two busy processes beside the suite).
+    settings = settings.model_copy(update={"lease_ms": 3000, "worker_name": "relay-1"})
     relay = Relay(settings)
     task = asyncio.create_task(relay.serve())
     try:
@@ -174,7 +175,7 @@ async def test_a_relay_holding_every_shard_renews_every_half_lease_and_keeps_the
                          message="a lone relay holds every shard")
         leases = relay.leases
         assert leases is not None
-        assert leases.next_tick_s() == pytest.approx(0.6)
+        assert leases.next_tick_s() == pytest.approx(settings.lease_ms / 2000)
         fences = dict(leases.held)
         renewals: list[int] = []
         renew_all = leases.box.renew_all
@@ -185,8 +186,8 @@ async def test_a_relay_holding_every_shard_renews_every_half_lease_and_keeps_the
             return await renew_all(held, holder, ttl_ms)
 
         leases.box.renew_all = counted  # type: ignore[method-assign]
-        await eventually(lambda: len(renewals) >= 8, timeout=20,
-                         message="eight renewals, four lease times")
+        await eventually(lambda: len(renewals) >= 4, timeout=30,
+                         message="four renewals, two lease times")
         assert dict(leases.held) == fences  # never lapsed: the same fences, none lost
         # Another relay holds a shard: this one ticks every third of the lease again.
         shard = max(fences)
@@ -198,7 +199,7 @@ async def test_a_relay_holding_every_shard_renews_every_half_lease_and_keeps_the
 
         await eventually(taken_by_another, timeout=10, message="another relay took a shard")
         assert shard not in leases.held
-        assert leases.next_tick_s() == pytest.approx(0.4)
+        assert leases.next_tick_s() == pytest.approx(settings.lease_ms / 3000)
     finally:
         relay.shutdown()
         await asyncio.gather(task, return_exceptions=True)
