@@ -10,6 +10,7 @@
 #   make bench-obs   the cost of logs, metrics and tracing as shipped (~5 min; README figures)
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
+#   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -37,7 +38,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -97,6 +98,10 @@ bench-redis: deps venv
 # Where the scripts' own Lua time goes, by line (scripts profiled with BATON_LUA_PROFILE).
 bench-lua: deps venv
 	$(BIN)/baton bench lua $(BENCH_ARGS)
+
+# What holding the lease for tool results saves: stacks with and without, paired rounds.
+bench-holds: deps venv
+	$(BIN)/baton bench holds $(BENCH_ARGS)
 
 # The console screenshots in docs/console/ (README) come from the browser test.
 screenshots: deps venv

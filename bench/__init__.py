@@ -26,6 +26,7 @@ BENCHES: dict[str, str] = {
     "obs": "baton.bench.obs_bench",
     "redis": "baton.bench.redis_time_bench",
     "lua": "baton.bench.lua_bench",
+    "holds": "baton.bench.holds_bench",
 }
 
 __all__ = ["BENCHES"]
