@@ -59,6 +59,11 @@ class TaskContext:
 
     async def commit(self, writes: Writes) -> None:
         """Commit under this pass's fence and fold the changes into the in-memory state."""
+        if self.holding and self.held is not None:
+            # a commit after one that held (a sleeping task fell due meanwhile): the pass
+            # goes on and releases after its last commit, so that hold is over
+            self.holding = False
+            self.held.forget(self.session_id)
         if writes.deadline_ms == 0:
             live = self.live_tasks_after(writes.tasks)
             writes.deadline_ms = self.settings.progress_deadline_ms if live else -1

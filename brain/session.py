@@ -168,6 +168,8 @@ class SessionPass:
                 state = await brain.store.load_held(sid)  # work arrived meanwhile: look again
         finally:
             word.close()
+            if brain.held is not None:  # a hold registered by a commit that never held
+                brain.held.forget(sid)
 
     async def _hold(self, fence: int, result: PassResult,
                     word: contextlib.ExitStack) -> SessionState | None:

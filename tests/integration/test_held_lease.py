@@ -272,3 +272,17 @@ async def test_a_clients_request_to_a_held_session_tells_the_holder(store: Store
     assert word["type"] == "smessage" and word["data"].split(" ")[0] == sid
     state = await store.release_and_load(sid, fence, 60_000)
     assert state is not None and [r.request_id for r in state.requests] == ["r2"]
+
+
+async def test_a_later_last_commit_ends_an_earlier_hold(store: Store) -> None:
+    # A commit after the one that held (a sleeping task fell due meanwhile) is the pass's
+    # last: it releases, and the hold is over for the completions too.
+    sid, fence = await _dispatched(store, hold_name(BRAIN.name))
+    writes = Writes(kind="final", entries=[Entry(kind="model", text="later")],
+                    release_ttl_ms=60_000)
+    _, _, outcome = await store.commit_and_release(sid, fence, writes, BRAIN)
+    assert outcome == Release.RELEASED
+    meta = await store.redis.hgetall(store.keys.session(sid).meta)
+    assert meta["listen"] == "" and meta["holder"] == ""
+    assert await _complete(store, sid)
+    assert await _wake_rows(store, sid) == 1

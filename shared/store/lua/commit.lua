@@ -44,7 +44,8 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
                              one result fewer for their group to await, the dirty mark
   rl lease ttl ms, or absent  the holder's last commit of its pass: after the writes, the
                              lease is released as release.lua does (kept and extended by
-                             rl when the dirty mark or the nudge is set: work arrived)
+                             rl when the dirty mark or the nudge is set: work arrived), and
+                             an earlier commit's hold ends (meta 'listen' cleared)
   hd Brain name, or absent   with rl, hold instead of releasing when no work arrived: the
                              lease is kept and extended by rl and meta 'listen' names the
                              holder, whose tool results then come to it on its held channel
@@ -474,7 +475,7 @@ redis.call('HDEL', K_META, 'partial', 'partial_of')
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
   if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
-    redis.call('HSET', K_META, 'seq', seq, 'dirty', 0, 'lease_until', now + ix.rl)
+    redis.call('HSET', K_META, 'seq', seq, 'dirty', 0, 'lease_until', now + ix.rl, 'listen', '')
     redis.call('DEL', K_NUDGE)
     return {seq, count, 1}
   end
@@ -482,7 +483,7 @@ if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else release
     redis.call('HSET', K_META, 'seq', seq, 'listen', ix.hd, 'lease_until', now + ix.rl)
     return {seq, count, 2}
   end
-  redis.call('HSET', K_META, 'seq', seq, 'holder', '', 'lease_until', 0)
+  redis.call('HSET', K_META, 'seq', seq, 'holder', '', 'lease_until', 0, 'listen', '')
   return {seq, count, 0}
 end
 return {seq, count}
