@@ -286,6 +286,10 @@ class SessionMeta(Model):
     seq: int = 0
     dirty: bool = False
     created_ms: int = 0
+    # The holder kept its lease for the results of the runs it dispatched and listens for
+    # them under this name (baton.brain.held); "" otherwise. Written by the store, read by
+    # inspect; a Brain's in-memory state does not follow it.
+    listen: str = ""
     groups: dict[str, int] = Field(default_factory=dict)
     # Cancel intents not yet consumed by a Brain: task ids, "*" for the whole session.
     cancels: tuple[str, ...] = ()

@@ -329,7 +329,7 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
         "wake_subject": meta.wake_subject, "shard": sk.shard,
         "lease": {"holder": meta.holder or None, "fence": meta.fence, "live": leased,
                   "remaining_ms": meta.lease_until_ms - now if leased else 0,
-                  "dirty": meta.dirty},
+                  "dirty": meta.dirty, "held_for_results": leased and bool(meta.listen)},
         "seq": meta.seq, "entries": int(raw["entry_count"]), "groups": meta.groups,
         "receipts": int(raw["receipts"]), "last_receipt": last[0][0] if last else None,
         "submissions": [{"submission_id": s.id, "request_id": s.request_id, "status": s.status,

@@ -64,8 +64,9 @@ def _epoch_lines(e: dict[str, Any]) -> list[str]:
 
 def render_session(v: dict[str, Any], console: Console) -> None:
     lease = v["lease"]
-    holder = (f"[bold]{_e(lease['holder'])}[/bold] (live, {_ms(lease['remaining_ms'])} left)"
-              if lease["live"] else f"none (last: {_e(lease['holder'] or '-')}, "
+    held = ", held for its tool results" if lease.get("held_for_results") else ""
+    holder = (f"[bold]{_e(lease['holder'])}[/bold] (live, {_ms(lease['remaining_ms'])} left"
+              f"{held})" if lease["live"] else f"none (last: {_e(lease['holder'] or '-')}, "
               "released/expired)")
     console.print(f"session [bold]{_e(v['session_id'])}[/bold]  agent {_e(v['agent'])} compat "
                   f"{v['compat']}  shard {v['shard']}")

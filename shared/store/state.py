@@ -349,6 +349,7 @@ def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None =
         seq=int(m.get("seq", 0)),
         dirty=m.get("dirty") == "1" or nudge == "1",
         created_ms=int(m.get("created", 0)),
+        listen=m.get("listen", ""),
         groups=groups,
         cancels=tuple(sorted({k[7:] for k in (*m, *(inbox or {})) if k.startswith("cancel:")})),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},

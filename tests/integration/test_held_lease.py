@@ -286,3 +286,14 @@ async def test_a_later_last_commit_ends_an_earlier_hold(store: Store) -> None:
     assert meta["listen"] == "" and meta["holder"] == ""
     assert await _complete(store, sid)
     assert await _wake_rows(store, sid) == 1
+
+
+async def test_inspect_says_a_lease_is_held_for_tool_results(store: Store) -> None:
+    from baton.cli.inspect import session_view
+
+    sid, fence = await _dispatched(store, hold_name(BRAIN.name))
+    view = await session_view(store, sid)
+    assert view["lease"]["live"] and view["lease"]["held_for_results"]
+    assert not await store.release(sid, fence, 60_000)
+    view = await session_view(store, sid)
+    assert not view["lease"]["live"] and not view["lease"]["held_for_results"]
