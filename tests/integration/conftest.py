@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from baton.devkit.mailbox import MailboxServer
 from tests.integration.confinement import Confined, confined_redis
 
 
@@ -15,3 +16,11 @@ async def confined() -> AsyncIterator[Confined]:
     one per test module."""
     async with confined_redis() as c:
         yield c
+
+
+@pytest.fixture
+async def mailbox() -> AsyncIterator[MailboxServer]:
+    """The bundled mail service, answering at once (a module may override it: see
+    test_cluster.py)."""
+    async with MailboxServer() as server:
+        yield server

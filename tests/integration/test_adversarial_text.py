@@ -8,8 +8,6 @@ recipients get their mail once, and the answer names them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
@@ -24,12 +22,6 @@ from baton.models import Entry
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from tests.helpers import running
-
-
-@pytest.fixture
-async def mailbox() -> AsyncIterator[MailboxServer]:
-    async with MailboxServer() as server:
-        yield server
 
 
 async def test_a_submission_at_the_size_limit_completes(settings: Settings,

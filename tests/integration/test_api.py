@@ -8,11 +8,9 @@ separate reading from operating, and every error is RFC 9457 problem details.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 
 from baton.api.auth import Tokens
 from baton.brain.worker import BrainWorker
@@ -28,12 +26,6 @@ TWO = "Send the approved notice to ada@example.com and grace@example.com, then s
 READ_TOKEN = "read-token-0123456789"
 OPERATE_TOKEN = "operate-token-0123456789"
 PROBLEM = "application/problem+json"
-
-
-@pytest.fixture
-async def mailbox() -> AsyncIterator[MailboxServer]:
-    async with MailboxServer() as server:
-        yield server
 
 
 def _tokens() -> Tokens:

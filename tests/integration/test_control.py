@@ -8,7 +8,6 @@ cancelled by the Brain's commit, the submission settles cancelled.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -28,12 +27,6 @@ from tests.control_apps import approval_app, slow_app
 from tests.helpers import eventually, running
 
 TWO = "Send the approved notice to ada@example.com and grace@example.com, then summarise."
-
-
-@pytest.fixture
-async def mailbox() -> AsyncIterator[MailboxServer]:
-    async with MailboxServer() as server:
-        yield server
 
 
 async def _stats(mailbox: MailboxServer) -> dict[str, Any]:

@@ -7,7 +7,6 @@ The five-notice test runs on both topologies: one Redis server, and a 3+3 Redis 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -24,12 +23,6 @@ from tests.helpers import eventually, running
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
-
-
-@pytest.fixture
-async def mailbox() -> AsyncIterator[MailboxServer]:
-    async with MailboxServer() as server:
-        yield server
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -36,12 +35,6 @@ BRAIN = worker_ref("brain", "brain-a")
 BRAIN_B = worker_ref("brain", "brain-b")
 HANDS = worker_ref("hands", "hands-a")
 WAKE = "t.wake.notices.1"
-
-
-@pytest.fixture
-async def mailbox() -> AsyncIterator[MailboxServer]:
-    async with MailboxServer() as server:
-        yield server
 
 
 async def _mails(mailbox: MailboxServer) -> dict[str, int]:

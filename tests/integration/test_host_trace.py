@@ -10,7 +10,7 @@ span, submit -> relay publish -> brain consume -> hands consume/execute -> relay
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,12 +30,6 @@ from tests.otel_host import Host, host_telemetry
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
-
-
-@pytest.fixture
-async def mailbox() -> AsyncIterator[MailboxServer]:
-    async with MailboxServer() as server:
-        yield server
 
 
 @pytest.fixture
