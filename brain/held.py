@@ -174,9 +174,12 @@ class HeldSessions:
     async def _listen(self) -> None:
         backoff = 0.5
         while not self.stopping.is_set():
-            subscriptions = self._subscriptions()
+            subscriptions: list[tuple[Any, list[str]]] = []
             confirmed = [0]  # across the connections: listening once every channel is
             try:
+                # inside: a cluster's slot map with a slot no node serves (it is changing)
+                # fails here, to be tried again like a lost connection
+                subscriptions = self._subscriptions()
                 async with asyncio.TaskGroup() as tg:
                     for pubsub, channels in subscriptions:
                         tg.create_task(self._read(pubsub, channels, confirmed))

@@ -290,3 +290,33 @@ async def test_inspect_says_a_lease_is_held_for_tool_results(store: Store) -> No
     assert not await store.release(sid, fence, 60_000)
     view = await session_view(store, sid)
     assert not view["lease"]["live"] and not view["lease"]["held_for_results"]
+
+
+async def test_a_listener_that_cannot_subscribe_tries_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first try that fails before any connection (a cluster's slot map changing): no
+    # holds meanwhile, and the listener subscribes at its next try.
+    real = HeldSessions._subscriptions
+    tries: list[int] = []
+
+    def flaky(self: HeldSessions) -> list[tuple[object, list[str]]]:
+        tries.append(1)
+        if len(tries) == 1:
+            raise AttributeError("'NoneType' object has no attribute 'name'")
+        return real(self)
+
+    monkeypatch.setattr(HeldSessions, "_subscriptions", flaky)
+    store = await Store.connect(settings)
+    held = HeldSessions(store.redis, store.keys, "brain-x", settings.shards, hold_ms=1_000,
+                        limit=8, stopping=asyncio.Event())
+    listener = asyncio.create_task(held.run())
+    try:
+        await asyncio.wait_for(held.tried.wait(), 10)  # the failed first try: ready anyway
+        assert not held.can_hold() or len(tries) >= 2
+        await eventually(lambda: held.listening, timeout=20)
+        assert len(tries) == 2 and held.can_hold()
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await store.close()
