@@ -73,13 +73,9 @@ class TaskContext:
             if held is not None and held.can_hold() and self._awaits_results(writes):
                 writes.hold_as = held.name
                 held.expect(self.session_id)  # before the commit: a word may beat its reply
-            try:
-                seq, count, outcome = await self.store.commit_and_release(
-                    self.session_id, self.fence, writes, self.worker)
-            except BaseException:
-                if held is not None and writes.hold_as:
-                    held.forget(self.session_id)
-                raise
+            # (a commit that fails ends the pass, which forgets the registration)
+            seq, count, outcome = await self.store.commit_and_release(
+                self.session_id, self.fence, writes, self.worker)
             self.released_at = self.commits + 1
             self.look_again = outcome == Release.KEPT
             self.holding = outcome == Release.HELD

@@ -183,13 +183,9 @@ class HeldSessions:
                 async with asyncio.TaskGroup() as tg:
                     for pubsub, channels in subscriptions:
                         tg.create_task(self._read(pubsub, channels, confirmed))
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # connection lost or refused: holds stop meanwhile
                 self.tried.set()
                 log.warning("held_listen_failed", error=repr(_first(exc))[:300])
-            else:
-                backoff = 0.5
             finally:
                 self.listening = False
                 for pubsub, _ in subscriptions:

@@ -76,9 +76,9 @@ def tail_is_read(reads: list[Any], page: int, held_end: int, held_created: int) 
 
 
 def as_native_reads(reads: list[Any]) -> list[Any]:
-    """:func:`lease_reads`' results as :func:`queue_load`'s: the nudge, which the lease has
-    just deleted, as none, and the hashes as dicts (a RESP2 connection gives their
-    field/value lists)."""
+    """:func:`lease_reads`' results as :func:`queue_load`'s: the nudge, which the lease (or
+    the release or commit that kept it) has just deleted, as none, and the hashes as dicts
+    (a RESP2 connection gives their field/value lists)."""
     return _hashes_as_dicts([*reads[:7], None, *reads[7:]])
 
 

@@ -49,7 +49,7 @@ from baton.observability.tracing import (
 from baton.receipts import Carrier, Receipt
 from baton.settings import Settings
 from baton.store.control import Decisions
-from baton.store.entry_cache import EntryCache
+from baton.store.entry_cache import EntryCache, HeldEntries
 from baton.store.keys import Keys
 from baton.store.loading import (
     as_native_reads,
@@ -61,7 +61,6 @@ from baton.store.loading import (
 )
 from baton.store.redis_client import (
     REDIS_ERRORS,
-    batches_raw,
     connect_redis,
     redis_user,
     run_batch,
@@ -369,17 +368,14 @@ class Store:
         when the release kept the lease, they read what a lease's reads would; when it
         released it, they are dropped. Elsewhere, :meth:`release` then :meth:`load_held`.
         """
-        sk = self.keys.session(session_id)
-        batch = self.runs.batch
-        if self.scripts.replicated("release") or not batch.reads_natively:
+        if not self._reads_plainly("release"):
             if not await self.release(session_id, fence, ttl_ms, held=held):
                 return None
             return await self.load_held(session_id)
         page = self.settings.entries_page
-        cached = self.entry_cache.get(session_id) if self.entry_cache is not None else None
-        kept, replies = await batch.run_and_read(
-            "release", sk, [fence, ttl_ms, *_held_args(held)],
-            lease_reads(sk, page, cached.end if cached else None))
+        cached, reads = self._plain_reads(session_id, page)
+        kept, replies = await self.runs.batch.run_and_read(
+            "release", self.keys.session(session_id), [fence, ttl_ms, *_held_args(held)], reads)
         if not kept:
             return None
         return await self._held_state(session_id, as_native_reads(replies), page, cached)
@@ -389,20 +385,37 @@ class Store:
         (and cleared the nudge) for another look: on one server by the plain reads of a
         lease (:func:`~baton.store.loading.lease_reads`, what only the holder writes cannot
         change under them), in one round trip without a transaction; else :meth:`load`."""
-        if not batches_raw(self.redis) or self.scripts.replicated("release"):
+        if not self._reads_plainly("release"):
             return await self.load(session_id)
-        sk = self.keys.session(session_id)
         page = self.settings.entries_page
-        held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
+        held, reads = self._plain_reads(session_id, page)
         try:
-            replies = await run_batch(self.redis, lease_reads(sk, page, held.end if held else None))
+            replies = await run_batch(self.redis, reads)
         except REDIS_ERRORS as exc:
             raise from_redis_error(
                 exc, session_id=session_id, role=redis_user(self.settings)) from None
         return await self._held_state(session_id, as_native_reads(replies), page, held)
 
+    def _reads_plainly(self, script: str) -> bool:
+        """Whether the state after ``script`` (a lease, or a release that kept it) is read
+        by plain commands (:func:`~baton.store.loading.lease_reads`): on one server, by a
+        pooled client, when the script waits for no replica."""
+        return self.runs.batch.reads_natively and not self.scripts.replicated(script)
+
+    def _held_entries(self, session_id: str) -> HeldEntries | None:
+        """The session's entries this Brain holds from its earlier leases, if any."""
+        return self.entry_cache.get(session_id) if self.entry_cache is not None else None
+
+    def _plain_reads(
+        self, session_id: str, page: int
+    ) -> tuple[HeldEntries | None, list[tuple[Any, ...]]]:
+        """The held entries and the plain reads of the state after them."""
+        held = self._held_entries(session_id)
+        return held, lease_reads(self.keys.session(session_id), page,
+                                 held.end if held else None)
+
     async def _held_state(self, session_id: str, reads: list[Any], page: int,
-                          held: Any) -> SessionState:
+                          held: HeldEntries | None) -> SessionState:
         """The state of a lease's plain reads. When the entries read from where ``held``
         ends are not the held entries' continuation, the newest page is read instead, as
         acquire.lua would read it: the lease is ours, so no entry is appended meanwhile."""
@@ -440,14 +453,13 @@ class Store:
         """
         sk = self.keys.session(session_id)
         args = [worker.name, ttl_ms, worker_json(worker), _carrier_arg(carrier)]
-        batch = self.runs.batch
-        if not self.scripts.replicated("acquire") and batch.reads_natively:
+        if self._reads_plainly("acquire"):
             # On one server the script takes the lease and plain commands sent right after
             # it read the state, in the same round trip (see loading.lease_reads).
             page = page or self.settings.entries_page
-            held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
-            (fence, prev, takeover), replies = await batch.run_and_read(
-                "acquire", sk, [*args, -1], lease_reads(sk, page, held.end if held else None))
+            held, reads = self._plain_reads(session_id, page)
+            (fence, prev, takeover), replies = await self.runs.batch.run_and_read(
+                "acquire", sk, [*args, -1], reads)
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
             return lease, await self._held_state(session_id, as_native_reads(replies), page,
                                                  held)
@@ -457,7 +469,7 @@ class Store:
             # after the WAIT.
             # With held entries it reads only the entries appended since.
             page = page or self.settings.entries_page
-            held = self.entry_cache.get(session_id) if self.entry_cache is not None else None
+            held = self._held_entries(session_id)
             fence, prev, takeover, state = await self.runs.batch.run(
                 "acquire", sk, [*args, page, *((held.end, held.created) if held else (0, 0))])
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
