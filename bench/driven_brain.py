@@ -1,8 +1,17 @@
 """The driven Brain of ``baton bench e2e``: this process plays the Brain for sessions of a
 second agent (``rtt``, with a wake consumer of its own that no Brain of the stack reads),
-with Baton's own code (``Generation`` phases, ``Store``, ``Bus``), and times one tool round
-trip per session: from the start of the commit of the tool intent to the return of the load
-after the wake, while the stack's relay and Hands serve it."""
+with Baton's own code (``Generation`` phases, ``Store``, ``Bus``, ``HeldSessions``), and
+times one tool round trip per session: from the start of the commit of the tool intent to
+the return of the state the Brain looks at with the result, while the stack's relay and
+Hands serve it. Two ways, as a Brain takes them:
+
+* **held** (as shipped, ``BATON_BRAIN_HOLD_MS`` > 0): the intent commit keeps the lease,
+  the completion's word comes on this process' held channel, and the release that finds
+  the result returns the state in the same round trip (:mod:`baton.brain.held`);
+* **released** (holds off): the intent commit is followed by a release, the completion
+  writes a wake row that the relay publishes, and the wake's fetch is followed by a lease
+  and a load.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ from typing import Any
 from baton.app import Agent, App
 from baton.brain.context import TaskContext
 from baton.brain.generation import Generation
+from baton.brain.held import HeldSessions
 from baton.brain.model import ModelResponse
 from baton.brain.requests import consume_requests
 from baton.bus.bus import Bus, Puller
@@ -20,7 +30,7 @@ from baton.client import Client
 from baton.faults import Faults
 from baton.hands.tools import send_email
 from baton.models import Task, ToolCall
-from baton.store.store import worker_ref
+from baton.store.store import HeldEnd, worker_ref
 
 __all__ = ["ONE", "RTT_AGENT", "DrivenBrain"]
 
@@ -31,7 +41,8 @@ RTT_AGENT = "rtt"  # the driven sessions' agent: no Brain of the stack consumes 
 class DrivenBrain:
     """Plays the Brain for ``rtt`` sessions with Baton's own phases, timing the round trip."""
 
-    def __init__(self, client: Client, bus: Bus, puller: Puller) -> None:
+    def __init__(self, client: Client, bus: Bus, puller: Puller,
+                 held: HeldSessions | None = None) -> None:
         self.client = client
         self.store = client.store
         self.settings = client.settings
@@ -43,18 +54,44 @@ class DrivenBrain:
                                      tools=("send_email",), instructions="bench")],
                        tools=[send_email])
         self.faults = Faults("")
+        self.held = held
+        self._listener: asyncio.Task[None] | None = None
         self.samples: list[dict[str, float]] = []
         self.early = 0
+        self.unheld = 0  # held round trips whose commit did not hold (then released)
 
     @classmethod
     async def open(cls, client: Client) -> DrivenBrain:
+        """A driven Brain; it can hold (its held channels subscribed) when the settings'
+        ``brain_hold_ms`` is above zero, as a Brain of the stack does."""
         bus = await Bus.connect(client.settings, "bench-driven-brain")
         names = bus.names
         durable = names.wake_durable(RTT_AGENT, 1)
         await bus.ensure_consumer(names.wake_stream, durable, names.wake_subject(RTT_AGENT, 1))
-        return cls(client, bus, await bus.pull(names.wake_stream, durable))
+        s = client.settings
+        held = None
+        if s.brain_hold_ms > 0:
+            held = HeldSessions(client.store.redis, client.store.keys, "bench-driven-brain",
+                                s.shards, hold_ms=s.brain_hold_ms, limit=1,
+                                stopping=asyncio.Event())
+        driven = cls(client, bus, await bus.pull(names.wake_stream, durable), held)
+        if held is not None:
+            driven._listener = asyncio.ensure_future(held.run())
+            async with asyncio.timeout(10):
+                await held.tried.wait()
+            if not held.listening:
+                await driven.close()
+                raise RuntimeError("the driven Brain could not subscribe its held channels")
+        return driven
+
+    @property
+    def can_hold(self) -> bool:
+        return self.held is not None
 
     async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
         await self.puller.close()
         await self.bus.close()
 
@@ -75,13 +112,48 @@ class DrivenBrain:
     def _ctx(self, sid: str, fence: int, state: Any) -> TaskContext:
         return TaskContext(session_id=sid, fence=fence, state=state, store=self.store,
                            settings=self.settings, app=self.app, names=self.bus.names,
-                           worker=self.worker, faults=self.faults)
+                           worker=self.worker, faults=self.faults, held=self.held)
 
-    async def once(self, i: int) -> None:
+    async def _released(self, ctx: TaskContext) -> tuple[Any, int, float]:
+        """After the intent commit released the lease: wait for the relay's wake, lease and
+        load. The state, the new fence and when the wake came (perf_counter)."""
+        sid = ctx.session_id
+        if ctx.look_again:  # work came before the commit (its nudge): release it anyway
+            self.early += 1
+            while await self.store.release(sid, ctx.fence, self.settings.lease_ms):
+                pass
+        await self._wake(sid)
+        t_wake = time.perf_counter()
+        lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
+        return await self.store.load(sid), lease.fence, t_wake
+
+    async def _held_look(self, ctx: TaskContext) -> tuple[Any, int, float]:
+        """After a commit that kept the lease for the result: wait for word of it, then the
+        release that finds it and reads the state in its round trip (as a Brain's pass)."""
+        assert self.held is not None
+        sid = ctx.session_id
+        since = time.monotonic()
+        headers = await self.held.hold(sid)
+        t_word = time.perf_counter()
+        end = HeldEnd(self.worker, heard=headers is not None,
+                      hold_ms=round((time.monotonic() - since) * 1000))
+        state = await self.store.release_and_load(sid, ctx.fence, self.settings.lease_ms,
+                                                  held=end)
+        if state is None:  # the hold ran out before the result: the wake row brings it
+            await self._wake(sid)
+            t_word = time.perf_counter()
+            lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
+            return await self.store.load(sid), lease.fence, t_word
+        return state, ctx.fence, t_word
+
+    async def once(self, i: int, *, hold: bool = False) -> None:
+        """One round trip; ``hold``: the held way (needs :attr:`can_hold`), else released."""
         sub, _ = await self.client.submit(ONE, agent=RTT_AGENT)
         sid = sub.session_id
         await self._wake(sid)
         ctx = await self._context(sid)
+        if not hold:
+            ctx.held = None  # the intent commit releases nothing and holds nothing
         await consume_requests(ctx)  # open the session from its submit request, as a Brain does
         task: Task = next(iter(ctx.state.tasks.values()))
         if task.state.name == "pending":  # else started by the commit that took it up
@@ -89,32 +161,37 @@ class DrivenBrain:
         call = ToolCall(id="call_0", name="send_email",
                         arguments={"to": "ada@example.com", "subject": "Notice", "body": ONE})
         response = ModelResponse(tool_calls=(call,), stop_reason="tool_use")
+        # The intent commit is the pass's last, as a Brain's scheduler makes it: it releases
+        # the lease, or keeps it for the result (held).
+        ctx.idle_after = lambda _writes: True
         t0 = time.perf_counter()
         wall0 = time.time() * 1000
         await self.gen._dispatch(task, ctx, response, turn=1)  # the intent commit
         t_commit = time.perf_counter()
-        if await self.store.release(sid, ctx.fence, self.settings.lease_ms):
-            self.early += 1  # the result was in before the release: the wake still comes
-        await self._wake(sid)
-        t_wake = time.perf_counter()
-        lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
-        state = await self.store.load(sid)
+        if ctx.holding:
+            state, fence, t_wake = await self._held_look(ctx)
+        else:
+            if hold:
+                self.unheld += 1
+            state, fence, t_wake = await self._released(ctx)
         t1 = time.perf_counter()
         (run,) = state.runs.values()
         assert run.result is not None and run.result.ok, run
         receipts = {r.kind: r.ts_ms for r in await self.store.receipts(sid)}
         self.samples.append({
+            "held": float(hold),
             "total_us": (t1 - t0) * 1e6,
             "tool_us": run.result.duration_ms * 1000,
             "commit_us": (t_commit - t0) * 1e6,
-            "acquire_load_us": (t1 - t_wake) * 1e6,
+            "acquire_load_us": (t1 - t_wake) * 1e6,  # held: the release and its reads
             # Redis TIME (ms) against this process's wall clock: means only.
             "to_claim_ms": receipts["claim"] - wall0,
             "to_complete_ms": receipts["complete"] - wall0,
         })
         # Apply the result and finish (untimed): the session settles, its deadline is cleared.
-        ctx = self._ctx(sid, lease.fence, state)
+        ctx = self._ctx(sid, fence, state)
+        ctx.held = None
         applied = await self.gen._apply(next(iter(state.tasks.values())), ctx)
         if applied is not None:
             await self.gen._request(applied, ctx)
-        await self.store.release(sid, lease.fence, self.settings.lease_ms)
+        await self.store.release(sid, fence, self.settings.lease_ms)
