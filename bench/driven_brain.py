@@ -8,9 +8,12 @@ Hands serve it. Two ways, as a Brain takes them:
 * **held** (as shipped, ``BATON_BRAIN_HOLD_MS`` > 0): the intent commit keeps the lease,
   the completion's word comes on this process' held channel, and the release that finds
   the result returns the state in the same round trip (:mod:`baton.brain.held`);
-* **released** (holds off): the intent commit is followed by a release, the completion
-  writes a wake row that the relay publishes, and the wake's fetch is followed by a lease
-  and a load.
+* **released** (holds off): the intent commit releases the lease, the completion writes a
+  wake row that the relay publishes, and the wake's fetch is followed by a lease and its
+  reads in one round trip (``acquire_and_load``).
+
+It uses a store of its own as a Brain's, which keeps the entries of the sessions it leased
+(:mod:`baton.store.entry_cache`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from baton.client import Client
 from baton.faults import Faults
 from baton.hands.tools import send_email
 from baton.models import Task, ToolCall
-from baton.store.store import HeldEnd, worker_ref
+from baton.store.entry_cache import EntryCache
+from baton.store.store import HeldEnd, Store, worker_ref
 
 __all__ = ["ONE", "RTT_AGENT", "DrivenBrain"]
 
@@ -41,10 +45,10 @@ RTT_AGENT = "rtt"  # the driven sessions' agent: no Brain of the stack consumes 
 class DrivenBrain:
     """Plays the Brain for ``rtt`` sessions with Baton's own phases, timing the round trip."""
 
-    def __init__(self, client: Client, bus: Bus, puller: Puller,
+    def __init__(self, client: Client, store: Store, bus: Bus, puller: Puller,
                  held: HeldSessions | None = None) -> None:
         self.client = client
-        self.store = client.store
+        self.store = store
         self.settings = client.settings
         self.bus = bus
         self.puller = puller
@@ -69,12 +73,15 @@ class DrivenBrain:
         durable = names.wake_durable(RTT_AGENT, 1)
         await bus.ensure_consumer(names.wake_stream, durable, names.wake_subject(RTT_AGENT, 1))
         s = client.settings
+        # A store as a Brain's: it keeps the entries of the sessions it leased
+        store = await Store.connect(s, entry_cache=EntryCache(s.entry_cache_bytes)
+                                    if s.entry_cache_bytes else None)
         held = None
         if s.brain_hold_ms > 0:
-            held = HeldSessions(client.store.redis, client.store.keys, "bench-driven-brain",
+            held = HeldSessions(store.redis, store.keys, "bench-driven-brain",
                                 s.shards, hold_ms=s.brain_hold_ms, limit=1,
                                 stopping=asyncio.Event())
-        driven = cls(client, bus, await bus.pull(names.wake_stream, durable), held)
+        driven = cls(client, store, bus, await bus.pull(names.wake_stream, durable), held)
         if held is not None:
             driven._listener = asyncio.ensure_future(held.run())
             async with asyncio.timeout(10):
@@ -94,6 +101,7 @@ class DrivenBrain:
             await asyncio.gather(self._listener, return_exceptions=True)
         await self.puller.close()
         await self.bus.close()
+        await self.store.close()
 
     async def _wake(self, session_id: str) -> None:
         """Fetch as the Brain does (up to 64, 0.5 s long poll) until this session's wake."""
@@ -105,8 +113,8 @@ class DrivenBrain:
                         return
 
     async def _context(self, sid: str) -> TaskContext:
-        lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
-        state = await self.store.load(sid)
+        lease, state = await self.store.acquire_and_load(sid, self.worker,
+                                                         self.settings.lease_ms)
         return self._ctx(sid, lease.fence, state)
 
     def _ctx(self, sid: str, fence: int, state: Any) -> TaskContext:
@@ -124,8 +132,9 @@ class DrivenBrain:
                 pass
         await self._wake(sid)
         t_wake = time.perf_counter()
-        lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
-        return await self.store.load(sid), lease.fence, t_wake
+        lease, state = await self.store.acquire_and_load(sid, self.worker,
+                                                         self.settings.lease_ms)
+        return state, lease.fence, t_wake
 
     async def _held_look(self, ctx: TaskContext) -> tuple[Any, int, float]:
         """After a commit that kept the lease for the result: wait for word of it, then the
@@ -142,8 +151,9 @@ class DrivenBrain:
         if state is None:  # the hold ran out before the result: the wake row brings it
             await self._wake(sid)
             t_word = time.perf_counter()
-            lease = await self.store.acquire(sid, self.worker, self.settings.lease_ms)
-            return await self.store.load(sid), lease.fence, t_word
+            lease, state = await self.store.acquire_and_load(sid, self.worker,
+                                                             self.settings.lease_ms)
+            return state, lease.fence, t_word
         return state, ctx.fence, t_word
 
     async def once(self, i: int, *, hold: bool = False) -> None:

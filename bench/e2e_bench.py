@@ -367,7 +367,7 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
                 ("  the tool's own time (duration_ms)", [x["tool_us"] for x in s]),
                 ("  intent commit (Generation._dispatch)", [x["commit_us"] for x in s]),
                 ("  release + reads after the word" if way
-                 else "  acquire + load after the wake", [x["acquire_load_us"] for x in s])]:
+                 else "  lease and its reads after the wake", [x["acquire_load_us"] for x in s])]:
             p50, p99 = _us(values)
             rows.append(Row(mode=mode, operation=label, writers=1, n=len(values), p50_us=p50,
                             p99_us=p99, ops_per_s=len(driven.samples) / wall,
