@@ -112,15 +112,21 @@ class DrivenBrain:
                     if session_id.encode() in msg.data:
                         return
 
-    async def _context(self, sid: str) -> TaskContext:
+    async def _woken(self, sid: str) -> tuple[Any, int, float]:
+        """Wait for the session's wake, then lease it and read its state in one round trip:
+        the state, the fence and when the wake came (perf_counter)."""
+        await self._wake(sid)
+        t_wake = time.perf_counter()
         lease, state = await self.store.acquire_and_load(sid, self.worker,
                                                          self.settings.lease_ms)
-        return self._ctx(sid, lease.fence, state)
+        return state, lease.fence, t_wake
 
-    def _ctx(self, sid: str, fence: int, state: Any) -> TaskContext:
+    def _ctx(self, sid: str, fence: int, state: Any, *, hold: bool) -> TaskContext:
+        """A pass's context; ``hold``: its last commit may hold the lease for tool results."""
         return TaskContext(session_id=sid, fence=fence, state=state, store=self.store,
                            settings=self.settings, app=self.app, names=self.bus.names,
-                           worker=self.worker, faults=self.faults, held=self.held)
+                           worker=self.worker, faults=self.faults,
+                           held=self.held if hold else None)
 
     async def _released(self, ctx: TaskContext) -> tuple[Any, int, float]:
         """After the intent commit released the lease: wait for the relay's wake, lease and
@@ -130,11 +136,7 @@ class DrivenBrain:
             self.early += 1
             while await self.store.release(sid, ctx.fence, self.settings.lease_ms):
                 pass
-        await self._wake(sid)
-        t_wake = time.perf_counter()
-        lease, state = await self.store.acquire_and_load(sid, self.worker,
-                                                         self.settings.lease_ms)
-        return state, lease.fence, t_wake
+        return await self._woken(sid)
 
     async def _held_look(self, ctx: TaskContext) -> tuple[Any, int, float]:
         """After a commit that kept the lease for the result: wait for word of it, then the
@@ -149,21 +151,15 @@ class DrivenBrain:
         state = await self.store.release_and_load(sid, ctx.fence, self.settings.lease_ms,
                                                   held=end)
         if state is None:  # the hold ran out before the result: the wake row brings it
-            await self._wake(sid)
-            t_word = time.perf_counter()
-            lease, state = await self.store.acquire_and_load(sid, self.worker,
-                                                             self.settings.lease_ms)
-            return state, lease.fence, t_word
+            return await self._woken(sid)
         return state, ctx.fence, t_word
 
     async def once(self, i: int, *, hold: bool = False) -> None:
         """One round trip; ``hold``: the held way (needs :attr:`can_hold`), else released."""
         sub, _ = await self.client.submit(ONE, agent=RTT_AGENT)
         sid = sub.session_id
-        await self._wake(sid)
-        ctx = await self._context(sid)
-        if not hold:
-            ctx.held = None  # the intent commit releases nothing and holds nothing
+        state, fence, _ = await self._woken(sid)
+        ctx = self._ctx(sid, fence, state, hold=hold)
         await consume_requests(ctx)  # open the session from its submit request, as a Brain does
         task: Task = next(iter(ctx.state.tasks.values()))
         if task.state.name == "pending":  # else started by the commit that took it up
@@ -199,8 +195,7 @@ class DrivenBrain:
             "to_complete_ms": receipts["complete"] - wall0,
         })
         # Apply the result and finish (untimed): the session settles, its deadline is cleared.
-        ctx = self._ctx(sid, fence, state)
-        ctx.held = None
+        ctx = self._ctx(sid, fence, state, hold=False)
         applied = await self.gen._apply(next(iter(state.tasks.values())), ctx)
         if applied is not None:
             await self.gen._request(applied, ctx)
