@@ -220,12 +220,14 @@ def _kept_exporter_class() -> type:
 
         def __init__(self, inner: Any, resource: Any, kept: Callable[[], list[Histogram]],
                      scope: str, version: str) -> None:
-            super().__init__(preferred_temporality=inner._preferred_temporality,
+            # None when the exporter has no preference (the console exporter's default):
+            # the reader's own defaults, cumulative histograms among them.
+            preferred = inner._preferred_temporality
+            super().__init__(preferred_temporality=preferred,
                              preferred_aggregation=inner._preferred_aggregation)
             self.inner, self.resource, self.kept = inner, resource, kept
             self.scope, self.version = scope, version
-            self.delta = (inner._preferred_temporality.get(SdkHistogram)
-                          == AggregationTemporality.DELTA)
+            self.delta = (preferred or {}).get(SdkHistogram) == AggregationTemporality.DELTA
             self.previous: dict[tuple[str, tuple[tuple[str, Any], ...]], tuple[Any, ...]] = {}
             self.previous_ns = time.time_ns()
 

@@ -120,3 +120,36 @@ def test_kept_histograms_join_the_sdk_points_and_follow_a_delta_exporter(
     assert (p2.count, list(p2.bucket_counts), p2.sum) == (2, [1, 0, 1], 0.505)
     assert p2.start_time_unix_nano >= p1.time_unix_nano
     assert _points(third, "messaging.process.duration") == []
+
+
+def test_an_exporter_without_a_temporality_preference_gets_cumulative_points(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_METRICS_EXPORTER=console``: the SDK's console exporter states no preferred
+    temporality (None), and the wrapper exports the kept points to it as cumulative."""
+    import io
+    import json
+
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+    from opentelemetry.sdk.resources import Resource
+
+    histogram = telemetry.Histogram("baton.handoff.duration", "s", "d", (0.01, 0.1))
+    monkeypatch.setattr(state, "kept", [histogram])
+    out = io.StringIO()
+    inner = ConsoleMetricExporter(out=out)
+    assert inner._preferred_temporality is None
+    exporter = telemetry._with_kept_histograms(inner, Resource.create({}))
+    histogram.record(0.05, {"baton.hop": "wake"})
+    exporter.export(None)
+    histogram.record(0.5, {"baton.hop": "wake"})
+    exporter.export(None)
+    text, exports = out.getvalue(), []
+    decoder, at = json.JSONDecoder(), 0
+    while text[at:].strip():  # one indented JSON document per export
+        at += len(text[at:]) - len(text[at:].lstrip())
+        found, at = decoder.raw_decode(text, at)
+        exports.append(found)
+    _first, second = exports
+    [metric] = second["resource_metrics"][0]["scope_metrics"][0]["metrics"]
+    [point] = metric["data"]["data_points"]
+    assert metric["name"] == "baton.handoff.duration" and point["count"] == 2
+    assert point["bucket_counts"] == [0, 1, 1]
