@@ -42,11 +42,13 @@ def _reset_globals() -> None:
 
 
 @contextmanager
-def host_telemetry(service: str = "host-app") -> Iterator[Host]:
-    """Global SDK providers with an in-memory span exporter and metric reader."""
+def host_telemetry(service: str = "host-app",
+                   tracer_provider: TracerProvider | None = None) -> Iterator[Host]:
+    """Global SDK providers with an in-memory span exporter and metric reader (on
+    ``tracer_provider`` when given, e.g. one with its own sampler)."""
     resource = Resource.create({"service.name": service})
     spans = InMemorySpanExporter()
-    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider = tracer_provider or TracerProvider(resource=resource)
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])

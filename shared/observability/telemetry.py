@@ -62,8 +62,9 @@ from baton.observability.span_file import JsonLinesSpanExporter
 
 __all__ = [
     "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally", "carry",
-    "current_trace_id", "extract", "handing_on", "inject", "instruments", "setup", "shutdown",
-    "state", "trace_id_of", "tracer", "uncarry", "unsampled", "unsampled_header",
+    "current_trace_id", "dropped_root", "extract", "handing_on", "inject", "instruments",
+    "setup", "shutdown", "state", "trace_id_of", "tracer", "uncarry", "unsampled",
+    "unsampled_header",
 ]
 
 FILE_ENV = "BATON_OTEL_FILE"
@@ -94,6 +95,12 @@ class _State:
         # attributes. Both False for a sampler this module does not know.
         self.follows_parent = False
         self.attribute_free = False
+        # The TracerProvider setup() installed, and the maker of the roots its sampler
+        # drops (baton.observability.roots); ``roots`` is that maker while the provider is
+        # the global one and its sampler decides on trace ids alone, else None.
+        self.own_tracer_provider: object = None
+        self.own_roots: Callable[[str, Any], str | None] | None = None
+        self.roots: Callable[[str, Any], str | None] | None = None
         self.meter_provider: object = None
         self.instruments: Instruments | None = None
         # The MeterProvider setup() installed, and the histograms its exporters add.
@@ -159,6 +166,8 @@ def tracer() -> Any:
             if isinstance(found, NoOpTracer):  # an SDK provider disabled by OTEL_SDK_DISABLED
                 found = None
         state.follows_parent, state.attribute_free = _sampler_traits(provider)
+        state.roots = (state.own_roots if provider is state.own_tracer_provider
+                       and state.attribute_free else None)
         state.tracer, state.tracer_provider = found, provider
     return state.tracer
 
@@ -282,6 +291,19 @@ def uncarry(tokens: tuple[Any, Any]) -> None:
     otel_context.detach(token)
 
 
+def dropped_root(name: str, kind: Any) -> str | None:
+    """The ``traceparent`` of a new trace the sampler drops, made without a span (see
+    :mod:`baton.observability.roots`), for a span ``name`` that would start one now: None
+    when the sampler keeps it, when something is current (a span or baggage the
+    propagators would hand on), or when the tracer is not the one :func:`setup` installed
+    with a sampler that decides on trace ids alone. Then start the span as usual."""
+    roots = state.roots
+    if (roots is None or otel_context.get_current()
+            or _fields(propagate.get_global_textmap()) != _W3C):
+        return None
+    return roots(name, kind)
+
+
 def unsampled_header(headers: Mapping[str, str] | None) -> bool:
     """:func:`unsampled` for a message's headers, read from ``traceparent`` without parsing
     the whole context (``00-<trace id>-<span id>-<flags>``)."""
@@ -354,10 +376,15 @@ def setup(service_name: str, settings: Any = None,
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-        tracer_provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
+        from baton.observability.roots import dropped_root, id_generator
+
+        # sampler: OTEL_TRACES_SAMPLER
+        tracer_provider = TracerProvider(resource=resource, id_generator=id_generator())
         for exporter, simple in span_exporters:
             processor = SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter)
             tracer_provider.add_span_processor(processor)
+        state.own_tracer_provider = tracer_provider
+        state.own_roots = functools.partial(dropped_root, tracer_provider)
         otel_trace.set_tracer_provider(tracer_provider)
         state._shutdown.append(tracer_provider.shutdown)
     if metric_exporters:

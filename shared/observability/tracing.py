@@ -77,6 +77,7 @@ from baton.observability.spans import (
 )
 from baton.observability.telemetry import (
     carry,
+    dropped_root,
     extract,
     inject,
     instruments,
@@ -130,13 +131,20 @@ def _start_publish(t: Any, subject: str, msg_id: str, headers: dict[str, str] | 
     the headers to send: the row's, with the publish span's own context.
 
     No span (None) when the row's context is not sampled: the row's headers go out as they
-    are, so the consumer decides from the same sampled flag. A root's attributes are set
-    only once it is known to record, when the sampler does not look at them."""
+    are, so the consumer decides from the same sampled flag. A new trace the sampler drops
+    gets only its ``traceparent`` (:func:`~baton.observability.telemetry.dropped_root`). A
+    root's attributes are set only once it is known to record, when the sampler does not
+    look at them."""
     if unsampled_header(headers):
         return None, headers
+    name, parent = f"publish {subject}", extract(headers)
+    if parent is None:  # a new trace: most of them dropped by the sampler, made without a span
+        root = dropped_root(name, SpanKind.PRODUCER)
+        if root is not None:
+            return None, {**(headers or {}), "traceparent": root}
     late = state.attribute_free
     span = t.start_span(
-        f"publish {subject}", context=extract(headers), kind=SpanKind.PRODUCER,
+        name, context=parent, kind=SpanKind.PRODUCER,
         attributes=None if late else _publish_attrs(subject, msg_id))
     if late and span.is_recording():
         span.set_attributes(_publish_attrs(subject, msg_id))
@@ -184,8 +192,8 @@ def publish_spans(batch: list[Any]) -> Iterator[list[Any]]:
     spans, items = [], []
     for item in batch:
         span, headers = _start_publish(t, item.subject, item.msg_id, item.headers)
-        if span is None:  # not recorded: the item goes out as it is
-            items.append(item)
+        if span is None:  # not recorded: the item goes out with its trace's headers
+            items.append(item if headers is item.headers else item._replace(headers=headers))
             continue
         spans.append(span)
         items.append(item._replace(headers=headers))
