@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "DURATION_BUCKETS", "TOKEN_BUCKETS", "Histogram", "Instruments", "Tally",
+    "DURATION_BUCKETS", "TOKEN_BUCKETS", "Attributes", "Histogram", "Instruments", "Tally",
     "kept_histograms_exporter",
 ]
 
@@ -29,6 +29,25 @@ __all__ = [
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                     7.5, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+
+
+class Attributes(dict[str, Any]):
+    """A metric attribute set made once and shared by every measurement with it (see
+    ``spans.metric_attrs``): a plain dict to the SDK's instruments, and to :class:`Tally`
+    and :class:`Histogram` the key of its aggregate, computed once here instead of at each
+    measurement. Never changed once made."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, pairs: Iterable[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.key: tuple[tuple[str, Any], ...] = tuple(self.items())
+
+
+def _key(attributes: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    if type(attributes) is Attributes:
+        return attributes.key
+    return tuple(attributes.items()) if attributes else ()
 
 
 class Tally:
@@ -45,7 +64,7 @@ class Tally:
         self.totals: dict[tuple[tuple[str, Any], ...], int] = {}
 
     def add(self, amount: int, attributes: Mapping[str, Any] | None = None) -> None:
-        key = tuple(attributes.items()) if attributes else ()
+        key = _key(attributes)
         self.totals[key] = self.totals.get(key, 0) + amount
 
     def observe(self, _options: Any) -> Iterable[Any]:
@@ -81,7 +100,7 @@ class Histogram:
         self._lock = threading.Lock()  # records on the loop, exports on the reader's thread
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
-        key = tuple(attributes.items()) if attributes else ()
+        key = _key(attributes)
         bucket = bisect.bisect_left(self.bounds, amount)  # upper bounds are inclusive
         with self._lock:
             point = self.points.get(key)

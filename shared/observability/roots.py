@@ -71,7 +71,7 @@ def dropped_root(provider: Any, name: str, kind: SpanKind) -> str | None:
     """The ``traceparent`` of a new trace the provider's sampler drops, for a span ``name``
     started now with no parent and nothing current; None when it keeps it (start the span:
     it takes the trace id drawn here) or when ``provider``'s ids are not :func:`id_generator`'s."""
-    ids = provider.id_generator
+    ids: Any = provider.id_generator
     if not isinstance(ids, _root_ids()):
         return None
     trace_id = ids.draw()

@@ -13,7 +13,7 @@ from typing import Any
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind
 
-from baton.observability.metrics import Instruments
+from baton.observability.metrics import Attributes, Instruments
 from baton.observability.telemetry import carried, inject, state, tracer, unsampled
 
 __all__ = [
@@ -48,8 +48,9 @@ def db_attrs(script: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def metric_attrs(*pairs: tuple[str, str]) -> dict[str, str]:
-    return {k: v for k, v in pairs if v}
+def metric_attrs(*pairs: tuple[str, Any]) -> Attributes:
+    """The attribute set of ``pairs`` without the empty ones, made once per distinct set."""
+    return Attributes((k, v) for k, v in pairs if v)
 
 
 def count_refused(inst: Instruments | None, op: str, exc: BaseException) -> None:

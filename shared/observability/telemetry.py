@@ -232,14 +232,6 @@ _W3C = ("baggage", "traceparent", "tracestate")  # the default propagators' fiel
 _VERSION_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
-def _plain_context(kept: Mapping[str, str]) -> Context | None:
-    """The context the default propagators extract from a lone version-00 ``traceparent``
-    (no ``tracestate``, no ``baggage``), made without them; None for anything else."""
-    if len(kept) != 1 or "traceparent" not in kept:
-        return None
-    return _remote_context(kept["traceparent"])
-
-
 @functools.lru_cache(maxsize=1024)
 def _remote_context(traceparent: str) -> Context | None:
     """Made once per trace: the messages of a session that is not sampled carry the same
@@ -278,11 +270,23 @@ def carry(headers: Mapping[str, str]) -> tuple[Any, Any]:
     """Enter :func:`handing_on` (without a generator: once per handled message); the
     tokens to give :func:`uncarry`."""
     fields = _fields(propagate.get_global_textmap())
-    kept = {k: headers[k] for k in fields if k in headers}
-    ctx = _plain_context(kept) if fields == _W3C else None
-    if ctx is None:
-        ctx = extract(headers) or Context()
-    return otel_context.attach(ctx), _carried.set((ctx, kept))
+    found = None
+    if fields == _W3C and "tracestate" not in headers and "baggage" not in headers:
+        traceparent = headers.get("traceparent")
+        if traceparent is not None:
+            found = _plain_carried(traceparent)
+    if found is None:
+        kept = {k: headers[k] for k in fields if k in headers}
+        found = (extract(headers) or Context(), kept)
+    return otel_context.attach(found[0]), _carried.set(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_carried(traceparent: str) -> tuple[Context, dict[str, str]] | None:
+    """What :func:`carry` keeps for a lone version-00 ``traceparent``, made once per trace
+    (the headers handed on are read, never changed)."""
+    ctx = _remote_context(traceparent)
+    return None if ctx is None else (ctx, {"traceparent": traceparent})
 
 
 def uncarry(tokens: tuple[Any, Any]) -> None:

@@ -15,6 +15,7 @@ from baton.observability.metrics import Instruments
 from baton.observability.spans import (
     SESSION,
     enter_span,
+    metric_attrs,
     recording_tracer,
 )
 from baton.observability.telemetry import instruments
@@ -70,8 +71,7 @@ class _TracedModel:
             t, inst = recording_tracer(), instruments()
             if t is None and inst is None:
                 return await inner(request, *args, **kw)
-            gen_ai = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
-                      "gen_ai.system": provider, "gen_ai.request.model": request.model}
+            model = request.model
             started = time.perf_counter()
             error: str | None = None
             response: Any = None
@@ -79,10 +79,11 @@ class _TracedModel:
                 if t is None:
                     response = await inner(request, *args, **kw)
                     return response
-                with enter_span(t, f"chat {request.model}", SpanKind.CLIENT, **gen_ai, **{
-                    "baton.request_id": request.request_id,
-                    "baton.entries": len(request.entries),
-                }) as span:
+                with enter_span(
+                    t, f"chat {model}", SpanKind.CLIENT, **_gen_ai(provider, model),
+                    **{"baton.request_id": request.request_id,
+                       "baton.entries": len(request.entries)},
+                ) as span:
                     response = await inner(request, *args, **kw)
                     span.set_attributes({
                         **_usage(response),
@@ -96,7 +97,8 @@ class _TracedModel:
                 raise
             finally:
                 if inst is not None:
-                    _record_model(inst, gen_ai, time.perf_counter() - started, response, error)
+                    _record_model(inst, provider, model, time.perf_counter() - started,
+                                  response, error)
 
         self.generate = generate
 
@@ -110,15 +112,21 @@ def _usage(response: Any) -> dict[str, int]:
             "gen_ai.usage.output_tokens": getattr(usage, "output_tokens", 0)}
 
 
-def _record_model(inst: Instruments, gen_ai: dict[str, Any], seconds: float, response: Any,
+def _gen_ai(provider: str, model: str, *more: tuple[str, str]) -> dict[str, Any]:
+    """The GenAI attributes of a call to ``model`` (and ``more``), made once per set."""
+    return metric_attrs(("gen_ai.operation.name", "chat"), ("gen_ai.provider.name", provider),
+                        ("gen_ai.system", provider), ("gen_ai.request.model", model), *more)
+
+
+def _record_model(inst: Instruments, provider: str, model: str, seconds: float, response: Any,
                   error: str | None) -> None:
-    inst.model_duration.record(seconds, {**gen_ai, "error.type": error} if error else gen_ai)
+    inst.model_duration.record(seconds, _gen_ai(provider, model, ("error.type", error or "")))
     if response is not None:
         usage = _usage(response)
         inst.model_tokens.record(usage["gen_ai.usage.input_tokens"],
-                                 {**gen_ai, "gen_ai.token.type": "input"})
+                                 _gen_ai(provider, model, ("gen_ai.token.type", "input")))
         inst.model_tokens.record(usage["gen_ai.usage.output_tokens"],
-                                 {**gen_ai, "gen_ai.token.type": "output"})
+                                 _gen_ai(provider, model, ("gen_ai.token.type", "output")))
 
 
 def traced_model(name: str, client: Any) -> Any:
