@@ -33,7 +33,7 @@ class _Ahead(threading.local):
 
 
 @functools.cache
-def _root_ids() -> type:
+def _root_ids() -> Any:
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
     class RootIds(RandomIdGenerator):
@@ -71,8 +71,8 @@ def dropped_root(provider: Any, name: str, kind: SpanKind) -> str | None:
     """The ``traceparent`` of a new trace the provider's sampler drops, for a span ``name``
     started now with no parent and nothing current; None when it keeps it (start the span:
     it takes the trace id drawn here) or when ``provider``'s ids are not :func:`id_generator`'s."""
-    ids: Any = provider.id_generator
-    if not isinstance(ids, _root_ids()):
+    ids, ours = provider.id_generator, _root_ids()
+    if not isinstance(ids, ours):
         return None
     trace_id = ids.draw()
     result = provider.sampler.should_sample(None, trace_id, name, kind)
