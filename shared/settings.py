@@ -132,6 +132,10 @@ class Settings(BaseModel):
     # Limits and lifecycle
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
     drain_timeout_s: float = Field(default=10.0, ge=0)
+    # At exit, how long a process waits for its last spans and metrics to reach the
+    # collector (OTEL_*): an unreachable one would otherwise hold each exit for the
+    # exporters' retries (10 s each by default). What is not out by then is dropped.
+    telemetry_flush_timeout_s: float = Field(default=3.0, ge=0)
     connect_timeout_s: float = Field(default=2.0, gt=0)
     # How long Client.connect waits for a store that answers but refuses for now (a replica
     # catching up under the split-brain guard, NOREPLICAS; a failover, CLUSTERDOWN) before

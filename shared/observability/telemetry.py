@@ -33,12 +33,14 @@ it installs the global providers from the standard ``OTEL_*`` variables, and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import functools
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -106,6 +108,8 @@ class _State:
         # The MeterProvider setup() installed, and the histograms its exporters add.
         self.own_meter_provider: object = None
         self.kept: list[Histogram] = []
+        # How long shutdown() waits for the exporters (Settings.telemetry_flush_timeout_s).
+        self.flush_timeout_s = 3.0
 
 
 state = _State()
@@ -355,6 +359,8 @@ def setup(service_name: str, settings: Any = None,
     """
     env = os.environ if env is None else env
     state.role = state.role or service_name
+    if settings is not None:
+        state.flush_timeout_s = settings.telemetry_flush_timeout_s
     if state.installed or _truthy(env.get("OTEL_SDK_DISABLED")):
         return state.installed
     unset_traces = isinstance(otel_trace.get_tracer_provider(), _NO_TRACING)
@@ -383,7 +389,8 @@ def setup(service_name: str, settings: Any = None,
         from baton.observability.roots import dropped_root, id_generator
 
         # sampler: OTEL_TRACES_SAMPLER
-        tracer_provider = TracerProvider(resource=resource, id_generator=id_generator())
+        tracer_provider = TracerProvider(resource=resource, id_generator=id_generator(),
+                                         shutdown_on_exit=False)  # ours, bounded: below
         for exporter, simple in span_exporters:
             processor = SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter)
             tracer_provider.add_span_processor(processor)
@@ -397,22 +404,47 @@ def setup(service_name: str, settings: Any = None,
 
         readers = [PeriodicExportingMetricReader(_with_kept_histograms(e, resource))
                    for e in metric_exporters]
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers,
+                                       shutdown_on_exit=False)
         otel_metrics.set_meter_provider(meter_provider)
         state.own_meter_provider = meter_provider
         state._shutdown.append(meter_provider.shutdown)
+    # The SDK's own exit hooks would wait out an unreachable collector without bound.
+    atexit.register(shutdown)
     state.installed = True
     return True
 
 
-def shutdown() -> None:
-    """Flush and stop what :func:`setup` installed (batched spans go out now). Idempotent."""
+def shutdown(timeout_s: float | None = None) -> bool:
+    """Flush and stop what :func:`setup` installed (batched spans go out now), waiting at
+    most ``timeout_s`` (``Settings.telemetry_flush_timeout_s``, 3 s by default); True when
+    all went out in time. Idempotent.
+
+    The SDK's shutdowns wait out each exporter's retries against a collector that does not
+    answer (10 s per exporter by default), and a service's exit would wait with them, past
+    its stop grace period. They run on a daemon thread instead: what has not gone out by the
+    deadline is dropped with the process, and the exit says so on stderr."""
     calls, state._shutdown = state._shutdown, []
-    for call in calls:
-        try:
-            call()
-        except Exception as exc:  # an unreachable collector must not fail the exit
-            print(f"telemetry shutdown: {exc!r}", file=sys.stderr)
+    if not calls:
+        return True
+    timeout_s = state.flush_timeout_s if timeout_s is None else timeout_s
+
+    def flush() -> None:
+        for call in calls:
+            try:
+                call()
+            except Exception as exc:  # an unreachable collector must not fail the exit
+                print(f"telemetry shutdown: {exc!r}", file=sys.stderr)
+
+    flushing = threading.Thread(target=flush, name="baton-telemetry-flush", daemon=True)
+    flushing.start()
+    flushing.join(timeout_s)
+    if flushing.is_alive():
+        print(f"telemetry: spans and metrics not flushed within {timeout_s:g} s (is the "
+              "collector reachable?); exiting without them "
+              "(BATON_TELEMETRY_FLUSH_TIMEOUT_S)", file=sys.stderr)
+        return False
+    return True
 
 
 def _truthy(value: str | None) -> bool:

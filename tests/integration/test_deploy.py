@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from baton.auth import ROLES, helm_users_block, nats_users_file, redis_acl_file, with_helm_users
 from baton.devkit.servers import NatsServer, RedisServer
+from baton.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PASSWORDS = {f"{r.upper()}_NATS_PASSWORD": f"{r}pw" for r in ("admin", *ROLES)}
@@ -64,6 +65,7 @@ def test_stop_grace_periods_exceed_the_drain_timeout() -> None:
     compose = (DEPLOY / "compose.yaml").read_text()
     drain = int(re.search(r"BATON_DRAIN_TIMEOUT_S=(\d+)", (DEPLOY / ".env.example")
                           .read_text())[1])  # type: ignore[index]
+    drain += Settings().telemetry_flush_timeout_s  # then the last spans and metrics
     graces = [int(g) for g in re.findall(r"stop_grace_period: (\d+)s", compose)]
     assert graces and max(graces) > drain
     assert 'BATON_STREAM_REPLICAS: "3"' in compose
@@ -173,7 +175,6 @@ def test_every_setting_the_deploy_guide_names_exists() -> None:
     """The Redis Cluster table (and the rest of the guide) names only real settings."""
     import re
 
-    from baton.settings import Settings
 
     text = (DEPLOY / "README.md").read_text()
     named = set(re.findall(r"BATON_([A-Z0-9_]+)", text)) - {"FAULT", "WAKE", "TOOLS"}  # streams
