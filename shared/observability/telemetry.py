@@ -46,7 +46,6 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
-from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import NoOpMeterProvider
@@ -54,6 +53,7 @@ from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
+from baton.errors import ConfigError
 from baton.observability.metrics import (
     Histogram,
     Instruments,
@@ -62,11 +62,21 @@ from baton.observability.metrics import (
 )
 from baton.observability.span_file import JsonLinesSpanExporter
 
+# Importing the propagation API loads the propagators OTEL_PROPAGATORS names, and fails for
+# one that is not installed: every command would fail with it, tracing or not. Then no
+# context is handed on, and setup() refuses to trace with a clear error.
+_no_propagators = ""
+try:
+    from opentelemetry import propagate
+except ValueError as exc:
+    propagate: Any = None  # type: ignore[no-redef]
+    _no_propagators = str(exc)
+
 __all__ = [
-    "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally", "carry",
-    "current_trace_id", "dropped_root", "extract", "handing_on", "inject", "instruments",
-    "setup", "shutdown", "state", "trace_id_of", "tracer", "uncarry", "unsampled",
-    "unsampled_header",
+    "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally",
+    "carries_context", "carry", "current_trace_id", "dropped_root", "extract", "handing_on",
+    "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer", "uncarry",
+    "unsampled", "unsampled_header",
 ]
 
 FILE_ENV = "BATON_OTEL_FILE"
@@ -273,6 +283,9 @@ def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
 def carry(headers: Mapping[str, str]) -> tuple[Any, Any]:
     """Enter :func:`handing_on` (without a generator: once per handled message); the
     tokens to give :func:`uncarry`."""
+    if propagate is None:
+        found = (Context(), {})
+        return otel_context.attach(found[0]), _carried.set(found)
     fields = _fields(propagate.get_global_textmap())
     found = None
     if fields == _W3C and "tracestate" not in headers and "baggage" not in headers:
@@ -306,7 +319,7 @@ def dropped_root(name: str, kind: Any) -> str | None:
     propagators would hand on), or when the tracer is not the one :func:`setup` installed
     with a sampler that decides on trace ids alone. Then start the span as usual."""
     roots = state.roots
-    if (roots is None or otel_context.get_current()
+    if (roots is None or propagate is None or otel_context.get_current()
             or _fields(propagate.get_global_textmap()) != _W3C):
         return None
     return roots(name, kind)
@@ -366,6 +379,9 @@ def setup(service_name: str, settings: Any = None,
     unset_traces = isinstance(otel_trace.get_tracer_provider(), _NO_TRACING)
     unset_metrics = isinstance(otel_metrics.get_meter_provider(), _NO_METRICS)
     span_exporters = _span_exporters(env) if unset_traces else []
+    if span_exporters and propagate is None:
+        raise ConfigError(f"OTEL_PROPAGATORS: {_no_propagators} Install its package, or "
+                          "leave OTEL_PROPAGATORS unset (W3C tracecontext and baggage).")
     metric_exporters = _metric_exporters(env) if unset_metrics else []
     if not span_exporters and not metric_exporters:
         return False
@@ -518,13 +534,25 @@ def inject(carrier: dict[str, str] | None = None, context: Context | None = None
     if kept is not None:  # an unsampled message's headers, as they came
         carrier.update(kept)
         return carrier
-    propagate.inject(carrier, context=context)
+    if propagate is not None:
+        propagate.inject(carrier, context=context)
     return carrier
+
+
+def carries_context(headers: Mapping[str, str] | None) -> bool:
+    """Whether ``headers`` hold a trace context the configured propagators read: a
+    ``traceparent`` under the default ones, any of their fields under others (``b3``)."""
+    if not headers or propagate is None:
+        return False
+    if "traceparent" in headers:
+        return True
+    fields = _fields(propagate.get_global_textmap())
+    return fields != _W3C and any(f in headers for f in fields)
 
 
 def extract(headers: Mapping[str, str] | None) -> Context | None:
     """The context carried in message headers; None when they carry none."""
-    if not headers or "traceparent" not in headers:
+    if not carries_context(headers):
         return None
     return propagate.extract(headers)
 

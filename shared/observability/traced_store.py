@@ -23,7 +23,7 @@ from baton.observability.spans import (
     record_handoff,
     recording_tracer,
 )
-from baton.observability.telemetry import inject, instruments
+from baton.observability.telemetry import carries_context, inject, instruments
 
 __all__ = [
     "counted_refusals", "traced_claim", "traced_commit", "traced_complete", "traced_lease",
@@ -44,7 +44,7 @@ def _stamp(writes: Any, carrier: dict[str, str]) -> None:
                           for r in writes.runs]
     if writes.outbox:
         writes.outbox[:] = [
-            o if "traceparent" in o.headers
+            o if carries_context(o.headers)
             else o.model_copy(update={"headers": {**o.headers, **carrier}})
             for o in writes.outbox
         ]
