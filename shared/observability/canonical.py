@@ -59,7 +59,7 @@ class CanonicalLines:
     def flush(self) -> None:
         """Log the summary of the routine messages counted since the last one, if any."""
         now = time.monotonic()
-        if self._count:  # not about the message in hand: without its bound ids
+        if self._count:  # not about the message in hand: without its bound ids and trace
             saved = structlog.contextvars.get_contextvars()
             structlog.contextvars.clear_contextvars()
             try:
@@ -73,6 +73,7 @@ class CanonicalLines:
 
     def _summary(self, now: float) -> None:
         self.log.info(f"{self.event}_summary", routine=self._count,
-                          window_s=round(now - self._since, 1),
-                          ms_mean=round(self._ms_total / self._count, 2),
-                      ms_max=round(self._ms_max, 2), outcomes=dict(self._outcomes))
+                      window_s=round(now - self._since, 1),
+                      ms_mean=round(self._ms_total / self._count, 2),
+                      ms_max=round(self._ms_max, 2), outcomes=dict(self._outcomes),
+                      trace_id=None)

@@ -203,11 +203,14 @@ def _json_text(obj: object, **kw: object) -> str:
 def add_trace_id(
     logger: object, method: str, event: structlog.types.EventDict
 ) -> structlog.types.EventDict:
-    """structlog processor: the trace the line belongs to, when there is one."""
+    """structlog processor: the trace the line belongs to, when there is one. A line given
+    ``trace_id=None`` is about no one message (a summary) and gets none."""
     if "trace_id" not in event:
         trace_id = current_trace_id()
         if trace_id is not None:
             event["trace_id"] = trace_id
+    elif event["trace_id"] is None:
+        del event["trace_id"]
     return event
 
 
