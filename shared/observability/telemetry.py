@@ -488,8 +488,9 @@ def _span_exporters(env: Mapping[str, str]) -> list[tuple[Any, bool]]:
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-            # stderr: stdout belongs to the commands' own output (submit prints JSON).
-            out.append((ConsoleSpanExporter(out=sys.stderr), False))
+            # stderr: stdout belongs to the commands' own output (submit prints JSON). One
+            # line per span, like the JSON log lines around it (the SDK indents).
+            out.append((ConsoleSpanExporter(out=sys.stderr, formatter=_one_line), False))
         elif name != "none":
             print(f"OTEL_TRACES_EXPORTER: unsupported exporter {name!r} ignored "
                   "(use otlp, console or none)", file=sys.stderr)
@@ -497,6 +498,11 @@ def _span_exporters(env: Mapping[str, str]) -> list[tuple[Any, bool]]:
     if path:
         out.append((JsonLinesSpanExporter(path), True))
     return out
+
+
+def _one_line(data: Any) -> str:
+    """A span or an export of metrics as one JSON line, for the console exporters."""
+    return f"{data.to_json(indent=None)}\n"
 
 
 def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
@@ -511,7 +517,7 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
         elif name == "console":
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-            out.append(ConsoleMetricExporter(out=sys.stderr))
+            out.append(ConsoleMetricExporter(out=sys.stderr, formatter=_one_line))
         elif name != "none":
             print(f"OTEL_METRICS_EXPORTER: unsupported exporter {name!r} ignored "
                   "(use otlp, console or none)", file=sys.stderr)

@@ -14,6 +14,7 @@ from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from baton.errors import StaleFenceError
@@ -92,6 +93,16 @@ def test_exporters_follow_the_standard_variables(tmp_path: Path) -> None:
     assert isinstance(metric, OTLPMetricExporter)
     [(console, _)] = telemetry._span_exporters({"OTEL_TRACES_EXPORTER": "console"})
     assert type(console).__name__ == "ConsoleSpanExporter"
+    # One JSON line per span, like the log lines of the same stream (the SDK indents).
+    provider = TracerProvider()
+    finished = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(finished))
+    provider.get_tracer("t").start_span("one", attributes={"a": 1}).end()
+    [span] = finished.get_finished_spans()
+    line = console.formatter(span)
+    assert line.count("\n") == 1 and json.loads(line)["name"] == "one"
+    [metrics] = telemetry._metric_exporters({"OTEL_METRICS_EXPORTER": "console"})
+    assert metrics.formatter is telemetry._one_line
     assert telemetry._span_exporters({"OTEL_TRACES_EXPORTER": "none",
                                       "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == []
     [(jsonl, at_once)] = telemetry._span_exporters({telemetry.FILE_ENV: str(tmp_path / "s")})
