@@ -138,8 +138,9 @@ class Watch:
                         f"(gave up after {limit:g} s of retries): {exc}",
                         url=without_password(self.settings.redis_url),
                     ) from None
-                self.reconnects += 1
-                self.emit({"type": "reconnect", "after": self.last_id, "error": str(exc)})
+                if self._reached:  # before, nothing was lost: waiting for the store
+                    self.reconnects += 1
+                    self.emit({"type": "reconnect", "after": self.last_id, "error": str(exc)})
                 await asyncio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
                 attempt += 1
 

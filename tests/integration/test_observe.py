@@ -306,3 +306,18 @@ async def test_watch_resume_from_an_id_repeats_nothing_and_loses_nothing(tmp_pat
         assert "session lease taken" in traced and "takeovers: none" in traced
         async with httpx.AsyncClient(base_url=stack.mail_url) as http:
             assert (await http.get("/stats")).json()["raw_requests"] == 5
+
+
+async def test_watch_that_never_reached_redis_reports_no_lost_connection() -> None:
+    """Nothing was lost before the store first answered: no "connection lost; resuming"
+    lines while waiting for it, only the error once the wait is over."""
+    from baton.devkit.process import free_port
+    from baton.errors import RedisUnavailable
+    from baton.settings import Settings
+
+    settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", namespace="w")
+    seen: list[dict[str, Any]] = []
+    watch = Watch(settings, "s-none", seen.append, first_give_up_s=0.5)
+    with pytest.raises(RedisUnavailable, match="cannot reach Redis"):
+        await watch.run()
+    assert seen == [] and watch.reconnects == 0
