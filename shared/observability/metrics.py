@@ -16,6 +16,7 @@ import functools
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,18 +78,24 @@ class Tally:
 class Histogram:
     """A histogram kept in this process and handed to Baton's own metric exporters.
 
-    ``record`` has the signature of an SDK Histogram's, at the cost of one bisect and a few
-    list updates under a lock: the SDK's ``Histogram.record`` builds a measurement, cleans
-    and hashes the attributes and runs the exemplar filter on every call (tens of
-    microseconds, about twenty times per session). At each export the exporter
-    :func:`~baton.observability.telemetry.setup` installed adds one cumulative point per
-    attribute set (the same name, unit, description, explicit buckets and attributes as the
-    SDK's would be) to what the SDK collected. Used only when ``setup`` installed the
+    ``record`` has the signature of an SDK Histogram's, at the cost of one append: the SDK's
+    ``Histogram.record`` builds a measurement, cleans and hashes the attributes and runs the
+    exemplar filter on every call (tens of microseconds, about twenty times per session).
+    Measurements wait in a queue (``collections.deque``: appends and pops are safe across
+    threads) and are folded into the aggregates :data:`FOLD_EVERY` at a time, or at a
+    :meth:`snapshot`, under a lock the recording thread takes only then. At each export the
+    exporter :func:`~baton.observability.telemetry.setup` installed adds one cumulative point
+    per attribute set (the same name, unit, description, explicit buckets and attributes as
+    the SDK's would be) to what the SDK collected. Used only when ``setup`` installed the
     MeterProvider: a host's own provider gets SDK histograms, its views and exemplars
     included.
     """
 
-    __slots__ = ("_lock", "bounds", "description", "name", "points", "start_ns", "unit")
+    #: Measurements queued before the recording thread folds them in.
+    FOLD_EVERY = 256
+
+    __slots__ = ("_lock", "_queued", "bounds", "description", "name", "points", "start_ns",
+                 "unit")
 
     def __init__(self, name: str, unit: str, description: str,
                  bounds: Sequence[float]) -> None:
@@ -97,25 +104,38 @@ class Histogram:
         self.start_ns = time.time_ns()
         # attribute pairs -> [count, sum, min, max, bucket counts]
         self.points: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
-        self._lock = threading.Lock()  # records on the loop, exports on the reader's thread
+        self._queued: deque[tuple[tuple[tuple[str, Any], ...], float]] = deque()
+        self._lock = threading.Lock()  # folds: on the loop's thread, or the reader's
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
-        key = _key(attributes)
-        bucket = bisect.bisect_left(self.bounds, amount)  # upper bounds are inclusive
+        queued = self._queued
+        queued.append((_key(attributes), amount))
+        if len(queued) >= self.FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the queued measurements into the aggregates (any thread)."""
+        bounds, points, queued = self.bounds, self.points, self._queued
         with self._lock:
-            point = self.points.get(key)
-            if point is None:
-                point = self.points[key] = [0, 0, amount, amount, [0] * (len(self.bounds) + 1)]
-            point[0] += 1
-            point[1] += amount
-            if amount < point[2]:
-                point[2] = amount
-            elif amount > point[3]:
-                point[3] = amount
-            point[4][bucket] += 1
+            while True:
+                try:
+                    key, amount = queued.popleft()
+                except IndexError:
+                    return
+                point = points.get(key)
+                if point is None:
+                    point = points[key] = [0, 0, amount, amount, [0] * (len(bounds) + 1)]
+                point[0] += 1
+                point[1] += amount
+                if amount < point[2]:
+                    point[2] = amount
+                elif amount > point[3]:
+                    point[3] = amount
+                point[4][bisect.bisect_left(bounds, amount)] += 1  # upper bounds inclusive
 
     def snapshot(self) -> list[tuple[dict[str, Any], int, float, float, float, list[int]]]:
         """(attributes, count, sum, min, max, bucket counts) per attribute set so far."""
+        self._fold()
         with self._lock:
             return [(dict(key), n, total, low, high, list(counts))
                     for key, (n, total, low, high, counts) in self.points.items()]

@@ -118,15 +118,23 @@ def _gen_ai(provider: str, model: str, *more: tuple[str, str]) -> dict[str, Any]
                         ("gen_ai.system", provider), ("gen_ai.request.model", model), *more)
 
 
+@functools.lru_cache(maxsize=256)
+def _call_attrs(provider: str, model: str) -> tuple[dict[str, Any], dict[str, Any],
+                                                   dict[str, Any]]:
+    """A call's attribute sets: the duration's (no error), the input and output tokens'."""
+    return (_gen_ai(provider, model), _gen_ai(provider, model, ("gen_ai.token.type", "input")),
+            _gen_ai(provider, model, ("gen_ai.token.type", "output")))
+
+
 def _record_model(inst: Instruments, provider: str, model: str, seconds: float, response: Any,
                   error: str | None) -> None:
-    inst.model_duration.record(seconds, _gen_ai(provider, model, ("error.type", error or "")))
+    ok, tokens_in, tokens_out = _call_attrs(provider, model)
+    inst.model_duration.record(seconds, _gen_ai(provider, model, ("error.type", error))
+                               if error else ok)
     if response is not None:
         usage = _usage(response)
-        inst.model_tokens.record(usage["gen_ai.usage.input_tokens"],
-                                 _gen_ai(provider, model, ("gen_ai.token.type", "input")))
-        inst.model_tokens.record(usage["gen_ai.usage.output_tokens"],
-                                 _gen_ai(provider, model, ("gen_ai.token.type", "output")))
+        inst.model_tokens.record(usage["gen_ai.usage.input_tokens"], tokens_in)
+        inst.model_tokens.record(usage["gen_ai.usage.output_tokens"], tokens_out)
 
 
 def traced_model(name: str, client: Any) -> Any:

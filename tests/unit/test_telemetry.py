@@ -265,7 +265,7 @@ def test_an_unsampled_traceparent_is_read_from_the_header(otel: Any) -> None:
 async def test_the_model_call_is_a_client_span_keeping_the_signature(otel: Any) -> None:
     import inspect
 
-    spans, _ = otel
+    spans, reader = otel
 
     class Usage(NamedTuple):
         input_tokens: int = 3
@@ -294,6 +294,22 @@ async def test_the_model_call_is_a_client_span_keeping_the_signature(otel: Any) 
     [span] = spans.get_finished_spans()
     assert span.kind is SpanKind.CLIENT and span.name == "chat m"
     assert span.attributes["gen_ai.usage.output_tokens"] == 5
+
+    class Failing:
+        async def generate(self, request: Any) -> Response:
+            raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        await tracing.traced_model("openai:m", Failing()).generate(Request())
+    # The metrics: a duration per call (the failed one with its error type), the tokens by type.
+    points = metric_points(reader)
+    durations = {p.attributes.get("error.type"): dict(p.attributes)
+                 for p in points["gen_ai.client.operation.duration"]}
+    assert durations[None] == {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "m",
+                               "gen_ai.system": "m", "gen_ai.request.model": "m"}
+    assert durations["TimeoutError"]["gen_ai.provider.name"] == "openai"
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in points["gen_ai.client.token.usage"]}
+    assert tokens == {"input": 3, "output": 5}
 
 
 def test_the_file_exporter_writes_one_json_line_per_span(tmp_path: Path) -> None:
