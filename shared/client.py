@@ -26,6 +26,7 @@ import redis.exceptions as rex
 from baton.bus.subjects import BusNames
 from baton.errors import (
     ConfigError,
+    ConflictError,
     CorruptStateError,
     NotFoundError,
     RedisUnavailable,
@@ -154,6 +155,7 @@ class Client:
         """
         if not text.strip():
             raise ConfigError("nothing to submit: the text is empty")
+        _check_compat(compat)
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         sub_id = derived_id("sub", session_id, request_id)
@@ -206,6 +208,7 @@ class Client:
         The session is created for ``agent`` if new: the Brains serving that agent run it.
         Without ``session_id`` it is derived from ``request_id`` (see :func:`session_for`).
         """
+        _check_compat(compat)
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         now = now_ms()
@@ -217,6 +220,14 @@ class Client:
                 wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
                 task=task, worker=self.worker,
             )
+        if not created:  # the same request id: the same start, or a conflict
+            first = await self.store.task(session_id, task_id)
+            if first.kind != task.kind or first.input != task.input:
+                raise ConflictError(
+                    f"request id {request_id} in session {session_id} was used before to "
+                    f"start task {task_id} ({first.kind}) with "
+                    f"{'another kind' if first.kind != task.kind else 'a different input'}",
+                    session_id=session_id, task_id=task_id)
         return session_id, task_id, created
 
     @contextlib.asynccontextmanager
@@ -401,3 +412,10 @@ class Client:
             for signal in self._waiters.get(msg.get("channel"), ()):
                 if not signal.done():
                     signal.set_result(msg.get("data"))  # see baton.store.notices
+
+
+def _check_compat(compat: int) -> None:
+    """A session's compat level is 1 or more, as an Agent's: no Brain serves another."""
+    if isinstance(compat, bool) or not isinstance(compat, int) or compat < 1:
+        raise ValidationError(f"compat level must be an integer of 1 or more, not {compat!r}",
+                              compat=compat)

@@ -65,7 +65,8 @@ def _timed_out(what: str, session_id: str, status: str, timeout: float) -> CliEr
 
 @click.command()
 @click.option("--agent", default="notices", show_default=True)
-@click.option("--compat", default=1, show_default=True)
+@click.option("--compat", default=1, show_default=True, type=click.IntRange(min=1),
+              help="the session's compat level (1 or more, as an Agent's)")
 @click.option("--session", "session_id", default=None, help="session id (default: new)")
 @click.option("--request-id", default=None,
               help="idempotency key: the same id and text give the same submission (in the "
@@ -121,7 +122,8 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
               help="the task's input, a JSON object")
 @click.option("--session", "session_id", default=None, help="session id (default: new)")
 @click.option("--agent", default=None, help="the session's agent (default: KIND)")
-@click.option("--compat", default=1, show_default=True)
+@click.option("--compat", default=1, show_default=True, type=click.IntRange(min=1),
+              help="the session's compat level (1 or more, as an Agent's)")
 @click.option("--request-id", default=None, help="idempotency key of this start")
 @click.option("--wait/--no-wait", default=False, help="wait until the task has ended")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")

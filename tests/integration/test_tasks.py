@@ -11,6 +11,7 @@ import pytest
 
 from baton.brain.worker import BrainWorker
 from baton.client import Client
+from baton.errors import ConflictError, ValidationError
 from baton.hands.worker import HandsWorker
 from baton.models import Task
 from baton.receipts import CommitDetail
@@ -155,9 +156,18 @@ async def test_a_phase_that_raises_every_time_ends_failed_at_the_restart_limit(
 async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:
     first = await client.start_task("s-idem", "sleeper", {"seconds": 0.1}, agent=AGENT,
                                     request_id="r1")
-    again = await client.start_task("s-idem", "sleeper", {"seconds": 9}, agent=AGENT,
+    again = await client.start_task("s-idem", "sleeper", {"seconds": 0.1}, agent=AGENT,
                                     request_id="r1")
     assert first[2] and not again[2] and first[1] == again[1]
+    # The same request id for another start is a conflict, as for a submission's text.
+    with pytest.raises(ConflictError, match="with a different input"):
+        await client.start_task("s-idem", "sleeper", {"seconds": 9}, agent=AGENT,
+                                request_id="r1")
+    with pytest.raises(ConflictError, match="with another kind"):
+        await client.start_task("s-idem", "other-kind", {"seconds": 0.1}, agent=AGENT,
+                                request_id="r1")
+    with pytest.raises(ValidationError, match="compat level"):
+        await client.start_task("s-idem", "sleeper", {}, agent=AGENT, compat=0)
     task = await client.wait_task("s-idem", first[1], timeout=10)
     assert outcome(task) == "completed"
     assert len([r for r in await client.store.receipts("s-idem") if r.kind == "start"]) == 1
