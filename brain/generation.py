@@ -36,7 +36,7 @@ from typing import Any
 
 from baton.brain.cancel import live_runs
 from baton.brain.context import TaskContext
-from baton.brain.model import ModelRequest, ModelResponse, model_client, streams
+from baton.brain.model import ModelRequest, ModelResponse, model_client, streams, visible_to
 from baton.brain.redispatch import stuck_runs
 from baton.brain.retry import retry_at
 from baton.brain.stream import PartialText
@@ -176,7 +176,7 @@ class Generation:
         request = ModelRequest(
             model=agent.model,
             instructions=agent.instructions,
-            entries=tuple(ctx.state.entries),
+            entries=visible_to(tuple(ctx.state.entries), task.id),
             tools=tuple(ctx.app.tools[t].schema() for t in ctx.app.agent_tools(agent)),
             request_id=request_id,
             logical_id=request_id.rsplit(":", 1)[0],

@@ -52,6 +52,7 @@ __all__ = [
     "conversation",
     "model_client",
     "streams",
+    "visible_to",
 ]
 
 TextSink = Callable[[str], None]
@@ -71,6 +72,30 @@ PENDING_NOTE = (
     '{"outcome": "no_result", "error": "no result was recorded for this tool call: it is '
     'still running, or it was cancelled before it ran"}'
 )
+
+
+def visible_to(entries: tuple[Entry, ...] | list[Entry], task_id: str) -> tuple[Entry, ...]:
+    """The entries a request of task ``task_id`` is made from: its own and those of the tasks
+    begun before it, each task's entries together (in commit order) and the tasks in the
+    order they began (by their first entry); an entry of no task stays with the one before it.
+
+    A message submitted while a task runs is committed among that task's entries but answered
+    by its own task once the running one has ended: the running task's requests leave it out
+    (else its model would answer it too, and the message's own task find it answered), and
+    the message's task sees the earlier exchange whole, then the message. A task with no entry
+    of its own sees every entry, as they are.
+    """
+    rank: dict[str, int] = {}
+    ranked: list[tuple[int, int]] = []  # (task rank, position) of each entry
+    last = 0
+    for i, e in enumerate(entries):
+        if e.task_id is not None:
+            last = rank.setdefault(e.task_id, len(rank))
+        ranked.append((last, i))
+    own = rank.get(task_id)
+    if own is None:
+        return tuple(entries)
+    return tuple(entries[i] for r, i in sorted(ranked) if r <= own)
 
 
 def conversation(entries: tuple[Entry, ...] | list[Entry]) -> list[Entry]:

@@ -128,3 +128,31 @@ async def test_workers_started_before_redis_wait_for_it(
     finally:
         for t in tasks:
             t.cancel()
+
+
+async def test_two_messages_sent_to_a_session_at_once_are_each_answered_by_their_own_task(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    """Both commit before a Brain takes either up: the first task's requests do not show the
+    second message (its model would act on it), the second's show the first exchange whole."""
+    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    texts = {to: f"Send the approved notice to {to}, then summarise."
+             for to in ("g1@example.com", "g2@example.com")}
+    client = await Client.connect(settings)
+    try:
+        subs = await asyncio.gather(*(
+            client.submit(text, agent="notices", session_id="s-two-at-once")
+            for text in texts.values()))  # no Brain yet: both wait in the inbox
+        brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+        hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+        relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+        async with running(relay, hands, brain):
+            finals = [await client.wait(sub, timeout=30) for sub, _ in subs]
+    finally:
+        await client.close()
+    for to, final in zip(texts, finals, strict=True):
+        assert final.status == "completed", final
+        assert final.answer == f"Summary of 1 notices: {to}: sent.", final.answer
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert stats["deliveries"] == {to: 1 for to in texts}

@@ -14,6 +14,7 @@ from baton.brain.model import (
     conversation,
     model_client,
     streams,
+    visible_to,
 )
 from baton.brain.model_http import idempotency_key, retry_after, status_error
 from baton.brain.retry import backoff_ms, retry_at
@@ -143,6 +144,34 @@ def test_conversation_answers_each_call_before_what_arrived_meanwhile() -> None:
     turns = anthropic_messages.messages(request)
     assert [m["role"] for m in turns] == ["user", "assistant", "user"]
     assert [b["type"] for b in turns[2]["content"]] == ["tool_result", "tool_result", "text"]
+
+
+def test_a_task_sees_the_tasks_before_it_whole_and_none_begun_after_it() -> None:
+    """Commit order: B's message arrives while A's tools run, C's during A's answer."""
+    def e(kind: str, text: str, task: str | None, **kw: object) -> Entry:
+        return Entry(kind=kind, text=text, task_id=task, **kw)  # type: ignore[arg-type]
+
+    entries = (
+        e("user", "send to g1", "A"),
+        e("model", "", "A", tool_calls=(CALL,)),
+        e("user", "send to g2", "B"),
+        e("tool_result", "r1", "A", tool_call_id="call_1"),
+        e("system", "note", None),  # of no task: stays with the entry before it (A's)
+        e("user", "and g3", "C"),
+        e("model", "sent to g1", "A"),
+        e("model", "sending g2", "B"),
+    )
+    texts = lambda got: [x.text for x in got]  # noqa: E731
+    # A (running): its own entries only; B's and C's messages wait for their own tasks.
+    assert texts(visible_to(entries, "A")) == ["send to g1", "", "r1", "note", "sent to g1"]
+    # B: A's exchange whole, then its own message and what it did.
+    assert texts(visible_to(entries, "B")) == [
+        "send to g1", "", "r1", "note", "sent to g1", "send to g2", "sending g2"]
+    assert texts(visible_to(entries, "C")) == [
+        "send to g1", "", "r1", "note", "sent to g1", "send to g2", "sending g2", "and g3"]
+    assert visible_to(entries, "D") == entries  # no entry of its own: every entry, as is
+    # The scripted model answers the last message it is shown: A's own, not B's.
+    assert texts(conversation(visible_to(entries[:4], "A")))[-1] == "r1"
 
 
 @pytest.mark.parametrize(("model", "compatible", "setting", "field"), [
