@@ -14,11 +14,13 @@ A targeted task ends ``cancelled``; the children a cancel aborts end ``aborted``
 
 from __future__ import annotations
 
-from baton.brain.context import TaskContext
-from baton.models import Task, ToolResult
-from baton.store.writes import Writes
+from typing import Any
 
-__all__ = ["CANCELLED_BY", "cancel_result", "consume_cancels", "live_runs"]
+from baton.brain.context import TaskContext
+from baton.models import Task, Terminal, ToolResult
+from baton.store.writes import Writes, timer_member
+
+__all__ = ["CANCELLED_BY", "cancel_result", "consume_cancels", "end_unrunnable", "live_runs"]
 
 # Checkpoint data key on the tasks a cancel targeted: the reason (they end 'cancelled').
 CANCELLED_BY = "_cancelled"
@@ -73,3 +75,38 @@ async def consume_cancels(ctx: TaskContext) -> None:
         kind="cancel", tasks=changed, meta_del=[f"cancel:{c}" for c in meta.cancels],
         cancel_runs=runs, cancel_result=cancel_result() if runs else "",
         detail={"intents": list(meta.cancels), "targets": sorted(targets), "runs": runs}))
+
+
+async def end_unrunnable(registry: Any, ctx: TaskContext) -> None:
+    """End ``cancelled`` the tasks a cancel targeted that no handler here can run (a kind no
+    Brain of this version defines: blocked) once nothing of theirs goes on (no live run, no
+    live child), as their handler would: nothing is left for one to do. Without this, such a
+    task would wait for a Brain that knows its kind only to be cancelled."""
+    tasks = ctx.state.tasks
+    ending = [t for t in tasks.values()
+              if t.cancel_requested and not t.terminal and registry.get(t) is None
+              and not live_runs(t, ctx)
+              and not any(c.parent == t.id and not c.terminal for c in tasks.values())]
+    if not ending:
+        return
+    now, meta = ctx.now(), ctx.state.meta
+    writes = Writes(kind="final", detail={"tasks": [t.id for t in ending],
+                                          "outcome": "cancelled", "reason": "blocked"})
+    for t in ending:
+        reason = t.checkpoint.data.get(CANCELLED_BY, REASON)
+        writes.tasks.append(t.model_copy(update={
+            "state": Terminal(outcome="cancelled", reason=reason), "updated_ms": now}))
+        writes.tasks.extend(c for c in tasks.values() if c.parent == t.id)  # consumed
+        writes.applied.extend(rid for rid, run in ctx.state.runs.items()
+                              if run.intent.task_id == t.id and run.status == "completed")
+        if t.parent is not None:
+            writes.keep_live.add(t.id)  # until the parent has read it
+        else:
+            writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id), f"task:{t.id}"))
+        if t.state.name == "sleeping":
+            writes.timers_remove.append(
+                timer_member("task", ctx.session_id, t.id, meta.wake_subject))
+        if t.id in meta.blocked:
+            writes.meta_del.append(f"blocked:{t.id}")
+    ctx.log.info("cancelled_unrunnable", tasks=[t.id for t in ending])
+    await ctx.commit(writes)

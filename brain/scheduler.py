@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from baton.brain.cancel import consume_cancels
+from baton.brain.cancel import consume_cancels, end_unrunnable
 from baton.brain.context import TaskContext
 from baton.brain.decisions import consume_decisions
 from baton.brain.registry import Registry
@@ -47,6 +47,7 @@ async def schedule(registry: Registry, ctx: TaskContext) -> None:
     await consume_requests(ctx)
     await migrate_session(registry, ctx)
     await consume_cancels(ctx)
+    await end_unrunnable(registry, ctx)
     await consume_decisions(ctx)
     await note_blocked(registry, ctx)
     ctx.idle_after = lambda writes: _idle_after(registry, ctx, writes)

@@ -171,3 +171,21 @@ async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:
     task = await client.wait_task("s-idem", first[1], timeout=10)
     assert outcome(task) == "completed"
     assert len([r for r in await client.store.receipts("s-idem") if r.kind == "start"]) == 1
+
+
+async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Client) -> None:
+    """Blocked (no handler for its kind), it has nothing to stop: it ends cancelled at once
+    instead of waiting, re-leased at each deadline, for a Brain that knows its kind."""
+    sid, tid, created = await client.start_task(None, "no-such-kind", {}, agent=AGENT)
+    assert created
+
+    async def blocked() -> bool:
+        return tid in (await client.store.load(sid)).meta.blocked
+
+    await eventually(blocked, timeout=10)
+    await client.cancel(sid, tid)
+    await client.wait_cancelled(sid, tid, timeout=10)
+    task = await client.store.task(sid, tid)
+    assert outcome(task) == "cancelled" and task.state.reason == "cancelled by request"
+    state = await client.store.load(sid)
+    assert state.tasks == {} and state.meta.blocked == {}
