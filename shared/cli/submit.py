@@ -34,7 +34,13 @@ def _read_text(text: str) -> str:
 
 
 async def _check_brains(client: Client, agent: str, compat: int, require: bool,
-                        doing: str = "submitting") -> None:
+                        doing: str = "submitting", session_id: str | None = None) -> None:
+    if session_id:  # an existing session is served at its own level (a migration moves it)
+        sk = client.store.keys.session(session_id)
+        stored_agent, stored_compat = await client.store.redis.hmget(sk.meta,
+                                                                     ["agent", "compat"])
+        if stored_agent and stored_compat:
+            agent, compat = stored_agent, int(stored_compat)
     if await client.live_brains(agent, compat):
         return
     message = (f"no live Brain serves agent {agent} at compat level {compat} in namespace "
@@ -95,7 +101,7 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
     async def go() -> int:
         client = await Client.connect(config)
         try:
-            await _check_brains(client, agent, compat, require_brain)
+            await _check_brains(client, agent, compat, require_brain, session_id=session_id)
             sub, created = await client.submit(body, agent=agent, compat=compat,
                                                session_id=session_id, request_id=request_id)
             emit(as_json, {**sub.model_dump(mode="json"), "created": created},
@@ -147,7 +153,8 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
     async def go() -> int:
         client = await Client.connect(config)
         try:
-            await _check_brains(client, agent or kind, compat, require_brain, "starting")
+            await _check_brains(client, agent or kind, compat, require_brain, "starting",
+                                session_id)
             sid, task_id, created = await client.start_task(
                 session_id, kind, task_input, agent=agent or kind, compat=compat,
                 request_id=request_id)

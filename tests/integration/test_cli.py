@@ -80,6 +80,30 @@ def test_submit_require_brain_refuses_and_stores_nothing(settings: Settings,
     assert asyncio.run(exists()) == 0
 
 
+def test_require_brain_checks_the_level_an_existing_session_is_at(settings: Settings,
+                                                                    tmp_path: Path) -> None:
+    """A session migrated to compat 2 is served by compat-2 Brains, whatever --compat says;
+    a level below 1 is refused before anything is looked up."""
+    import asyncio
+
+    async def migrated() -> None:  # as a v2 Brain's migration leaves the session's meta
+        store = await Store.connect(settings)
+        try:
+            await store.redis.hset(store.keys.session("s-moved").meta,
+                                   mapping={"agent": "ghost", "compat": "2"})
+        finally:
+            await store.close()
+
+    asyncio.run(migrated())
+    env = _env(settings, tmp_path)
+    done = _cli("submit", "--agent", "ghost", "--compat", "1", "--session", "s-moved",
+                "--require-brain", "hello", env=env)
+    assert done.returncode == 1
+    assert "no live Brain serves agent ghost at compat level 2" in _one_error(done)
+    zero = _cli("submit", "--compat", "0", "hello", env=env)
+    assert zero.returncode == 2 and "--compat" in zero.stderr and "Traceback" not in zero.stderr
+
+
 def test_start_warns_or_refuses_like_submit_when_no_brain_serves(settings: Settings,
                                                                  tmp_path: Path) -> None:
     env = _env(settings, tmp_path)
