@@ -37,8 +37,8 @@ async def _check_brains(client: Client, agent: str, compat: int, require: bool,
                         doing: str = "submitting", session_id: str | None = None) -> None:
     if session_id:  # an existing session is served at its own level (a migration moves it)
         sk = client.store.keys.session(session_id)
-        stored_agent, stored_compat = await client.store.redis.hmget(sk.meta,
-                                                                     ["agent", "compat"])
+        reply = await client.store.redis.hmget(sk.meta, ["agent", "compat"])
+        stored_agent, stored_compat = (v.decode() if isinstance(v, bytes) else v for v in reply)
         if stored_agent and stored_compat:
             agent, compat = stored_agent, int(stored_compat)
     if await client.live_brains(agent, compat):
