@@ -119,6 +119,9 @@ def _first_submit(app_spec: str) -> str:
     """A first command to try against the stack's app (its first agent)."""
     if app_spec.endswith("examples.notices:app"):
         return 'baton submit --wait "Send the approved notice to ada@example.com"'
+    if app_spec.endswith("examples.notice_batch:app"):  # its agent only hosts the task
+        return ("baton start notice-batch --wait --input "
+                '\'{"recipients": ["ada@example.com"], "subject": "Notice", "body": "Approved."}\'')
     try:
         from baton.app import load_app
 

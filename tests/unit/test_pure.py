@@ -110,3 +110,18 @@ def test_brain_only_fields_in_the_runs_hash_are_dropped() -> None:
         "r.status", "x.cancelled", "r.intent.x", "rintent", "approved.r", "r.")}
     assert sorted(with_intents(runs, {})) == [
         "approved.r", "r.", "r.intent.x", "r.status", "rintent", "x.cancelled"]
+
+
+def test_baton_dev_hints_a_first_command_the_app_answers() -> None:
+    import json
+    import shlex
+
+    from baton.devkit.dev import _first_submit
+
+    assert shlex.split(_first_submit("baton.examples.notices:app"))[:3] == [
+        "baton", "submit", "--wait"]
+    # The notice-batch app's agent only hosts its task: the hint starts the task.
+    words = shlex.split(_first_submit("baton.examples.notice_batch:app"))
+    assert words[:4] == ["baton", "start", "notice-batch", "--wait"]
+    task_input = json.loads(words[words.index("--input") + 1])
+    assert set(task_input) == {"recipients", "subject", "body"} and task_input["recipients"]
