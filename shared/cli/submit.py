@@ -35,6 +35,7 @@ def _read_text(text: str) -> str:
 
 async def _check_brains(client: Client, agent: str, compat: int, require: bool,
                         doing: str = "submitting", session_id: str | None = None) -> None:
+    client.names.wake_subject(agent, compat)  # a name no subject takes fails first, alone
     if session_id:  # an existing session is served at its own level (a migration moves it)
         sk = client.store.keys.session(session_id)
         reply = await client.store.redis.hmget(sk.meta, ["agent", "compat"])

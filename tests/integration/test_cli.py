@@ -102,6 +102,8 @@ def test_require_brain_checks_the_level_an_existing_session_is_at(settings: Sett
     assert "no live Brain serves agent ghost at compat level 2" in _one_error(done)
     zero = _cli("submit", "--compat", "0", "hello", env=env)
     assert zero.returncode == 2 and "--compat" in zero.stderr and "Traceback" not in zero.stderr
+    bad = _cli("submit", "--agent", "bad agent!", "hello", env=env)  # one error, no warning
+    assert bad.returncode == 1 and "invalid agent 'bad agent!'" in _one_error(bad)
 
 
 def test_start_warns_or_refuses_like_submit_when_no_brain_serves(settings: Settings,
