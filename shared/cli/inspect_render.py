@@ -115,6 +115,10 @@ def render_session(v: dict[str, Any], console: Console) -> None:
                           a["digest"],
                           _ms(a["waiting_ms"]))
         console.print(gated)
+        # The commands whole, one per line: a narrow table cuts the ids and the digest.
+        for a in v["awaiting_approval"]:
+            console.print(f"  baton approve {_e(a['run_id'])} --session {_e(v['session_id'])} "
+                          f"--args-digest {_e(a['digest'])}", soft_wrap=True)
     if v["timers"]:
         console.print("timers: " + ", ".join(f"{_e(t['timer'])} due in {_ms(t['due_in_ms'])}"
                                              for t in v["timers"]))

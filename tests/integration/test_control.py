@@ -57,6 +57,17 @@ async def test_approval_bound_to_arguments_dispatches_once(
             ada, grace = runs
             assert ada.intent.approval_digest == args_digest("send_email", ada.intent.arguments)
             assert view["awaiting_approval"][0]["arguments"] == ada.intent.arguments
+            # Rendered narrow (output to a pipe): each approve command whole, to be copied.
+            from rich.console import Console
+
+            from baton.cli.inspect import render_session
+
+            console = Console(width=60, record=True)
+            render_session(view, console)
+            shown = console.export_text().splitlines()
+            for r in runs:
+                assert (f"  baton approve {r.run_id} --session {sid} --args-digest "
+                        f"{r.intent.approval_digest}") in shown
 
             # An approval for other arguments (grace's digest on ada's run) is refused.
             with pytest.raises(ConflictError, match="does not match"):
