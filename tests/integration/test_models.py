@@ -368,8 +368,9 @@ async def test_follow_up_while_tools_run_is_placed_after_their_results(
     stream: bool,
 ) -> None:
     """A message submitted while the turn's tools run is committed between the calls and
-    their results; every request puts it after the results (the server refuses otherwise,
-    as the providers do)."""
+    their results. The running task's requests leave it out (it is answered by its own
+    task); the later tasks' requests show the first exchange whole, results right after
+    their calls (the server refuses otherwise, as the providers do), then the message."""
     s = model_settings(settings, model_server, model_stream=stream, mail_url=mailbox.url)
     app = APPS[wire]
     brain = BrainWorker(s.model_copy(update={"worker_name": "brain-1"}), app)
@@ -400,15 +401,16 @@ async def test_follow_up_while_tools_run_is_placed_after_their_results(
     assert tags.index("user", 1) < tags.index("tool_result"), tags
     seen = model_server.requests
     assert all(r.behaviour.status == 200 for r in seen)
-    # The first task's next turn: results right after the calls, then the follow-up; and the
-    # same order on every later request of the session (the follow-up's own task runs once
-    # the first has ended, then the third).
-    head = ["user", "calls", *["result"] * 5, "follow-up"]
+    # The first task's next turn: results right after the calls, and no follow-up; the
+    # follow-up's own task runs once the first has ended and sees its exchange whole, then
+    # the message; the third sees the same, then the follow-up's answer and its own message.
+    exchange = ["user", "calls", *["result"] * 5]
     later = seen[1:]
     assert [r.request_id for r in later] == [f"{first.task_id}:2:0", f"{second.task_id}:1:0",
                                              f"{third.task_id}:1:0"]
-    for r in later:
-        assert order_of(r)[: len(head)] == head, (r.request_id, order_of(r))
+    assert [order_of(r) for r in later] == [
+        exchange, [*exchange, "answer", "follow-up"],
+        [*exchange, "answer", "follow-up", "answer", "user"]]
     stats = await mail_stats(mailbox)
     assert stats["accepted"] == 5
 
