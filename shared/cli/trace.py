@@ -454,10 +454,12 @@ class Timeline:
         target = d.target
         ev.text = (f"CANCEL requested for {'the session' if target == '*' else 'task ' + target}"
                    f" ({d.reason})")
+        self.by_wake[f"c.{ev.ts_ms}"] = ev  # its wake row (see cancel.lua)
         self.waker = ev
 
     def _on_approval(self, ev: Event, d: ApprovalDetail) -> None:
         ev.flags.append("approval")
+        self.by_wake[f"d.{ev.ts_ms}"] = ev  # its wake row (see approve.lua)
         if d.kind == "reject":
             ev.text = f"REJECTED {self._short(d.run_id)}: {d.reason}"
             self.waker = ev

@@ -117,3 +117,27 @@ def test_the_runs_of_two_tasks_get_labels_that_tell_them_apart() -> None:
     assert timeline._short(second) == "run 222222/1-0"
     assert timeline._short(first) == "run 1-0"  # stable once the first task is known
     assert timeline.trace().first_task == "t-aaaaaa111111"
+
+
+def test_a_lease_woken_by_a_cancel_names_the_cancel_not_the_commit_before_it() -> None:
+    """A client's cancel (and approval) writes its wake row under the session's last seq
+    (``<sid>/<seq>/c.<ms>``): the lease it brings is the cancel's, whatever that seq's commit."""
+    story = [
+        *_story(),
+        _receipt(7, "commit", BRAIN, 3030, {"kind": "blocked", "detail": {"task_id": "t"}},
+                 seq=4, fence=2),
+        _receipt(8, "cancel", CLIENT, 5000, {"detail": {"target": "*", "reason": "stop"}},
+                 seq=4),
+        _receipt(9, "lease", BRAIN, 5040, {
+            "previous_holder": "", "previous_fence": 2,
+            "carrier": _carrier("relay-1", 5020, f"s-1/4/c.{T0 + 5000}", 9)}, fence=3),
+        _receipt(10, "reject", CLIENT, 6000, {"detail": {"run_id": "t-1-0", "reason": "no"}},
+                 seq=5),
+        _receipt(11, "lease", BRAIN, 6030, {
+            "previous_holder": "", "previous_fence": 3,
+            "carrier": _carrier("relay-1", 6010, f"s-1/5/d.{T0 + 6000}", 10)}, fence=4),
+    ]
+    text = render_text(build_trace("s-1", story))
+    woken = [line for line in text.splitlines() if "woken by" in line]
+    assert "woken by cancel of client-1, wake hop 40 ms" in woken[-2], woken
+    assert "woken by reject of client-1, wake hop 30 ms" in woken[-1], woken
