@@ -564,11 +564,17 @@ def extract(headers: Mapping[str, str] | None) -> Context | None:
 
 
 def trace_id_of(headers: Mapping[str, str] | None) -> str | None:
-    """The trace id in a ``traceparent`` header (``00-<trace id>-<span id>-<flags>``)."""
-    value = headers.get("traceparent") if headers else None
-    if value and len(value) >= 55 and value[2] == "-":
-        return value[3:35]
-    return None
+    """The trace id in a ``traceparent`` header (``00-<trace id>-<span id>-<flags>``), or
+    in the headers of the propagators configured instead (``b3``)."""
+    if not headers:
+        return None
+    value = headers.get("traceparent")
+    if value:
+        return value[3:35] if len(value) >= 55 and value[2] == "-" else None
+    if not carries_context(headers):
+        return None
+    ctx = otel_trace.get_current_span(propagate.extract(headers)).get_span_context()
+    return f"{ctx.trace_id:032x}" if ctx.is_valid else None
 
 
 def set_incoming_trace(trace_id: str | None) -> None:

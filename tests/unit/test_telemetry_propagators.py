@@ -86,6 +86,13 @@ async def test_a_trace_runs_through_a_consumer_and_a_commit_under_another_propag
     assert "traceparent" not in writes.trace
 
 
+def test_log_lines_name_the_trace_of_another_propagators_headers(one_header: None) -> None:
+    from baton.observability import telemetry
+
+    assert telemetry.trace_id_of({"x-trace": f"{TRACE}-{SPAN}-0"}) == TRACE
+    assert telemetry.trace_id_of({"Nats-Msg-Id": "s/1/0"}) is None
+
+
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True,
