@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_type_hints
@@ -97,6 +99,9 @@ class Tool:
         if replay not in ("safe", "confirm", "unsafe"):
             raise ConfigError(f"tool {self.name}: unknown replay policy {replay!r}")
         self.replay: ReplayPolicy = replay
+        _check_callable(fn, self.name)
+        if not timeout > 0:
+            raise ConfigError(f"tool {self.name}: timeout must be more than 0 s, not {timeout!r}")
         self.timeout = timeout
         self.version = version
         # Each run waits for a person's approval bound to its exact arguments
@@ -164,6 +169,22 @@ class Tool:
 
     async def __call__(self, args: BaseModel, ctx: ToolContext) -> Any:
         return await self.fn(args, ctx)
+
+
+def _check_callable(fn: Any, name: str) -> None:
+    """A tool is ``async def tool(args, ctx)``: a sync function would run its body (and its
+    effect) when called and fail when awaited; another signature fails at every call."""
+    call = type(fn).__call__ if callable(fn) and not inspect.isroutine(fn) else fn
+    if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)):
+        raise ConfigError(f"tool {name}: {getattr(fn, '__qualname__', fn)!r} is not an async "
+                          f"function; declare it `async def {name}(args, ctx)`")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise ConfigError(f"tool {name}: it must take two positional parameters, the "
+                          f"arguments and the context: `async def {name}(args, ctx)`") from None
+    except ValueError:  # no signature to read (a builtin): left to the first call
+        pass
 
 
 def tool(
@@ -236,6 +257,10 @@ class Agent:
         return (self.compat, *sorted(set(self.migrates_from), reverse=True))
 
 
+#: What each App argument holds (checked when the App is made).
+_DECLARED: dict[str, type] = {}
+
+
 class App:
     """A set of agents, the tools they use, and optionally model clients of its own, custom
     task definitions (``baton.brain.tasks.TaskDef``), typed documents (``DocumentType``) and
@@ -250,6 +275,17 @@ class App:
         documents: list[DocumentType] | None = None,
         mcp: list[Any] | None = None,
     ) -> None:
+        for kind, items in (("agent", agents), ("tool", tools), ("document type", documents or [])):
+            for item in items:
+                if not isinstance(item, _DECLARED[kind]):
+                    raise ConfigError(f"App {kind}s must be {_DECLARED[kind].__name__} "
+                                      f"objects, not {item!r}"
+                                      + (" (decorate the function with @tool)"
+                                         if kind == "tool" and callable(item) else ""))
+            names = [item.name for item in items]
+            if twice := sorted({n for n in names if names.count(n) > 1}):
+                raise ConfigError(f"{kind} {', '.join(twice)} declared twice in the App: "
+                                  "each name must be unique")
         self.agents = {a.name: a for a in agents}
         self.tools = {t.name: t for t in tools}
         # Model clients the app brings itself, by the name agents use in ``model=``.
@@ -301,6 +337,10 @@ def load_app(spec: str) -> App:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"--app must look like module:attribute, got {spec!r}")
+    # The current directory is where a module named on the command line is looked for
+    # first, as `python -m` does; the `baton` console script does not put it on the path.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -309,3 +349,6 @@ def load_app(spec: str) -> App:
     if not isinstance(app, App):
         raise ConfigError(f"{spec} is not a baton.App (got {type(app).__name__})")
     return app
+
+
+_DECLARED.update({"agent": Agent, "tool": Tool, "document type": DocumentType})

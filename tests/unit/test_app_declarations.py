@@ -1,0 +1,68 @@
+"""An App's declarations are checked when it is made: a tool that cannot run, a name declared
+twice, something else than a declaration; and ``--app module:app`` finds a module in the
+current directory, as ``python -m`` does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from baton.app import Agent, App, load_app, tool
+from baton.errors import ConfigError
+
+
+class Args(BaseModel):
+    to: str
+
+
+def test_a_tool_that_cannot_run_is_refused_when_declared() -> None:
+    sent: list[str] = []
+
+    def sync_send(args: Args, ctx: Any) -> dict[str, str]:
+        sent.append(args.to)  # would run, then fail when awaited
+        return {}
+
+    with pytest.raises(ConfigError, match="is not an async function"):
+        tool(name="sync_send", replay="safe")(sync_send)
+
+    async def no_ctx(args: Args) -> None: ...
+
+    async def three(args: Args, ctx: Any, extra: int) -> None: ...
+
+    for fn in (no_ctx, three):
+        with pytest.raises(ConfigError, match="two positional parameters"):
+            tool(name=fn.__name__, replay="safe")(fn)
+
+    async def ok(args: Args, ctx: Any) -> None: ...
+
+    with pytest.raises(ConfigError, match="timeout must be more than 0"):
+        tool(name="ok", replay="safe", timeout=-1)(ok)
+    assert tool(name="ok", replay="safe")(ok).timeout == 30.0
+    assert sent == []
+
+
+def test_names_declared_twice_and_undecorated_tools_are_refused() -> None:
+    async def send(args: Args, ctx: Any) -> None: ...
+
+    safe, unsafe = tool(name="t", replay="safe")(send), tool(name="t", replay="unsafe")(send)
+    with pytest.raises(ConfigError, match="tool t declared twice"):
+        App(agents=[], tools=[safe, unsafe])
+    with pytest.raises(ConfigError, match="agent a declared twice"):
+        App(agents=[Agent(name="a", tools=("t",)), Agent(name="a")], tools=[safe])
+    with pytest.raises(ConfigError, match="decorate the function with @tool"):
+        App(agents=[], tools=[send])  # type: ignore[list-item]
+
+
+def test_an_app_module_in_the_current_directory_is_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "baton_cwd_app.py").write_text(
+        "from baton import App\napp = App(agents=[], tools=[])\n")
+    monkeypatch.chdir(tmp_path)
+    # As under the `baton` console script: neither "" nor the directory on the path.
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "baton_cwd_app", raising=False)
+    assert isinstance(load_app("baton_cwd_app:app"), App)
