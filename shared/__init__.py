@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         UnauthenticatedError,
         UnavailableError,
         ValidationError,
+        WaitTimeout,
         WriteInDoubtError,
     )
     from baton.models import Task, ToolCall, Usage
@@ -114,6 +115,7 @@ _EXPORTS: dict[str, str] = {
             "UnauthenticatedError",
             "UnavailableError",
             "ValidationError",
+            "WaitTimeout",
             "WriteInDoubtError",
         )
     },
@@ -163,6 +165,7 @@ __all__ = [
     "UnavailableError",
     "Usage",
     "ValidationError",
+    "WaitTimeout",
     "WriteInDoubtError",
     "load_app",
     "tool",

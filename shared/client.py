@@ -32,6 +32,7 @@ from baton.errors import (
     RedisUnavailable,
     UnavailableError,
     ValidationError,
+    WaitTimeout,
 )
 from baton.faults import Faults
 from baton.models import Submission, Task
@@ -258,7 +259,8 @@ class Client:
                 return (await self.store.task(session_id, task_id)).terminal
             return not await self.store.redis.hlen(self.store.keys.session(session_id).tasks)
 
-        return await self._until(session_id, ended, bool, timeout)
+        what = f"task {task_id}" if task_id else "the cancelled work"
+        return await self._until(session_id, ended, bool, timeout, what=f"{what} has not ended")
 
     async def approve(self, session_id: str, run_id: str, digest: str) -> int:
         """Approve a run awaiting approval, bound to its arguments' digest; dispatched once."""
@@ -272,7 +274,8 @@ class Client:
     async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
         """Wait until the task is terminal; returns it."""
         return await self._until(session_id, lambda: self.store.task(session_id, task_id),
-                                 lambda t: t.terminal, timeout)
+                                 lambda t: t.terminal, timeout,
+                                 what=f"task {task_id} has not ended")
 
     async def wait(self, submission: Submission, timeout: float = 60.0) -> Submission:  # noqa: ASYNC109
         """Wait until the submission settles (completed, failed or cancelled)."""
@@ -288,14 +291,15 @@ class Client:
 
         settled = await self._until(submission.session_id, read,
                                     lambda s: s is not None and s.settled, timeout,
-                                    notice=lambda message: submission_in(message, submission))
+                                    notice=lambda message: submission_in(message, submission),
+                                    what=f"submission {submission.id} has not settled")
         assert settled is not None  # done() holds
         return settled
 
     async def _until(
         self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
         timeout: float,  # noqa: ASYNC109
-        notice: Callable[[Any], T | None] | None = None,
+        notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
     ) -> T:
         """Re-read on each settled notification of the session (or every second) until done.
 
@@ -332,6 +336,12 @@ class Client:
                         # to wait out, and then to tell a lost state from a live one.
                         with contextlib.suppress(*_UNREACHABLE):
                             await quarantine.raise_if_quarantined(self.store, session_id)
+        except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
+            raise WaitTimeout(
+                f"{what} in session {session_id} within {timeout:g} s; it goes on (is a "
+                f"Brain serving its agent running?): follow it with `baton watch "
+                f"{session_id}`, look at it with `baton inspect {session_id}`",
+                session_id=session_id) from None
         finally:
             signals.discard(signal)
             if not signals and self._waiters.get(channel) is signals:

@@ -20,6 +20,8 @@ text::
     │   ├── StaleFenceError          session fence (Brain)  (session_id, presented, current)
     │   └── StaleAttemptError        tool-run attempt fence (Hands)  (session_id, run_id, ...)
     ├── LeaseBusyError               retryable another live worker holds the session lease
+    ├── WaitTimeout                  retryable a wait ended before the work did (also a
+    │                                          TimeoutError; the work goes on) (session_id)
     ├── StoreEpochError              terminal  the store lost its state: its epoch changed or
     │                                          vanished since this process saw it (namespace,
     │                                          reason, shards, expected, found)
@@ -226,6 +228,15 @@ class StaleAttemptError(FenceError):
             current=current,
             status=status,
         )
+
+
+class WaitTimeout(BatonError, TimeoutError):
+    """``Client.wait`` / ``wait_task`` / ``wait_cancelled`` gave up: the work was not done
+    within the timeout. Nothing failed and nothing is lost; waiting again may see it end."""
+
+    retryable = True
+    code = "wait_timeout"
+    session_id: str
 
 
 class LeaseBusyError(BatonError):

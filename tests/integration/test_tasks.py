@@ -189,3 +189,20 @@ async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Clie
     assert outcome(task) == "cancelled" and task.state.reason == "cancelled by request"
     state = await client.store.load(sid)
     assert state.tasks == {} and state.meta.blocked == {}
+
+
+async def test_a_wait_that_ends_first_says_what_it_waited_for(client: Client) -> None:
+    """No Brain serves "ghost": the wait ends, the submission stays, and the error is one of
+    Baton's (a TimeoutError as well) naming it and the commands to follow it."""
+    from baton.errors import BatonError, WaitTimeout
+
+    sub, _ = await client.submit("hello", agent="ghost")
+    with pytest.raises(WaitTimeout) as caught:
+        await client.wait(sub, timeout=0.3)
+    assert isinstance(caught.value, TimeoutError) and isinstance(caught.value, BatonError)
+    text = str(caught.value)
+    assert f"submission {sub.id} has not settled in session {sub.session_id}" in text
+    assert f"baton watch {sub.session_id}" in text and caught.value.retryable
+    sid, tid, _ = await client.start_task(None, "sleeper", {}, agent="ghost")
+    with pytest.raises(WaitTimeout, match=f"task {tid} has not ended in session {sid}"):
+        await client.wait_task(sid, tid, timeout=0.3)

@@ -56,6 +56,7 @@ PUBLIC = [
     "Usage",
     "UnavailableError",
     "ValidationError",
+    "WaitTimeout",
     "WriteInDoubtError",
     "load_app",
     "tool",
