@@ -78,6 +78,12 @@ class Step:
         """
         if policy not in ("allSettled", "failFast"):
             raise ConfigError(f"unknown wait policy {policy!r}")
+        if isinstance(ids, str):  # tuple("run-1") would wait for "r", "u", "n", ...
+            raise ConfigError(f"Step.wait takes a list of ids, not the string {ids!r}: "
+                              f"Step.wait([{ids!r}], then=...)")
+        if not all(isinstance(i, str) and i for i in ids):
+            raise ConfigError(f"Step.wait ids must be the ids ctx.spawn and ctx.call_tool "
+                              f"returned, not {list(ids)!r}")
         return cls("wait", phase=then, ids=tuple(ids), policy=policy, data=data)
 
     @classmethod

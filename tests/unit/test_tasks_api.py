@@ -28,6 +28,11 @@ def test_step_constructors() -> None:
         Step.sleep(seconds=1, until_ms=5, then="d")
     with pytest.raises(ConfigError):
         Step.wait(["a"], "anyOf", then="c")  # type: ignore[arg-type]
+    # One id given as a string would be waited for as its characters.
+    with pytest.raises(ConfigError, match=r"Step.wait\(\['run-1'\]"):
+        Step.wait("run-1", then="c")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="ids must be the ids"):
+        Step.wait(["a", None], then="c")  # type: ignore[list-item]
 
 
 def test_merge_patch_follows_rfc_7386() -> None:
