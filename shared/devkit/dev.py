@@ -205,9 +205,17 @@ def _detach(base: Path, argv: list[str], as_json: bool = False) -> None:
         if child.poll() is not None or time.monotonic() > deadline:
             if child.poll() is None:
                 child.kill()
-            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-            raise CliError(f"the stack did not start:\n{tail}")
+            raise CliError(start_failure(log_path.read_text(errors="replace")))
         time.sleep(0.05)
+
+
+def start_failure(log: str, tail: int = 30) -> str:
+    """What a detached start that failed says: the log's last ``error:`` line first (which
+    worker, why), then the end of the log (that line may be further up than the tail)."""
+    lines = log.splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    why = f": {errors[-1].removeprefix('error:').strip()}" if errors else ""
+    return f"the stack did not start{why}\n" + "\n".join(lines[-tail:])
 
 
 def _up_options(f: Any) -> Any:

@@ -125,3 +125,15 @@ def test_baton_dev_hints_a_first_command_the_app_answers() -> None:
     assert words[:4] == ["baton", "start", "notice-batch", "--wait"]
     task_input = json.loads(words[words.index("--input") + 1])
     assert set(task_input) == {"recipients", "subject", "body"} and task_input["recipients"]
+
+
+def test_a_detached_start_that_failed_names_the_worker_and_why_first() -> None:
+    from baton.devkit.dev import start_failure
+
+    log = "\n".join(["error: hands-2 not ready within 30s; end of hands-2.log:",
+                     *(f"  traceback line {i}" for i in range(40))])
+    said = start_failure(log)
+    assert said.splitlines()[0] == (
+        "the stack did not start: hands-2 not ready within 30s; end of hands-2.log:")
+    assert said.splitlines()[-1] == "  traceback line 39" and len(said.splitlines()) == 31
+    assert start_failure("boom").splitlines() == ["the stack did not start", "boom"]
