@@ -34,6 +34,14 @@ log = get_logger("baton.mcp")
 CONNECT_TIMEOUT_S = 30.0  # a stdio server starts a Python interpreter: seconds on a busy host
 
 
+def innermost(exc: BaseException) -> BaseException:
+    """The error inside the task groups' wrappers (``ExceptionGroup: unhandled errors in a
+    TaskGroup (1 sub-exception)`` says nothing of a server that exited, say)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 class MCPServerUnavailable(ConnectionRefusedError):
     """The MCP server could not be reached; nothing was sent."""
 
@@ -92,11 +100,12 @@ class MCPConnection:
                 await self._stop.wait()
         except BaseException as exc:
             if not ready.done():
+                cause = innermost(exc)
                 ready.set_exception(MCPServerUnavailable(
                     f"MCP server {self.name} ({self.target}) cannot be reached: "
-                    f"{type(exc).__name__}: {exc}"))
+                    f"{type(cause).__name__}: {cause}"))
             elif not self._stop.is_set():
-                log.warning("mcp_session_ended", server=self.name, error=repr(exc))
+                log.warning("mcp_session_ended", server=self.name, error=repr(innermost(exc)))
         finally:
             self._client = None
 
