@@ -295,14 +295,26 @@ class ToolExecution:
         limit = self.settings.tool_output_limit
         try:
             raw = orjson.dumps(result.output)
-        except TypeError:  # not JSON-serialisable: its text is what the model can use
-            raw = orjson.dumps(repr(result.output))
-            result = result.model_copy(update={"output": repr(result.output)})
+        except TypeError:  # values JSON has no form for: their text, where they are
+            raw = json_with_text(result.output)
+            result = result.model_copy(update={"output": orjson.loads(raw)})
+            log.warning("tool_output_not_json",  # the run's ids are bound to the line
+                        note="values JSON has no form for were replaced by their repr()")
         if len(raw) <= limit:
             return result
         head = raw[:limit].decode("utf-8", errors="ignore")
         marker = f"... [truncated: {len(raw)} bytes of JSON, limit {limit}]"
         return result.model_copy(update={"output": head + marker, "truncated": True})
+
+
+def json_with_text(value: Any) -> bytes:
+    """``value`` as JSON, each part JSON has no form for (an object, a set) replaced by its
+    ``repr()`` where it is: the rest keeps its structure (dates as ISO text, as orjson
+    writes them); the whole value's repr() if even that fails."""
+    try:
+        return orjson.dumps(value, default=repr, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return orjson.dumps(repr(value))
 
 
 class _Timeout(Exception):

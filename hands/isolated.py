@@ -34,8 +34,11 @@ EXIT_BAD_REQUEST = 4  # the request could not be read or the tool not imported
 def _answer(fd: int, payload: dict[str, Any]) -> None:
     try:
         data = orjson.dumps(payload)
-    except TypeError:  # an output JSON cannot carry: its text is what the model can use
-        data = orjson.dumps({**payload, "output": repr(payload.get("output"))})
+    except TypeError:  # values JSON has no form for: their text, where they are
+        try:
+            data = orjson.dumps(payload, default=repr, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            data = orjson.dumps({**payload, "output": repr(payload.get("output"))})
     _write_all(fd, data)
 
 

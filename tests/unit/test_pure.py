@@ -137,3 +137,27 @@ def test_a_detached_start_that_failed_names_the_worker_and_why_first() -> None:
         "the stack did not start: hands-2 not ready within 30s; end of hands-2.log:")
     assert said.splitlines()[-1] == "  traceback line 39" and len(said.splitlines()) == 31
     assert start_failure("boom").splitlines() == ["the stack did not start", "boom"]
+
+
+def test_a_tool_output_json_cannot_carry_keeps_its_structure() -> None:
+    """Only the values JSON has no form for become their text; dates stay dates (ISO)."""
+    import datetime
+
+    import orjson
+
+    from baton.hands.execute import ToolExecution, json_with_text
+    from baton.models import ToolResult
+    from baton.settings import Settings
+
+    class Thing:
+        def __repr__(self) -> str:
+            return "<thing>"
+
+    when = datetime.datetime(2026, 12, 3, 7, 50, tzinfo=datetime.UTC)
+    output = {"when": when, "obj": Thing(), "n": [1, {2: "two"}]}
+    assert orjson.loads(json_with_text(output)) == {
+        "when": "2026-12-03T07:50:00+00:00", "obj": "<thing>", "n": [1, {"2": "two"}]}
+    execution = ToolExecution(Settings(), {}, None, None, None)  # type: ignore[arg-type]
+    limited = execution.limit(ToolResult(outcome="ok", output=output))
+    assert limited.output["obj"] == "<thing>" and limited.output["when"].startswith("2026-12-03")
+    assert not limited.truncated
