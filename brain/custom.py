@@ -115,7 +115,8 @@ class CustomTask:
             if crashes >= ctx.settings.restart_limit:
                 reason = (f"restart limit: a worker died {crashes} times in phase "
                           f"{task.checkpoint.phase}")
-                await self._finish(task, ctx, "failed", None, reason)
+                await self._finish(task.model_copy(update={"crashes": crashes}), ctx,
+                                   "failed", None, reason)
                 return None
             marked = self._running(task, ctx, crashes=crashes)
         elif state.name != "running":
@@ -160,7 +161,8 @@ class CustomTask:
                         error=error)
         if crashes >= ctx.settings.restart_limit:
             reason = f"restart limit: phase {phase} failed {crashes} times; last: {error}"
-            await self._finish(task, ctx, "failed", None, reason)
+            await self._finish(task.model_copy(update={"crashes": crashes}), ctx, "failed",
+                               None, reason)
             return None
         task = self._running(task, ctx, crashes=crashes)
         await ctx.commit(Writes(kind="phase_failed", tasks=[task], detail={

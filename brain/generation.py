@@ -160,7 +160,8 @@ class Generation:
             if crashes >= ctx.settings.restart_limit:
                 reason = (f"restart limit: a worker died {crashes} times in phase "
                           f"{task.checkpoint.phase}")
-                await self._finish(task, ctx, "failed", reason=reason, writes=writes)
+                await self._finish(task.model_copy(update={"crashes": crashes}), ctx,
+                                   "failed", reason=reason, writes=writes)
                 return None
             task = self._running(task, ctx, task.checkpoint.phase,
                                  self._next_attempt(task.checkpoint.data), crashes=crashes)

