@@ -14,13 +14,15 @@ A targeted task ends ``cancelled``; the children a cancel aborts end ``aborted``
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from baton.brain.context import TaskContext
 from baton.models import Task, Terminal, ToolResult
 from baton.store.writes import Writes, timer_member
 
-__all__ = ["CANCELLED_BY", "cancel_result", "consume_cancels", "end_unrunnable", "live_runs"]
+__all__ = ["CANCELLED_BY", "cancel_result", "close_terminal", "consume_cancels", "end_unrunnable",
+           "live_runs"]
 
 # Checkpoint data key on the tasks a cancel targeted: the reason (they end 'cancelled').
 CANCELLED_BY = "_cancelled"
@@ -77,6 +79,26 @@ async def consume_cancels(ctx: TaskContext) -> None:
         detail={"intents": list(meta.cancels), "targets": sorted(targets), "runs": runs}))
 
 
+def close_terminal(task: Task, ctx: TaskContext, writes: Writes,
+                   written: Collection[str] = ()) -> None:
+    """What a task ending terminal writes besides its own state: its ended children consumed
+    (but those in ``written``), its completed runs applied, and its parent left to read it
+    (a child) or its waiters notified (a root)."""
+    for c in ctx.state.tasks.values():
+        if c.parent == task.id and c.terminal and c.id not in written:
+            writes.tasks.append(c)
+    writes.applied.extend(
+        rid for rid, run in ctx.state.runs.items()
+        if run.intent.task_id == task.id and run.status == "completed"
+        and rid not in writes.applied
+    )
+    if task.parent is not None:
+        writes.keep_live.add(task.id)  # until the parent has read it
+    else:
+        writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id),
+                              f"task:{task.id}"))
+
+
 async def end_unrunnable(registry: Any, ctx: TaskContext) -> None:
     """End ``cancelled`` the tasks a cancel targeted that no handler here can run (a kind no
     Brain of this version defines: blocked) once nothing of theirs goes on (no live run, no
@@ -96,13 +118,7 @@ async def end_unrunnable(registry: Any, ctx: TaskContext) -> None:
         reason = t.checkpoint.data.get(CANCELLED_BY, REASON)
         writes.tasks.append(t.model_copy(update={
             "state": Terminal(outcome="cancelled", reason=reason), "updated_ms": now}))
-        writes.tasks.extend(c for c in tasks.values() if c.parent == t.id)  # consumed
-        writes.applied.extend(rid for rid, run in ctx.state.runs.items()
-                              if run.intent.task_id == t.id and run.status == "completed")
-        if t.parent is not None:
-            writes.keep_live.add(t.id)  # until the parent has read it
-        else:
-            writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id), f"task:{t.id}"))
+        close_terminal(t, ctx, writes)
         if t.state.name == "sleeping":
             writes.timers_remove.append(
                 timer_member("task", ctx.session_id, t.id, meta.wake_subject))

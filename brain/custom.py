@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from baton.brain.cancel import CANCELLED_BY, cancel_result, live_runs
+from baton.brain.cancel import CANCELLED_BY, cancel_result, close_terminal, live_runs
 from baton.brain.context import TaskContext
 from baton.brain.phases import PRIVATE, PhaseContext, dispatch_row
 from baton.brain.redispatch import stuck_runs
@@ -231,19 +231,7 @@ class CustomTask:
                 writes.cancel_result = cancel_result()
         else:
             state = Terminal(outcome=outcome, reason=reason)
-            for c in ctx.state.tasks.values():  # consume every terminal child left
-                if c.parent == task.id and c.terminal and c.id not in written:
-                    writes.tasks.append(c)
-            writes.applied.extend(
-                rid for rid, run in ctx.state.runs.items()
-                if run.intent.task_id == task.id and run.status == "completed"
-                and rid not in writes.applied
-            )
-            if task.parent is not None:
-                writes.keep_live.add(task.id)  # until the parent has read it
-            else:
-                writes.notify.append((ctx.store.keys.settled_channel(ctx.session_id),
-                                      f"task:{task.id}"))
+            close_terminal(task, ctx, writes, written)
         if task.state.name == "sleeping":
             writes.timers_remove.append(self._timer(task, ctx))
         done = task.model_copy(update={"state": state, "result": result, "updated_ms": now})

@@ -257,10 +257,6 @@ class Agent:
         return (self.compat, *sorted(set(self.migrates_from), reverse=True))
 
 
-#: What each App argument holds (checked when the App is made).
-_DECLARED: dict[str, type] = {}
-
-
 class App:
     """A set of agents, the tools they use, and optionally model clients of its own, custom
     task definitions (``baton.brain.tasks.TaskDef``), typed documents (``DocumentType``) and
@@ -275,11 +271,13 @@ class App:
         documents: list[DocumentType] | None = None,
         mcp: list[Any] | None = None,
     ) -> None:
-        for kind, items in (("agent", agents), ("tool", tools), ("document type", documents or [])):
+        declared: tuple[tuple[str, list[Any], type], ...] = (
+            ("agent", agents, Agent), ("tool", tools, Tool),
+            ("document type", documents or [], DocumentType))
+        for kind, items, cls in declared:
             for item in items:
-                if not isinstance(item, _DECLARED[kind]):
-                    raise ConfigError(f"App {kind}s must be {_DECLARED[kind].__name__} "
-                                      f"objects, not {item!r}"
+                if not isinstance(item, cls):
+                    raise ConfigError(f"App {kind}s must be {cls.__name__} objects, not {item!r}"
                                       + (" (decorate the function with @tool)"
                                          if kind == "tool" and callable(item) else ""))
             names = [item.name for item in items]
@@ -349,6 +347,3 @@ def load_app(spec: str) -> App:
     if not isinstance(app, App):
         raise ConfigError(f"{spec} is not a baton.App (got {type(app).__name__})")
     return app
-
-
-_DECLARED.update({"agent": Agent, "tool": Tool, "document type": DocumentType})

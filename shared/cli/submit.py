@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 
@@ -39,7 +39,7 @@ async def _check_brains(client: Client, agent: str, compat: int, require: bool,
     if session_id:  # an existing session is served at its own level (a migration moves it)
         sk = client.store.keys.session(session_id)
         reply = await client.store.redis.hmget(sk.meta, ["agent", "compat"])
-        stored_agent, stored_compat = (v.decode() if isinstance(v, bytes) else v for v in reply)
+        stored_agent, stored_compat = cast(list[str | None], reply)  # decoded replies
         if stored_agent and stored_compat:
             agent, compat = stored_agent, int(stored_compat)
     if await client.live_brains(agent, compat):

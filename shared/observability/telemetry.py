@@ -246,21 +246,6 @@ _W3C = ("baggage", "traceparent", "tracestate")  # the default propagators' fiel
 _VERSION_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
-@functools.lru_cache(maxsize=1024)
-def _remote_context(traceparent: str) -> Context | None:
-    """Made once per trace: the messages of a session that is not sampled carry the same
-    ``traceparent`` (contexts are immutable, so they share one)."""
-    match = _VERSION_00.fullmatch(traceparent)
-    if match is None:
-        return None
-    trace_id, span_id, flags = (int(g, 16) for g in match.groups())
-    if not trace_id or not span_id:
-        return None
-    return otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(otel_trace.SpanContext(
-        trace_id=trace_id, span_id=span_id, is_remote=True,
-        trace_flags=otel_trace.TraceFlags(flags))))
-
-
 @contextlib.contextmanager
 def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
     """Handle a message whose trace is not sampled (:func:`unsampled_header`) under its
@@ -300,10 +285,21 @@ def carry(headers: Mapping[str, str]) -> tuple[Any, Any]:
 
 @functools.lru_cache(maxsize=1024)
 def _plain_carried(traceparent: str) -> tuple[Context, dict[str, str]] | None:
-    """What :func:`carry` keeps for a lone version-00 ``traceparent``, made once per trace
-    (the headers handed on are read, never changed)."""
-    ctx = _remote_context(traceparent)
-    return None if ctx is None else (ctx, {"traceparent": traceparent})
+    """What :func:`carry` keeps for a lone version-00 ``traceparent``: the context the
+    default propagators would extract, made without them, and the headers to hand on; None
+    for anything else. Made once per trace: the messages of a session that is not sampled
+    carry the same ``traceparent`` (contexts are immutable and the headers only read, so
+    they share them)."""
+    match = _VERSION_00.fullmatch(traceparent)
+    if match is None:
+        return None
+    trace_id, span_id, flags = (int(g, 16) for g in match.groups())
+    if not trace_id or not span_id:
+        return None
+    ctx = otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(otel_trace.SpanContext(
+        trace_id=trace_id, span_id=span_id, is_remote=True,
+        trace_flags=otel_trace.TraceFlags(flags))))
+    return ctx, {"traceparent": traceparent}
 
 
 def uncarry(tokens: tuple[Any, Any]) -> None:
