@@ -247,15 +247,17 @@ class DevStack:
 
     async def spawn(self, role: str, name: str | None = None,
                     env: dict[str, str] | None = None, *, wait: bool = True,
-                    app: str | None = None) -> Proc:
+                    app: str | None = None, respawn: bool = True) -> Proc:
         """Start one more service process (e.g. with ``BATON_FAULT``); ready when returned.
 
         ``app`` runs a Brain or Hands with another app than the stack's (a newer version of
-        it, for a rolling upgrade).
+        it, for a rolling upgrade). ``respawn=False`` is set before the launch, so that a
+        process dying at once (at a fault point) is never restarted.
         """
         if role not in SERVICE_ROLES:
             raise ValueError(f"role must be one of {SERVICE_ROLES}, not {role!r}")
         proc = self._new_proc(role, name, env, app)
+        proc.respawn = respawn
         await self.supervisor.launch(proc)
         if wait:
             await self.wait_ready(proc.name)

@@ -18,6 +18,7 @@ import pytest
 
 from baton.client import Client
 from baton.devkit.devstack import DevStack, Proc
+from baton.errors import ServerError
 from baton.models import Entry, Running, Submission, ToolRun
 from baton.receipts import Receipt
 from baton.store.store import Store
@@ -58,10 +59,20 @@ class Crash:
 
     async def spawn_armed(self, role: str, point: str, *, name: str | None = None,
                           env: dict[str, str] | None = None) -> Proc:
-        """A replica that SIGKILLs itself at ``point`` and is never restarted."""
+        """A replica that SIGKILLs itself at ``point`` and is never restarted (a restart
+        would carry the fault again).
+
+        Work may be waiting for it, so it can reach its point before its readiness is seen:
+        returned once it serves or once it died there."""
         proc = await self.stack.spawn(role, name or f"{role}-armed",
-                                      {**(env or {}), "BATON_FAULT": point})
-        proc.respawn = False  # a restart would carry the fault again
+                                      {**(env or {}), "BATON_FAULT": point},
+                                      wait=False, respawn=False)
+        try:
+            await self.stack.wait_ready(proc.name)
+        except ServerError:
+            where = point.partition("@")[0]
+            if not self.events(proc.name, "fault_point_hit", point=where):
+                raise
         return proc
 
     async def died_at(self, name: str, point: str, timeout: float = 20.0) -> None:  # noqa: ASYNC109

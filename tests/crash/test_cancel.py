@@ -112,8 +112,10 @@ async def test_a_cancel_request_waits_for_a_brain_killed_before_taking_it_up(
     sub = await c.submit(FIVE_NOTICES)
     await _two_running(c, sub.session_id)
     c.stack.kill("brain-1", respawn=False)
-    armed = await c.spawn_armed("brain", "brain.after_wake")
+    await c.stack.wait_exit("brain-1")
+    # Requested while no Brain runs: the armed one is woken with the cancel in the inbox.
     assert (await c.client.cancel(sub.session_id)).status == "requested"
+    armed = await c.spawn_armed("brain", "brain.after_wake")
     await c.died_at(armed.name, "brain.after_wake")
     sk = c.store.keys.session(sub.session_id)
     assert await c.store.redis.hexists(sk.inbox, "cancel:*")  # not lost with the Brain
@@ -144,8 +146,10 @@ async def test_an_approval_waits_for_a_brain_killed_before_carrying_it_out(
         return found if len(found) == 2 else []
     ada, grace = await eventually(awaiting, timeout=20, message="two runs await approval")
     c.stack.kill("brain-1", respawn=False)
-    armed = await c.spawn_armed("brain", "brain.after_wake")
+    await c.stack.wait_exit("brain-1")
+    # Decided while no Brain runs: the armed one is woken with the decision in the inbox.
     await c.client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
+    armed = await c.spawn_armed("brain", "brain.after_wake")
     await c.died_at(armed.name, "brain.after_wake")
     sk = c.store.keys.session(sid)
     assert await c.store.redis.hexists(sk.inbox, f"decide:{ada.run_id}")  # not lost
