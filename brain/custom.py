@@ -193,6 +193,7 @@ class CustomTask:
         if step.kind == "goto":
             update["state"] = Running(worker=ctx.worker.name, fence=ctx.fence, since_ms=now)
         elif step.kind == "wait":
+            self._check_awaited(task, ctx, pc, step.ids)
             update["state"] = Waiting(on=step.ids, policy=step.policy)
         else:
             until = step.until_ms if step.until_ms is not None else now + int(
@@ -203,6 +204,36 @@ class CustomTask:
         writes.tasks.append(nxt)
         await ctx.commit(writes)
         return nxt if step.kind == "goto" else None
+
+    def _check_awaited(
+        self, task: Task, ctx: TaskContext, pc: PhaseContext, ids: tuple[str, ...]
+    ) -> None:
+        """A wait is for this task's own children and tool runs: an id that is neither would
+        be taken as settled, and the next phase would run at once without its result.
+
+        Known ids must belong to the task. An id no longer in the session's state (a result
+        read by an earlier phase) must at least have the form of one: a run id derived from
+        the task's id, or a child id of a declared task kind."""
+        staged = {c.id for c in pc.children} | {r.run_id for r in pc.runs}
+        for i in ids:
+            if i in staged:
+                continue
+            child, run = ctx.state.tasks.get(i), ctx.state.runs.get(i)
+            if child is not None:
+                ours = child.parent == task.id
+            elif run is not None:
+                ours = run.intent.task_id == task.id
+            else:
+                ours = i.startswith(f"{task.id}-") or self._child_form(i)
+            if not ours:
+                raise ConfigError(
+                    f"Step.wait on {i!r}: not a child task or tool run of task {task.id} "
+                    f"(wait on the ids ctx.spawn and ctx.call_tool returned)")
+
+    def _child_form(self, i: str) -> bool:
+        kind, _, digest = i.rpartition("-")
+        return (len(digest) == 16 and all(c in "0123456789abcdef" for c in digest)
+                and self.registry.definition(kind) is not None)
 
     # ------------------------------------------------------------------ endings
 

@@ -31,6 +31,7 @@ and their position, so a repeated run creates the same ids.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -64,7 +65,7 @@ class Step:
     @classmethod
     def goto(cls, phase: str, **data: Any) -> Step:
         """Run ``phase`` next, at once (committed as ``running``); ``data`` joins ctx.data."""
-        return cls("goto", phase=phase, data=data)
+        return cls("goto", phase=_phase_name("Step.goto", phase), data=data)
 
     @classmethod
     def wait(
@@ -84,17 +85,30 @@ class Step:
         if not all(isinstance(i, str) and i for i in ids):
             raise ConfigError(f"Step.wait ids must be the ids ctx.spawn and ctx.call_tool "
                               f"returned, not {list(ids)!r}")
-        return cls("wait", phase=then, ids=tuple(ids), policy=policy, data=data)
+        return cls("wait", phase=_phase_name("Step.wait", then), ids=tuple(ids), policy=policy,
+                   data=data)
 
     @classmethod
     def sleep(
         cls, *, until_ms: int | None = None, seconds: float | None = None, then: str,
         **data: Any,
     ) -> Step:
-        """Sleep until a time (a durable timer wakes the session), then run ``then``."""
+        """Sleep until a time (a durable timer wakes the session), then run ``then``.
+
+        ``until_ms`` is a Unix time in milliseconds (a time past wakes at once); ``seconds``
+        is a duration from the commit, zero or more."""
         if (until_ms is None) == (seconds is None):
             raise ConfigError("Step.sleep needs exactly one of until_ms and seconds")
-        return cls("sleep", phase=then, until_ms=until_ms, seconds=seconds, data=data)
+        if until_ms is not None and (isinstance(until_ms, bool) or not isinstance(until_ms, int)
+                                     or until_ms < 0):
+            raise ConfigError(f"Step.sleep until_ms must be a Unix time in whole milliseconds, "
+                              f"not {until_ms!r}")
+        if seconds is not None and (isinstance(seconds, bool)
+                                    or not isinstance(seconds, int | float)
+                                    or not math.isfinite(seconds) or seconds < 0):
+            raise ConfigError(f"Step.sleep seconds must be a finite number >= 0, not {seconds!r}")
+        return cls("sleep", phase=_phase_name("Step.sleep", then), until_ms=until_ms,
+                   seconds=seconds, data=data)
 
     @classmethod
     def complete(cls, result: Any = None) -> Step:
@@ -104,7 +118,16 @@ class Step:
     @classmethod
     def fail(cls, reason: str) -> Step:
         """The task failed; live children it owns are aborted."""
+        if not isinstance(reason, str):
+            raise ConfigError(f"Step.fail takes a reason as text, not {reason!r}")
         return cls("fail", reason=reason)
+
+
+def _phase_name(where: str, phase: object) -> str:
+    if not isinstance(phase, str) or not phase:
+        raise ConfigError(f"{where} names the next phase by its name (a non-empty string), "
+                          f"not {phase!r}")
+    return phase
 
 
 class TaskDef:

@@ -129,11 +129,35 @@ async def _write(task: Task, ctx: PhaseContext) -> Step:
     return Step.complete({"n": n})
 
 
+waiter = TaskDef("waiter", start="start")
+
+
+@waiter.phase("start")
+async def _wait_start(task: Task, ctx: PhaseContext) -> Step:
+    """Waits on the ids it is given, or on a child of its own twice (the second time after
+    its result was read and consumed)."""
+    if "ids" in task.input:
+        return Step.wait(task.input["ids"], then="done")
+    child = ctx.spawn("leaf", {"text": "once"})
+    return Step.wait([child], then="again", child=child)
+
+
+@waiter.phase("again")
+async def _wait_again(task: Task, ctx: PhaseContext) -> Step:
+    read = ctx.results([ctx.data["child"]])
+    return Step.wait([ctx.data["child"]], then="done", read=len(read))
+
+
+@waiter.phase("done")
+async def _wait_done(task: Task, ctx: PhaseContext) -> Step:
+    return Step.complete({"read": ctx.data.get("read")})
+
+
 AGENT = "tasks"
 app = App(
     agents=[Agent(name=AGENT, tools=("echo",))],
     tools=[echo],
-    tasks=[fanout, leaf, sleeper, eager, raiser, writer],
+    tasks=[fanout, leaf, sleeper, eager, raiser, writer, waiter],
     documents=[DocumentType("counter", Counter)],
 )
 

@@ -161,6 +161,9 @@ class DocumentType:
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        if not (isinstance(self.model, type) and issubclass(self.model, BaseModel)):
+            raise ConfigError(f"document {self.name}: the type must be a pydantic model class "
+                              f"(a BaseModel subclass), not {self.model!r}")
 
     def dump(self, value: Any) -> dict[str, Any]:
         """The stored JSON object of ``value`` (a model instance or plain data), validated."""

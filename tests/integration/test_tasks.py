@@ -154,6 +154,30 @@ async def test_a_phase_that_raises_every_time_ends_failed_at_the_restart_limit(
             if isinstance(r.detail, CommitDetail) and r.detail.step == "phase_failed"] == [1, 2]
 
 
+async def test_a_wait_on_ids_not_of_the_task_fails_it_and_a_consumed_child_is_settled(
+    client: Client,
+) -> None:
+    """A wait on an id that is neither a child nor a run of the task would be settled at
+    once; it is refused (as a phase error: the task ends failed, saying which id). A child
+    whose result an earlier phase read is settled: waiting on it again goes on."""
+    sid, eager = await start(client, "eager", {"child_sleep_s": 30})
+    other = await eventually(lambda: _children(client, sid, eager), timeout=15,
+                             message="the eager task's child, still sleeping")
+    for ids in (["run-1"], other, [f"{eager}-0-0"]):
+        _, tid, _ = await client.start_task(sid, "waiter", {"ids": ids}, agent=AGENT)
+        task = await client.wait_task(sid, tid, timeout=15)
+        assert outcome(task) == "failed", task
+        assert f"Step.wait on {ids[0]!r}: not a child task or tool run of task {tid}" in (
+            task.state.reason), task.state  # type: ignore[union-attr]
+    sid, tid = await start(client, "waiter", {})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "completed" and task.result == {"read": 1}, task
+
+
+async def _children(client: Client, sid: str, parent: str) -> list[str]:
+    return [t.id for t in (await client.store.load(sid)).tasks.values() if t.parent == parent]
+
+
 async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:
     first = await client.start_task("s-idem", "sleeper", {"seconds": 0.1}, agent=AGENT,
                                     request_id="r1")

@@ -33,6 +33,22 @@ def test_step_constructors() -> None:
         Step.wait("run-1", then="c")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="ids must be the ids"):
         Step.wait(["a", None], then="c")  # type: ignore[list-item]
+    # Refused when the step is made, not when the Brain applies it.
+    assert Step.sleep(seconds=0, then="d").seconds == 0
+    assert Step.sleep(until_ms=1, then="d").until_ms == 1
+    for bad in (-5, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ConfigError, match="seconds must be a finite number"):
+            Step.sleep(seconds=bad, then="d")  # type: ignore[arg-type]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="until_ms must be"):
+            Step.sleep(until_ms=bad, then="d")  # type: ignore[arg-type]
+    for make in (lambda p: Step.goto(p), lambda p: Step.wait(["a"], then=p),
+                 lambda p: Step.sleep(seconds=1, then=p)):
+        for bad in (3, "", None):
+            with pytest.raises(ConfigError, match="names the next phase"):
+                make(bad)
+    with pytest.raises(ConfigError, match="reason as text"):
+        Step.fail(ValueError("x"))  # type: ignore[arg-type]
 
 
 def test_merge_patch_follows_rfc_7386() -> None:
@@ -84,6 +100,9 @@ def test_typed_documents_validate() -> None:
         kind.dump({"recipients": "nope"})
     with pytest.raises(ConfigError):
         DocumentType("Bad Name", Plan)
+    for bad in (dict, Plan(recipients=[]), "Plan"):
+        with pytest.raises(ConfigError, match="must be a pydantic model class"):
+            DocumentType("plan", bad)  # type: ignore[arg-type]
     assert Document(name="plan").version == 1
 
 
