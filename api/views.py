@@ -15,7 +15,7 @@ from baton.cli.trace import build_trace
 from baton.errors import not_found
 from baton.models import Document, decode
 from baton.store.deadletter import dead_letter_count, dead_letters
-from baton.store.documents import DocumentDelta, documents_from_hash, merge_patch
+from baton.store.documents import DocumentDelta, documents_from_hash, read_document
 from baton.store.quarantine import quarantine_of
 from baton.store.store import Store, now_ms
 from baton.store.workers import live_brains, served_levels, services
@@ -81,27 +81,9 @@ async def document_at(store: Store, session_id: str, name: str,
                       version: int | None = None) -> dict[str, Any]:
     """Document ``name`` as it was at ``version`` (default: the current one), rebuilt from its
     baseline and the deltas up to that version."""
-    await _exists(store, session_id)
-    fields: Any = await store.redis.hgetall(store.keys.session(session_id).docs)
-    base_raw = fields.get(f"{name}@b")
-    if base_raw is None or name not in fields:
-        raise not_found(f"document {name} in session {session_id}", namespace=store.keys.ns,
-                        session_id=session_id)
-    head = int(str(fields[name]).split()[0])
-    want = head if version is None else version
-    base = decode(Document, base_raw)
-    if not base.version <= want <= head:
-        raise not_found(f"version {want} of document {name} in session {session_id} (kept: "
-                        f"{base.version}..{head})", namespace=store.keys.ns,
-                        session_id=session_id)
-    value, at, updated = base.value, base.version, base.updated_ms
-    deltas = sorted((decode(DocumentDelta, raw) for key, raw in fields.items()
-                     if key.startswith(f"{name}@") and key != f"{name}@b"),
-                    key=lambda d: d.version)
-    for d in deltas:
-        if at < d.version <= want:
-            value, at, updated = merge_patch(value, d.patch), d.version, d.updated_ms
-    return {"name": name, "version": at, "head": head, "updated_ms": updated, "value": value}
+    doc, head = await read_document(store, session_id, name, version)
+    return {"name": name, "version": doc.version, "head": head, "updated_ms": doc.updated_ms,
+            "value": doc.value}
 
 
 async def session_entries(store: Store, session_id: str, start: int = 0,

@@ -35,11 +35,12 @@ from baton.errors import (
     WaitTimeout,
 )
 from baton.faults import Faults
-from baton.models import Submission, Task
+from baton.models import Document, Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.control import CancelAnswer
+from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
 from baton.store.notices import submission_in
 from baton.store.store import Store, now_ms, worker_ref
@@ -270,6 +271,22 @@ class Client:
     async def reject(self, session_id: str, run_id: str, reason: str = "") -> int:
         """Reject a run awaiting approval: it ends with error code ``rejected``."""
         return await self.store.decisions.reject(session_id, run_id, self.worker, reason)
+
+    async def task(self, session_id: str, task_id: str) -> Task:
+        """A task as it is now, live or finished."""
+        return await self._read_checked(lambda: self.store.task(session_id, task_id),
+                                        session_id)
+
+    async def document(self, session_id: str, name: str, version: int | None = None,
+                       ) -> Document:
+        """A session's document as it is (``value``, ``version``, ``updated_ms``), or as it
+        was at a ``version`` still kept. For a typed document, ``DocumentType.parse(doc.value)``
+        gives its model. NotFoundError says whether the session, the document or the version
+        is missing."""
+        async def read() -> Document:
+            return (await read_document(self.store, session_id, name, version))[0]
+
+        return await self._read_checked(read, session_id)
 
     async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
         """Wait until the task is terminal; returns it."""

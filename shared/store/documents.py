@@ -21,13 +21,16 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from baton.errors import ConfigError, ValidationError
+from baton.errors import ConfigError, ValidationError, not_found
 from baton.models import Document, Model, Record, decode
+
+if TYPE_CHECKING:
+    from baton.store.store import Store
 
 NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -36,10 +39,12 @@ __all__ = [
     "DocumentDelta",
     "DocumentType",
     "check_name",
+    "document_from_hash",
     "documents_from_hash",
     "merge_diff",
     "merge_patch",
     "next_change",
+    "read_document",
 ]
 
 
@@ -121,6 +126,51 @@ def next_change(
             delta = DocumentDelta(name=name, version=version, patch=patch, updated_ms=now_ms)
             return DocumentChange(mode="d", document=doc, payload=delta.to_json())
     return DocumentChange(mode="b", document=doc, payload=doc.to_json())
+
+
+def document_from_hash(
+    fields: dict[str, str], name: str, version: int | None = None,
+) -> tuple[Document, int, int] | None:
+    """Document ``name`` of a ``docs`` hash at ``version`` (default: its head), rebuilt from
+    its baseline and the deltas up to that version; with the versions the hash can still
+    rebuild, ``(first, head)``. None if there is no such document.
+
+    A version outside first..head gives the document at the nearest end it may not go past:
+    the caller compares ``document.version`` with the version it asked for."""
+    base_raw = fields.get(f"{name}@b")
+    if base_raw is None or name not in fields:
+        return None
+    head = int(str(fields[name]).split()[0])
+    base = decode(Document, base_raw)
+    want = head if version is None else version
+    value, at, updated = base.value, base.version, base.updated_ms
+    deltas = sorted((decode(DocumentDelta, raw) for key, raw in fields.items()
+                     if key.startswith(f"{name}@") and key != f"{name}@b"),
+                    key=lambda d: d.version)
+    for d in deltas:
+        if at < d.version <= min(want, head):
+            value, at, updated = merge_patch(value, d.patch), d.version, d.updated_ms
+    return Document(name=name, version=at, value=value, updated_ms=updated), base.version, head
+
+
+async def read_document(store: Store, session_id: str, name: str,
+                        version: int | None = None) -> tuple[Document, int]:
+    """Document ``name`` of a session at ``version`` (default: its current one), and its
+    head version. NotFoundError names what is missing: the session, the document, or the
+    version (with the versions kept)."""
+    fields: Any = await store.redis.hgetall(store.keys.session(session_id).docs)
+    found = document_from_hash(fields, name, version)
+    ns = store.keys.ns
+    if found is None:
+        if not await store.exists(session_id):
+            raise not_found(f"session {session_id}", namespace=ns, session_id=session_id)
+        raise not_found(f"document {name} in session {session_id}", namespace=ns,
+                        session_id=session_id)
+    doc, first, head = found
+    if version is not None and doc.version != version:
+        raise not_found(f"version {version} of document {name} in session {session_id} "
+                        f"(kept: {first}..{head})", namespace=ns, session_id=session_id)
+    return doc, head
 
 
 def documents_from_hash(fields: dict[str, str]) -> dict[str, Document]:

@@ -4,21 +4,25 @@ and waits, failFast aborts, completing parents, durable sleeps, documents, the r
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
+from baton.api.auth import Tokens
 from baton.brain.worker import BrainWorker
 from baton.client import Client
-from baton.errors import ConflictError, ValidationError
+from baton.errors import ConflictError, NotFoundError, ValidationError
 from baton.hands.worker import HandsWorker
 from baton.models import Task
 from baton.receipts import CommitDetail
 from baton.relay.worker import Relay
 from baton.settings import Settings
+from tests.api_helpers import serving_api
 from tests.helpers import eventually, running
-from tests.task_apps import AGENT, app
+from tests.task_apps import AGENT, Counter, app
 
 
 @pytest.fixture
@@ -130,6 +134,37 @@ async def test_documents_are_stored_as_deltas_with_periodic_baselines(client: Cl
     assert '"version":33' in docs["counter@b"]
     doc = (await client.store.load(sid)).documents["counter"]
     assert doc.version == 40 and doc.value == {"n": 40, "history": [36, 37, 38, 39, 40]}
+    # Read through the client: as it is, as it was at a kept version, and what is missing.
+    assert await client.document(sid, "counter") == doc
+    then = await client.document(sid, "counter", 35)
+    assert then.version == 35 and then.value == {"n": 35, "history": [31, 32, 33, 34, 35]}
+    assert Counter.model_validate(then.value).n == 35
+    for args, missing in (((sid, "counter", 32), f"no version 32 of document counter in "
+                                                  f"session {sid} (kept: 33..40)"),
+                          ((sid, "counter", 41), "no version 41"),
+                          ((sid, "plan"), f"no document plan in session {sid}"),
+                          (("s-none", "counter"), "no session s-none")):
+        with pytest.raises(NotFoundError, match=re.escape(missing)):
+            await client.document(*args)
+
+
+async def test_documents_over_http_as_they_are_and_were(client: Client,
+                                                       settings: Settings) -> None:
+    sid, tid = await start(client, "writer", {"times": 20})
+    assert outcome(await client.wait_task(sid, tid, timeout=15)) == "completed"
+    read = {"Authorization": "Bearer read-token-0123456789"}
+    tokens = Tokens(Tokens.parse("read:read-token-0123456789", "test"))
+    async with serving_api(settings, tokens) as url, httpx.AsyncClient(base_url=url) as http:
+        now = (await http.get(f"/v1/sessions/{sid}/documents/counter", headers=read)).json()
+        assert now == {"name": "counter", "version": 20, "head": 20,
+                       "updated_ms": now["updated_ms"],
+                       "value": {"n": 20, "history": [16, 17, 18, 19, 20]}}
+        then = await http.get(f"/v1/sessions/{sid}/documents/counter?version=17", headers=read)
+        assert then.json()["value"] == {"n": 17, "history": [13, 14, 15, 16, 17]}
+        gone = await http.get(f"/v1/sessions/{sid}/documents/counter?version=3", headers=read)
+        assert gone.status_code == 404 and "(kept: 17..20)" in gone.json()["detail"]
+        none = await http.get(f"/v1/sessions/{sid}/documents/plan", headers=read)
+        assert none.status_code == 404 and "no document plan" in none.json()["detail"]
 
 
 async def test_typed_document_rejects_an_invalid_value(client: Client) -> None:
