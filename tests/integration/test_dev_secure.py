@@ -16,7 +16,18 @@ from redis.exceptions import AuthenticationError, ResponseError
 
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
-from baton.devkit.secure import CREDENTIALS, REDIS_ACL, REDIS_CONF, load_credentials
+from baton.client import Client
+from baton.devkit.secure import (
+    CREDENTIALS,
+    REDIS_ACL,
+    REDIS_CONF,
+    load_credentials,
+    stack_credentials,
+    with_user,
+    write_redis_config,
+)
+from baton.devkit.servers import RedisServer
+from baton.settings import Settings
 from baton.store.redis_client import connect_redis
 from tests.helpers import five_notices_once_each
 
@@ -107,3 +118,43 @@ def test_baton_dev_secure_serves_submit_and_never_prints_a_password(tmp_path: Pa
     finally:
         baton("dev", "--stop")
     assert not [pid for pid in pids if _pid_alive(pid)]
+
+
+async def test_a_redis_killed_under_the_shipped_acl_restarts_with_every_commit(
+    tmp_path: Path,
+) -> None:
+    """Redis replays its AOF as the ``default`` user and re-checks ACLs at each EXEC: with a
+    ``default`` that may run nothing, every transaction (every script's effects) was dropped
+    at the restart, silently. The shipped file keeps ``default`` off yet able to replay."""
+    passwords = stack_credentials(tmp_path)
+    conf = write_redis_config(tmp_path, "baton", passwords)
+    async with RedisServer(tmp_path / "redis", durable=True) as server:
+        server.config_file = conf
+        server.credentials = ("admin", passwords["admin"])
+        await server.restart()  # now with the users, as a secure stack starts it
+        settings = Settings(redis_url=with_user(server.url, "client", passwords["client"]))
+        async with await Client.connect(settings) as client:
+            sub, created = await client.submit("Kept across a crash.", agent="notices")
+            assert created
+        before = await _keys_by_type(with_user(server.url, "admin", passwords["admin"]))
+        assert any(":s:" in k for k in before), before  # the submit script's writes
+        server.kill()  # appendfsync always: every acknowledged commit is on disk
+        await server.restart()
+        assert await _keys_by_type(with_user(server.url, "admin", passwords["admin"])) == before
+        assert "NOPERM" not in (tmp_path / "redis" / server.log_name).read_text()
+        anonymous = aioredis.Redis.from_url(server.url)
+        try:  # and nobody logs in as default
+            with pytest.raises(AuthenticationError):
+                await anonymous.execute_command("AUTH", "default", "")
+        finally:
+            await anonymous.aclose()
+        async with await Client.connect(settings) as client:
+            assert await client.store.exists(sub.session_id)
+
+
+async def _keys_by_type(url: str) -> dict[str, str]:
+    admin = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        return {k: await admin.type(k) for k in await admin.keys("*")}
+    finally:
+        await admin.aclose()
