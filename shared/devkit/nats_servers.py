@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from baton.devkit.files import write_private
 from baton.devkit.process import (
     PORT_ATTEMPTS,
     Managed,
@@ -101,7 +102,8 @@ class NatsServer(ServerProcess):
         head = f"server_name: {json.dumps(self.server_name)}\n" if self.server_name else ""
         if self.monitor_port:
             head += f"http: {self.host}:{self.monitor_port}\n"
-        conf.write_text(
+        write_private(  # its users' passwords, on a secure stack
+            conf,
             f"{head}listen: {self.host}:{self._port}\n"
             f"max_payload: {self.max_payload}\n"
             f"ports_file_dir: {json.dumps(str(self._data_dir))}\n"

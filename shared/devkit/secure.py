@@ -19,12 +19,12 @@ replicas log in to their primary as ``admin`` (``masteruser``/``masterauth``).
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
 from baton.auth import ROLES, nats_users_config, redis_acl_file
+from baton.devkit.files import write_private
 from baton.devkit.servers import RedisServer
 
 __all__ = ["CLUSTER_TOPOLOGY", "CREDENTIALS", "load_credentials", "nats_config", "redacted",
@@ -48,7 +48,7 @@ def stack_credentials(base_dir: Path) -> dict[str, str]:
     if found is not None and set(found) >= set(USERS):
         return found
     passwords = {user: secrets.token_urlsafe(24) for user in USERS}
-    _write_private(path, json.dumps(passwords))
+    write_private(path, json.dumps(passwords))
     return passwords
 
 
@@ -100,23 +100,12 @@ def write_redis_config(base_dir: Path, namespace: str, passwords: dict[str, str]
     the stack starts with, ``redis-secure.conf`` (both 0600, rewritten at each start):
     ``aclfile`` (the users exist, ``default`` off, from the first moment; a restarted
     process has them again) and, on a cluster, how replicas log in to their primary."""
-    acl = _write_private(base_dir / REDIS_ACL, redis_users(namespace, passwords,
+    acl = write_private(base_dir / REDIS_ACL, redis_users(namespace, passwords,
                                                                cluster=cluster))
     conf = f"aclfile {json.dumps(str(acl))}\n"
     if cluster:
         conf += f"masteruser admin\nmasterauth {passwords['admin']}\n"
-    return _write_private(base_dir / REDIS_CONF, conf)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` with mode 0600 from the first byte (atomic replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    tmp.replace(path)
-    return path
+    return write_private(base_dir / REDIS_CONF, conf)
 
 
 def secure_redis(nodes: Iterable[RedisServer], config: Path, passwords: dict[str, str]) -> None:

@@ -14,9 +14,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, ResponseError
 
+from baton.client import Client
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
-from baton.client import Client
 from baton.devkit.secure import (
     CREDENTIALS,
     REDIS_ACL,
@@ -53,6 +53,12 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
             assert stat.S_IMODE((stack.tls.ca.parent / name).stat().st_mode) == 0o600
         for name in (REDIS_ACL, REDIS_CONF):  # Redis reads its users and secrets from files
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+        # Every file of the stack holding a password is its owner's only (NATS's config too).
+        holding = [f for f in tmp_path.rglob("*") if f.is_file() and any(
+            p.encode() in f.read_bytes() for p in passwords.values())]
+        assert any(f.name == "nats.conf" for f in holding), holding
+        assert {f: oct(stat.S_IMODE(f.stat().st_mode)) for f in holding} == {
+            f: oct(0o600) for f in holding}
         for server in (stack.servers.redis, stack.servers.nats):  # never on a command line
             cmdline = _cmdline(server.pid)
             assert not [u for u, p in passwords.items() if p.encode() in cmdline]
