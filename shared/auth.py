@@ -55,24 +55,26 @@ _CONNECT = ["ping", "hello", "auth", "client|id", "select", "quit", "reset"]
 _SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
             "wait"]
 _ANNOUNCE = ["hset", "hdel", "xadd"]  # per-shard workers liveness and dead-letter records
-# hlen/hgetall/pexpire: the applied commit ids of a session (see store/lua/_applied.lua);
-# type: every script first checks the types of the session keys (corrupt_refusal, _lib.lua).
+# hlen/hgetall: the applied commit ids of a session (see store/lua/_applied.lua; their
+# PEXPIRE is granted on that key alone, see _scoped); type: every script first checks the
+# types of the session keys (corrupt_refusal, _lib.lua).
 _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zadd", "zrem",
-                   "hlen", "hgetall", "pexpire"]
-# set/get/del: the nudge (a tool result or a timer arrived; release and acquire clear it).
+                   "hlen", "hgetall"]
+# get/del: the nudge (a tool result or a timer arrived; release and acquire clear it); its
+# SET is granted on the nudge alone (see _scoped).
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     # ssubscribe: the Brain's held channels (baton.brain.held); zscan: a quarantine drops
     # its timers
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
               "spublish", "zscan", "get", "del", "hkeys", "ssubscribe", "sunsubscribe"],
     # spublish: a result's word to the Brain holding its session (complete.lua)
-    "hands": [*_SESSION_WRITES, "hgetall", "set", "spublish"],
+    "hands": [*_SESSION_WRITES, "hgetall", "spublish"],
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
-              "set", "hvals", "hkeys", "hexists", "scan"],  # the last three: the inbox sweep
+              "hvals", "hkeys", "hexists", "scan"],  # the last four: the inbox sweep
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
-               "type", "ssubscribe", "sunsubscribe", "set",  # set: the nudge of a cancel
+               "type", "ssubscribe", "sunsubscribe",
                "client|setname"],  # baton watch names its connection
     # The read-only views: read commands (``+@read -@dangerous``, see redis_acl), the
     # transactions ``baton watch`` reads its snapshot in and the name it gives its
@@ -139,6 +141,30 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     return [f"%R~{tag}:s:{sessions}", *own, f"~{tag}:wakes", *shard_logs]
 
 
+#: The key of the applied commit ids each role's scripts keep (store/lua/_applied.lua).
+_APPLIED_KEY = {"brain": "applied", "hands": "runs_applied", "client": "inbox_applied"}
+
+
+def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
+    """Selectors granting SET and PEXPIRE on the one key each needs them for.
+
+    A key pattern grants every command of the role on every key it matches: SET replaces a
+    key of any type (a shard's wakes stream with a string stalls every shard its relay
+    reads) and PEXPIRE deletes any key in time (a session's receipts), so neither is a root
+    command. The key patterns stay where they are: EVAL checks a script's declared keys
+    against the root rules, and each command the script calls against any selector."""
+    tag = f"{ns}:{{{ns}-*}}"
+    grant = sessions if role == "client" else "*"
+    out = []
+    if role in _APPLIED_KEY:
+        out.append(f"(+pexpire ~{tag}:s:{grant}:{_APPLIED_KEY[role]})")
+    if role in ("hands", "client"):  # a result, a request: the Brain's nudge
+        out.append(f"(+set ~{tag}:s:{grant}:nudge)")
+    elif role == "relay":  # a fired timer (write-only, as in its root patterns)
+        out.append(f"(+set %W~{tag}:s:*:nudge)")
+    return out
+
+
 def redis_acl(
     role: Role, namespace: str, password: str | None = None, *, sessions: str = "*"
 ) -> list[str]:
@@ -165,6 +191,7 @@ def redis_acl(
         rules += ["+@read", "-@dangerous", "-scan", "-randomkey"]
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += _redis_keys(role, namespace, sessions)
+    rules += _scoped(role, namespace, sessions)
     # Every role reads the store's epoch and may write it once on a new store (SET NX, see
     # baton.store.epoch): a selector grants GET/MGET/SET on the epoch keys and nothing else.
     rules.append(f"(+get +mget +set ~{namespace}:{{{namespace}-*}}:epoch)")

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,7 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         for name in (REDIS_ACL, REDIS_CONF):  # Redis reads its users and secrets from files
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
         # Every file of the stack holding a password is its owner's only (NATS's config too).
-        holding = [f for f in tmp_path.rglob("*") if f.is_file() and any(
-            p.encode() in f.read_bytes() for p in passwords.values())]
+        holding = _files_holding(tmp_path, passwords.values())
         assert any(f.name == "nats.conf" for f in holding), holding
         assert {f: oct(stat.S_IMODE(f.stat().st_mode)) for f in holding} == {
             f: oct(0o600) for f in holding}
@@ -74,6 +74,12 @@ async def test_secure_stack_runs_five_notices_with_every_role_on_its_own_user(
         with pytest.raises(ResponseError, match="no permissions"):
             await hands.hset(sk, "fence", 1)
         await hands.aclose()
+
+
+def _files_holding(folder: Path, secrets: Iterable[str]) -> list[Path]:
+    wanted = [s.encode() for s in secrets]
+    return [f for f in folder.rglob("*")
+            if f.is_file() and any(s in f.read_bytes() for s in wanted)]
 
 
 def _cmdline(pid: int | None) -> bytes:

@@ -136,6 +136,24 @@ async def test_hands_cannot_flush_trim_or_delete(confined: Confined) -> None:
     await as_role(confined, "hands", lambda r: r.flushall())
 
 
+async def test_no_role_but_the_brain_may_replace_or_expire_what_it_writes(
+    confined: Confined,
+) -> None:
+    """SET replaces a key of any type (a shard's wakes stream made a string stalls every
+    shard its relay reads) and PEXPIRE deletes any key in time (a session's receipts): each
+    is granted on the one key a role's scripts need it for (the nudge, the applied ids)."""
+    s = sk(confined)
+    lua = "return redis.call(ARGV[1], KEYS[1], ARGV[2])"
+    for role, keys in (("hands", (s.receipts, s.wakes, s.runs)),
+                       ("client", (s.receipts, s.wakes, s.inbox)),
+                       ("relay", (s.outbox, s.wakes))):
+        for key in keys:
+            await as_role(confined, role, lambda r, key=key: r.set(key, "x"))
+            await as_role(confined, role, lambda r, key=key: r.pexpire(key, 1))
+        # nor inside a script, where each call is checked on its own
+        await as_role(confined, role, lambda r, key=keys[0]: r.eval(lua, 1, key, "SET", "x"))
+
+
 async def test_hands_cannot_announce_a_brain(confined: Confined) -> None:
     """A forged Brain liveness record would make inspect and clients see a Brain serving an
     agent that none serves."""
