@@ -44,6 +44,7 @@ class TaskContext:
     # Where a last commit that dispatched tool runs may hold the lease for their results
     # (brain.held); None: it always releases.
     held: HeldSessions | None = None
+    yielded: bool = False  # a task's chain of phases yielded the pass (brain.scheduler)
     holding: bool = False  # the last commit held the lease (the pass waits, then releases)
 
     @property

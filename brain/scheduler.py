@@ -12,6 +12,11 @@ any of those phases is then visible on load; marked together, they are ``shared`
 that re-run one by one); then each runnable task advances until it waits, sleeps or ends.
 A round that committed nothing ends the pass.
 
+A task that goes from phase to phase without waiting (``Step.goto``) yields the pass after
+:data:`CHAIN_PHASES` phases or :data:`CHAIN_S` seconds (``ctx.yielded``): the pass loads the
+session again under its lease and starts over, so what arrived meanwhile (a cancel, a
+message, a decision) is taken up; a task that loops on goto never starves them.
+
 The pass's last commit releases the lease in the same script (no release round trip): before
 each commit the scheduler tells whether anything would be runnable once its write-set is
 applied (:func:`_idle_after`, the same test the next round makes). If a later commit comes
@@ -22,6 +27,7 @@ again after it.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from baton.brain.cancel import consume_cancels, end_unrunnable
@@ -36,7 +42,10 @@ from baton.observability.tracing import advance
 from baton.store.state import Entries
 from baton.store.writes import Writes
 
-__all__ = ["schedule"]
+__all__ = ["CHAIN_PHASES", "CHAIN_S", "schedule"]
+
+CHAIN_PHASES = 64
+CHAIN_S = 0.25
 
 
 async def schedule(registry: Registry, ctx: TaskContext) -> None:
@@ -62,8 +71,14 @@ async def schedule(registry: Registry, ctx: TaskContext) -> None:
             if current is None or not handler.runnable(current, ctx):
                 continue  # changed by an earlier task of this round (e.g. aborted)
             before = ctx.commits
+            chain, since = 0, time.monotonic()
             while current is not None:
                 current = await advance(handler, current, ctx)  # a span per phase
+                chain += 1
+                if current is not None and (chain >= CHAIN_PHASES
+                                            or time.monotonic() - since >= CHAIN_S):
+                    ctx.yielded = True  # still running, under the lease: look again
+                    return
             progressed = progressed or ctx.commits > before
 
 

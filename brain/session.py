@@ -150,6 +150,9 @@ class SessionPass:
                 word.close()
                 result.commits += ctx.commits
                 result.passes += 1
+                if ctx.yielded:  # a task still running: take up what arrived, then go on
+                    state = await brain.store.load_held(sid)
+                    continue
                 if ctx.holding and ctx.released_at == ctx.commits:
                     # The last commit kept the lease for the results of the runs it
                     # dispatched (brain.held): wait for word of them, then look again

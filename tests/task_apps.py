@@ -153,11 +153,20 @@ async def _wait_done(task: Task, ctx: PhaseContext) -> Step:
     return Step.complete({"read": ctx.data.get("read")})
 
 
+spinner = TaskDef("spinner", start="spin")
+
+
+@spinner.phase("spin")
+async def _spin(task: Task, ctx: PhaseContext) -> Step:
+    """Never waits: goes from phase to phase until cancelled."""
+    return Step.goto("spin", n=ctx.data.get("n", 0) + 1)
+
+
 AGENT = "tasks"
 app = App(
     agents=[Agent(name=AGENT, tools=("echo",))],
     tools=[echo],
-    tasks=[fanout, leaf, sleeper, eager, raiser, writer, waiter],
+    tasks=[fanout, leaf, sleeper, eager, raiser, writer, waiter, spinner],
     documents=[DocumentType("counter", Counter)],
 )
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from baton.api.auth import Tokens
+from baton.brain.scheduler import CHAIN_PHASES
 from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.errors import ConflictError, NotFoundError, ValidationError
@@ -207,6 +208,24 @@ async def test_a_wait_on_ids_not_of_the_task_fails_it_and_a_consumed_child_is_se
     sid, tid = await start(client, "waiter", {})
     task = await client.wait_task(sid, tid, timeout=15)
     assert outcome(task) == "completed" and task.result == {"read": 1}, task
+
+
+async def test_a_task_that_never_waits_is_cancelled_while_it_goes_on(
+    client: Client,
+) -> None:
+    """A task going from phase to phase (Step.goto) without end: the pass yields after a
+    chain of phases and looks at the session again, so a cancel that arrives
+    meanwhile is taken up (it waited for the pass to end, i.e. forever)."""
+    sid, tid = await start(client, "spinner", {})
+
+    async def spun() -> int:
+        task = await client.store.task(sid, tid)
+        return int(task.checkpoint.data.get("n", 0)) if task.checkpoint.data.get(
+            "n", 0) > 2 * CHAIN_PHASES else 0
+    await eventually(spun, timeout=15, message="the spinner went round")
+    assert (await client.cancel(sid, tid)).status == "requested"
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "cancelled", task.state
 
 
 async def _children(client: Client, sid: str, parent: str) -> list[str]:
