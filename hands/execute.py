@@ -152,7 +152,9 @@ class ToolExecution:
         confirm = (lambda: confirm_fn(intent.operation_id, args, ctx)) if confirm_fn else None
         # A plain tool's function directly (Tool.__call__ only awaits it), else the tool
         call: Callable[[], Awaitable[Any]] = functools.partial(
-            tool.fn if type(tool).__call__ is Tool.__call__ else tool, args, ctx)
+            _contained, tool.fn if type(tool).__call__ is Tool.__call__ else tool, args, ctx)
+        if confirm is not None:
+            confirm = functools.partial(_contained, confirm)
         if tool.isolation == "process":  # the tool, and its confirm, in a child process
             call = functools.partial(self._isolated, tool, "tool", args, ctx)
             if confirm_fn is not None:
@@ -317,6 +319,20 @@ def json_with_text(value: Any) -> bytes:
         return orjson.dumps(repr(value))
 
 
+class ToolExited(Exception):
+    """A tool raised SystemExit or KeyboardInterrupt: a bug of the tool like any other. Left
+    to itself it would leave the event loop and end the Hands, and each redelivery of the
+    run the next one."""
+
+
+async def _contained(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    try:
+        return await fn(*args)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise ToolExited(f"the tool raised {_describe(exc)}; a tool may not end its "
+                         f"process") from None
+
+
 class _Timeout(Exception):
     """The tool's own deadline passed."""
 
@@ -347,4 +363,4 @@ def _ms_since(started: float) -> float:
     return round((time.monotonic() - started) * 1000, 3)
 
 
-__all__ = ["CANCEL_GRACE_S", "AttemptLost", "RunCancelled", "ToolExecution"]
+__all__ = ["CANCEL_GRACE_S", "AttemptLost", "RunCancelled", "ToolExecution", "ToolExited"]

@@ -64,6 +64,12 @@ async def boom(args: TextArgs, ctx: ToolContext) -> None:
     raise RuntimeError("kaboom")
 
 
+@tool(replay="safe")
+async def quits(args: TextArgs, ctx: ToolContext) -> None:
+    """Ends its process (its text says how): a tool bug that must stay the tool's."""
+    raise SystemExit(3) if args.text == "exit" else KeyboardInterrupt()
+
+
 @tool(timeout=0.2)
 async def slow(args: TextArgs, ctx: ToolContext) -> None:
     """Never finishes in time."""
@@ -85,7 +91,7 @@ async def gate(args: TextArgs, ctx: ToolContext) -> Any:
 
 APP = App(
     agents=[Agent(name="notices", tools=("send_email",))],
-    tools=[send_email, http_get, echo, charge, boom, slow, big, gate],
+    tools=[send_email, http_get, echo, charge, boom, quits, slow, big, gate],
 )
 
 # ---------------------------------------------------------------- fixtures and helpers

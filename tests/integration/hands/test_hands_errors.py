@@ -84,6 +84,27 @@ async def test_errors_become_results_and_the_worker_keeps_serving(
     assert any("tool mismatch" in r and "ghost" in r for r in reasons)
 
 
+async def test_a_tool_that_exits_or_interrupts_is_a_result_and_the_worker_serves_on(
+    hs: Settings, store: Store, bus: Bus, mailbox: MailboxServer
+) -> None:
+    """SystemExit and KeyboardInterrupt from a tool left the event loop: the Hands ended,
+    and each redelivery of the run ended the next one."""
+    session = new_id("s")
+    runs = [make_intent(bus, session, "quits", {"text": how}) for how in ("exit", "interrupt")]
+    after = make_intent(bus, session, "echo", {"text": "still here"})
+    await commit_runs(store, bus, session, [*runs, after])
+    async with running(hs):
+        for intent in runs:
+            await dispatch(bus, intent)
+        results = [await result_of(store, i) for i in runs]
+        await dispatch(bus, after)
+        assert (await result_of(store, after)).output == {"echo": "still here"}
+    assert [(r.outcome, r.error_code, r.attempt) for r in results] == [
+        ("error", "tool_exception", 1)] * 2
+    assert "the tool raised SystemExit: 3" in (results[0].error or "")
+    assert "the tool raised KeyboardInterrupt" in (results[1].error or "")
+
+
 async def test_a_tool_message_on_another_tools_subject_never_touches_the_run(
     hs: Settings, store: Store, bus: Bus, mailbox: MailboxServer
 ) -> None:
