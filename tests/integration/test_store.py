@@ -115,6 +115,27 @@ async def test_session_of_another_agent_is_refused(store: Store) -> None:
                            text="x", task=task, worker=BRAIN, submission_id="sub-9")
 
 
+async def test_requests_for_a_new_session_at_other_compat_levels_are_refused(
+    store: Store,
+) -> None:
+    """The request that opens a session sets its level: pending requests at two levels
+    would open it at whichever the Brain read first (their ids' order), and carry the other
+    out at a level it was not sent for."""
+    task = Task(id="t-c3", kind="generation", owner="s-c3")
+    await store.submit("s-c3", agent="notices", compat=3, wake_subject=WAKE, request_id="zz",
+                       text="at three", task=task, worker=BRAIN, submission_id="sub-zz")
+    with pytest.raises(ConflictError, match="requested at compat level 3 .* not at 1"):
+        await store.submit("s-c3", agent="notices", compat=1, wake_subject=WAKE,
+                           request_id="aa", text="at one", task=task.model_copy(
+                               update={"id": "t-c1"}), worker=BRAIN, submission_id="sub-aa")
+    assert await store.redis.hkeys(store.keys.session("s-c3").inbox) == ["submit:zz"]
+    # Once the session is open, its level is its own: a request at another level joins it.
+    await submit(store, "s4")
+    await store.submit("s4", agent="notices", compat=2, wake_subject=WAKE, request_id="r2",
+                       text="later", task=Task(id="t4b", kind="generation", owner="s4"),
+                       worker=BRAIN, submission_id="sub-r2")
+
+
 async def test_commit_is_all_or_nothing_when_a_write_is_invalid(store: Store) -> None:
     await submit(store, "s3")
     lease = await store.acquire("s3", BRAIN, 5000)

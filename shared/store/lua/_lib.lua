@@ -255,11 +255,17 @@ local function requested_agent()
 end
 
 -- A CONFLICT reply when the session belongs (or its pending requests are for) another
--- agent, else nil.
-local function inbox_agent_conflict(sid, agent)
-  local cur = requested_agent()
+-- agent, or, for a session not yet opened, when its pending requests are at another compat
+-- level: the request that opens it sets its level, so all of them must agree (whichever
+-- opened it, a request at another level would be carried out at the wrong one), else nil.
+local function inbox_agent_conflict(sid, agent, compat)
+  local cur, level = requested_agent()
   if cur and cur ~= agent then
     return fail('CONFLICT', 'session ' .. sid .. ' belongs to agent ' .. cur)
+  end
+  if cur and not META[1] and tonumber(level) ~= tonumber(compat) then
+    return fail('CONFLICT', 'session ' .. sid .. ' is requested at compat level ' ..
+                tostring(level) .. ' by a request not yet taken up, not at ' .. compat)
   end
   return nil
 end

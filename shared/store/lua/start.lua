@@ -27,7 +27,7 @@ local pending = redis.call('HGET', K_INBOX, 'start:' .. req)
 if pending then
   return {0, cjson.decode(cjson.decode(pending).task).id}
 end
-local conflict = inbox_agent_conflict(sid, agent)
+local conflict = inbox_agent_conflict(sid, agent, ARGV[3])
 if conflict then return conflict end
 if redis.call('HEXISTS', K_TASKS, ARGV[6]) == 1 or redis.call('HEXISTS', K_DONE, ARGV[6]) == 1 then
   return fail('CONFLICT', 'task ' .. ARGV[6] .. ' exists')

@@ -18,8 +18,9 @@ generation task and the progress deadline in its fenced commit, deleting the req
 (brain.requests). A request whose wake is lost is found by the relay's inbox sweep.
 Returns {1, submission JSON} when recorded now, {0, submission JSON} for a repeated request
 id with the same text, pending or taken up. Fails CONFLICT when the session belongs to
-another agent (its meta's, or a pending request's for a new session), or when the request
-id was used before with another text.
+another agent (its meta's, or a pending request's for a new session), when a pending
+request for a new session is at another compat level (the request that opens a session sets
+its level), or when the request id was used before with another text.
 The request ids, the submissions and the inbox are read before the first write (a
 submission only by a repeated request, which writes nothing), and SET replaces a nudge of
 any type: one of the wrong type fails the call (WRONGTYPE) with nothing written or cannot
@@ -56,7 +57,7 @@ if pending then
   end
   return {0, p.sub}
 end
-local conflict = inbox_agent_conflict(sid, agent)
+local conflict = inbox_agent_conflict(sid, agent, ARGV[3])
 if conflict then return conflict end
 local now = now_ms()
 local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
