@@ -33,6 +33,7 @@ from baton.errors import (
     UnavailableError,
     ValidationError,
     WaitTimeout,
+    from_redis_error,
 )
 from baton.faults import Faults
 from baton.models import Document, Submission, Task
@@ -388,7 +389,7 @@ class Client:
             except _UNREACHABLE as exc:
                 since = since if since is not None else loop.time()
                 if loop.time() - since >= self.settings.client_connect_wait_s:
-                    raise
+                    raise from_redis_error(exc, session_id=session_id) from exc
                 log.debug("wait_read_retry", error=str(exc))
                 await asyncio.sleep(0.2)
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import pytest
 
-from baton.devkit.servers import free_port
+from baton.client import Client
+from baton.devkit.servers import RedisServer, free_port
 from baton.errors import (
     ConflictError,
     LeaseBusyError,
@@ -124,7 +126,7 @@ async def test_requests_for_a_new_session_at_other_compat_levels_are_refused(
     task = Task(id="t-c3", kind="generation", owner="s-c3")
     await store.submit("s-c3", agent="notices", compat=3, wake_subject=WAKE, request_id="zz",
                        text="at three", task=task, worker=BRAIN, submission_id="sub-zz")
-    with pytest.raises(ConflictError, match="requested at compat level 3 .* not at 1"):
+    with pytest.raises(ConflictError, match=r"requested at compat level 3 .* not at 1"):
         await store.submit("s-c3", agent="notices", compat=1, wake_subject=WAKE,
                            request_id="aa", text="at one", task=task.model_copy(
                                update={"id": "t-c1"}), worker=BRAIN, submission_id="sub-aa")
@@ -334,6 +336,26 @@ async def test_down_redis_gives_a_clear_error_fast() -> None:
     with pytest.raises(RedisUnavailable, match="cannot reach Redis"):
         await Store.connect(settings)
     assert loop.time() - started < 2.0
+
+
+async def test_a_client_waiting_on_a_redis_that_went_away_gets_redis_unavailable(
+    tmp_path: Path,
+) -> None:
+    """Waited out for client_connect_wait_s, then one error of the tree (it was redis-py's
+    own ConnectionError, outside BatonError)."""
+    async with RedisServer(tmp_path / "r") as server:
+        settings = Settings(redis_url=server.url, namespace="gone",
+                            client_connect_wait_s=0.3)
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit("anyone there?", agent="notices")
+            server.kill()
+            with pytest.raises(RedisUnavailable):
+                await client.wait(sub, timeout=30)
+            with pytest.raises(RedisUnavailable):
+                await client.task(sub.session_id, sub.task_id)
+        finally:
+            await client.close()
 
 
 async def test_oversized_input_is_refused_and_nothing_lands(store: Store) -> None:
