@@ -186,6 +186,9 @@ class CustomTask:
             return None
         if step.phase not in self.defn.phases:
             raise ConfigError(f"step {step.kind} to unknown phase {step.phase!r}")
+        if private := sorted(k for k in pc.data if k.startswith(PRIVATE)):
+            raise ConfigError(f"phase {task.checkpoint.phase} set ctx.data keys starting with "
+                              f"{PRIVATE!r}, which are Baton's own: rename {', '.join(private)}")
         data = {**pc.data, **step.data}
         checkpoint = Checkpoint(phase=step.phase, data=data, step=task.checkpoint.step + 1)
         now = ctx.now()

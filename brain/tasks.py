@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from baton.brain.phases import ChildResult, PhaseContext
+from baton.brain.phases import PRIVATE, ChildResult, PhaseContext
 from baton.errors import ConfigError
 from baton.models import Task, WaitPolicy
 from baton.store.documents import DocumentType
@@ -65,7 +65,7 @@ class Step:
     @classmethod
     def goto(cls, phase: str, **data: Any) -> Step:
         """Run ``phase`` next, at once (committed as ``running``); ``data`` joins ctx.data."""
-        return cls("goto", phase=_phase_name("Step.goto", phase), data=data)
+        return cls("goto", phase=_phase_name("Step.goto", phase), data=_data("Step.goto", data))
 
     @classmethod
     def wait(
@@ -86,7 +86,7 @@ class Step:
             raise ConfigError(f"Step.wait ids must be the ids ctx.spawn and ctx.call_tool "
                               f"returned, not {list(ids)!r}")
         return cls("wait", phase=_phase_name("Step.wait", then), ids=tuple(ids), policy=policy,
-                   data=data)
+                   data=_data("Step.wait", data))
 
     @classmethod
     def sleep(
@@ -108,7 +108,7 @@ class Step:
                                     or not math.isfinite(seconds) or seconds < 0):
             raise ConfigError(f"Step.sleep seconds must be a finite number >= 0, not {seconds!r}")
         return cls("sleep", phase=_phase_name("Step.sleep", then), until_ms=until_ms,
-                   seconds=seconds, data=data)
+                   seconds=seconds, data=_data("Step.sleep", data))
 
     @classmethod
     def complete(cls, result: Any = None) -> Step:
@@ -121,6 +121,16 @@ class Step:
         if not isinstance(reason, str):
             raise ConfigError(f"Step.fail takes a reason as text, not {reason!r}")
         return cls("fail", reason=reason)
+
+
+def _data(where: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Checkpoint data a step adds: keys starting with ``_`` are Baton's own (a phase never
+    sees them, and one of the same name would change how Baton ends the task)."""
+    private = sorted(k for k in data if k.startswith(PRIVATE))
+    if private:
+        raise ConfigError(f"{where}: data keys starting with {PRIVATE!r} are Baton's own, "
+                          f"rename {', '.join(private)}")
+    return data
 
 
 def _phase_name(where: str, phase: object) -> str:

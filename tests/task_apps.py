@@ -162,11 +162,20 @@ async def _spin(task: Task, ctx: PhaseContext) -> Step:
     return Step.goto("spin", n=ctx.data.get("n", 0) + 1)
 
 
+meddler = TaskDef("meddler", start="start")
+
+
+@meddler.phase("start")
+async def _meddle(task: Task, ctx: PhaseContext) -> Step:
+    ctx.data["_cancelled"] = "by me"  # Baton's own key: refused, not silently dropped
+    return Step.goto("start")
+
+
 AGENT = "tasks"
 app = App(
     agents=[Agent(name=AGENT, tools=("echo",))],
     tools=[echo],
-    tasks=[fanout, leaf, sleeper, eager, raiser, writer, waiter, spinner],
+    tasks=[fanout, leaf, sleeper, eager, raiser, writer, waiter, spinner, meddler],
     documents=[DocumentType("counter", Counter)],
 )
 

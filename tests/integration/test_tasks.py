@@ -228,6 +228,14 @@ async def test_a_task_that_never_waits_is_cancelled_while_it_goes_on(
     assert outcome(task) == "cancelled", task.state
 
 
+async def test_a_phase_setting_batons_own_checkpoint_keys_fails(client: Client) -> None:
+    sid, tid = await start(client, "meddler", {})
+    task = await client.wait_task(sid, tid, timeout=15)
+    assert outcome(task) == "failed"
+    assert "ctx.data keys starting with '_', which are Baton's own: rename _cancelled" in (
+        task.state.reason), task.state  # type: ignore[union-attr]
+
+
 async def _children(client: Client, sid: str, parent: str) -> list[str]:
     return [t.id for t in (await client.store.load(sid)).tasks.values() if t.parent == parent]
 

@@ -47,6 +47,10 @@ def test_step_constructors() -> None:
         for bad in (3, "", None):
             with pytest.raises(ConfigError, match="names the next phase"):
                 make(bad)
+    for make in (lambda: Step.goto("b", _cancelled=1), lambda: Step.wait(["a"], then="c", _x=1),
+                 lambda: Step.sleep(seconds=1, then="d", _y=2, ok=3)):
+        with pytest.raises(ConfigError, match="are Baton's own, rename _"):
+            make()
     with pytest.raises(ConfigError, match="reason as text"):
         Step.fail(ValueError("x"))  # type: ignore[arg-type]
 
