@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -295,13 +296,28 @@ class ToolExecution:
     def limit(self, result: ToolResult) -> ToolResult:
         """Cut an output larger than ``tool_output_limit`` (as JSON), marking it truncated."""
         limit = self.settings.tool_output_limit
+        converted = False
+
+        def model_data(value: Any) -> Any:  # a pydantic model returned as is: its data
+            nonlocal converted
+            if isinstance(value, BaseModel):
+                converted = True
+                return value.model_dump(mode="json")
+            raise TypeError(type(value).__name__)
+
         try:
-            raw = orjson.dumps(result.output)
+            raw = orjson.dumps(result.output, default=model_data)
         except TypeError:  # values JSON has no form for: their text, where they are
-            raw = json_with_text(result.output)
-            result = result.model_copy(update={"output": orjson.loads(raw)})
+            raw, converted = json_with_text(result.output), True
             log.warning("tool_output_not_json",  # the run's ids are bound to the line
                         note="values JSON has no form for were replaced by their repr()")
+        else:
+            if b"null" in raw and _not_finite(result.output):  # orjson writes NaN as null
+                converted = True
+                log.warning("tool_output_not_json",
+                            note="NaN and infinite numbers were written as null")
+        if converted:  # the output is what its JSON says
+            result = result.model_copy(update={"output": orjson.loads(raw)})
         if len(raw) <= limit:
             return result
         head = raw[:limit].decode("utf-8", errors="ignore")
@@ -312,11 +328,27 @@ class ToolExecution:
 def json_with_text(value: Any) -> bytes:
     """``value`` as JSON, each part JSON has no form for (an object, a set) replaced by its
     ``repr()`` where it is: the rest keeps its structure (dates as ISO text, as orjson
-    writes them); the whole value's repr() if even that fails."""
+    writes them, pydantic models as their data); the whole value's repr() if even that
+    fails."""
     try:
-        return orjson.dumps(value, default=repr, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(value, default=_model_data_or_repr,
+                            option=orjson.OPT_NON_STR_KEYS)
     except TypeError:
         return orjson.dumps(repr(value))
+
+
+def _model_data_or_repr(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else repr(value)
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_not_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_not_finite(v) for v in value)
+    return False
 
 
 class ToolExited(Exception):

@@ -161,3 +161,31 @@ def test_a_tool_output_json_cannot_carry_keeps_its_structure() -> None:
     limited = execution.limit(ToolResult(outcome="ok", output=output))
     assert limited.output["obj"] == "<thing>" and limited.output["when"].startswith("2026-12-03")
     assert not limited.truncated
+
+
+def test_a_tool_output_of_models_and_non_finite_numbers_is_its_json() -> None:
+    """A pydantic model returned as is is its data (was its repr() string); NaN and
+    infinities become null, as orjson writes them, and the output says so too."""
+    from pydantic import BaseModel
+
+    from baton.hands.execute import ToolExecution, json_with_text
+    from baton.models import ToolResult
+    from baton.settings import Settings
+
+    class Reserved(BaseModel):
+        sku: str
+        qty: int
+
+    execution = ToolExecution(Settings(), {}, None, None, None)  # type: ignore[arg-type]
+    for output, want in (
+        (Reserved(sku="A", qty=2), {"sku": "A", "qty": 2}),
+        ({"items": [Reserved(sku="B", qty=1)], "left": 3}, {"items": [{"sku": "B", "qty": 1}],
+                                                            "left": 3}),
+        ({"x": float("nan"), "y": [float("inf")], "z": None}, {"x": None, "y": [None],
+                                                                "z": None}),
+        ({"set": {1}, "m": Reserved(sku="C", qty=0)}, {"set": "{1}",
+                                                      "m": {"sku": "C", "qty": 0}}),
+    ):
+        assert execution.limit(ToolResult(outcome="ok", output=output)).output == want
+    assert execution.limit(ToolResult(outcome="ok", output=1.5)).output == 1.5
+    assert json_with_text(Reserved(sku="D", qty=4)) == b'{"sku":"D","qty":4}'
