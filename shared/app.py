@@ -23,7 +23,6 @@ import asyncio
 import importlib
 import inspect
 import os
-import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,12 +33,10 @@ import orjson
 from pydantic import BaseModel
 
 from baton.errors import ConfigError, ValidationError
-from baton.models import ReplayPolicy
+from baton.models import NAME, ReplayPolicy
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.documents import DocumentType
-
-NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
 @dataclass
@@ -244,6 +241,11 @@ class Agent:
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
             raise ConfigError(f"invalid agent name {self.name!r}")
+        for what in ("tools", "mcp"):  # ("lookup") is a string: its letters are not names
+            if isinstance(getattr(self, what), str):
+                raise ConfigError(f"agent {self.name}: {what} is a tuple of names, not the "
+                                  f"string {getattr(self, what)!r} (one name: "
+                                  f"{what}=({getattr(self, what)!r},))")
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "mcp", tuple(self.mcp))
         object.__setattr__(self, "migrates_from", tuple(self.migrates_from))

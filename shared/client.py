@@ -36,7 +36,7 @@ from baton.errors import (
     from_redis_error,
 )
 from baton.faults import Faults
-from baton.models import Document, Submission, Task
+from baton.models import NAME, Document, Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store import quarantine
@@ -158,6 +158,7 @@ class Client:
         """
         if not text.strip():
             raise ConfigError("nothing to submit: the text is empty")
+        _check_agent(agent)
         _check_compat(compat)
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
@@ -211,6 +212,8 @@ class Client:
         The session is created for ``agent`` if new: the Brains serving that agent run it.
         Without ``session_id`` it is derived from ``request_id`` (see :func:`session_for`).
         """
+        _check_task(kind, input)
+        _check_agent(agent)
         _check_compat(compat)
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
@@ -440,6 +443,24 @@ class Client:
             for signal in self._waiters.get(msg.get("channel"), ()):
                 if not signal.done():
                     signal.set_result(msg.get("data"))  # see baton.store.notices
+
+
+def _check_agent(agent: str) -> None:
+    """Only an agent an ``Agent`` can declare is served by a Brain: a request for another
+    would wait forever."""
+    if not isinstance(agent, str) or not NAME.match(agent):
+        raise ValidationError(f"invalid agent name {agent!r}: 1-64 of a-z 0-9 _ - starting "
+                              f"with a letter, as Agent declares it", agent=str(agent)[:64])
+
+
+def _check_task(kind: str, task_input: object) -> None:
+    """A kind a ``TaskDef`` can declare, and a JSON object as input."""
+    if not isinstance(kind, str) or not kind or "|" in kind or kind == GENERATION:
+        raise ValidationError(f"invalid task kind {kind!r}: a TaskDef's kind (not empty, "
+                              f"no '|', not {GENERATION!r})", kind=str(kind)[:64])
+    if task_input is not None and not isinstance(task_input, dict):
+        raise ValidationError(f"a task's input is a JSON object, not "
+                              f"{type(task_input).__name__}", kind=kind)
 
 
 def _check_compat(compat: int) -> None:

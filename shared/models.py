@@ -7,6 +7,7 @@ know rejects the record with a clear error instead of guessing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, Self, TypeVar
 
@@ -15,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from baton.errors import ValidationError
+
+#: The name of an agent or a tool, as ``Agent`` and ``@tool`` declare it.
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 SCHEMA_VERSION: Final = 1  # Final: its type is Literal[1], the type of Record.v
 M = TypeVar("M", bound=BaseModel)

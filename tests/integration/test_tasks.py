@@ -255,6 +255,16 @@ async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:
                                 request_id="r1")
     with pytest.raises(ValidationError, match="compat level"):
         await client.start_task("s-idem", "sleeper", {}, agent=AGENT, compat=0)
+    # What no TaskDef or Agent can declare would wait forever: refused before anything lands.
+    for kind in ("", "a|b", "generation"):
+        with pytest.raises(ValidationError, match="invalid task kind"):
+            await client.start_task(None, kind, {}, agent=AGENT)
+    with pytest.raises(ValidationError, match="a task's input is a JSON object, not list"):
+        await client.start_task(None, "sleeper", [1, 2], agent=AGENT)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="invalid agent name 'Tasks'"):
+        await client.start_task(None, "sleeper", {}, agent="Tasks")
+    with pytest.raises(ValidationError, match="invalid agent name 'Tasks'"):
+        await client.submit("hello", agent="Tasks")
     task = await client.wait_task("s-idem", first[1], timeout=10)
     assert outcome(task) == "completed"
     assert len([r for r in await client.store.receipts("s-idem") if r.kind == "start"]) == 1

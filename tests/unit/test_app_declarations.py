@@ -57,6 +57,15 @@ def test_names_declared_twice_and_undecorated_tools_are_refused() -> None:
         App(agents=[], tools=[send])  # type: ignore[list-item]
 
 
+def test_an_agents_tools_given_as_one_string_are_refused() -> None:
+    """("lookup_order") is a string, not a one-name tuple: it read as the tools l, o, o, k."""
+    with pytest.raises(ConfigError, match=r"tools=\('lookup_order',\)"):
+        Agent(name="a", tools=("lookup_order"))  # type: ignore[arg-type]  # no comma
+    with pytest.raises(ConfigError, match=r"mcp=\('files',\)"):
+        Agent(name="a", mcp="files")  # type: ignore[arg-type]
+    assert Agent(name="a", tools=("lookup_order",)).tools == ("lookup_order",)
+
+
 def test_an_app_module_in_the_current_directory_is_found(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "baton_cwd_app.py").write_text(
