@@ -40,7 +40,7 @@ from baton.brain.model import ModelRequest, ModelResponse, model_client, streams
 from baton.brain.redispatch import stuck_runs
 from baton.brain.retry import retry_at
 from baton.brain.stream import PartialText
-from baton.errors import ModelRetryableError
+from baton.errors import ModelRetryableError, ValidationError
 from baton.models import (
     Checkpoint,
     Entry,
@@ -276,6 +276,13 @@ class Generation:
                 writes.entries.append(self._refusal(task, call, ctx))
                 continue
             tool = ctx.app.tools[call.name]
+            if tool.approval:  # never put arguments that cannot run in front of a person
+                try:
+                    tool.parse_args(call.arguments)
+                except ValidationError as exc:
+                    writes.entries.append(self._refusal(task, call, ctx, "invalid_arguments",
+                                                        exc.message))
+                    continue
             run_id = f"{group}-{i}"
             digest = args_digest(call.name, call.arguments) if tool.approval else None
             intent = ToolIntent(
@@ -425,9 +432,11 @@ class Generation:
                      is_error=not result.ok, task_id=task.id,
                      submission_id=task.submission_id, ts_ms=ctx.now())
 
-    def _refusal(self, task: Task, call: ToolCall, ctx: TaskContext) -> Entry:
-        result = ToolResult(outcome="error", error_code="unknown_tool",
-                            error=f"tool {call.name!r} is not available to this agent")
+    def _refusal(self, task: Task, call: ToolCall, ctx: TaskContext, code: str = "unknown_tool",
+                 error: str = "") -> Entry:
+        """A call that is not run: the model sees why on its next turn."""
+        result = ToolResult(outcome="error", error_code=code,
+                            error=error or f"tool {call.name!r} is not available to this agent")
         return Entry(kind="tool_result", text=result_text(result), tool_call_id=call.id,
                      tool_name=call.name, is_error=True, task_id=task.id,
                      submission_id=task.submission_id, ts_ms=ctx.now())

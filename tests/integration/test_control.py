@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from baton.app import Agent, App
+from baton.brain.model import ModelRequest, ModelResponse
 from baton.brain.worker import BrainWorker
 from baton.cli.inspect import session_view
 from baton.cli.trace import build_trace, render_text
@@ -20,6 +22,7 @@ from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.errors import ConflictError
 from baton.hands.worker import HandsWorker
+from baton.models import ToolCall
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.control import args_digest
@@ -139,3 +142,40 @@ async def test_cancel_before_claim_and_idempotent_answers(
     assert all(r.attempt == 0 for r in runs.values())  # never claimed
     assert view["tasks"][0]["outcome"] == "cancelled"
     assert (await _stats(mailbox))["raw_requests"] == 0
+
+
+class _BadArgsModel:
+    """Asks for one approval-gated mail with arguments that cannot run, then answers."""
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        results = [e for e in request.entries if e.kind == "tool_result"]
+        if results:
+            return ModelResponse(text=f"could not: {results[0].text}")
+        return ModelResponse(tool_calls=(ToolCall(
+            id="c1", name="send_email", arguments={"to": "nobody", "subject": "x"}),))
+
+
+async def test_a_gated_call_whose_arguments_cannot_run_never_awaits_a_person(
+    settings: Settings, mailbox: MailboxServer
+) -> None:
+    """Its arguments are checked before a person is asked: the model sees why at once (it
+    was approved first, then failed as invalid_arguments)."""
+    app = App(agents=[Agent(name="gated", model="bad-args", tools=("send_email",))],
+              tools=list(approval_app.tools.values()), models={"bad-args": _BadArgsModel()})
+    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    async with running(relay, brain):
+        client = await Client.connect(settings)
+        try:
+            sub, _ = await client.submit("mail nobody", agent="gated")
+            final = await client.wait(sub, timeout=20)
+            state = await client.store.load(sub.session_id)
+        finally:
+            await client.close()
+    assert final.status == "completed", final
+    assert state.runs == {} and state.decisions == {}  # nothing awaited a person
+    result = next(e for e in state.entries if e.kind == "tool_result")
+    assert result.is_error and "invalid_arguments" in result.text
+    assert "invalid arguments for send_email: to: String should match pattern" in result.text
+    assert "body: Field required" in result.text
