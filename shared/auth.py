@@ -77,9 +77,10 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
                "type", "ssubscribe", "sunsubscribe",
                "client|setname"],  # baton watch names its connection
     # The read-only views: read commands (``+@read -@dangerous``, see redis_acl), the
-    # transactions ``baton watch`` reads its snapshot in and the name it gives its
-    # connection; no script, no write.
-    "operator": ["multi", "exec", "discard", "client|setname"],
+    # transactions ``baton watch`` reads its snapshot in, the name it gives its connection
+    # and the server's time; no script, no write.
+    "operator": ["multi", "exec", "discard", "client|setname",
+                 "time"],  # baton health: an announcement's age on the server's clock
 }
 
 

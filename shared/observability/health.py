@@ -114,7 +114,7 @@ def _health_settings() -> Any:
     # rich console renderer it pulls in) would add about a third to the probe's CPU.
     from baton.devkit.stack import settings_from_env_or_stack
 
-    return settings_from_env_or_stack()
+    return settings_from_env_or_stack(user="operator")  # read-only, like inspect
 
 
 @click.command("health")

@@ -48,6 +48,8 @@ def test_inspect_and_trace_on_a_secure_stack_run_as_the_operator(tmp_path: Path)
         assert trace["session_id"] == session and trace["events"], trace
         watched = baton("watch", session, "--json", "--until-settled").splitlines()
         assert watched and all(json.loads(line) for line in watched)
+        health = json.loads(baton("health", "--role", "hands", "--name", "hands-1", "--json"))
+        assert health["healthy"], health
     finally:
         baton("dev", "--stop")
     assert not [pid for pid in pids if _pid_alive(pid)]
