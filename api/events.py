@@ -36,7 +36,7 @@ from typing import Any
 from baton.cli.watch import Watch
 from baton.errors import BatonError
 from baton.models import dumps
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store.store import Store
 
@@ -177,7 +177,7 @@ class _Feed:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: the streams end, the clients reconnect
-            log.warning("sse_feed_failed", session_id=self.session_id, error=repr(exc)[:300])
+            log.warning("sse_feed_failed", session_id=self.session_id, error=error_text(exc)[:300])
         self._end(None)
 
     def _end(self, last: str | None) -> None:

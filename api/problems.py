@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from baton import errors
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 
 __all__ = ["PROBLEM_JSON", "Problem", "install", "problem_response", "status_of"]
 
@@ -122,7 +122,7 @@ def _from_other(request: Request, exc: Exception) -> JSONResponse:
         return _from_baton(request, errors.from_redis_error(exc))
     if isinstance(exc, ConnectionError | TimeoutError):
         return _from_baton(request, errors.RedisUnavailable(f"store unreachable: {exc}"))
-    log.exception("api_unexpected_error", path=request.url.path, error=repr(exc)[:300])
+    log.exception("api_unexpected_error", path=request.url.path, error=error_text(exc)[:300])
     return problem_response(500, "internal", f"unexpected {type(exc).__name__} (logged by the "
                             "API; the request may be retried)", request)
 
@@ -150,7 +150,7 @@ class _CatchAll:
             await self.app(scope, receive, tracking)
         except Exception as exc:
             if started:  # a stream broke after its first byte: all that is left is the log
-                log.warning("api_stream_failed", path=scope.get("path"), error=repr(exc)[:300])
+                log.warning("api_stream_failed", path=scope.get("path"), error=error_text(exc))
                 return
             response = _from_other(Request(scope), exc)
             await response(scope, receive, send)

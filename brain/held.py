@@ -42,7 +42,7 @@ from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
 
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 from baton.store.keys import Keys
 from baton.store.redis_client import is_cluster
 
@@ -185,7 +185,7 @@ class HeldSessions:
                         tg.create_task(self._read(pubsub, channels, confirmed))
             except Exception as exc:  # connection lost or refused: holds stop meanwhile
                 self.tried.set()
-                log.warning("held_listen_failed", error=repr(_first(exc))[:300])
+                log.warning("held_listen_failed", error=error_text(_first(exc)))
             finally:
                 self.listening = False
                 for pubsub, _ in subscriptions:

@@ -22,6 +22,7 @@ from baton.app import App
 from baton.brain.context import TaskContext
 from baton.brain.registry import Registry
 from baton.models import SessionMeta, Task
+from baton.observability.log import error_text
 from baton.store.writes import Writes, timer_member
 
 __all__ = ["blocked_reason", "migrate_session", "note_blocked", "unserved"]
@@ -66,7 +67,7 @@ async def migrate_session(registry: Registry, ctx: TaskContext) -> None:
             try:
                 new = defn.migrate(task).model_copy(update={"version": defn.version})
             except Exception as exc:  # the app's code: the task stays, blocked by its version
-                ctx.log.error("task_migration_failed", task_id=task.id, error=repr(exc))
+                ctx.log.error("task_migration_failed", task_id=task.id, error=error_text(exc))
                 writes.meta_set[f"blocked:{task.id}"] = (
                     f"migrate v{task.version} -> v{defn.version} failed: {exc!r}"[:500])
                 continue

@@ -50,7 +50,7 @@ from baton.hands.http import http_client
 from baton.hands.isolation import harden_worker
 from baton.models import ToolDispatch, ToolIntent, ToolResult, decode
 from baton.observability.canonical import CanonicalLines
-from baton.observability.log import bind, bounded, get_logger
+from baton.observability.log import bind, bounded, error_text, get_logger
 from baton.observability.tracing import consumer, execute
 from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
@@ -231,7 +231,7 @@ class HandsWorker(Service):
                 if not self.stopping.is_set():
                     msgs = await puller.fetch(taken, timeout=FETCH_TIMEOUT_S, stop=self.stopping)
             except Exception as exc:  # NATS reconnecting or gone: keep serving
-                log.warning("fetch_failed", tool=tool, error=repr(exc))
+                log.warning("fetch_failed", tool=tool, error=error_text(exc))
                 await self.wait_stopping(RETRY_DELAY_S)
             finally:
                 slots.give(taken - len(msgs))
@@ -439,7 +439,7 @@ async def _settle(op: Awaitable[None]) -> None:
     try:
         await op
     except Exception as exc:
-        log.warning("message_settle_failed", error=repr(exc))
+        log.warning("message_settle_failed", error=error_text(exc))
 
 
 async def main(settings: Settings, app_spec: str, tools: list[str] | None = None) -> None:

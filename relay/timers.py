@@ -27,7 +27,7 @@ import time
 
 from redis.exceptions import NoPermissionError
 
-from baton.observability.log import bounded, get_logger
+from baton.observability.log import bounded, error_text, get_logger
 from baton.service import wait_either
 from baton.settings import Settings
 from baton.store.outbox import Outbox
@@ -121,7 +121,7 @@ class TimerLoop:
             except REDIS_DOWN as exc:
                 reraise_cancel()
                 delay = backoff.next()
-                log.warning("timers_failed", error=repr(exc), delay_s=delay)
+                log.warning("timers_failed", error=error_text(exc), delay_s=delay)
             self.wait_s = delay
             if await wait_either(self.stopping, self._woken, delay):
                 return

@@ -50,7 +50,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from baton.bus.bus import Bus
 from baton.errors import ForbiddenError
 from baton.faults import Faults
-from baton.observability.log import bounded, get_logger
+from baton.observability.log import bounded, error_text, get_logger
 from baton.observability.tracing import sample_backlog
 from baton.service import Service, run_until_signalled, tune_collector, wait_either
 from baton.settings import Settings
@@ -165,7 +165,7 @@ class Relay(Service):
                 return True
             except (*REDIS_DOWN, *NATS_DOWN) as exc:
                 delay = backoff.next()
-                log.warning("relay_connect_retry", error=repr(exc), delay_s=delay)
+                log.warning("relay_connect_retry", error=error_text(exc), delay_s=delay)
                 await self.wait_stopping(delay)
         return False
 
@@ -205,7 +205,7 @@ class Relay(Service):
                 except REDIS_DOWN as exc:
                     reraise_cancel()
                     delay = min(backoff.next(), self.leases.tick_s)
-                    log.warning("relay_leases_failed", error=repr(exc), delay_s=delay)
+                    log.warning("relay_leases_failed", error=error_text(exc), delay_s=delay)
                     next_tick = time.monotonic() + delay
             if next_tick > next_announce:  # due before the next tick: now
                 next_announce = now + ANNOUNCE_EVERY_S
@@ -351,7 +351,7 @@ class Relay(Service):
             except REDIS_DOWN as exc:
                 reraise_cancel()
                 quiet = False
-                log.warning("outbox_claim_failed", server="redis", error=repr(exc))
+                log.warning("outbox_claim_failed", server="redis", error=error_text(exc))
                 continue
             quiet = not any(pending.values())
             for shard in [s for s, n in pending.items() if n]:
@@ -371,11 +371,11 @@ class Relay(Service):
                     reraise_cancel()
                     # Claimed rows are ours now: the next claim round (our own idle rows)
                     # or the shard's reader (its pending read) sends them again.
-                    log.warning("outbox_claim_failed", server="nats", error=repr(exc))
+                    log.warning("outbox_claim_failed", server="nats", error=error_text(exc))
                     break
                 except REDIS_DOWN as exc:
                     reraise_cancel()
-                    log.warning("outbox_claim_failed", server="redis", error=repr(exc))
+                    log.warning("outbox_claim_failed", server="redis", error=error_text(exc))
                     break
 
     def _mark_active(self) -> None:
@@ -401,7 +401,7 @@ class Relay(Service):
         reraise_cancel()
         self.counts.retries += 1
         delay = backoff.next()
-        log.warning("outbox_publish_retry", server=server, error=repr(exc), delay_s=delay)
+        log.warning("outbox_publish_retry", server=server, error=error_text(exc), delay_s=delay)
         # The reader's idle connections went down with the one that failed (a server
         # restart): dropped, so the retry connects afresh instead of failing on each. A
         # Redis Cluster client has no one pool: it drops a failed node's connections itself.
@@ -417,7 +417,7 @@ class Relay(Service):
             try:
                 await bus.ensure_streams()
             except Exception as err:
-                log.warning("streams_ensure_failed", error=repr(err))
+                log.warning("streams_ensure_failed", error=error_text(err))
 
 
 

@@ -37,7 +37,7 @@ from baton.errors import (
 )
 from baton.faults import Faults
 from baton.models import NAME, Document, Submission, Task
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.control import CancelAnswer
@@ -404,7 +404,7 @@ class Client:
                     self._pubsub = self.store.redis.pubsub()
                 await self._pubsub.ssubscribe(channel)
             except Exception as exc:
-                log.warning("settled_subscribe_failed", channel=channel, error=repr(exc))
+                log.warning("settled_subscribe_failed", channel=channel, error=error_text(exc))
                 return
             self._subscribed.set()
             if self._listener is None or self._listener.done():

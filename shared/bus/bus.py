@@ -52,7 +52,7 @@ from baton.errors import (
     PayloadTooLarge,
     ValidationError,
 )
-from baton.observability.log import bounded, get_logger
+from baton.observability.log import bounded, error_text, get_logger
 from baton.observability.tracing import publish_span, publish_spans
 from baton.settings import Settings
 
@@ -151,7 +151,7 @@ class Bus:
             if not (last_error and _is_auth_failure(last_error[0])):  # keep the telling one
                 last_error[:] = [exc]
             if nc.is_connected or nc.is_reconnecting:
-                log.warning("nats_error", connection=name, error=repr(exc))
+                log.warning("nats_error", connection=name, error=error_text(exc))
 
         async def on_disconnected() -> None:
             if not nc.is_closed:  # our own close() also reports a disconnect
@@ -272,7 +272,7 @@ class Bus:
             except (*_TRANSIENT, nats.js.errors.ServiceUnavailableError) as exc:
                 if delay is None:
                     raise NatsUnavailable(f"JetStream API not answering: {exc!r}") from exc
-                log.info("jetstream_api_retry", error=repr(exc), delay_s=delay)
+                log.info("jetstream_api_retry", error=error_text(exc), delay_s=delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 

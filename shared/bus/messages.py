@@ -19,7 +19,7 @@ from nats.errors import Error as NatsError
 from pydantic import ValidationError as PydanticValidationError
 
 from baton.bus.delivery import delivered, delivered_and_seq
-from baton.observability.log import bounded, get_logger
+from baton.observability.log import bounded, error_text, get_logger
 from baton.receipts import Carrier
 
 __all__ = [
@@ -119,7 +119,7 @@ class Beats:
                     await m.in_progress()  # buffered: this tick's beats share one flush
                     self.sent += 1
                 except Exception as exc:
-                    log.debug("heartbeat_failed", subject=m.subject, error=repr(exc))
+                    log.debug("heartbeat_failed", subject=m.subject, error=error_text(exc))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -144,7 +144,7 @@ async def heartbeat(msg: Msg, interval: float) -> AsyncIterator[None]:
             try:
                 await msg.in_progress()
             except Exception as exc:
-                log.debug("heartbeat_failed", subject=msg.subject, error=repr(exc))
+                log.debug("heartbeat_failed", subject=msg.subject, error=error_text(exc))
             await asyncio.sleep(interval)
 
     loop = asyncio.get_running_loop()

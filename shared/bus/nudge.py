@@ -17,7 +17,7 @@ import time
 import nats.errors
 
 from baton.bus.bus import Bus
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 
 __all__ = ["NUDGE_EVERY_S", "TimerNudge"]
 
@@ -44,4 +44,4 @@ class TimerNudge:
             await self._bus.nc.publish(self._subject, b"")
         except nats.errors.Error as exc:  # disconnected: the relay's fallback look covers it
             self._next = 0.0
-            log.debug("timer_nudge_failed", error=repr(exc))
+            log.debug("timer_nudge_failed", error=error_text(exc))

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from baton.errors import UnavailableError
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 
 __all__ = ["MCPConnection", "MCPConnectionLost", "MCPServerUnavailable"]
 
@@ -105,7 +105,7 @@ class MCPConnection:
                     f"MCP server {self.name} ({self.target}) cannot be reached: "
                     f"{type(cause).__name__}: {cause}"))
             elif not self._stop.is_set():
-                log.warning("mcp_session_ended", server=self.name, error=repr(innermost(exc)))
+                log.warning("mcp_session_ended", server=self.name, error=error_text(innermost(exc)))
         finally:
             self._client = None
 

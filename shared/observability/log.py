@@ -52,6 +52,13 @@ def bounded(value: object, limit: int = MAX_LOG_TEXT) -> str:
     return f"{text[:limit]}... [truncated: {len(text)} chars]"
 
 
+def error_text(exc: BaseException) -> str:
+    """An error for a log line: its type and message (``repr`` of some redis-py errors is
+    only ``server:ResponseError``, without the message), bounded."""
+    text = str(exc)
+    return bounded(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
 def bound_long_strings(
     logger: object, method: str, event: structlog.types.EventDict
 ) -> structlog.types.EventDict:

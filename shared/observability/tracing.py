@@ -67,7 +67,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.bus.delivery import delivered
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 from baton.observability.spans import (
     NATS,
     SESSION,
@@ -341,6 +341,6 @@ async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
                     for b in await box.backlog()}
             except Exception as exc:  # Redis away: the gauge keeps its last values
                 get_logger("baton.relay").debug("backlog_sample_failed",
-                                                          error=repr(exc))
+                                                          error=error_text(exc))
         if await stopping(every_s if inst is not None else unmetered_s):
             return

@@ -44,6 +44,7 @@ from redis.typing import KeyT, StreamIdT
 
 from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
+from baton.observability.log import error_text, get_logger
 from baton.store.keys import RELAY_GROUP, Keys
 from baton.store.redis_client import batches_raw, run_batch, run_batch_then
 from baton.store.replication import ReplicatedWrites
@@ -55,6 +56,8 @@ WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
 # "w.<run>.<attempt>". Before its session's first commit (seq 0) a submit or start may open it.
 _REQUEST = re.compile(r"^[^/]+/\d+/[stcd]\.")
 _OPENING = re.compile(r"^[^/]+/0/[st]\.")
+
+log = get_logger("baton.relay")
 
 
 def parse_row(shard: int, stream_id: str, f: dict[str, str], stream: str = "") -> OutboxRow:
@@ -185,11 +188,35 @@ class Outbox(ShardStore):
                 reply = await self.redis.execute_command(
                     *self._read_command(shards, consumer, start, count, block_ms))
         except ResponseError as exc:
+            if "WRONGTYPE" in str(exc) and len(shards) > 1:
+                return await self._read_apart(shards, consumer, start, count, block_ms)
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups(shards)
             return [], {}
         return self._entries(reply)
+
+    async def _read_apart(
+        self, shards: list[int], consumer: str, start: str, count: int, block_ms: int | None
+    ) -> tuple[list[OutboxRow], dict[str, list[str]]]:
+        """One shard's stream of another type (an operator's mistake) fails the read of
+        every shard: read them one by one, so the others go on, and say which is broken."""
+        rows: list[OutboxRow] = []
+        gone: dict[str, list[str]] = {}
+        for shard in shards:
+            try:
+                more, deleted = await self._read_group([shard], consumer, start, count, None)
+            except ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                log.error("outbox_stream_wrong_type", shard=shard,
+                          keys=[str(k) for k in self._streams(shard)], error=error_text(exc))
+                continue
+            rows += more
+            gone |= deleted
+        if not rows and not gone and block_ms:  # the wait the blocking read would have made
+            await asyncio.sleep(block_ms / 1000)
+        return rows, gone
 
     def _entries(self, reply: Any) -> tuple[list[OutboxRow], dict[str, list[str]]]:
         """The rows of an XREADGROUP reply, and the ids of entries whose row was deleted,

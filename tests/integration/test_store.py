@@ -311,6 +311,20 @@ async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None
     assert (await store.load("s11")).meta.dirty
 
 
+async def test_a_shard_stream_of_another_type_stalls_only_its_own_shard(store: Store) -> None:
+    """One XREADGROUP reads every shard a relay holds: a shard's wakes stream replaced by a
+    string (WRONGTYPE) failed it for all of them, retried forever."""
+    await submit(store, "s13", take=False)
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of("s13")
+    broken = (shard + 1) % store.keys.shards
+    await box.ensure_groups([shard, broken])
+    await store.redis.delete(store.keys.wakes(broken))
+    await store.redis.set(store.keys.wakes(broken), "not a stream")
+    rows = await box.read([broken, shard], "relay-a", 100, None)
+    assert [r.session_id for r in rows] == ["s13"]  # the submit's wake, from the good shard
+
+
 async def test_own_pending_rows_are_read_again_and_deleted_ones_acknowledged(
     store: Store,
 ) -> None:
