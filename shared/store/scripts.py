@@ -366,8 +366,13 @@ class ScriptRunner:
                                 namespace=self.namespace)
 
     def check_size(self, payload: str | list[str], what: str, times: int = 1) -> None:
-        """``PayloadTooLarge`` when ``payload`` is over ``times`` x ``max_payload_bytes``."""
-        size = len(payload) if isinstance(payload, str) else sum(map(len, payload))
+        """``PayloadTooLarge`` when ``payload`` is over ``times`` x ``max_payload_bytes``,
+        counted in bytes of UTF-8 as Redis stores it (a character takes up to four)."""
+        chars = len(payload) if isinstance(payload, str) else sum(map(len, payload))
         limit = self.max_payload_bytes * times
+        if chars * 4 <= limit:  # within the limit however it is written: nothing to encode
+            return
+        parts = [payload] if isinstance(payload, str) else payload
+        size = sum(len(p.encode("utf-8", "surrogatepass")) for p in parts)
         if size > limit:
             raise PayloadTooLarge(f"{what} is {size} bytes, over the {limit} limit", size=size)

@@ -375,6 +375,11 @@ async def test_a_client_waiting_on_a_redis_that_went_away_gets_redis_unavailable
 async def test_oversized_input_is_refused_and_nothing_lands(store: Store) -> None:
     with pytest.raises(ValidationError, match="limit"):
         await submit(store, "s12", text="x" * (store.settings.max_payload_bytes + 1))
+    # The limit is in bytes as stored: a quarter as many four-byte characters are over it.
+    rockets = "\N{ROCKET}" * (store.settings.max_payload_bytes // 4 + 1)
+    assert len(rockets) < store.settings.max_payload_bytes < len(rockets.encode())
+    with pytest.raises(ValidationError, match="bytes, over the"):
+        await submit(store, "s12", text=rockets)
     with pytest.raises(NotFoundError):
         await store.load("s12")
 
