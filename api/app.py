@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
+from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
@@ -80,7 +80,8 @@ class SubmitAnswer(BaseModel):
 class StartRequest(BaseModel):
     kind: str = Field(min_length=1, max_length=200, description="the task definition's kind")
     input: dict[str, Any] = Field(default_factory=dict)
-    agent: str = Field(min_length=1, max_length=200)
+    agent: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="the agent whose Brains run it (default: the kind)")
     compat: int = Field(default=1, ge=1, le=1_000_000)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
 
@@ -183,7 +184,8 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
                     key: IdempotencyKey = None) -> StartAnswer:
         """Start a root task of ``kind``; once per Idempotency-Key."""
         sid, task_id, created = await client().start_task(
-            body.session_id, body.kind, body.input, agent=body.agent, compat=body.compat,
+            body.session_id, body.kind, body.input, agent=body.agent or body.kind,
+            compat=body.compat,
             request_id=key)
         if not created:
             response.status_code = 200
@@ -191,9 +193,11 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
         return StartAnswer(created=created, session_id=sid, task_id=task_id)
 
     @app.post("/v1/sessions/{session_id}/cancel", responses=errors_doc, tags=["decisions"])
-    async def cancel(session_id: SessionId, body: CancelRequest, role: Operate,
-                     ) -> dict[str, str]:
-        """Cancel the session's tasks (or one): committed now, carried out by a Brain."""
+    async def cancel(session_id: SessionId, role: Operate,
+                     body: Annotated[CancelRequest | None, Body()] = None) -> dict[str, str]:
+        """Cancel the session's tasks (or one): committed now, carried out by a Brain. The
+        body is optional."""
+        body = body or CancelRequest()
         answer = await client().cancel(session_id, body.task_id, reason=body.reason)
         return answer.to_dict()
 
@@ -207,11 +211,13 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/reject", response_model=DecisionAnswer,
               responses=errors_doc, tags=["decisions"])
-    async def reject(session_id: SessionId, run_id: str, body: RejectRequest,
-                     role: Operate) -> DecisionAnswer:
-        """Reject a run awaiting approval: it ends with error code ``rejected``."""
+    async def reject(session_id: SessionId, run_id: str, role: Operate,
+                     body: Annotated[RejectRequest | None, Body()] = None) -> DecisionAnswer:
+        """Reject a run awaiting approval: it ends with error code ``rejected``. The body
+        (a reason) is optional."""
+        reason = body.reason if body is not None else ""
         return DecisionAnswer(run_id=run_id,
-                              seq=await client().reject(session_id, run_id, body.reason))
+                              seq=await client().reject(session_id, run_id, reason))
 
     # ------------------------------------------------------------------ reads
 

@@ -215,6 +215,15 @@ async def test_an_open_api_serves_loopback_in_dev_only(settings: Settings) -> No
         assert twice.status_code == 200 and twice.json() == {**started.json(), "created": False}
         cancel = await http.post(f"/v1/sessions/{started.json()['session_id']}/cancel", json={})
         assert cancel.status_code == 200 and cancel.json()["status"] in ("requested", "pending")
+        # Bodies with nothing to say may be left out; a task's agent is its kind by default.
+        alone = await http.post("/v1/tasks", json={"kind": "nothing"})
+        assert alone.status_code == 201, alone.text
+        sid = alone.json()["session_id"]
+        assert (await http.get(f"/v1/sessions/{sid}")).json()["agent"] == "nothing"
+        bare = await http.post(f"/v1/sessions/{sid}/cancel")
+        assert bare.status_code == 200 and bare.json()["status"] == "requested", bare.text
+        unknown = await http.post(f"/v1/sessions/{sid}/runs/r-none/reject")
+        assert unknown.status_code == 404, unknown.text  # the body was not what failed
 
 
 async def test_the_events_of_a_session_no_brain_opened_yet_keep_streaming(
