@@ -97,8 +97,10 @@ class Tool:
             raise ConfigError(f"tool {self.name}: unknown replay policy {replay!r}")
         self.replay: ReplayPolicy = replay
         _check_callable(fn, self.name)
-        if not timeout > 0:
-            raise ConfigError(f"tool {self.name}: timeout must be more than 0 s, not {timeout!r}")
+        if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                or not timeout > 0):
+            raise ConfigError(f"tool {self.name}: timeout must be a number of seconds more "
+                              f"than 0, not {timeout!r}")
         self.timeout = timeout
         self.version = version
         # Each run waits for a person's approval bound to its exact arguments
@@ -106,6 +108,11 @@ class Tool:
         self.approval = approval
         # Errors that prove the call had no effect: the whole call is retried with backoff
         # within its timeout (baton.hands.retries), whatever the replay policy.
+        if isinstance(retry_on, type):  # one exception class, not in a tuple
+            retry_on = (retry_on,)
+        if not all(isinstance(e, type) and issubclass(e, BaseException) for e in retry_on):
+            raise ConfigError(f"tool {self.name}: retry_on is a tuple of exception classes, "
+                              f"not {retry_on!r}")
         self.retry_on = tuple(retry_on)
         self.args_model = args_model or _first_arg_model(fn, self.name)
         self.confirm_fn: ConfirmFn | None = None
@@ -211,7 +218,13 @@ def tool(
 
 
 def _first_arg_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
-    hints = get_type_hints(fn)
+    try:
+        hints = get_type_hints(fn)
+    except NameError as exc:  # a string annotation of a class its module does not define
+        raise ConfigError(
+            f"tool {name}: its annotations cannot be resolved ({exc}); with `from __future__ "
+            f"import annotations` the arguments' model must be defined at module level "
+            f"(or declare Tool(fn, args_model=...))") from None
     params = list(inspect.signature(fn).parameters)
     model = hints.get(params[0]) if params else None
     if not (isinstance(model, type) and issubclass(model, BaseModel)):

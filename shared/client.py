@@ -34,6 +34,7 @@ from baton.errors import (
     ValidationError,
     WaitTimeout,
     from_redis_error,
+    not_found,
 )
 from baton.faults import Faults
 from baton.models import NAME, Document, Submission, Task
@@ -257,7 +258,12 @@ class Client:
 
     async def wait_cancelled(self, session_id: str, task_id: str | None = None,
                              timeout: float = 60.0) -> bool:  # noqa: ASYNC109
-        """Wait until the task (or every task of the session) has ended; True then."""
+        """Wait until the task (or every task of the session) has ended; True then.
+        NotFoundError for a session (or task) that does not exist."""
+        if task_id is None and not await self._read_checked(
+                lambda: self.store.exists(session_id), session_id):
+            raise not_found(f"session {session_id}", namespace=self.store.keys.ns,
+                            session_id=session_id)
 
         async def ended() -> bool:
             if task_id is not None:

@@ -37,9 +37,9 @@ def cancel(session_id: str, task_id: str | None, reason: str, wait: bool,
         client = await Client.connect(config)
         try:
             answer = await client.cancel(session_id, task_id, reason=reason)
-            target = "the session" if answer.target == "*" else f"task {answer.target}"
-            emit(as_json, answer.to_dict(),
-                 f"cancel {answer.status}: {target} of session {session_id}"
+            target = (f"session {session_id}" if answer.target == "*"
+                      else f"task {answer.target} of session {session_id}")
+            emit(as_json, answer.to_dict(), f"cancel {answer.status}: {target}"
                  + (f" ({answer.outcome})" if answer.outcome else ""))
             if wait and answer.status != "finished":
                 try:
@@ -87,7 +87,7 @@ def approve(run_id: str, session_id: str, digest: str | None, yes: bool, as_json
                          "digest": run_.intent.approval_digest, "status": run_.status}
                 # The arguments are what is being approved: always shown, on stderr when
                 # stdout carries JSON results.
-                click.echo(json.dumps(shown, indent=2), err=as_json)
+                click.echo(json.dumps(shown, indent=2, ensure_ascii=False), err=as_json)
                 if not yes and not click.confirm("approve these arguments?", err=True):
                     raise click.Abort()
                 chosen = run_.intent.approval_digest or ""

@@ -286,6 +286,9 @@ async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Clie
     assert outcome(task) == "cancelled" and task.state.reason == "cancelled by request"
     state = await client.store.load(sid)
     assert state.tasks == {} and state.meta.blocked == {}
+    assert await client.wait_cancelled(sid, timeout=10)  # the session's work: all ended
+    with pytest.raises(NotFoundError, match="no session s-none"):  # not "ended": never was
+        await client.wait_cancelled("s-none", timeout=10)
 
 
 async def test_a_wait_that_ends_first_says_what_it_waited_for(client: Client) -> None:

@@ -39,8 +39,22 @@ def test_a_tool_that_cannot_run_is_refused_when_declared() -> None:
 
     async def ok(args: Args, ctx: Any) -> None: ...
 
-    with pytest.raises(ConfigError, match="timeout must be more than 0"):
-        tool(name="ok", replay="safe", timeout=-1)(ok)
+    for bad in (-1, 0, "5", True):
+        with pytest.raises(ConfigError, match="timeout must be a number of seconds more"):
+            tool(name="ok", replay="safe", timeout=bad)(ok)
+    with pytest.raises(ConfigError, match="retry_on is a tuple of exception classes"):
+        tool(name="ok", replay="safe", retry_on=("ValueError",))(ok)
+    one = tool(name="ok", replay="safe", retry_on=ValueError)(ok)  # type: ignore[arg-type]
+    assert one.retry_on == (ValueError,)
+
+    class Local(BaseModel):
+        to: str
+
+    async def later(args: Local, ctx: Any) -> None: ...
+
+    later.__annotations__ = {"args": "Local", "ctx": "Any"}  # as `from __future__` leaves them
+    with pytest.raises(ConfigError, match="annotations cannot be resolved"):
+        tool(name="later", replay="safe")(later)
     assert tool(name="ok", replay="safe")(ok).timeout == 30.0
     assert sent == []
 
