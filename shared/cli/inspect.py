@@ -439,15 +439,19 @@ async def session_rows(store: Store, ids: list[str], served: set[tuple[str, int]
         poison = _quarantine(f.reply(f"poison key {sk.poison}", replies[5 * i + 3], {}), f,
                              sk.poison)
         inbox = replies[5 * i + 4] if isinstance(replies[5 * i + 4], dict) else {}
+        # Requests waiting for a Brain to take them up are work too (and their submissions
+        # are accepted), whether the session is open or not.
+        requests = parse_requests(inbox) if inbox else []
         if meta_raw == {} and (requested := requested_meta(inbox)):
-            # not opened yet: as its first request asks, its requested tasks waiting
-            meta_raw, live = requested, len(parse_requests(inbox))
+            meta_raw = requested  # not opened yet: as its first request asks
         if meta_raw == {}:  # indexed, but gone (expired or deleted)
             continue
+        if isinstance(live, int):
+            live += len(requests)
         meta = (lenient_meta(sid, meta_raw, f, f"meta key {sk.meta}") if meta_raw
                 else lenient_meta(sid, {}, Findings()))  # unreadable: found above
         statuses = [f.parse(f"submission in {sk.subs} does not parse", "", _status, s)
-                    for s in subs]
+                    for s in subs] + ["accepted" for q in requests if q.submission is not None]
         halted = bool(poison and poison["quarantined"])
         blocked = ""
         if live and not halted and meta_raw and "agent" in meta_raw:
@@ -461,7 +465,7 @@ async def session_rows(store: Store, ids: list[str], served: set[tuple[str, int]
             state = "blocked"
         elif meta.holder and meta.lease_until_ms > now:
             state = "leased"
-        elif any(s in ("accepted", "running") for s in statuses):
+        elif any(s in ("accepted", "running") for s in statuses) or requests:
             state = "pending"
         elif "failed" in statuses:
             state = "failed"

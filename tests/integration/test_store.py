@@ -19,10 +19,10 @@ from baton.errors import (
     StaleFenceError,
     ValidationError,
 )
-from baton.models import Entry, OutboxRow, Task, ToolIntent, ToolResult, Waiting
+from baton.models import Entry, OutboxRow, Task, Terminal, ToolIntent, ToolResult, Waiting
 from baton.settings import Settings
 from baton.store.outbox import Outbox
-from baton.store.store import Store, worker_ref
+from baton.store.store import Store, now_ms, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import eventually, take_up
 
@@ -323,6 +323,34 @@ async def test_a_shard_stream_of_another_type_stalls_only_its_own_shard(store: S
     await store.redis.set(store.keys.wakes(broken), "not a stream")
     rows = await box.read([broken, shard], "relay-a", 100, None)
     assert [r.session_id for r in rows] == ["s13"]  # the submit's wake, from the good shard
+
+
+async def test_the_cluster_view_counts_requests_waiting_in_an_open_sessions_inbox(
+    store: Store,
+) -> None:
+    """A message to an idle session, no Brain taking it up: the row said ``settled`` (work
+    was counted from the live tasks only), so it was never listed as blocked."""
+    from baton.cli.inspect import session_rows
+
+    await submit(store, "s14")  # opened, taken up; no Brain ran it: its task is live
+    settle = Writes(kind="final", tasks=[], deadline_ms=-1)
+    lease = await store.acquire("s14", BRAIN, 5000)
+    state = await store.load("s14")
+    done = [t.model_copy(update={"state": Terminal(outcome="completed")})
+            for t in state.tasks.values()]
+    settle.tasks = done
+    await store.commit("s14", lease.fence, settle, BRAIN)
+    await store.release("s14", lease.fence, 5000)
+    idle = await session_rows(store, ["s14"], set(), now_ms())
+    assert idle[0]["state"] != "blocked" and idle[0]["blocked"] is None, idle  # no work
+    before = idle[0]["submissions"].get("accepted", 0)
+    await submit(store, "s14", request_id="r2", text="anyone?", take=False)
+    unserved = await session_rows(store, ["s14"], set(), now_ms())
+    assert unserved[0]["state"] == "blocked", unserved
+    assert "no live Brain serves notices" in unserved[0]["blocked"]
+    assert unserved[0]["submissions"]["accepted"] == before + 1  # the one waiting
+    served = await session_rows(store, ["s14"], {("notices", 1)}, now_ms())
+    assert served[0]["state"] == "pending", served
 
 
 async def test_own_pending_rows_are_read_again_and_deleted_ones_acknowledged(
