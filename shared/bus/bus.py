@@ -48,6 +48,7 @@ from baton.bus.pull import Puller, _Reconnects
 from baton.bus.subjects import BusNames, _token
 from baton.errors import (
     CredentialsError,
+    ForbiddenError,
     NatsUnavailable,
     PayloadTooLarge,
     ValidationError,
@@ -117,7 +118,8 @@ class Bus:
         self.settings = settings
         self.names = BusNames(settings.namespace)
         self.user = user or settings.nats_user
-        self._guard = _Guard(denials or _Denials(), self.user)
+        self._denials = denials or _Denials()
+        self._guard = _Guard(self._denials, self.user)
         # A refusal of any of a batch's subjects (all in the namespace) fails it at once.
         self._acks = PublishAcks(nc, self._guard, f"{settings.namespace}.", _REQUEST_TIMEOUT_S)
 
@@ -270,6 +272,11 @@ class Bus:
             try:
                 return await call()
             except (*_TRANSIENT, nats.js.errors.ServiceUnavailableError) as exc:
+                if self._denials.inbox:  # no answer can come: not a server that settles
+                    raise ForbiddenError(
+                        self.user, "subscribe to", self._denials.inbox,
+                        "its reply inbox, where JetStream answers: is this process running "
+                        "with another role's NATS user (BATON_NATS_USER)?") from exc
                 if delay is None:
                     raise NatsUnavailable(f"JetStream API not answering: {exc!r}") from exc
                 log.info("jetstream_api_retry", error=error_text(exc), delay_s=delay)

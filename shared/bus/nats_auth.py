@@ -36,12 +36,17 @@ class _Denials:
 
     def __init__(self) -> None:
         self._waiters: list[tuple[str, asyncio.Future[str]]] = []
+        #: A refused subscription to a reply inbox: no request of this connection can be
+        #: answered (a process running with another role's user, whose inbox differs).
+        self.inbox: str = ""
 
     def report(self, text: str) -> bool:
         match = _VIOLATION.search(text)
         if match is None:
             return False
         subject = match[2].lower()
+        if match[1].lower() == "subscription" and subject.startswith("_inbox."):
+            self.inbox = subject
         for prefix, future in self._waiters:
             if subject.startswith(prefix.lower()) and not future.done():
                 future.set_result(prefix if subject == prefix.lower() else subject)

@@ -153,6 +153,13 @@ async def test_wrong_credentials_are_refused_clearly(secured: Secured) -> None:
     wrong = secured.settings("hands").model_copy(update={"nats_password": "guess"})
     with pytest.raises(CredentialsError, match="refused the credentials of user hands"):
         await Bus.connect(wrong, "intruder", "hands")
+    # Another role's user (a Brain started with the Hands' credentials): its reply inbox is
+    # refused, so no JetStream answer can come. Said as such, not as a server not answering.
+    async with await Bus.connect(secured.settings("hands"), "brain-1", "brain") as misrun:
+        with pytest.raises(ForbiddenError, match=r"hands may not subscribe to _inbox\.brain"):
+            await misrun.ensure_consumer(misrun.names.tool_stream,
+                                         misrun.names.tool_durable("echo"),
+                                         misrun.names.tool_subject("echo"))
     bad_redis = secured.settings("hands").model_copy(
         update={"redis_url": secured.redis.url.replace("redis://", "redis://hands:guess@")})
     with pytest.raises(CredentialsError, match="redis refused the credentials of user hands"):
