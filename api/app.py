@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
@@ -32,7 +32,8 @@ from baton.errors import not_found
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
-from baton.store.store import worker_ref
+from baton.store.redis_client import redis_user
+from baton.store.store import Store, worker_ref
 
 __all__ = ["create_app"]
 
@@ -114,22 +115,32 @@ class DecisionAnswer(BaseModel):
 # ---------------------------------------------------------------------- the app
 
 
-def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
-    """The API and console over the stack ``settings`` names."""
+def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None) -> FastAPI:
+    """The API and console over the stack ``settings`` names.
+
+    ``reads``: the credential of the views that read across sessions (the session list,
+    a session's detail, entries, trace, documents and tasks, dead letters, workers), where
+    it differs from ``settings``': a client's ACL reads its granted sessions only and no
+    shard-wide key, the operator's reads everything and writes nothing."""
     watchers = Watchers()
-    state: dict[str, Client] = {}
+    state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["client"] = await Client.connect(settings)
         # Its commits (submit, approve, ...) name the API in the sessions' timelines.
         state["client"].worker = worker_ref("client", settings.worker_id("api"))
-        log.info("api_ready", namespace=settings.namespace, open=tokens.anonymous is not None)
+        state["reads"] = (await Store.connect(reads) if reads is not None
+                          else state["client"].store)
+        log.info("api_ready", namespace=settings.namespace, open=tokens.anonymous is not None,
+                 reads_as=redis_user(reads or settings))
         try:
             yield
         finally:
             watchers.stop()
             await state["client"].close()
+            if reads is not None:
+                await state["reads"].close()
 
     app = FastAPI(title="Baton API", version="1",
                   summary="Submit, follow, decide and inspect durable agent sessions.",
@@ -139,7 +150,10 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     problems.install(app)
 
     def client() -> Client:
-        return state["client"]
+        return cast(Client, state["client"])
+
+    def reader() -> Store:
+        return cast(Store, state["reads"])
 
     errors_doc: dict[int | str, dict[str, Any]] = {
         code: {"description": text, "content": {problems.PROBLEM_JSON: {
@@ -235,31 +249,31 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     ) -> dict[str, Any]:
         """The newest sessions matching every filter given."""
         return await views.list_sessions(
-            client().store, status=status, agent=agent, blocked=blocked,
+            reader(), status=status, agent=agent, blocked=blocked,
             quarantined=quarantined, since_ms=since_ms, until_ms=until_ms, limit=limit)
 
     @app.get("/v1/sessions/{session_id}", responses=errors_doc, tags=["sessions"])
     async def session(session_id: SessionId, role: Read) -> dict[str, Any]:
         """Lease, submissions, tasks, tool runs with their marks, approvals, documents."""
-        return await views.session_detail(client().store, session_id)
+        return await views.session_detail(reader(), session_id)
 
     @app.get("/v1/sessions/{session_id}/entries", responses=errors_doc, tags=["sessions"])
     async def entries(session_id: SessionId, role: Read, start: int = 0,
                       limit: Annotated[int, Query(ge=0, le=1_000)] = 200) -> dict[str, Any]:
         """Conversation entries (a negative ``start`` counts from the end)."""
-        return await views.session_entries(client().store, session_id, start, limit)
+        return await views.session_entries(reader(), session_id, start, limit)
 
     @app.get("/v1/sessions/{session_id}/trace", responses=errors_doc, tags=["sessions"])
     async def trace(session_id: SessionId, role: Read) -> dict[str, Any]:
         """The handoff timeline built from the session's receipts."""
-        return await views.session_trace(client().store, session_id)
+        return await views.session_trace(reader(), session_id)
 
     @app.get("/v1/sessions/{session_id}/documents/{name}", responses=errors_doc,
              tags=["sessions"])
     async def document(session_id: SessionId, name: str, role: Read,
                        version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
         """A document as it is, or as it was at a retained ``version``."""
-        return await views.document_at(client().store, session_id, name, version)
+        return await views.document_at(reader(), session_id, name, version)
 
     @app.get("/v1/sessions/{session_id}/submissions/{submission_id}", response_model=Submission,
              responses=errors_doc, tags=["sessions"])
@@ -280,7 +294,7 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
              responses=errors_doc, tags=["sessions"])
     async def task(session_id: SessionId, task_id: str, role: Read) -> Task:
         """A task, live or finished."""
-        return await client().store.task(session_id, task_id)
+        return await reader().task(session_id, task_id)
 
     @app.get("/v1/sessions/{session_id}/events", tags=["sessions"], responses={
         **errors_doc, 200: {"description": "Server-Sent Events: a snapshot, then each change",
@@ -305,12 +319,12 @@ def create_app(settings: Settings, tokens: Tokens) -> FastAPI:
     async def dead_letters(role: Read, limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
                            ) -> dict[str, Any]:
         """The newest dead letters of every shard, and how many are kept."""
-        return await views.dead_letter_page(client().store, limit)
+        return await views.dead_letter_page(reader(), limit)
 
     @app.get("/v1/workers", responses=errors_doc, tags=["operations"])
     async def workers(role: Read) -> dict[str, Any]:
         """Announced services, and the live Brains serving each (agent, compat level)."""
-        return await views.workers_view(client().store)
+        return await views.workers_view(reader())
 
     @app.get("/v1/whoami", tags=["operations"], responses=errors_doc)
     async def whoami(role: Read) -> dict[str, Any]:

@@ -66,7 +66,14 @@ async def serve(host: str, port: int, dev: bool, tokens_file: Path | None,
     from baton.client import Client
 
     await (await Client.connect(config)).close()
-    app = create_app(config, tokens)
+    # The views that read across sessions read as the operator, where one is configured
+    # (BATON_OPERATOR_REDIS_URL, or a secure stack's): a client's credential reads only its
+    # granted sessions.
+    from baton.devkit.stack import settings_from_env_or_stack
+
+    reads = settings_from_env_or_stack(user="operator")
+    app = create_app(config, tokens,
+                     reads if reads.redis_url != config.redis_url else None)
     tune_gc()
     server = uvicorn.Server(uvicorn.Config(
         app, host=host, port=port, log_config=None, access_log=False, lifespan="on",

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from baton.cli.findings import Findings
 from baton.cli.inspect import newest_sessions, session_rows, session_view
 from baton.cli.trace import build_trace
-from baton.errors import not_found
+from baton.errors import ForbiddenError, not_found
 from baton.models import Document, decode
 from baton.store.deadletter import dead_letter_count, dead_letters
 from baton.store.documents import DocumentDelta, documents_from_hash, read_document
 from baton.store.quarantine import quarantine_of
+from baton.store.redis_client import redis_user
 from baton.store.store import Store, now_ms
 from baton.store.workers import live_brains, served_levels, services
 
@@ -37,15 +39,22 @@ async def list_sessions(
     newest created in the time range), with how many exist in that range."""
     now = now_ms()
     served = served_levels(await services(store.redis, store.keys, now))
-    ids, total = await newest_sessions(store, SCAN_LIMIT, since_ms=since_ms, until_ms=until_ms)
-    rows = await session_rows(store, ids, served, now)
+    found = Findings()
+    ids, total = await newest_sessions(store, SCAN_LIMIT, since_ms=since_ms, until_ms=until_ms,
+                                       findings=found)
+    if any("not readable with this credential" in f for f in found):
+        # An empty list would read as "no sessions": the API's credential cannot list them.
+        raise ForbiddenError(redis_user(store.settings), "read", "the sessions index",
+                             "the API lists sessions with a credential that reads every "
+                             "session (the operator's)")
+    rows = await session_rows(store, ids, served, now, findings=found)
     picked = [r for r in rows
               if (status is None or r["state"] == status)
               and (agent is None or r["agent"] == agent)
               and (blocked is None or bool(r["blocked"]) == blocked)
               and (quarantined is None or r["quarantined"] == quarantined)]
     return {"total": total, "scanned": len(ids), "matched": len(picked),
-            "sessions": picked[:limit]}
+            "sessions": picked[:limit], "findings": list(found)}
 
 
 async def _exists(store: Store, session_id: str) -> None:

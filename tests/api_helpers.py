@@ -20,11 +20,12 @@ START_TIMEOUT_S = 30.0  # generous: a loaded machine starts the app slowly, a ha
 
 
 @asynccontextmanager
-async def serving_api(settings: Settings, tokens: Tokens) -> AsyncIterator[str]:
+async def serving_api(settings: Settings, tokens: Tokens,
+                      reads: Settings | None = None) -> AsyncIterator[str]:
     """The API on a free loopback port while in the block; yields its base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(
-        create_app(settings, tokens), host="127.0.0.1", port=port, log_config=None,
+        create_app(settings, tokens, reads), host="127.0.0.1", port=port, log_config=None,
         access_log=False, lifespan="on", timeout_graceful_shutdown=2))
     task = asyncio.create_task(server.serve())
     try:

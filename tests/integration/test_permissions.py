@@ -245,3 +245,38 @@ async def test_nats_over_tls_with_a_private_ca(tmp_path: Path) -> None:
             assert await bus.publish(bus.wake_subject("a", 1), b"{}", msg_id="m1")
         with pytest.raises(NatsUnavailable):  # without the CA the server is not trusted
             await Bus.connect(settings.model_copy(update={"nats_tls_ca": ""}), "untrusted")
+
+
+async def test_the_api_lists_sessions_as_the_operator_or_says_it_cannot(
+    secured: Secured,
+) -> None:
+    """The API writes as a client, whose ACL reads its granted sessions only: listing them
+    took an empty answer for "no sessions". Given the operator's credential for its reads,
+    it lists them; without one, the list is a 403 saying why."""
+    import httpx
+
+    from baton.api.auth import Tokens
+    from tests.api_helpers import serving_api
+
+    relay, brain = Relay(secured.settings("relay")), BrainWorker(secured.settings("brain"), app)
+    async with running(relay), running(brain):  # the relay makes the streams, first
+        client = await Client.connect(secured.settings("client"))
+        try:  # the Brain lists the session in the index
+            sub, _ = await client.submit("listed? (no address here: no tool)", agent="notices")
+            assert (await client.wait(sub, timeout=20)).status == "completed"
+        finally:
+            await client.close()
+    tokens = Tokens(Tokens.parse("read:read-token-0123456789", "test"))
+    read = {"Authorization": "Bearer read-token-0123456789"}
+    async with serving_api(secured.settings("client"), tokens) as url, \
+            httpx.AsyncClient(base_url=url) as http:
+        refused = await http.get("/v1/sessions", headers=read)
+        assert refused.status_code == 403, refused.text
+        assert "may not read the sessions index" in refused.json()["detail"]
+    async with serving_api(secured.settings("client"), tokens,
+                           reads=secured.settings("operator")) as url, \
+            httpx.AsyncClient(base_url=url) as http:
+        listed = (await http.get("/v1/sessions", headers=read)).json()
+        assert sub.session_id in [r["session_id"] for r in listed["sessions"]], listed
+        dead = await http.get("/v1/dead-letters", headers=read)
+        assert dead.status_code == 200, dead.text
