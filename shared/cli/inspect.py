@@ -168,8 +168,9 @@ async def _backlog(store: Store, now: int, f: Findings) -> list[dict[str, Any]]:
 
 
 async def _dead_letters(store: Store, f: Findings, count: int) -> tuple[list[dict[str, str]],
-                                                                         int]:
-    """The newest ``count`` dead letters over every shard, and how many there are."""
+                                                                         int | None]:
+    """The newest ``count`` dead letters over every shard, and how many there are (None
+    when some could not be read: a finding says why)."""
     redis: Any = store.redis
     keys = store.keys.every("dead")
     async with redis.pipeline(transaction=False) as p:
@@ -177,11 +178,12 @@ async def _dead_letters(store: Store, f: Findings, count: int) -> tuple[list[dic
             p.xrevrange(key, count=count).xlen(key)
         replies = await p.execute(raise_on_error=False)
     out: list[dict[str, str]] = []
-    total = 0
+    total: int | None = 0
     for i, key in enumerate(keys):
         for record_id, record in f.reply(f"dead letters {key}", replies[2 * i], []):
             out.append({"id": str(record_id), **{str(k): str(v) for k, v in record.items()}})
-        total += int(f.reply(f"dead letters {key}", replies[2 * i + 1], 0))
+        n = f.reply(f"dead letters {key}", replies[2 * i + 1], None)
+        total = None if n is None or total is None else total + int(n)
     out.sort(key=lambda d: tuple(int(x) for x in d["id"].split("-")), reverse=True)
     return out[:count], total
 

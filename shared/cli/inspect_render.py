@@ -29,12 +29,15 @@ def _table(title: str, cols: tuple[str, ...]) -> Table:
 def _backlog_table(backlog: list[dict[str, Any]], mine: int | None = None) -> Table:
     """Shards with rows (and the session's own); the empty rest in one line."""
     t = _table("Outbox backlog", ("shard", "rows", "oldest row age"))
+    unread = [b for b in backlog if b["rows"] is None and b["shard"] != mine]
     shown = [b for b in backlog if b["rows"] or b["shard"] == mine]
     for b in shown:
         t.add_row(f"{b['shard']}{' (this session)' if b['shard'] == mine else ''}",
                   "?" if b["rows"] is None else str(b["rows"]), _ms(b["oldest_age_ms"]))
-    if len(shown) < len(backlog):
-        t.add_row(f"{len(backlog) - len(shown)} other shard(s)", "0", "-")
+    if unread:  # refused to this credential (see the findings): not "0"
+        t.add_row(f"{len(unread)} shard(s) not readable", "?", "-")
+    if empty := len(backlog) - len(shown) - len(unread):
+        t.add_row(f"{empty} other shard(s)", "0", "-")
     return t
 
 
@@ -184,7 +187,8 @@ def render_cluster(v: dict[str, Any], console: Console) -> None:
     console.print(_backlog_table(v["backlog"]))
     _render_subjects(v.get("subjects"), console)
     dead = v["dead_letters"]
-    console.print(f"dead letters: {dead['count']}")
+    console.print("dead letters: " + ("not readable with this credential"
+                                      if dead["count"] is None else str(dead["count"])))
     for d in dead["newest"][:10]:
         console.print(f"  {d['id']} {_e(d.get('source'))}: {_e(d.get('reason'))} "
                       f"(session {_e(d.get('session_id', '-'))})")

@@ -26,6 +26,7 @@ from baton.devkit.stack import home
 from baton.errors import BatonError, ValidationError, not_found
 from baton.receipts import Receipt
 from baton.settings import Settings
+from baton.store.redis_client import redis_user
 from baton.store.state import receipts_about
 from baton.store.store import Store
 
@@ -161,6 +162,12 @@ def inspect_command(session_id: str | None, as_json: bool) -> None:
         try:
             if session_id:
                 return await session_view(store, session_id)
+            if redis_user(settings) == "client":  # a client's NATS user may do nothing
+                view = await cluster_view(store, None)
+                view["subjects"]["error"] = (
+                    "a client's credential has no NATS access: set BATON_OPERATOR_NATS_USER "
+                    "and _PASSWORD (the operator's) to see the JetStream subjects")
+                return view
             try:  # the JetStream part of the view; the rest stands without it
                 bus = await Bus.connect(settings, "inspect", "operator")
             except BatonError as exc:

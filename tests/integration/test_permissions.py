@@ -280,3 +280,29 @@ async def test_the_api_lists_sessions_as_the_operator_or_says_it_cannot(
         assert sub.session_id in [r["session_id"] for r in listed["sessions"]], listed
         dead = await http.get("/v1/dead-letters", headers=read)
         assert dead.status_code == 200, dead.text
+
+
+async def test_inspect_with_a_clients_credential_says_what_it_cannot_read(
+    secured: Secured,
+) -> None:
+    """A client reads no shard-wide key: the backlog and the dead letters are "not
+    readable", never 0 beside a finding that says they could not be read."""
+    import io
+
+    from rich.console import Console
+
+    from baton.cli.inspect import cluster_view, render_cluster
+
+    store = await Store.connect(secured.settings("client"))
+    try:
+        view = await cluster_view(store)
+    finally:
+        await store.close()
+    assert view["dead_letters"]["count"] is None
+    assert all(b["rows"] is None for b in view["backlog"]), view["backlog"]
+    out = io.StringIO()
+    render_cluster(view, Console(file=out, width=160, highlight=False))
+    text = out.getvalue()
+    assert "dead letters: not readable with this credential" in text
+    assert f"{len(view['backlog'])} shard(s) not readable" in text
+    assert "other shard(s)" not in text
