@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from baton.api import problems, views
 from baton.api.auth import OPERATE, Tokens
 from baton.api.events import Watchers, stream_session
-from baton.client import Client
+from baton.client import Client, agent_for
 from baton.errors import not_found
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
@@ -198,7 +198,7 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
                     key: IdempotencyKey = None) -> StartAnswer:
         """Start a root task of ``kind``; once per Idempotency-Key."""
         sid, task_id, created = await client().start_task(
-            body.session_id, body.kind, body.input, agent=body.agent or body.kind,
+            body.session_id, body.kind, body.input, agent=agent_for(body.kind, body.agent),
             compat=body.compat,
             request_id=key)
         if not created:

@@ -352,17 +352,23 @@ def _not_finite(value: Any) -> bool:
 
 
 class ToolExited(Exception):
-    """A tool raised SystemExit or KeyboardInterrupt: a bug of the tool like any other. Left
-    to itself it would leave the event loop and end the Hands, and each redelivery of the
-    run the next one."""
+    """A tool raised a BaseException that is not an Exception (SystemExit, KeyboardInterrupt,
+    GeneratorExit, its own): a bug of the tool like any other. Left to itself, SystemExit
+    and KeyboardInterrupt leave the event loop and end the Hands (each redelivery of the run
+    the next one), and the others escape the result and run the tool again at every
+    redelivery."""
 
 
 async def _contained(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     try:
         return await fn(*args)
-    except (SystemExit, KeyboardInterrupt) as exc:
+    except asyncio.CancelledError:
+        raise  # the run's own cancellation and deadline
+    except Exception:
+        raise
+    except BaseException as exc:
         raise ToolExited(f"the tool raised {_describe(exc)}; a tool may not end its "
-                         f"process") from None
+                         f"process or raise outside Exception") from None
 
 
 class _Timeout(Exception):

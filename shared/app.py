@@ -253,7 +253,8 @@ class Agent:
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
-            raise ConfigError(f"invalid agent name {self.name!r}")
+            raise ConfigError(f"invalid agent name {self.name!r}: 1-64 of a-z 0-9 _ - "
+                              f"starting with a letter")
         for what in ("tools", "mcp"):  # ("lookup") is a string: its letters are not names
             if isinstance(getattr(self, what), str):
                 raise ConfigError(f"agent {self.name}: {what} is a tuple of names, not the "

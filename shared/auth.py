@@ -193,9 +193,11 @@ def redis_acl(
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += _redis_keys(role, namespace, sessions)
     rules += _scoped(role, namespace, sessions)
-    # Every role reads the store's epoch and may write it once on a new store (SET NX, see
-    # baton.store.epoch): a selector grants GET/MGET/SET on the epoch keys and nothing else.
-    rules.append(f"(+get +mget +set ~{namespace}:{{{namespace}-*}}:epoch)")
+    # Every role reads the store's epoch and may write it once on a new store (see
+    # baton.store.epoch): a selector grants GET/MGET/SETNX on the epoch keys and nothing
+    # else. SETNX, not SET: with SET (NX or not, ACLs cannot tell) any role could replace
+    # the epoch, and every worker of the namespace would stop as if the store were lost.
+    rules.append(f"(+get +mget +setnx ~{namespace}:{{{namespace}-*}}:epoch)")
     # Commits announce settled submissions (SPUBLISH), clients wait for their own (SSUBSCRIBE):
     # sharded channels under the session's hash tag. A Hands' completion, and a client's
     # request, tell the Brain holding the session (SPUBLISH on the Brain's held channel of

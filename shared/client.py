@@ -157,6 +157,9 @@ class Client:
         Without ``session_id`` the session is derived from ``request_id`` (a new one when
         neither is given), so resubmitting the same request id returns the same submission.
         """
+        if not isinstance(text, str):
+            raise ValidationError(f"a submission's text is a string, not "
+                                  f"{type(text).__name__}")
         if not text.strip():
             raise ConfigError("nothing to submit: the text is empty")
         _check_agent(agent)
@@ -449,6 +452,18 @@ class Client:
             for signal in self._waiters.get(msg.get("channel"), ()):
                 if not signal.done():
                     signal.set_result(msg.get("data"))  # see baton.store.notices
+
+
+def agent_for(kind: str, agent: str | None) -> str:
+    """The agent a task is started for: ``agent``, or by default the kind itself (as
+    ``baton start`` and ``POST /v1/tasks`` do), when the kind can be an agent's name."""
+    if agent is not None:
+        return agent
+    if not isinstance(kind, str) or not NAME.match(kind):
+        raise ValidationError(f"name the agent whose Brains run task kind {kind!r} (--agent, "
+                              f"or \"agent\" in the API): the kind is not an agent name "
+                              f"(1-64 of a-z 0-9 _ - starting with a letter)", kind=str(kind))
+    return kind
 
 
 def _check_agent(agent: str) -> None:

@@ -141,7 +141,7 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
           request_id: str | None, wait: bool, timeout: float, require_brain: bool,
           as_json: bool) -> None:
     """Start a root task of KIND (a custom task the app registers) in a session."""
-    from baton.client import Client
+    from baton.client import Client, agent_for
 
     try:
         task_input = json.loads(input_json)
@@ -154,10 +154,10 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
     async def go() -> int:
         client = await Client.connect(config)
         try:
-            await _check_brains(client, agent or kind, compat, require_brain, "starting",
-                                session_id)
+            name = agent_for(kind, agent)
+            await _check_brains(client, name, compat, require_brain, "starting", session_id)
             sid, task_id, created = await client.start_task(
-                session_id, kind, task_input, agent=agent or kind, compat=compat,
+                session_id, kind, task_input, agent=name, compat=compat,
                 request_id=request_id)
             head = "started" if created else "already started (same request id)"
             emit(as_json, {"session_id": sid, "task_id": task_id, "created": created},

@@ -16,7 +16,7 @@ says "not found" (:meth:`StoreEpoch.verify`). A shard whose epoch vanished or ch
 stop with :class:`~baton.errors.StoreEpochError`.
 
 Initialisation: shard 0 is the anchor. A process that finds no epoch at all writes one to the
-anchor (``SET NX``: racing processes agree on the first), then copies it to the other shards.
+anchor (``SETNX``: racing processes agree on the first), then copies it to the other shards.
 A process that finds the anchor but misses other shards fills them in only while the anchor
 is younger than :data:`INIT_GRACE_MS` (another process is initialising); later, a missing
 shard is lost state. What no epoch can detect: a process that never saw the store before
@@ -211,7 +211,7 @@ class StoreEpoch:
     async def _initialise(self) -> None:
         value = json.dumps({"v": 1, "id": uuid.uuid4().hex, "created_ms": _now_ms(),
                             "layout": STORE_LAYOUT})
-        await self.redis.set(self.keys.epoch(ANCHOR), value, nx=True)
+        await self.redis.setnx(self.keys.epoch(ANCHOR), value)  # SETNX: what the ACLs grant
         anchor = _parse(await self.redis.get(self.keys.epoch(ANCHOR)))
         if anchor is not None:
             await self._fill(anchor, [s for s in range(self.keys.shards) if s != ANCHOR])
@@ -221,7 +221,7 @@ class StoreEpoch:
         value = json.dumps(anchor)
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
-            pipe.set(self.keys.epoch(shard), value, nx=True)
+            pipe.setnx(self.keys.epoch(shard), value)
         await pipe.execute()
 
 

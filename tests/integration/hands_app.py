@@ -67,6 +67,8 @@ async def boom(args: TextArgs, ctx: ToolContext) -> None:
 @tool(replay="safe")
 async def quits(args: TextArgs, ctx: ToolContext) -> None:
     """Ends its process (its text says how): a tool bug that must stay the tool's."""
+    if args.text == "generator":
+        raise GeneratorExit()
     raise SystemExit(3) if args.text == "exit" else KeyboardInterrupt()
 
 

@@ -220,6 +220,8 @@ async def test_an_open_api_serves_loopback_in_dev_only(settings: Settings) -> No
         assert alone.status_code == 201, alone.text
         sid = alone.json()["session_id"]
         assert (await http.get(f"/v1/sessions/{sid}")).json()["agent"] == "nothing"
+        upper = await http.post("/v1/tasks", json={"kind": "Nothing"})  # not an agent name
+        assert upper.status_code in (400, 422) and "name the agent" in upper.text, upper.text
         bare = await http.post(f"/v1/sessions/{sid}/cancel")
         assert bare.status_code == 200 and bare.json()["status"] == "requested", bare.text
         unknown = await http.post(f"/v1/sessions/{sid}/runs/r-none/reject")

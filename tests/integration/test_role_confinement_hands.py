@@ -154,6 +154,15 @@ async def test_no_role_but_the_brain_may_replace_or_expire_what_it_writes(
         await as_role(confined, role, lambda r, key=keys[0]: r.eval(lua, 1, key, "SET", "x"))
 
 
+async def test_no_role_may_replace_the_store_epoch(confined: Confined) -> None:
+    """Each role may write the epoch once, on a new store (SETNX); replacing it (SET, with
+    NX or not: ACLs cannot tell) stopped every worker of the namespace, 'store lost'."""
+    key = f"{confined.namespace}:{confined.keys.tag(0)}:epoch"
+    for role in ("hands", "client", "relay", "brain"):
+        await as_role(confined, role, lambda r: r.set(key, '{"v":1,"id":"evil"}'))
+        await as_role(confined, role, lambda r: r.set(key, "x", nx=True))
+
+
 async def test_hands_cannot_announce_a_brain(confined: Confined) -> None:
     """A forged Brain liveness record would make inspect and clients see a Brain serving an
     agent that none serves."""

@@ -265,6 +265,8 @@ async def test_start_task_is_idempotent_by_request_id(client: Client) -> None:
         await client.start_task(None, "sleeper", {}, agent="Tasks")
     with pytest.raises(ValidationError, match="invalid agent name 'Tasks'"):
         await client.submit("hello", agent="Tasks")
+    with pytest.raises(ValidationError, match="a submission's text is a string, not list"):
+        await client.submit(["hello"], agent=AGENT)  # type: ignore[arg-type]
     task = await client.wait_task("s-idem", first[1], timeout=10)
     assert outcome(task) == "completed"
     assert len([r for r in await client.store.receipts("s-idem") if r.kind == "start"]) == 1

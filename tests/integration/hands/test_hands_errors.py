@@ -88,9 +88,11 @@ async def test_a_tool_that_exits_or_interrupts_is_a_result_and_the_worker_serves
     hs: Settings, store: Store, bus: Bus, mailbox: MailboxServer
 ) -> None:
     """SystemExit and KeyboardInterrupt from a tool left the event loop: the Hands ended,
-    and each redelivery of the run ended the next one."""
+    and each redelivery of the run ended the next one; another BaseException (GeneratorExit)
+    escaped the result, and each redelivery ran the tool again."""
     session = new_id("s")
-    runs = [make_intent(bus, session, "quits", {"text": how}) for how in ("exit", "interrupt")]
+    runs = [make_intent(bus, session, "quits", {"text": how})
+            for how in ("exit", "interrupt", "generator")]
     after = make_intent(bus, session, "echo", {"text": "still here"})
     await commit_runs(store, bus, session, [*runs, after])
     async with running(hs):
@@ -100,9 +102,10 @@ async def test_a_tool_that_exits_or_interrupts_is_a_result_and_the_worker_serves
         await dispatch(bus, after)
         assert (await result_of(store, after)).output == {"echo": "still here"}
     assert [(r.outcome, r.error_code, r.attempt) for r in results] == [
-        ("error", "tool_exception", 1)] * 2
+        ("error", "tool_exception", 1)] * 3
     assert "the tool raised SystemExit: 3" in (results[0].error or "")
     assert "the tool raised KeyboardInterrupt" in (results[1].error or "")
+    assert "the tool raised GeneratorExit" in (results[2].error or "")
 
 
 async def test_a_tool_message_on_another_tools_subject_never_touches_the_run(
