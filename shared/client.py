@@ -286,9 +286,16 @@ class Client:
         return await self.store.decisions.reject(session_id, run_id, self.worker, reason)
 
     async def task(self, session_id: str, task_id: str) -> Task:
-        """A task as it is now, live or finished."""
-        return await self._read_checked(lambda: self.store.task(session_id, task_id),
-                                        session_id)
+        """A task as it is now, live or finished. NotFoundError says whether the session or
+        the task is missing."""
+        try:
+            return await self._read_checked(lambda: self.store.task(session_id, task_id),
+                                            session_id)
+        except NotFoundError:
+            if await self.store.exists(session_id):
+                raise
+            raise not_found(f"session {session_id}", namespace=self.store.keys.ns,
+                            session_id=session_id) from None
 
     async def document(self, session_id: str, name: str, version: int | None = None,
                        ) -> Document:

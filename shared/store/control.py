@@ -10,7 +10,9 @@ Brain owns.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,6 +53,14 @@ class CancelAnswer:
         return out
 
 
+_AT_MS = re.compile(r"\(at (\d{10,}) ms")
+
+
+def _utc(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
+        timespec="seconds").replace("+00:00", "Z")
+
+
 class Decisions:
     """Cancel, approve and reject: what an operator (or a client) decides about running work."""
 
@@ -87,10 +97,16 @@ class Decisions:
         receipt = dumps({"detail": {"run_id": run_id, "tool": intent.tool, "digest": digest,
                                     "decision": "approve"}})
         wake = dumps({"v": 1, "session_id": session_id, "reason": f"approve:{run_id}"})
-        _, seq = await self.scripts.run(
-            "approve", self.keys.session(session_id),
-            [session_id, run_id, "approve", digest, worker.model_dump_json(), receipt, "",
-             wake], run_id)
+        try:
+            _, seq = await self.scripts.run(
+                "approve", self.keys.session(session_id),
+                [session_id, run_id, "approve", digest, worker.model_dump_json(), receipt, "",
+                 wake], run_id)
+        except ConflictError as exc:  # "(at <ms> ms": the time as a person reads it
+            text = _AT_MS.sub(lambda m: f"(at {_utc(int(m[1]))}", exc.message)
+            if text == exc.message:
+                raise
+            raise ConflictError(text, **exc.fields) from None
         return int(seq)
 
     async def reject(self, session_id: str, run_id: str, worker: WorkerRef,

@@ -85,7 +85,9 @@ async def test_approval_bound_to_arguments_dispatches_once(
             assert (await client.store.runs.get(sid, grace.run_id)).status == "awaiting_approval"
             await client.reject(sid, grace.run_id, "not this one")
             final = await client.wait(sub, timeout=15)
-            with pytest.raises(ConflictError, match="approved already"):
+            # When, as a person reads it (it was the store's milliseconds).
+            with pytest.raises(ConflictError, match=r"approved already \(at 20\d\d-\d\d-\d\dT"
+                                                    r"\d\d:\d\d:\d\dZ\) and has ended"):
                 await client.approve(sid, ada.run_id, ada.intent.approval_digest or "")
             receipts = await client.store.receipts(sid)
         finally:

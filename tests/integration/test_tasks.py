@@ -291,6 +291,10 @@ async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Clie
     assert await client.wait_cancelled(sid, timeout=10)  # the session's work: all ended
     with pytest.raises(NotFoundError, match="no session s-none"):  # not "ended": never was
         await client.wait_cancelled("s-none", timeout=10)
+    with pytest.raises(NotFoundError, match="no session s-none"):
+        await client.task("s-none", tid)
+    with pytest.raises(NotFoundError, match=f"no task t-none in session {sid}"):
+        await client.task(sid, "t-none")
 
 
 async def test_a_wait_that_ends_first_says_what_it_waited_for(client: Client) -> None:
