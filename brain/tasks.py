@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from baton.brain.phases import PRIVATE, ChildResult, PhaseContext
 from baton.errors import ConfigError
-from baton.models import Task, WaitPolicy
+from baton.models import Task, WaitPolicy, is_task_kind
 from baton.store.documents import DocumentType
 
 __all__ = ["ChildResult", "DocumentType", "PhaseContext", "Step", "TaskDef"]
@@ -151,7 +151,7 @@ class TaskDef:
     def __init__(
         self, kind: str, version: int = 1, start: str = "start", migrate: Migrate | None = None
     ) -> None:
-        if not kind or "|" in kind or kind == "generation":
+        if not is_task_kind(kind):
             raise ConfigError(f"invalid task kind {kind!r}")
         if version < 1:
             raise ConfigError(f"task {kind}: version must be >= 1")

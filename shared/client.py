@@ -37,7 +37,7 @@ from baton.errors import (
     not_found,
 )
 from baton.faults import Faults
-from baton.models import NAME, Document, Submission, Task
+from baton.models import NAME, Document, Submission, Task, is_task_kind
 from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store import quarantine
@@ -265,8 +265,7 @@ class Client:
         NotFoundError for a session (or task) that does not exist."""
         if task_id is None and not await self._read_checked(
                 lambda: self.store.exists(session_id), session_id):
-            raise not_found(f"session {session_id}", namespace=self.store.keys.ns,
-                            session_id=session_id)
+            raise self._no_session(session_id)
 
         async def ended() -> bool:
             if task_id is not None:
@@ -294,8 +293,11 @@ class Client:
         except NotFoundError:
             if await self.store.exists(session_id):
                 raise
-            raise not_found(f"session {session_id}", namespace=self.store.keys.ns,
-                            session_id=session_id) from None
+            raise self._no_session(session_id) from None
+
+    def _no_session(self, session_id: str) -> NotFoundError:
+        return not_found(f"session {session_id}", namespace=self.store.keys.ns,
+                         session_id=session_id)
 
     async def document(self, session_id: str, name: str, version: int | None = None,
                        ) -> Document:
@@ -483,7 +485,7 @@ def _check_agent(agent: str) -> None:
 
 def _check_task(kind: str, task_input: object) -> None:
     """A kind a ``TaskDef`` can declare, and a JSON object as input."""
-    if not isinstance(kind, str) or not kind or "|" in kind or kind == GENERATION:
+    if not is_task_kind(kind):
         raise ValidationError(f"invalid task kind {kind!r}: a TaskDef's kind (not empty, "
                               f"no '|', not {GENERATION!r})", kind=str(kind)[:64])
     if task_input is not None and not isinstance(task_input, dict):

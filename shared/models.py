@@ -20,6 +20,12 @@ from baton.errors import ValidationError
 #: The name of an agent or a tool, as ``Agent`` and ``@tool`` declare it.
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
+
+def is_task_kind(kind: object) -> bool:
+    """A kind a ``TaskDef`` may declare: not empty, without ``|`` (the separator of timer
+    members), not ``generation`` (the agent loop's own)."""
+    return isinstance(kind, str) and bool(kind) and "|" not in kind and kind != "generation"
+
 SCHEMA_VERSION: Final = 1  # Final: its type is Literal[1], the type of Record.v
 M = TypeVar("M", bound=BaseModel)
 

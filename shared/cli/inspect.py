@@ -448,8 +448,7 @@ async def session_rows(store: Store, ids: list[str], served: set[tuple[str, int]
             meta_raw = requested  # not opened yet: as its first request asks
         if meta_raw == {}:  # indexed, but gone (expired or deleted)
             continue
-        if isinstance(live, int):
-            live += len(requests)
+        live += len(requests)
         meta = (lenient_meta(sid, meta_raw, f, f"meta key {sk.meta}") if meta_raw
                 else lenient_meta(sid, {}, Findings()))  # unreadable: found above
         statuses = [f.parse(f"submission in {sk.subs} does not parse", "", _status, s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -128,6 +129,15 @@ def next_change(
     return DocumentChange(mode="b", document=doc, payload=doc.to_json())
 
 
+def _rebuild(name: str, base: Document, deltas: Iterable[DocumentDelta], last: int) -> Document:
+    """A document from its baseline and the deltas after it, up to version ``last``."""
+    value, version, updated = base.value, base.version, base.updated_ms
+    for d in sorted(deltas, key=lambda d: d.version):
+        if version < d.version <= last:
+            value, version, updated = merge_patch(value, d.patch), d.version, d.updated_ms
+    return Document(name=name, version=version, value=value, updated_ms=updated)
+
+
 def document_from_hash(
     fields: dict[str, str], name: str, version: int | None = None,
 ) -> tuple[Document, int, int] | None:
@@ -142,15 +152,10 @@ def document_from_hash(
         return None
     head = int(str(fields[name]).split()[0])
     base = decode(Document, base_raw)
-    want = head if version is None else version
-    value, at, updated = base.value, base.version, base.updated_ms
-    deltas = sorted((decode(DocumentDelta, raw) for key, raw in fields.items()
-                     if key.startswith(f"{name}@") and key != f"{name}@b"),
-                    key=lambda d: d.version)
-    for d in deltas:
-        if at < d.version <= min(want, head):
-            value, at, updated = merge_patch(value, d.patch), d.version, d.updated_ms
-    return Document(name=name, version=at, value=value, updated_ms=updated), base.version, head
+    deltas = (decode(DocumentDelta, raw) for key, raw in fields.items()
+              if key.startswith(f"{name}@") and key != f"{name}@b")
+    last = head if version is None else min(version, head)
+    return _rebuild(name, base, deltas, last), base.version, head
 
 
 async def read_document(store: Store, session_id: str, name: str,
@@ -186,17 +191,8 @@ def documents_from_hash(fields: dict[str, str]) -> dict[str, Document]:
             baselines[name] = decode(Document, raw)
         else:
             deltas.setdefault(name, []).append(decode(DocumentDelta, raw))
-    out = {}
-    for name, head in heads.items():
-        base = baselines.get(name)
-        if base is None:
-            continue
-        value, version, updated = base.value, base.version, base.updated_ms
-        for d in sorted(deltas.get(name, ()), key=lambda d: d.version):
-            if version < d.version <= head:
-                value, version, updated = merge_patch(value, d.patch), d.version, d.updated_ms
-        out[name] = Document(name=name, version=version, value=value, updated_ms=updated)
-    return out
+    return {name: _rebuild(name, baselines[name], deltas.get(name, ()), head)
+            for name, head in heads.items() if name in baselines}
 
 
 # ---------------------------------------------------------------------------- types
