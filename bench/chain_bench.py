@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType,
 from redis.asyncio import Redis
 from rich.console import Console
 
-from baton.bench.common import Result, Row, concurrent, environment, print_rows, sequential
+from baton.bench.common import Probe, Result, Row, concurrent, environment, print_rows, sequential
 from baton.devkit.servers import EmbeddedStack
 
 NAME = "chain"
@@ -60,6 +61,8 @@ return seq
 """
 
 GROUP = "relay"
+COMMIT_HOP = "fenced commit (Lua + XADD)"
+FULL_CHAIN = "full chain"
 _BLOCK_MS = 500  # longest block of the relay's read and the consumer's fetch
 STATE = '{"phase":"apply","turn":1,"group":"g-1","runs":["g-1-0"]}'
 
@@ -219,22 +222,32 @@ def _items(reply: Any) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
     return out
 
 
+HOPS = ("ping", "commit", "publish")  # the single hops measure() can time
+
+
 async def measure(redis_url: str, nats_url: str, cfg: Config, mode: str = "fast",
-                  hops: bool = True) -> list[Row]:
-    """Chain rows (and single-hop rows if ``hops``) on already running servers."""
+                  hops: Collection[str] = HOPS, probe: Probe | None = None) -> list[Row]:
+    """Chain rows (and the single-hop rows named in ``hops``) on already running servers.
+
+    ``probe`` reads the servers' CPU seconds (``bench e2e`` reads them from /proc): the rows
+    of the fenced commit and of the chain at many flows then carry the servers' CPU per call
+    beside this process's, so a chain's whole cost is known.
+    """
     chain = Chain(redis_url, nats_url, f"chain-{uuid.uuid4().hex[:8]}")
     await chain.start()
     rows: list[Row] = []
     try:
-        if hops:
-            r = chain.producer
+        r = chain.producer
+        if "ping" in hops:
             rows.append(Row.from_run(mode, "PING (redis-py)", await sequential(
                 lambda _: r.ping(), cfg.hop_n, cfg.warmup)))
+        if "commit" in hops:
             await r.hset(f"{chain.prefix}:hop", "fence", "1")
             keys = [f"{chain.prefix}:hop", f"{chain.prefix}:hop-log"]
-            rows.append(Row.from_run(mode, "fenced commit (Lua + XADD)", await sequential(
+            rows.append(Row.from_run(mode, COMMIT_HOP, await sequential(
                 lambda _: chain.commit(keys=keys, args=["1", STATE, "x", "y", "1000"]),
-                cfg.hop_n, cfg.warmup)))
+                cfg.hop_n, cfg.warmup, probe)))
+        if "publish" in hops:
             js = chain.js
             side = f"{chain.prefix}.side"
             await js.add_stream(StreamConfig(name=f"{chain.stream}_SIDE", subjects=[side],
@@ -243,11 +256,11 @@ async def measure(redis_url: str, nats_url: str, cfg: Config, mode: str = "fast"
                 lambda i: js.publish(side, b"x" * 100, headers={"Nats-Msg-Id": f"m{i}"}),
                 cfg.hop_n, cfg.warmup)))
         flow = await chain.open_flow(0)
-        rows.append(Row.from_run(mode, "full chain", await sequential(
+        rows.append(Row.from_run(mode, FULL_CHAIN, await sequential(
             flow.once, cfg.chains, cfg.warmup)))
         flows = [await chain.open_flow(k + 1) for k in range(cfg.flows)]
-        run = await concurrent([f.once for f in flows], cfg.per_flow, cfg.flow_warmup)
-        rows.append(Row.from_run(mode, "full chain", run, writers=cfg.flows,
+        run = await concurrent([f.once for f in flows], cfg.per_flow, cfg.flow_warmup, probe)
+        rows.append(Row.from_run(mode, FULL_CHAIN, run, writers=cfg.flows,
                                  note=f"{cfg.flows} concurrent flows"))
     finally:
         await chain.stop()

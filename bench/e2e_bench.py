@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ TARGET_C1_X_PLAIN = 2.5  # p50 at concurrency 1 <= 2.5x the plain loop's
 # stands in for the application: both are printed apart, never hidden.
 TARGET_CPU_PER_STEP_MS = 1.5
 OUTSIDE = frozenset({"mailbox", "bench client"})
+SERVERS = frozenset({"redis", "nats"})
 # Relay hops per five-notice session: submit -> Brain, Brain -> Hands, and Hands -> Brain
 # unless the Brain holds its lease for the results (brain.held: they come by word).
 RELAY_HOPS_HELD, RELAY_HOPS_UNHELD = 2, 3
@@ -74,7 +75,8 @@ STEPS = 7  # per five-notice session: two model turns and five tool calls
 @dataclass(frozen=True)
 class Config:
     chain: chain_bench.Config = field(
-        default_factory=lambda: chain_bench.Config(chains=500, warmup=50, per_flow=100))
+        default_factory=lambda: chain_bench.Config(chains=500, warmup=50, flows=32,
+                                                   per_flow=50))
     rtt_n: int = 200
     rtt_warmup: int = 20
     brain_rtt_n: int = 60
@@ -85,8 +87,8 @@ class Config:
     scale_out: bool = True  # the session levels again with two brains and two hands
 
 
-QUICK = Config(chain=chain_bench.QUICK, rtt_n=40, rtt_warmup=5, brain_rtt_n=15, c1_n=20,
-               c1_warmup=3, levels=((8, 32), (32, 64), (128, 128)))
+QUICK = Config(chain=replace(chain_bench.QUICK, flows=32, per_flow=20), rtt_n=40, rtt_warmup=5,
+               brain_rtt_n=15, c1_n=20, c1_warmup=3, levels=((8, 32), (32, 64), (128, 128)))
 
 
 # ---------------------------------------------------------------------------- process CPU
@@ -337,10 +339,17 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
 async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Console,
                      rows: list[Row], extra: dict[str, Any]) -> None:
     # 1. The raw chain on the same servers, while the services idle.
+    # The servers' CPU is read beside this process's, so a chain's whole cost is known.
+    servers = [p["pid"] for p in stack.processes if p["name"] in SERVERS]
+
+    async def servers_cpu() -> float:
+        return sum(_cpu_s(pid) for pid in servers)
+
     chain_rows = await chain_bench.measure(stack.redis_url, stack.nats_url, cfg.chain,
-                                           mode="raw", hops=False)
+                                           mode="raw", hops=("commit",), probe=servers_cpu)
     rows.extend(chain_rows)
-    chain_p50 = chain_rows[0].p50_us
+    commit_row, chain_row, flows_row = chain_rows
+    chain_p50 = chain_row.p50_us
 
     # 2. The tool round trip, this process as the Brain: the held way (as shipped) and the
     # released way (holds off) alternately, so both see the same machine.
@@ -463,16 +472,60 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
             "met": per_step <= TARGET_CPU_PER_STEP_MS})
     print_targets(targets, console)
     extra["targets"] = targets
-    # What the c=1 target asks, in raw chains: a five-notice session crosses two relay hops
-    # (submit -> Brain, Brain -> Hands; three when Brains do not hold their leases for the
-    # results: Hands -> Brain), each a raw chain at best, before any work of its own (two
-    # model turns, five tools, the client's read-back).
+    tool_p50 = percentile([x["tool_us"] for x in s], 50)
+    extra.update(floors(chain_row, flows_row, commit_row, tool_p50, c1, p1, p32,
+                        plain_cpu.get(32), console))
+
+
+def floors(chain: Row, flows: Row, commit: Row, tool_p50_us: float, c1: Row, p1: Row,
+           p32: Row | None, plain32: dict[str, float] | None, console: Console
+           ) -> dict[str, Any]:
+    """What the design's own hops cost, measured in this run: the least a five-notice session
+    could take if Baton did nothing but hand work over, beside the targets against the plain
+    loop.
+
+    * Concurrency 1: a session crosses two relay hops in a row (submit -> Brain, Brain ->
+      Hands; three when Brains do not hold their leases for the results), each a raw chain at
+      best, and waits for one tool call's own time (the five run in parallel), before any work
+      of its own (two model turns, claims, completes, the client's read-back).
+    * Concurrency 32: a session relays six messages (its wake and five dispatches), each a raw
+      chain's CPU at 32 flows (this process, Redis and NATS); the five dispatches share one
+      commit, so four fenced commits (timed one at a time: the dearest way) are taken off. With
+      the mail service's CPU as the plain loop pays it, that bounds the sessions/s the
+      machine's cores can run, before any model turn, state, receipt or trace.
+    """
+    out: dict[str, Any] = {}
     hops = RELAY_HOPS_HELD if Settings.from_env().brain_hold_ms > 0 else RELAY_HOPS_UNHELD
-    floor_us = hops * chain_p50
-    extra["c1_floor"] = {"relay_hops": hops, "floor_ms": floor_us / 1000,
-                         "floor_x_plain": floor_us / p1.p50_us,
-                         "p50_chains": c1.p50_us / chain_p50}
+    floor_us = hops * chain.p50_us + tool_p50_us
+    out["c1_floor"] = {"relay_hops": hops, "tool_p50_ms": tool_p50_us / 1000,
+                       "floor_ms": floor_us / 1000, "floor_x_plain": floor_us / p1.p50_us,
+                       "target_x_plain": TARGET_C1_X_PLAIN,
+                       "p50_chains": c1.p50_us / chain.p50_us}
     console.print(f"[dim]concurrency 1: p50 {c1.p50_us / 1000:.1f} ms = "
-                  f"{c1.p50_us / chain_p50:.1f} raw chains; its {hops} relay hops alone, "
-                  f"one raw chain each, are {floor_us / 1000:.1f} ms = "
-                  f"{floor_us / p1.p50_us:.1f}x the plain loop's p50[/dim]")
+                  f"{c1.p50_us / chain.p50_us:.1f} raw chains; its {hops} relay hops, one raw "
+                  f"chain each, and one tool call's own time alone are {floor_us / 1000:.1f} ms "
+                  f"= {floor_us / p1.p50_us:.2f}x the plain loop's p50 (target "
+                  f"{TARGET_C1_X_PLAIN}x)[/dim]")
+    parts = (flows.client_cpu_us, flows.server_cpu_us, commit.client_cpu_us,
+             commit.server_cpu_us)
+    if p32 is None or plain32 is None or any(x is None for x in parts):
+        return out
+    chain_cpu = float(flows.client_cpu_us or 0) + float(flows.server_cpu_us or 0)
+    commit_cpu = float(commit.client_cpu_us or 0) + float(commit.server_cpu_us or 0)
+    relayed, shared = 1 + 5, 4
+    hops_ms = (relayed * chain_cpu - shared * commit_cpu) / 1000
+    cores = os.cpu_count() or 1
+    ceiling = cores * 1000 / (hops_ms + plain32["mailbox"])
+    share = ceiling / p32.ops_per_s
+    out["c32_ceiling"] = {"chain_cpu_us": chain_cpu, "commit_cpu_us": commit_cpu,
+                          "hops_cpu_ms_per_session": hops_ms,
+                          "mailbox_cpu_ms_per_session": plain32["mailbox"], "cores": cores,
+                          "sessions_per_s": ceiling, "of_plain": share,
+                          "target_of_plain": TARGET_C32_OF_PLAIN}
+    console.print(f"[dim]concurrency 32: a session's {relayed} relayed messages at a raw "
+                  f"chain's CPU ({chain_cpu:,.0f} µs at {flows.writers} flows, this process + "
+                  f"Redis + NATS; {shared} shared commits of {commit_cpu:,.0f} µs off) alone "
+                  f"are {hops_ms:.2f} ms; with the mail service's {plain32['mailbox']:.2f} ms, "
+                  f"{cores} cores run at most {ceiling:,.0f} sessions/s = {share:.0%} of the "
+                  f"plain loop (target {TARGET_C32_OF_PLAIN:.0%})[/dim]")
+    return out
