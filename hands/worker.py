@@ -102,6 +102,7 @@ class Handled:
 
     outcome: str = "unhandled"
     recovery: str = "none"
+    error: dict[str, str] | None = None  # a result that is not ok: its code and message
 
 
 class HandsWorker(Service):
@@ -283,7 +284,7 @@ class HandsWorker(Service):
             self._lines.line(
                 done.outcome == "ok" and done.recovery == "none" and delivery == 1,
                 outcome=done.outcome, recovery=done.recovery,
-                ms=round((time.monotonic() - started) * 1000, 2),
+                ms=round((time.monotonic() - started) * 1000, 2), **(done.error or {}),
             )
 
     def _misaddressed(self, subject: str, dispatch: ToolDispatch) -> str:
@@ -379,6 +380,9 @@ class HandsWorker(Service):
         result = self.execution.limit(result)
         done.recovery = result.recovery
         done.outcome = result.outcome
+        if not result.ok:  # the line says what went wrong, as the result does
+            done.error = {"error_code": result.error_code or "",
+                          "error": bounded(result.error or "")}
         if not await self._complete(intent, claim.attempt, result, delivery):
             done.outcome = "complete_refused"
             return  # stale: the attempt that took over completes and acks

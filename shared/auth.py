@@ -69,8 +69,9 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
               "spublish", "zscan", "get", "del", "hkeys", "ssubscribe", "sunsubscribe"],
     # spublish: a result's word to the Brain holding its session (complete.lua)
     "hands": [*_SESSION_WRITES, "hgetall", "spublish"],
+    # xrange: the oldest outbox row's age (the backlog metrics, ShardStore.backlog)
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
-              "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
+              "xrange", "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
               "hvals", "hkeys", "hexists", "scan"],  # the last four: the inbox sweep
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",

@@ -261,11 +261,15 @@ class Timeline:
             self._handoff("wake", w, ev, f"wake: {w.kind} -> lease, {ev.hops['wake']} ms")
             self.waker = None
         self._describe_carrier(ev)
+        if d.carrier is not None and d.carrier.delivery > 1:  # JetStream delivered it again
+            ev.flags.append("redelivery")
+            ev.text += f"; REDELIVERY of the wake (delivery {d.carrier.delivery})"
         if takeover:
             ev.flags.append("takeover")
             ev.text = (f"TAKEOVER of the session lease from {d.previous_holder or '?'} "
-                       f"(fence {d.previous_fence} expired -> {r.fence}); " + ev.text)
+                       f"(fence {d.previous_fence} never released -> {r.fence}); " + ev.text)
             if prev is not None:
+                self.lanes[prev.lane].left_lease = d.previous_fence
                 self._handoff("takeover", prev, ev,
                               f"takeover: {self._name(prev)} s:{d.previous_fence} -> "
                               f"{self._name(ev)} s:{r.fence}")

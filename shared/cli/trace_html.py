@@ -181,7 +181,8 @@ def _lane(trace: Trace, lane_id: str, row: int, width: int, ex: dict[int, float]
     """A lane's band and label; a process that fell silent with work in hand is marked."""
     lane = trace.lanes_by_id[lane_id]
     top = _TOP + _LANE_H * row
-    bg = "#fee2e2" if lane.abandoned else _ROLE_BG.get(lane.role, "#f9fafb")
+    died = bool(lane.abandoned) or lane.left_lease is not None  # fell silent with work in hand
+    bg = "#fee2e2" if died else _ROLE_BG.get(lane.role, "#f9fafb")
     span = f"+{lane.first_ms / 1000:.3f}s .. +{lane.last_ms / 1000:.3f}s"
     if lane.role == "relay":
         title = (f"relay {lane.name}: published {lane.published} stream message(s) of this "
@@ -189,14 +190,16 @@ def _lane(trace: Trace, lane_id: str, row: int, width: int, ex: dict[int, float]
         sub = f"relay · {lane.published} published"
     else:
         title = f"{lane.role} {lane.label}: {lane.events} receipts, {span}"
-        sub = f"{lane.role} · pid {lane.pid}{' · DIED?' if lane.abandoned else ''}"
+        sub = f"{lane.role} · pid {lane.pid}{' · DIED?' if died else ''}"
     if lane.abandoned:
         title += "; left " + ", ".join(lane.abandoned) + " without a result (died?)"
+    if lane.left_lease is not None:
+        title += f"; left the session lease s:{lane.left_lease} unreleased (died?)"
     out = [f'<g class="lane {escape(lane.role)}"><title>{escape(title)}</title>'
            f'<rect x="0" y="{top}" width="{width}" height="{_LANE_H - 4}" fill="{bg}" rx="4"/>'
            f'<text x="10" y="{top + 24}" font-weight="600">{escape(lane.name)}</text>'
            f'<text x="10" y="{top + 42}" fill="#4b5563">{escape(sub)}</text></g>']
-    if lane.abandoned:  # where the process went silent
+    if died:  # where the process went silent
         last = max(ex[e.index] for e in trace.events if e.lane == lane.id)
         out.append(f'<line x1="{last + 8}" x2="{last + 8}" y1="{top + 4}" '
                    f'y2="{top + _LANE_H - 8}" stroke="#dc2626" stroke-width="3">'

@@ -30,6 +30,7 @@ class Lane:
     last_ms: int = 0
     events: int = 0
     abandoned: list[str] = field(default_factory=list)  # "run@attempt" left without a result
+    left_lease: int | None = None  # a Brain's fence of the session lease it never released
     published: int = 0
 
     @property

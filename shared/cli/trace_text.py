@@ -27,13 +27,16 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
                        f"{secs(lane.first_ms)} .. {secs(lane.last_ms)}  "
                        f"({carried.get(lane.name, 0)} deliveries acted on here)")
             continue
-        note = ""
+        parts = []
         if lane.abandoned:
-            left = ", ".join(
+            runs = ", ".join(
                 f"{short_run(a.split('@')[0], trace.first_task)} attempt {a.split('@')[1]}"
                 for a in lane.abandoned)
-            note = (f"  <- left {left} without a result; no receipt after "
-                    "(process died or was cut off)")
+            parts.append(f"left {runs} without a result")
+        if lane.left_lease is not None:
+            parts.append(f"left the session lease s:{lane.left_lease} unreleased")
+        note = (f"  <- {'; '.join(parts)}; no receipt after (process died or was cut off)"
+                if parts else "")
         out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
                    f"{secs(lane.first_ms)} .. {secs(lane.last_ms)}{note}")
     out.append("")

@@ -8,13 +8,15 @@ So :class:`CanonicalLines` logs:
 
 * an unusual message (any other outcome, a redelivery, a recovery) in full at INFO;
 * a routine message at DEBUG only (``BATON_LOG_EACH_MESSAGE=1`` logs it at INFO again), and
-  counts it: one ``<event>_summary`` INFO line per ``every_s`` (and at :meth:`flush`, on
-  stop) carries the number of routine messages, their mean and slowest time, and the
-  outcomes seen.
+  counts it: one ``<event>_summary`` INFO line ``every_s`` after the first message it
+  counts (a timer of the running loop: a burst followed by quiet is told on time, and a
+  process with nothing counted never wakes for it), and at :meth:`flush`, on stop, carries
+  the number of routine messages, their mean and slowest time, and the outcomes seen.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any
@@ -42,6 +44,7 @@ class CanonicalLines:
         self._ms_total = 0.0
         self._ms_max = 0.0
         self._outcomes: Counter[str] = Counter()
+        self._timer: asyncio.TimerHandle | None = None
 
     def line(self, routine: bool, *, outcome: str, ms: float, **fields: Any) -> None:
         """Log the canonical line of one message (in full unless ``routine``)."""
@@ -49,15 +52,37 @@ class CanonicalLines:
             self.log.info(self.event, outcome=outcome, ms=ms, **fields)
             return
         self.log.debug(self.event, outcome=outcome, ms=ms, **fields)
+        now = time.monotonic()
+        if not self._count:  # the first of a window: its summary is due every_s from now
+            self._since = now
+            self._arm()
         self._count += 1
         self._ms_total += ms
         self._ms_max = max(self._ms_max, ms)
         self._outcomes[outcome] += 1
-        if time.monotonic() - self._since >= self.every_s:
+        if now - self._since >= self.every_s:
+            self.flush()
+
+    def _arm(self) -> None:
+        """Tell the window's summary when it is due, also if no message comes after it."""
+        if self._timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): the next line or flush tells
+            return
+        self._timer = loop.call_later(self.every_s, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._count:
             self.flush()
 
     def flush(self) -> None:
         """Log the summary of the routine messages counted since the last one, if any."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         now = time.monotonic()
         if self._count:  # not about the message in hand: without its bound ids and trace
             saved = structlog.contextvars.get_contextvars()

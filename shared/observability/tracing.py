@@ -331,6 +331,7 @@ async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
     each round, every ``unmetered_s`` while none is (an idle relay without metrics need not
     wake to find nothing to do: a ``baton relay``'s provider is set before it starts).
     """
+    told: set[str] = set()  # the kinds of failure already logged at WARNING
     while True:
         inst = instruments()
         if inst is not None:
@@ -340,7 +341,14 @@ async def sample_backlog(box: Any, stopping: Callable[[float], Awaitable[bool]],
                     str(b.shard): (b.rows, (now - b.oldest_ms) / 1000 if b.oldest_ms else 0.0)
                     for b in await box.backlog()}
             except Exception as exc:  # Redis away: the gauge keeps its last values
-                get_logger("baton.relay").debug("backlog_sample_failed",
-                                                          error=error_text(exc))
+                # The first failure of a kind is a WARNING (a refused command is a
+                # configuration to fix, and the gauges stay empty until it is); repeats of
+                # it, as a Redis away retried every few seconds, are DEBUG.
+                kind = type(exc).__name__
+                log = get_logger("baton.relay")
+                (log.debug if kind in told else log.warning)(
+                    "backlog_sample_failed", error=error_text(exc),
+                    effect="the outbox backlog gauges keep their last values")
+                told.add(kind)
         if await stopping(every_s if inst is not None else unmetered_s):
             return

@@ -65,6 +65,9 @@ async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(
     assert len(c.events("hands-1", "tool_cancelled")) == 2
     outcomes = [e["outcome"] for e in c.events("hands-1", "tool_message_handled")]
     assert sorted(outcomes) == ["cancelled", "cancelled", "duplicate", "duplicate", "duplicate"]
+    lines = [e for e in c.events("hands-1", "tool_message_handled") if e["outcome"] != "duplicate"]
+    assert all(e["error_code"] == "cancelled" and "while running" in e["error"]
+               for e in lines), lines  # the line says what the result says
     assert (await c.stats())["raw_requests"] == 0  # nothing was sent
     task = await c.store.task(sub.session_id, sub.task_id)
     assert task.state.name == "terminal" and task.state.outcome == "cancelled"

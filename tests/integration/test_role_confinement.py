@@ -141,6 +141,26 @@ async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined
         await admin.aclose()
 
 
+async def test_the_relay_samples_the_outbox_backlog_under_its_own_user(
+        confined: Confined) -> None:
+    """The backlog gauges (rows and the oldest row's age per shard) read as the relay: with
+    the shipped ACL its XRANGE was refused and the gauges stayed empty."""
+    from baton.store.outbox import Outbox
+    keys = sk(confined, "acme-backlog")
+    admin = confined.connect("admin")
+    relay = confined.connect("relay")
+    row = await admin.xadd(keys.outbox, {"id": "acme-backlog/1/0", "subj": "x", "data": "{}"})
+    try:
+        backlog = {b.shard: b for b in await Outbox(relay, confined.keys).backlog()}
+        mine = backlog[keys.shard]
+        assert mine.rows >= 1 and mine.oldest_ms is not None
+        assert mine.oldest_ms <= int(str(row).split("-")[0])
+    finally:
+        await admin.xdel(keys.outbox, row)
+        await relay.aclose()
+        await admin.aclose()
+
+
 async def test_a_client_names_its_watch_connection_and_reads_its_session(
     confined: Confined,
 ) -> None:

@@ -210,6 +210,23 @@ async def test_lease_expiry_then_takeover_fences_out_the_old_holder(store: Store
     assert "takeover" in kinds and kinds.count("refused") == 1
 
 
+async def test_a_lease_left_by_a_dead_worker_of_the_same_name_is_a_takeover(store: Store) -> None:
+    """A worker restarted under its name (a supervisor's restart, a fixed --name) takes the
+    lease its dead predecessor never released at once, and it is recorded as a takeover."""
+    await submit(store, "s6b")
+    old = await store.acquire("s6b", BRAIN, 60_000)  # then the process dies holding it
+    reborn = BRAIN.model_copy(update={"pid": BRAIN.pid + 1})
+    new = await store.acquire("s6b", reborn, 5000)
+    assert new.fence == old.fence + 1 and new.takeover and new.previous_holder == "brain-a"
+    last = (await store.receipts("s6b"))[-1]
+    assert last.kind == "takeover" and last.worker == reborn
+    with pytest.raises(StaleFenceError):
+        await store.commit("s6b", old.fence, Writes(entries=[Entry(kind="model")]), BRAIN)
+    await store.release("s6b", new.fence, 1000)
+    again = await store.acquire("s6b", reborn, 5000)  # released: a plain lease again
+    assert not again.takeover and (await store.receipts("s6b"))[-1].kind == "lease"
+
+
 async def test_release_keeps_the_lease_when_work_arrived_meanwhile(store: Store) -> None:
     await submit(store, "s7")
     lease = await store.acquire("s7", BRAIN, 5000)

@@ -3,6 +3,7 @@ is about no one message: none of the handled message's bound ids, nor its trace 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import structlog
@@ -42,3 +43,31 @@ def test_the_summary_names_no_trace_and_no_ids_of_the_message_in_hand() -> None:
     assert summary["event"] == "tool_message_handled_summary" and summary["routine"] == 2
     assert "trace_id" not in summary and "run_id" not in summary and "session_id" not in summary
     assert summary["outcomes"] == {"ok": 2} and summary["ms_max"] == 3.0
+
+
+async def test_a_burst_then_quiet_is_summarised_when_due_without_another_message() -> None:
+    """The summary of a window is told every_s after its first routine message, by a timer:
+    a burst followed by quiet was told only when a later message came (minutes later)."""
+    told = asyncio.Event()
+    lines: list[dict[str, Any]] = []
+
+    def keep(_logger: Any, _method: str, event: Any) -> Any:
+        lines.append(dict(event))
+        if event["event"].endswith("_summary"):
+            told.set()
+        raise structlog.DropEvent
+
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, keep],
+                        cache_logger_on_first_use=False)
+    try:
+        canonical = CanonicalLines(get_logger("test.canonical"), "wake_handled", every_s=0.05)
+        for ms in (1.0, 2.0, 4.0):
+            canonical.line(True, outcome="ok", ms=ms)
+        async with asyncio.timeout(30):  # a deadline for a loaded machine, not a measure
+            await told.wait()
+        canonical.flush()  # nothing counted since: no second summary
+    finally:
+        structlog.reset_defaults()
+    summaries = [line for line in lines if line["event"] == "wake_handled_summary"]
+    assert len(summaries) == 1 and summaries[0]["routine"] == 3
+    assert summaries[0]["ms_max"] == 4.0

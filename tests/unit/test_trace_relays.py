@@ -141,3 +141,30 @@ def test_a_lease_woken_by_a_cancel_names_the_cancel_not_the_commit_before_it() -
     woken = [line for line in text.splitlines() if "woken by" in line]
     assert "woken by cancel of client-1, wake hop 40 ms" in woken[-2], woken
     assert "woken by reject of client-1, wake hop 30 ms" in woken[-1], woken
+
+
+def test_a_brain_restarted_under_its_name_takes_over_on_a_redelivered_wake() -> None:
+    """The lease of a Brain that died holding it is taken by its successor of the same name
+    from the wake JetStream delivered again: the trace shows the takeover, the redelivery and
+    the dead process's lane left with the lease."""
+    reborn = {**BRAIN, "pid": 20}
+    receipts = [
+        _receipt(0, "submit", CLIENT, 0, {"detail": {"submission_id": "sub-1",
+                                                      "task_id": "t"}}, seq=1),
+        _receipt(1, "lease", BRAIN, 10, {"previous_holder": "", "previous_fence": 0,
+                                         "carrier": _carrier("relay-1", 4, "s-1/1/0", 1)}),
+        _receipt(2, "takeover", reborn, 2000, {
+            "previous_holder": "brain-1", "previous_fence": 1,
+            "carrier": _carrier("relay-1", 4, "s-1/1/0", 1, delivery=2)}, fence=2),
+    ]
+    trace = build_trace("s-1", receipts)
+    ev = trace.events[2]
+    assert "takeover" in ev.flags and "redelivery" in ev.flags
+    assert "REDELIVERY of the wake (delivery 2)" in ev.text
+    assert [h.kind for h in trace.handoffs].count("takeover") == 1
+    dead = next(lane for lane in trace.lanes if lane.pid == 10)
+    assert dead.left_lease == 1
+    text = render_text(trace)
+    assert re.search(r"brain-1 \(pid 10\).*left the session lease s:1 unreleased", text)
+    assert re.search(r"redeliveries\W+1", text), text
+    assert "DIED?" in render_html(trace)

@@ -17,7 +17,8 @@ A session without meta whose inbox holds a submit or start request is opened her
 that request's agent, compat level and wake subject (meta, the shard's session index);
 without one it is NOT_FOUND.
 Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
-A lease past its expiry may be taken over: that is recorded as a 'takeover' receipt.
+A lease past its expiry, or left by a pass of the same worker name that never released it
+(a worker restarted under its name), is taken over: that is recorded as a 'takeover' receipt.
 Clears the dirty mark (and the nudge): the new holder loads everything committed so far.
 Returns {fence, previous holder, 1 if takeover}, and with an entries page, a fourth element:
 {meta, tasks, docs, subs, runs, entry count, the newest page of entries (or those from
@@ -52,8 +53,11 @@ local now = now_ms()
 if holder ~= '' and holder ~= worker and lease_until > now then
   return fail('BUSY', holder .. ' ' .. (lease_until - now))
 end
+-- A release clears the holder, so any holder left is a pass that ended without one (its
+-- process died, was paused past its lease, or lost Redis): a takeover, also when the new
+-- holder has the same name (a worker restarted under its name takes its old lease at once).
 local takeover = 0
-if holder ~= '' and holder ~= worker then takeover = 1 end
+if holder ~= '' then takeover = 1 end
 local page = tonumber(ARGV[5] or '0') or 0
 local reads = nil
 if page < 0 then  -- the caller's reads would fail (WRONGTYPE) on these: fail now, unwritten
