@@ -86,7 +86,8 @@ def transport_error(provider: str, exc: Exception) -> ModelRetryableError:
         httpx.ConnectError: "cannot connect",
         httpx.RemoteProtocolError: "connection closed mid-answer",
     }.get(type(exc), "connection failed")  # type: ignore[arg-type]
-    return ModelRetryableError(f"{provider}: {what}: {exc or type(exc).__name__}",
+    detail = str(exc)  # httpx's timeouts often carry no text: the sentence says it all
+    return ModelRetryableError(f"{provider}: {what}" + (f": {detail}" if detail else ""),
                                provider=provider)
 
 

@@ -127,7 +127,9 @@ class ModelServer:
         self.seen.set()
         if wire == "openai" and request.headers.get("authorization") != f"Bearer {self.key}":
             return seen, _openai_error(401, "invalid_api_key", "Incorrect API key provided")
-        if wire == "anthropic" and (request.headers.get("x-api-key") != self.key
+        # Anthropic: x-api-key, or a bearer token as the anthropic SDK sends its key since 2.x
+        if wire == "anthropic" and (self.key not in (request.headers.get("x-api-key"),
+                                                     _bearer(request.headers.get("authorization")))
                                     or not request.headers.get("anthropic-version")):
             return seen, _anthropic_error(401, "authentication_error", "invalid x-api-key")
         if wire == "openai" and (why := openai_invalid(body)):
@@ -392,3 +394,7 @@ def _anthropic_error(status: int, kind: str, message: str,
                      headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"type": "error", "error": {"type": kind, "message": message}},
                              status=status, headers=headers)
+
+
+def _bearer(value: str | None) -> str | None:
+    return value[len("Bearer "):] if value and value.startswith("Bearer ") else None

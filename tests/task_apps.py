@@ -179,4 +179,7 @@ app = App(
     documents=[DocumentType("counter", Counter)],
 )
 
-__all__ = ["AGENT", "Counter", "app"]
+__all__ = ["AGENT", "Counter", "app", "only_tasks"]
+
+# An app of tasks alone: no tool, so `baton dev up` starts no Hands for it.
+only_tasks = App(agents=[Agent(name="batch")], tools=[], tasks=[leaf])

@@ -7,13 +7,45 @@ decision out. Unknown sessions, tasks and runs are one-line errors naming the id
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from baton.cli.common import emit, json_option, run, settings
 from baton.cli.failures import EXIT_TIMEOUT, CliError
 
+if TYPE_CHECKING:
+    from baton.client import Client
+
 __all__ = ["approve", "cancel", "reject"]
+
+
+async def _check_served(client: Client, session_id: str, kept: str) -> None:
+    """Warn (stderr) when no live Brain serves the session's agent at its level: the
+    session's own, or for a session not opened yet, that of the request that opens it."""
+    from baton.cli.common import note
+
+    redis = client.store.redis
+    sk = client.store.keys.session(session_id)
+    reply = await redis.hmget(sk.meta, ["agent", "compat"])
+    agent, compat = cast(list[Any], reply)  # decoded replies
+    if not agent:
+        inbox = cast(dict[str, str], await redis.hgetall(sk.inbox))
+        for field, raw in sorted(inbox.items()):
+            if field.startswith(("submit:", "start:")):
+                try:
+                    request = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(request, dict) and isinstance(request.get("agent"), str):
+                    agent, compat = request["agent"], request.get("compat")
+                    break
+    if not agent:
+        return
+    level = int(compat or 1)
+    if not await client.live_brains(agent, level):
+        note(f"warning: no live Brain serves agent {agent} at compat level {level} in "
+             f"namespace {client.settings.namespace}: {kept} and waits until one starts")
 
 
 @click.command("cancel")
@@ -41,6 +73,8 @@ def cancel(session_id: str, task_id: str | None, reason: str, wait: bool,
                       else f"task {answer.target} of session {session_id}")
             emit(as_json, answer.to_dict(), f"cancel {answer.status}: {target}"
                  + (f" ({answer.outcome})" if answer.outcome else ""))
+            if answer.status != "finished":  # a Brain carries it out: say when none can
+                await _check_served(client, session_id, "the cancel is kept")
             if wait and answer.status != "finished":
                 try:
                     ended = await client.wait_cancelled(session_id, task_id, timeout)
@@ -117,6 +151,7 @@ def reject(run_id: str, session_id: str, reason: str, as_json: bool) -> None:
             seq = await client.reject(session_id, run_id, reason)
             emit(as_json, {"run_id": run_id, "rejected": True, "seq": seq},
                  f"rejected {run_id} (commit {seq})")
+            await _check_served(client, session_id, "the rejection is kept")  # told by a Brain
         finally:
             await client.close()
 

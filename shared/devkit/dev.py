@@ -132,6 +132,24 @@ def _first_submit(app_spec: str) -> str:
 
 
 
+def _hands_for(app_spec: str, hands: int) -> int:
+    """The Hands to start: none for an app that declares no tools (a Hands with nothing to
+    serve refuses to start, and the stack with it), said on stderr."""
+    if not hands or app_spec.endswith(("examples.notices:app", "examples.notice_batch:app")):
+        return hands
+    try:
+        from baton.app import load_app
+
+        tools = load_app(app_spec).tools
+    except Exception:  # a broken app is reported by its workers, as before
+        return hands
+    if tools:
+        return hands
+    click.echo(f"{app_spec} declares no tools: no Hands started (--hands {hands} ignored)",
+               err=True)
+    return 0
+
+
 async def _serve_foreground(stack: DevStack, as_json: bool = False) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -292,7 +310,10 @@ def down_command(as_json: bool) -> None:
 
 @dev_command.command("status")
 @click.option("--json", "as_json", is_flag=True, help="the stack's description as JSON")
-def status_command(as_json: bool) -> None:
+@click.option("--env", "as_env", is_flag=True,
+              help="the client's BATON_* variables as shell exports, for Settings.from_env(): "
+                   'eval "$(baton dev status --env)"')
+def status_command(as_json: bool, as_env: bool) -> None:
     """The stack's processes and URLs; exit 1 when no stack runs."""
     base = home()
     info = read_stack({"BATON_HOME": str(base)})
@@ -305,6 +326,14 @@ def status_command(as_json: bool) -> None:
         raise CliError(f"no stack running in {base}"
                        + (" (dev.json is left from a stack that died; `baton dev down` "
                           "cleans up)" if info else "; start one with `baton dev up`"))
+    if as_env:  # what a library user's Settings.from_env() needs to reach this stack
+        import shlex
+
+        from baton.devkit.stack import settings_from_env_or_stack
+
+        for key, value in sorted(settings_from_env_or_stack("client").to_env().items()):
+            click.echo(f"export {key}={shlex.quote(value)}")
+        return
     procs = [{**p, "alive": _pid_alive(p.get("pid"))} for p in info.get("processes", [])]
     view = {**info, "running": True, "processes": procs}
     if as_json:
@@ -413,6 +442,7 @@ def _up(brains: int, hands: int, relays: int, mail_delay_ms: int, durable: bool,
 
     if model:
         _check_model(model)
+    hands = _hands_for(app_spec, hands)
     base = home()
     running = read_stack({"BATON_HOME": str(base)})
     if running and _pid_alive(running.get("supervisor_pid")):

@@ -14,7 +14,8 @@ A final output that is not text (an ``output_type``) becomes the answer as JSON.
 of a streamed request reach ``on_text`` (the Brain's partial commits, seen by
 ``baton watch``). Provider errors map onto Baton's: rate limits, overload, 5xx, connection
 errors and timeouts are ``ModelRetryableError`` (the Brain's durable backoff), the rest
-``ModelError``.
+``ModelError``. The provider SDK's own in-process retries (openai's, anthropic's) are turned
+off, so every attempt is the Brain's, recorded.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class PydanticAIModel:
             except Exception as exc:  # a missing key or an unknown provider
                 raise ModelError(f"cannot build model {model!r}: {exc}",
                                  provider=PROVIDER) from exc
+            _without_sdk_retries(self._model.wrapped)
         return self._model
 
     async def generate(self, request: ModelRequest, on_text: TextSink | None = None
@@ -150,6 +152,20 @@ class PydanticAIModel:
         text = output if isinstance(output, str) else to_json(output).decode()
         return ModelResponse(text=text, usage=_usage(final), stop_reason="end_turn",
                              provider_request_id=final.provider_response_id or "")
+
+
+def _without_sdk_retries(model: Any) -> None:
+    """Turn off the provider SDK's own retries (the openai and anthropic clients retry twice
+    by default, in the process, unseen): a failed attempt goes to the Brain's durable retry,
+    which records it, keeps the request's idempotency key and backs off as configured. The
+    client is the model's own (a client the application passed in is changed too)."""
+    try:
+        client = getattr(model, "client", None)
+    except Exception:  # a model whose client cannot be built here: nothing to turn off
+        return
+    retries = getattr(client, "max_retries", None)
+    if client is not None and isinstance(retries, int) and retries > 0:
+        client.max_retries = 0
 
 
 def _can_stream(model: Any) -> bool:

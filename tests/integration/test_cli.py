@@ -60,6 +60,22 @@ def test_submit_wait_past_its_timeout_names_the_submission_and_what_to_run(
     assert done.stdout.startswith("submitted sub-") and "warning" not in done.stdout
 
 
+def test_a_cancel_no_brain_can_carry_out_says_so(settings: Settings, tmp_path: Path) -> None:
+    """A session not opened yet (its request waits for a Brain of agent ghost): the cancel is
+    recorded, and the command warns that nothing serves the agent, as submit and start do
+    (it said 'cancel requested' and stayed pending without a word)."""
+    env = _env(settings, tmp_path)
+    started = _cli("submit", "--agent", "ghost", "--session", "s-unserved", "hello", env=env)
+    assert started.returncode == 0, started.stderr
+    done = _cli("cancel", "s-unserved", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cancel requested") or done.stdout.startswith(
+        "cancel pending"), done.stdout
+    assert ("warning: no live Brain serves agent ghost at compat level 1 in namespace "
+            f"{settings.namespace}: the cancel is kept and waits until one starts"
+            in done.stderr), done.stderr
+
+
 def test_submit_require_brain_refuses_and_stores_nothing(settings: Settings,
                                                          tmp_path: Path) -> None:
     done = _cli("submit", "--agent", "ghost", "--session", "s-refused", "--require-brain",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
+from baton.settings import Settings
 from tests.helpers import five_notices_once_each
 from tests.model_server import ModelServer
 
@@ -116,6 +118,12 @@ def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
         # a Brain serves the notices agent here: --require-brain lets the input in
         out = _baton("submit", "--require-brain", "--json", "hello", env=env)
         assert json.loads(out)["created"] is True
+        # what a library user exports for Settings.from_env() (eval "$(baton ... --env)")
+        exports = dict(shlex.split(line)[1].split("=", 1)
+                       for line in _baton("dev", "status", "--env", env=env).splitlines())
+        library = Settings.from_env(exports)
+        assert (library.redis_url, library.nats_url) == (status["redis_url"],
+                                                          status["nats_url"])
     finally:
         down = json.loads(_baton("dev", "down", "--json", env=env))
     assert down["stopped"] is True and isinstance(down["killed"], list)

@@ -117,3 +117,38 @@ async def test_streamed_text_reaches_the_partial_receipts(settings: Settings) ->
             kinds = [r.kind for r in await client.store.receipts(sub.session_id)]
     assert final.status == "completed" and final.answer == "The first half, and the second half."
     assert "partial" in kinds
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_a_provider_sdk_does_not_retry_behind_the_brains_back(wire: str) -> None:
+    """A 5xx is one request and a ModelRetryableError: the Brain retries it durably, with
+    a receipt per attempt. The provider SDKs' clients retried twice by default, in the
+    process, before the Brain saw anything."""
+    from pydantic_ai import Agent
+
+    from baton.brain.model import ModelRequest
+    from baton.errors import ModelRetryableError
+    from baton.models import Entry
+    from baton.pydantic_ai.model import PydanticAIModel
+    from tests.model_server import Behaviour, ModelServer
+
+    async with ModelServer() as server:
+        if wire == "openai":
+            from pydantic_ai.models.openai import OpenAIChatModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+            model: Any = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(
+                base_url=server.openai_url, api_key="test-key"))
+        else:
+            from anthropic import AsyncAnthropic  # the application's own client
+            from pydantic_ai.models.anthropic import AnthropicModel
+            from pydantic_ai.providers.anthropic import AnthropicProvider
+            model = AnthropicModel("claude-3-5-haiku-latest", provider=AnthropicProvider(
+                anthropic_client=AsyncAnthropic(base_url=server.anthropic_url,
+                                                api_key="test-key")))
+        server.script(Behaviour(status=500), Behaviour(status=500), Behaviour(status=500))
+        client = PydanticAIModel(Agent(model), stream=False)
+        request = ModelRequest(model="pydantic-ai", request_id="t:1:0",
+                               entries=(Entry(kind="user", text="Hello"),))
+        with pytest.raises(ModelRetryableError):
+            await client.generate(request)
+        assert len(server.requests) == 1, [s.behaviour for s in server.requests]

@@ -16,7 +16,7 @@ from baton.brain.model import (
     streams,
     visible_to,
 )
-from baton.brain.model_http import idempotency_key, retry_after, status_error
+from baton.brain.model_http import idempotency_key, retry_after, status_error, transport_error
 from baton.brain.retry import backoff_ms, retry_at
 from baton.brain.scripted import ScriptedModel
 from baton.errors import ConfigError, ModelError, ModelRetryableError
@@ -198,3 +198,12 @@ def test_idempotency_key_follows_the_body_not_the_attempt() -> None:
     assert idempotency_key(first, b"{}") == idempotency_key(again, b"{}")
     assert idempotency_key(first, b"{}").startswith("t:1:")
     assert idempotency_key(first, b"{}") != idempotency_key(again, b'{"x":1}')
+
+
+def test_a_transport_error_without_text_ends_its_sentence() -> None:
+    """httpx's timeouts often carry no text: the message was 'no data within the read
+    timeout: ' with nothing after the colon."""
+    assert str(transport_error("openai-compatible", httpx.ReadTimeout(""))) == (
+        "openai-compatible: no data within the read timeout")
+    assert str(transport_error("anthropic", httpx.ConnectError("refused"))) == (
+        "anthropic: cannot connect: refused")
