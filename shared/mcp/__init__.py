@@ -17,7 +17,8 @@ serves each as a Baton tool under its attempt fence with the replay policy, time
 approval set here, and announces them; Brains offer them to the agents that name the
 server (``baton.mcp.catalog``). A server that dies is started (or reconnected) again on the
 next call; a call it took down with it follows the tool's replay policy
-(``baton.mcp.connection``). Needs ``pip install baton[mcp]``.
+(``baton.mcp.connection``). Needs Baton's ``mcp`` extra
+(from a checkout: ``pip install '.[mcp]'``).
 """
 
 from baton.mcp.connection import MCPConnection, MCPConnectionLost, MCPServerUnavailable

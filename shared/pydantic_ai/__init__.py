@@ -14,8 +14,8 @@ Each model request is a Brain step (``baton.pydantic_ai.model``): the agent asse
 request and calls its model, any model PydanticAI supports, and the Brain commits the
 response and the tool calls it asks for. Each tool call is a tool run executed by Hands
 under its attempt fence with the replay policy given here (``baton.pydantic_ai.tools``);
-tools that ``requires_approval`` wait for ``baton approve``. Needs ``pip install
-baton[pydantic-ai]``.
+tools that ``requires_approval`` wait for ``baton approve``. Needs Baton's
+``pydantic-ai`` extra (from a checkout: ``pip install '.[pydantic-ai]'``).
 """
 
 from baton.pydantic_ai.app import durable_app
