@@ -322,6 +322,7 @@ class HandsWorker(Service):
         self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled
     ) -> None:
         assert self.store is not None and self.execution is not None
+        asked = time.monotonic()
         try:
             claim = await self.store.runs.claim(
                 dispatch.session_id, dispatch.run_id, self.worker, delivery=delivery,
@@ -359,6 +360,10 @@ class HandsWorker(Service):
         self.faults.hit("hands.after_claim")
         assert claim.intent is not None
         intent = claim.intent
+        if time.monotonic() - asked > self.settings.attempt_ttl_ms / 3000 and not (
+                await self._still_ours(intent, claim.attempt)):
+            done.outcome = "taken_over"
+            return  # the new owner completes and acks
         bind(attempt=claim.attempt, fence=claim.attempt, task_id=intent.task_id)
         if claim.recovering:
             log.info("attempt_recovering", previous_attempt=claim.previous_attempt,
@@ -388,6 +393,22 @@ class HandsWorker(Service):
             return  # stale: the attempt that took over completes and acks
         self.faults.hit("hands.after_complete")
         await _settle(msg.ack())
+
+    async def _still_ours(self, intent: ToolIntent, attempt: int) -> bool:
+        """After a claim whose reply came late (a replica's acknowledgement waited for in a
+        failover, a slow Redis), beat the attempt once before acting: it may have lapsed
+        and been taken over meanwhile, and its tool must then not run. The beat is fenced:
+        it refuses an attempt that is no longer current, and extends one that is. A Redis
+        that cannot answer raises (the message is retried later): nothing runs unverified."""
+        assert self.store is not None
+        try:
+            await self.store.runs.heartbeat(intent.session_id, intent.run_id, attempt,
+                                            self.worker)
+        except StaleAttemptError as err:
+            log.warning("attempt_lost_before_start", current=err.fields["current"],
+                        status=err.fields["status"])
+            return False
+        return True
 
     async def _holder_gone(self, holder: str) -> bool:
         """NATS says ``holder`` (another Hands) has no connection: its process is gone."""

@@ -14,7 +14,14 @@ with a backoff meanwhile), and wakes itself and Redis a third less often when id
 * under its share: take shards that are free (released, never held) or expired;
 * at or over its share: still take *expired* shards, those of a relay that died without
   releasing them, so no shard waits for the registry to notice the death (up to
-  ``SERVICE_STALE_MS``); the surplus is handed on at a later tick.
+  ``SERVICE_STALE_MS``). Those shards are kept that long, not counted as surplus: the
+  dead relay is still announced alive meanwhile, so every relay's share still counts it,
+  and a shard released now would lie free, every relay being at its share, until the
+  registry noticed the death. Once it has, the shares grow and the surplus is handed on.
+
+On a Redis Cluster each shard's lease is its own call to the shard's primary: a primary
+that is down or refuses writes fails the calls of its shards only, and the others are
+renewed and taken as usual.
 
 A graceful stop releases every lease at once. A relay that lost a shard (its lease expired
 and another relay took it) learns it at its next renewal, or earlier when an
@@ -26,14 +33,19 @@ from __future__ import annotations
 import asyncio
 import math
 import zlib
+from collections.abc import Awaitable
+from typing import TypeVar
 
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
+from baton.relay.failures import REDIS_DOWN
 from baton.store.outbox import Outbox
-from baton.store.workers import all_services
+from baton.store.workers import SERVICE_STALE_MS, all_services
 
 __all__ = ["ShardLeases"]
 
 log = get_logger("baton.relay")
+
+T = TypeVar("T")
 
 
 
@@ -53,6 +65,9 @@ class ShardLeases:
         # seconds (ANNOUNCE_EVERY_S), so counting them every tick re-reads the same ones.
         self._live = 1
         self._counted_ms: int | None = None
+        # Shards taken from a relay whose lease lapsed (shard -> when): kept, not surplus,
+        # until the registry has noticed that relay gone (SERVICE_STALE_MS).
+        self._rescued: dict[int, int] = {}
 
     @property
     def tick_s(self) -> float:
@@ -83,9 +98,23 @@ class ShardLeases:
         names.add(self.name)
         return len(names)
 
+    def _surplus(self, share: int, now_ms: int) -> list[int]:
+        """The shards over this relay's share to hand on, never one rescued lately."""
+        for shard, taken in list(self._rescued.items()):
+            if shard not in self.held or now_ms - taken >= SERVICE_STALE_MS:
+                del self._rescued[shard]
+        spare = sorted((s for s in self.held if s not in self._rescued), reverse=True)
+        return spare[:max(len(spare) - share, 0)]
+
     async def tick(self, now_ms: int) -> None:
         """Renew, then rebalance towards this relay's fair share."""
-        renewed = await self.box.renew_all(dict(self.held), self.name, self.ttl_ms)
+        failed: dict[int, Exception] = {}
+        renewed = await self.box.renew_all(dict(self.held), self.name, self.ttl_ms, failed)
+        if failed and not renewed:  # no primary answered: the caller backs off
+            raise next(iter(failed.values()))
+        if failed:  # those primaries' shards are kept while their leases may still hold
+            log.warning("relay_lease_renew_failed", shards=sorted(failed),
+                        error=error_text(next(iter(failed.values()))))
         for shard, answer in renewed.items():
             if not answer.ok:
                 self.lost(shard, answer.holder)
@@ -93,28 +122,40 @@ class ShardLeases:
         if self._counted_ms is None or now_ms - self._counted_ms >= self.ttl_ms * 0.9:
             self._live = await self.live_relays(now_ms)
             self._counted_ms = now_ms
-        share = math.ceil(self.shards / self._live)
-        surplus = len(self.held) - share
-        for shard in sorted(self.held, reverse=True)[:max(surplus, 0)]:
-            await self.release(shard)
         others = [(self._offset + i) % self.shards for i in range(self.shards)]
         others = [shard for shard in others if shard not in self.held]
         # One look at the other shards' leases, then an acquire only where it can succeed:
         # most ticks (every shard held by a live relay) write nothing.
         looks = await self.box.look(others)
+        share = math.ceil(self.shards / self._live)
+        for shard in self._surplus(share, now_ms):
+            await self._guarded(shard, self.release(shard))
         for shard in others:
             under = len(self.held) < share
             if looks is not None:
                 holder, left = looks[shard]
                 if (holder not in ("", self.name) and left > 0) or (holder == "" and not under):
                     continue  # a live relay holds it, or it is free and we have our share
-            answer = await self.box.lease("acquire" if under else "acquire_expired", shard,
-                                          self.name, self.ttl_ms)
-            if answer.ok:
-                self.held[shard] = answer.fence
-                log.info("relay_shard_taken", shard=shard, fence=answer.fence,
-                         held=len(self.held), share=share)
+            taken = await self._guarded(shard, self.box.lease(
+                "acquire" if under else "acquire_expired", shard, self.name, self.ttl_ms))
+            if taken is not None and taken.ok:
+                self.held[shard] = taken.fence
+                if taken.holder:  # its relay let the lease lapse: kept (see _surplus)
+                    self._rescued[shard] = now_ms
+                log.info("relay_shard_taken", shard=shard, fence=taken.fence,
+                         held=len(self.held), share=share, lapsed=taken.holder or None)
                 self.changed.set()
+
+    async def _guarded(self, shard: int, call: Awaitable[T]) -> T | None:
+        """One shard's lease call; on a Redis Cluster its primary may be down or refusing
+        writes while the others answer: logged, and the tick goes on with the next shard."""
+        try:
+            return await call
+        except REDIS_DOWN as exc:
+            if not self.box.cluster:
+                raise  # one server: every shard's call would fail the same way
+            log.warning("relay_shard_call_failed", shard=shard, error=error_text(exc))
+            return None
 
     async def release(self, shard: int) -> None:
         fence = self.held.pop(shard, None)

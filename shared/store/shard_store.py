@@ -44,7 +44,10 @@ class Backlog:
 
 @dataclass(frozen=True, slots=True)
 class LeaseAnswer:
-    """A relay lease script's answer: ``ok`` with this relay's ``fence``, or the holder."""
+    """A relay lease script's answer: ``ok`` with this relay's ``fence``, or the holder.
+
+    ``holder`` of an acquisition that succeeded: the relay whose lease had lapsed ('' when
+    the shard was free or ours)."""
 
     ok: bool
     fence: int = 0
@@ -72,17 +75,29 @@ class ShardStore:
         """Acquire, renew or release the relay lease of a shard (see relay_lease.lua)."""
         reply = await self.scripts.relay_lease(
             keys=[self.keys.relay_lease(shard)], args=[op, holder, ttl_ms, fence])
-        if int(reply[0]) == 1:
-            return LeaseAnswer(True, int(reply[1]))
+        if int(reply[0]) == 1:  # an acquire names the relay whose lease had lapsed, if any
+            return LeaseAnswer(True, int(reply[1]), str(reply[2]) if len(reply) > 2 else "")
         return LeaseAnswer(False, int(reply[2]) if op != "acquire" else 0, str(reply[1]))
 
-    async def renew_all(self, held: dict[int, int], holder: str,
-                        ttl_ms: int) -> dict[int, LeaseAnswer]:
+    async def renew_all(self, held: dict[int, int], holder: str, ttl_ms: int,
+                        failed: dict[int, Exception] | None = None) -> dict[int, LeaseAnswer]:
         """Renew the leases of every held shard (``shard -> fence``): one script call for
         all of them on a single server (relay_lease.lua takes several keys there), one
-        call per shard on a Redis Cluster, where a script's keys share one slot."""
+        call per shard on a Redis Cluster, where a script's keys share one slot.
+
+        With ``failed``, a shard whose call fails on a cluster (its primary down or
+        refusing writes) is left out of the answer and its error put there, so the shards
+        of the healthy primaries are still renewed; without it, the first error raises."""
         if self.cluster or len(held) < 2:
-            return {s: await self.lease("renew", s, holder, ttl_ms, f) for s, f in held.items()}
+            out: dict[int, LeaseAnswer] = {}
+            for shard, fence in held.items():
+                try:
+                    out[shard] = await self.lease("renew", shard, holder, ttl_ms, fence)
+                except Exception as exc:
+                    if failed is None:
+                        raise
+                    failed[shard] = exc
+            return out
         replies = await self.scripts.relay_lease(
             keys=[self.keys.relay_lease(shard) for shard in held],
             args=["renew", holder, ttl_ms, *held.values()])

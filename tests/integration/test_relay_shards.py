@@ -19,6 +19,8 @@ from redis.exceptions import NoScriptError
 from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
+from baton.devkit.redis_cluster import RedisClusterServers
+from baton.devkit.redis_cluster import _client as redis_cluster_client
 from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
@@ -180,10 +182,11 @@ async def test_a_relay_holding_every_shard_renews_every_half_lease_and_keeps_the
         renewals: list[int] = []
         renew_all = leases.box.renew_all
 
-        async def counted(held: dict[int, int], holder: str,
-                          ttl_ms: int) -> dict[int, LeaseAnswer]:
+        async def counted(held: dict[int, int], holder: str, ttl_ms: int,
+                          failed: dict[int, Exception] | None = None
+                          ) -> dict[int, LeaseAnswer]:
             renewals.append(len(held))
-            return await renew_all(held, holder, ttl_ms)
+            return await renew_all(held, holder, ttl_ms, failed)
 
         leases.box.renew_all = counted  # type: ignore[method-assign]
         await eventually(lambda: len(renewals) >= 4, timeout=30,
@@ -257,3 +260,87 @@ async def test_three_relays_one_killed_its_shards_are_taken_over_and_nothing_is_
     deliveries = Counter(stats["deliveries"])
     assert len(deliveries) == 5 * SESSIONS and set(deliveries.values()) == {1}, deliveries
     assert stats["raw_requests"] == 5 * SESSIONS, stats
+
+
+async def test_a_primary_refusing_writes_stalls_only_its_own_shards(
+        redis_cluster: RedisClusterServers, settings: Settings) -> None:
+    """On a Redis Cluster, one primary refusing writes (its replica gone, under
+    min-replicas-to-write) fails the lease calls of its own shards only: the relay renews the
+    others and keeps them. The first refusal ended the whole tick, so the healthy
+    primaries' shards lapsed too."""
+    from baton.relay.leases import ShardLeases
+
+    settings = settings.model_copy(update={"redis_url": redis_cluster.seed_url})
+    keys = Keys(settings.namespace, settings.shards)
+    store = await Store.connect(settings)
+    leases = ShardLeases(Outbox(store.redis, keys), "relay-1", settings.shards, 60_000)
+    sick = await redis_cluster.primary_for_key(keys.relay_lease(0))
+    admin = redis_cluster_client(sick)
+    try:
+        await leases.tick(0)
+        assert len(leases.held) == settings.shards  # alone: every shard
+        fences = dict(leases.held)
+        ours = {s for s in fences
+                if await redis_cluster.primary_for_key(keys.relay_lease(s)) == sick}
+        await admin.config_set("min-replicas-to-write", "9")  # it refuses every write now
+        try:
+            await leases.tick(1)  # does not raise: the other primaries answered
+            until = {s: int(await store.redis.hget(keys.relay_lease(s), "until") or 0)
+                     for s in fences if s not in ours}
+            await leases.tick(2)
+            renewed = {s: int(await store.redis.hget(keys.relay_lease(s), "until") or 0)
+                       for s in until}
+        finally:
+            await admin.config_set("min-replicas-to-write", "0")
+        assert ours and len(ours) < settings.shards
+        assert all(renewed[s] >= until[s] for s in until)  # renewed, by the Redis clock
+        assert dict(leases.held) == fences  # nothing lost, nothing given up
+    finally:
+        await leases.release_all()
+        await admin.aclose()
+        await store.close()
+
+
+async def test_the_shards_of_a_relay_that_died_are_not_left_free(settings: Settings) -> None:
+    """Three relays share the shards; one dies without releasing its leases. The survivors
+    take its lapsed shards and keep them while the registry still announces it alive (they
+    released them again as surplus at once, and the shards lay free 4 to 8 s, every relay
+    being at a share that still counted the dead one). Once the registry has noticed, the
+    shares grow and the surplus moves over with no shard left free."""
+    from baton.relay.leases import ShardLeases
+    from baton.store.workers import SERVICE_STALE_MS
+
+    keys = Keys(settings.namespace, settings.shards)
+    store = await Store.connect(settings)
+    box = Outbox(store.redis, keys)
+    relays = {name: ShardLeases(box, name, settings.shards, 2_000)
+              for name in ("relay-a", "relay-b", "relay-c")}
+
+    async def round_of_ticks(now_ms: int, live: int) -> set[int]:
+        for lease in relays.values():
+            lease._live, lease._counted_ms = live, now_ms  # what the registry says
+            await lease.tick(now_ms)
+        return set().union(*(x.held for x in relays.values()))
+
+    try:
+        async def shared_out() -> bool:
+            await round_of_ticks(1, 3)
+            return all(x.held for x in relays.values())
+        await eventually(shared_out, timeout=10, message="the shards shared three ways")
+        dead = relays.pop("relay-c")
+        orphaned = set(dead.held)  # it dies holding them: no release
+
+        async def all_held_again() -> bool:
+            return await round_of_ticks(1, 3) == set(range(settings.shards))
+        await eventually(all_held_again, timeout=30, message="the dead relay's shards taken")
+        for _ in range(3):  # the registry still counts the dead relay: nothing is let go
+            assert await round_of_ticks(1, 3) == set(range(settings.shards))
+        assert orphaned <= set().union(*(x.held for x in relays.values()))
+        later = 1 + SERVICE_STALE_MS  # the registry has noticed: two live relays
+        for _ in range(3):
+            assert await round_of_ticks(later, 2) == set(range(settings.shards))
+        assert sorted(len(x.held) for x in relays.values()) == [8, 8]
+    finally:
+        for lease in relays.values():
+            await lease.release_all()
+        await store.close()

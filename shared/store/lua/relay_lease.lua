@@ -12,7 +12,8 @@ ARGV: 1 op: acquire | acquire_expired | renew | release | look   2 relay name
 Returns (with several KEYS, renew returns a list of these answers, one per key):
   look     {{holder, ms left}, ...} per key, writing nothing: which leases a relay may
            take ('' or 0 left), so it calls acquire only for those
-  acquire  {1, fence} taken (a new fence, also when this relay held it and it expired)
+  acquire  {1, fence, lapsed} taken (a new fence, also when this relay held it and it
+           expired); lapsed: the other relay whose lease had expired, '' when it was free
            {0, holder, remaining ms} another relay holds it
   acquire_expired  the same, but takes only a lease whose holder let it expire (died),
            never a free (released) one: {0, '', 0} for a free lease
@@ -58,7 +59,9 @@ if op == 'acquire' or op == 'acquire_expired' then
   if op == 'acquire_expired' and holder == '' then return {0, '', 0} end
   fence = fence + 1
   redis.call('HSET', KEYS[1], 'holder', me, 'fence', fence, 'until', now + ttl)
-  return {1, fence}
+  local lapsed = ''
+  if holder ~= me then lapsed = holder end
+  return {1, fence, lapsed}
 end
 local mine = holder == me and fence == tonumber(ARGV[4])
 if op == 'release' then

@@ -76,6 +76,47 @@ async def test_a_taken_over_attempt_is_cancelled_and_never_completes(
     assert CALLS[intent.run_id] == 1
 
 
+async def test_a_claim_answered_after_its_attempt_was_taken_over_runs_nothing(
+    hs: Settings, store: Store, bus: Bus
+) -> None:
+    """A claim whose reply comes late (a replica's acknowledgement waited for during a Redis
+    failover): meanwhile the attempt lapsed and another Hands took the run over. The late
+    claimer beats the attempt once before acting, learns it is stale, and never runs the
+    tool (it ran it, beside the new owner)."""
+    session = new_id("s")
+    intent = make_intent(bus, session, "gate", {})
+    await commit_runs(store, bus, session, [intent])
+    HOOKS[intent.run_id] = lambda ctx: asyncio.sleep(0, {"ran": True})
+    winner: list[ToolResult] = []
+
+    async with running(hs, tools=["gate"]) as worker:
+        assert worker.store is not None
+        runs = worker.store.runs
+        real_claim = runs.claim
+
+        async def answered_late(*args: Any, **kwargs: Any) -> Claim:
+            claim = await real_claim(*args, **kwargs)
+            if claim.status == "claimed" and not winner:
+                async def taken() -> Claim | None:  # once the attempt lapses, unbeaten
+                    other = await store.runs.claim(session, intent.run_id, OTHER_HANDS,
+                                                   delivery=2)
+                    return other if other.status == "claimed" else None
+                second = await eventually(taken, timeout=30, message="takeover")
+                result = ToolResult(outcome="ok", output={"by": "hands-b"},
+                                    attempt=second.attempt)
+                await store.runs.complete(session, intent, second.attempt, result, OTHER_HANDS)
+                winner.append(result)
+            return claim
+
+        runs.claim = answered_late  # type: ignore[method-assign]
+        await dispatch(bus, intent)
+        await settled(bus, "gate")
+    assert winner and (await result_of(store, intent)) == winner[0]
+    assert CALLS[intent.run_id] == 0  # the late claimer ran nothing
+    refused = [r for r in await store.receipts(session) if r.kind == "refused"]
+    assert {r.detail.op for r in refused} == {"heartbeat"}, refused
+
+
 async def test_a_stale_attempts_complete_is_refused_and_the_new_result_stands(
     hs: Settings, store: Store, bus: Bus
 ) -> None:
