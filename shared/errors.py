@@ -281,8 +281,9 @@ class StoreEpochError(BatonError):
         super().__init__(
             f"the store of namespace {namespace} lost its state: its epoch {what} on shard(s) "
             f"{listed} (expected {expected or '-'}, found {found or 'none'}); Redis restarted "
-            f"empty or failed over without the data. Stop and investigate; sessions started "
-            f"before are gone from it",
+            f"empty or failed over without the data. Stop and investigate (restore a backup "
+            f"if there is one); the sessions that lived there are gone from it, and once that "
+            f"is accepted, `baton accept-loss` lets the workers start again",
             namespace=namespace, reason=reason, shards=listed, expected=expected, found=found,
         )
 

@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("baton.cli.observe:trace_command", "The handoff timeline of a session."),
     "watch": ("baton.cli.observe:watch_command", "A session's snapshot, then its changes."),
     "api": ("baton.api.server:api_command", "Serve the HTTP API and the web console."),
+    "accept-loss": ("baton.cli.recover:accept_loss",
+                    "After Redis lost shards: accept it, so workers start again."),
     "health": ("baton.observability.health:health_command",
                "Exit 0 if a service is healthy, 1 if not."),
     "dev": ("baton.devkit.dev:dev_command", "The local stack: dev up | down | status | logs."),

@@ -216,7 +216,8 @@ class _Cluster(RedisCluster):
                 await super().aclose()
                 raise ConfigError(
                     f"BATON_REDIS_MIN_REPLICAS: {self.min_replicas} replica(s) must acknowledge "
-                    f"each write, but {short}; add replicas or lower the setting",
+                    f"each write, but {short} and no node is down; add a replica to it "
+                    "(or lower the setting)",
                     setting="BATON_REDIS_MIN_REPLICAS", wanted=self.min_replicas)
             self._coverage_checked = True
         return self
@@ -235,6 +236,7 @@ class _Cluster(RedisCluster):
         while True:
             primaries: dict[str, str] = {}
             counts: dict[str, int] = {}
+            failed: set[str] = set()
             answered = 0
             for node in list(self.nodes_manager.nodes_cache.values()):
                 # Straight to each node: the client's own command path would re-enter
@@ -244,7 +246,8 @@ class _Cluster(RedisCluster):
                 except (RedisError, OSError):
                     continue
                 answered += 1
-                view_primaries, view_counts = _replicas_per_primary(str(text))
+                view_primaries, view_counts, view_failed = _replicas_per_primary(str(text))
+                failed |= view_failed
                 for node_id, address in view_primaries.items():
                     if address and not address.startswith(":"):
                         primaries[node_id] = address
@@ -255,25 +258,43 @@ class _Cluster(RedisCluster):
             fewest = min(primaries, key=lambda n: counts.get(n, 0), default=None)
             short = ("" if fewest is None or counts.get(fewest, 0) >= self.min_replicas
                      else f"primary {primaries[fewest]} has {counts.get(fewest, 0)}")
+            if short and failed:
+                # An outage, not a configuration: a primary failed and its replica took
+                # over, with no replica of its own until the failed node is back. Starting
+                # now is what a restart or a rolling deploy needs; the writes to that
+                # primary's slots wait (refused, retried) until a replica is back.
+                from baton.observability.log import get_logger  # not on `health`'s path
+
+                get_logger("baton.store").warning(
+                    "redis_cluster_short_of_replicas", detail=short,
+                    failed_nodes=sorted(failed), min_replicas=self.min_replicas,
+                    effect="writes to that primary's slots are refused until a replica is "
+                           "back: restore or replace the failed node")
+                return ""
             if not short or time.monotonic() > deadline:
                 return short
             await asyncio.sleep(0.1)  # gossip spreading the replicas: look again
 
 
-def _replicas_per_primary(nodes_text: str) -> tuple[dict[str, str], dict[str, int]]:
-    """One node's view: primaries serving slots (id -> address), replicas per primary id."""
+def _replicas_per_primary(nodes_text: str
+                          ) -> tuple[dict[str, str], dict[str, int], set[str]]:
+    """One node's view: primaries serving slots (id -> address), replicas per primary id,
+    and the addresses of the nodes it sees failed (or possibly failed)."""
     primaries: dict[str, str] = {}
     replicas: dict[str, int] = {}
+    failed: set[str] = set()
     for line in nodes_text.strip().splitlines():
         parts = line.split()
         if len(parts) < 8:
             continue
         flags = parts[2].split(",")
+        if "fail" in flags or "fail?" in flags:
+            failed.add(parts[1].split("@", 1)[0])
         if "master" in flags and len(parts) > 8:
             primaries[parts[0]] = parts[1].split("@", 1)[0]
         elif "slave" in flags and parts[3] != "-":
             replicas[parts[3]] = replicas.get(parts[3], 0) + 1
-    return primaries, replicas
+    return primaries, replicas, failed
 
 
 def _check_resolves(parsed: ClusterUrl) -> None:

@@ -116,8 +116,13 @@ async def test_a_primary_killed_mid_burst_loses_no_acknowledged_write(
             killed.set()
             promoted = await cluster.wait_promoted(victim)
             # The promoted primary has no replica: with min-replicas-to-write 1 it refuses
-            # writes (and WAIT cannot be met) until one is back. The killed node rejoins as
-            # its replica, as an operator's restart would.
+            # writes (and WAIT cannot be met) until one is back. A worker (re)started now,
+            # as in a rolling deploy during the outage, starts all the same: the killed node
+            # is seen failed, so the missing replica is an outage, not a configuration (it
+            # was refused, 'primary has 0 replicas').
+            starting = await Store.connect(settings.model_copy(update={"redis_min_replicas": 1}))
+            await starting.close()
+            # The killed node rejoins as its replica, as an operator's restart would.
             await cluster.restart(victim)
             await cluster.wait_ready()
             await asyncio.gather(*tasks)

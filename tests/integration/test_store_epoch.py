@@ -200,3 +200,50 @@ async def _epoch_reads(redis: Any) -> int:
     that kind here: one MGET per check on a single server)."""
     stats = await redis.info("commandstats")
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("get", "mget"))
+
+
+async def test_accept_loss_restores_the_epoch_of_the_lost_shards_so_workers_start(
+    own_redis: RedisServer,
+) -> None:
+    """The way back an operator has after shards lost their state (a FLUSHALL of one
+    cluster primary): every worker refuses the store until `baton accept-loss` writes the
+    surviving epoch to the shards that lost it. Nothing that exists is changed, and shards
+    that disagree are refused."""
+    import os
+    import subprocess
+    import sys
+
+    settings = Settings(redis_url=own_redis.url, namespace="epochloss", shards=4)
+    env = {**os.environ, **settings.to_env(), "BATON_DEBUG": ""}
+    redis: Any = connect_redis(settings)
+    keys = Keys(settings.namespace, settings.shards)
+
+    def accept_loss(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "baton", "accept-loss", *args],
+                              capture_output=True, text=True, timeout=60, env=env, check=False)
+
+    try:
+        first = await StoreEpoch.establish(redis, keys)
+        old = json.dumps({"v": 1, "id": first.id, "created_ms": 1, "layout": STORE_LAYOUT})
+        for shard in range(settings.shards):  # long initialised
+            await redis.set(keys.epoch(shard), old)
+        whole = accept_loss("--json")
+        assert whole.returncode == 0 and json.loads(whole.stdout)["state"] == "ok"
+        await redis.delete(keys.epoch(1), keys.epoch(3))
+        with pytest.raises(StoreEpochError):
+            await StoreEpoch.establish(redis, keys)
+        asked = accept_loss()  # no --yes and no answer: nothing is written
+        assert asked.returncode != 0 and "shard(s) 1, 3" in asked.stderr
+        assert await redis.exists(keys.epoch(1)) == 0
+        done = accept_loss("--yes", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["restored"] == [1, 3]
+        assert (await StoreEpoch.establish(redis, keys)).id == first.id  # workers start
+        assert await redis.get(keys.epoch(0)) == old  # untouched
+        await redis.delete(keys.epoch(1))
+        await redis.set(keys.epoch(2), json.dumps({"v": 1, "id": "other", "created_ms": 1}))
+        mixed = accept_loss("--yes")
+        assert mixed.returncode == 1 and "disagree" in mixed.stderr
+        assert await redis.exists(keys.epoch(1)) == 0
+    finally:
+        await redis.aclose()
