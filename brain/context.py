@@ -8,6 +8,7 @@ from typing import Any
 
 from baton.app import Agent, App
 from baton.brain.held import HeldSessions
+from baton.brain.interrupts import CancelWatch
 from baton.bus.subjects import BusNames
 from baton.faults import Faults
 from baton.models import RunStatus, Task, ToolResult, ToolRun, WorkerRef, decode
@@ -46,6 +47,9 @@ class TaskContext:
     held: HeldSessions | None = None
     yielded: bool = False  # a task's chain of phases yielded the pass (brain.scheduler)
     holding: bool = False  # the last commit held the lease (the pass waits, then releases)
+    # The cancel requests the pass's lease renewals found waiting (brain.interrupts): a
+    # long call of a task they concern stops.
+    cancels: CancelWatch | None = None
 
     @property
     def agent(self) -> Agent:

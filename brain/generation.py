@@ -32,10 +32,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from baton.brain.cancel import live_runs
 from baton.brain.context import TaskContext
+from baton.brain.interrupts import Interrupted, interruptible
 from baton.brain.model import ModelRequest, ModelResponse, model_client, streams, visible_to
 from baton.brain.redispatch import stuck_runs
 from baton.brain.retry import retry_at
@@ -186,11 +187,14 @@ class Generation:
         partial = PartialText(ctx, task.id, request_id)
         try:
             client = self._model(agent.model, ctx)
-            if streams(client):
-                async with partial:
-                    response = await client.generate(request, on_text=partial.add)
-            else:
-                response = await client.generate(request)
+            response = await interruptible(self._call(client, request, partial), task,
+                                           ctx.state.tasks, ctx.cancels)
+        except Interrupted:
+            # A cancel request concerns this task: the answer is not waited for. Nothing is
+            # committed; the pass finds the request (the nudge) and carries it out.
+            ctx.log.info("model_call_interrupted", task_id=task.id, request_id=request_id,
+                         reason="cancel requested")
+            return None
         except ModelRetryableError as exc:
             await self._retry(task, ctx, exc, partial.text)
             return None
@@ -211,6 +215,13 @@ class Generation:
             return None
         await self._finish(task, ctx, "completed", response=response, detail=detail)
         return None
+
+    @staticmethod
+    async def _call(client: Any, request: ModelRequest, partial: PartialText) -> ModelResponse:
+        if streams(client):
+            async with partial:
+                return cast(ModelResponse, await client.generate(request, on_text=partial.add))
+        return cast(ModelResponse, await client.generate(request))
 
     async def _retry(
         self, task: Task, ctx: TaskContext, exc: ModelRetryableError, streamed: str

@@ -21,6 +21,7 @@ import structlog
 from baton.app import App
 from baton.brain.context import TaskContext
 from baton.brain.held import HeldSessions
+from baton.brain.interrupts import CancelWatch
 from baton.brain.registry import Registry
 from baton.brain.scheduler import schedule
 from baton.bus.subjects import BusNames
@@ -76,6 +77,8 @@ class SessionPass:
         self.carrier = carrier
         self.rewake = False  # set when another wake for this session arrives meanwhile
         self.lost: StaleFenceError | None = None
+        # The cancel requests the lease renewals find in the inbox (brain.interrupts).
+        self.cancels = CancelWatch()
 
     def join(self, carrier: Carrier | None) -> None:
         """Another wake of this session arrived here: look again after this round (a
@@ -144,7 +147,7 @@ class SessionPass:
                     session_id=sid, fence=fence, state=state, store=brain.store,
                     settings=brain.settings, app=brain.app, names=brain.names,
                     worker=brain.worker, faults=brain.faults, models=brain.models,
-                    held=brain.held,
+                    held=brain.held, cancels=self.cancels,
                 )
                 await self._schedule(ctx)
                 word.close()
@@ -222,8 +225,9 @@ class SessionPass:
                     pass
             first = False
             try:
-                await brain.store.renew(self.session_id, fence, brain.settings.lease_ms,
-                                        brain.worker)
+                renewal = await brain.store.renew(self.session_id, fence,
+                                                  brain.settings.lease_ms, brain.worker)
+                self.cancels.saw(renewal.cancels)
             except StaleFenceError as exc:
                 log.warning("lease_lost", session_id=self.session_id, fence=fence,
                             current=exc.current)

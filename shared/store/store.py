@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError
@@ -113,6 +113,14 @@ def _held_args(held: HeldEnd | None) -> list[str]:
 
 def worker_ref(role: str, name: str) -> WorkerRef:
     return WorkerRef(role=role, name=name, pid=os.getpid())
+
+
+class Renewal(NamedTuple):
+    """A renewed lease: its new expiry (ms), and the targets (task ids, ``*``) of the cancel
+    requests waiting in the session's inbox."""
+
+    expiry_ms: int
+    cancels: frozenset[str]
 
 
 class Release(enum.IntEnum):
@@ -341,12 +349,14 @@ class Store:
     @counted_refusals("renew")
     async def renew(
         self, session_id: str, fence: int, ttl_ms: int, worker: WorkerRef | None = None
-    ) -> int:
-        """Extend the lease; a stale holder gets ``StaleFenceError`` (and a receipt says so)."""
+    ) -> Renewal:
+        """Extend the lease; a stale holder gets ``StaleFenceError`` (and a receipt says so).
+        The answer names the targets of the cancel requests waiting in the session's inbox."""
         args: list[Any] = [fence, ttl_ms]
         if worker is not None:
             args.append(worker.model_dump_json())
-        return int(await self.scripts.run("renew", self.keys.session(session_id), args))
+        reply = await self.scripts.run("renew", self.keys.session(session_id), args)
+        return Renewal(int(reply[0]), frozenset(str(t) for t in reply[1] or ()))
 
     async def release(self, session_id: str, fence: int, ttl_ms: int, *,
                       held: HeldEnd | None = None) -> bool:

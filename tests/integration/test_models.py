@@ -286,6 +286,29 @@ async def test_stalled_stream_times_out_and_is_retried(
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_a_cancel_stops_a_model_call_in_progress(
+    settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
+) -> None:
+    """The model holds its answer (a stream that stalls; the read timeout is minutes away):
+    a cancel stops the call at the Brain's next lease renewal and the session ends
+    cancelled. It waited for the call to end first (up to the read timeout, then the call
+    was retried before the cancel was seen)."""
+    model_server.script(Behaviour(stall=True))
+    s = model_settings(settings, model_server, model_read_timeout_s=600.0, lease_ms=900)
+
+    async def cancel_mid_call(client: Client, sub: Submission) -> None:
+        await eventually(lambda: model_server.requests, timeout=30,
+                         message="the model asked")
+        assert (await client.cancel(sub.session_id)).status == "requested"
+
+    out = await run_notices(s, APPS[wire], mailbox, check=cancel_mid_call)
+    assert out.final.status == "cancelled", out.final
+    assert out.task.state.name == "terminal" and out.task.state.outcome == "cancelled"
+    assert len(model_server.requests) == 1  # stopped, not retried
+    assert [r.kind for r in out.receipts].count("cancel") == 1
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
 async def test_malformed_stream_fails_with_a_clear_model_error(
     settings: Settings, mailbox: MailboxServer, model_server: ModelServer, wire: str
 ) -> None:
