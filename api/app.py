@@ -33,7 +33,8 @@ from baton.models import Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.redis_client import redis_user
-from baton.store.store import Store, worker_ref
+from baton.store.store import Store, now_ms, worker_ref
+from baton.store.workers import unserved
 
 __all__ = ["create_app"]
 
@@ -76,6 +77,9 @@ class SubmitRequest(BaseModel):
 class SubmitAnswer(BaseModel):
     created: bool
     submission: Submission
+    warnings: list[str] = Field(default_factory=list, description=(
+        "why the input may wait: no live Brain serves its agent at its level (it is kept "
+        "and waits until one starts)"))
 
 
 class StartRequest(BaseModel):
@@ -91,6 +95,8 @@ class StartAnswer(BaseModel):
     created: bool
     session_id: str
     task_id: str
+    warnings: list[str] = Field(default_factory=list, description=(
+        "why the task may wait: no live Brain serves its agent at its level"))
 
 
 class CancelRequest(BaseModel):
@@ -180,6 +186,12 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
 
     # ------------------------------------------------------------------ writes
 
+    async def _waits(session_id: str, agent: str, compat: int) -> list[str]:
+        """What the CLI warns of: no live Brain serves the input's agent at its level."""
+        store = client().store
+        why = await unserved(store.redis, store.keys, now_ms(), agent, compat, session_id)
+        return [f"{why}: kept, it waits until one starts"] if why else []
+
     @app.post("/v1/submissions", response_model=SubmitAnswer, status_code=201,
               responses=errors_doc, tags=["sessions"])
     async def submit(body: SubmitRequest, response: Response, role: Operate,
@@ -190,7 +202,8 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         if not created:
             response.status_code = 200
         response.headers["Location"] = f"/v1/sessions/{sub.session_id}/submissions/{sub.id}"
-        return SubmitAnswer(created=created, submission=sub)
+        return SubmitAnswer(created=created, submission=sub,
+                            warnings=await _waits(sub.session_id, body.agent, body.compat))
 
     @app.post("/v1/tasks", response_model=StartAnswer, status_code=201, responses=errors_doc,
               tags=["sessions"])
@@ -204,7 +217,9 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         if not created:
             response.status_code = 200
         response.headers["Location"] = f"/v1/sessions/{sid}/tasks/{task_id}"
-        return StartAnswer(created=created, session_id=sid, task_id=task_id)
+        return StartAnswer(created=created, session_id=sid, task_id=task_id,
+                           warnings=await _waits(sid, agent_for(body.kind, body.agent),
+                                                 body.compat))
 
     @app.post("/v1/sessions/{session_id}/cancel", responses=errors_doc, tags=["decisions"])
     async def cancel(session_id: SessionId, role: Operate,

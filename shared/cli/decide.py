@@ -7,7 +7,7 @@ decision out. Unknown sessions, tasks and runs are one-line errors naming the id
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,28 +24,15 @@ async def _check_served(client: Client, session_id: str, kept: str) -> None:
     """Warn (stderr) when no live Brain serves the session's agent at its level: the
     session's own, or for a session not opened yet, that of the request that opens it."""
     from baton.cli.common import note
+    from baton.store.store import now_ms
+    from baton.store.workers import session_level, unserved
 
-    redis = client.store.redis
-    sk = client.store.keys.session(session_id)
-    reply = await redis.hmget(sk.meta, ["agent", "compat"])
-    agent, compat = cast(list[Any], reply)  # decoded replies
-    if not agent:
-        inbox = cast(dict[str, str], await redis.hgetall(sk.inbox))
-        for field, raw in sorted(inbox.items()):
-            if field.startswith(("submit:", "start:")):
-                try:
-                    request = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(request, dict) and isinstance(request.get("agent"), str):
-                    agent, compat = request["agent"], request.get("compat")
-                    break
-    if not agent:
+    store = client.store
+    level = await session_level(store.redis, store.keys, session_id)
+    if level is None:
         return
-    level = int(compat or 1)
-    if not await client.live_brains(agent, level):
-        note(f"warning: no live Brain serves agent {agent} at compat level {level} in "
-             f"namespace {client.settings.namespace}: {kept} and waits until one starts")
+    if message := await unserved(store.redis, store.keys, now_ms(), *level):
+        note(f"warning: {message}: {kept} and waits until one starts")
 
 
 @click.command("cancel")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import click
 
@@ -35,17 +35,15 @@ def _read_text(text: str) -> str:
 
 async def _check_brains(client: Client, agent: str, compat: int, require: bool,
                         doing: str = "submitting", session_id: str | None = None) -> None:
+    from baton.store.store import now_ms
+    from baton.store.workers import unserved
+
     client.names.wake_subject(agent, compat)  # a name no subject takes fails first, alone
-    if session_id:  # an existing session is served at its own level (a migration moves it)
-        sk = client.store.keys.session(session_id)
-        reply = await client.store.redis.hmget(sk.meta, ["agent", "compat"])
-        stored_agent, stored_compat = cast(list[str | None], reply)  # decoded replies
-        if stored_agent and stored_compat:
-            agent, compat = stored_agent, int(stored_compat)
-    if await client.live_brains(agent, compat):
+    # an existing session is served at its own level (a migration moves it)
+    message = await unserved(client.store.redis, client.store.keys, now_ms(), agent, compat,
+                             session_id)
+    if not message:
         return
-    message = (f"no live Brain serves agent {agent} at compat level {compat} in namespace "
-               f"{client.settings.namespace}")
     if require:
         raise CliError(f"{message}; not {doing} (--require-brain)")
     note(f"warning: {message}: the input is kept and waits until one starts")

@@ -442,9 +442,10 @@ class Timeline:
         self.by_wake[f"w.{rid}.{attempt}"] = ev  # its wake row, if it woke the Brain
         claim = self.claims.get((rid, attempt))
         ev.text = f"completed {self._short(rid)} attempt {attempt}: {hop.outcome} (mark completed)"
-        if claim is not None:
+        if claim is not None:  # the receipts' clock (ms steps), beside the tool's own time
             ev.hops["execution"] = ev.ts_ms - claim.ts_ms
-            ev.text += f", execution {ev.hops['execution']} ms"
+            ev.text += (f", claim to complete {ev.hops['execution']} ms (the tool itself "
+                        f"{d.duration_ms:.1f} ms)")
         for a in hop.attempts:
             if a["attempt"] == attempt:
                 a["ended_ms"], a["result"] = ev.ts_ms, hop.outcome

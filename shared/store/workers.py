@@ -20,7 +20,7 @@ from baton.models import loads
 from baton.store.keys import Keys
 
 __all__ = ["ANNOUNCE_EVERY_S", "SERVICE_STALE_MS", "all_services", "live_brains",
-           "served_levels", "services"]
+           "served_levels", "services", "session_level", "unserved"]
 
 SERVICE_STALE_MS = 10_000  # silent this long = probably gone
 #: How often a service announces itself: three times per stale age, so one lost or late
@@ -59,3 +59,36 @@ def live_brains(announced: list[dict[str, Any]], agent: str, compat: int) -> lis
     return sorted(str(s["name"]) for s in announced
                   if s.get("role") == "brain" and s["alive"]
                   and [agent, compat] in [[str(a), int(c)] for a, c in s.get("serves", ())])
+
+
+async def session_level(redis: Any, keys: Keys, session_id: str) -> tuple[str, int] | None:
+    """The agent and compat level a session is served at: its own (a migration moves it),
+    or for a session not opened yet, that of the request that will open it; None when
+    neither is known."""
+    import json
+
+    sk = keys.session(session_id)
+    agent, compat = await redis.hmget(sk.meta, ["agent", "compat"])
+    if agent and compat:
+        return str(agent), int(compat)
+    for field, raw in sorted((await redis.hgetall(sk.inbox)).items()):
+        if str(field).startswith(("submit:", "start:")):
+            try:
+                request = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(request, dict) and isinstance(request.get("agent"), str):
+                return request["agent"], int(request.get("compat") or 1)
+    return None
+
+
+async def unserved(redis: Any, keys: Keys, now: int, agent: str, compat: int,
+                   session_id: str | None = None) -> str:
+    """Why input for ``agent`` at ``compat`` (or for the session's own level) would wait: no
+    live Brain serves it; "" when one does."""
+    if session_id and (level := await session_level(redis, keys, session_id)) is not None:
+        agent, compat = level
+    if live_brains(await services(redis, keys, now), agent, compat):
+        return ""
+    return (f"no live Brain serves agent {agent} at compat level {compat} in namespace "
+            f"{keys.ns}")

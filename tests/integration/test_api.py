@@ -240,6 +240,13 @@ async def test_the_events_of_a_session_no_brain_opened_yet_keep_streaming(
                                 headers={"Idempotency-Key": "early-1"})
         assert first.status_code == 201, first.text
         sid = first.json()["submission"]["session_id"]
+        # as the CLI warns: nothing serves the agent, the input waits
+        assert first.json()["warnings"] == [
+            f"no live Brain serves agent notices at compat level 1 in namespace "
+            f"{settings.namespace}: kept, it waits until one starts"]
+        task = await http.post("/v1/tasks", json={"kind": "nope"})
+        assert task.status_code == 201 and "agent nope at compat level 1" in \
+            task.json()["warnings"][0], task.text
         async with http.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             reader = SseReader(stream)
             event, snapshot, _ = await reader.next()
