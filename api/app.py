@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from baton.api import problems, views
 from baton.api.auth import OPERATE, Tokens
-from baton.api.events import Watchers, stream_session
+from baton.api.events import Watchers, receipt_order, stream_session
 from baton.client import Client, agent_for
 from baton.errors import not_found
 from baton.models import Submission, Task
@@ -184,6 +184,15 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     console = resources.files("baton.api") / "console"
     app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
 
+    async def _beyond_newest(store: Store, session_id: str, receipt_id: str) -> bool:
+        """Whether ``receipt_id`` is later than the session's newest receipt."""
+        newest = await store.redis.xrevrange(store.keys.session(session_id).receipts,
+                                             count=1)
+        if not newest:
+            return False
+        top = str(newest[0][0])
+        return receipt_order(receipt_id) > receipt_order(top)
+
     # ------------------------------------------------------------------ writes
 
     async def _waits(session_id: str, agent: str, compat: int) -> list[str]:
@@ -326,7 +335,14 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         if not await store.exists(session_id):
             raise not_found(f"session {session_id}", namespace=settings.namespace,
                             session_id=session_id)
-        stream = stream_session(settings, session_id, last_event_id or after, watchers, store)
+        resume = last_event_id or after
+        if resume is not None and await _beyond_newest(store, session_id, resume):
+            # An id this session's stream never sent (the store restored from an older
+            # backup, another session's id): waiting after it would be silent for good; a
+            # snapshot gives the client the session as it is.
+            log.info("events_resume_unknown", session_id=session_id, after=resume)
+            resume = None
+        stream = stream_session(settings, session_id, resume, watchers, store)
         return StreamingResponse(stream, media_type="text/event-stream", headers={
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -40,8 +40,8 @@ from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store.store import Store
 
-__all__ = ["KEEPALIVE_S", "KEPT_CHANGES", "MAX_BEHIND", "RETRY_MS", "Watchers", "sse_message",
-           "stream_session"]
+__all__ = ["KEEPALIVE_S", "KEPT_CHANGES", "MAX_BEHIND", "RETRY_MS", "Watchers", "receipt_order",
+           "sse_message", "stream_session"]
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 1_000
@@ -57,7 +57,7 @@ def sse_message(event: str, data: Any, event_id: str | None = None) -> str:
     return f"{head}event: {event}\ndata: {dumps(data)}\n\n"
 
 
-def _order(receipt_id: str) -> tuple[int, int]:
+def receipt_order(receipt_id: str) -> tuple[int, int]:
     ms, _, seq = receipt_id.partition("-")
     return int(ms), int(seq or 0)
 
@@ -113,7 +113,7 @@ class _Feed:
                  start: str) -> None:
         self.watchers = watchers
         self.session_id = session_id
-        self.start = _order(start)
+        self.start = receipt_order(start)
         self.floor = self.start  # changes after this are all in ``recent``
         self.recent: deque[tuple[tuple[int, int], str]] = deque()
         self.streams: set[_Stream] = set()
@@ -127,7 +127,7 @@ class _Feed:
     def join(self, after: str) -> _Stream | None:
         """A stream for a client that has everything up to ``after``; None when this feed
         cannot tell what came between (it started later, or dropped those changes)."""
-        at = _order(after)
+        at = receipt_order(after)
         if at < self.floor:
             return None
         stream = _Stream(at)
@@ -158,7 +158,7 @@ class _Feed:
         for rid, text in _changes(items):
             if rid is None:
                 continue
-            at = _order(rid)
+            at = receipt_order(rid)
             self.recent.append((at, text))
             if len(self.recent) > KEPT_CHANGES:
                 self.floor = self.recent.popleft()[0]
@@ -268,7 +268,7 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
             yield sse_message("resume", {"type": "resume", "after": after}, after)
         stream = watchers.join(settings, session_id, after)
         if stream is None:
-            stream = _Stream(_order(after))
+            stream = _Stream(receipt_order(after))
             private = asyncio.create_task(_private(settings, session_id, after, stream))
         watchers.streams.add(stream)
         if watchers.stopping.is_set():

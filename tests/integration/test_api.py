@@ -247,6 +247,12 @@ async def test_the_events_of_a_session_no_brain_opened_yet_keep_streaming(
         task = await http.post("/v1/tasks", json={"kind": "nope"})
         assert task.status_code == 201 and "agent nope at compat level 1" in \
             task.json()["warnings"][0], task.text
+        # An id this stream never sent (later than the newest change): a snapshot, not a
+        # resume that would wait after it for good.
+        async with http.stream("GET", f"/v1/sessions/{sid}/events",
+                               headers={"Last-Event-ID": "99999999999999-0"}) as stream:
+            event, snapshot, _ = await SseReader(stream).next()
+            assert event == "snapshot" and snapshot["session_id"] == sid
         async with http.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             reader = SseReader(stream)
             event, snapshot, _ = await reader.next()
