@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 
 from baton.errors import BatonError, UnavailableError
 from baton.models import dumps
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
 from baton.store.store import now_ms, worker_ref
@@ -255,8 +255,22 @@ async def run_until_signalled(service: Service) -> None:
         profiler.dump_stats(os.path.join(profile_dir, f"{service.role}-{os.getpid()}.prof"))
 
 
+def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A connection that died under a transport (a Redis or NATS node killed mid-TLS: the
+    loop's 'Fatal error on SSL protocol') is one WARNING line: its client sees the loss and
+    reconnects, so the loop's ERROR with a traceback said nothing more and alarmed. Anything
+    else goes to the loop's default handler."""
+    exc = context.get("exception")
+    message = str(context.get("message", ""))
+    if isinstance(exc, OSError) and message.startswith("Fatal error on"):
+        log.warning("connection_lost_under_transport", detail=message, error=error_text(exc))
+        return
+    loop.default_exception_handler(context)
+
+
 async def _serve_until_signalled(service: Service) -> None:
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_exception)
     main = asyncio.ensure_future(service.serve())
     frozen = asyncio.ensure_future(_freeze_when_ready(service))
     signals = 0

@@ -81,7 +81,8 @@ def _print_stack(info: dict[str, Any]) -> None:
     for p in info["processes"]:
         logf = logs_dir / f"{p['name']}.log" if p["role"] not in ("redis", "nats") else ""
         alive = (["yes" if p.get("alive") else "NO"] if status else [])
-        table.add_row(p["role"], p["name"], str(p["pid"]), *alive, str(logf))
+        name = f"{p['name']} {p['address']}" if p.get("address") else p["name"]
+        table.add_row(p["role"], name, str(p["pid"]), *alive, str(logf))
     console.print(table)
     for key in ("redis_url", "nats_url", "mail_url", "api_url", "namespace"):
         if key in info:

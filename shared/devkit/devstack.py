@@ -172,9 +172,10 @@ class DevStack:
         members = (self.clusters.members if self.clusters is not None
                    else (self.servers.redis, self.servers.nats) if self.servers is not None
                    else ())
-        for server in members:
+        for server in members:  # a cluster's nodes share a name: their address tells them apart
             out.append({"role": server.name, "name": server.name, "pid": server.pid,
-                        "alive": server.running, "restarts": 0})
+                        "address": f"{server.host}:{server.port}", "alive": server.running,
+                        "restarts": 0})
         if self.mailbox is not None:
             out.append(self.mailbox.info())
         if self.api is not None:
