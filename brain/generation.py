@@ -191,9 +191,11 @@ class Generation:
                                            ctx.state.tasks, ctx.cancels)
         except Interrupted:
             # A cancel request concerns this task: the answer is not waited for. Nothing is
-            # committed; the pass finds the request (the nudge) and carries it out.
+            # committed; the pass loads the session again under its lease and takes the
+            # request up (a task it turns out not to concern asks its model again).
             ctx.log.info("model_call_interrupted", task_id=task.id, request_id=request_id,
                          reason="cancel requested")
+            ctx.yielded = True
             return None
         except ModelRetryableError as exc:
             await self._retry(task, ctx, exc, partial.text)

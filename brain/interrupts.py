@@ -6,8 +6,9 @@ commit its answer, and only then look. But the pass renews its lease every third
 lease time while it works, and each renewal (renew.lua) names the targets of the cancel
 requests waiting in the inbox. :class:`CancelWatch` keeps them for the pass; a call made
 through :func:`interruptible` is stopped as soon as one concerns its task (the task itself,
-one of its ancestors, or ``*``), and the caller commits nothing: the pass then finds the
-request (the cancel set the nudge) and carries it out under the same lease.
+one of its ancestors, or ``*``), and the caller commits nothing: the pass loads the session
+again under the same lease and carries the request out. Each schedule starts with what it
+takes up (:meth:`CancelWatch.reset`), so a cancel already carried out never stops a call.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class CancelWatch:
     def __init__(self) -> None:
         self.targets: frozenset[str] = frozenset()
         self.changed = asyncio.Event()
+
+    def reset(self) -> None:
+        """A schedule begins: it takes up every cancel waiting now (brain.cancel), so what
+        an earlier renewal saw is stale; later renewals tell of later ones."""
+        self.targets = frozenset()
+        self.changed.clear()
 
     def saw(self, targets: frozenset[str]) -> None:
         self.targets = targets

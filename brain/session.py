@@ -149,6 +149,7 @@ class SessionPass:
                     worker=brain.worker, faults=brain.faults, models=brain.models,
                     held=brain.held, cancels=self.cancels,
                 )
+                self.cancels.reset()  # the schedule takes up the cancels waiting now
                 await self._schedule(ctx)
                 word.close()
                 result.commits += ctx.commits
