@@ -208,6 +208,7 @@ const COLORS = { submit: "#6b7280", start: "#6b7280", lease: "#2563eb", takeover
   commit: "#1d4ed8", claim: "#059669", reclaim: "#dc2626", complete: "#047857",
   refused: "#b91c1c", cancel: "#d97706", approval: "#059669", partial: "#7c3aed" };
 const ROLE_BG = { brain: "#eef2ff", hands: "#ecfdf5", client: "#f3f4f6", relay: "#fff7ed" };
+const FLAG_ROOM = 44; // px between events for a flag's whole word (the widest step)
 const ARROWS = { wake: "#2563eb", dispatch: "#059669", takeover: "#dc2626" };
 
 function color(e) {
@@ -269,8 +270,11 @@ function drawTimeline(trace) {
       stroke: e.flags.includes("confirm") ? "#7c3aed" : "#fff", "stroke-width": e.flags.includes("confirm") ? 3 : 1.5 }));
     if (e.flags.includes("refused")) g.append(s("text", { x: cx - 4, y: cy + 4, fill: "#fff", "font-size": 11 }, "×"));
     for (const [k, f] of e.flags.entries()) {
+      // Where events stand closer than a word's width, a flag is its initial (the event's
+      // title says it in full): whole words ran into their neighbours' ("takeovertakeover").
       g.append(s("text", { x: cx + 8, y: cy - 9 - k * 11, "font-size": 10,
-        fill: f === "confirm" ? "#5b21b6" : f === "approval" ? "#047857" : "#b91c1c" }, f));
+        fill: f === "confirm" ? "#5b21b6" : f === "approval" ? "#047857" : "#b91c1c" },
+        step >= FLAG_ROOM ? f : f[0].toUpperCase()));
     }
     g.append(s("title", {}, `#${e.index} ${e.kind} ${e.fence} +${ms(e.t_ms)}\n${e.text}`));
     svg.append(g);
