@@ -9,13 +9,17 @@ through :func:`interruptible` is stopped as soon as one concerns its task (the t
 one of its ancestors, or ``*``), and the caller commits nothing: the pass loads the session
 again under the same lease and carries the request out. Each schedule starts with what it
 takes up (:meth:`CancelWatch.reset`), so a cancel already carried out never stops a call.
+
+The call is stopped by cancelling the pass's own asyncio task from the renewer (as a lost
+lease is), not by racing the call against a second task: a model call that is not
+interrupted costs nothing more than it did.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
-from typing import TypeVar
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
 
 from baton.models import Task
 
@@ -23,30 +27,54 @@ __all__ = ["CancelWatch", "Interrupted", "interruptible"]
 
 T = TypeVar("T")
 
-CLEANUP_S = 2.0  # how long a stopped call may take to clean up
-
 
 class Interrupted(Exception):
     """The call was stopped: a cancel request concerns its task."""
 
 
 class CancelWatch:
-    """The cancel targets the pass's last lease renewal found in the inbox."""
+    """The cancel targets the pass's last lease renewal found in the inbox, and the call in
+    progress that one of them may stop."""
 
     def __init__(self) -> None:
         self.targets: frozenset[str] = frozenset()
-        self.changed = asyncio.Event()
+        # The call in progress: its task, the session's tasks, the asyncio task awaiting it.
+        self._calling: tuple[Task, Mapping[str, Task], asyncio.Task[Any]] | None = None
+        self._stopping = False
 
     def reset(self) -> None:
         """A schedule begins: it takes up every cancel waiting now (brain.cancel), so what
         an earlier renewal saw is stale; later renewals tell of later ones."""
         self.targets = frozenset()
-        self.changed.clear()
 
     def saw(self, targets: frozenset[str]) -> None:
+        """A renewal's answer: stop the call in progress if a cancel concerns its task."""
         self.targets = targets
-        if targets:
-            self.changed.set()
+        calling = self._calling
+        if calling is not None and not self._stopping and self.concerns(calling[0], calling[1]):
+            self._stopping = True
+            calling[2].cancel()
+
+    async def guard(self, call: Coroutine[Any, Any, T], task: Task, tasks: Mapping[str, Task],
+                    me: asyncio.Task[Any]) -> T:
+        """Await ``call`` in ``me`` (the pass's task), which :meth:`saw` cancels when a
+        cancel concerns ``task``: then :class:`Interrupted`."""
+        if self.concerns(task, tasks):
+            call.close()
+            raise Interrupted(task.id)
+        self._calling, self._stopping = (task, tasks, me), False
+        try:
+            result = await call
+        except asyncio.CancelledError:
+            if not self._stopping:  # the caller's cancellation: it goes on
+                raise
+            me.uncancel()  # our own stop, not a cancellation of the pass
+            raise Interrupted(task.id) from None
+        finally:
+            stopping, self._calling, self._stopping = self._stopping, None, False
+        if stopping:  # the call swallowed the stop and answered: keep the answer
+            me.uncancel()
+        return result
 
     def concerns(self, task: Task, tasks: Mapping[str, Task]) -> bool:
         """Whether a waiting cancel targets ``task``, an ancestor of it, or every task."""
@@ -64,30 +92,11 @@ class CancelWatch:
         return False
 
 
-async def interruptible(call: Awaitable[T], task: Task, tasks: Mapping[str, Task],
+async def interruptible(call: Coroutine[Any, Any, T], task: Task, tasks: Mapping[str, Task],
                         watch: CancelWatch | None) -> T:
     """Await ``call``; raise :class:`Interrupted` (the call cancelled) once ``watch`` sees a
     cancel request that concerns ``task``."""
-    if watch is None:
+    me = asyncio.current_task()
+    if watch is None or me is None:
         return await call
-    work = asyncio.ensure_future(call)
-    try:
-        while True:
-            if watch.concerns(task, tasks):
-                raise Interrupted(task.id)
-            waiter = asyncio.ensure_future(watch.changed.wait())
-            try:
-                await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if work.done():
-                return work.result()
-            watch.changed.clear()  # looked at below: another task's cancel waits on
-    finally:
-        if not work.done():
-            work.cancel()
-            # Its own clean-up (a stream closed, streamed text saved), bounded: a call may
-            # swallow its cancellation (redis-py does, mid-command).
-            await asyncio.wait({work}, timeout=CLEANUP_S)
-        if work.done() and not work.cancelled():
-            work.exception()  # retrieved: an error after the interruption is not logged
+    return await watch.guard(call, task, tasks, me)
