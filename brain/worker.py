@@ -28,6 +28,7 @@ from baton.bus.nudge import TimerNudge
 from baton.bus.subjects import BusNames
 from baton.errors import (
     BatonError,
+    ConfigError,
     CorruptStateError,
     LeaseBusyError,
     NotFoundError,
@@ -64,6 +65,10 @@ class BrainWorker(Service):
 
     def __init__(self, settings: Settings, app: App) -> None:
         super().__init__(settings)
+        if not app.agents:  # it would consume no wakes: serve nothing, silently
+            raise ConfigError("a Brain worker needs at least one agent to serve (App(agents="
+                              "[...]); a custom task runs under an agent, by default the one "
+                              "named as its kind)")
         self.app = app.with_model(settings.agent_model) if settings.agent_model else app
         self.names = BusNames(settings.namespace)
         self.faults = Faults(settings.fault)

@@ -280,13 +280,14 @@ class App:
 
     def __init__(
         self,
-        agents: list[Agent],
-        tools: list[Tool],
+        agents: list[Agent] | None = None,
+        tools: list[Tool] | None = None,
         models: dict[str, Any] | None = None,
         tasks: list[Any] | None = None,
         documents: list[DocumentType] | None = None,
         mcp: list[Any] | None = None,
     ) -> None:
+        agents, tools = list(agents or []), list(tools or [])
         declared: tuple[tuple[str, list[Any], type], ...] = (
             ("agent", agents, Agent), ("tool", tools, Tool),
             ("document type", documents or [], DocumentType))

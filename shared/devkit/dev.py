@@ -134,17 +134,17 @@ def _first_submit(app_spec: str) -> str:
 
 
 def _hands_for(app_spec: str, hands: int) -> int:
-    """The Hands to start: none for an app that declares no tools (a Hands with nothing to
-    serve refuses to start, and the stack with it), said on stderr."""
+    """The Hands to start: none for an app that declares no tools and no MCP servers (a
+    Hands with nothing to serve refuses to start, and the stack with it), said on stderr."""
     if not hands or app_spec.endswith(("examples.notices:app", "examples.notice_batch:app")):
         return hands
     try:
         from baton.app import load_app
 
-        tools = load_app(app_spec).tools
+        app = load_app(app_spec)
     except Exception:  # a broken app is reported by its workers, as before
         return hands
-    if tools:
+    if app.tools or app.mcp:  # MCP servers' tools are served by Hands too
         return hands
     click.echo(f"{app_spec} declares no tools: no Hands started (--hands {hands} ignored)",
                err=True)

@@ -89,3 +89,17 @@ def test_an_app_module_in_the_current_directory_is_found(
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     monkeypatch.delitem(sys.modules, "baton_cwd_app", raising=False)
     assert isinstance(load_app("baton_cwd_app:app"), App)
+
+
+def test_an_app_of_tasks_alone_is_declared_and_a_brain_needs_an_agent() -> None:
+    """App(tasks=[...]) was a TypeError (reported as a bug in Baton); a Brain for an app with
+    no agent started and consumed nothing, silently."""
+    from baton import TaskDef
+    from baton.brain.worker import BrainWorker
+    from baton.settings import Settings
+
+    job = TaskDef("job", start="start")
+    app = App(tasks=[job])
+    assert app.tasks == [job] and app.agents == {} and app.tools == {}
+    with pytest.raises(ConfigError, match="needs at least one agent"):
+        BrainWorker(Settings(), app)

@@ -14,3 +14,4 @@ def test_an_app_of_tasks_alone_starts_no_hands(capsys: pytest.CaptureFixture[str
     assert _hands_for("tests.task_apps:app", 2) == 2  # it has a tool
     assert _hands_for("tests.task_apps:only_tasks", 0) == 0
     assert _hands_for("no_such_module:app", 1) == 1  # its workers say what is wrong
+    assert _hands_for("tests.mcp_apps:app", 2) == 2  # MCP tools: Hands serve them
