@@ -158,14 +158,26 @@ def _without_sdk_retries(model: Any) -> None:
     """Turn off the provider SDK's own retries (the openai and anthropic clients retry twice
     by default, in the process, unseen): a failed attempt goes to the Brain's durable retry,
     which records it, keeps the request's idempotency key and backs off as configured. The
-    client is the model's own (a client the application passed in is changed too)."""
-    try:
-        client = getattr(model, "client", None)
-    except Exception:  # a model whose client cannot be built here: nothing to turn off
-        return
-    retries = getattr(client, "max_retries", None)
-    if client is not None and isinstance(retries, int) and retries > 0:
-        client.max_retries = 0
+    client is the model's own (a client the application passed in is changed too), for
+    every model within: a wrapper's, and each of a FallbackModel's."""
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        stack.append(getattr(current, "wrapped", None))
+        inner = getattr(current, "models", None)
+        if isinstance(inner, list | tuple):
+            stack.extend(inner)
+        try:
+            client = getattr(current, "client", None)
+        except Exception:  # a model whose client cannot be built here: nothing to turn off
+            continue
+        retries = getattr(client, "max_retries", None)
+        if client is not None and isinstance(retries, int) and retries > 0:
+            client.max_retries = 0
 
 
 def _can_stream(model: Any) -> bool:
@@ -211,7 +223,16 @@ RETRYABLE = (ModelRateLimitError, ModelUnavailableError, ModelServerError, Model
 
 
 def _model_error(exc: Exception) -> ModelError:
-    """A PydanticAI failure as Baton's: retryable when the same request may succeed later."""
+    """A PydanticAI failure as Baton's: retryable when the same request may succeed later
+    (a FallbackModel's group of failures: when every model's failure is)."""
+    if isinstance(exc, ExceptionGroup):
+        inner = [_model_error(e) for e in exc.exceptions if isinstance(e, Exception)]
+        retryable = [e for e in inner if isinstance(e, ModelRetryableError)]
+        if inner and len(retryable) == len(inner):
+            after = [e.retry_after_s for e in retryable if e.retry_after_s is not None]
+            return ModelRetryableError(f"{type(exc).__name__}: " + "; ".join(map(str, inner)),
+                                       provider=PROVIDER, retry_after_s=min(after, default=None))
+        return ModelError(f"{type(exc).__name__}: {exc}", provider=PROVIDER)
     status = getattr(exc, "status_code", None)
     retry_after = getattr(exc, "retry_after", None)
     message = f"{type(exc).__name__}: {exc}"

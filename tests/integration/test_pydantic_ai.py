@@ -119,7 +119,7 @@ async def test_streamed_text_reaches_the_partial_receipts(settings: Settings) ->
     assert "partial" in kinds
 
 
-@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+@pytest.mark.parametrize("wire", ["openai", "anthropic", "fallback"])
 async def test_a_provider_sdk_does_not_retry_behind_the_brains_back(wire: str) -> None:
     """A 5xx is one request and a ModelRetryableError: the Brain retries it durably, with
     a receipt per attempt. The provider SDKs' clients retried twice by default, in the
@@ -133,11 +133,14 @@ async def test_a_provider_sdk_does_not_retry_behind_the_brains_back(wire: str) -
     from tests.model_server import Behaviour, ModelServer
 
     async with ModelServer() as server:
-        if wire == "openai":
+        if wire in ("openai", "fallback"):
+            from pydantic_ai.models.fallback import FallbackModel
             from pydantic_ai.models.openai import OpenAIChatModel
             from pydantic_ai.providers.openai import OpenAIProvider
             model: Any = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(
                 base_url=server.openai_url, api_key="test-key"))
+            if wire == "fallback":  # its models' clients too; a group of 5xx is retryable
+                model = FallbackModel(model)
         else:
             from anthropic import AsyncAnthropic  # the application's own client
             from pydantic_ai.models.anthropic import AnthropicModel
