@@ -68,6 +68,7 @@ class ShardLeases:
         # Shards taken from a relay whose lease lapsed (shard -> when): kept, not surplus,
         # until the registry has noticed that relay gone (SERVICE_STALE_MS).
         self._rescued: dict[int, int] = {}
+        self._failing: set[int] = set()  # shards whose calls fail now (a primary down)
 
     @property
     def tick_s(self) -> float:
@@ -113,8 +114,11 @@ class ShardLeases:
         if failed and not renewed:  # no primary answered: the caller backs off
             raise next(iter(failed.values()))
         if failed:  # those primaries' shards are kept while their leases may still hold
-            log.warning("relay_lease_renew_failed", shards=sorted(failed),
-                        error=error_text(next(iter(failed.values()))))
+            (log.debug if set(failed) <= self._failing else log.warning)(
+                "relay_lease_renew_failed", shards=sorted(failed),
+                error=error_text(next(iter(failed.values()))))
+            self._failing |= set(failed)
+        self._failing -= set(renewed)  # answered again
         for shard, answer in renewed.items():
             if not answer.ok:
                 self.lost(shard, answer.holder)
@@ -150,12 +154,19 @@ class ShardLeases:
         """One shard's lease call; on a Redis Cluster its primary may be down or refusing
         writes while the others answer: logged, and the tick goes on with the next shard."""
         try:
-            return await call
+            answer = await call
         except REDIS_DOWN as exc:
             if not self.box.cluster:
                 raise  # one server: every shard's call would fail the same way
-            log.warning("relay_shard_call_failed", shard=shard, error=error_text(exc))
+            # Once per outage of the shard at WARNING; again at every tick is DEBUG.
+            (log.debug if shard in self._failing else log.warning)(
+                "relay_shard_call_failed", shard=shard, error=error_text(exc))
+            self._failing.add(shard)
             return None
+        if shard in self._failing:
+            self._failing.discard(shard)
+            log.info("relay_shard_call_recovered", shard=shard)
+        return answer
 
     async def release(self, shard: int) -> None:
         fence = self.held.pop(shard, None)

@@ -161,7 +161,15 @@ class Relay(Service):
                 if self.bus is None:
                     self.bus = await Bus.connect(self.settings, self.name, self.role)
                 await self.bus.ensure_streams()
-                await box.ensure_groups()
+                deferred: dict[int, Exception] = {}
+                # On a Redis Cluster one primary refusing writes (its replica gone) defers
+                # its shards' groups, not the relay: it serves the others meanwhile.
+                await box.ensure_groups(failed=deferred if box.cluster else None)
+                if deferred and len(deferred) == self.settings.shards:
+                    raise next(iter(deferred.values()))
+                if deferred:
+                    log.warning("relay_groups_deferred", shards=sorted(deferred),
+                                error=error_text(next(iter(deferred.values()))))
                 return True
             except (*REDIS_DOWN, *NATS_DOWN) as exc:
                 delay = backoff.next()

@@ -134,18 +134,29 @@ class Outbox(ShardStore):
                        for r in replies[i * n:(i + 1) * n])
                 for i, s in enumerate(shards)}
 
-    async def ensure_groups(self, shards: list[int] | None = None) -> None:
+    async def ensure_groups(self, shards: list[int] | None = None,
+                            failed: dict[int, Exception] | None = None) -> None:
         """The consumer groups of these shards' streams (all by default), created if missing,
-        and the ack script loaded: :meth:`ack_and_read` runs it by its SHA alone."""
+        and the ack script loaded: :meth:`ack_and_read` runs it by its SHA alone.
+
+        With ``failed``, a shard whose primary refuses the write (a Redis Cluster primary
+        without its replica, under min-replicas-to-write) is put there and the others are
+        still done: a read that finds a group missing creates it later (NOGROUP)."""
         script = self.scripts.relay_ack
         script.sha = await self.redis.script_load(script.script)
         for shard in shards if shards is not None else range(self.keys.shards):
-            for key in self._streams(shard):
-                try:
-                    await self.redis.xgroup_create(key, RELAY_GROUP, id="0", mkstream=True)
-                except ResponseError as exc:
-                    if "BUSYGROUP" not in str(exc):
-                        raise
+            try:
+                for key in self._streams(shard):
+                    try:
+                        await self.redis.xgroup_create(key, RELAY_GROUP, id="0",
+                                                       mkstream=True)
+                    except ResponseError as exc:
+                        if "BUSYGROUP" not in str(exc):
+                            raise
+            except Exception as exc:
+                if failed is None:
+                    raise
+                failed[shard] = exc
 
     async def read(
         self, shards: list[int], consumer: str, count: int, block_ms: int | None

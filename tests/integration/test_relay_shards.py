@@ -25,6 +25,7 @@ from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
 from baton.settings import Settings
+from baton.store.epoch import StoreEpoch
 from baton.store.keys import Keys
 from baton.store.outbox import Outbox
 from baton.store.shard_store import LeaseAnswer
@@ -344,3 +345,39 @@ async def test_the_shards_of_a_relay_that_died_are_not_left_free(settings: Setti
         for lease in relays.values():
             await lease.release_all()
         await store.close()
+
+
+async def test_a_relay_starts_while_a_primary_refuses_writes(
+        redis_cluster: RedisClusterServers, settings: Settings) -> None:
+    """A relay (re)started while one Redis Cluster primary refuses writes (its replica
+    gone): it serves the other primaries' shards, and takes the rest once that primary
+    accepts writes again. Creating every shard's consumer group at start failed on that
+    primary and the relay retried its start for good."""
+    settings = settings.model_copy(update={"redis_url": redis_cluster.seed_url,
+                                           "worker_name": "relay-1", "lease_ms": 1500})
+    keys = Keys(settings.namespace, settings.shards)
+    sick = await redis_cluster.primary_for_key(keys.relay_lease(0))
+    theirs = {s for s in range(settings.shards)
+              if await redis_cluster.primary_for_key(keys.relay_lease(s)) == sick}
+    admin = redis_cluster_client(sick)
+    relay = Relay(settings)
+    task: asyncio.Task[None] | None = None
+    store = await Store.connect(settings)  # a store in use: its epoch written
+    try:
+        await StoreEpoch.establish(store.redis, keys)
+    finally:
+        await store.close()
+    await admin.config_set("min-replicas-to-write", "9")  # it refuses every write now
+    try:
+        task = asyncio.create_task(relay.serve())
+        await eventually(lambda: set(relay.shards) == set(range(settings.shards)) - theirs,
+                         timeout=30, message="the healthy primaries' shards served")
+        await admin.config_set("min-replicas-to-write", "0")
+        await eventually(lambda: len(relay.shards) == settings.shards, timeout=30,
+                         message="every shard once the primary takes writes")
+    finally:
+        await admin.config_set("min-replicas-to-write", "0")
+        await admin.aclose()
+        relay.shutdown()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
