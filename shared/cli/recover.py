@@ -57,6 +57,9 @@ def accept_loss(yes: bool, as_json: bool) -> None:
             note(f"shard(s) {lost} of namespace {config.namespace} lost their state: the "
                  f"sessions that lived there are gone. Restoring epoch {survey.id} there lets "
                  "every worker start again.")
+            if not yes and as_json:  # a script reads the answer: nobody is there to ask
+                raise CliError(f"shard(s) {lost} lost their state; accepting it needs --yes "
+                               "with --json (nothing is asked)")
             if not yes and not click.confirm("accept the loss?", err=True):
                 raise click.Abort()
             keys = store.keys

@@ -234,6 +234,8 @@ async def test_accept_loss_restores_the_epoch_of_the_lost_shards_so_workers_star
             await StoreEpoch.establish(redis, keys)
         asked = accept_loss()  # no --yes and no answer: nothing is written
         assert asked.returncode != 0 and "shard(s) 1, 3" in asked.stderr
+        scripted = accept_loss("--json")  # JSON asks nobody: it needs --yes
+        assert scripted.returncode == 1 and "needs --yes" in scripted.stderr
         assert await redis.exists(keys.epoch(1)) == 0
         done = accept_loss("--yes", "--json")
         assert done.returncode == 0, done.stderr
