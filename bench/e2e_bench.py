@@ -44,10 +44,10 @@ from rich.table import Table
 from baton.bench import chain_bench, plain_loop
 from baton.bench.common import Result, Row, Run, concurrent, environment, percentile, print_rows
 from baton.bench.driven_brain import ONE, DrivenBrain
+from baton.bench.floors import floors
 from baton.client import Client
 from baton.devkit.devstack import DevStack
 from baton.receipts import CommitDetail
-from baton.settings import Settings
 from baton.store.store import Store
 
 NAME = "e2e"
@@ -66,9 +66,6 @@ TARGET_C1_X_PLAIN = 2.5  # p50 at concurrency 1 <= 2.5x the plain loop's
 TARGET_CPU_PER_STEP_MS = 1.5
 OUTSIDE = frozenset({"mailbox", "bench client"})
 SERVERS = frozenset({"redis", "nats"})
-# Relay hops per five-notice session: submit -> Brain, Brain -> Hands, and Hands -> Brain
-# unless the Brain holds its lease for the results (brain.held: they come by word).
-RELAY_HOPS_HELD, RELAY_HOPS_UNHELD = 2, 3
 STEPS = 7  # per five-notice session: two model turns and five tool calls
 
 
@@ -474,58 +471,5 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
     extra["targets"] = targets
     tool_p50 = percentile([x["tool_us"] for x in s], 50)
     extra.update(floors(chain_row, flows_row, commit_row, tool_p50, c1, p1, p32,
-                        plain_cpu.get(32), console))
-
-
-def floors(chain: Row, flows: Row, commit: Row, tool_p50_us: float, c1: Row, p1: Row,
-           p32: Row | None, plain32: dict[str, float] | None, console: Console
-           ) -> dict[str, Any]:
-    """What the design's own hops cost, measured in this run: the least a five-notice session
-    could take if Baton did nothing but hand work over, beside the targets against the plain
-    loop.
-
-    * Concurrency 1: a session crosses two relay hops in a row (submit -> Brain, Brain ->
-      Hands; three when Brains do not hold their leases for the results), each a raw chain at
-      best, and waits for one tool call's own time (the five run in parallel), before any work
-      of its own (two model turns, claims, completes, the client's read-back).
-    * Concurrency 32: a session relays six messages (its wake and five dispatches), each a raw
-      chain's CPU at 32 flows (this process, Redis and NATS); the five dispatches share one
-      commit, so four fenced commits (timed one at a time: the dearest way) are taken off. With
-      the mail service's CPU as the plain loop pays it, that bounds the sessions/s the
-      machine's cores can run, before any model turn, state, receipt or trace.
-    """
-    out: dict[str, Any] = {}
-    hops = RELAY_HOPS_HELD if Settings.from_env().brain_hold_ms > 0 else RELAY_HOPS_UNHELD
-    floor_us = hops * chain.p50_us + tool_p50_us
-    out["c1_floor"] = {"relay_hops": hops, "tool_p50_ms": tool_p50_us / 1000,
-                       "floor_ms": floor_us / 1000, "floor_x_plain": floor_us / p1.p50_us,
-                       "target_x_plain": TARGET_C1_X_PLAIN,
-                       "p50_chains": c1.p50_us / chain.p50_us}
-    console.print(f"[dim]concurrency 1: p50 {c1.p50_us / 1000:.1f} ms = "
-                  f"{c1.p50_us / chain.p50_us:.1f} raw chains; its {hops} relay hops, one raw "
-                  f"chain each, and one tool call's own time alone are {floor_us / 1000:.1f} ms "
-                  f"= {floor_us / p1.p50_us:.2f}x the plain loop's p50 (target "
-                  f"{TARGET_C1_X_PLAIN}x)[/dim]")
-    parts = (flows.client_cpu_us, flows.server_cpu_us, commit.client_cpu_us,
-             commit.server_cpu_us)
-    if p32 is None or plain32 is None or any(x is None for x in parts):
-        return out
-    chain_cpu = float(flows.client_cpu_us or 0) + float(flows.server_cpu_us or 0)
-    commit_cpu = float(commit.client_cpu_us or 0) + float(commit.server_cpu_us or 0)
-    relayed, shared = 1 + 5, 4
-    hops_ms = (relayed * chain_cpu - shared * commit_cpu) / 1000
-    cores = os.cpu_count() or 1
-    ceiling = cores * 1000 / (hops_ms + plain32["mailbox"])
-    share = ceiling / p32.ops_per_s
-    out["c32_ceiling"] = {"chain_cpu_us": chain_cpu, "commit_cpu_us": commit_cpu,
-                          "hops_cpu_ms_per_session": hops_ms,
-                          "mailbox_cpu_ms_per_session": plain32["mailbox"], "cores": cores,
-                          "sessions_per_s": ceiling, "of_plain": share,
-                          "target_of_plain": TARGET_C32_OF_PLAIN}
-    console.print(f"[dim]concurrency 32: a session's {relayed} relayed messages at a raw "
-                  f"chain's CPU ({chain_cpu:,.0f} µs at {flows.writers} flows, this process + "
-                  f"Redis + NATS; {shared} shared commits of {commit_cpu:,.0f} µs off) alone "
-                  f"are {hops_ms:.2f} ms; with the mail service's {plain32['mailbox']:.2f} ms, "
-                  f"{cores} cores run at most {ceiling:,.0f} sessions/s = {share:.0%} of the "
-                  f"plain loop (target {TARGET_C32_OF_PLAIN:.0%})[/dim]")
-    return out
+                        plain_cpu.get(32), console, c1_target=TARGET_C1_X_PLAIN,
+                        c32_target=TARGET_C32_OF_PLAIN))

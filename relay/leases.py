@@ -114,10 +114,7 @@ class ShardLeases:
         if failed and not renewed:  # no primary answered: the caller backs off
             raise next(iter(failed.values()))
         if failed:  # those primaries' shards are kept while their leases may still hold
-            (log.debug if set(failed) <= self._failing else log.warning)(
-                "relay_lease_renew_failed", shards=sorted(failed),
-                error=error_text(next(iter(failed.values()))))
-            self._failing |= set(failed)
+            self._failed("relay_lease_renew_failed", set(failed), next(iter(failed.values())))
         self._failing -= set(renewed)  # answered again
         for shard, answer in renewed.items():
             if not answer.ok:
@@ -158,15 +155,19 @@ class ShardLeases:
         except REDIS_DOWN as exc:
             if not self.box.cluster:
                 raise  # one server: every shard's call would fail the same way
-            # Once per outage of the shard at WARNING; again at every tick is DEBUG.
-            (log.debug if shard in self._failing else log.warning)(
-                "relay_shard_call_failed", shard=shard, error=error_text(exc))
-            self._failing.add(shard)
+            self._failed("relay_shard_call_failed", {shard}, exc)
             return None
         if shard in self._failing:
             self._failing.discard(shard)
             log.info("relay_shard_call_recovered", shard=shard)
         return answer
+
+    def _failed(self, event: str, shards: set[int], exc: BaseException) -> None:
+        """Shards whose calls failed: a WARNING once per outage of a shard, then DEBUG at
+        every tick until one answers again."""
+        (log.debug if shards <= self._failing else log.warning)(
+            event, shards=sorted(shards), error=error_text(exc))
+        self._failing |= shards
 
     async def release(self, shard: int) -> None:
         fence = self.held.pop(shard, None)

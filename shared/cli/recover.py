@@ -13,7 +13,6 @@ store was initialised twice: there is no one epoch to restore).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -62,14 +61,11 @@ def accept_loss(yes: bool, as_json: bool) -> None:
                                "with --json (nothing is asked)")
             if not yes and not click.confirm("accept the loss?", err=True):
                 raise click.Abort()
-            keys = store.keys
-            reference = next(s for s, i in enumerate(survey.ids) if i == survey.id)
-            value = await store.redis.get(keys.epoch(reference))
-            if value is None or json.loads(value).get("id") != survey.id:
+            # SETNX: a shard written meanwhile is left alone
+            restored = await StoreEpoch.restore(store.redis, store.keys, survey)
+            if restored is None:
                 raise CliError("the store changed while this ran; run it again")
-            for shard in survey.missing:  # SETNX: a shard written meanwhile is left alone
-                if await store.redis.setnx(keys.epoch(shard), value):
-                    view["restored"].append(shard)
+            view["restored"] = restored
             emit(as_json, view, f"epoch {survey.id} restored on shard(s) "
                  f"{', '.join(map(str, view['restored'])) or 'none'}; workers start again "
                  "(supervised ones by themselves, others when restarted)")

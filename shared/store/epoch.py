@@ -217,12 +217,26 @@ class StoreEpoch:
             await self._fill(anchor, [s for s in range(self.keys.shards) if s != ANCHOR])
             log.info("store_epoch_created", namespace=self.keys.ns, epoch=_id(anchor))
 
-    async def _fill(self, anchor: dict[str, Any], shards: list[int]) -> None:
+    async def _fill(self, anchor: dict[str, Any], shards: list[int]) -> list[int]:
+        """Write ``anchor`` to these shards where they have none (SETNX); the shards
+        written."""
         value = json.dumps(anchor)
         pipe = self.redis.pipeline(transaction=False)
         for shard in shards:
             pipe.setnx(self.keys.epoch(shard), value)
-        await pipe.execute()
+        return [shard for shard, set_ in zip(shards, await pipe.execute(), strict=True)
+                if set_]
+
+    @classmethod
+    async def restore(cls, redis: Any, keys: Keys, survey: EpochSurvey) -> list[int] | None:
+        """Accept the loss ``survey`` shows: its epoch written to the shards missing one
+        (``baton accept-loss``); the shards written, or None when no shard carries that
+        epoch any more (the store changed since the survey)."""
+        epoch = cls(redis, keys)
+        kept = [v for v in await epoch._read() if v is not None and _id(v) == survey.id]
+        if not kept:
+            return None
+        return await epoch._fill(kept[0], list(survey.missing))
 
 
 async def _first(seconds: float, *events: asyncio.Event) -> None:

@@ -46,7 +46,7 @@ from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.observability.log import error_text, get_logger
 from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.redis_client import batches_raw, run_batch, run_batch_then
+from baton.store.redis_client import REDIS_ERRORS, batches_raw, run_batch, run_batch_then
 from baton.store.replication import ReplicatedWrites
 from baton.store.shard_store import ShardStore
 
@@ -153,7 +153,7 @@ class Outbox(ShardStore):
                     except ResponseError as exc:
                         if "BUSYGROUP" not in str(exc):
                             raise
-            except Exception as exc:
+            except REDIS_ERRORS as exc:
                 if failed is None:
                     raise
                 failed[shard] = exc

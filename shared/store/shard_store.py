@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from baton.errors import ValidationError
 from baton.store.keys import Keys
-from baton.store.redis_client import batches_raw, is_cluster, run_batch
+from baton.store.redis_client import REDIS_ERRORS, batches_raw, is_cluster, run_batch
 from baton.store.replication import ReplicatedWrites
 from baton.store.scripts import Scripts
 
@@ -93,7 +93,7 @@ class ShardStore:
             for shard, fence in held.items():
                 try:
                     out[shard] = await self.lease("renew", shard, holder, ttl_ms, fence)
-                except Exception as exc:
+                except REDIS_ERRORS as exc:
                     if failed is None:
                         raise
                     failed[shard] = exc

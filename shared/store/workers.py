@@ -14,6 +14,7 @@ pipelined HGETALL per shard).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from baton.models import loads
@@ -65,8 +66,6 @@ async def session_level(redis: Any, keys: Keys, session_id: str) -> tuple[str, i
     """The agent and compat level a session is served at: its own (a migration moves it),
     or for a session not opened yet, that of the request that will open it; None when
     neither is known."""
-    import json
-
     sk = keys.session(session_id)
     agent, compat = await redis.hmget(sk.meta, ["agent", "compat"])
     if agent and compat:

@@ -86,7 +86,10 @@ async def test_a_claim_answered_after_its_attempt_was_taken_over_runs_nothing(
     session = new_id("s")
     intent = make_intent(bus, session, "gate", {})
     await commit_runs(store, bus, session, [intent])
-    HOOKS[intent.run_id] = lambda ctx: asyncio.sleep(0, {"ran": True})
+    async def ran(ctx: ToolContext) -> dict[str, bool]:
+        return {"ran": True}
+
+    HOOKS[intent.run_id] = ran
     winner: list[ToolResult] = []
 
     async with running(hs, tools=["gate"]) as worker:
