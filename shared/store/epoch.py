@@ -131,6 +131,12 @@ class StoreEpoch:
             found = await epoch._read()
         anchor = found[ANCHOR]
         if anchor is None:
+            # The anchor is written before any other shard, but on a cluster the read spans
+            # nodes in no set order: it may have read the anchor's node before a racing
+            # process initialised and the others after. Read once more, now that another
+            # shard is seen: only a lost anchor is still missing.
+            anchor = found[ANCHOR] = _parse(await self.redis.get(keys.epoch(ANCHOR)))
+        if anchor is None:
             present = [s for s, v in enumerate(found) if v is not None]
             raise StoreEpochError(keys.ns, "missing", [ANCHOR], expected=_id(found[present[0]]))
         missing = [s for s, v in enumerate(found) if v is None]

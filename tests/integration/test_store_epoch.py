@@ -249,3 +249,35 @@ async def test_accept_loss_restores_the_epoch_of_the_lost_shards_so_workers_star
         assert await redis.exists(keys.epoch(1)) == 0
     finally:
         await redis.aclose()
+
+
+async def test_a_read_that_saw_the_anchor_before_a_racing_initialisation_adopts_the_epoch(
+    own_redis: RedisServer,
+) -> None:
+    """On a cluster the epoch read spans nodes in no set order: the anchor's node may be
+    read before another process initialises the store and the other shards after. That is
+    a store being created, not a lost anchor (a rolling start refused a Brain for it)."""
+    settings = Settings(redis_url=own_redis.url, namespace="epochrace", shards=4)
+    redis: Any = connect_redis(settings)
+    keys = Keys(settings.namespace, settings.shards)
+
+    class ReadAcrossARace(StoreEpoch):
+        racing = True
+
+        async def _read(self) -> list[dict[str, Any] | None]:
+            if not self.racing:
+                return await super()._read()
+            self.racing = False
+            assert await self.redis.get(keys.epoch(0)) is None  # the anchor's node first
+            other = await StoreEpoch.establish(redis, keys)  # another process, meanwhile
+            self.winner = other.id
+            rest = await super()._read()
+            return [None, *rest[1:]]
+
+    try:
+        late = ReadAcrossARace(redis, keys)
+        adopted = await late._establish()
+        assert adopted.id == late.winner
+        assert (await StoreEpoch.survey(redis, keys)).state == "ok"
+    finally:
+        await redis.aclose()
