@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -45,6 +47,10 @@ class ConnectGate:
                 s.connect(self.listener.getsockname())
             self.fillers.append(s)
         self.server: asyncio.Server | None = None
+
+    @property
+    def port_of_url(self) -> int:
+        return int(self.listener.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -93,6 +99,25 @@ async def _all_five(claimed: Callable[[], Awaitable[list[int]]]) -> list[int] | 
     return found if len(found) == 5 else None
 
 
+def _connecting(pid: int, port: int) -> int:
+    """How many of the process's TCP sockets are connecting (SYN_SENT) to ``port``."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if fields[3] == "02" and remote_port == port and fields[9] in inodes:
+                    count += 1
+    return count
+
+
 async def _past(c: Crash, until_ms: int) -> bool:
     return await _redis_ms(c) >= until_ms
 
@@ -118,6 +143,11 @@ async def test_hands_stalled_mid_connect_sends_each_mail_once(
                 if r.intent.tool == "send_email" and r.status == "running"]
 
     accepted = await eventually(lambda: _all_five(claimed), timeout=30, interval=0.02)
+    # A run is claimed before its send connects: wait until all five connects hang (on a
+    # loaded machine a send could start only after the pause, when the gate is open)
+    assert hands.pid is not None
+    pid, port = hands.pid, gate.port_of_url
+    await eventually(lambda: _connecting(pid, port) >= 5 or None, timeout=30, interval=0.02)
     c.stack.pause(hands.name)  # every send is connecting through the closed gate
     try:
         # Past the connect timeout on Redis's clock, well within the attempt ttl.
