@@ -303,6 +303,12 @@ async def _serve_until_signalled(service: Service) -> None:
         # process with its own one-line message, not a task-group traceback.
         fatal = group.subgroup(lambda e: isinstance(e, BatonError))
         if fatal is None:
+            # A bug: the process ends (a supervisor restarts it), and its log keeps the
+            # traceback, which the one line the command prints does not carry.
+            leaves: list[BaseException] = []
+            _leaves(group, leaves)
+            log.exception("service_crashed", role=service.role,
+                          error="; ".join(error_text(e) for e in leaves[:3]))
             raise
         first: BaseException = fatal
         while isinstance(first, BaseExceptionGroup):
@@ -312,6 +318,15 @@ async def _serve_until_signalled(service: Service) -> None:
         frozen.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+def _leaves(exc: BaseException, into: list[BaseException]) -> None:
+    """The errors an exception group holds, groups within it flattened."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            _leaves(inner, into)
+    else:
+        into.append(exc)
 
 
 async def _freeze_when_ready(service: Service) -> None:

@@ -51,6 +51,8 @@ def failure(exc: BaseException) -> CliError:
 
     if isinstance(exc, CliError):
         return exc
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]  # a task group's one failure reads as itself
     module = type(exc).__module__
     if not isinstance(exc, BatonError) and module.startswith("redis"):
         from baton.errors import from_redis_error
