@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 
 from baton.app import App, load_app
 from baton.brain.held import HeldSessions
+from baton.brain.model import model_client
 from baton.brain.registry import Registry
 from baton.brain.session import BrainContext, SessionPass
 from baton.bus.bus import Bus
@@ -41,7 +42,7 @@ from baton.models import Wake, decode
 from baton.observability import log as logs
 from baton.observability.canonical import CanonicalLines
 from baton.observability.log import get_logger
-from baton.observability.tracing import consumer
+from baton.observability.tracing import consumer, traced_model
 from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
 from baton.store import quarantine
@@ -70,6 +71,11 @@ class BrainWorker(Service):
                               "[...]); a custom task runs under an agent, by default the one "
                               "named as its kind)")
         self.app = app.with_model(settings.agent_model) if settings.agent_model else app
+        # Every agent's model client is built now: an unknown model name or a missing key
+        # stops the start with its reason, not each session with a model_error later
+        self._models = {
+            agent.model: traced_model(agent.model, model_client(agent.model, settings))
+            for agent in self.app.agents.values() if agent.model not in self.app.models}
         self.names = BusNames(settings.namespace)
         self.faults = Faults(settings.fault)
         self.handlers = Registry.from_app(self.app)
@@ -92,6 +98,7 @@ class BrainWorker(Service):
         self.context = BrainContext(
             store=store, settings=self.settings, worker=self.worker, app=self.app,
             names=self.names, faults=self.faults, handlers=self.handlers, held=holds,
+            models=self._models,
         )
         try:
             epoch = await self.connect(
@@ -133,7 +140,7 @@ class BrainWorker(Service):
         finally:
             self._lines.flush()
             await store.close()
-            await self._close_models(self.context.models)
+            await self._close_models(self._models)
 
     @staticmethod
     async def _close_models(models: dict[str, Any]) -> None:

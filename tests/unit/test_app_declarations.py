@@ -103,3 +103,23 @@ def test_an_app_of_tasks_alone_is_declared_and_a_brain_needs_an_agent() -> None:
     assert app.tasks == [job] and app.agents == {} and app.tools == {}
     with pytest.raises(ConfigError, match="needs at least one agent"):
         BrainWorker(Settings(), app)
+
+
+def test_a_brain_refuses_to_start_with_a_model_it_cannot_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unknown model name or a provider without its key stops the Brain's start with the
+    reason; it started and failed every session with a model_error."""
+    from baton import Agent
+    from baton.brain.worker import BrainWorker
+    from baton.settings import Settings
+
+    for name in ("OPENAI_API_KEY", "BATON_OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="unknown model 'gpt-4o'"):
+        BrainWorker(Settings(), App(agents=[Agent(name="oops", model="gpt-4o")]))
+    with pytest.raises(ConfigError, match="needs OPENAI_API_KEY"):
+        BrainWorker(Settings(), App(agents=[Agent(name="a", model="openai:gpt-4o-mini")]))
+    own = App(agents=[Agent(name="b", model="mine")], models={"mine": object()})
+    assert BrainWorker(Settings(), own)._models == {}  # the app's own client: nothing built
+    assert "scripted" in BrainWorker(Settings(), App(agents=[Agent(name="c")]))._models
