@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 # What the sdist/wheel build reads; everything else in the repository stays out.
-BUILD_INPUTS = ("pyproject.toml", "README.md")
+BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE")
 NOT_TOP_LEVEL = {"shared", "brain", "hands", "relay", "examples", "bench", "api", "tests"}
 
 
@@ -102,6 +102,11 @@ def test_the_wheel_holds_one_package_its_command_and_its_data(tmp_path: Path) ->
     [dist_info] = [t for t in top if t.endswith(".dist-info")]
     assert top == {"baton", dist_info}
     assert not top & NOT_TOP_LEVEL
+
+    metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
+    assert re.search(r"^License-Expression: Apache-2.0$", metadata, re.M), metadata[:800]
+    assert re.search(r"^License-File: LICENSE$", metadata, re.M)
+    assert f"{dist_info}/licenses/LICENSE" in names
 
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
     assert re.search(r"^baton = baton\.cli:main$", entry_points, re.M)
