@@ -129,6 +129,18 @@ def conversation(entries: tuple[Entry, ...] | list[Entry]) -> list[Entry]:
 
 
 class ModelRequest(Model):
+    """One model turn, as a :class:`ModelClient` receives it.
+
+    ``entries`` is the session's conversation so far, oldest first: every submission's
+    ``user`` entry, the ``model`` entries (text and ``tool_calls``), the ``tool_result``
+    entries (``tool_call_id``, ``text``, ``is_error``), and ``interrupted`` or ``system``
+    notes. A session may hold several submissions: the turn answers the latest ``user``
+    entry and what followed it (earlier results answer earlier questions). ``tools`` are
+    the agent's tools as JSON schemas. ``request_id`` names this attempt (stable across a
+    Brain's crash, a fit idempotency key for the provider); ``logical_id`` the turn across
+    its attempts.
+    """
+
     model: str
     instructions: str = ""
     entries: tuple[Entry, ...] = ()
@@ -138,6 +150,10 @@ class ModelRequest(Model):
 
 
 class ModelResponse(Model):
+    """A model turn's answer: text for the user, or ``tool_calls`` to run (each with an id
+    that is unique within the session: its result comes back as a ``tool_result`` entry
+    with that ``tool_call_id``); a turn without tool calls ends the generation."""
+
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()

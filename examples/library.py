@@ -42,12 +42,15 @@ class OrderModel:
     answers from the results. Real agents name a provider instead, e.g. ``openai:gpt-4o-mini``."""
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        question = next(e for e in reversed(request.entries) if e.kind == "user")
-        results = [e for e in request.entries if e.kind == "tool_result"]
+        # A session may hold several questions: this turn answers the latest one and what
+        # came after it
+        last = max(n for n, e in enumerate(request.entries) if e.kind == "user")
+        question, since = request.entries[last], request.entries[last + 1:]
+        results = [e for e in since if e.kind == "tool_result"]
         if not results:
             ids = re.findall(r"\b[A-Z]-\d+\b", question.text)
-            return ModelResponse(tool_calls=tuple(
-                ToolCall(id=f"call_{n}", name="lookup_order", arguments={"order_id": i})
+            return ModelResponse(tool_calls=tuple(  # ids unique within the session
+                ToolCall(id=f"call_{last}_{n}", name="lookup_order", arguments={"order_id": i})
                 for n, i in enumerate(ids)))
         return ModelResponse(text="; ".join(r.text for r in results))
 
@@ -65,7 +68,7 @@ app = App(agents=[support], tools=[lookup_order], models={"orders": OrderModel()
 
 async def ask(text: str, settings: Settings) -> str:
     """Submit ``text`` to a new support session and wait for the answer."""
-    async with await Client.connect(settings) as client:
+    async with Client.connect(settings) as client:
         submission, _ = await client.submit(text, agent="support")
         final = await client.wait(submission, timeout=60)
         return final.answer or final.status

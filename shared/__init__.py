@@ -9,6 +9,8 @@ The public surface, importable as ``from baton import ...``::
     ToolCall, Usage                          what a ModelResponse holds (baton.models)
     DocumentType                             typed, versioned documents (baton.store.documents)
     Client                                   submit, wait, cancel, approve (baton.client)
+    Submission, Document, Entry, ToolResult  what the client reads      (baton.models)
+    CancelAnswer, Approval                   a cancel's answer, a run awaiting a decision
     Settings, load_app                       configuration
     BatonError and its subclasses            the one error tree         (baton.errors)
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from baton.app import Agent, App, Tool, ToolContext, load_app, tool
     from baton.brain.model import ModelClient, ModelRequest, ModelResponse
     from baton.brain.tasks import ChildResult, PhaseContext, Step, TaskDef
-    from baton.client import Client
+    from baton.client import Approval, Client
     from baton.errors import (
         BatonError,
         ConfigError,
@@ -61,8 +63,9 @@ if TYPE_CHECKING:
         WaitTimeout,
         WriteInDoubtError,
     )
-    from baton.models import Task, ToolCall, Usage
+    from baton.models import Document, Entry, Submission, Task, ToolCall, ToolResult, Usage
     from baton.settings import Settings
+    from baton.store.control import CancelAnswer
     from baton.store.documents import DocumentType
 
 #: public name -> the module that defines it.
@@ -84,6 +87,12 @@ _EXPORTS: dict[str, str] = {
     "ModelRequest": "baton.brain.model",
     "ModelResponse": "baton.brain.model",
     "Client": "baton.client",
+    "Approval": "baton.client",
+    "CancelAnswer": "baton.store.control",
+    "Document": "baton.models",
+    "Entry": "baton.models",
+    "Submission": "baton.models",
+    "ToolResult": "baton.models",
     "DocumentType": "baton.store.documents",
     "Settings": "baton.settings",
     **{
@@ -124,14 +133,18 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Agent",
     "App",
+    "Approval",
     "BatonError",
+    "CancelAnswer",
     "ChildResult",
     "Client",
     "ConfigError",
     "ConflictError",
     "CorruptStateError",
     "CredentialsError",
+    "Document",
     "DocumentType",
+    "Entry",
     "FenceError",
     "ForbiddenError",
     "LeaseBusyError",
@@ -154,6 +167,7 @@ __all__ = [
     "Step",
     "StoreEpochError",
     "StoreLayoutError",
+    "Submission",
     "Task",
     "TaskDef",
     "Tool",
@@ -161,12 +175,14 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolMismatchError",
+    "ToolResult",
     "UnauthenticatedError",
     "UnavailableError",
     "Usage",
     "ValidationError",
     "WaitTimeout",
     "WriteInDoubtError",
+    "__version__",
     "load_app",
     "tool",
 ]
@@ -174,6 +190,15 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("baton")
+        except PackageNotFoundError:  # a source tree that was never installed
+            value = "0+unknown"
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'baton' has no attribute {name!r}")
@@ -183,4 +208,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted(__all__)

@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as rex
@@ -80,10 +82,51 @@ def session_for(session_id: str | None, request_id: str | None) -> str:
     return f"s-{uuid.uuid4().hex[:16]}"
 
 
+@dataclass(frozen=True)
+class Approval:
+    """A tool run that waits for a person's decision (:meth:`Client.approve` or
+    :meth:`Client.reject`): what it would do, and the digest an approval is bound to."""
+
+    run_id: str
+    task_id: str
+    tool: str
+    arguments: dict[str, Any]
+    digest: str
+    requested_ms: int  # when its intent was committed (epoch milliseconds)
+
+
+class Connecting:
+    """What :meth:`Client.connect` returns: await it for the client, or use it as
+    ``async with Client.connect(settings) as client:`` (closed on the way out)."""
+
+    def __init__(self, cls: type[Client], settings: Settings) -> None:
+        self._cls, self._settings = cls, settings
+        self._client: Client | None = None
+
+    def __await__(self) -> Generator[Any, None, Client]:
+        return self._cls._connect(self._settings).__await__()
+
+    async def __aenter__(self) -> Client:
+        self._client = await self._cls._connect(self._settings)
+        return self._client
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
 class Client:
-    """Submit and wait; one per process, shares the store connection."""
+    """Submit and wait; one per process, shares the store connection.
+
+    Made by ``await Client.connect(settings)`` (or ``async with Client.connect(settings)
+    as client``), closed by :meth:`close`.
+    """
 
     def __init__(self, store: Store, settings: Settings) -> None:
+        if not isinstance(store, Store) or not isinstance(settings, Settings):
+            raise ConfigError("a Client is made by `await Client.connect(settings)`, not "
+                              "Client(...)")
         self.store = store
         self.settings = settings
         self.names = BusNames(settings.namespace)
@@ -101,8 +144,16 @@ class Client:
         self.epoch: StoreEpoch | None = None
 
     @classmethod
-    async def connect(cls, settings: Settings) -> Client:
-        """Connect and read the store's epoch (StoreEpochError if the store lost its state)."""
+    def connect(cls, settings: Settings) -> Connecting:
+        """Connect and read the store's epoch (StoreEpochError if the store lost its state):
+        ``await`` it, or ``async with`` it."""
+        if not isinstance(settings, Settings):
+            raise ConfigError(f"Client.connect takes a baton.Settings, not "
+                              f"{type(settings).__name__}")
+        return Connecting(cls, settings)
+
+    @classmethod
+    async def _connect(cls, settings: Settings) -> Client:
         client = cls(await Store.connect(settings), settings)
         try:
             client.epoch = await client._establish_epoch()
@@ -276,13 +327,31 @@ class Client:
         return await self._until(session_id, ended, bool, timeout, what=f"{what} has not ended")
 
     async def approve(self, session_id: str, run_id: str, digest: str) -> int:
-        """Approve a run awaiting approval, bound to its arguments' digest; dispatched once."""
+        """Approve a run awaiting approval, bound to its arguments' digest (see
+        :meth:`awaiting_approval`); it is dispatched once. Returns the sequence number of
+        the commit that recorded the decision. ConflictError for another digest or a run
+        already decided."""
         return await self.store.decisions.approve(self.names, session_id, run_id, digest,
                                                   self.worker)
 
     async def reject(self, session_id: str, run_id: str, reason: str = "") -> int:
-        """Reject a run awaiting approval: it ends with error code ``rejected``."""
+        """Reject a run awaiting approval: it ends with error code ``rejected``. Returns the
+        sequence number of the commit that recorded the decision."""
         return await self.store.decisions.reject(session_id, run_id, self.worker, reason)
+
+    async def awaiting_approval(self, session_id: str) -> list[Approval]:
+        """The session's tool runs waiting for a decision, oldest first: pass one's
+        ``run_id`` and ``digest`` to :meth:`approve` (the digest binds the approval to the
+        arguments shown), or its ``run_id`` to :meth:`reject`."""
+        runs = await self._read_checked(lambda: self.store.runs.live(session_id), session_id)
+        if not runs and not await self.store.exists(session_id):
+            raise self._no_session(session_id)
+        waiting = [r for r in runs.values() if r.status == "awaiting_approval"]
+        return [Approval(run_id=r.run_id, task_id=r.intent.task_id, tool=r.intent.tool,
+                         arguments=dict(r.intent.arguments),
+                         digest=r.intent.approval_digest or "",
+                         requested_ms=r.intent.created_ms)
+                for r in sorted(waiting, key=lambda r: (r.intent.created_ms, r.run_id))]
 
     async def task(self, session_id: str, task_id: str) -> Task:
         """A task as it is now, live or finished. NotFoundError says whether the session or

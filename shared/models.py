@@ -89,12 +89,17 @@ class MarkRef(Model):
 
 
 class ToolCall(Model):
+    """A tool the model asks to run: ``name`` with ``arguments``, under an ``id`` its
+    result refers to."""
+
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
 class Usage(Model):
+    """The tokens a model turn used, as its provider counted them."""
+
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -196,6 +201,11 @@ class Checkpoint(Model):
 
 
 class Task(Record):
+    """A unit of durable work in a session: a generation (the model loop) or a custom task
+    (:class:`~baton.brain.tasks.TaskDef`). ``state`` is pending, running, waiting, sleeping
+    or terminal (``state.name``; terminal states carry an ``outcome``); ``checkpoint`` holds
+    the phase it runs and the data it carries."""
+
     id: str
     kind: str
     version: int = 1

@@ -141,6 +141,15 @@ class Runs:
             return parse_runs(fields)[run_id]
         return None
 
+    async def live(self, session_id: str) -> dict[str, ToolRun]:
+        """The session's runs not applied yet (dispatched, running, awaiting approval...)."""
+        sk = self.keys.session(session_id)
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hgetall(sk.runs)
+            p.hgetall(sk.intents)
+            runs, intents = await p.execute()
+        return parse_runs(with_intents(runs, intents))
+
     async def applied(self, session_id: str) -> dict[str, ToolRun]:
         """The session's runs whose result a Brain applied (moved out of the live runs)."""
         fields: dict[str, str] = await self.redis.hgetall(  # type: ignore[assignment]

@@ -20,7 +20,7 @@ from baton.cli.inspect import session_view
 from baton.cli.trace import build_trace, render_text
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
-from baton.errors import ConflictError
+from baton.errors import ConflictError, NotFoundError
 from baton.hands.worker import HandsWorker
 from baton.models import ToolCall
 from baton.relay.worker import Relay
@@ -44,8 +44,7 @@ async def test_approval_bound_to_arguments_dispatches_once(
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), approval_app)
     hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), approval_app)
     relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
-    async with running(relay, hands, brain):
-        client = await Client.connect(settings)
+    async with running(relay, hands, brain), Client.connect(settings) as client:
         try:
             sub, _ = await client.submit(TWO, agent="notices")
             sid = sub.session_id
@@ -55,6 +54,13 @@ async def test_approval_bound_to_arguments_dispatches_once(
                 found = [r for r in runs if r.status == "awaiting_approval"]
                 return found if len(found) == 2 else []
             runs = sorted(await eventually(awaiting, timeout=10), key=lambda r: r.run_id)
+            # The public listing: what to approve, bound to which digest
+            listed = await client.awaiting_approval(sid)
+            assert sorted((a.run_id, a.tool, a.digest, a.arguments["to"]) for a in listed) == [
+                (r.run_id, "send_email", r.intent.approval_digest, r.intent.arguments["to"])
+                for r in runs]
+            with pytest.raises(NotFoundError):
+                await client.awaiting_approval("s-no-such-session")
             view = await session_view(client.store, sid)
             assert [a["run_id"] for a in view["awaiting_approval"]] == [r.run_id for r in runs]
             ada, grace = runs

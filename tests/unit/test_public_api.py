@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,12 @@ from baton import errors
 PUBLIC = [
     "Agent",
     "App",
+    "Approval",
+    "CancelAnswer",
+    "Document",
+    "Entry",
+    "Submission",
+    "ToolResult",
     "BatonError",
     "ChildResult",
     "Client",
@@ -64,11 +71,12 @@ PUBLIC = [
 
 
 def test_top_level_exports_are_pinned() -> None:
-    assert sorted(baton.__all__) == sorted(PUBLIC)
+    assert sorted(baton.__all__) == sorted([*PUBLIC, "__version__"])
     assert set(baton._EXPORTS) == set(PUBLIC)  # what __getattr__ can load
     for name in baton.__all__:
         assert getattr(baton, name) is not None, name
-    assert set(dir(baton)) >= set(PUBLIC)
+    assert dir(baton) == sorted(baton.__all__)  # no Any, importlib, annotations...
+    assert re.match(r"\d+\.\d+", baton.__version__)
 
 
 def test_the_whole_error_tree_is_public() -> None:
@@ -106,3 +114,16 @@ def test_import_baton_loads_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == ""
+
+
+def test_a_client_is_made_by_connect_and_says_so_when_misused() -> None:
+    import pytest
+
+    from baton import Client, ConfigError, Settings
+
+    with pytest.raises(ConfigError, match=r"await Client.connect\(settings\)"):
+        Client(Settings(), Settings())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"takes a baton\.Settings, not str"):
+        Client.connect("redis://localhost")  # type: ignore[arg-type]
+    connecting = Client.connect(Settings())  # awaitable, and an async context manager
+    assert hasattr(connecting, "__await__") and hasattr(connecting, "__aenter__")
