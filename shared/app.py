@@ -24,9 +24,9 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, get_type_hints, overload
 
 import httpx
 import orjson
@@ -191,6 +191,28 @@ def _check_callable(fn: Any, name: str) -> None:
         pass
 
 
+@overload
+def tool(fn: ToolFn, /) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    replay: ReplayPolicy = "unsafe",
+    timeout: float = 30.0,
+    version: int = 1,
+    approval: bool = False,
+    retry_on: tuple[type[BaseException], ...] = (),
+    isolation: Isolation = "none",
+    env: Mapping[str, str] | None = None,
+    memory_mb: int | None = None,
+    wall_time_s: float | None = None,
+) -> Callable[[ToolFn], Tool]: ...
+
+
 def tool(
     fn: ToolFn | None = None,
     *,
@@ -205,7 +227,7 @@ def tool(
     env: Mapping[str, str] | None = None,
     memory_mb: int | None = None,
     wall_time_s: float | None = None,
-) -> Any:
+) -> Tool | Callable[[ToolFn], Tool]:
     """Decorator declaring a tool; see the module docstring and :class:`Tool`."""
 
     def wrap(f: ToolFn) -> Tool:
@@ -245,11 +267,11 @@ class Agent:
     compat: int = 1
     instructions: str = ""
     model: str = "scripted"
-    tools: tuple[str, ...] = ()
+    tools: Sequence[str] = ()  # kept as a tuple
     max_turns: int = 16
-    migrates_from: tuple[int, ...] = ()
+    migrates_from: Sequence[int] = ()  # kept as a tuple
     # MCP servers (``App(mcp=[...])``) whose tools this agent uses, all of them.
-    mcp: tuple[str, ...] = ()
+    mcp: Sequence[str] = ()  # kept as a tuple
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -326,7 +348,7 @@ class App:
     def agent_tools(self, agent: Agent) -> tuple[str, ...]:
         """The tools ``agent`` may call: its own, and those known now of its MCP servers."""
         if not agent.mcp:
-            return agent.tools
+            return tuple(agent.tools)
         served = tuple(name for name, t in self.tools.items()
                        if getattr(getattr(t, "server", None), "name", None) in agent.mcp
                        and name not in agent.tools)
