@@ -24,6 +24,7 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_type_hints, overload
@@ -382,7 +383,17 @@ def load_app(spec: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import app module {module_name!r}: {exc}") from None
-    app = getattr(module, attr, None)
+    except ConfigError:  # a declaration the app's module made is refused: says which
+        raise
+    except Exception as exc:  # the app's own code failed while its module was imported
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        raise ConfigError(
+            f"importing app module {module_name!r} failed: {type(exc).__name__}: {exc} "
+            f"(at {os.path.basename(where.filename)}:{where.lineno})") from exc
+    if not hasattr(module, attr):
+        raise ConfigError(f"app module {module_name!r} has no attribute {attr!r} (--app "
+                          f"{spec})")
+    app = getattr(module, attr)
     if not isinstance(app, App):
         raise ConfigError(f"{spec} is not a baton.App (got {type(app).__name__})")
     return app

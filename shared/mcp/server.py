@@ -18,6 +18,7 @@ sees the server's own names, descriptions and input schemas.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,9 @@ class MCPServer:
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
             raise ConfigError(f"invalid MCP server name {self.name!r}")
+        if importlib.util.find_spec("mcp") is None:  # the SDK is imported when connecting
+            raise ConfigError(f"MCP server {self.name}: the MCP SDK is not installed: install "
+                              f"Baton's mcp extra (from a checkout: pip install '.[mcp]')")
         if (self.command is None) == (self.url is None):
             raise ConfigError(f"MCP server {self.name}: give exactly one of command and url")
         if self.command is not None and not list(self.command):

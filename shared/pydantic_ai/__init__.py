@@ -18,6 +18,16 @@ tools that ``requires_approval`` wait for ``baton approve``. Needs Baton's
 ``pydantic-ai`` extra (from a checkout: ``pip install '.[pydantic-ai]'``).
 """
 
+try:
+    import pydantic_ai  # noqa: F401
+except ModuleNotFoundError as exc:
+    if exc.name != "pydantic_ai":
+        raise
+    raise ModuleNotFoundError(
+        "baton.pydantic_ai needs PydanticAI: install Baton's pydantic-ai extra (from a "
+        "checkout: pip install '.[pydantic-ai]'), or pydantic-ai-slim with your provider's "
+        "extra", name="pydantic_ai") from None
+
 from baton.pydantic_ai.app import durable_app
 from baton.pydantic_ai.model import PydanticAIModel
 from baton.pydantic_ai.tools import PydanticAITool, ToolOptions, tool_context

@@ -123,3 +123,35 @@ def test_a_brain_refuses_to_start_with_a_model_it_cannot_call(
     own = App(agents=[Agent(name="b", model="mine")], models={"mine": object()})
     assert BrainWorker(Settings(), own)._models == {}  # the app's own client: nothing built
     assert "scripted" in BrainWorker(Settings(), App(agents=[Agent(name="c")]))._models
+
+
+def test_an_app_module_that_fails_is_the_apps_error_not_a_bug_in_baton(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "baton_boom_app.py").write_text("x = 1\nraise RuntimeError('boom in my app')\n")
+    (tmp_path / "baton_ok_app.py").write_text("from baton import App\napp = App()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("baton_boom_app", "baton_ok_app"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(ConfigError, match=r"importing app module 'baton_boom_app' failed: "
+                                          r"RuntimeError: boom in my app \(at "
+                                          r"baton_boom_app.py:2\)"):
+        load_app("baton_boom_app:app")
+    with pytest.raises(ConfigError, match="app module 'baton_ok_app' has no attribute 'nope'"):
+        load_app("baton_ok_app:nope")
+
+
+def test_a_missing_extra_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from baton.mcp import MCPServer
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mcp" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"pip install '\.\[mcp\]'"):
+        MCPServer("files", command=["mcp-files"])
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # import pydantic_ai fails
+    for name in [m for m in sys.modules if m.startswith("baton.pydantic_ai")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install '\.\[pydantic-ai\]'"):
+        importlib.import_module("baton.pydantic_ai")
