@@ -133,14 +133,17 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         return [f"%R~{ns}:*", *own, f"~{tag}:outbox", f"~{tag}:timers",
                 f"~{tag}:sessions", *shard_logs]
     # client: reads the granted sessions; writes only their inbox (submit, start, cancel,
-    # approve and reject requests), nudge and receipts, and the shard's wakes stream (the
-    # relay publishes a request's wake on the session's wake subject). No other shard-wide
+    # approve and reject requests), nudge and receipts, and appends to the shard's wakes
+    # stream (the relay publishes a request's wake on the session's wake subject): write
+    # only, since its rows name every session of the shard (their ids, request ids and
+    # subjects), the other tenants' too. The scripts derive the wakes key, never declare
+    # it (a declared key needs read and write), and XADD needs write alone. No other shard-wide
     # key: the Brain lists a new session in the shard's index and arms its timers when it
     # takes the request up, and the relay's inbox sweep wakes a session whose request's
     # wake was lost. The Brain writes the session, its entries, tasks, submissions and
     # dispatches.
     own = [f"~{tag}:s:{sessions}:{k}" for k in ("inbox", "nudge", "receipts", "inbox_applied")]
-    return [f"%R~{tag}:s:{sessions}", *own, f"~{tag}:wakes", *shard_logs]
+    return [f"%R~{tag}:s:{sessions}", *own, f"%W~{tag}:wakes", *shard_logs]
 
 
 #: The key of the applied commit ids each role's scripts keep (store/lua/_applied.lua).
@@ -367,7 +370,9 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m baton.auth", description=main.__doc__)
     parser.add_argument("--namespace", default="baton")
-    parser.add_argument("--deploy-dir", default="deploy", type=Path)
+    parser.add_argument("--deploy-dir", default="deploy", type=Path,
+                        help="where nats/users.conf and redis/users.acl are written (made "
+                             "if missing; default: ./deploy, as in a checkout)")
     parser.add_argument("--client-sessions", default="*",
                         help="session ids the client user is granted, e.g. 'acme-*'")
     args = parser.parse_args(argv)
@@ -375,8 +380,14 @@ def main(argv: list[str] | None = None) -> None:
         acl = redis_acl_file(args.namespace, args.client_sessions)
     except ValidationError as exc:
         parser.exit(2, f"python -m baton.auth: {exc}\n")
-    (args.deploy_dir / "nats" / "users.conf").write_text(nats_users_file(args.namespace))
-    (args.deploy_dir / "redis" / "users.acl").write_text(acl)
+    try:
+        for sub in ("nats", "redis"):
+            (args.deploy_dir / sub).mkdir(parents=True, exist_ok=True)
+        (args.deploy_dir / "nats" / "users.conf").write_text(nats_users_file(args.namespace))
+        (args.deploy_dir / "redis" / "users.acl").write_text(acl)
+    except OSError as exc:
+        parser.exit(1, f"python -m baton.auth: cannot write to {args.deploy_dir}: "
+                       f"{exc.strerror or exc}\n")
     helm = args.deploy_dir / "k8s" / "nats-values.yaml"
     if helm.exists():
         helm.write_text(with_helm_users(helm.read_text(), args.namespace))

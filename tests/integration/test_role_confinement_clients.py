@@ -164,6 +164,25 @@ async def test_client_cannot_read_the_outbox(confined: Confined) -> None:
     await as_role(confined, "client", lambda r: r.xread({sk(confined).outbox: "0-0"}))
 
 
+async def test_client_cannot_read_the_wakes_stream(confined: Confined) -> None:
+    """It appends its requests' wakes there, but the rows name every session of the shard
+    (ids, request ids, subjects), the other tenants' too: write only, also from a script."""
+    wakes = sk(confined, OTHER).wakes
+    admin = confined.connect("admin")
+    try:
+        await admin.xadd(wakes, {"id": f"{OTHER}/1/s.secret", "sid": OTHER})
+    finally:
+        await admin.aclose()
+    await as_role(confined, "client", lambda r: r.xrange(wakes))
+    await as_role(confined, "client", lambda r: r.xread({wakes: "0-0"}))
+    await as_role(confined, "client", lambda r: r.xrevrange(wakes))
+    script = "return redis.call('XRANGE', KEYS[1], '-', '+')"
+    await as_role(confined, "client", lambda r: r.eval(script, 1, wakes))
+    inbox = sk(confined, OWN).inbox  # a key of its own, and the wakes of another shard
+    undeclared = f"return redis.call('XRANGE', '{wakes}', '-', '+')"
+    await as_role(confined, "client", lambda r: r.eval(undeclared, 1, inbox))
+
+
 async def test_a_clients_submit_writes_no_shard_index_or_timer(confined: Confined) -> None:
     """A submit for a new session of the client's grant writes only the session's inbox,
     nudge, receipt and a wake row: the Brain lists the session and arms its deadline when it
