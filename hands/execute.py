@@ -38,6 +38,7 @@ log = get_logger("baton.hands")
 
 MAX_ERROR_TEXT = 2_000
 CANCEL_GRACE_S = 5.0  # wait this long for a cancelled tool to end
+CONFIRM_STOPPED_S = 10.0  # at most this long for a confirm after a stop (or the tool's timeout)
 ISOLATED_START_GRACE_S = 10.0  # an isolated tool's child may take this long to start
 
 
@@ -171,17 +172,45 @@ class ToolExecution:
             raise
         except RunCancelled as exc:
             log.info("tool_cancelled")
+            if exc.output is None and (found := await self._confirm_stopped(
+                    tool, confirm, "cancelled")) is not None:
+                return ToolResult(outcome="ok", output=found, recovery="confirmed",
+                                  attempt=attempt, duration_ms=_ms_since(started))
             return _cancelled(attempt, recovery, started, exc.output)
         except ToolError as exc:
             return _error(attempt, exc.code, exc.message, recovery, started)
         except _Timeout:
+            if (found := await self._confirm_stopped(tool, confirm, "timeout")) is not None:
+                return ToolResult(outcome="ok", output=found, recovery="confirmed",
+                                  attempt=attempt, duration_ms=_ms_since(started))
+            stopped = " (stopped mid-call: it may have taken effect)" \
+                if tool.replay == "unsafe" else ""
             return _error(attempt, "timeout", f"{tool.name} did not finish within "
-                          f"{tool.timeout:g}s", recovery, started)
+                          f"{tool.timeout:g}s{stopped}", recovery, started)
         except Exception as exc:  # a tool bug is a result the model sees, never a crash
             log.warning("tool_raised", error=bounded(_describe(exc)))
             return _error(attempt, "tool_exception", _describe(exc), recovery, started)
         return ToolResult(outcome="ok", output=output, recovery=recovery, attempt=attempt,
                           duration_ms=_ms_since(started))
+
+    @staticmethod
+    async def _confirm_stopped(tool: Tool, confirm: Callable[[], Awaitable[Any]] | None,
+                               why: str) -> Any:
+        """A ``confirm`` tool stopped mid-call (its deadline passed, or a cancel) may have
+        acted, as after an ambiguous error: its confirm function is asked, and a found
+        result is the run's (else a mail that went out would read as never sent, and the
+        model would send it again). None when not found, or when confirm fails too."""
+        if confirm is None or tool.replay != "confirm":
+            return None
+        try:
+            async with asyncio.timeout(min(tool.timeout, CONFIRM_STOPPED_S)):
+                found = await confirm()
+        except Exception as exc:  # the stop stands; the line says confirm could not tell
+            log.warning("confirm_after_stop_failed", stopped=why, error=bounded(_describe(exc)))
+            return None
+        if found is not None:
+            log.info("confirm_adopted", reason=f"stopped mid-call ({why})")
+        return found
 
     @staticmethod
     def _deadline(tool: Tool) -> float:

@@ -78,6 +78,35 @@ async def slow(args: TextArgs, ctx: ToolContext) -> None:
     await asyncio.Event().wait()
 
 
+ACTED: dict[str, dict[str, Any]] = {}  # run id -> what slow_send did before it stalled
+
+
+@tool(replay="confirm", timeout=0.5)
+async def slow_send(args: TextArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Acts (when its text is "acts") and then never answers: the provider took the mail
+    but its reply never came."""
+    CALLS[ctx.run_id] += 1
+    if args.text == "acts":
+        ACTED[ctx.operation_id] = {"sent": ctx.operation_id}
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+@slow_send.confirm
+async def slow_send_happened(operation_id: str, args: TextArgs,
+                             ctx: ToolContext) -> dict[str, Any] | None:
+    return ACTED.get(operation_id)
+
+
+@tool(replay="confirm", timeout=60.0, name="held_send")
+async def held_send(args: TextArgs, ctx: ToolContext) -> dict[str, Any]:
+    """slow_send with time to be cancelled before its deadline."""
+    return await slow_send.fn(args, ctx)  # type: ignore[no-any-return]
+
+
+held_send.confirm(slow_send_happened)
+
+
 @tool
 async def big(args: TextArgs, ctx: ToolContext) -> str:
     """Answers far more than the output limit."""
@@ -93,7 +122,7 @@ async def gate(args: TextArgs, ctx: ToolContext) -> Any:
 
 APP = App(
     agents=[Agent(name="notices", tools=("send_email",))],
-    tools=[send_email, http_get, echo, charge, boom, quits, slow, big, gate],
+    tools=[send_email, http_get, echo, charge, boom, quits, slow, slow_send, held_send, big, gate],
 )
 
 # ---------------------------------------------------------------- fixtures and helpers
