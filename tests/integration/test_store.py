@@ -328,6 +328,44 @@ async def test_due_timers_become_wakes_and_deadlines_rearm(store: Store) -> None
     assert (await store.load("s11")).meta.dirty
 
 
+async def test_a_deadline_that_keeps_firing_backs_off_until_a_commit_arms_it_again(
+    store: Store,
+) -> None:
+    """A session whose agent no Brain serves: its deadline fired every interval, forever,
+    each firing a row on the shard's wake stream (about 5,800 a day a session, until the
+    stream's limit refused every agent's wakes). Each firing now waits twice as long, up to
+    8 intervals, and a Brain's commit (progress) arms it at the interval again."""
+    await submit(store, "s12b")
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of("s12b")
+    lease = await store.acquire("s12b", BRAIN, 5000)
+    await store.commit("s12b", lease.fence, Writes(deadline_ms=1), BRAIN)  # due at once
+    relay = await box.lease("acquire", shard, "relay-1", 5000)
+    timers = store.keys.timers(shard)
+    [member] = [m for m in await store.redis.zrange(timers, 0, -1) if "|s12b|" in m]
+    interval = 10_000
+    waits = []
+    for _ in range(8):
+        assert await box.fire_timers(shard, 100, interval, "relay-1", relay.fence) == 1
+        secs, micros = await store.redis.time()
+        now = int(secs) * 1000 + int(micros) // 1000
+        score = float(await store.redis.zscore(timers, member) or 0)
+        waits.append(round((int(score) - now) / interval))
+        # due again now, keeping the firing count in the score's fraction
+        await store.redis.zadd(timers, {member: now - 1 + (score - int(score))})
+    assert waits == [1, 2, 4, 8, 8, 8, 8, 8], waits
+    await store.commit("s12b", lease.fence, Writes(deadline_ms=interval), BRAIN)  # progress
+    assert await box.fire_timers(shard, 100, interval, "relay-1", relay.fence) == 0
+    score = float(await store.redis.zscore(timers, member) or 0)
+    assert score == int(score)  # armed anew: the backoff starts over
+    await store.redis.zadd(timers, {member: 1})
+    assert await box.fire_timers(shard, 100, interval, "relay-1", relay.fence) == 1
+    secs, micros = await store.redis.time()
+    now = int(secs) * 1000 + int(micros) // 1000
+    after = float(await store.redis.zscore(timers, member) or 0)
+    assert round((int(after) - now) / interval) == 1
+
+
 async def test_a_shard_stream_of_another_type_stalls_only_its_own_shard(store: Store) -> None:
     """One XREADGROUP reads every shard a relay holds: a shard's wakes stream replaced by a
     string (WRONGTYPE) failed it for all of them, retried forever."""

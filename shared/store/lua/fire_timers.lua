@@ -9,11 +9,19 @@ Timer members are "<kind>|<session>|<id>|<wake subject>" scored by due time (ms)
 Each due timer becomes one wake row with id "t/<member>/<due>" (a repeated firing of the
 same due timer is deduplicated by NATS) and sets the session's nudge (its dirty mark for
 the holder's release; the relay reads a session's meta, never writes it); the meta and
-nudge keys are derived from the prefix and share the hash tag. Deadlines are re-armed (a session keeps
-being woken until a commit clears its deadline); other timers are removed, and so is
-a timer whose session no longer exists (neither meta nor requests in its inbox).
+nudge keys are derived from the prefix and share the hash tag. Deadlines are re-armed (a
+session keeps being woken until a commit clears its deadline), each time twice as far off
+as the last, up to DEADLINE_BACKOFF_MAX times the interval (2 minutes at the default 15 s):
+a session no Brain serves (its agent or level has none) would otherwise add a wake row to
+the shard's wake stream every interval, forever. The number of firings since the deadline
+was armed rides in the score's fraction (k/64: due times in ms are integers far below 2^53,
+so the fraction is exact); a Brain's commit arms the deadline at a whole millisecond, k = 0,
+so progress resets the backoff. Other timers are removed, and so is a timer whose session
+no longer exists (neither meta nor requests in its inbox).
 Returns the number of timers fired.
 ]==]
+-- A deadline that keeps firing without progress waits at most this many intervals.
+local DEADLINE_BACKOFF_MAX = 8
 local lease = redis.call('HMGET', KEYS[3], 'holder', 'fence')
 if lease[1] ~= ARGV[4] or tonumber(lease[2] or '0') ~= tonumber(ARGV[5]) then return -1 end
 local now = (function()
@@ -39,7 +47,10 @@ for i = 1, #due, 2 do
     kind = 'orphan'  -- malformed, or its session is gone: drop it instead of waking nobody
   end
   if kind == 'deadline' then
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), member)
+    local score = tonumber(at)
+    local k = math.floor((score - math.floor(score)) * 64 + 0.5)
+    local wait = tonumber(ARGV[2]) * math.min(2 ^ k, DEADLINE_BACKOFF_MAX)
+    redis.call('ZADD', KEYS[1], now + wait + math.min(k + 1, 63) / 64, member)
   else
     redis.call('ZREM', KEYS[1], member)
   end
