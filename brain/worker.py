@@ -24,7 +24,7 @@ from baton.brain.model import model_client
 from baton.brain.registry import Registry
 from baton.brain.session import BrainContext, SessionPass
 from baton.bus.bus import Bus
-from baton.bus.messages import carrier_of, delivery_count, heartbeat
+from baton.bus.messages import carrier_of, delivery_count, heartbeat, retry_later
 from baton.bus.nudge import TimerNudge
 from baton.bus.subjects import BusNames
 from baton.errors import (
@@ -230,9 +230,10 @@ class BrainWorker(Service):
                                      reason=str(exc), payload=msg.data, session_id=sid)
             await msg.ack()
         except UnavailableError as exc:
-            outcome = "unavailable"
             log.warning("wake_retry_later", error=logs.bounded(exc))
-            await _nak(msg, 1.0)
+            given_up = await retry_later(msg, delivery_count(msg), self.settings.max_deliver,
+                                         "wake") == "given_up"
+            outcome = "given_up" if given_up else "unavailable"
         except (CorruptStateError, ValidationError) as exc:  # undecodable: counted, bounded
             outcome = await self._poisoned(msg, sid, exc)
         except BatonError as exc:

@@ -34,7 +34,7 @@ from nats.aio.msg import Msg
 
 from baton.app import App, Tool, load_app
 from baton.bus.bus import Bus, Puller
-from baton.bus.messages import Beats, carrier_of, delivery_count
+from baton.bus.messages import Beats, carrier_of, delivery_count, retry_later
 from baton.errors import (
     ConfigError,
     NatsUnavailable,
@@ -272,10 +272,10 @@ class HandsWorker(Service):
                 return
             async with self._beats.beating(msg):
                 await self._process(msg, dispatch, delivery, done)
-        except (RedisUnavailable, NatsUnavailable) as exc:  # try again soon, keep serving
-            done.outcome = "retry"
+        except (RedisUnavailable, NatsUnavailable) as exc:  # try again later, keep serving
             log.warning("tool_message_retry", error=bounded(exc))
-            await _settle(msg.nak(delay=RETRY_DELAY_S))
+            done.outcome = await retry_later(msg, delivery, self.settings.max_deliver,
+                                             "tool message")
         except Exception:
             done.outcome = "crashed"
             log.exception("tool_message_failed")

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
@@ -24,7 +24,7 @@ from baton.receipts import Carrier
 
 __all__ = [
     "RELAY_HEADER", "RELAY_PUBLISHED_HEADER", "Outgoing", "carrier_headers", "carrier_of",
-    "delivery_count", "heartbeat",
+    "delivery_count", "heartbeat", "retry_later",
 ]
 
 #: The relay that published a message, and when (ms since the epoch, the relay's clock).
@@ -76,6 +76,39 @@ def carrier_of(msg: Msg) -> Carrier | None:
 def delivery_count(msg: Msg) -> int:
     """How many times JetStream has delivered this message (1 on first delivery)."""
     return delivered(msg)
+
+
+#: The redelivery delay after a server was unreachable doubles from the first up to the
+#: cap: the deliveries JetStream allows (``max_deliver``, 8 by default) then span about a
+#: minute and a half of outage, not four seconds.
+UNAVAILABLE_FIRST_S = 0.5
+UNAVAILABLE_CAP_S = 30.0
+
+
+async def retry_later(msg: Msg, delivery: int, max_deliver: int, what: str) -> str:
+    """Hand a message back that could not be handled because Redis or NATS is unreachable.
+
+    NAKed with a backoff by delivery; on the last delivery JetStream allows it is
+    terminated instead (it would sit in the stream, never delivered again, until its max
+    age): the work it asked for is not lost, the session's progress deadline brings it
+    back (a run re-dispatched, the session woken). Returns ``retry`` or ``given_up``.
+    """
+    if delivery >= max_deliver:
+        log.warning("message_given_up", what=what, delivery=delivery, max_deliver=max_deliver,
+                    note="servers unreachable through every delivery; the session's "
+                         "progress deadline brings the work back")
+        await _settle_quietly(msg.term())
+        return "given_up"
+    delay = min(UNAVAILABLE_FIRST_S * 2 ** max(delivery - 1, 0), UNAVAILABLE_CAP_S)
+    await _settle_quietly(msg.nak(delay=delay))
+    return "retry"
+
+
+async def _settle_quietly(settling: Any) -> None:
+    try:
+        await settling
+    except Exception as exc:  # connection gone: redelivery after ack_wait does the same
+        log.warning("settle_failed", error=bounded(exc))
 
 
 class Beats:
