@@ -321,7 +321,14 @@ class Client:
         async def ended() -> bool:
             if task_id is not None:
                 return (await self.store.task(session_id, task_id)).terminal
-            return not await self.store.redis.hlen(self.store.keys.session(session_id).tasks)
+            sk = self.store.keys.session(session_id)
+            async with self.store.redis.pipeline(transaction=False) as p:
+                p.hlen(sk.tasks)
+                p.hkeys(sk.inbox)
+                live, inbox = await p.execute()
+            # A request no Brain took up yet is work too: its task exists only once taken
+            return not live and not any(str(k).startswith(("submit:", "start:"))
+                                        for k in inbox)
 
         what = f"task {task_id}" if task_id else "the cancelled work"
         return await self._until(session_id, ended, bool, timeout, what=f"{what} has not ended")

@@ -297,6 +297,17 @@ async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Clie
         await client.task(sid, "t-none")
 
 
+async def test_a_cancelled_request_no_brain_took_up_has_not_ended(client: Client) -> None:
+    """Its task exists only once a Brain takes the request up: an empty tasks hash read as
+    "the cancelled work has ended" (`baton cancel --wait`) while it still waited."""
+    from baton.errors import WaitTimeout
+
+    sub, _ = await client.submit("anyone there?", agent="nobody-serves-this")
+    await client.cancel(sub.session_id)
+    with pytest.raises(WaitTimeout, match="the cancelled work has not ended"):
+        await client.wait_cancelled(sub.session_id, timeout=0.5)
+
+
 async def test_a_wait_that_ends_first_says_what_it_waited_for(client: Client) -> None:
     """No Brain serves "ghost": the wait ends, the submission stays, and the error is one of
     Baton's (a TimeoutError as well) naming it and the commands to follow it."""
