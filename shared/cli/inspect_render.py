@@ -170,7 +170,11 @@ def render_cluster(v: dict[str, Any], console: Console) -> None:
                          _e(", ".join(f"{a}@{c}" for a, c in s.get("serves", ())) or "-"))
     console.print(services)
     states = ", ".join(f"{k} {n}" for k, n in sorted(v["sessions_by_state"].items()))
-    console.print(f"sessions: {v['sessions_total']} ({states or 'none'})")
+    if v["sessions_total"] is None:
+        console.print("sessions: [red]not readable with this credential[/red] (the operator's "
+                      "lists them: see FINDINGS)")
+    else:
+        console.print(f"sessions: {v['sessions_total']} ({states or 'none'})")
     recent = _table("Newest sessions", ("session", "state", "fence", "holder", "seq"))
     for s in v["sessions"]:
         state = f"[red]{s['state']}[/red]" if s["state"] in ("quarantined", "unreadable") \

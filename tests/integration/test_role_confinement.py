@@ -106,6 +106,15 @@ async def test_inspect_with_a_client_credential_names_what_it_may_not_read(
     assert {f.partition(":")[0] for f in refused} == {"dead letters", "timers key", "outbox",
                                                       "sessions index"}, refused
     assert len(cluster["findings"]) == 3, cluster["findings"]
+    # "0 sessions (none)" read as an empty store: the count is unknown, and says so
+    from rich.console import Console
+
+    from baton.cli.inspect import render_cluster
+
+    assert cluster["sessions_total"] is None
+    console = Console(width=120, record=True)
+    render_cluster(cluster, console)
+    assert "sessions: not readable with this credential" in console.export_text()
 
 
 async def test_the_relays_inbox_sweep_runs_under_its_own_user(confined: Confined) -> None:
