@@ -6,12 +6,13 @@ Baton reads the environment at import time.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import socket
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from baton.errors import ConfigError
@@ -25,6 +26,22 @@ FALLBACK_ENV = {
     "anthropic_api_key": "ANTHROPIC_API_KEY",
     "anthropic_base_url": "ANTHROPIC_BASE_URL",
 }
+
+
+#: How an invalid value is named in the error: by its field, or (from_env) its variable.
+_NAMES: contextvars.ContextVar[str] = contextvars.ContextVar("baton_settings_names",
+                                                             default="")
+#: The URL schemes of BATON_REDIS_URL (see baton.store.redis_client).
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
+def _problems(exc: PydanticValidationError, prefix: str) -> str:
+    """pydantic's errors as one line: ``<FIELD>: <what is wrong>; ...`` (never the value)."""
+    def name(e: Any) -> str:
+        field = ".".join(str(p) for p in e["loc"])
+        return f"{prefix}{field.upper()}" if prefix else field
+    return "; ".join(f"{name(e)}: {e['msg'].removeprefix('Value error, ')}"
+                     for e in exc.errors())
 
 
 class Settings(BaseModel):
@@ -197,6 +214,24 @@ class Settings(BaseModel):
     event_loop: str = Field(default="auto", pattern="^(auto|uvloop|asyncio)$")
     fault: str = ""  # named fault point, for crash tests only: "point" or "point@N"
 
+    def __init__(self, **values: Any) -> None:
+        """Settings from keyword values; an invalid one is a ConfigError naming it."""
+        try:
+            super().__init__(**values)
+        except PydanticValidationError as exc:
+            raise ConfigError(f"invalid settings: {_problems(exc, _NAMES.get())}") from None
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str) -> str:
+        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        if scheme not in REDIS_SCHEMES:
+            # never the URL itself: it may carry a password
+            schemes = ", ".join(f"{s}://" for s in REDIS_SCHEMES)
+            raise ValueError(f"a Redis URL starts with {schemes} "
+                             f"(got {scheme + '://' if scheme else 'no scheme'})")
+        return url
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read ``BATON_<FIELD>`` variables (upper case) and apply explicit overrides."""
@@ -209,14 +244,11 @@ class Settings(BaseModel):
             elif env.get(FALLBACK_ENV.get(name, "")):
                 values[name] = env[FALLBACK_ENV[name]]
         values.update({k: v for k, v in overrides.items() if v is not None})
+        names = _NAMES.set(ENV_PREFIX)  # a bad value is named by its variable
         try:
             return cls.model_validate(values)
-        except PydanticValidationError as exc:
-            problems = "; ".join(
-                f"{ENV_PREFIX}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ConfigError(f"invalid settings: {problems}") from None
+        finally:
+            _NAMES.reset(names)
 
     def min_replicas(self) -> int:
         """Replicas that must acknowledge a write: the setting, or 1 on a cluster, else 0."""
