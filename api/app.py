@@ -153,7 +153,9 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
                   lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.watchers = watchers
     app.state.tokens = tokens
-    problems.install(app)
+    # A submission's text is at most a million characters (12 bytes each at worst, as a
+    # JSON-escaped surrogate pair): a body over that is refused before it is read whole
+    problems.install(app, max_body=12 * 1_000_000 + 64 * 1024)
 
     def client() -> Client:
         return cast(Client, state["client"])

@@ -91,6 +91,9 @@ def _from_baton(request: Request, exc: Exception) -> JSONResponse:
         headers["Retry-After"] = "1"
     if status == 500:
         log.error("api_error", path=request.url.path, code=exc.code, error=exc.message)
+    elif status == 503:  # the store unreachable: the client retries, the operator sees it
+        log.warning("api_unavailable", path=request.url.path, code=exc.code,
+                    error=exc.message[:300])
     return problem_response(status, exc.code, exc.message, request, retryable=exc.retryable,
                             headers=headers, **fields)
 
@@ -156,9 +159,52 @@ class _CatchAll:
             await response(scope, receive, send)
 
 
-def install(app: FastAPI) -> None:
-    """Answer every error with problem details."""
+class _BodyLimit:
+    """Refuse a request body over ``limit`` bytes with 413, before it is read whole: a
+    150 MB submission was parsed (half a gigabyte of memory) to be refused as too long."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting() -> Message:  # a chunked body declares no length
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, counting, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        log.warning("api_body_too_large", path=scope.get("path"), limit=self.limit)
+        response = problem_response(413, "payload_too_large", f"the request body is over "
+                                    f"{self.limit} bytes", Request(scope))
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def install(app: FastAPI, max_body: int) -> None:
+    """Answer every error with problem details; refuse bodies over ``max_body`` bytes."""
     app.add_exception_handler(errors.BatonError, _from_baton)
     app.add_exception_handler(RequestValidationError, _from_validation)
     app.add_exception_handler(HTTPException, _from_http)
+    app.add_middleware(_BodyLimit, limit=max_body)
     app.add_middleware(_CatchAll)
