@@ -20,6 +20,7 @@ from rich.console import Console
 
 from baton.cli.common import run as _run
 from baton.cli.common import settings
+from baton.cli.failures import CliError
 from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.devkit.stack import home
@@ -117,6 +118,10 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
     if receipts_file is not None:
         _, receipts = load_receipts(receipts_file)
         receipts = receipts_about(receipts, task_id=task_id, run_id=run_id)
+    if not receipts and (task_id or run_id):  # the session has receipts (checked above)
+        what = " and ".join(f"{k} {v}" for k, v in (("task", task_id), ("run", run_id)) if v)
+        raise CliError(f"no receipts about {what} in session {session_id}: is the id right? "
+                       f"(`baton inspect {session_id}` lists its tasks and runs)")
     trace = build_trace(session_id, receipts, quarantine)
     if html_file is not None:
         html_file.write_text(render_html(trace))

@@ -55,7 +55,7 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
                else "no result") for a in r.attempts) or "never claimed"
         out.append(f"  {short_run(r.run_id, trace.first_task):<10} {r.tool or '?':<11} dispatch "
                    f"{_ms(r.dispatch_hop)}  [{attempts}]  apply {_ms(r.apply_hop)}  "
-                   f"recovery {r.recovery or '-'}, deliveries {r.deliveries}")
+                   f"recovery {r.recovery or '-'}, message deliveries {r.deliveries}")
     if trace.carried:
         out.append("message hops (outbox row -> relay -> the process that acted on it):")
         for c in trace.carried:

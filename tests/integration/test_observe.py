@@ -177,6 +177,12 @@ def test_saved_receipts_and_the_cli_trace(demo: Outcome, tmp_path: Path) -> None
     js = json.loads(out)
     assert {e["run_id"] for e in js["events"] if e["run_id"]} == {demo.kill.run_id}
     assert [js["events"][i]["kind"] for i in js["takeovers"]] == ["reclaim"]
+    # an id that matches nothing is said so, not "no receipts" for a session that has them
+    done = subprocess.run([sys.executable, "-m", "baton", "trace", demo.session, "--run",
+                           "no-such-run"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env}, check=False)
+    assert done.returncode == 1, done
+    assert f"no receipts about run no-such-run in session {demo.session}" in done.stderr
 
 
 def _ids(events: list[dict[str, Any]]) -> list[str]:
