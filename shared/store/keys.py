@@ -41,9 +41,10 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:applied   HASH   commit id -> reply of a transition (retries in doubt apply
                                     once; expires, see lua/_applied.lua)
     <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay"), written
-                                    by Brains and clients
-    <ns>:T:wakes             STREAM wake rows written by Hands (a result arrived), same fields;
-                                    the relay publishes one only on its session's wake subject
+                                    by Brains
+    <ns>:T:wakes             STREAM wake rows written by Hands (a result arrived) and clients
+                                    (a request waits), same fields; the relay publishes
+                                    one only on its session's wake subject
     <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
     <ns>:T:sessions          ZSET   ids of the shard's sessions by creation time (inspect);

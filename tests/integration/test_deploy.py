@@ -27,6 +27,13 @@ def test_permission_files_are_generated_from_the_code() -> None:
     values = (DEPLOY / "k8s" / "nats-values.yaml").read_text()
     assert with_helm_users(values, "baton") == values
     assert helm_users_block("baton") in values
+    # The chart's container.env is a map (its nats.env helper ranges over name -> value):
+    # a list gave variables named 0, 1, ... and the users' passwords were never set
+    env = values.split("\ncontainer:\n", 1)[1].split("\n  env:\n", 1)[1].split("\n  merge:", 1)[0]
+    assert "- name:" not in env
+    for variable in re.findall(r"<< \$(\w+) >>", helm_users_block("baton")):
+        assert f"\n    {variable}:\n      valueFrom: {{secretKeyRef: {{name: baton-credentials, " \
+               f"key: {variable}}}}}" in "\n" + env, variable
 
 
 def test_the_nats_config_is_valid_for_nats_server(tmp_path: Path) -> None:
@@ -189,3 +196,14 @@ def test_every_setting_the_deploy_guide_names_exists() -> None:
     for setting in ("REDIS_MIN_REPLICAS", "REDIS_REPLICA_TIMEOUT_MS",
                     "REDIS_IN_DOUBT_RETRY_MS", "NATS_PING_INTERVAL_S"):
         assert f"BATON_{setting}" in text
+
+
+def test_every_baton_setting_of_the_env_file_reaches_the_services() -> None:
+    """.env only feeds compose's ${...}: a BATON_ variable set there but never passed on
+    (BATON_EVENT_LOOP was) changes nothing."""
+    compose = (DEPLOY / "compose.yaml").read_text()
+    names = re.findall(r"^(BATON_\w+)=", (DEPLOY / ".env.example").read_text(), re.M)
+    assert names
+    for name in names:
+        assert f"${{{name}" in compose, name
+    assert "cp deploy/.env.example" not in compose  # make_env.py refuses an existing .env
