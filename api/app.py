@@ -33,8 +33,7 @@ from baton.models import Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.redis_client import redis_user
-from baton.store.store import Store, now_ms, worker_ref
-from baton.store.workers import unserved
+from baton.store.store import Store, worker_ref
 
 __all__ = ["create_app"]
 
@@ -134,6 +133,7 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["client"] = await Client.connect(settings)
+        state["client"].warn_unserved = False  # the answers carry it (warnings)
         # Its commits (submit, approve, ...) name the API in the sessions' timelines.
         state["client"].worker = worker_ref("client", settings.worker_id("api"))
         state["reads"] = (await Store.connect(reads) if reads is not None
@@ -197,10 +197,11 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
 
     # ------------------------------------------------------------------ writes
 
-    async def _waits(session_id: str, agent: str, compat: int) -> list[str]:
-        """What the CLI warns of: no live Brain serves the input's agent at its level."""
-        store = client().store
-        why = await unserved(store.redis, store.keys, now_ms(), agent, compat, session_id)
+    async def _waits(session_id: str, agent: str, compat: int,
+                     kind: str = "generation") -> list[str]:
+        """What the CLI warns of: no live Brain serves the input's agent at its level, or
+        (a task) knows its kind."""
+        why = await client().waits(agent, compat, session_id=session_id, kind=kind)
         return [f"{why}: kept, it waits until one starts"] if why else []
 
     @app.post("/v1/submissions", response_model=SubmitAnswer, status_code=201,
@@ -230,7 +231,7 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         response.headers["Location"] = f"/v1/sessions/{sid}/tasks/{task_id}"
         return StartAnswer(created=created, session_id=sid, task_id=task_id,
                            warnings=await _waits(sid, agent_for(body.kind, body.agent),
-                                                 body.compat))
+                                                 body.compat, body.kind))
 
     @app.post("/v1/sessions/{session_id}/cancel", responses=errors_doc, tags=["decisions"])
     async def cancel(session_id: SessionId, role: Operate,

@@ -160,7 +160,10 @@ class BrainWorker(Service):
         return [(a.name, level) for a in self.app.agents.values() for level in a.levels]
 
     def announcement(self) -> dict[str, object]:
-        return {"serves": [[a, level] for a, level in self.levels()]}
+        # kinds: the task kinds (and versions) it can run, for a client starting a task no
+        # live Brain knows (it would wait, blocked, for one that does)
+        return {"serves": [[a, level] for a, level in self.levels()],
+                "kinds": self.handlers.kinds()}
 
     async def _consume(self, bus: Bus, durable: str) -> None:
         puller = await bus.pull(self.names.wake_stream, durable)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ _UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionErr
                                             rex.TryAgainError, OSError)
 
 log = get_logger("baton.client")
+#: A level found served by a live Brain is taken as served this long (seconds) before
+#: the liveness records are read again for new input.
+SERVED_RECHECK_S = 10.0
 T = TypeVar("T")
 
 
@@ -132,6 +136,11 @@ class Client:
         self.names = BusNames(settings.namespace)
         self.worker = worker_ref("client", settings.worker_id("client"))
         self.faults = Faults(settings.fault)
+        #: Log a warning when input would wait for a Brain (the CLI and the API tell it in
+        #: their own words, and turn it off).
+        self.warn_unserved = True
+        # (agent, compat, task kind) -> when to read the liveness records again
+        self._served: dict[tuple[str, int, str], float] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._pubsub: Any = None
@@ -202,11 +211,16 @@ class Client:
         compat: int = 1,
         session_id: str | None = None,
         request_id: str | None = None,
+        require_brain: bool = False,
     ) -> tuple[Submission, bool]:
         """Accept ``text`` once per request id; returns (submission, created).
 
         Without ``session_id`` the session is derived from ``request_id`` (a new one when
         neither is given), so resubmitting the same request id returns the same submission.
+        When no live Brain serves the agent at that level (an unknown agent, a level no
+        Brain runs yet) the input is kept and waits for one, with a ``no_live_brain``
+        warning in the log; ``require_brain=True`` refuses it instead
+        (:class:`~baton.errors.UnavailableError`, nothing written).
         """
         if not isinstance(text, str):
             raise ValidationError(f"a submission's text is a string, not "
@@ -215,6 +229,7 @@ class Client:
             raise ConfigError("nothing to submit: the text is empty")
         _check_agent(agent)
         _check_compat(compat)
+        await self._check_served(agent, compat, session_id, require_brain, "submitted")
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         sub_id = derived_id("sub", session_id, request_id)
@@ -241,6 +256,42 @@ class Client:
         self.faults.hit("submit.after_commit")
         return result
 
+    async def _check_served(self, agent: str, compat: int, session_id: str | None,
+                            require: bool, doing: str, kind: str = GENERATION) -> None:
+        """Warn (or with ``require``, refuse) when no live Brain serves the input's level,
+        or (a task) none of those that do knows its kind.
+
+        A level found served is not read again for :data:`SERVED_RECHECK_S` (input for a
+        new session; an existing one is served at its own level, read each time)."""
+        key = (agent, compat, kind)
+        if not require and (not self.warn_unserved or (
+                session_id is None and self._served.get(key, 0.0) > time.monotonic())):
+            return
+        message = await self.waits(agent, compat, session_id=session_id, kind=kind)
+        if not message:
+            if session_id is None:
+                self._served[key] = time.monotonic() + SERVED_RECHECK_S
+            return
+        if require:
+            raise UnavailableError(f"{message}; not {doing} (require_brain)", agent=agent,
+                                   compat=compat)
+        log.warning("no_live_brain", agent=agent, compat=compat,
+                    note=f"{message}: the input is kept and waits until one starts")
+
+    async def waits(self, agent: str, compat: int = 1, *, session_id: str | None = None,
+                    kind: str = GENERATION) -> str:
+        """Why input for ``agent`` at ``compat`` (or for the existing session's own level),
+        or a task of ``kind``, would wait for a Brain: no live Brain serves that level, or
+        none of those that do knows the kind. "" when it would be taken up."""
+        from baton.store.workers import services, unknown_kind, unserved
+
+        message = await unserved(self.store.redis, self.store.keys, now_ms(), agent, compat,
+                                 session_id)
+        if not message and kind != GENERATION:
+            announced = await services(self.store.redis, self.store.keys, now_ms())
+            message = unknown_kind(announced, agent, compat, kind)
+        return message
+
     async def live_brains(self, agent: str, compat: int = 1) -> list[str]:
         """Names of the live Brains that consume ``agent``'s wakes at level ``compat``.
 
@@ -261,15 +312,20 @@ class Client:
         agent: str,
         compat: int = 1,
         request_id: str | None = None,
+        require_brain: bool = False,
     ) -> tuple[str, str, bool]:
         """Start a root task of ``kind`` once per request id; (session id, task id, created).
 
         The session is created for ``agent`` if new: the Brains serving that agent run it.
         Without ``session_id`` it is derived from ``request_id`` (see :func:`session_for`).
+        When no live Brain serves the agent at that level, or none of them knows ``kind``,
+        the task is kept and waits for one, with a warning in the log; ``require_brain=True``
+        refuses it instead (:class:`~baton.errors.UnavailableError`, nothing written).
         """
         _check_task(kind, input)
         _check_agent(agent)
         _check_compat(compat)
+        await self._check_served(agent, compat, session_id, require_brain, "started", kind)
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         now = now_ms()

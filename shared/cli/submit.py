@@ -34,14 +34,12 @@ def _read_text(text: str) -> str:
 
 
 async def _check_brains(client: Client, agent: str, compat: int, require: bool,
-                        doing: str = "submitting", session_id: str | None = None) -> None:
-    from baton.store.store import now_ms
-    from baton.store.workers import unserved
-
+                        doing: str = "submitting", session_id: str | None = None,
+                        kind: str = "generation") -> None:
     client.names.wake_subject(agent, compat)  # a name no subject takes fails first, alone
+    client.warn_unserved = False  # said here, in the command's words
     # an existing session is served at its own level (a migration moves it)
-    message = await unserved(client.store.redis, client.store.keys, now_ms(), agent, compat,
-                             session_id)
+    message = await client.waits(agent, compat, session_id=session_id, kind=kind)
     if not message:
         return
     if require:
@@ -133,7 +131,8 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
 @click.option("--wait/--no-wait", default=False, help="wait until the task has ended")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")
 @click.option("--require-brain", is_flag=True,
-              help="refuse (exit 1) when no live Brain serves the agent at that level")
+              help="refuse (exit 1) when no live Brain serves the agent at that level or "
+                   "knows KIND")
 @json_option
 def start(kind: str, input_json: str, session_id: str | None, agent: str | None, compat: int,
           request_id: str | None, wait: bool, timeout: float, require_brain: bool,
@@ -153,7 +152,8 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
         client = await Client.connect(config)
         try:
             name = agent_for(kind, agent)
-            await _check_brains(client, name, compat, require_brain, "starting", session_id)
+            await _check_brains(client, name, compat, require_brain, "starting", session_id,
+                                kind)
             sid, task_id, created = await client.start_task(
                 session_id, kind, task_input, agent=name, compat=compat,
                 request_id=request_id)

@@ -4,7 +4,8 @@ Every service writes ``role:name -> {role, name, pid, seen_ms, inflight, ...}`` 
 hash of the shard its field hashes to (:meth:`Keys.workers`), every
 :data:`ANNOUNCE_EVERY_S` while it runs
 (:meth:`baton.service.Service.announce`) and deletes it when it stops; a
-Brain adds ``serves``, the ``[agent, compat level]`` pairs whose wakes it consumes. Read by
+Brain adds ``serves``, the ``[agent, compat level]`` pairs whose wakes it consumes, and
+``kinds``, the task kinds it runs with their versions. Read by
 ``inspect`` (services, sessions no live Brain serves) and by ``baton submit`` (a warning
 before input waits for a Brain that is not there), and by relays counting each other
 (:mod:`baton.relay.leases`). Split over the shards so that on a Redis Cluster the
@@ -21,7 +22,7 @@ from baton.models import loads
 from baton.store.keys import Keys
 
 __all__ = ["ANNOUNCE_EVERY_S", "SERVICE_STALE_MS", "all_services", "live_brains",
-           "served_levels", "services", "session_level", "unserved"]
+           "served_levels", "services", "session_level", "unknown_kind", "unserved"]
 
 SERVICE_STALE_MS = 10_000  # silent this long = probably gone
 #: How often a service announces itself: three times per stale age, so one lost or late
@@ -91,3 +92,15 @@ async def unserved(redis: Any, keys: Keys, now: int, agent: str, compat: int,
         return ""
     return (f"no live Brain serves agent {agent} at compat level {compat} in namespace "
             f"{keys.ns}")
+
+
+def unknown_kind(announced: list[dict[str, Any]], agent: str, compat: int, kind: str) -> str:
+    """Why a task of ``kind`` for ``agent`` at ``compat`` would wait blocked: the live Brains
+    serving that level announce kinds and none knows it; "" otherwise (none serves it:
+    :func:`unserved` says so; or a Brain of a version that announces no kinds)."""
+    serving = [s for s in announced if s.get("role") == "brain" and s["alive"]
+               and [agent, compat] in [[str(a), int(c)] for a, c in s.get("serves", ())]]
+    if not serving or any("kinds" not in s or kind in s["kinds"] for s in serving):
+        return ""
+    return (f"no live Brain serving agent {agent} at compat level {compat} knows task kind "
+            f"{kind!r} (they run {', '.join(sorted({k for s in serving for k in s['kinds']}))})")

@@ -297,6 +297,34 @@ async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Clie
         await client.task(sid, "t-none")
 
 
+async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Client) -> None:
+    """The Python client gave no sign that an agent, or a task kind, no live Brain runs
+    would wait (the CLI and the API warn): it warns in the log, and require_brain refuses
+    with nothing written."""
+    from baton.errors import UnavailableError
+
+    async def served() -> bool:
+        return await client.waits(AGENT) == ""
+
+    await eventually(served, timeout=10)  # the fixture's Brain has announced itself
+    assert "knows task kind 'no-such-kind'" in await client.waits(AGENT, kind="no-such-kind")
+    assert await client.waits(AGENT, kind="sleeper") == ""
+    assert "no live Brain serves agent ghost" in await client.waits("ghost")
+    with pytest.raises(UnavailableError, match="no live Brain serves agent ghost.*not submitted"):
+        await client.submit("hello?", agent="ghost", request_id="r-ghost", require_brain=True)
+    with pytest.raises(UnavailableError, match="knows task kind 'no-such-kind'.*not started"):
+        await client.start_task(None, "no-such-kind", {}, agent=AGENT, request_id="r-kind",
+                                require_brain=True)
+    from baton.client import session_for
+
+    for request in ("r-ghost", "r-kind"):  # nothing was written
+        assert not await client.store.exists(session_for(None, request))
+        assert not await client.store.redis.hlen(
+            client.store.keys.session(session_for(None, request)).inbox)
+    sub, created = await client.submit("hello?", agent="ghost")  # kept, with a warning
+    assert created and sub.status == "accepted"
+
+
 async def test_a_cancelled_request_no_brain_took_up_has_not_ended(client: Client) -> None:
     """Its task exists only once a Brain takes the request up: an empty tasks hash read as
     "the cancelled work has ended" (`baton cancel --wait`) while it still waited."""
