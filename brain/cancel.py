@@ -65,7 +65,8 @@ async def consume_cancels(ctx: TaskContext) -> None:
         t = tasks[tid]
         if t.cancel_requested:
             continue
-        data = {**t.checkpoint.data, CANCELLED_BY: REASON}
+        given = meta.cancel_reasons.get(tid) or meta.cancel_reasons.get("*")
+        data = {**t.checkpoint.data, CANCELLED_BY: given or REASON}
         changed.append(t.model_copy(update={
             "cancel_requested": True, "updated_ms": now,
             "checkpoint": t.checkpoint.model_copy(update={"data": data})}))

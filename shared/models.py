@@ -313,6 +313,7 @@ class SessionMeta(Model):
     groups: dict[str, int] = Field(default_factory=dict)
     # Cancel intents not yet consumed by a Brain: task ids, "*" for the whole session.
     cancels: tuple[str, ...] = ()
+    cancel_reasons: dict[str, str] = Field(default_factory=dict)  # target -> reason given
     # Tasks no Brain could run when it last looked, with the reason (task id -> reason).
     blocked: dict[str, str] = Field(default_factory=dict)
 

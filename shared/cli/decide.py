@@ -38,7 +38,8 @@ async def _check_served(client: Client, session_id: str, kept: str) -> None:
 @click.command("cancel")
 @click.argument("session_id")
 @click.option("--task", "task_id", default=None, help="cancel this task (default: the session)")
-@click.option("--reason", default="", help="recorded in the cancel receipt")
+@click.option("--reason", default="",
+              help="the cancelled tasks end with it (and the cancel receipt records it)")
 @click.option("--wait/--no-wait", default=False, help="wait until the cancelled work has ended")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds --wait waits")
 @json_option

@@ -53,6 +53,9 @@ class CancelAnswer:
         return out
 
 
+#: The longest cancel reason a task keeps (characters).
+MAX_CANCEL_REASON = 500
+
 _AT_MS = re.compile(r"\(at (\d{10,}) ms")
 
 
@@ -79,8 +82,10 @@ class Decisions:
         sk = self.keys.session(session_id)
         wake = dumps({"v": 1, "session_id": session_id, "reason": "cancel"})
         receipt = dumps({"detail": {"target": target, "reason": reason or "cancelled"}})
-        reply = await self.scripts.run("cancel", sk, [session_id, target, wake,
-                                                      worker.model_dump_json(), receipt])
+        args = [session_id, target, wake, worker.model_dump_json(), receipt]
+        if reason:  # the cancelled tasks end with it (bounded, as any text a task keeps)
+            args.append(reason[:MAX_CANCEL_REASON])
+        reply = await self.scripts.run("cancel", sk, args)
         status = reply[0]
         return CancelAnswer(status, session_id, target, str(reply[2]) if len(reply) > 2 else "")
 

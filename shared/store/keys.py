@@ -29,8 +29,9 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     "grp:<group>" -> results of the group so far; Brains only
                                     read it
     <ns>:T:s:<sid>:inbox     HASH   a client's requests the Brain has not consumed yet:
-                                    "cancel:<task id|*>" -> ms, "decide:<run id>" -> JSON
-                                    {decision, ms, result}, "submit:<request id>" and
+                                    "cancel:<task id|*>" -> ms (or JSON {at, reason}),
+                                    "decide:<run id>" -> JSON {decision, ms, result},
+                                    "submit:<request id>" and
                                     "start:<request id>" -> JSON {agent, compat, wake, ...}
                                     (written by clients, consumed by the Brain's commit; a
                                     Brain's lease opens a session that has only requests)

@@ -352,8 +352,24 @@ def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None =
         listen=m.get("listen", ""),
         groups=groups,
         cancels=tuple(sorted({k[7:] for k in (*m, *(inbox or {})) if k.startswith("cancel:")})),
+        cancel_reasons=_cancel_reasons(inbox),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
     )
+
+
+def _cancel_reasons(inbox: dict[str, str] | None) -> dict[str, str]:
+    """The reasons clients gave their cancel intents (``{"at", "reason"}``; a bare time has
+    none)."""
+    out = {}
+    for k, v in (inbox or {}).items():
+        if k.startswith("cancel:") and v.startswith("{"):
+            try:
+                reason = loads(v).get("reason")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(reason, str) and reason:
+                out[k[7:]] = reason
+    return out
 
 
 def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:

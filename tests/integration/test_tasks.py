@@ -310,9 +310,9 @@ async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Clie
     assert "knows task kind 'no-such-kind'" in await client.waits(AGENT, kind="no-such-kind")
     assert await client.waits(AGENT, kind="sleeper") == ""
     assert "no live Brain serves agent ghost" in await client.waits("ghost")
-    with pytest.raises(UnavailableError, match="no live Brain serves agent ghost.*not submitted"):
+    with pytest.raises(UnavailableError, match=r"no live Brain serves agent ghost.*not submitted"):
         await client.submit("hello?", agent="ghost", request_id="r-ghost", require_brain=True)
-    with pytest.raises(UnavailableError, match="knows task kind 'no-such-kind'.*not started"):
+    with pytest.raises(UnavailableError, match=r"knows task kind 'no-such-kind'.*not started"):
         await client.start_task(None, "no-such-kind", {}, agent=AGENT, request_id="r-kind",
                                 require_brain=True)
     from baton.client import session_for
@@ -323,6 +323,21 @@ async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Clie
             client.store.keys.session(session_for(None, request)).inbox)
     sub, created = await client.submit("hello?", agent="ghost")  # kept, with a warning
     assert created and sub.status == "accepted"
+
+
+async def test_a_cancel_reason_is_what_the_cancelled_task_ends_with(client: Client) -> None:
+    """The reason was kept in the client's receipt only: every cancelled task read
+    'cancelled by request'."""
+    sid, tid, _ = await client.start_task(None, "sleeper", {"seconds": 600}, agent=AGENT)
+
+    async def sleeping() -> bool:
+        return (await client.task(sid, tid)).state.name == "sleeping"
+
+    await eventually(sleeping, timeout=10)
+    await client.cancel(sid, tid, reason="changed my mind")
+    await client.wait_cancelled(sid, tid, timeout=10)
+    task = await client.task(sid, tid)
+    assert outcome(task) == "cancelled" and task.state.reason == "changed my mind"
 
 
 async def test_a_cancelled_request_no_brain_took_up_has_not_ended(client: Client) -> None:

@@ -3,9 +3,10 @@
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers declare the
       inbox, the one session key a client's cancel writes.
 ARGV: 1 session id, 2 target (a task id, or '*' for every root task of the session),
-      3 wake JSON, 4 worker JSON, 5 receipt JSON
+      3 wake JSON, 4 worker JSON, 5 receipt JSON, 6 the reason (optional)
 The intent is recorded first, before any Brain acts on it, and nothing the Brain owns is
-written: inbox 'cancel:<target>' = now, the nudge (the holder looks again before it
+written: inbox 'cancel:<target>' = now, or {"at": now, "reason": ...} with a reason (the
+cancelled tasks end with it), the nudge (the holder looks again before it
 releases), a wake row in the shard's wakes stream (the relay publishes it on the session's
 own wake subject) and a 'cancel' receipt. The Brain that loads the session next turns the
 intent into cancel_requested on the target tasks and deletes it in its commit, which arms
@@ -77,7 +78,9 @@ end
 local now = now_ms()
 local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 local wake, seq = m[1] or select(3, requested_agent()), m[2] or '0'
-redis.call('HSET', K_INBOX, field, now)  -- first: a wrong key type fails before any write
+local intent = now
+if ARGV[6] and ARGV[6] ~= '' then intent = cjson.encode({at = now, reason = ARGV[6]}) end
+redis.call('HSET', K_INBOX, field, intent)  -- first: a wrong key type fails before any write
 redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. now,
            'subj', wake, 'data', ARGV[3], 'hdr', '', 'sid', sid, 'ts', now)
