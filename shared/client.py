@@ -62,6 +62,8 @@ log = get_logger("baton.client")
 #: A level found served by a live Brain is taken as served this long (seconds) before
 #: the liveness records are read again for new input.
 SERVED_RECHECK_S = 10.0
+#: How long a wait that timed out may spend finding out what it waits for (a hint).
+WHY_READ_S = 2.0
 T = TypeVar("T")
 
 
@@ -508,16 +510,37 @@ class Client:
                         with contextlib.suppress(*_UNREACHABLE):
                             await quarantine.raise_if_quarantined(self.store, session_id)
         except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
+            why = await self._why_waiting(session_id)
             raise WaitTimeout(
-                f"{what} in session {session_id} within {timeout:g} s; it goes on (is a "
-                f"Brain serving its agent running?): follow it with `baton watch "
-                f"{session_id}`, look at it with `baton inspect {session_id}`",
-                session_id=session_id) from None
+                f"{what} in session {session_id} within {timeout:g} s; it goes on ({why}): "
+                f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
+                f"{session_id}`", session_id=session_id) from None
         finally:
             signals.discard(signal)
             if not signals and self._waiters.get(channel) is signals:
                 del self._waiters[channel]
                 await self._unsubscribe(channel)
+
+    async def _why_waiting(self, session_id: str) -> str:
+        """What a wait that timed out most likely waits for, in words: a person's decision,
+        a blocked task, no live Brain for the session's level; else the question."""
+        default = "is a Brain serving its agent running?"
+        try:
+            async with asyncio.timeout(WHY_READ_S):  # a hint: never long, never an error
+                waiting = await self.awaiting_approval(session_id)
+                if waiting:
+                    return (f"{len(waiting)} tool run(s) await a decision: `baton approve "
+                            f"{waiting[0].run_id} --session {session_id}` or reject")
+                meta: dict[str, str] = await self.store.redis.hgetall(  # type: ignore[assignment]
+                    self.store.keys.session(session_id).meta)  # decode_responses: str
+                blocked = sorted(v for k, v in meta.items() if k.startswith("blocked:"))
+                if blocked:
+                    return f"blocked: {blocked[0]}"
+                unserved = await self.waits(str(meta.get("agent") or ""),
+                                            int(meta.get("compat") or 1), session_id=session_id)
+                return unserved or default
+        except Exception:  # the hint is best effort
+            return default
 
     async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str) -> T:
         """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,

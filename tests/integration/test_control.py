@@ -20,7 +20,7 @@ from baton.cli.inspect import session_view
 from baton.cli.trace import build_trace, render_text
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
-from baton.errors import ConflictError, NotFoundError
+from baton.errors import ConflictError, NotFoundError, WaitTimeout
 from baton.hands.worker import HandsWorker
 from baton.models import ToolCall
 from baton.relay.worker import Relay
@@ -61,6 +61,10 @@ async def test_approval_bound_to_arguments_dispatches_once(
                 for r in runs]
             with pytest.raises(NotFoundError):
                 await client.awaiting_approval("s-no-such-session")
+            # a wait that ends first says what the session waits for (it asked whether a
+            # Brain was running)
+            with pytest.raises(WaitTimeout, match=r"2 tool run\(s\) await a decision"):
+                await client.wait(sub, timeout=0.2)
             view = await session_view(client.store, sid)
             assert [a["run_id"] for a in view["awaiting_approval"]] == [r.run_id for r in runs]
             ada, grace = runs

@@ -323,6 +323,10 @@ async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Clie
             client.store.keys.session(session_for(None, request)).inbox)
     sub, created = await client.submit("hello?", agent="ghost")  # kept, with a warning
     assert created and sub.status == "accepted"
+    from baton.errors import WaitTimeout
+
+    with pytest.raises(WaitTimeout, match="no live Brain serves agent ghost at compat"):
+        await client.wait(sub, timeout=0.2)  # the hint names why it waits
 
 
 async def test_a_cancel_reason_is_what_the_cancelled_task_ends_with(client: Client) -> None:
