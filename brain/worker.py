@@ -141,6 +141,7 @@ class BrainWorker(Service):
             self._lines.flush()
             await store.close()
             await self._close_models(self._models)
+            log.info("brain_stopped", worker=self.name, handled=self.handled)
 
     @staticmethod
     async def _close_models(models: dict[str, Any]) -> None:

@@ -276,6 +276,9 @@ class HandsWorker(Service):
             log.warning("tool_message_retry", error=bounded(exc))
             done.outcome = await retry_later(msg, delivery, self.settings.max_deliver,
                                              "tool message")
+        except asyncio.CancelledError:  # the drain timeout ran out (or a second signal)
+            done.outcome = "stopped_by_shutdown"
+            raise
         except Exception:
             done.outcome = "crashed"
             log.exception("tool_message_failed")

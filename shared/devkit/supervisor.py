@@ -102,7 +102,9 @@ class Supervisor:
             quick = time.monotonic() - proc.started_at < _STABLE_S
             proc.crashes = proc.crashes + 1 if quick else 1
             delay = _BACKOFF_S[min(proc.crashes, len(_BACKOFF_S)) - 1]
-            log.warning("process_exited", name=proc.name, code=code, restart_in_s=delay)
+            # exit 0 is a stop it was asked for (SIGTERM drained it), not a crash
+            (log.info if code == 0 else log.warning)(
+                "process_exited", name=proc.name, code=code, restart_in_s=delay)
             await asyncio.sleep(delay)  # backoff before the restart
             if self.stopping or not proc.respawn:
                 return

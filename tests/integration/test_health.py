@@ -115,3 +115,32 @@ async def test_sigterm_drains_a_hands_process_mid_tool(tmp_path: Path) -> None:
         assert stats["raw_requests"] == 5 and sorted(stats["deliveries"].values()) == [1] * 5
         log = stack.proc("hands-1").log_path.read_text()
         assert "service_draining" in log and "hands_stopped" in log
+
+
+async def test_runs_the_drain_timeout_cuts_short_say_so_and_every_service_says_it_stopped(
+    tmp_path: Path,
+) -> None:
+    """A run cut short by the drain timeout was logged outcome "unhandled", which said
+    nothing of why; the Brain wrote no last line as the relay and the Hands do."""
+    stack = DevStack(tmp_path, brains=1, hands=0, relays=1)
+    async with stack, httpx.AsyncClient() as http:
+        await http.post(f"{stack.mail_url}/hold")  # every send waits for the release
+        hands = await stack.spawn("hands", env={"BATON_DRAIN_TIMEOUT_S": "0.2"})
+        client = await Client.connect(stack.settings())
+        try:
+            await client.submit(FIVE_NOTICES, agent="notices")
+
+            async def held() -> bool:
+                return (await http.get(f"{stack.mail_url}/stats")).json()["held"] >= 1
+
+            await eventually(held, timeout=20, message="a mail accepted, its reply held")
+            stack.kill(hands.name, signal.SIGTERM, respawn=False)
+            await stack.wait_exit(hands.name, timeout=20)
+            stack.kill("brain-1", signal.SIGTERM, respawn=False)
+            assert await stack.wait_exit("brain-1", timeout=20) == 0
+        finally:
+            await http.post(f"{stack.mail_url}/release")
+            await client.close()
+        log = stack.proc(hands.name).log_path.read_text()
+        assert '"outcome":"stopped_by_shutdown"' in log and '"outcome":"unhandled"' not in log
+        assert "brain_stopped" in stack.proc("brain-1").log_path.read_text()
