@@ -483,6 +483,7 @@ class Client:
         notification (and by a read that fails to decode), not before every wait, which would
         cost each waiter one more round trip."""
         channel = self.store.keys.settled_channel(session_id)
+        unreachable: list[BaseException] = []  # the last read's error while Redis is away
         signals = self._waiters.setdefault(channel, set())
         signal: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         signals.add(signal)
@@ -491,7 +492,10 @@ class Client:
                 await self._subscribe(channel)
             async with asyncio.timeout(timeout):
                 while True:
-                    current = await self._read_checked(read, session_id)
+                    # Redis away for a while (a restart, a failover) is waited out to the
+                    # wait's own deadline: the work goes on meanwhile
+                    current = await self._read_checked(read, session_id, patience=timeout,
+                                                       unreachable=unreachable)
                     if done(current):
                         return current
                     # Wake on a notification, or re-check at least every second.
@@ -510,7 +514,8 @@ class Client:
                         with contextlib.suppress(*_UNREACHABLE):
                             await quarantine.raise_if_quarantined(self.store, session_id)
         except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
-            why = await self._why_waiting(session_id)
+            why = (f"Redis unreachable: {error_text(unreachable[0])}" if unreachable
+                   else await self._why_waiting(session_id))
             raise WaitTimeout(
                 f"{what} in session {session_id} within {timeout:g} s; it goes on ({why}): "
                 f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
@@ -542,19 +547,26 @@ class Client:
         except Exception:  # the hint is best effort
             return default
 
-    async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str) -> T:
+    async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str, *,
+                            patience: float | None = None,
+                            unreachable: list[BaseException] | None = None) -> T:
         """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
         and a failure to decode the session becomes QuarantinedError once it is quarantined.
 
-        Redis unreachable (restarting, a failover) is waited out for up to
-        ``client_connect_wait_s``: once it answers, the read says whether the state is still
-        there, or the epoch that it was lost.
+        Redis unreachable (restarting, a failover) is waited out for up to ``patience``
+        seconds (``client_connect_wait_s`` by default; a wait passes its own deadline, and
+        ``unreachable`` gets the last error while it lasts): once it answers, the read says
+        whether the state is still there, or the epoch that it was lost.
         """
         loop = asyncio.get_running_loop()
         since: float | None = None
+        limit = self.settings.client_connect_wait_s if patience is None else patience
         while True:
             try:
-                return await read()
+                value = await read()
+                if unreachable:
+                    unreachable.clear()
+                return value
             except (CorruptStateError, ValidationError):
                 await quarantine.raise_if_quarantined(self.store, session_id)
                 raise
@@ -564,7 +576,9 @@ class Client:
                 raise
             except _UNREACHABLE as exc:
                 since = since if since is not None else loop.time()
-                if loop.time() - since >= self.settings.client_connect_wait_s:
+                if unreachable is not None:
+                    unreachable[:] = [exc]
+                if loop.time() - since >= limit:
                     raise from_redis_error(exc, session_id=session_id) from exc
                 log.debug("wait_read_retry", error=str(exc))
                 await asyncio.sleep(0.2)
