@@ -135,7 +135,9 @@ class HandsWorker(Service):
         self._active: set[tuple[str, str]] = set()
         self._lines = CanonicalLines(log, "tool_message_handled", each=settings.log_each_message)
         # JetStream in_progress for every message in hand, from one loop (bus.messages.Beats)
-        self._beats = Beats(settings.tool_ack_wait_s / 3)
+        self._beats = Beats(settings.tool_ack_wait_s / 3,
+                            late_after_s=settings.attempt_ttl_ms / 3000,
+                            on_late=self._loop_blocked)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -289,6 +291,17 @@ class HandsWorker(Service):
                 outcome=done.outcome, recovery=done.recovery,
                 ms=round((time.monotonic() - started) * 1000, 2), **(done.error or {}),
             )
+
+    def _loop_blocked(self, late_s: float, subjects: list[str]) -> None:
+        """The event loop was blocked: most likely by a tool's synchronous code."""
+        prefix = f"{self.settings.namespace}.tool."
+        log.warning("event_loop_blocked", blocked_ms=round(late_s * 1000),
+                    tools=sorted({s.removeprefix(prefix) for s in subjects}),
+                    note="a tool blocked this Hands' event loop (time.sleep, a synchronous "
+                         "SDK or file call): heartbeats stalled with it, and past "
+                         "BATON_ATTEMPT_TTL_MS its runs look abandoned and are taken over; "
+                         "run such code with asyncio.to_thread or declare the tool "
+                         "isolation='process'")
 
     def _misaddressed(self, subject: str, dispatch: ToolDispatch) -> str:
         """Why a tool message must not be claimed here, or "" when its addressing agrees.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
@@ -122,11 +122,16 @@ class Beats:
     only while messages are in hand.
     """
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, *, late_after_s: float | None = None,
+                 on_late: Callable[[float, list[str]], None] | None = None) -> None:
         self.interval = interval
         self._held: dict[int, tuple[Msg, float]] = {}  # id(msg) -> (msg, last beat or start)
         self._task: asyncio.Task[None] | None = None
         self.sent = 0  # beats sent (for tests and benchmarks)
+        # A tick this much later than due means the event loop was blocked (a tool calling
+        # time.sleep or a synchronous SDK): on_late(seconds late, the held messages'
+        # subjects) is told, since the beats (and the attempts' heartbeats) stalled with it
+        self.late_after_s, self.on_late = late_after_s, on_late
 
     @contextlib.asynccontextmanager
     async def beating(self, msg: Msg) -> AsyncIterator[None]:
@@ -141,8 +146,12 @@ class Beats:
 
     async def _run(self) -> None:
         while self._held:
+            due_at = time.monotonic() + self.interval / 2
             await asyncio.sleep(self.interval / 2)
             now = time.monotonic()
+            if self.on_late is not None and self.late_after_s is not None \
+                    and now - due_at > self.late_after_s:
+                self.on_late(now - due_at, sorted({m.subject for m, _ in self._held.values()}))
             due = [(key, m) for key, (m, last) in self._held.items()
                    if now - last >= self.interval and not m.is_acked]
             for key, m in due:
