@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import uvloop
-from pydantic import ValidationError
 
 from baton.cli.common import loop_factory
+from baton.errors import ConfigError
 from baton.settings import Settings
 from tests.helpers import eventually
 
@@ -24,7 +24,7 @@ def test_the_setting_picks_the_loop() -> None:
     assert loop_factory("uvloop") is uvloop.new_event_loop
     assert loop_factory("auto") is uvloop.new_event_loop  # installed with the package
     assert Settings().event_loop == "auto"
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match="event_loop"):
         Settings(event_loop="trio")
 
 
