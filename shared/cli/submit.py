@@ -9,8 +9,10 @@ commands that show more; it never ends in a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import click
@@ -45,6 +47,24 @@ async def _check_brains(client: Client, agent: str, compat: int, require: bool,
     if require:
         raise CliError(f"{message}; not {doing} (--require-brain)")
     note(f"warning: {message}: the input is kept and waits until one starts")
+
+
+@contextlib.contextmanager
+def _granted_sessions_hint(session_id: str | None, request_id: str | None) -> Iterator[None]:
+    """A client credential granted some sessions only (``python -m baton.auth
+    --client-sessions 'acme-*'``) is refused a session id it did not choose: say so."""
+    from baton.errors import ForbiddenError
+
+    try:
+        yield
+    except ForbiddenError as exc:
+        if session_id:
+            raise CliError(f"{exc.message} (is session {session_id} outside this "
+                           "credential's granted sessions?)") from None
+        raise CliError(f"{exc.message} (without --session the session id is made up"
+                       f"{' from the request id' if request_id else ''}; a credential "
+                       "granted some sessions only, e.g. 'acme-*', needs --session with one "
+                       "of them)") from None
 
 
 def _sub_text(sub: Submission, created: bool) -> str:
@@ -99,8 +119,10 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
         client = await Client.connect(config)
         try:
             await _check_brains(client, agent, compat, require_brain, session_id=session_id)
-            sub, created = await client.submit(body, agent=agent, compat=compat,
-                                               session_id=session_id, request_id=request_id)
+            with _granted_sessions_hint(session_id, request_id):
+                sub, created = await client.submit(body, agent=agent, compat=compat,
+                                                   session_id=session_id,
+                                                   request_id=request_id)
             emit(as_json, {**sub.model_dump(mode="json"), "created": created},
                  lambda: _sub_text(sub, created))
             if not wait:
@@ -154,9 +176,10 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
             name = agent_for(kind, agent)
             await _check_brains(client, name, compat, require_brain, "starting", session_id,
                                 kind)
-            sid, task_id, created = await client.start_task(
-                session_id, kind, task_input, agent=name, compat=compat,
-                request_id=request_id)
+            with _granted_sessions_hint(session_id, request_id):
+                sid, task_id, created = await client.start_task(
+                    session_id, kind, task_input, agent=name, compat=compat,
+                    request_id=request_id)
             head = "started" if created else "already started (same request id)"
             emit(as_json, {"session_id": sid, "task_id": task_id, "created": created},
                  f"{head} task {task_id} ({kind}) in session {sid}")
