@@ -26,6 +26,7 @@ import click
 from baton.cli.failures import CliError
 from baton.devkit.devstack import DevStack
 from baton.devkit.stack import home, read_stack, stack_file
+from baton.devkit.supervisor import keep_previous_log
 from baton.errors import ServerError
 
 __all__ = ["dev_command"]
@@ -207,6 +208,7 @@ def _detach(base: Path, argv: list[str], as_json: bool = False) -> None:
     env = {"BATON_HOME": str(base)}
     (base / "logs").mkdir(parents=True, exist_ok=True)
     log_path = base / "logs" / "dev.log"
+    keep_previous_log(log_path)
     with log_path.open("wb") as out:
         child = subprocess.Popen(
             [sys.executable, "-m", "baton", "dev", *argv],

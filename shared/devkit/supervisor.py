@@ -19,7 +19,7 @@ from typing import Any
 
 from baton.observability.log import get_logger
 
-__all__ = ["Proc", "Supervisor", "terminate"]
+__all__ = ["Proc", "Supervisor", "keep_previous_log", "terminate"]
 
 log = get_logger("baton.dev")
 
@@ -66,6 +66,17 @@ class Proc:
         return "\n".join(text.splitlines()[-lines:]) or "(no output)"
 
 
+def keep_previous_log(path: Path) -> None:
+    """A stack started again in the same directory keeps the last run's log as
+    ``<name>.previous.log`` (one run back): after a crash and a restart it is the one that
+    says what happened."""
+    try:
+        if path.stat().st_size:
+            path.replace(path.with_name(f"{path.stem}.previous{path.suffix}"))
+    except FileNotFoundError:
+        pass
+
+
 class Supervisor:
     """Starts :class:`Proc` children with the stack's environment; with ``supervise`` it
     watches each one and starts it again whenever it exits, until :attr:`stopping` is set
@@ -81,6 +92,8 @@ class Supervisor:
     async def launch(self, proc: Proc) -> None:
         env = {**os.environ, **self.env, **proc.env, "PYTHONUNBUFFERED": "1"}
         mode = "ab" if proc.started_at else "wb"
+        if not proc.started_at:
+            keep_previous_log(proc.log_path)
         with proc.log_path.open(mode) as out:
             proc.process = await asyncio.create_subprocess_exec(
                 *proc.wrapper, *proc.argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
