@@ -314,8 +314,9 @@ def down_command(as_json: bool) -> None:
 @dev_command.command("status")
 @click.option("--json", "as_json", is_flag=True, help="the stack's description as JSON")
 @click.option("--env", "as_env", is_flag=True,
-              help="the client's BATON_* variables as shell exports, for Settings.from_env(): "
-                   'eval "$(baton dev status --env)"')
+              help="the client's BATON_* variables (and a secure stack's operator's, "
+                   "BATON_OPERATOR_*, for inspect, trace and watch) as shell exports, for "
+                   'Settings.from_env(): eval "$(baton dev status --env)"')
 def status_command(as_json: bool, as_env: bool) -> None:
     """The stack's processes and URLs; exit 1 when no stack runs."""
     base = home()
@@ -332,9 +333,16 @@ def status_command(as_json: bool, as_env: bool) -> None:
     if as_env:  # what a library user's Settings.from_env() needs to reach this stack
         import shlex
 
-        from baton.devkit.stack import settings_from_env_or_stack
+        from baton.devkit.stack import OPERATOR_ENV, settings_from_env_or_stack
 
-        for key, value in sorted(settings_from_env_or_stack("client").to_env().items()):
+        exports = settings_from_env_or_stack("client").to_env()
+        # and the operator's credential where it differs (a secure stack): with only the
+        # client's exported, inspect, trace and watch would read as the client
+        operator = settings_from_env_or_stack("operator").to_env()
+        for x in OPERATOR_ENV:
+            if operator.get(f"BATON_{x}") and operator[f"BATON_{x}"] != exports.get(f"BATON_{x}"):
+                exports[f"BATON_OPERATOR_{x}"] = operator[f"BATON_{x}"]
+        for key, value in sorted(exports.items()):
             click.echo(f"export {key}={shlex.quote(value)}")
         return
     procs = [{**p, "alive": _pid_alive(p.get("pid"))} for p in info.get("processes", [])]

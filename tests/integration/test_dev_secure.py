@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -121,6 +122,16 @@ def test_baton_dev_secure_serves_submit_and_never_prints_a_password(tmp_path: Pa
         out = baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com")
         assert json.loads(out.splitlines()[-1])["status"] == "completed"
         printed += out + baton("dev", "status")
+        # eval "$(baton dev status --env)" keeps inspect, trace and watch on the operator's
+        # credential (they read as the client: "sessions: 0 (none)")
+        exported = dict(shlex.split(line)[1].split("=", 1)
+                        for line in baton("dev", "status", "--env").splitlines()
+                        if line.startswith("export "))
+        assert "://operator:" in exported["BATON_OPERATOR_REDIS_URL"]
+        assert "://client:" in exported["BATON_REDIS_URL"]
+        env |= exported
+        cluster = json.loads(baton("inspect", "--json").splitlines()[-1])
+        assert cluster["sessions_total"] == 1, cluster
         passwords = load_credentials(tmp_path / "home") or {}
         assert passwords
         text = printed + (tmp_path / "home" / "dev.json").read_text()
