@@ -270,6 +270,8 @@ class Timeline:
                        f"(fence {d.previous_fence} never released -> {r.fence}); " + ev.text)
             if prev is not None:
                 self.lanes[prev.lane].left_lease = d.previous_fence
+                self.lanes[prev.lane].taken_over_ms = max(
+                    self.lanes[prev.lane].taken_over_ms, ev.t_ms)
                 self._handoff("takeover", prev, ev,
                               f"takeover: {self._name(prev)} s:{d.previous_fence} -> "
                               f"{self._name(ev)} s:{r.fence}")
@@ -425,6 +427,8 @@ class Timeline:
         if before is not None and (rid, prev) not in self.completed:
             silent = ev.t_ms - self.lanes[before.lane].last_ms
             self.lanes[before.lane].abandoned.append(f"{rid}@{prev}")
+            self.lanes[before.lane].taken_over_ms = max(
+                self.lanes[before.lane].taken_over_ms, ev.t_ms)
             for a in self.run(rid).attempts:
                 if a["attempt"] == prev:
                     a["ended_ms"], a["result"] = ev.ts_ms, "abandoned"

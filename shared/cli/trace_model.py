@@ -31,6 +31,7 @@ class Lane:
     events: int = 0
     abandoned: list[str] = field(default_factory=list)  # "run@attempt" left without a result
     left_lease: int | None = None  # a Brain's fence of the session lease it never released
+    taken_over_ms: int = 0  # when another process last took over what it left (trace time)
     published: int = 0
 
     @property

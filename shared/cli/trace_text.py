@@ -35,8 +35,11 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
             parts.append(f"left {runs} without a result")
         if lane.left_lease is not None:
             parts.append(f"left the session lease s:{lane.left_lease} unreleased")
-        note = (f"  <- {'; '.join(parts)}; no receipt after (process died or was cut off)"
-                if parts else "")
+        # silent since (it died, or was cut off), or back later: its writes then refused
+        after = ("no receipt after (process died or was cut off)"
+                 if lane.last_ms <= lane.taken_over_ms else
+                 "taken over while silent, it came back later (its late writes refused)")
+        note = f"  <- {'; '.join(parts)}; {after}" if parts else ""
         out.append(f"  {lane.role:<6} {lane.label:<{width}} receipts {lane.events:>3}, "
                    f"{secs(lane.first_ms)} .. {secs(lane.last_ms)}{note}")
     out.append("")

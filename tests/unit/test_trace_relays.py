@@ -168,3 +168,17 @@ def test_a_brain_restarted_under_its_name_takes_over_on_a_redelivered_wake() -> 
     assert re.search(r"brain-1 \(pid 10\).*left the session lease s:1 unreleased", text)
     assert re.search(r"redeliveries\W+1", text), text
     assert "DIED?" in render_html(trace)
+
+
+def test_a_lane_taken_over_that_came_back_is_not_said_to_have_died() -> None:
+    """hands-1 paused past its attempt, taken over, then resumed: its complete was refused
+    after the takeover, yet the lane read 'no receipt after (process died or was cut off)'."""
+    died = render_text(build_trace("s-1", _story()))
+    assert re.search(r"hands-1 .*left run 1-0 attempt 1 without a result; no receipt after",
+                     died)
+    came_back = [*_story(), _receipt(7, "refused", HANDS1, 3500, {
+        "op": "complete", "run_id": "t-1-0", "current": 2, "status": "completed"})]
+    text = render_text(build_trace("s-1", came_back))
+    line = next(x for x in text.splitlines() if "hands-1 (pid 11)" in x and "<-" in x)
+    assert "taken over while silent, it came back later" in line
+    assert "no receipt after" not in line
