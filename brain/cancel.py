@@ -21,8 +21,8 @@ from baton.brain.context import TaskContext
 from baton.models import Task, Terminal, ToolResult
 from baton.store.writes import Writes, timer_member
 
-__all__ = ["CANCELLED_BY", "cancel_result", "close_terminal", "consume_cancels", "end_unrunnable",
-           "live_runs"]
+__all__ = ["CANCELLED_BY", "REASON", "cancel_result", "close_terminal", "consume_cancels",
+           "end_unrunnable", "live_runs"]
 
 # Checkpoint data key on the tasks a cancel targeted: the reason (they end 'cancelled').
 CANCELLED_BY = "_cancelled"

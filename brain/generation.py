@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from baton.brain.cancel import live_runs
+from baton.brain.cancel import CANCELLED_BY, REASON, live_runs
 from baton.brain.context import TaskContext
 from baton.brain.interrupts import Interrupted, interruptible
 from baton.brain.model import ModelRequest, ModelResponse, model_client, streams, visible_to
@@ -377,7 +377,8 @@ class Generation:
             if run.intent.task_id == task.id and run.result is not None:
                 writes.entries.append(self._result_entry(task, run, ctx))
                 writes.applied.append(rid)
-        await self._finish(task, ctx, "cancelled", reason="cancelled by request", writes=writes)
+        reason = str(task.checkpoint.data.get(CANCELLED_BY) or REASON)  # the client's, if given
+        await self._finish(task, ctx, "cancelled", reason=reason, writes=writes)
 
     # ------------------------------------------------------------------ helpers
 

@@ -42,6 +42,10 @@ CONFIRM_STOPPED_S = 10.0  # at most this long for a confirm after a stop (or the
 ISOLATED_START_GRACE_S = 10.0  # an isolated tool's child may take this long to start
 
 
+#: What a confirm that could not answer returns (see Execution._confirm_stopped).
+_UNKNOWN = object()
+
+
 class RunCancelled(Exception):
     """The Brain asked the run to stop (its heartbeat said so): the tool was cancelled.
 
@@ -82,10 +86,12 @@ class ToolExecution:
     async def result(self, claim: Claim, intent: ToolIntent, delivery: int) -> ToolResult | None:
         """The run's result, or None to leave it for a later delivery."""
         attempt = claim.attempt
-        if claim.cancelled:  # stopped by the Brain before this attempt: never execute it
-            return ToolResult(outcome="cancelled", error_code="cancelled",
-                              error="cancelled before this attempt ran", attempt=attempt)
         tool = self.tools.get(intent.tool)
+        if claim.cancelled:  # stopped by the Brain before this attempt: never execute it
+            if claim.recovering and tool is not None and tool.confirm_fn is not None:
+                # an earlier attempt may have acted before the cancel stopped it: ask
+                return await self._cancelled_after(tool, intent, attempt)
+            return _cancelled_before(attempt)
         if tool is None:
             return _error(attempt, "unknown_tool",
                           f"no tool named {intent.tool!r} is served here; "
@@ -138,6 +144,31 @@ class ToolExecution:
         recovery: Recovery = "reexecuted" if decision.action == "reexecute" else "none"
         return await self._execute(tool, args, intent, ctx, recovery)
 
+    async def _cancelled_after(self, tool: Tool, intent: ToolIntent, attempt: int
+                               ) -> ToolResult | None:
+        """A cancelled run whose earlier attempt ended without a result: a confirm tool's
+        confirm says whether that attempt acted (ok, confirmed) or not (cancelled); None
+        when it cannot tell yet (a later delivery asks again)."""
+        confirm_fn = tool.confirm_fn
+        assert confirm_fn is not None
+        try:
+            args = tool.parse_args(intent.arguments)
+        except ValidationError:
+            return _cancelled_before(attempt)
+        ctx = ToolContext(
+            session_id=intent.session_id, run_id=intent.run_id,
+            operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
+            http=self.http, log=self._log(tool.name))
+        confirm = functools.partial(self._isolated, tool, "confirm", args, ctx) \
+            if tool.isolation == "process" else \
+            functools.partial(_contained, confirm_fn, intent.operation_id, args, ctx)
+        found = await self._confirm_stopped(tool, confirm, "cancelled")
+        if found is _UNKNOWN:
+            return None
+        if found is not None:
+            return ToolResult(outcome="ok", output=found, recovery="confirmed", attempt=attempt)
+        return _cancelled_before(attempt)
+
     def _log(self, tool: str) -> Any:
         found = self._logs.get(tool)
         if found is None:
@@ -147,7 +178,7 @@ class ToolExecution:
     async def _execute(
         self, tool: Tool, args: BaseModel, intent: ToolIntent, ctx: ToolContext,
         recovery: Recovery,
-    ) -> ToolResult:
+    ) -> ToolResult | None:
         started = time.monotonic()
         attempt = ctx.attempt
         confirm_fn = tool.confirm_fn
@@ -172,15 +203,21 @@ class ToolExecution:
             raise
         except RunCancelled as exc:
             log.info("tool_cancelled")
-            if exc.output is None and (found := await self._confirm_stopped(
-                    tool, confirm, "cancelled")) is not None:
-                return ToolResult(outcome="ok", output=found, recovery="confirmed",
-                                  attempt=attempt, duration_ms=_ms_since(started))
+            if exc.output is None:
+                found = await self._confirm_stopped(tool, confirm, "cancelled")
+                if found is _UNKNOWN:
+                    return None  # a later delivery confirms first (see result())
+                if found is not None:
+                    return ToolResult(outcome="ok", output=found, recovery="confirmed",
+                                      attempt=attempt, duration_ms=_ms_since(started))
             return _cancelled(attempt, recovery, started, exc.output)
         except ToolError as exc:
             return _error(attempt, exc.code, exc.message, recovery, started)
         except _Timeout:
-            if (found := await self._confirm_stopped(tool, confirm, "timeout")) is not None:
+            found = await self._confirm_stopped(tool, confirm, "timeout")
+            if found is _UNKNOWN:
+                return None  # the outcome is unknown: a later delivery confirms first
+            if found is not None:
                 return ToolResult(outcome="ok", output=found, recovery="confirmed",
                                   attempt=attempt, duration_ms=_ms_since(started))
             stopped = " (stopped mid-call: it may have taken effect)" \
@@ -199,15 +236,19 @@ class ToolExecution:
         """A ``confirm`` tool stopped mid-call (its deadline passed, or a cancel) may have
         acted, as after an ambiguous error: its confirm function is asked, and a found
         result is the run's (else a mail that went out would read as never sent, and the
-        model would send it again). None when not found, or when confirm fails too."""
+        model would send it again). None when not found (or not a confirm tool);
+        :data:`_UNKNOWN` when confirm could not tell either (the outside system is down):
+        the run is left unfinished for a later delivery, which confirms first, as a
+        takeover does."""
         if confirm is None or tool.replay != "confirm":
             return None
         try:
             async with asyncio.timeout(min(tool.timeout, CONFIRM_STOPPED_S)):
                 found = await confirm()
-        except Exception as exc:  # the stop stands; the line says confirm could not tell
-            log.warning("confirm_after_stop_failed", stopped=why, error=bounded(_describe(exc)))
-            return None
+        except Exception as exc:  # cannot tell what happened: try again later
+            log.warning("confirm_after_stop_failed", stopped=why, error=bounded(_describe(exc)),
+                        note="left for a later delivery, which confirms first")
+            return _UNKNOWN
         if found is not None:
             log.info("confirm_adopted", reason=f"stopped mid-call ({why})")
         return found
@@ -412,6 +453,11 @@ def _error(
         outcome="error", error_code=code, error=message[:MAX_ERROR_TEXT], recovery=recovery,
         attempt=attempt, duration_ms=_ms_since(started) if started is not None else 0.0,
     )
+
+
+def _cancelled_before(attempt: int) -> ToolResult:
+    return ToolResult(outcome="cancelled", error_code="cancelled",
+                      error="cancelled before this attempt ran", attempt=attempt)
 
 
 def _cancelled(attempt: int, recovery: Recovery, started: float, output: Any = None

@@ -163,13 +163,55 @@ async def _serve_foreground(stack: DevStack, as_json: bool = False) -> None:
         stack.write_stack_file()
         _show_stack(stack.describe(), as_json)
         click.echo("running; Ctrl-C (or `baton dev down`) stops everything", err=as_json)
-        await stop.wait()
+        watching = asyncio.ensure_future(_watch_servers(stack, stop))
+        try:
+            await stop.wait()
+        finally:
+            watching.cancel()
         click.echo("stopping: services drain, then the servers stop", err=as_json)
     finally:
         await stack.stop()
         info = read_stack({"BATON_HOME": str(stack.base_dir)})
         if info and info.get("supervisor_pid") == os.getpid():
             path.unlink(missing_ok=True)
+
+
+#: How often the dev supervisor looks at its Redis and NATS servers.
+SERVER_CHECK_S = 2.0
+
+
+async def _watch_servers(stack: DevStack, stop: asyncio.Event) -> None:
+    """A server of the stack that exits is said so on stderr (the stack's dev.log when
+    detached), and started again on its port with its data where that is safe: NATS
+    always (the relays create the streams again), Redis when the stack is durable (an
+    empty Redis would be lost state: the workers stop with StoreEpochError). Single-server
+    stacks only; a cluster's nodes fail over among themselves."""
+    servers = stack.servers
+    if servers is None:
+        return
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SERVER_CHECK_S)
+        for name, server, safe in (("nats", servers.nats, True),
+                                   ("redis", servers.redis, stack.durable)):
+            code = server.exit_code
+            if code is None or stop.is_set():
+                continue
+            if not safe:
+                click.echo(f"{name} exited (code {code}); this stack is not durable, so its "
+                           "data is gone: `baton dev down`, then `baton dev up` (with "
+                           "--durable a restart keeps the data)", err=True)
+                server.kill()  # forget the process: said once
+                continue
+            click.echo(f"{name} exited (code {code}); starting it again on its port with "
+                       "its data", err=True)
+            try:
+                await server.restart()
+            except Exception as exc:  # said; the stack goes on without it
+                click.echo(f"{name} did not start again: {exc}", err=True)
+                continue
+            stack.write_stack_file()  # its new pid
+            click.echo(f"{name} is back (pid {server.pid})", err=True)
 
 
 def _stop_stack(base: Path, as_json: bool = False) -> None:

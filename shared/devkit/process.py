@@ -140,6 +140,12 @@ class ServerProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        """The code the process exited with on its own (reaped), else None: still running,
+        never started, or stopped by :meth:`stop` / :meth:`kill`."""
+        return self._proc.poll() if self._proc is not None else None
+
     async def start(self) -> None:
         """Start the process and return once it serves; retry other ports on a bind conflict."""
         if self.running:

@@ -92,9 +92,16 @@ async def slow_send(args: TextArgs, ctx: ToolContext) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
+CONFIRM_DOWN: set[str] = set()  # operation ids whose confirm cannot reach the provider
+CONFIRM_FAILED: Counter[str] = Counter()  # operation id -> confirms that failed
+
+
 @slow_send.confirm
 async def slow_send_happened(operation_id: str, args: TextArgs,
                              ctx: ToolContext) -> dict[str, Any] | None:
+    if operation_id in CONFIRM_DOWN:
+        CONFIRM_FAILED[operation_id] += 1
+        raise ConnectionError("the provider is down")
     return ACTED.get(operation_id)
 
 

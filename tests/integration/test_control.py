@@ -134,7 +134,7 @@ async def test_cancel_before_claim_and_idempotent_answers(
             async def dispatched() -> bool:
                 return len((await client.store.load(sid)).runs) == 2
             await eventually(dispatched, timeout=10)
-            first = await client.cancel(sid)
+            first = await client.cancel(sid, reason="changed my mind")
             again = await client.cancel(sid)
             final = await client.wait(sub, timeout=10)
             after = await client.cancel(sid)
@@ -149,6 +149,7 @@ async def test_cancel_before_claim_and_idempotent_answers(
     assert after.status == "finished"
     assert final.status == "cancelled", final
     assert task.state.name == "terminal" and task.state.outcome == "cancelled"
+    assert task.state.reason == "changed my mind"  # the client's reason, on a generation too
     assert len(runs) == 2 and all(r.result and r.result.outcome == "cancelled"
                                   for r in runs.values())
     assert all(r.attempt == 0 for r in runs.values())  # never claimed

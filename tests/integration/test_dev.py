@@ -184,3 +184,65 @@ def test_baton_dev_model_without_its_key_fails_in_one_line(tmp_path: Path) -> No
     assert done.returncode != 0
     assert "needs ANTHROPIC_API_KEY" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "home" / "dev.json").exists()
+
+
+def test_a_durable_stacks_servers_are_started_again_when_they_die(tmp_path: Path) -> None:
+    """A SIGKILLed redis-server or nats-server stayed dead (a zombie), with no line in
+    dev.log and `dev status` showing it down; a durable stack starts each again on its port
+    with its data, says so, and serves on."""
+    import signal
+    import time
+
+    env = {"BATON_HOME": str(tmp_path / "home")}
+    _baton("dev", "up", "--detach", "--durable", "--hands", "1", "--no-api", env=env)
+    try:
+        out = _baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com",
+                     env=env)
+        assert json.loads(out.splitlines()[-1])["status"] == "completed"
+        before = {p["name"]: p["pid"] for p in
+                  json.loads(_baton("dev", "status", "--json", env=env))["processes"]}
+        for name in ("redis", "nats"):
+            os.kill(before[name], signal.SIGKILL)
+
+        def back() -> bool:
+            procs = json.loads(_baton("dev", "status", "--json", env=env))["processes"]
+            now = {p["name"]: (p["pid"], p["alive"]) for p in procs}
+            return all(now[n][1] and now[n][0] != before[n] for n in ("redis", "nats"))
+
+        deadline = time.monotonic() + 60  # polled with a deadline: restarts take a moment
+        while not back():
+            assert time.monotonic() < deadline, "redis and nats were not started again"
+            time.sleep(0.2)
+        log = (tmp_path / "home" / "logs" / "dev.log").read_text()
+        assert "redis exited (code -9); starting it again" in log and "redis is back" in log
+        assert "nats exited (code -9)" in log and "nats is back" in log
+        out = _baton("submit", "--wait", "--json", "--timeout", "90",
+                     "Send the approved notice to grace@example.com", env=env, timeout=120)
+        assert json.loads(out.splitlines()[-1])["status"] == "completed"
+    finally:
+        _baton("dev", "down", env=env)
+
+
+def test_a_non_durable_stack_says_its_redis_is_gone_and_does_not_restart_it(
+    tmp_path: Path,
+) -> None:
+    """An empty Redis in its place would be lost state (the workers stop on the store
+    epoch): the stack says what to do instead."""
+    import signal
+    import time
+
+    env = {"BATON_HOME": str(tmp_path / "home")}
+    _baton("dev", "up", "--detach", "--hands", "1", "--no-api", env=env)
+    try:
+        status = json.loads(_baton("dev", "status", "--json", env=env))
+        redis = next(p["pid"] for p in status["processes"] if p["name"] == "redis")
+        os.kill(redis, signal.SIGKILL)
+        log = tmp_path / "home" / "logs" / "dev.log"
+        deadline = time.monotonic() + 60  # polled with a deadline
+        while "redis exited" not in log.read_text():
+            assert time.monotonic() < deadline, "no line about redis in dev.log"
+            time.sleep(0.2)
+        assert "this stack is not durable, so its data is gone" in log.read_text()
+        assert "redis is back" not in log.read_text()
+    finally:
+        _baton("dev", "down", env=env)

@@ -14,6 +14,8 @@ from tests.helpers import eventually
 from tests.integration.hands_app import (
     ACTED,
     CALLS,
+    CONFIRM_DOWN,
+    CONFIRM_FAILED,
     commit_runs,
     dispatch,
     make_intent,
@@ -59,3 +61,40 @@ async def test_a_confirm_tool_cancelled_mid_call_adopts_what_confirm_finds(
         await settled(bus, "held_send")
     assert (result.outcome, result.recovery, result.output) == (
         "ok", "confirmed", {"sent": intent.operation_id})
+
+
+async def test_a_stopped_confirm_tool_whose_confirm_cannot_tell_is_decided_later(
+    hs: Settings, store: Store, bus: Bus
+) -> None:
+    """The provider down past the deadline: confirm fails too, and the run read 'failed
+    (timeout)' (or 'cancelled') while the mail had gone out. It is left unfinished and a
+    later delivery confirms first, once the provider answers."""
+    session = new_id("s")
+    timed_out = make_intent(bus, session, "slow_send", {"text": "acts"})
+    cancelled = make_intent(bus, session, "held_send", {"text": "acts"})
+    await commit_runs(store, bus, session, [timed_out, cancelled])
+    down = {timed_out.operation_id, cancelled.operation_id}
+    CONFIRM_DOWN.update(down)
+    hs = hs.model_copy(update={"attempt_ttl_ms": 300})
+    try:
+        async with running(hs, tools=["slow_send", "held_send"]):
+            for intent in (timed_out, cancelled):
+                await dispatch(bus, intent)
+            await eventually(lambda: ACTED.get(cancelled.operation_id), timeout=10)
+            await store.redis.hset(store.keys.session(session).intents,
+                                   f"{cancelled.run_id}.cancel", now_ms())
+            # both stopped, and confirm failed for both: no result was recorded
+            await eventually(lambda: all(CONFIRM_FAILED[o] for o in down), timeout=20)
+            for intent in (timed_out, cancelled):
+                run = await store.runs.get(session, intent.run_id)
+                assert run is not None and run.result is None, run
+            CONFIRM_DOWN.difference_update(down)  # the provider answers again
+            results = [await asyncio.wait_for(result_of(store, i), 30)
+                       for i in (timed_out, cancelled)]
+            await settled(bus, "slow_send", "held_send")
+    finally:
+        CONFIRM_DOWN.difference_update(down)
+    for intent, result in zip((timed_out, cancelled), results, strict=True):
+        assert (result.outcome, result.recovery, result.output) == (
+            "ok", "confirmed", {"sent": intent.operation_id}), result
+        assert CALLS[intent.run_id] == 1  # never sent again
