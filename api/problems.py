@@ -174,20 +174,28 @@ class _BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._refuse(scope, receive, send)
             return
-        seen = 0
+        seen, too_large = 0, False
 
         async def counting() -> Message:  # a chunked body declares no length
-            nonlocal seen
+            nonlocal seen, too_large
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
+                if seen > self.limit:  # stop reading: to the app, the client went away
+                    too_large = True
+                    return {"type": "http.disconnect"}
             return message
 
+        async def sending(message: Message) -> None:
+            if not too_large:  # the app's answer to a body cut short is replaced
+                await send(message)
+
         try:
-            await self.app(scope, counting, send)
-        except _TooLarge:
+            await self.app(scope, counting, sending)
+        except Exception:
+            if not too_large:
+                raise
+        if too_large:
             await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -195,10 +203,6 @@ class _BodyLimit:
         response = problem_response(413, "payload_too_large", f"the request body is over "
                                     f"{self.limit} bytes", Request(scope))
         await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def install(app: FastAPI, max_body: int) -> None:

@@ -519,7 +519,7 @@ class Client:
             raise WaitTimeout(
                 f"{what} in session {session_id} within {timeout:g} s; it goes on ({why}): "
                 f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
-                f"{session_id}`", session_id=session_id) from None
+                f"{session_id}`", session_id=session_id, why=why) from None
         finally:
             signals.discard(signal)
             if not signals and self._waiters.get(channel) is signals:

@@ -237,6 +237,7 @@ class WaitTimeout(BatonError, TimeoutError):
     retryable = True
     code = "wait_timeout"
     session_id: str
+    why: str  # what the session most likely waits for, in words ("" when not known)
 
 
 class LeaseBusyError(BatonError):

@@ -283,6 +283,9 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     live_runs = _runs_each(f, sk.runs, merged)
     runs = {**_runs_each(f, sk.runs_done, raw["runs_done"]), **live_runs}
     submissions = _decode_each(f, "submission", raw["subs"], Submission)
+    # a submission whose request no Brain took up yet waits in the inbox: accepted
+    submissions |= {q.submission.id: q.submission for q in parse_requests(raw["inbox"])
+                    if q.submission is not None and q.submission.id not in submissions}
     start = int(raw["entry_count"]) - len(page)
     for i, e in enumerate(page):
         f.parse(f"entry {start + i} does not parse", None, decode, Entry, e)

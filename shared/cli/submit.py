@@ -79,11 +79,13 @@ def _final_text(sub: Submission) -> str:
     return f"{sub.status}: {sub.error or sub.answer or '(no detail)'}"
 
 
-def _timed_out(what: str, session_id: str, status: str, timeout: float) -> CliError:
+def _timed_out(what: str, session_id: str, status: str, timeout: float,
+               exc: BaseException | None = None) -> CliError:
+    why = getattr(exc, "why", "")  # what it most likely waits for (Client.wait found out)
     return CliError(
-        f"{what} in session {session_id} is still {status} after {timeout:g} s; follow it with "
-        f"`baton watch {session_id}` or see its timeline with `baton trace {session_id}`",
-        EXIT_TIMEOUT)
+        f"{what} in session {session_id} is still {status} after {timeout:g} s"
+        f"{f' ({why})' if why else ''}; follow it with `baton watch {session_id}` or see "
+        f"its timeline with `baton trace {session_id}`", EXIT_TIMEOUT)
 
 
 @click.command()
@@ -118,8 +120,9 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
     async def go() -> int:
         client = await Client.connect(config)
         try:
-            await _check_brains(client, agent, compat, require_brain, session_id=session_id)
             with _granted_sessions_hint(session_id, request_id):
+                await _check_brains(client, agent, compat, require_brain,
+                                    session_id=session_id)
                 sub, created = await client.submit(body, agent=agent, compat=compat,
                                                    session_id=session_id,
                                                    request_id=request_id)
@@ -129,10 +132,10 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
                 return 0
             try:
                 final = await client.wait(sub, timeout)
-            except TimeoutError:
+            except TimeoutError as exc:
                 now = await client.store.submission(sub.session_id, sub.id)
                 raise _timed_out(f"submission {sub.id}", sub.session_id, now.status,
-                                 timeout) from None
+                                 timeout, exc) from None
             emit(as_json, final.model_dump(mode="json"), lambda: _final_text(final))
             return 0 if final.status == "completed" else 1
         finally:
@@ -174,9 +177,9 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
         client = await Client.connect(config)
         try:
             name = agent_for(kind, agent)
-            await _check_brains(client, name, compat, require_brain, "starting", session_id,
-                                kind)
             with _granted_sessions_hint(session_id, request_id):
+                await _check_brains(client, name, compat, require_brain, "starting",
+                                    session_id, kind)
                 sid, task_id, created = await client.start_task(
                     session_id, kind, task_input, agent=name, compat=compat,
                     request_id=request_id)
@@ -187,9 +190,10 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
                 return 0
             try:
                 task = await client.wait_task(sid, task_id, timeout)
-            except TimeoutError:
+            except TimeoutError as exc:
                 now = await client.store.task(sid, task_id)
-                raise _timed_out(f"task {task_id}", sid, now.state.name, timeout) from None
+                raise _timed_out(f"task {task_id}", sid, now.state.name, timeout,
+                                 exc) from None
             ok = task.state.name == "terminal" and task.state.outcome == "completed"
             emit(as_json, task.model_dump(mode="json"), lambda: _task_text(task))
             return 0 if ok else 1

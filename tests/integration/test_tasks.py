@@ -323,6 +323,11 @@ async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Clie
             client.store.keys.session(session_for(None, request)).inbox)
     sub, created = await client.submit("hello?", agent="ghost")  # kept, with a warning
     assert created and sub.status == "accepted"
+    from baton.cli.inspect import session_view
+
+    view = await session_view(client.store, sub.session_id)  # its submission was not listed
+    assert [(s["submission_id"], s["status"]) for s in view["submissions"]] == [
+        (sub.id, "accepted")]
     from baton.errors import WaitTimeout
 
     with pytest.raises(WaitTimeout, match="no live Brain serves agent ghost at compat"):

@@ -7,8 +7,13 @@ from collections.abc import AsyncIterator
 
 import httpx
 from fastapi import FastAPI, Request
+from pydantic import BaseModel
 
 from baton.api import problems
+
+
+class Body(BaseModel):
+    text: str
 
 
 def _app() -> FastAPI:
@@ -18,6 +23,10 @@ def _app() -> FastAPI:
     @app.post("/echo")
     async def echo(request: Request) -> dict[str, int]:
         return {"read": len(await request.body())}
+
+    @app.post("/json")
+    async def parsed(body: Body) -> dict[str, int]:  # FastAPI parses (and catches) itself
+        return {"read": len(body.text)}
 
     return app
 
@@ -37,3 +46,8 @@ async def test_a_body_over_the_limit_is_refused_declared_or_chunked() -> None:
 
         chunked = await http.post("/echo", content=chunks())
         assert chunked.status_code == 413
+        # a parsed JSON body: FastAPI turned the cut-off read into its own 400
+        parsed = await http.post("/json", content=chunks(),
+                                 headers={"Content-Type": "application/json"})
+        assert parsed.status_code == 413, parsed.text
+        assert parsed.json()["code"] == "payload_too_large"

@@ -27,3 +27,17 @@ def test_with_a_session_it_asks_whether_it_is_granted() -> None:
     with pytest.raises(CliError, match="is session other-1 outside this credential's granted"), \
             _granted_sessions_hint("other-1", None):
         raise _refused()
+
+
+def test_a_wait_that_timed_out_says_what_it_waits_for() -> None:
+    """`baton submit --wait` said only 'is still running after 4 s' while Client.wait knew
+    a run awaited approval."""
+    from baton.cli.submit import _timed_out
+    from baton.errors import WaitTimeout
+
+    exc = WaitTimeout("...", session_id="s-1",
+                      why="1 tool run(s) await a decision: `baton approve r --session s-1`")
+    text = _timed_out("submission sub-1", "s-1", "accepted", 4, exc).format_message()
+    assert "is still accepted after 4 s (1 tool run(s) await a decision" in text
+    plain = _timed_out("submission sub-1", "s-1", "accepted", 4).format_message()
+    assert "after 4 s; follow it" in plain
