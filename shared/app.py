@@ -386,10 +386,13 @@ def load_app(spec: str) -> App:
     except ConfigError:  # a declaration the app's module made is refused: says which
         raise
     except Exception as exc:  # the app's own code failed while its module was imported
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        raise ConfigError(
-            f"importing app module {module_name!r} failed: {type(exc).__name__}: {exc} "
-            f"(at {os.path.basename(where.filename)}:{where.lineno})") from exc
+        if isinstance(exc, SyntaxError):  # where the parser stopped, not the importer
+            at = f"{os.path.basename(exc.filename or '?')}:{exc.lineno}"
+        else:
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            at = f"{os.path.basename(where.filename)}:{where.lineno}"
+        raise ConfigError(f"importing app module {module_name!r} failed: "
+                          f"{type(exc).__name__}: {exc} (at {at})") from exc
     if not hasattr(module, attr):
         raise ConfigError(f"app module {module_name!r} has no attribute {attr!r} (--app "
                           f"{spec})")

@@ -332,7 +332,8 @@ def without_password(url: str) -> str:
     userinfo, at, hosts = rest.rpartition("@")
     if not sep or not at:
         return url
-    return f"{scheme}://{userinfo.partition(':')[0]}@{hosts}"
+    user = userinfo.partition(":")[0]  # redis://:password@host names no user: none shown
+    return f"{scheme}://{user}@{hosts}" if user else f"{scheme}://{hosts}"
 
 
 def redis_user(settings: Settings) -> str:

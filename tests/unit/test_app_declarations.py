@@ -138,6 +138,10 @@ def test_an_app_module_that_fails_is_the_apps_error_not_a_bug_in_baton(
         load_app("baton_boom_app:app")
     with pytest.raises(ConfigError, match="app module 'baton_ok_app' has no attribute 'nope'"):
         load_app("baton_ok_app:nope")
+    (tmp_path / "baton_typo_app.py").write_text("x = 1\ndef f(:\n")
+    monkeypatch.delitem(sys.modules, "baton_typo_app", raising=False)
+    with pytest.raises(ConfigError, match=r"SyntaxError: .*\(at baton_typo_app.py:2\)"):
+        load_app("baton_typo_app:app")
 
 
 def test_a_missing_extra_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
