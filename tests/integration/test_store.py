@@ -340,10 +340,12 @@ async def test_a_deadline_that_keeps_firing_backs_off_until_a_commit_arms_it_aga
     box = Outbox(store.redis, store.keys)
     shard = store.keys.shard_of("s12b")
     lease = await store.acquire("s12b", BRAIN, 5000)
-    await store.commit("s12b", lease.fence, Writes(deadline_ms=1), BRAIN)  # due at once
+    await store.commit("s12b", lease.fence, Writes(deadline_ms=1), BRAIN)  # armed by a commit
     relay = await box.lease("acquire", shard, "relay-1", 5000)
     timers = store.keys.timers(shard)
     [member] = [m for m in await store.redis.zrange(timers, 0, -1) if "|s12b|" in m]
+    assert float(await store.redis.zscore(timers, member) or 0).is_integer()  # k = 0
+    await store.redis.zadd(timers, {member: 1})  # due now (1 ms ahead may be this same ms)
     interval = 10_000
     waits = []
     for _ in range(8):
