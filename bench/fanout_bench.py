@@ -76,7 +76,7 @@ async def measure(topology: str, redis_url: str, others: int) -> dict[str, Any]:
         waiter = asyncio.create_task(client.wait(mine, timeout=120))
         # The first wait of a channel subscribes before it reads; give the SSUBSCRIBE time
         # to reach the server before the others settle (a figure, not a test).
-        await client._subscribed.wait()
+        await client.settled.subscribed.wait()
         await asyncio.sleep(0.1)
         started = time.perf_counter()
         for i in range(0, others, 64):

@@ -48,6 +48,7 @@ from baton.store.control import CancelAnswer
 from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
 from baton.store.notices import submission_in
+from baton.store.settled import SettledChannels
 from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
@@ -143,13 +144,7 @@ class Client:
         self.warn_unserved = True
         # (agent, compat, task kind) -> when to read the liveness records again
         self._served: dict[tuple[str, int, str], float] = {}
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
-        self._listener: asyncio.Task[None] | None = None
-        self._pubsub: Any = None
-        self._subscribed = asyncio.Event()  # some channel is subscribed: the listener reads
-        self._sub_lock = asyncio.Lock()
-        #: Notifications this client received (for tests and the fan-out benchmark).
-        self.notifications = 0
+        self.settled = SettledChannels(store.redis)  # what the waits listen to
         # Set by connect(): a "not found" is checked against it, so a store that lost its
         # state raises StoreEpochError instead.
         self.epoch: StoreEpoch | None = None
@@ -195,14 +190,14 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def notifications(self) -> int:
+        """Settled notifications this client heard (for tests and the fan-out benchmark)."""
+        return self.settled.heard
+
     async def close(self) -> None:
         """Stop listening for settled sessions and close the connections; idempotent."""
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.wait({self._listener}, timeout=2.0)
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
+        await self.settled.close()
         await self.store.close()
 
     async def submit(
@@ -484,12 +479,8 @@ class Client:
         cost each waiter one more round trip."""
         channel = self.store.keys.settled_channel(session_id)
         unreachable: list[BaseException] = []  # the last read's error while Redis is away
-        signals = self._waiters.setdefault(channel, set())
-        signal: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        signals.add(signal)
+        signal = await self.settled.join(channel)
         try:
-            if len(signals) == 1:
-                await self._subscribe(channel)
             async with asyncio.timeout(timeout):
                 while True:
                     # Redis away for a while (a restart, a failover) is waited out to the
@@ -502,9 +493,7 @@ class Client:
                     await asyncio.wait({signal}, timeout=1.0)
                     if signal.done():
                         message = signal.result()
-                        signals.discard(signal)
-                        signal = asyncio.get_running_loop().create_future()
-                        signals.add(signal)
+                        signal = self.settled.again(channel, signal)
                         heard = notice(message) if notice is not None else None
                         if heard is not None and done(heard):
                             return heard
@@ -521,10 +510,7 @@ class Client:
                 f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
                 f"{session_id}`", session_id=session_id, why=why) from None
         finally:
-            signals.discard(signal)
-            if not signals and self._waiters.get(channel) is signals:
-                del self._waiters[channel]
-                await self._unsubscribe(channel)
+            await self.settled.leave(channel, signal)
 
     async def _why_waiting(self, session_id: str) -> str:
         """What a wait that timed out most likely waits for, in words: a person's decision,
@@ -582,54 +568,6 @@ class Client:
                     raise from_redis_error(exc, session_id=session_id) from exc
                 log.debug("wait_read_retry", error=str(exc))
                 await asyncio.sleep(0.2)
-
-    async def _subscribe(self, channel: str) -> None:
-        """SSUBSCRIBE to a session's channel; on failure waits re-read every second."""
-        async with self._sub_lock:
-            try:
-                if self._pubsub is None:
-                    self._pubsub = self.store.redis.pubsub()
-                await self._pubsub.ssubscribe(channel)
-            except Exception as exc:
-                log.warning("settled_subscribe_failed", channel=channel, error=error_text(exc))
-                return
-            self._subscribed.set()
-            if self._listener is None or self._listener.done():
-                self._listener = asyncio.create_task(self._dispatch(self._pubsub),
-                                                     name="settled-listener")
-
-    async def _unsubscribe(self, channel: str) -> None:
-        async with self._sub_lock:
-            if self._pubsub is None or channel in self._waiters:
-                return
-            with contextlib.suppress(Exception):
-                await self._pubsub.sunsubscribe(channel)
-            if not self._waiters:
-                self._subscribed.clear()
-
-    async def _dispatch(self, pubsub: Any) -> None:
-        """Wake the waiters of each notification; one task per client, only while some
-        channel is subscribed (a pub/sub read needs a subscribed connection)."""
-        sharded = hasattr(pubsub, "get_sharded_message")  # a cluster: one connection per node
-        while True:
-            await self._subscribed.wait()
-            try:
-                if sharded:
-                    if not pubsub.node_pubsub_mapping:
-                        await asyncio.sleep(0.2)
-                        continue
-                    msg = await pubsub.get_sharded_message(timeout=0.2)
-                else:
-                    msg = await pubsub.get_message(timeout=1.0)
-            except Exception:  # connection lost: waiters fall back to re-reading each second
-                await asyncio.sleep(0.5)
-                continue
-            if msg is None or msg.get("type") not in ("smessage", "message"):
-                continue
-            self.notifications += 1
-            for signal in self._waiters.get(msg.get("channel"), ()):
-                if not signal.done():
-                    signal.set_result(msg.get("data"))  # see baton.store.notices
 
 
 def agent_for(kind: str, agent: str | None) -> str:
