@@ -42,7 +42,7 @@ async def list_sessions(
     found = Findings()
     ids, total = await newest_sessions(store, SCAN_LIMIT, since_ms=since_ms, until_ms=until_ms,
                                        findings=found)
-    if any("not readable with this credential" in f for f in found):
+    if found.refused("sessions index"):
         # An empty list would read as "no sessions": the API's credential cannot list them.
         raise ForbiddenError(redis_user(store.settings), "read", "the sessions index",
                              "the API lists sessions with a credential that reads every "

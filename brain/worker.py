@@ -24,7 +24,7 @@ from baton.brain.model import model_client
 from baton.brain.registry import Registry
 from baton.brain.session import BrainContext, SessionPass
 from baton.bus.bus import Bus
-from baton.bus.messages import carrier_of, delivery_count, heartbeat, retry_later
+from baton.bus.messages import carrier_of, delivery_count, heartbeat, retry_later, settle
 from baton.bus.nudge import TimerNudge
 from baton.bus.subjects import BusNames
 from baton.errors import (
@@ -243,7 +243,7 @@ class BrainWorker(Service):
         except BatonError as exc:
             outcome = "error"
             log.error("wake_failed", error=logs.bounded(exc), code=exc.code)
-            await _nak(msg, 1.0)
+            await settle(msg.nak(delay=1.0))
         except Exception as exc:  # a KeyError in a parser, a bug: the same bound, no loop
             outcome = await self._poisoned(msg, sid, exc)
         finally:
@@ -267,20 +267,13 @@ class BrainWorker(Service):
                 self.context.store, sid, exc, self.settings.poison_limit)
         except BatonError as err:  # Redis away: the redelivery counts it later
             log.warning("poison_count_failed", error=str(err))
-            await _nak(msg, 1.0)
+            await settle(msg.nak(delay=1.0))
             return "error"
         if verdict.quarantined:
             await msg.ack()
             return "quarantined"
-        await _nak(msg, 1.0)
+        await settle(msg.nak(delay=1.0))
         return "poisoned"
-
-
-async def _nak(msg: Msg, delay: float) -> None:
-    try:
-        await msg.nak(delay=delay)
-    except Exception as exc:  # connection gone: redelivery after ack_wait does the same
-        log.warning("nak_failed", error=str(exc))
 
 
 async def main(settings: Settings, app_spec: str) -> None:

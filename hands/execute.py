@@ -108,11 +108,7 @@ class ToolExecution:
             delivery=delivery,
             max_deliver=self.settings.max_deliver,
         )
-        ctx = ToolContext(
-            session_id=intent.session_id, run_id=intent.run_id,
-            operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
-            http=self.http, log=self._log(tool.name),
-        )
+        ctx = self._context(tool, intent, attempt)
         if decision.action == "interrupt":
             return ToolResult(outcome="interrupted", error_code="interrupted",
                               error=decision.reason, recovery="interrupted", attempt=attempt)
@@ -149,25 +145,34 @@ class ToolExecution:
         """A cancelled run whose earlier attempt ended without a result: a confirm tool's
         confirm says whether that attempt acted (ok, confirmed) or not (cancelled); None
         when it cannot tell yet (a later delivery asks again)."""
-        confirm_fn = tool.confirm_fn
-        assert confirm_fn is not None
         try:
             args = tool.parse_args(intent.arguments)
         except ValidationError:
             return _cancelled_before(attempt)
-        ctx = ToolContext(
-            session_id=intent.session_id, run_id=intent.run_id,
-            operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
-            http=self.http, log=self._log(tool.name))
-        confirm = functools.partial(self._isolated, tool, "confirm", args, ctx) \
-            if tool.isolation == "process" else \
-            functools.partial(_contained, confirm_fn, intent.operation_id, args, ctx)
-        found = await self._confirm_stopped(tool, confirm, "cancelled")
+        ctx = self._context(tool, intent, attempt)
+        found = await self._confirm_stopped(
+            tool, self._confirm_call(tool, intent, args, ctx), "cancelled")
         if found is _UNKNOWN:
             return None
         if found is not None:
             return ToolResult(outcome="ok", output=found, recovery="confirmed", attempt=attempt)
         return _cancelled_before(attempt)
+
+    def _context(self, tool: Tool, intent: ToolIntent, attempt: int) -> ToolContext:
+        return ToolContext(
+            session_id=intent.session_id, run_id=intent.run_id,
+            operation_id=intent.operation_id, attempt=attempt, settings=self.settings,
+            http=self.http, log=self._log(tool.name))
+
+    def _confirm_call(self, tool: Tool, intent: ToolIntent, args: BaseModel,
+                      ctx: ToolContext) -> Callable[[], Awaitable[Any]] | None:
+        """The tool's confirm for this run, ready to await (in a child process for an
+        isolated tool); None for a tool without one."""
+        if tool.confirm_fn is None:
+            return None
+        if tool.isolation == "process":
+            return functools.partial(self._isolated, tool, "confirm", args, ctx)
+        return functools.partial(_contained, tool.confirm_fn, intent.operation_id, args, ctx)
 
     def _log(self, tool: str) -> Any:
         found = self._logs.get(tool)
@@ -181,17 +186,12 @@ class ToolExecution:
     ) -> ToolResult | None:
         started = time.monotonic()
         attempt = ctx.attempt
-        confirm_fn = tool.confirm_fn
-        confirm = (lambda: confirm_fn(intent.operation_id, args, ctx)) if confirm_fn else None
+        confirm = self._confirm_call(tool, intent, args, ctx)
         # A plain tool's function directly (Tool.__call__ only awaits it), else the tool
         call: Callable[[], Awaitable[Any]] = functools.partial(
             _contained, tool.fn if type(tool).__call__ is Tool.__call__ else tool, args, ctx)
-        if confirm is not None:
-            confirm = functools.partial(_contained, confirm)
         if tool.isolation == "process":  # the tool, and its confirm, in a child process
             call = functools.partial(self._isolated, tool, "tool", args, ctx)
-            if confirm_fn is not None:
-                confirm = functools.partial(self._isolated, tool, "confirm", args, ctx)
         try:
             output, confirmed = await self._supervised(
                 intent, ctx, self._deadline(tool), lambda: retries.call_with_retries(

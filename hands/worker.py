@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ from nats.aio.msg import Msg
 
 from baton.app import App, Tool, load_app
 from baton.bus.bus import Bus, Puller
-from baton.bus.messages import Beats, carrier_of, delivery_count, retry_later
+from baton.bus.messages import Beats, carrier_of, delivery_count, retry_later, settle
 from baton.errors import (
     ConfigError,
     NatsUnavailable,
@@ -262,7 +261,7 @@ class HandsWorker(Service):
                 bind(worker=self.name, delivery=delivery)
                 done.outcome = "dead_letter"
                 await self._dead_letter(msg, str(exc), delivery)
-                await _settle(msg.term())
+                await settle(msg.term())
                 return
             bind(worker=self.name, delivery=delivery, session_id=dispatch.session_id,
                  run_id=dispatch.run_id, tool=dispatch.tool)  # one bind: it copies the context
@@ -270,7 +269,7 @@ class HandsWorker(Service):
             if mismatch:
                 done.outcome = "dead_letter"
                 await self._dead_letter(msg, mismatch, delivery)
-                await _settle(msg.term())
+                await settle(msg.term())
                 return
             async with self._beats.beating(msg):
                 await self._process(msg, dispatch, delivery, done)
@@ -284,7 +283,7 @@ class HandsWorker(Service):
         except Exception:
             done.outcome = "crashed"
             log.exception("tool_message_failed")
-            await _settle(msg.nak(delay=RETRY_DELAY_S))
+            await settle(msg.nak(delay=RETRY_DELAY_S))
         finally:  # routine (first delivery, ok, nothing recovered): counted, at DEBUG
             self._lines.line(
                 done.outcome == "ok" and done.recovery == "none" and delivery == 1,
@@ -326,7 +325,7 @@ class HandsWorker(Service):
         key = (dispatch.session_id, dispatch.run_id)
         if key in self._active:  # a duplicate of a message being handled here
             done.outcome = "busy"
-            await _settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
+            await settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
             return
         self._active.add(key)
         try:
@@ -350,7 +349,7 @@ class HandsWorker(Service):
             await self._dead_letter(msg, f"tool mismatch: the message names {exc.presented!r}, "
                                          f"the run's committed intent {bounded(exc.committed)!r}",
                                     delivery)
-            await _settle(msg.term())
+            await settle(msg.term())
             return
         if claim.status == "busy" and await self._holder_gone(claim.holder):
             # The holder's connection is gone (its process died): take over now, not after
@@ -362,16 +361,16 @@ class HandsWorker(Service):
             )
         if claim.status == "done":
             done.outcome = "duplicate"
-            await _settle(msg.ack())
+            await settle(msg.ack())
             return
         if claim.status == "gone":
             done.outcome = "dead_letter"
             await self._dead_letter(msg, "unknown run", delivery)
-            await _settle(msg.ack())
+            await settle(msg.ack())
             return
         if claim.status == "busy":  # another live attempt: never take it over
             done.outcome = "busy"
-            await _settle(msg.nak(delay=claim.remaining_ms / 1000 + BUSY_MARGIN_S))
+            await settle(msg.nak(delay=claim.remaining_ms / 1000 + BUSY_MARGIN_S))
             return
         self.faults.hit("hands.after_claim")
         assert claim.intent is not None
@@ -395,7 +394,7 @@ class HandsWorker(Service):
             return  # the new owner completes and acks
         if result is None:  # recovery could not decide now: the next delivery tries again
             done.outcome = "retry"
-            await _settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
+            await settle(msg.nak(delay=self.settings.attempt_ttl_ms / 1000 + BUSY_MARGIN_S))
             return
         self.faults.hit("hands.after_effect")
         result = self.execution.limit(result)
@@ -408,7 +407,7 @@ class HandsWorker(Service):
             done.outcome = "complete_refused"
             return  # stale: the attempt that took over completes and acks
         self.faults.hit("hands.after_complete")
-        await _settle(msg.ack())
+        await settle(msg.ack())
 
     async def _still_ours(self, intent: ToolIntent, attempt: int) -> bool:
         """After a claim whose reply came late (a replica's acknowledgement waited for in a
@@ -473,14 +472,6 @@ class HandsWorker(Service):
             self.store.redis, self.store.keys, role="hands", source="hands", reason=reason,
             payload=msg.data, subject=msg.subject, delivery=delivery, worker=self.name,
         )
-
-
-async def _settle(op: Awaitable[None]) -> None:
-    """Ack / nak / term: fire-and-forget on the wire; a closed connection only logs."""
-    try:
-        await op
-    except Exception as exc:
-        log.warning("message_settle_failed", error=error_text(exc))
 
 
 async def main(settings: Settings, app_spec: str, tools: list[str] | None = None) -> None:

@@ -49,6 +49,7 @@ from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
 from baton.store.notices import submission_in
 from baton.store.settled import SettledChannels
+from baton.store.state import is_request
 from baton.store.store import Store, now_ms, worker_ref
 
 GENERATION = "generation"
@@ -380,8 +381,7 @@ class Client:
                 p.hkeys(sk.inbox)
                 live, inbox = await p.execute()
             # A request no Brain took up yet is work too: its task exists only once taken
-            return not live and not any(str(k).startswith(("submit:", "start:"))
-                                        for k in inbox)
+            return not live and not any(is_request(str(k)) for k in inbox)
 
         what = f"task {task_id}" if task_id else "the cancelled work"
         return await self._until(session_id, ended, bool, timeout, what=f"{what} has not ended")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import NamedTuple
 
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
@@ -24,7 +24,7 @@ from baton.receipts import Carrier
 
 __all__ = [
     "RELAY_HEADER", "RELAY_PUBLISHED_HEADER", "Outgoing", "carrier_headers", "carrier_of",
-    "delivery_count", "heartbeat", "retry_later",
+    "delivery_count", "heartbeat", "retry_later", "settle",
 ]
 
 #: The relay that published a message, and when (ms since the epoch, the relay's clock).
@@ -97,18 +97,20 @@ async def retry_later(msg: Msg, delivery: int, max_deliver: int, what: str) -> s
         log.warning("message_given_up", what=what, delivery=delivery, max_deliver=max_deliver,
                     note="servers unreachable through every delivery; the session's "
                          "progress deadline brings the work back")
-        await _settle_quietly(msg.term())
+        await settle(msg.term())
         return "given_up"
     delay = min(UNAVAILABLE_FIRST_S * 2 ** max(delivery - 1, 0), UNAVAILABLE_CAP_S)
-    await _settle_quietly(msg.nak(delay=delay))
+    await settle(msg.nak(delay=delay))
     return "retry"
 
 
-async def _settle_quietly(settling: Any) -> None:
+async def settle(op: Awaitable[None]) -> None:
+    """Ack / nak / term: fire-and-forget on the wire; a closed connection only logs (the
+    redelivery after ack_wait does the same)."""
     try:
-        await settling
-    except Exception as exc:  # connection gone: redelivery after ack_wait does the same
-        log.warning("settle_failed", error=bounded(exc))
+        await op
+    except Exception as exc:
+        log.warning("message_settle_failed", error=error_text(exc))
 
 
 class Beats:

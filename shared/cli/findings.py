@@ -45,6 +45,9 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+_NOT_READABLE = "not readable with this credential (an operator's shows them)"
+
+
 class Findings(list[str]):
     """What could not be read or decoded, one line each, in the order found."""
 
@@ -53,9 +56,14 @@ class Findings(list[str]):
         line = f"{what}: {text}"
         if _refused(why):  # a role's ACL, not corruption: one line per kind of key
             kind = " ".join(w for w in what.split() if "{" not in w)
-            line = f"{kind}: not readable with this credential (an operator's shows them)"
+            line = f"{kind}: {_NOT_READABLE}"
         if line not in self:
             self.append(line[:MAX_FINDING])
+
+    def refused(self, kind: str) -> bool:
+        """Whether this credential was refused reading the keys of ``kind`` (e.g.
+        "sessions index"), not that they were empty."""
+        return f"{kind}: {_NOT_READABLE}" in self
 
     async def read(self, what: str, aw: Awaitable[Any], default: Any) -> Any:
         """``await aw``; on anything but an unreachable Redis a finding and ``default``."""

@@ -377,8 +377,7 @@ async def cluster_view(store: Store, bus: Bus | None = None) -> dict[str, Any]:
     services.sort(key=lambda s: (str(s.get("role", "")), str(s.get("name", ""))))
     ids, counted = await newest_sessions(store, CLUSTER_SESSIONS, findings=f)
     total: int | None = counted
-    if any(line.startswith("sessions index") and "not readable with this credential" in line
-           for line in f):
+    if f.refused("sessions index"):
         total = None  # unknown, not zero: this credential cannot list the sessions
     sessions = await session_rows(store, ids, served, now, findings=f)
     states: dict[str, int] = {}

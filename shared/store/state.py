@@ -162,6 +162,16 @@ class Request:
     entry: Entry | None = None
 
 
+#: The inbox fields of requests that ask for work (a submit, a start), as opposed to
+#: decisions about work already there (cancel, approve, reject).
+REQUEST_FIELDS = ("submit:", "start:")
+
+
+def is_request(field: str) -> bool:
+    """Whether an inbox field is a submit or start request (work no Brain took up yet)."""
+    return field.startswith(REQUEST_FIELDS)
+
+
 def parse_requests(inbox: dict[str, str]) -> list[Request]:
     """The submit and start requests in a session's inbox, in the order they were made
     (unreadable ones are skipped: a client wrote them)."""
@@ -187,7 +197,7 @@ def requested_meta(inbox: dict[str, str]) -> dict[str, str]:
     """The meta a session not opened yet will have, from its first waiting submit or start
     request (as acquire.lua opens it), or {} without one."""
     for name in sorted(inbox):
-        if not name.startswith(("submit:", "start:")):
+        if not is_request(name):
             continue
         try:
             r = loads(inbox[name])
@@ -402,12 +412,14 @@ def _runs_of(r: Receipt) -> set[str]:
 
 __all__ = [
     "BRAIN_RUN_FIELDS",
+    "REQUEST_FIELDS",
     "Claim",
     "Decision",
     "Entries",
     "Lease",
     "Partial",
     "SessionState",
+    "is_request",
     "parse_decisions",
     "parse_meta",
     "parse_receipt",

@@ -20,6 +20,7 @@ from typing import Any
 
 from baton.models import loads
 from baton.store.keys import Keys
+from baton.store.state import is_request
 
 __all__ = ["ANNOUNCE_EVERY_S", "SERVICE_STALE_MS", "all_services", "live_brains",
            "served_levels", "services", "session_level", "unknown_kind", "unserved"]
@@ -72,7 +73,7 @@ async def session_level(redis: Any, keys: Keys, session_id: str) -> tuple[str, i
     if agent and compat:
         return str(agent), int(compat)
     for field, raw in sorted((await redis.hgetall(sk.inbox)).items()):
-        if str(field).startswith(("submit:", "start:")):
+        if is_request(str(field)):
             try:
                 request = json.loads(raw)
             except ValueError:

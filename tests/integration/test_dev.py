@@ -8,6 +8,8 @@ import os
 import shlex
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -186,12 +188,19 @@ def test_baton_dev_model_without_its_key_fails_in_one_line(tmp_path: Path) -> No
     assert not (tmp_path / "home" / "dev.json").exists()
 
 
+def _poll(done: Callable[[], bool], failure: str, timeout: float = 60.0) -> None:
+    """Poll ``done`` (another process's doing) until it holds, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.2)
+
+
 def test_a_durable_stacks_servers_are_started_again_when_they_die(tmp_path: Path) -> None:
     """A SIGKILLed redis-server or nats-server stayed dead (a zombie), with no line in
     dev.log and `dev status` showing it down; a durable stack starts each again on its port
     with its data, says so, and serves on."""
     import signal
-    import time
 
     env = {"BATON_HOME": str(tmp_path / "home")}
     _baton("dev", "up", "--detach", "--durable", "--hands", "1", "--no-api", env=env)
@@ -209,10 +218,7 @@ def test_a_durable_stacks_servers_are_started_again_when_they_die(tmp_path: Path
             now = {p["name"]: (p["pid"], p["alive"]) for p in procs}
             return all(now[n][1] and now[n][0] != before[n] for n in ("redis", "nats"))
 
-        deadline = time.monotonic() + 60  # polled with a deadline: restarts take a moment
-        while not back():
-            assert time.monotonic() < deadline, "redis and nats were not started again"
-            time.sleep(0.2)
+        _poll(back, "redis and nats were not started again")
         log = (tmp_path / "home" / "logs" / "dev.log").read_text()
         assert "redis exited (code -9); starting it again" in log and "redis is back" in log
         assert "nats exited (code -9)" in log and "nats is back" in log
@@ -229,7 +235,6 @@ def test_a_non_durable_stack_says_its_redis_is_gone_and_does_not_restart_it(
     """An empty Redis in its place would be lost state (the workers stop on the store
     epoch): the stack says what to do instead."""
     import signal
-    import time
 
     env = {"BATON_HOME": str(tmp_path / "home")}
     _baton("dev", "up", "--detach", "--hands", "1", "--no-api", env=env)
@@ -238,10 +243,7 @@ def test_a_non_durable_stack_says_its_redis_is_gone_and_does_not_restart_it(
         redis = next(p["pid"] for p in status["processes"] if p["name"] == "redis")
         os.kill(redis, signal.SIGKILL)
         log = tmp_path / "home" / "logs" / "dev.log"
-        deadline = time.monotonic() + 60  # polled with a deadline
-        while "redis exited" not in log.read_text():
-            assert time.monotonic() < deadline, "no line about redis in dev.log"
-            time.sleep(0.2)
+        _poll(lambda: "redis exited" in log.read_text(), "no line about redis in dev.log")
         assert "this stack is not durable, so its data is gone" in log.read_text()
         assert "redis is back" not in log.read_text()
     finally:
