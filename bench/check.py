@@ -3,8 +3,8 @@
 ``python -m baton.bench.check BASELINE.json [CURRENT.json] [--tolerance 0.25]`` reads the
 ``ratios`` of two ``summary.json`` files (each figure divided by a baseline measured in the
 same run, so a slower or busier machine moves both sides alike) and fails (exit 1) when a
-ratio got worse by more than the tolerance: lower for a figure whose target reads ``>=``,
-higher for the others.
+ratio got worse by more than the tolerance: lower for a figure whose target reads ``>=`` (or
+that says ``higher_is_better``, a figure without a target), higher for the others.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ __all__ = ["regressions"]
 
 def _ratios(summary: dict[str, Any]) -> dict[str, tuple[float, bool]]:
     """figure -> (ratio, higher is better)."""
-    return {r["figure"]: (float(r["ratio_value"]), str(r["target"]).startswith(">="))
+    return {r["figure"]: (float(r["ratio_value"]),
+                          bool(r.get("higher_is_better", str(r["target"]).startswith(">="))))
             for r in summary.get("targets", []) if r.get("ratio_value") is not None}
 
 

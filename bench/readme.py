@@ -43,7 +43,8 @@ def render(summary: dict[str, Any], command: str) -> str:
         f"Python {env.get('python', '?')}), {env.get('time', '?')}, load average "
         f"{load:.1f} as it started{shared}; the ratios are to baselines "
         f"measured in the same run (the raw Redis/NATS hop chain, a plain in-process loop "
-        f"doing the same work with a JSONL log).",
+        f"doing the same work with a JSONL log, and the same work as an in-process LangGraph "
+        f"agent checkpointing to SQLite, when installed).",
         "",
         "| figure | measured | target | met |",
         "|---|---:|---:|:---:|",

@@ -21,7 +21,7 @@ from baton.bench.common import RESULTS_DIR
 
 __all__ = ["summarize"]
 
-_COLORS = ("#3b6ea8", "#e07b39", "#5a9e5a", "#9b59b6")
+_COLORS = ("#3b6ea8", "#e07b39", "#5a9e5a", "#9b59b6", "#7f8c8d")
 
 
 def _load(directory: Path, name: str) -> dict[str, Any] | None:
@@ -34,7 +34,8 @@ def targets(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
     out: list[dict[str, Any]] = []
     if e2e:
         out += [{"figure": t["figure"], "measured": t["measured"], "target": t["target"],
-                 "ratio_value": t.get("ratio_value"), "met": t["met"]}
+                 "ratio_value": t.get("ratio_value"), "met": t["met"],
+                 **({"higher_is_better": True} if t.get("higher_is_better") else {})}
                 for t in e2e.get("targets", [])]
         scaled = e2e.get("sessions_scaled", {}).get("c=32")
         plain = e2e.get("plain_loop", {}).get("c=32")
@@ -149,6 +150,10 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
         if plain:
             rate["plain in-process loop"] = [plain.get(k, {}).get("sessions_per_s", math.nan)
                                              for k in levels]
+        peer = {k: v for k, v in e2e.get("langgraph", {}).items() if k.startswith("c=")}
+        if peer:
+            rate["LangGraph in-process"] = [peer.get(k, {}).get("sessions_per_s", math.nan)
+                                            for k in levels]
         top = max([1.0, *[v for vs in rate.values() for v in vs if not math.isnan(v)]]) * 1.15
         p = _Panel(0, 0, "Five-notice sessions/s by concurrency", top, "sessions/s")
         p.bars(levels, rate)
@@ -162,6 +167,8 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
                 lat[name] = [per.get(k, {}).get(key, math.nan) for k in levels]
         if plain:
             lat["p50, plain loop"] = [plain.get(k, {}).get("p50_ms", math.nan) for k in levels]
+        if peer:
+            lat["p50, LangGraph"] = [peer.get(k, {}).get("p50_ms", math.nan) for k in levels]
         top = max([1.0, *[v for vs in lat.values() for v in vs if not math.isnan(v)]]) * 1.15
         p = _Panel(460, 0, "Latency submit -> settled (ms)", top, "ms")
         p.bars(levels, lat)

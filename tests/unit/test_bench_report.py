@@ -144,3 +144,37 @@ def test_redis_time_names_scripts_by_sha_and_keeps_scripted_commands_apart() -> 
     assert list(summary["scripts"]) == ["commit", "sha 0123456789ab"]  # most time first
     assert summary["scripts"]["commit"] == {"calls_per_session": 1.0, "us_per_session": 160.0,
                                             "p50_us": 160.0, "p99_us": pytest.approx(169.8)}
+
+
+def _row(p50_ms: float, per_s: float) -> Any:
+    from baton.bench.common import Row
+    return Row(mode="m", operation="o", writers=1, n=10, p50_us=p50_ms * 1000, p99_us=0.0,
+               ops_per_s=per_s)
+
+
+def test_peer_rows_divide_by_the_langgraph_run_of_the_same_bench() -> None:
+    from baton.bench.e2e_bench import STEPS, peer_targets
+    assert peer_targets(1.0, _row(10, 90), _row(150, 200), {}, {}) == []  # not installed
+    rows = peer_targets(1.0, _row(10, 90), _row(150, 200),
+                        {1: _row(8, 110), 32: _row(300, 100)},
+                        {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS}})
+    cpu, rate, p50 = rows
+    assert cpu["target"] == "< 1x" and cpu["ratio_value"] == 0.5 and cpu["met"]
+    assert rate["ratio_value"] == 2.0 and rate["higher_is_better"] and rate["target"] == ""
+    assert p50["ratio_value"] == 1.25 and "higher_is_better" not in p50
+    dearer = peer_targets(3.0, _row(10, 90), _row(150, 200),
+                          {1: _row(8, 110), 32: _row(300, 100)},
+                          {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS}})[0]
+    assert dearer["ratio_value"] == 1.5 and not dearer["met"]
+
+
+def test_a_figure_without_target_regresses_in_the_direction_it_names() -> None:
+    def summary(rate: float, p50: float) -> dict[str, Any]:
+        return {"targets": [
+            {"figure": "rate / peer", "measured": "", "target": "", "ratio_value": rate,
+             "met": True, "higher_is_better": True},
+            {"figure": "p50 / peer", "measured": "", "target": "", "ratio_value": p50,
+             "met": True}]}
+    assert regressions(summary(2.0, 1.0), summary(3.0, 0.5), tolerance=0.25) == []
+    worse = regressions(summary(2.0, 1.0), summary(1.0, 2.0), tolerance=0.25)
+    assert [w.split(":")[0] for w in worse] == ["rate / peer", "p50 / peer"]

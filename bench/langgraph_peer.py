@@ -1,0 +1,156 @@
+"""The in-process peer: the five-notice session as a LangGraph agent with a SQLite checkpointer.
+
+What a user would pick instead of Baton for a durable agent in one process (REFERENCE.md's
+side-by-side table): LangGraph's canonical tool loop, a ``StateGraph`` over ``MessagesState``
+with a model node, the prebuilt ``ToolNode`` (the five calls of a turn run concurrently) and
+``tools_condition``, compiled with ``AsyncSqliteSaver``, which checkpoints every step of every
+thread to a SQLite file (its own setup: WAL journal; ``synchronous=OFF`` here, no fsync, as
+the bench stack's servers and the plain loop's log). The model node plays the scripted model
+(the addresses are read from the text, the summary from the tool messages); ``send_email``
+posts to the same mail service through the same client the Hands give their tools
+(:func:`baton.hands.http.http_client`), with an ``Idempotency-Key`` of the thread and the
+tool call.
+
+Measured in the same run as ``bench e2e`` (sessions/s, latency and this process's CPU per
+session, the mail service's apart), so that "below in-process LangGraph" is a figure of the
+run, not a number from elsewhere. LangGraph is not a dependency of Baton: it comes with the
+``peers`` extra (``pip install '.[peers]'`` from a checkout; the dev set, which ``make bench``
+installs, has it), and without it the comparison is skipped with that hint.
+"""
+
+# No `from __future__ import annotations`: LangGraph reads the tool's annotations at run time
+# (its injected config and call id), which must be objects, not strings.
+
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+from baton.bench.common import Row, Run, concurrent
+from baton.hands.http import http_client
+from baton.settings import Settings
+
+__all__ = ["INSTALL_HINT", "LangGraphAgent", "available", "measure"]
+
+INSTALL_HINT = ("`make bench` installs it; elsewhere `pip install '.[peers]'` from a checkout "
+                "(langgraph, langgraph-checkpoint-sqlite)")
+MODE = "LangGraph (SQLite)"
+
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
+
+
+def available() -> bool:
+    """Whether LangGraph and its SQLite checkpointer can be imported here."""
+    try:
+        import langgraph.checkpoint.sqlite.aio
+        import langgraph.prebuilt  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class LangGraphAgent:
+    """Five-notice sessions as threads of one compiled LangGraph graph (call :meth:`open`)."""
+
+    def __init__(self, mail_url: str) -> None:
+        self.http = http_client(Settings.model_fields["connect_timeout_s"].default)
+        self.send_url = f"{mail_url}/send"
+        self._conn: Any = None
+        self._graph: Any = None
+
+    async def open(self, path: Path) -> "LangGraphAgent":
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        self._conn = await aiosqlite.connect(path)
+        await self._conn.execute("PRAGMA synchronous=OFF")
+        saver = AsyncSqliteSaver(self._conn)
+        await saver.setup()
+        self._graph = self._build(saver)
+        return self
+
+    def _build(self, saver: Any) -> Any:
+        from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+        from langchain_core.runnables import RunnableConfig
+        from langchain_core.tools import InjectedToolCallId, tool
+        from langgraph.graph import START, MessagesState, StateGraph
+        from langgraph.prebuilt import ToolNode, tools_condition
+
+        http, send_url = self.http, self.send_url
+
+        @tool
+        async def send_email(to: str, subject: str, body: str, config: RunnableConfig,
+                             tool_call_id: Annotated[str, InjectedToolCallId]) -> dict[str, Any]:
+            """Send an email through the mail service (idempotent per thread and call)."""
+            thread = config["configurable"]["thread_id"]
+            response = await http.post(send_url, json={"to": to, "subject": subject, "body": body},
+                                       headers={"Idempotency-Key": f"{thread}-{tool_call_id}"})
+            response.raise_for_status()
+            result: dict[str, Any] = response.json()
+            return result
+
+        def model(state: MessagesState) -> dict[str, Any]:
+            last = state["messages"][-1]
+            if isinstance(last, HumanMessage):
+                calls = [{"name": "send_email", "id": f"call_{k}",
+                          "args": {"to": a, "subject": "Notice", "body": "The approved notice."}}
+                         for k, a in enumerate(_ADDRESS.findall(str(last.content)))]
+                return {"messages": [AIMessage(content="", tool_calls=calls)]}
+            results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+            return {"messages": [AIMessage(content="; ".join(
+                f"{m.tool_call_id}: {'sent' if m.status == 'success' else 'failed'}"
+                for m in results))]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("model", model)
+        graph.add_node("tools", ToolNode([send_email]))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        return graph.compile(checkpointer=saver)
+
+    async def session(self, text: str) -> str:
+        from langchain_core.messages import HumanMessage
+
+        thread = uuid.uuid4().hex
+        out = await self._graph.ainvoke({"messages": [HumanMessage(content=text)]},
+                                        {"configurable": {"thread_id": thread}})
+        summary = str(out["messages"][-1].content)
+        if "sent" not in summary or "failed" in summary:
+            raise RuntimeError(f"LangGraph thread {thread} ended with {summary!r}")
+        return summary
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        if self._conn is not None:
+            await self._conn.close()
+
+
+async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
+                  mail_pid: int | None
+                  ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
+    """Sessions/s and latency per (concurrency, total, warmup); CPU ms per session of this
+    process (``process``: the graph, its checkpointer's thread, the HTTP client) and of the mail
+    service (``mailbox``), apart, as :func:`baton.bench.plain_loop.measure` reports them."""
+    from baton.bench.e2e_bench import _cpu_s  # the same /proc reading as the stack's meter
+
+    rows: dict[int, Row] = {}
+    cpu: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="baton-langgraph-") as tmp:
+        agent = await LangGraphAgent(mail_url).open(Path(tmp) / "checkpoints.sqlite")
+        try:
+            for conc, total, warmup in levels:
+                me0, mail0 = time.process_time(), _cpu_s(mail_pid)
+                run: Run = await concurrent(
+                    [lambda _i: agent.session(text)] * conc, max(1, total // conc), warmup)
+                n = len(run.samples_ns) + warmup * conc
+                own, mail = time.process_time() - me0, _cpu_s(mail_pid) - mail0
+                rows[conc] = Row.from_run(MODE, "five notices, in-process graph", run,
+                                          writers=conc)
+                cpu[conc] = {"process": own * 1000 / n, "mailbox": mail * 1000 / n}
+        finally:
+            await agent.close()
+    return rows, cpu
+

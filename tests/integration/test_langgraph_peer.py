@@ -1,0 +1,44 @@
+"""The bench's in-process peer (baton.bench.langgraph_peer) does the five-notice work for real:
+a LangGraph agent with a SQLite checkpointer sends each session's five mails once, each under
+its own Idempotency-Key, to the bundled mail service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from baton.bench import langgraph_peer
+from baton.bench.e2e_bench import FIVE
+from baton.devkit.mailbox import MailboxServer
+
+pytestmark = pytest.mark.skipif(not langgraph_peer.available(),
+                                reason=f"LangGraph is not installed: {langgraph_peer.INSTALL_HINT}")
+
+
+async def test_each_session_sends_its_five_mails_once(mailbox: MailboxServer) -> None:
+    rows, cpu = await langgraph_peer.measure(mailbox.url, FIVE, [(1, 2, 0), (2, 4, 1)], None)
+    assert sorted(rows) == [1, 2] and rows[1].n == 2 and rows[2].n == 4
+    assert all(set(c) == {"process", "mailbox"} and c["process"] > 0 for c in cpu.values())
+    sessions = 2 + 2 * (1 + 2)  # c=1: two; c=2: two workers, one warm-up and two each
+    ops = mailbox.operations
+    assert len(ops) == 5 * sessions and mailbox.duplicates_suppressed == 0
+    # the key is the thread's and the call's: five calls per thread, threads apart
+    threads = {key.rsplit("-", 1)[0] for key in ops}
+    assert len(threads) == sessions
+    assert sorted({op.to for op in ops.values()}) == sorted(
+        ["ada@example.com", "grace@example.com", "linus@example.com", "margaret@example.com",
+         "barbara@example.com"])
+
+
+async def test_a_refused_mail_fails_the_session(mailbox: MailboxServer,
+                                               tmp_path: Path) -> None:
+    agent = await langgraph_peer.LangGraphAgent(f"{mailbox.url}/missing").open(
+        tmp_path / "checkpoints.sqlite")
+    try:
+        with pytest.raises(httpx.HTTPStatusError, match="404"):
+            await agent.session(FIVE)
+    finally:
+        await agent.close()
+    assert mailbox.operations == {}
