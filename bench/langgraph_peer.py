@@ -5,7 +5,9 @@ side-by-side table): LangGraph's canonical tool loop, a ``StateGraph`` over ``Me
 with a model node, the prebuilt ``ToolNode`` (the five calls of a turn run concurrently) and
 ``tools_condition``, compiled with ``AsyncSqliteSaver``, which checkpoints every step of every
 thread to a SQLite file (its own setup: WAL journal; ``synchronous=OFF`` here, no fsync, as
-the bench stack's servers and the plain loop's log). The model node plays the scripted model
+the bench stack's servers and the plain loop's log), with LangGraph's default durability
+(``async``: a step's checkpoint is written while the next step runs, where Baton commits
+before it hands work on). The model node plays the scripted model
 (the addresses are read from the text, the summary from the tool messages); ``send_email``
 posts to the same mail service through the same client the Hands give their tools
 (:func:`baton.hands.http.http_client`), with an ``Idempotency-Key`` of the thread and the
