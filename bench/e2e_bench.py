@@ -21,7 +21,9 @@ servers) serves the whole run, and on the same servers, in the same run:
 5. **baselines**, the same workload on the same mail service: a plain in-process loop with a
    JSONL log (:mod:`baton.bench.plain_loop`, what the targets divide by) and an in-process
    LangGraph agent with a SQLite checkpointer (:mod:`baton.bench.langgraph_peer`, the peer a
-   user would pick instead; skipped with a hint when LangGraph is not installed).
+   user would pick instead; skipped with a hint when LangGraph is not installed), each
+   measured before and again after Baton's sessions (:mod:`baton.bench.baselines`), so that a
+   machine drifting during the run moves both sides of a ratio alike.
 
 Targets (DESIGN.md section 10, REFERENCE.md): tool round trip <= 2x the raw chain (it holds
 two chains: dispatch and wake); >= 150 sessions/s at concurrency 32; p50 <= 10 ms at
@@ -31,6 +33,7 @@ Figures, not assertions: tables on stdout and ``bench/results/e2e.json``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -224,6 +227,12 @@ WIRE_ROWS = (
     ("nats_in_bytes", "NATS bytes in / session"),
     ("nats_out_bytes", "NATS bytes out / session"),
 )
+
+
+def _baseline_extra(rows: dict[int, Row], cpu: dict[int, dict[str, float]]
+                    ) -> dict[str, dict[str, Any]]:
+    return {f"c={c}": {"sessions_per_s": r.ops_per_s, "p50_ms": r.p50_us / 1000,
+                       "cpu_ms_per_session": cpu[c]} for c, r in rows.items()}
 
 
 def peer_targets(per_step: float, c1: Row, c32: Row, peer_rows: dict[int, Row],
@@ -434,33 +443,38 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
                     writers=1, n=len(brain_net), p50_us=p50, p99_us=p99, ops_per_s=float("nan"),
                     ratio=_mean(brain_net) / chain_p50, note=f"mean {_mean(brain_net):,.0f}"))
 
-    # 4. Five-notice sessions, then the same workload as a plain in-process loop.
-    session_rows, per_level = await session_levels(stack, client, cfg, "1 brain, 1 hands")
-    rows.extend(session_rows.values())
-    extra["sessions"] = per_level
+    # 4. Five-notice sessions, with the same workload in this process as baselines, a pass
+    # of them before and another after Baton's (baton.bench.baselines): a plain loop, and
+    # an in-process LangGraph agent checkpointing to SQLite, the peer the issue's "below
+    # in-process LangGraph" names, measured here rather than quoted.
     total32 = dict(cfg.levels).get(32, 64)
     mail_pid = stack.mailbox.pid if stack.mailbox is not None else None
-    plain_rows, plain_cpu = await plain_loop.measure(
-        stack.mail_url, FIVE, [(1, cfg.c1_n, cfg.c1_warmup), (32, total32, 1)], mail_pid)
-    rows.extend(plain_rows.values())
-    extra["plain_loop"] = {f"c={c}": {"sessions_per_s": r.ops_per_s, "p50_ms": r.p50_us / 1000,
-                                      "cpu_ms_per_session": plain_cpu[c]}
-                           for c, r in plain_rows.items()}
-    # 5. The same workload as an in-process LangGraph agent checkpointing to SQLite: the peer
-    # the issue's "below in-process LangGraph" names, measured here rather than quoted.
-    peer_rows: dict[int, Row] = {}
-    peer_cpu: dict[int, dict[str, float]] = {}
-    if langgraph_peer.available():
-        peer_rows, peer_cpu = await langgraph_peer.measure(
-            stack.mail_url, FIVE, [(1, cfg.c1_n, cfg.c1_warmup), (32, total32, 1)], mail_pid)
-        rows.extend(peer_rows.values())
-        extra["langgraph"] = {f"c={c}": {"sessions_per_s": r.ops_per_s,
-                                         "p50_ms": r.p50_us / 1000,
-                                         "cpu_ms_per_session": peer_cpu[c]}
-                              for c, r in peer_rows.items()}
-    else:
+    base_levels = [(1, cfg.c1_n, cfg.c1_warmup), (32, total32, 1)]
+    if not langgraph_peer.available():
         console.print(f"[yellow]LangGraph is not installed: the in-process peer is skipped "
                       f"({langgraph_peer.INSTALL_HINT})[/yellow]")
+    async with contextlib.AsyncExitStack() as opened:
+        baselines = [await opened.enter_async_context(plain_loop.opened(stack.mail_url, FIVE))]
+        if langgraph_peer.available():
+            baselines.append(await opened.enter_async_context(
+                langgraph_peer.opened(stack.mail_url, FIVE)))
+        for baseline in baselines:
+            await baseline.run(base_levels, mail_pid)
+        session_rows, per_level = await session_levels(stack, client, cfg, "1 brain, 1 hands")
+        for baseline in baselines:
+            await baseline.run(base_levels, mail_pid)
+    rows.extend(session_rows.values())
+    extra["sessions"] = per_level
+    plain_rows, plain_cpu = baselines[0].rows(), baselines[0].cpu()
+    rows.extend(plain_rows.values())
+    extra["plain_loop"] = _baseline_extra(plain_rows, plain_cpu)
+    peer_rows: dict[int, Row] = {}
+    peer_cpu: dict[int, dict[str, float]] = {}
+    if len(baselines) > 1:
+        peer_rows, peer_cpu = baselines[1].rows(), baselines[1].cpu()
+        rows.extend(peer_rows.values())
+        extra["langgraph"] = _baseline_extra(peer_rows, peer_cpu)
+    else:
         extra["langgraph"] = {"skipped": langgraph_peer.INSTALL_HINT}
 
     print_rows("End to end (µs; ratio = p50 / raw chain p50 at one flow; sessions: ops/s = "

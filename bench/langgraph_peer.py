@@ -23,18 +23,20 @@ installs, has it), and without it the comparison is skipped with that hint.
 # No `from __future__ import annotations`: LangGraph reads the tool's annotations at run time
 # (its injected config and call id), which must be objects, not strings.
 
+import contextlib
 import re
 import tempfile
-import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from baton.bench.common import Row, Run, concurrent
+from baton.bench.baselines import Baseline
+from baton.bench.common import Row
 from baton.hands.http import http_client
 from baton.settings import Settings
 
-__all__ = ["INSTALL_HINT", "LangGraphAgent", "available", "measure"]
+__all__ = ["INSTALL_HINT", "LangGraphAgent", "available", "measure", "opened"]
 
 INSTALL_HINT = ("`make bench` installs it; elsewhere `pip install '.[peers]'` from a checkout "
                 "(langgraph, langgraph-checkpoint-sqlite)")
@@ -130,29 +132,28 @@ class LangGraphAgent:
             await self._conn.close()
 
 
-async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
-                  mail_pid: int | None
-                  ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
-    """Sessions/s and latency per (concurrency, total, warmup); CPU ms per session of this
-    process (``process``: the graph, its checkpointer's thread, the HTTP client) and of the mail
-    service (``mailbox``), apart, as :func:`baton.bench.plain_loop.measure` reports them."""
+@contextlib.asynccontextmanager
+async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
+    """The LangGraph agent as a :class:`~baton.bench.baselines.Baseline` of ``text``
+    sessions (CPU: ``process``, this process: the graph, its checkpointer's thread, the HTTP
+    client), its checkpoints in a temporary directory while it is open."""
     from baton.bench.e2e_bench import _cpu_s  # the same /proc reading as the stack's meter
 
-    rows: dict[int, Row] = {}
-    cpu: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="baton-langgraph-") as tmp:
         agent = await LangGraphAgent(mail_url).open(Path(tmp) / "checkpoints.sqlite")
         try:
-            for conc, total, warmup in levels:
-                me0, mail0 = time.process_time(), _cpu_s(mail_pid)
-                run: Run = await concurrent(
-                    [lambda _i: agent.session(text)] * conc, max(1, total // conc), warmup)
-                n = len(run.samples_ns) + warmup * conc
-                own, mail = time.process_time() - me0, _cpu_s(mail_pid) - mail0
-                rows[conc] = Row.from_run(MODE, "five notices, in-process graph", run,
-                                          writers=conc)
-                cpu[conc] = {"process": own * 1000 / n, "mailbox": mail * 1000 / n}
+            yield Baseline(MODE, "five notices, in-process graph",
+                           lambda: agent.session(text), "process", _cpu_s)
         finally:
             await agent.close()
-    return rows, cpu
 
+
+async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
+                  mail_pid: int | None
+                  ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
+    """Sessions/s and latency per (concurrency, total, warmup) in one pass; CPU ms per
+    session of this process (``process``) and of the mail service (``mailbox``), apart, as
+    :func:`baton.bench.plain_loop.measure` reports them."""
+    async with opened(mail_url, text) as baseline:
+        await baseline.run(levels, mail_pid)
+        return baseline.rows(), baseline.cpu()

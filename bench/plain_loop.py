@@ -12,20 +12,22 @@ divided by (ratios hold on any machine), measured on the same mail service in th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import tempfile
-import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
-from baton.bench.common import Row, Run, concurrent
+from baton.bench.baselines import Baseline
+from baton.bench.common import Row
 from baton.hands.http import http_client
 from baton.settings import Settings
 
-__all__ = ["PlainLoop", "measure"]
+__all__ = ["PlainLoop", "measure", "opened"]
 
 _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
 
@@ -68,29 +70,28 @@ class PlainLoop:
         await self.http.aclose()
 
 
-async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
-                  mail_pid: int | None
-                  ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
-    """Sessions/s and latency per (concurrency, total, warmup); CPU ms per session of this
-    process (``loop``) and of the mail service (``mailbox``), apart: the mail service is the
-    outside world, the same for every contender."""
+@contextlib.asynccontextmanager
+async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
+    """The plain loop as a :class:`~baton.bench.baselines.Baseline` of ``text`` sessions
+    (CPU: ``loop``, this process), its log in a temporary directory while it is open."""
     from baton.bench.e2e_bench import _cpu_s  # the same /proc reading as the stack's meter
 
-    rows: dict[int, Row] = {}
-    cpu: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="baton-plain-") as tmp:
         with (Path(tmp) / "log.jsonl").open("ab") as log:
             loop = PlainLoop(mail_url, log)
             try:
-                for conc, total, warmup in levels:
-                    me0, mail0 = time.process_time(), _cpu_s(mail_pid)
-                    run: Run = await concurrent(
-                        [lambda _i: loop.session(text)] * conc, max(1, total // conc), warmup)
-                    n = len(run.samples_ns) + warmup * conc
-                    own, mail = time.process_time() - me0, _cpu_s(mail_pid) - mail0
-                    rows[conc] = Row.from_run("plain loop", "five notices, in-process",
-                                              run, writers=conc)
-                    cpu[conc] = {"loop": own * 1000 / n, "mailbox": mail * 1000 / n}
+                yield Baseline("plain loop", "five notices, in-process",
+                               lambda: loop.session(text), "loop", _cpu_s)
             finally:
                 await loop.close()
-    return rows, cpu
+
+
+async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
+                  mail_pid: int | None
+                  ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
+    """Sessions/s and latency per (concurrency, total, warmup) in one pass; CPU ms per
+    session of this process (``loop``) and of the mail service (``mailbox``), apart: the mail
+    service is the outside world, the same for every contender."""
+    async with opened(mail_url, text) as baseline:
+        await baseline.run(levels, mail_pid)
+        return baseline.rows(), baseline.cpu()
