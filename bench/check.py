@@ -3,8 +3,9 @@
 ``python -m baton.bench.check BASELINE.json [CURRENT.json] [--tolerance 0.25]`` reads the
 ``ratios`` of two ``summary.json`` files (each figure divided by a baseline measured in the
 same run, so a slower or busier machine moves both sides alike) and fails (exit 1) when a
-ratio got worse by more than the tolerance: lower for a figure whose target reads ``>=`` (or
-that says ``higher_is_better``, a figure without a target), higher for the others.
+ratio got worse by more than the tolerance (lower for a figure whose target reads ``>=``, or
+that says ``higher_is_better``, a figure without a target; higher for the others), or when a
+figure of the baseline was not measured this time (a peer not installed, a benchmark not run).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _ratios(summary: dict[str, Any]) -> dict[str, tuple[float, bool]]:
 def regressions(baseline: dict[str, Any], current: dict[str, Any],
                 tolerance: float) -> list[str]:
     old, new = _ratios(baseline), _ratios(current)
-    out = []
+    out = [f"{figure}: {value:.3g} -> not measured" for figure, (value, _) in old.items()
+           if figure not in new]
     for figure, (value, higher) in new.items():
         if figure not in old:
             continue

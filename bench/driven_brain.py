@@ -63,6 +63,10 @@ class DrivenBrain:
         self.samples: list[dict[str, float]] = []
         self.early = 0
         self.unheld = 0  # held round trips whose commit did not hold (then released)
+        # This process is the Brain of the rtt agent, which no live Brain announces: the
+        # client's warning that its input waits for one would be wrong (once per submit).
+        self._warned = client.warn_unserved
+        client.warn_unserved = False
 
     @classmethod
     async def open(cls, client: Client) -> DrivenBrain:
@@ -96,6 +100,7 @@ class DrivenBrain:
         return self.held is not None
 
     async def close(self) -> None:
+        self.client.warn_unserved = self._warned
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)

@@ -1,17 +1,22 @@
 """The in-process peer: the five-notice session as a LangGraph agent with a SQLite checkpointer.
 
-What a user would pick instead of Baton for a durable agent in one process (REFERENCE.md's
-side-by-side table): LangGraph's canonical tool loop, a ``StateGraph`` over ``MessagesState``
-with a model node, the prebuilt ``ToolNode`` (the five calls of a turn run concurrently) and
-``tools_condition``, compiled with ``AsyncSqliteSaver``, which checkpoints every step of every
-thread to a SQLite file (its own setup: WAL journal; ``synchronous=OFF`` here, no fsync, as
-the bench stack's servers and the plain loop's log), with LangGraph's default durability
-(``async``: a step's checkpoint is written while the next step runs, where Baton commits
-before it hands work on). The model node plays the scripted model
-(the addresses are read from the text, the summary from the tool messages); ``send_email``
-posts to the same mail service through the same client the Hands give their tools
-(:func:`baton.hands.http.http_client`), with an ``Idempotency-Key`` of the thread and the
-tool call.
+The durable agent in one process that Baton's CPU per step is held against: LangGraph's
+canonical tool loop, a ``StateGraph`` over ``MessagesState`` with a model node, the prebuilt
+``ToolNode`` (the five calls of a turn run concurrently) and ``tools_condition``, compiled with
+``AsyncSqliteSaver`` (its own setup: WAL journal; ``synchronous=OFF`` here, no fsync, as the
+bench stack's servers and the plain loop's log) and LangGraph's default durability
+(``async``: a step's checkpoint is written while the next step runs). The model node plays
+the scripted model (the addresses are read from the text, the summary from the tool
+messages); ``send_email`` posts to the same mail service through the same client the Hands
+give their tools (:func:`baton.hands.http.http_client`), with an ``Idempotency-Key`` of the
+thread and the tool call. LangSmith's tracing is off for its sessions, whatever the
+environment says (it would add its own cost to the figures).
+
+It does less durable work than Baton for the same session: it checkpoints after each of its
+steps (five checkpoints a session), and the five tool results are one write after all five
+returned, so a crash during the tool step runs all five again, where Baton commits each
+result as it comes. LangGraph recommends a server database over SQLite for production; the
+SQLite checkpointer is the in-process case.
 
 Measured in the same run as ``bench e2e`` (sessions/s, latency and this process's CPU per
 session, the mail service's apart), so that "below in-process LangGraph" is a figure of the
@@ -68,6 +73,7 @@ class LangGraphAgent:
         import aiosqlite
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+
         self._conn = await aiosqlite.connect(path)
         await self._conn.execute("PRAGMA synchronous=OFF")
         saver = AsyncSqliteSaver(self._conn)
@@ -117,10 +123,14 @@ class LangGraphAgent:
 
     async def session(self, text: str) -> str:
         from langchain_core.messages import HumanMessage
+        from langsmith.run_helpers import tracing_context
 
         thread = uuid.uuid4().hex
-        out = await self._graph.ainvoke({"messages": [HumanMessage(content=text)]},
-                                        {"configurable": {"thread_id": thread}})
+        # LangSmith's tracing off whatever the environment says (its env switch is read once
+        # and cached; the context's switch wins over it)
+        with tracing_context(enabled=False):
+            out = await self._graph.ainvoke({"messages": [HumanMessage(content=text)]},
+                                            {"configurable": {"thread_id": thread}})
         summary = str(out["messages"][-1].content)
         if "sent" not in summary or "failed" in summary:
             raise RuntimeError(f"LangGraph thread {thread} ended with {summary!r}")

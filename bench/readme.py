@@ -52,7 +52,8 @@ def render(summary: dict[str, Any], command: str) -> str:
     for r in first + rest:
         lines.append(f"| {_cell(r['figure'])} | {_cell(r['measured'])} | "
                      f"{_cell(r['target'])} | {_met(r)} |")
-    return "\n".join(lines) + "\n"
+    lines += ["", *(f"Not in this run: {line}." for line in summary.get("skipped", []))]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def replace_block(text: str, block: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from baton.bench.common import RESULTS_DIR
@@ -195,9 +196,10 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
                                                       f"{labels[0]}")
         panels.append(p)
     lines = [f"{'met' if r['met'] else 'MISSED'}: {r['figure']}: {r['measured']} "
-             f"(target {r['target']})" for r in rows]
+             f"(target {r['target']})" if r["target"] else f"{r['figure']}: {r['measured']}"
+             for r in rows]
     text = "".join(f'<text x="8" y="{580 + 15 * i}" font-size="11" fill="'
-                   f'{"#2e7d32" if r["met"] else "#c0392b"}">{escape(line)}</text>'
+                   f'{_line_color(r)}">{escape(line)}</text>'
                    for i, (r, line) in enumerate(zip(rows, lines, strict=True)))
     height = 590 + 15 * len(lines)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="920" height="{height}" '
@@ -247,6 +249,17 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
             if r.get("ratio_value") is not None}
 
 
+def _line_color(row: dict[str, Any]) -> str:
+    """Green for a target met, red for one missed, grey for a figure without a target."""
+    return "#555" if not row["target"] else "#2e7d32" if row["met"] else "#c0392b"
+
+
+def skipped(e2e: dict[str, Any] | None) -> list[str]:
+    """What the run left out, in words (the LangGraph peer when it was not installed)."""
+    hint = (e2e or {}).get("langgraph", {}).get("skipped")
+    return [f"the in-process LangGraph peer was not measured: {hint}"] if hint else []
+
+
 def summarize(console: Console, directory: Path = RESULTS_DIR) -> dict[str, Any]:
     """Print the targets table; write ``summary.json`` and ``bench.svg``."""
     e2e, takeover, history = (_load(directory, n) for n in ("e2e", "takeover", "history"))
@@ -260,7 +273,10 @@ def summarize(console: Console, directory: Path = RESULTS_DIR) -> dict[str, Any]
     console.print(table)
     directory.mkdir(parents=True, exist_ok=True)
     env: dict[str, Any] = next((r["env"] for r in (e2e, takeover, history) if r), {})
-    summary = {"targets": rows, "ratios": ratios(rows), "env": env}
+    left_out = skipped(e2e)
+    for line in left_out:
+        console.print(f"[yellow]{rich_escape(line)}[/yellow]")
+    summary = {"targets": rows, "ratios": ratios(rows), "env": env, "skipped": left_out}
     (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     picture = directory / "bench.svg"
     picture.write_text(render_svg(e2e, takeover, history, rows))

@@ -42,3 +42,32 @@ async def test_a_refused_mail_fails_the_session(mailbox: MailboxServer,
     finally:
         await agent.close()
     assert mailbox.operations == {}
+
+
+async def test_langsmith_tracing_in_the_environment_stays_off(
+        mailbox: MailboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's LANGSMITH_TRACING=true would add LangSmith's cost (and calls to its server)
+    to the peer's figures: its sessions run with tracing off."""
+    from langsmith import utils
+
+    monkeypatch.setenv("LANGSMITH_TRACING", "true")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
+    utils.get_env_var.cache_clear()
+    try:
+        assert utils.tracing_is_enabled()
+        agent = await langgraph_peer.LangGraphAgent(mailbox.url).open(tmp_path / "c.sqlite")
+        seen: list[object] = []
+        post = agent.http.post
+
+        async def traced_post(*args: object, **kwargs: object) -> httpx.Response:
+            seen.append(utils.tracing_is_enabled())  # inside the graph's tool call
+            return await post(*args, **kwargs)  # type: ignore[arg-type]
+
+        agent.http.post = traced_post  # type: ignore[method-assign]
+        try:
+            await agent.session(FIVE)
+        finally:
+            await agent.close()
+        assert seen == [False] * 5
+    finally:
+        utils.get_env_var.cache_clear()

@@ -157,9 +157,11 @@ def test_peer_rows_divide_by_the_langgraph_run_of_the_same_bench() -> None:
     assert peer_targets(1.0, _row(10, 90), _row(150, 200), {}, {}) == []  # not installed
     rows = peer_targets(1.0, _row(10, 90), _row(150, 200),
                         {1: _row(8, 110), 32: _row(300, 100)},
-                        {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS}})
+                        {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS, "mailbox": 1.25}},
+                        mail_ms=1.0)
     cpu, rate, p50 = rows
     assert cpu["target"] == "< 1x" and cpu["ratio_value"] == 0.5 and cpu["met"]
+    assert "client" in cpu["figure"] and "mail service 1.0 vs 1.2 ms/session" in cpu["measured"]
     assert rate["ratio_value"] == 2.0 and rate["higher_is_better"] and rate["target"] == ""
     assert p50["ratio_value"] == 1.25 and "higher_is_better" not in p50
     dearer = peer_targets(3.0, _row(10, 90), _row(150, 200),
@@ -178,3 +180,19 @@ def test_a_figure_without_target_regresses_in_the_direction_it_names() -> None:
     assert regressions(summary(2.0, 1.0), summary(3.0, 0.5), tolerance=0.25) == []
     worse = regressions(summary(2.0, 1.0), summary(1.0, 2.0), tolerance=0.25)
     assert [w.split(":")[0] for w in worse] == ["rate / peer", "p50 / peer"]
+
+
+def test_a_figure_missing_from_the_current_run_is_reported() -> None:
+    base = _summary(0.5, 2.0)
+    current = {**base, "targets": [t for t in base["targets"] if t["figure"] != "c=1 / plain"]}
+    assert regressions(base, current, tolerance=0.25) == ["c=1 / plain: 2 -> not measured"]
+
+
+def test_a_skipped_peer_is_said_in_the_summary_and_the_readme_block() -> None:
+    from baton.bench.summary import skipped
+    assert skipped({"langgraph": {"c=1": {}}}) == [] and skipped(None) == []
+    said = skipped({"langgraph": {"skipped": "pip install '.[peers]'"}})
+    assert said == ["the in-process LangGraph peer was not measured: pip install '.[peers]'"]
+    block = render({**_summary(0.5, 2.0), "skipped": said}, "make bench")
+    assert block.rstrip().splitlines()[-1] == f"Not in this run: {said[0]}."
+    assert "Not in this run" not in render(_summary(0.5, 2.0), "make bench")
