@@ -162,8 +162,8 @@ async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
                   mail_pid: int | None
                   ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
     """Sessions/s and latency per (concurrency, total, warmup) in one pass; CPU ms per
-    session of this process (``process``) and of the mail service (``mailbox``), apart, as
-    :func:`baton.bench.plain_loop.measure` reports them."""
+    session of this process (``process``) and of the mail service (``mailbox``), apart (the
+    mail service is the outside world, the same for every contender)."""
     async with opened(mail_url, text) as baseline:
         await baseline.run(levels, mail_pid)
         return baseline.rows(), baseline.cpu()

@@ -23,11 +23,10 @@ from typing import IO, Any
 import orjson
 
 from baton.bench.baselines import Baseline
-from baton.bench.common import Row
 from baton.hands.http import http_client
 from baton.settings import Settings
 
-__all__ = ["PlainLoop", "measure", "opened"]
+__all__ = ["PlainLoop", "opened"]
 
 _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
 
@@ -85,13 +84,3 @@ async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
             finally:
                 await loop.close()
 
-
-async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],
-                  mail_pid: int | None
-                  ) -> tuple[dict[int, Row], dict[int, dict[str, float]]]:
-    """Sessions/s and latency per (concurrency, total, warmup) in one pass; CPU ms per
-    session of this process (``loop``) and of the mail service (``mailbox``), apart: the mail
-    service is the outside world, the same for every contender."""
-    async with opened(mail_url, text) as baseline:
-        await baseline.run(levels, mail_pid)
-        return baseline.rows(), baseline.cpu()
