@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,13 @@ class _Panel:
     """One chart: a frame, a y axis from 0 to ``top``, grouped bars, lines and labels."""
 
     W, H, PAD = 440, 260, 46
+    LEGEND_COLUMNS, LEGEND_ROW = 3, 13
 
-    def __init__(self, x: int, y: int, title: str, top: float, unit: str) -> None:
+    def __init__(self, x: int, y: int, title: str, top: float, unit: str,
+                 series: int = 1) -> None:
         self.x, self.y, self.top, self.unit = x, y, top or 1.0, unit
+        # the legend's rows under the title, above the plot (never over a bar)
+        self.legend_rows = math.ceil(series / self.LEGEND_COLUMNS) if series > 1 else 0
         self.parts = [f'<text x="{x + 8}" y="{y + 18}" font-weight="bold">{escape(title)}'
                       f"</text>"]
         for k in range(5):
@@ -94,19 +99,24 @@ class _Panel:
                               f'y2="{yy:.1f}" stroke="#ddd"/><text x="{x + self.PAD - 4}" '
                               f'y="{yy + 4:.1f}" text-anchor="end" font-size="10">'
                               f"{v:,.{0 if self.top >= 10 else 1}f}</text>")
-        self.parts.append(f'<text x="{x + 6}" y="{y + 40}" font-size="10">{escape(unit)}</text>')
+        self.parts.append(f'<text x="{x + 6}" y="{self._y(self.top) - 8:.1f}" font-size="10">'
+                          f'{escape(unit)}</text>')
 
     def _y(self, v: float) -> float:
-        bottom, height = self.y + self.H - 30, self.H - 70
+        legend = self.LEGEND_ROW * self.legend_rows
+        bottom, height = self.y + self.H - 30, self.H - 70 - legend
         return bottom - height * min(max(v, 0.0), self.top) / self.top
 
     def bars(self, groups: list[str], series: dict[str, list[float]]) -> None:
         width = (self.W - self.PAD - 20) / max(len(groups), 1)
         bar = width * 0.8 / max(len(series), 1)
+        every = max(1, math.ceil(len(groups) / 12))  # at most 12 group labels, never overlapping
+        labelled = bar >= 14  # a value over each bar only where it fits
         for g, label in enumerate(groups):
             gx = self.x + self.PAD + 6 + g * width
-            self.parts.append(f'<text x="{gx + width * 0.4:.1f}" y="{self.y + self.H - 14}" '
-                              f'text-anchor="middle" font-size="11">{escape(label)}</text>')
+            if g % every == 0:
+                self.parts.append(f'<text x="{gx + width * 0.4:.1f}" y="{self.y + self.H - 14}" '
+                                  f'text-anchor="middle" font-size="11">{escape(label)}</text>')
             for s, (_name, values) in enumerate(series.items()):
                 v = values[g] if g < len(values) else math.nan
                 if math.isnan(v):
@@ -115,14 +125,20 @@ class _Panel:
                 bx = gx + s * bar
                 self.parts.append(
                     f'<rect x="{bx:.1f}" y="{top:.1f}" width="{bar - 2:.1f}" '
-                    f'height="{self._y(0) - top:.1f}" fill="{_COLORS[s % len(_COLORS)]}"/>'
-                    f'<text x="{bx + bar / 2:.1f}" y="{top - 3:.1f}" text-anchor="middle" '
-                    f'font-size="9">{v:,.{0 if v >= 10 else 2}f}</text>')
+                    f'height="{self._y(0) - top:.1f}" fill="{_COLORS[s % len(_COLORS)]}"/>')
+                if labelled:
+                    self.parts.append(
+                        f'<text x="{bx + bar / 2:.1f}" y="{top - 3:.1f}" text-anchor="middle" '
+                        f'font-size="9">{v:,.{0 if v >= 10 else 2}f}</text>')
+        if len(series) < 2:
+            return
+        column = (self.W - 16) / self.LEGEND_COLUMNS
         for s, name in enumerate(series):
-            lx = self.x + self.W - 150
-            ly = self.y + 18 + 14 * s
-            self.parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" '
-                              f'fill="{_COLORS[s % len(_COLORS)]}"/><text x="{lx + 14}" '
+            row, col = divmod(s, self.LEGEND_COLUMNS)
+            lx = self.x + 8 + col * column
+            ly = self.y + 34 + self.LEGEND_ROW * row
+            self.parts.append(f'<rect x="{lx:.1f}" y="{ly - 9}" width="10" height="10" '
+                              f'fill="{_COLORS[s % len(_COLORS)]}"/><text x="{lx + 14:.1f}" '
                               f'y="{ly}" font-size="10">{escape(name)}</text>')
 
     def target(self, value: float, label: str) -> None:
@@ -156,7 +172,8 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
             rate["LangGraph in-process"] = [peer.get(k, {}).get("sessions_per_s", math.nan)
                                             for k in levels]
         top = max([1.0, *[v for vs in rate.values() for v in vs if not math.isnan(v)]]) * 1.15
-        p = _Panel(0, 0, "Five-notice sessions/s by concurrency", top, "sessions/s")
+        p = _Panel(0, 0, "Five-notice sessions/s by concurrency", top, "sessions/s",
+                   len(rate))
         p.bars(levels, rate)
         if "c=32" in plain:
             p.target(0.4 * plain["c=32"]["sessions_per_s"], "target >= 40% of the plain loop, c=32")
@@ -171,7 +188,7 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
         if peer:
             lat["p50, LangGraph"] = [peer.get(k, {}).get("p50_ms", math.nan) for k in levels]
         top = max([1.0, *[v for vs in lat.values() for v in vs if not math.isnan(v)]]) * 1.15
-        p = _Panel(460, 0, "Latency submit -> settled (ms)", top, "ms")
+        p = _Panel(460, 0, "Latency submit -> settled (ms)", top, "ms", len(lat))
         p.bars(levels, lat)
         if "c=1" in plain:
             p.target(2.5 * plain["c=1"]["p50_ms"], "target p50 <= 2.5x the plain loop, c=1")
@@ -181,7 +198,8 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
         n = max(len(v["trials"]) for v in variants)
         series = {v["variant"]: [t["done_s"] for t in v["trials"]] for v in variants}
         top = max([2.0, *[x for xs in series.values() for x in xs]]) * 1.15
-        p = _Panel(0, 280, "Takeover: SIGKILL mid-send -> session done (s)", top, "s")
+        p = _Panel(0, 280, "Takeover: SIGKILL mid-send -> session done (s)", top, "s",
+                   len(series))
         p.bars([f"#{i + 1}" for i in range(n)], series)
         p.target(takeover["target_median_s"], f"target median <= {takeover['target_median_s']}s")
         panels.append(p)
@@ -195,12 +213,14 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
         p.target(values[0] * history["target_ratio"], f"{history['target_ratio']}x the step at "
                                                       f"{labels[0]}")
         panels.append(p)
-    lines = [f"{'met' if r['met'] else 'MISSED'}: {r['figure']}: {r['measured']} "
-             f"(target {r['target']})" if r["target"] else f"{r['figure']}: {r['measured']}"
-             for r in rows]
+    # each figure in lines of the picture's width (about 150 characters at this size)
+    lines = [(r, part) for r in rows for part in textwrap.wrap(
+        f"{'met' if r['met'] else 'MISSED'}: {r['figure']}: {r['measured']} "
+        f"(target {r['target']})" if r["target"] else f"{r['figure']}: {r['measured']}",
+        150, subsequent_indent="    ")]
     text = "".join(f'<text x="8" y="{580 + 15 * i}" font-size="11" fill="'
                    f'{_line_color(r)}">{escape(line)}</text>'
-                   for i, (r, line) in enumerate(zip(rows, lines, strict=True)))
+                   for i, (r, line) in enumerate(lines))
     height = 590 + 15 * len(lines)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="920" height="{height}" '
             f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '

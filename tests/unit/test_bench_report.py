@@ -196,3 +196,18 @@ def test_a_skipped_peer_is_said_in_the_summary_and_the_readme_block() -> None:
     block = render({**_summary(0.5, 2.0), "skipped": said}, "make bench")
     assert block.rstrip().splitlines()[-1] == f"Not in this run: {said[0]}."
     assert "Not in this run" not in render(_summary(0.5, 2.0), "make bench")
+
+
+def test_the_picture_keeps_legends_off_the_bars_and_long_figures_in_its_width() -> None:
+    import re
+
+    from baton.bench.summary import _Panel, render_svg
+    panel = _Panel(0, 0, "title", 10.0, "ms", series=5)
+    panel.bars(["c=1", "c=32"], {f"s{i}": [10.0, 5.0] for i in range(5)})
+    legend_baselines = [float(y) for y in re.findall(r'<text x="[\d.]+" y="([\d.]+)" '
+                                                     r'font-size="10">s\d', panel.svg())]
+    assert len(legend_baselines) == 5 and max(legend_baselines) < panel._y(panel.top)
+    row = {"figure": "f" * 120, "measured": "m" * 120, "target": "< 1x", "met": True}
+    svg = render_svg(None, None, None, [row])
+    lines = re.findall(r'fill="#2e7d32">([^<]*)</text>', svg)
+    assert len(lines) == 2 and all(len(line) <= 150 for line in lines)
