@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from baton.bench.common import Result, environment, percentile
+from baton.bench.common import Result, environment, percentile, process_cpu_s
 from baton.brain.anthropic_messages import AnthropicClient
 from baton.brain.model import ModelRequest
 from baton.brain.model_http import parse_json
@@ -185,12 +183,12 @@ async def _submissions(texts: dict[str, str], n: int) -> list[dict[str, Any]]:
                 body = fit_submission("x" + text, limit)  # "x": never blank
                 cpu, server_cpu, wall = [], [], []
                 for _ in range(n):
-                    s0 = _proc_cpu_s(server.pid)
+                    s0 = process_cpu_s(server.pid)
                     c0, w0 = time.process_time(), time.perf_counter()
                     await client.submit(body, agent="notices")
                     cpu.append((time.process_time() - c0) * 1000)
                     wall.append((time.perf_counter() - w0) * 1000)
-                    server_cpu.append((_proc_cpu_s(server.pid) - s0) * 1000)
+                    server_cpu.append((process_cpu_s(server.pid) - s0) * 1000)
                 rows.append({"path": "submission", "input": name, "bytes": len(body.encode()),
                              "n": n, "cpu_ms_p50": percentile(cpu, 50),
                              "cpu_ms_max": max(cpu), "wall_ms_max": max(wall),
@@ -213,17 +211,6 @@ def fit_submission(text: str, limit: int) -> str:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if size(text[:mid]) <= limit else (lo, mid)
     return text[:lo]
-
-
-def _proc_cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of a process (Linux /proc), 0 where unreadable."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run(quick: bool = False, console: Console | None = None) -> Result:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from baton.bench.common import Row, Run, concurrent
+from baton.bench.common import Row, Run, concurrent, process_cpu_s
 
 __all__ = ["Baseline", "pooled"]
 
@@ -45,7 +46,7 @@ class Baseline:
     """One contender's sessions, level by level, over one or more passes."""
 
     def __init__(self, mode: str, operation: str, session: Callable[[], Awaitable[object]],
-                 own: str, cpu_s: Callable[[int | None], float]) -> None:
+                 own: str, cpu_s: Callable[[int | None], float] = process_cpu_s) -> None:
         self.mode, self.operation, self.own = mode, operation, own
         self._session = session
         self._cpu_s = cpu_s  # a process's CPU seconds by pid (0 when gone or None)
@@ -71,6 +72,13 @@ class Baseline:
         """A row per concurrency over every pass."""
         return {conc: Row.from_run(self.mode, self.operation, pooled(level.runs), writers=conc)
                 for conc, level in self._levels.items()}
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """Per concurrency (``c=<n>``): sessions/s, p50 ms and CPU ms per session, for the
+        bench's JSON."""
+        cpu = self.cpu()
+        return {f"c={c}": {"sessions_per_s": r.ops_per_s, "p50_ms": r.p50_us / 1000,
+                           "cpu_ms_per_session": cpu[c]} for c, r in self.rows().items()}
 
     def cpu(self) -> dict[int, dict[str, float]]:
         """CPU ms per session over every pass: this process (``own``) and the mail service."""

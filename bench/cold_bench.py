@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from baton.bench.common import Result, Row, environment, percentile
+from baton.bench.common import Result, Row, cpu_ticks, environment, percentile, process_cpu_s
 from baton.devkit.devstack import DevStack
 from baton.devkit.servers import EmbeddedStack
 
@@ -78,15 +78,6 @@ def import_cpu(module: str, repeats: int) -> float:
                              capture_output=True, text=True)
         samples.append(float(out.stdout.strip().splitlines()[-1]))
     return percentile(samples, 50)
-
-
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of ``pid`` in clock ticks (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
 
 
 def stack_pids(stack: DevStack) -> dict[str, int]:
@@ -188,7 +179,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             late = await stack.spawn("hands", "hands-late")
             ready_s = time.monotonic() - t1
             # Its own CPU until serving: what the start costs, however busy the machine.
-            ready_cpu_s = cpu_ticks(late.pid or 0) / os.sysconf("SC_CLK_TCK")
+            ready_cpu_s = process_cpu_s(late.pid)
             pids = stack_pids(stack)
             workers = len(pids) - 2  # all but Redis and NATS
             async with idle_floor(workers) as floor:

@@ -36,6 +36,22 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def cpu_ticks(pid: int | None) -> int:
+    """utime + stime of a process in clock ticks, from /proc (0 when it is gone or None)."""
+    if pid is None:
+        return 0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process (0 when it is gone or None)."""
+    return cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Row:
     """One measured operation. Latencies in microseconds; ``ratio`` is p50 / the baseline p50."""

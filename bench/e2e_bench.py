@@ -41,7 +41,6 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,9 +51,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from baton.bench import chain_bench, langgraph_peer, plain_loop
-from baton.bench.common import Result, Row, Run, concurrent, environment, percentile, print_rows
+from baton.bench.common import (
+    Result,
+    Row,
+    environment,
+    percentile,
+    print_rows,
+    process_cpu_s,
+)
 from baton.bench.driven_brain import ONE, DrivenBrain
 from baton.bench.floors import floors
+from baton.bench.sessions import FIVE, STEPS, bench_client, sessions
 from baton.client import Client
 from baton.devkit.devstack import DevStack
 from baton.receipts import CommitDetail
@@ -62,9 +69,6 @@ from baton.store.store import Store
 
 NAME = "e2e"
 DESCRIPTION = "tool round trip vs the raw chain, five-notice sessions/s and latency (DevStack)"
-
-FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
-        "margaret@example.com and barbara@example.com, then summarise.")
 
 TARGET_RTT_CHAINS = 2.0  # tool round trip <= 2x the raw chain p50
 # Against the plain in-process loop (bench.plain_loop) measured in the same run:
@@ -76,7 +80,6 @@ TARGET_C1_X_PLAIN = 2.5  # p50 at concurrency 1 <= 2.5x the plain loop's
 TARGET_CPU_PER_STEP_MS = 1.5
 OUTSIDE = frozenset({"mailbox", "bench client"})
 SERVERS = frozenset({"redis", "nats"})
-STEPS = 7  # per five-notice session: two model turns and five tool calls
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,6 @@ QUICK = Config(chain=replace(chain_bench.QUICK, flows=32, per_flow=20), rtt_n=40
 # ---------------------------------------------------------------------------- process CPU
 
 
-def _cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of a process (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class CpuMeter:
     """CPU seconds per process of the stack (and this one, the client) over a section."""
 
@@ -118,7 +112,7 @@ class CpuMeter:
         self.pids["bench client"] = os.getpid()
 
     def read(self) -> dict[str, float]:
-        return {name: _cpu_s(pid) for name, pid in self.pids.items()}
+        return {name: process_cpu_s(pid) for name, pid in self.pids.items()}
 
 
 async def redis_calls(store: Store) -> Counter[str]:
@@ -143,29 +137,6 @@ async def traffic(stack: DevStack, store: Store) -> Counter[str]:
 
 
 # ---------------------------------------------------------------------------- sessions
-
-
-async def bench_client(stack: DevStack) -> Client:
-    """A client for up to 128 sessions in flight: redis-py 8's asyncio pool holds at most 100
-    connections and fails (MaxConnectionsError) instead of waiting when they are all busy."""
-    client = await Client.connect(stack.settings(worker_name="bench-client"))
-    client.store.redis.connection_pool.max_connections = 1024
-    return client
-
-
-def session_call(client: Client, text: str) -> Callable[[int], Awaitable[None]]:
-    async def call(_i: int) -> None:
-        sub, _ = await client.submit(text, agent="notices")
-        final = await client.wait(sub, timeout=30)
-        if final.status != "completed":
-            raise RuntimeError(f"session {sub.session_id} ended {final.status}: {final.error}")
-
-    return call
-
-
-async def sessions(client: Client, concurrency: int, total: int, warmup: int) -> Run:
-    call = session_call(client, FIVE)
-    return await concurrent([call] * concurrency, max(1, total // concurrency), warmup)
 
 
 async def brain_round_trips(client: Client, n: int) -> list[dict[str, float]]:
@@ -230,42 +201,6 @@ WIRE_ROWS = (
     ("nats_in_bytes", "NATS bytes in / session"),
     ("nats_out_bytes", "NATS bytes out / session"),
 )
-
-
-def _baseline_extra(rows: dict[int, Row], cpu: dict[int, dict[str, float]]
-                    ) -> dict[str, dict[str, Any]]:
-    return {f"c={c}": {"sessions_per_s": r.ops_per_s, "p50_ms": r.p50_us / 1000,
-                       "cpu_ms_per_session": cpu[c]} for c, r in rows.items()}
-
-
-def peer_targets(per_step: float, c1: Row, c32: Row, peer_rows: dict[int, Row],
-                 peer_cpu: dict[int, dict[str, float]], *, mail_ms: float = float("nan")
-                 ) -> list[dict[str, Any]]:
-    """Baton beside the in-process LangGraph agent of the same run: CPU per step (the target:
-    below it; ``per_step``: Baton's processes and the client that drives the sessions, as
-    LangGraph's process drives its own), and, as figures without a target, sessions/s at
-    concurrency 32 and p50 at 1. ``mail_ms``: the mail service's CPU per Baton session."""
-    if 32 not in peer_rows or 1 not in peer_rows:
-        return []
-    peer_step = peer_cpu[32]["process"] / STEPS
-    peer_mail = peer_cpu[32].get("mailbox", float("nan"))
-    p1, p32 = peer_rows[1], peer_rows[32]
-    return [
-        {"figure": f"CPU per step at concurrency 32, Baton's processes and its client / "
-                   f"in-process LangGraph's ({STEPS} steps/session, SQLite checkpointer)",
-         "measured": f"{per_step / peer_step:.2f}x ({per_step:.2f} vs {peer_step:.2f} ms; "
-                     f"the mail service {mail_ms:.1f} vs {peer_mail:.1f} ms/session apart)",
-         "target": "< 1x", "ratio_value": per_step / peer_step, "met": per_step < peer_step},
-        {"figure": "five notices sessions/s at concurrency 32 / in-process LangGraph's",
-         "measured": f"{c32.ops_per_s / p32.ops_per_s:.2f}x ({c32.ops_per_s:.0f} vs "
-                     f"{p32.ops_per_s:.0f}/s)",
-         "target": "", "ratio_value": c32.ops_per_s / p32.ops_per_s, "met": True,
-         "higher_is_better": True},
-        {"figure": "five notices p50 at concurrency 1 / in-process LangGraph's",
-         "measured": f"{c1.p50_us / p1.p50_us:.2f}x ({c1.p50_us / 1000:.1f} vs "
-                     f"{p1.p50_us / 1000:.1f} ms)",
-         "target": "", "ratio_value": c1.p50_us / p1.p50_us, "met": True},
-    ]
 
 
 def print_targets(targets: list[dict[str, Any]], console: Console) -> None:
@@ -386,7 +321,7 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
     servers = [p["pid"] for p in stack.processes if p["name"] in SERVERS]
 
     async def servers_cpu() -> float:
-        return sum(_cpu_s(pid) for pid in servers)
+        return sum(process_cpu_s(pid) for pid in servers)
 
     chain_rows = await chain_bench.measure(stack.redis_url, stack.nats_url, cfg.chain,
                                            mode="raw", hops=("commit",), probe=servers_cpu)
@@ -474,13 +409,13 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
     extra["sessions"] = per_level
     plain_rows, plain_cpu = baselines[0].rows(), baselines[0].cpu()
     rows.extend(plain_rows.values())
-    extra["plain_loop"] = _baseline_extra(plain_rows, plain_cpu)
+    extra["plain_loop"] = baselines[0].figures()
     peer_rows: dict[int, Row] = {}
     peer_cpu: dict[int, dict[str, float]] = {}
     if len(baselines) > 1:
         peer_rows, peer_cpu = baselines[1].rows(), baselines[1].cpu()
         rows.extend(peer_rows.values())
-        extra["langgraph"] = _baseline_extra(peer_rows, peer_cpu)
+        extra["langgraph"] = baselines[1].figures()
     else:
         extra["langgraph"] = {"skipped": langgraph_peer.INSTALL_HINT}
 
@@ -536,9 +471,9 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
             "met": per_step <= TARGET_CPU_PER_STEP_MS})
         # Beside LangGraph, whose process also drives its sessions, Baton's side counts the
         # client that submits and waits too (the bench client: the application's side).
-        targets.extend(peer_targets((stack_cpu + level.get("bench client", 0.0)) / STEPS,
-                                    c1, c32, peer_rows, peer_cpu,
-                                    mail_ms=level.get("mailbox", 0.0)))
+        targets.extend(langgraph_peer.figures(
+            (stack_cpu + level.get("bench client", 0.0)) / STEPS, c1, c32, peer_rows, peer_cpu,
+            steps=STEPS, mail_ms=level.get("mailbox", 0.0)))
     print_targets(targets, console)
     extra["targets"] = targets
     tool_p50 = percentile([x["tool_us"] for x in s], 50)

@@ -30,8 +30,8 @@ from rich.table import Table
 
 from baton.bench.cold_bench import cpu_ns, stack_pids
 from baton.bench.common import Result, Row, environment
-from baton.bench.e2e_bench import FIVE, bench_client, session_call, sessions
 from baton.bench.obs_bench import describe, spread
+from baton.bench.sessions import FIVE, bench_client, session_call, sessions
 from baton.devkit.devstack import DevStack
 
 NAME = "holds"

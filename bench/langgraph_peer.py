@@ -41,7 +41,7 @@ from baton.bench.common import Row
 from baton.hands.http import http_client
 from baton.settings import Settings
 
-__all__ = ["INSTALL_HINT", "LangGraphAgent", "available", "measure", "opened"]
+__all__ = ["INSTALL_HINT", "LangGraphAgent", "available", "figures", "measure", "opened"]
 
 INSTALL_HINT = ("`make bench` installs it; elsewhere `pip install '.[peers]'` from a checkout "
                 "(langgraph, langgraph-checkpoint-sqlite)")
@@ -147,15 +147,44 @@ async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
     """The LangGraph agent as a :class:`~baton.bench.baselines.Baseline` of ``text``
     sessions (CPU: ``process``, this process: the graph, its checkpointer's thread, the HTTP
     client), its checkpoints in a temporary directory while it is open."""
-    from baton.bench.e2e_bench import _cpu_s  # the same /proc reading as the stack's meter
-
     with tempfile.TemporaryDirectory(prefix="baton-langgraph-") as tmp:
         agent = await LangGraphAgent(mail_url).open(Path(tmp) / "checkpoints.sqlite")
         try:
             yield Baseline(MODE, "five notices, in-process graph",
-                           lambda: agent.session(text), "process", _cpu_s)
+                           lambda: agent.session(text), "process")
         finally:
             await agent.close()
+
+
+def figures(per_step: float, c1: Row, c32: Row, peer_rows: dict[int, Row],
+            peer_cpu: dict[int, dict[str, float]], *, steps: int, mail_ms: float = float("nan")
+            ) -> list[dict[str, Any]]:
+    """Baton beside this agent in the same run: CPU per step (the target: below it;
+    ``per_step``: Baton's processes and the client that drives the sessions, as this process
+    drives its own; ``steps`` per session), and, as figures without a target, sessions/s at
+    concurrency 32 and p50 at 1 (``c1``, ``c32``: Baton's rows). ``mail_ms``: the mail
+    service's CPU per Baton session. Empty when this agent was not measured."""
+    if 32 not in peer_rows or 1 not in peer_rows:
+        return []
+    peer_step = peer_cpu[32]["process"] / steps
+    peer_mail = peer_cpu[32].get("mailbox", float("nan"))
+    p1, p32 = peer_rows[1], peer_rows[32]
+    return [
+        {"figure": f"CPU per step at concurrency 32, Baton's processes and its client / "
+                   f"in-process LangGraph's ({steps} steps/session, SQLite checkpointer)",
+         "measured": f"{per_step / peer_step:.2f}x ({per_step:.2f} vs {peer_step:.2f} ms; "
+                     f"the mail service {mail_ms:.1f} vs {peer_mail:.1f} ms/session apart)",
+         "target": "< 1x", "ratio_value": per_step / peer_step, "met": per_step < peer_step},
+        {"figure": "five notices sessions/s at concurrency 32 / in-process LangGraph's",
+         "measured": f"{c32.ops_per_s / p32.ops_per_s:.2f}x ({c32.ops_per_s:.0f} vs "
+                     f"{p32.ops_per_s:.0f}/s)",
+         "target": "", "ratio_value": c32.ops_per_s / p32.ops_per_s, "met": True,
+         "higher_is_better": True},
+        {"figure": "five notices p50 at concurrency 1 / in-process LangGraph's",
+         "measured": f"{c1.p50_us / p1.p50_us:.2f}x ({c1.p50_us / 1000:.1f} vs "
+                     f"{p1.p50_us / 1000:.1f} ms)",
+         "target": "", "ratio_value": c1.p50_us / p1.p50_us, "met": True},
+    ]
 
 
 async def measure(mail_url: str, text: str, levels: list[tuple[int, int, int]],

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from baton.bench.common import Result, Row, environment
-from baton.bench.e2e_bench import bench_client, sessions
+from baton.bench.sessions import bench_client, sessions
 from baton.devkit.devstack import DevStack
 from baton.store import lua_profile
 

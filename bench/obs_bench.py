@@ -55,7 +55,7 @@ from rich.table import Table
 
 from baton.bench.cold_bench import cpu_ns, stack_pids
 from baton.bench.common import Result, Row, environment
-from baton.bench.e2e_bench import bench_client, sessions
+from baton.bench.sessions import bench_client, sessions
 from baton.devkit.devstack import DevStack
 from baton.devkit.servers import free_port
 

@@ -73,14 +73,12 @@ class PlainLoop:
 async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
     """The plain loop as a :class:`~baton.bench.baselines.Baseline` of ``text`` sessions
     (CPU: ``loop``, this process), its log in a temporary directory while it is open."""
-    from baton.bench.e2e_bench import _cpu_s  # the same /proc reading as the stack's meter
-
     with tempfile.TemporaryDirectory(prefix="baton-plain-") as tmp:
         with (Path(tmp) / "log.jsonl").open("ab") as log:
             loop = PlainLoop(mail_url, log)
             try:
                 yield Baseline("plain loop", "five notices, in-process",
-                               lambda: loop.session(text), "loop", _cpu_s)
+                               lambda: loop.session(text), "loop")
             finally:
                 await loop.close()
 

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from baton.bench.cold_bench import cpu_ns
 from baton.bench.common import Result, Row, environment, percentile
-from baton.bench.e2e_bench import bench_client, sessions
+from baton.bench.sessions import bench_client, sessions
 from baton.devkit.devstack import DevStack
 from baton.store.scripts import SESSION_SCRIPTS, SHARD_SCRIPTS, source
 

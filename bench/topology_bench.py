@@ -34,7 +34,7 @@ from rich.table import Table
 
 from baton.bench import replica_bench
 from baton.bench.common import Result, Row, environment, print_rows
-from baton.bench.e2e_bench import sessions
+from baton.bench.sessions import sessions
 from baton.client import Client
 from baton.devkit.devstack import DevStack
 from baton.devkit.servers import NatsServer, RedisServer

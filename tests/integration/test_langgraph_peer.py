@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from baton.bench import langgraph_peer
-from baton.bench.e2e_bench import FIVE
+from baton.bench.sessions import FIVE
 from baton.devkit.mailbox import MailboxServer
 
 pytestmark = pytest.mark.skipif(not langgraph_peer.available(),

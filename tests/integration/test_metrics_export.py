@@ -18,8 +18,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from baton.bench.e2e_bench import FIVE, bench_client, session_call
 from baton.bench.obs_bench import otlp_sink
+from baton.bench.sessions import FIVE, bench_client, session_call
 from baton.devkit.devstack import DevStack
 from tests.helpers import eventually
 

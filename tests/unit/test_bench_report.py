@@ -153,20 +153,21 @@ def _row(p50_ms: float, per_s: float) -> Any:
 
 
 def test_peer_rows_divide_by_the_langgraph_run_of_the_same_bench() -> None:
-    from baton.bench.e2e_bench import STEPS, peer_targets
-    assert peer_targets(1.0, _row(10, 90), _row(150, 200), {}, {}) == []  # not installed
-    rows = peer_targets(1.0, _row(10, 90), _row(150, 200),
-                        {1: _row(8, 110), 32: _row(300, 100)},
-                        {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS, "mailbox": 1.25}},
-                        mail_ms=1.0)
+    from baton.bench.langgraph_peer import figures
+    from baton.bench.sessions import STEPS
+    assert figures(1.0, _row(10, 90), _row(150, 200), {}, {}, steps=STEPS) == []  # not installed
+    rows = figures(1.0, _row(10, 90), _row(150, 200),
+                   {1: _row(8, 110), 32: _row(300, 100)},
+                   {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS, "mailbox": 1.25}},
+                   steps=STEPS, mail_ms=1.0)
     cpu, rate, p50 = rows
     assert cpu["target"] == "< 1x" and cpu["ratio_value"] == 0.5 and cpu["met"]
     assert "client" in cpu["figure"] and "mail service 1.0 vs 1.2 ms/session" in cpu["measured"]
     assert rate["ratio_value"] == 2.0 and rate["higher_is_better"] and rate["target"] == ""
     assert p50["ratio_value"] == 1.25 and "higher_is_better" not in p50
-    dearer = peer_targets(3.0, _row(10, 90), _row(150, 200),
-                          {1: _row(8, 110), 32: _row(300, 100)},
-                          {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS}})[0]
+    dearer = figures(3.0, _row(10, 90), _row(150, 200),
+                     {1: _row(8, 110), 32: _row(300, 100)},
+                     {1: {"process": 12.0}, 32: {"process": 2.0 * STEPS}}, steps=STEPS)[0]
     assert dearer["ratio_value"] == 1.5 and not dearer["met"]
 
 
