@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field
 from baton.api import problems, views
 from baton.api.auth import OPERATE, Tokens
 from baton.api.events import Watchers, receipt_order, stream_session
-from baton.client import Client, agent_for
+from baton.client import Client
+from baton.client_input import agent_for
 from baton.errors import not_found
 from baton.models import Submission, Task
 from baton.observability.log import get_logger

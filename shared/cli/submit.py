@@ -163,7 +163,8 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
           request_id: str | None, wait: bool, timeout: float, require_brain: bool,
           as_json: bool) -> None:
     """Start a root task of KIND (a custom task the app registers) in a session."""
-    from baton.client import Client, agent_for
+    from baton.client import Client
+    from baton.client_input import agent_for
 
     try:
         task_input = json.loads(input_json)
