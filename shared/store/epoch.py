@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 
 from baton.errors import RedisUnavailable, StoreEpochError, StoreLayoutError
 from baton.observability.log import get_logger
+from baton.store.clock import now_ms
 from baton.store.keys import Keys
 from baton.store.redis_client import REDIS_ERRORS, is_cluster
 
@@ -75,10 +75,6 @@ class EpochSurvey:
 
     def of_shard(self, shard: int) -> str:
         return self.ids[shard] if 0 <= shard < len(self.ids) else ""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class StoreEpoch:
@@ -141,7 +137,7 @@ class StoreEpoch:
             raise StoreEpochError(keys.ns, "missing", [ANCHOR], expected=_id(found[present[0]]))
         missing = [s for s, v in enumerate(found) if v is None]
         if missing:
-            if _now_ms() - int(anchor.get("created_ms", 0)) > INIT_GRACE_MS:
+            if now_ms() - int(anchor.get("created_ms", 0)) > INIT_GRACE_MS:
                 raise StoreEpochError(keys.ns, "missing", missing, expected=_id(anchor))
             await epoch._fill(anchor, missing)
             found = await epoch._read()
@@ -215,7 +211,7 @@ class StoreEpoch:
         return [_parse(raw) for raw in await pipe.execute()]
 
     async def _initialise(self) -> None:
-        value = json.dumps({"v": 1, "id": uuid.uuid4().hex, "created_ms": _now_ms(),
+        value = json.dumps({"v": 1, "id": uuid.uuid4().hex, "created_ms": now_ms(),
                             "layout": STORE_LAYOUT})
         await self.redis.setnx(self.keys.epoch(ANCHOR), value)  # SETNX: what the ACLs grant
         anchor = _parse(await self.redis.get(self.keys.epoch(ANCHOR)))
