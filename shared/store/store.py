@@ -1,7 +1,8 @@
 """The session store on Redis: every state transition is one fenced Lua script.
 
-``Store`` owns the session-side transitions (submit, lease, load, commit) and the receipt
-queries. It holds two collaborators that share its connection and its
+``Store`` owns the session-side transitions (lease, load, commit) and the receipt queries;
+the requests clients write (submit, start) and their reads are its
+:class:`~baton.store.inbox.Inbox` side. It holds two collaborators that share its connection and its
 :class:`~baton.store.scripts.ScriptRunner`: ``store.runs``, the tool-run transitions of
 Hands (:class:`~baton.store.runs.Runs`: claim, heartbeat, complete), and
 ``store.decisions``, the operator decisions (:class:`~baton.store.control.Decisions`:
