@@ -27,7 +27,7 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_type_hints, overload
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, get_type_hints, overload
 
 import httpx
 import orjson
@@ -56,11 +56,15 @@ class ToolContext:
 
 
 ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
+#: A tool's arguments model and what it returns: a decorated tool, called directly (in a
+#: test, say), is typed as the function it wraps.
+A = TypeVar("A", bound=BaseModel)
+R = TypeVar("R")
 ConfirmFn = Callable[[str, Any, ToolContext], Awaitable[Any | None]]
 Isolation = Literal["none", "process"]
 
 
-class Tool:
+class Tool(Generic[A, R]):
     """A declared tool: argument model, description, replay policy, timeout, confirm.
 
     ``isolation="process"`` runs each call in a child process holding none of the worker's
@@ -74,7 +78,7 @@ class Tool:
 
     def __init__(
         self,
-        fn: ToolFn,
+        fn: Callable[[A, ToolContext], Awaitable[R]],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -172,7 +176,7 @@ class Tool:
             "parameters": orjson.loads(cached[1]),
         }
 
-    async def __call__(self, args: BaseModel, ctx: ToolContext) -> Any:
+    async def __call__(self, args: A, ctx: ToolContext) -> R:
         return await self.fn(args, ctx)
 
 
@@ -192,8 +196,14 @@ def _check_callable(fn: Any, name: str) -> None:
         pass
 
 
+class _Declares(Protocol):
+    """What ``@tool(...)`` with options returns: the decorator proper."""
+
+    def __call__(self, fn: Callable[[A, ToolContext], Awaitable[R]], /) -> Tool[A, R]: ...
+
+
 @overload
-def tool(fn: ToolFn, /) -> Tool: ...
+def tool(fn: Callable[[A, ToolContext], Awaitable[R]], /) -> Tool[A, R]: ...
 
 
 @overload
@@ -211,11 +221,11 @@ def tool(
     env: Mapping[str, str] | None = None,
     memory_mb: int | None = None,
     wall_time_s: float | None = None,
-) -> Callable[[ToolFn], Tool]: ...
+) -> _Declares: ...
 
 
 def tool(
-    fn: ToolFn | None = None,
+    fn: Callable[[A, ToolContext], Awaitable[R]] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -228,16 +238,18 @@ def tool(
     env: Mapping[str, str] | None = None,
     memory_mb: int | None = None,
     wall_time_s: float | None = None,
-) -> Tool | Callable[[ToolFn], Tool]:
+) -> Tool[A, R] | _Declares:
     """Decorator declaring a tool; see the module docstring and :class:`Tool`."""
 
-    def wrap(f: ToolFn) -> Tool:
+    def wrap(f: Callable[[A, ToolContext], Awaitable[R]]) -> Tool[A, R]:
         return Tool(f, name=name, description=description, replay=replay, timeout=timeout,
                     version=version, approval=approval, retry_on=retry_on,
                     isolation=isolation, env=env, memory_mb=memory_mb,
                     wall_time_s=wall_time_s)
 
-    return wrap(fn) if fn is not None else wrap
+    # wrap is generic in the decorated function, as _Declares says; mypy binds its types
+    # to this call instead, hence the cast
+    return wrap(fn) if fn is not None else cast(_Declares, wrap)
 
 
 def _first_arg_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
