@@ -173,7 +173,8 @@ def print_rows(title: str, rows: Iterable[Row], console: Console | None = None) 
     for name, justify in [("mode", "left"), ("operation", "left"), ("writers", "right"),
                           ("n", "right"),
                           ("p50 µs", "right"), ("p99 µs", "right"), ("ops/s", "right"),
-                          ("ratio to PING", "right"), ("client CPU µs/op", "right"),
+                          # what the ratio is to, each table's title says
+                          ("ratio", "right"), ("client CPU µs/op", "right"),
                           ("server CPU µs/op", "right")]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     last_mode = None
@@ -184,13 +185,14 @@ def print_rows(title: str, rows: Iterable[Row], console: Console | None = None) 
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}x"
         op = f"{r.operation} [dim]({r.note})[/dim]" if r.note else r.operation
         table.add_row(r.mode, op, str(r.writers), f"{r.n:,}", f"{r.p50_us:,.0f}",
-                      f"{r.p99_us:,.0f}", f"{r.ops_per_s:,.0f}", ratio, _num(r.client_cpu_us),
+                      f"{r.p99_us:,.0f}", _num(r.ops_per_s), ratio, _num(r.client_cpu_us),
                       _num(r.server_cpu_us))
     console.print(table)
 
 
 def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:,.0f}"
+    """A figure for a table cell: blank when not measured (None, NaN)."""
+    return "" if value is None or math.isnan(value) else f"{value:,.0f}"
 
 
 def environment() -> dict[str, Any]:

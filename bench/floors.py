@@ -68,7 +68,7 @@ def floors(chain: Row, flows: Row, commit: Row, tool_p50_us: float, c1: Row, p1:
                   f"applied mark, the final answer; {commit.p50_us:,.0f} µs each) "
                   f"{design_us / 1000:.1f} ms = {design_us / p1.p50_us:.2f}x (target "
                   f"{c1_target}x: {_left(target_us - design_us)} two model turns, the state "
-                  f"reads, the word of the results and the client's)[/dim]")
+                  f"reads, the word of the results and the client's read-back)[/dim]")
     parts = (flows.client_cpu_us, flows.server_cpu_us, commit.client_cpu_us,
              commit.server_cpu_us)
     if p32 is None or plain32 is None or any(x is None for x in parts):

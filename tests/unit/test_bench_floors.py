@@ -36,6 +36,7 @@ def test_the_c1_floor_counts_the_relay_hops_the_tool_and_the_commits_in_a_row(
     assert c1["left_for_baton_ms"] == pytest.approx(0.9)
     text = out.getvalue()
     assert "4.1 ms = 2.05x" in text and "0.90 ms left for two model turns" in text
+    assert text.splitlines()[0].endswith("and the client's read-back)")
     # concurrency 32: six relayed messages at the chain's CPU, four shared commits off
     c32 = got["c32_ceiling"]
     assert c32["hops_cpu_ms_per_session"] == pytest.approx((6 * 800 - 4 * 250) / 1000)

@@ -212,3 +212,18 @@ def test_the_picture_keeps_legends_off_the_bars_and_long_figures_in_its_width() 
     svg = render_svg(None, None, None, [row])
     lines = re.findall(r'fill="#2e7d32">([^<]*)</text>', svg)
     assert len(lines) == 2 and all(len(line) <= 150 for line in lines)
+
+
+def test_a_table_row_leaves_a_figure_it_did_not_measure_blank() -> None:
+    import io
+
+    from rich.console import Console
+
+    from baton.bench.common import Row, print_rows
+
+    out = io.StringIO()
+    print_rows("t (ratio = p50 / something)", [
+        Row("m", "op", 1, 3, 10.0, 20.0, float("nan"), ratio=1.5)],
+        Console(file=out, width=200))
+    text = out.getvalue()
+    assert "nan" not in text and "ratio to PING" not in text and "1.50x" in text
