@@ -36,6 +36,7 @@ Figures, not assertions: tables on stdout and ``bench/results/e2e.json``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import tempfile
@@ -400,6 +401,14 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
         if langgraph_peer.available():
             baselines.append(await opened.enter_async_context(
                 langgraph_peer.opened(stack.mail_url, FIVE)))
+        # This process drives every contender's sessions (Baton's client, the plain loop and
+        # LangGraph run here) and holds what all of them imported: a full collection of that
+        # heap took 105-155 ms, about once per level, which a level of a few dozen sessions
+        # counted at 1.5-2 ms per session, to whichever contender it fell on. Frozen, as
+        # Baton's services freeze theirs once started (baton.service), full collections
+        # scan only what the sessions themselves keep.
+        gc.collect()
+        gc.freeze()
         for baseline in baselines:
             await baseline.run(base_levels, mail_pid)
         session_rows, per_level = await session_levels(stack, client, cfg, "1 brain, 1 hands")
