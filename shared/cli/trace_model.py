@@ -67,8 +67,9 @@ class Carried:
         at = f" at {secs(self.published_t_ms).strip()}" if self.published_t_ms is not None \
             else ""
         origin = f" from {source}" if source else ""
+        again = ": JetStream's redelivery of that publish" if self.delivery > 1 else ""
         return (f"{self.relay} published outbox row {self.row_id or '?'}{origin}{at} "
-                f"(stream seq {self.stream_seq}, delivery {self.delivery}) -> "
+                f"(stream seq {self.stream_seq}, delivery {self.delivery}{again}) -> "
                 f"{self.consumer} {self.action}")
 
 
@@ -214,6 +215,16 @@ class Trace:
         out: dict[str, int] = {}
         for c in self.carried:
             out[c.relay] = out.get(c.relay, 0) + 1
+        return out
+
+    @property
+    def redelivered(self) -> dict[str, int]:
+        """How many of the deliveries each relay's publishes made were JetStream's
+        redeliveries (a consumer died or was slow to ack): one publish, acted on again."""
+        out: dict[str, int] = {}
+        for c in self.carried:
+            if c.delivery > 1:
+                out[c.relay] = out.get(c.relay, 0) + 1
         return out
 
     def to_json(self) -> dict[str, Any]:

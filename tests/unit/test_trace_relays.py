@@ -77,7 +77,11 @@ def test_a_redelivery_hangs_off_the_same_publish_on_the_relays_lane() -> None:
                for c in data["carriers"])
 
     text = render_text(trace)
-    assert re.search(r"relay\s+relay-1\s+published\s+2, .*\(3 deliveries acted on here\)", text)
+    assert re.search(r"relay\s+relay-1\s+published\s+2, .*\(3 deliveries acted on, 1 of them "
+                     r"JetStream's redeliveries\)", text)
+    assert re.search(r"relay\s+relay-2\s+published\s+1, .*\(1 delivery acted on\)", text)
+    # the second delivery of one publish says it is one, not a second publish
+    assert "(stream seq" in text and "delivery 2: JetStream's redelivery of that publish)" in text
     assert "-> hands-2 claimed run 1-0 [2 ms in the outbox, 2978 ms from publish to hands-2]" \
         in text
 
