@@ -23,11 +23,12 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
     carried, again = trace.relays, trace.redelivered
     for lane in trace.lanes:
         if lane.role == "relay":
-            n, r = carried.get(lane.name, 0), again.get(lane.name, 0)
+            acted, redone = carried.get(lane.name, 0), again.get(lane.name, 0)
             out.append(f"  {'relay':<6} {lane.label:<{width}} published {lane.published:>3}, "
                        f"{secs(lane.first_ms)} .. {secs(lane.last_ms)}  "
-                       f"({n} deliver{'y' if n == 1 else 'ies'} acted on"
-                       + (f", {r} of them JetStream's redeliveries" if r else "") + ")")
+                       f"({acted} deliver{'y' if acted == 1 else 'ies'} acted on"
+                       + (f", {redone} of them JetStream's redeliveries" if redone else "")
+                       + ")")
             continue
         parts = []
         if lane.abandoned:
