@@ -310,19 +310,19 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
                              "seconds to wait for it to settle"))] = 0) -> Submission:
         """A submission; with ``wait``, once it settled (or as it is when the wait ends)."""
         c = client()
-        sub = await c.store.submission(session_id, submission_id)
+        sub = await c.store.inbox.submission(session_id, submission_id)
         if wait and not sub.settled:
             try:
                 sub = await c.wait(sub, timeout=wait)
             except TimeoutError:
-                sub = await c.store.submission(session_id, submission_id)
+                sub = await c.store.inbox.submission(session_id, submission_id)
         return sub
 
     @app.get("/v1/sessions/{session_id}/tasks/{task_id}", response_model=Task,
              responses=errors_doc, tags=["sessions"])
     async def task(session_id: SessionId, task_id: str, role: Read) -> Task:
         """A task, live or finished."""
-        return await reader().task(session_id, task_id)
+        return await reader().inbox.task(session_id, task_id)
 
     @app.get("/v1/sessions/{session_id}/events", tags=["sessions"], responses={
         **errors_doc, 200: {"description": "Server-Sent Events: a snapshot, then each change",
@@ -336,7 +336,7 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     ) -> StreamingResponse:
         """A snapshot of the session, then its changes live; resumable with Last-Event-ID."""
         store = client().store
-        if not await store.exists(session_id):
+        if not await store.inbox.exists(session_id):
             raise not_found(f"session {session_id}", namespace=settings.namespace,
                             session_id=session_id)
         resume = last_event_id or after

@@ -58,7 +58,7 @@ async def list_sessions(
 
 
 async def _exists(store: Store, session_id: str) -> None:
-    if not await store.exists(session_id):
+    if not await store.inbox.exists(session_id):
         raise not_found(f"session {session_id}", namespace=store.keys.ns, session_id=session_id)
 
 

@@ -65,7 +65,7 @@ def value_at(n: int) -> dict[str, Any]:
 
 async def build(store: Store, session: str, changes: int, every: int) -> list[int]:
     """A session whose "progress" document went through ``changes`` commits; commit ns."""
-    await store.start_task(
+    await store.inbox.start_task(
         session, agent="bench", compat=1, wake_subject="bench.wake.bench.1",
         request_id="r", task=Task(id="t", kind="bench", owner=session),
         worker=worker_ref("client", "bench"))

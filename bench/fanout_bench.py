@@ -46,9 +46,9 @@ async def _open(store: Store, session: str) -> tuple[Submission, int]:
     from baton.bench.store_bench import generation_task
 
     task = generation_task(session)
-    sub, _ = await store.submit(session, agent="notices", compat=1, wake_subject=WAKE,
-                                request_id=f"req-{session}", text="settle me", task=task,
-                                worker=CLIENT, submission_id=f"sub-{session}")
+    sub, _ = await store.inbox.submit(session, agent="notices", compat=1, wake_subject=WAKE,
+                                      request_id=f"req-{session}", text="settle me", task=task,
+                                      worker=CLIENT, submission_id=f"sub-{session}")
     lease = await store.acquire(session, BRAIN, LEASE_MS)
     return sub, lease.fence
 

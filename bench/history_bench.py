@@ -49,9 +49,11 @@ QUICK = Config(sessions=20, steps=3)
 
 async def _fill(store: Store, session: str, entries: int) -> None:
     task = generation_task(session)
-    await store.submit(session, agent="notices", compat=1, wake_subject="bench.wake.notices.1",
-                       request_id=f"req-{session}", text="send the five notices", task=task,
-                       worker=worker_ref("client", "bench"), submission_id=f"sub-{session}")
+    await store.inbox.submit(session, agent="notices", compat=1,
+                             wake_subject="bench.wake.notices.1", request_id=f"req-{session}",
+                             text="send the five notices", task=task,
+                             worker=worker_ref("client", "bench"),
+                             submission_id=f"sub-{session}")
     lease = await store.acquire(session, BRAIN, LEASE_MS)
     now = now_ms()
     history = [Entry(kind="model", text=f"Earlier turn {k}: sent one notice and noted the "

@@ -39,10 +39,10 @@ async def measure(url: str, replicas: int, cfg: Config) -> Row:
         fences, tasks = {}, {}
         for s in sessions:
             tasks[s] = generation_task(s)
-            await store.submit(s, agent="notices", compat=1, wake_subject="bench.wake.n.1",
-                               request_id=f"req-{s}", text="send the five notices",
-                               task=tasks[s], worker=worker_ref("client", "bench"),
-                               submission_id=f"sub-{s}")
+            await store.inbox.submit(s, agent="notices", compat=1, wake_subject="bench.wake.n.1",
+                                     request_id=f"req-{s}", text="send the five notices",
+                                     task=tasks[s], worker=worker_ref("client", "bench"),
+                                     submission_id=f"sub-{s}")
             fences[s] = (await store.acquire(s, BRAIN, LEASE_MS * 100)).fence
 
         async def commit(i: int) -> None:

@@ -175,9 +175,9 @@ class Writer:
 
 async def open_writer(store: Store, session: str, kind: str, count: int) -> Writer:
     task = generation_task(session)
-    await store.submit(session, agent="notices", compat=1, wake_subject=WAKE,
-                       request_id=f"req-{session}", text="send the five notices", task=task,
-                       worker=worker_ref("client", "bench"), submission_id=f"sub-{session}")
+    await store.inbox.submit(session, agent="notices", compat=1, wake_subject=WAKE,
+                             request_id=f"req-{session}", text="send the five notices", task=task,
+                             worker=worker_ref("client", "bench"), submission_id=f"sub-{session}")
     lease = await store.acquire(session, BRAIN, LEASE_MS)
     return Writer(store, session, lease.fence, build(kind, session, task, count))
 

@@ -1,8 +1,15 @@
-"""The client side: submit input to a session, start, cancel and decide work, read it back.
+"""The client side: submit input to a session and wait for its submission to settle.
 
 Clients never take leases: they write only through idempotent scripts (submit, start,
-cancel, approve) and read committed state. How a client waits for a submission to settle
-or a task to end is :class:`baton.waiting.Waiting`, which :class:`Client` is made of.
+cancel, approve) and read committed state.
+
+Waiting does not fan out: a commit that settles something SPUBLISHes on the session's own
+sharded channel (:meth:`Keys.settled_channel`, under the session's hash tag), and a client
+SSUBSCRIBEs only to the channels of the sessions it is waiting on, for as long as it waits.
+A client therefore hears about its own sessions only, however many others settle, and on a
+Redis Cluster the notification stays on the node of the session's slot. A settled
+submission's notification carries the committed record (:mod:`baton.store.notices`), which
+:meth:`Client.wait` returns without reading it back.
 """
 
 from __future__ import annotations
@@ -11,10 +18,12 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
+
+import redis.exceptions as rex
 
 from baton.bus.subjects import BusNames
 from baton.client_input import (
@@ -33,18 +42,29 @@ from baton.errors import (
     RedisUnavailable,
     UnavailableError,
     ValidationError,
+    WaitTimeout,
+    from_redis_error,
+    not_found,
 )
 from baton.faults import Faults
 from baton.models import Document, Submission, Task
-from baton.observability.log import get_logger
+from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.control import CancelAnswer
 from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
+from baton.store.notices import submission_in
 from baton.store.settled import SettledChannels
+from baton.store.state import is_request
 from baton.store.store import Store, now_ms, worker_ref
-from baton.waiting import Waiting
+
+# redis-py's errors for a server that does not answer (a read is retried past them).
+# ClusterDownError / TryAgainError: a Redis Cluster mid-failover (a slot without a primary
+# for a moment) answers reads that way; like a restart, it is waited out.
+_UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionError,
+                                            rex.TimeoutError, rex.ClusterDownError,
+                                            rex.TryAgainError, OSError)
 
 log = get_logger("baton.client")
 #: A level found served by a live Brain is taken as served this long (seconds) before
@@ -52,6 +72,7 @@ log = get_logger("baton.client")
 SERVED_RECHECK_S = 10.0
 #: How long a wait that timed out may spend finding out what it waits for (a hint).
 WHY_READ_S = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -88,7 +109,7 @@ class Connecting:
             await self._client.close()
 
 
-class Client(Waiting):
+class Client:
     """Submit and wait; one per process, shares the store connection.
 
     Made by ``await Client.connect(settings)`` (or ``async with Client.connect(settings)
@@ -204,7 +225,7 @@ class Client(Waiting):
             created_ms=now_ms(),
         )
         async with self._quarantine_named(session_id):
-            result = await self.store.submit(
+            result = await self.store.inbox.submit(
                 session_id,
                 agent=agent,
                 compat=compat,
@@ -294,13 +315,13 @@ class Client(Waiting):
         task = Task(id=derived_id(kind, session_id, request_id), kind=kind,
                     input=dict(input or {}), owner=session_id, created_ms=now, updated_ms=now)
         async with self._quarantine_named(session_id):
-            task_id, created = await self.store.start_task(
+            task_id, created = await self.store.inbox.start_task(
                 session_id, agent=agent, compat=compat,
                 wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
                 task=task, worker=self.worker,
             )
         if not created:  # the same request id: the same start, or a conflict
-            first = await self.store.task(session_id, task_id)
+            first = await self.store.inbox.task(session_id, task_id)
             if first.kind != task.kind or first.input != task.input:
                 raise ConflictError(
                     f"request id {request_id} in session {session_id} was used before to "
@@ -328,6 +349,28 @@ class Client(Waiting):
         """
         return await self.store.decisions.cancel(session_id, task_id, self.worker, reason)
 
+    async def wait_cancelled(self, session_id: str, task_id: str | None = None,
+                             timeout: float = 60.0) -> bool:  # noqa: ASYNC109
+        """Wait until the task (or every task of the session) has ended; True then.
+        NotFoundError for a session (or task) that does not exist."""
+        if task_id is None and not await self._read_checked(
+                lambda: self.store.inbox.exists(session_id), session_id):
+            raise self._no_session(session_id)
+
+        async def ended() -> bool:
+            if task_id is not None:
+                return (await self.store.inbox.task(session_id, task_id)).terminal
+            sk = self.store.keys.session(session_id)
+            async with self.store.redis.pipeline(transaction=False) as p:
+                p.hlen(sk.tasks)
+                p.hkeys(sk.inbox)
+                live, inbox = await p.execute()
+            # A request no Brain took up yet is work too: its task exists only once taken
+            return not live and not any(is_request(str(k)) for k in inbox)
+
+        what = f"task {task_id}" if task_id else "the cancelled work"
+        return await self._until(session_id, ended, bool, timeout, what=f"{what} has not ended")
+
     async def approve(self, session_id: str, run_id: str, digest: str) -> int:
         """Approve a run awaiting approval, bound to its arguments' digest (see
         :meth:`awaiting_approval`); it is dispatched once. Returns the sequence number of
@@ -346,7 +389,7 @@ class Client(Waiting):
         ``run_id`` and ``digest`` to :meth:`approve` (the digest binds the approval to the
         arguments shown), or its ``run_id`` to :meth:`reject`."""
         runs = await self._read_checked(lambda: self.store.runs.live(session_id), session_id)
-        if not runs and not await self.store.exists(session_id):
+        if not runs and not await self.store.inbox.exists(session_id):
             raise self._no_session(session_id)
         waiting = [r for r in runs.values() if r.status == "awaiting_approval"]
         return [Approval(run_id=r.run_id, task_id=r.intent.task_id, tool=r.intent.tool,
@@ -359,12 +402,16 @@ class Client(Waiting):
         """A task as it is now, live or finished. NotFoundError says whether the session or
         the task is missing."""
         try:
-            return await self._read_checked(lambda: self.store.task(session_id, task_id),
+            return await self._read_checked(lambda: self.store.inbox.task(session_id, task_id),
                                             session_id)
         except NotFoundError:
-            if await self.store.exists(session_id):
+            if await self.store.inbox.exists(session_id):
                 raise
             raise self._no_session(session_id) from None
+
+    def _no_session(self, session_id: str) -> NotFoundError:
+        return not_found(f"session {session_id}", namespace=self.store.keys.ns,
+                         session_id=session_id)
 
     async def document(self, session_id: str, name: str, version: int | None = None,
                        ) -> Document:
@@ -376,6 +423,80 @@ class Client(Waiting):
             return (await read_document(self.store, session_id, name, version))[0]
 
         return await self._read_checked(read, session_id)
+
+    async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
+        """Wait until the task is terminal; returns it."""
+        return await self._until(session_id, lambda: self.store.inbox.task(session_id, task_id),
+                                 lambda t: t.terminal, timeout,
+                                 what=f"task {task_id} has not ended")
+
+    async def wait(self, submission: Submission, timeout: float = 60.0) -> Submission:  # noqa: ASYNC109
+        """Wait until the submission settles (completed, failed or cancelled)."""
+        # While its request waits in the inbox it is not settled: nothing to decode then.
+        # The first read (right after the submit, as a rule) looks at the inbox first, the
+        # later ones (after a settled notification) at the submission first.
+        reads = 0
+
+        def read() -> Awaitable[Submission | None]:
+            nonlocal reads
+            reads += 1
+            fresh = reads == 1 and not submission.settled
+            return self.store.inbox.taken_up(submission, fresh=fresh)
+
+        settled = await self._until(submission.session_id, read,
+                                    lambda s: s is not None and s.settled, timeout,
+                                    notice=lambda message: submission_in(message, submission),
+                                    what=f"submission {submission.id} has not settled")
+        assert settled is not None  # done() holds
+        return settled
+
+    async def _until(
+        self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
+        timeout: float,  # noqa: ASYNC109
+        notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
+    ) -> T:
+        """Re-read on each settled notification of the session (or every second) until done.
+
+        ``notice`` reads a notification's message: what it returns, when ``done`` holds for
+        it, is the answer without a read (see :mod:`baton.store.notices`).
+
+        A quarantined session never settles: that is checked when a second passed without a
+        notification (and by a read that fails to decode), not before every wait, which would
+        cost each waiter one more round trip."""
+        channel = self.store.keys.settled_channel(session_id)
+        unreachable: list[BaseException] = []  # the last read's error while Redis is away
+        signal = await self.settled.join(channel)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    # Redis away for a while (a restart, a failover) is waited out to the
+                    # wait's own deadline: the work goes on meanwhile
+                    current = await self._read_checked(read, session_id, patience=timeout,
+                                                       unreachable=unreachable)
+                    if done(current):
+                        return current
+                    # Wake on a notification, or re-check at least every second.
+                    await asyncio.wait({signal}, timeout=1.0)
+                    if signal.done():
+                        message = signal.result()
+                        signal = self.settled.again(channel, signal)
+                        heard = notice(message) if notice is not None else None
+                        if heard is not None and done(heard):
+                            return heard
+                    else:
+                        # Redis unreachable here (a restart, a failover) is the next read's
+                        # to wait out, and then to tell a lost state from a live one.
+                        with contextlib.suppress(*_UNREACHABLE):
+                            await quarantine.raise_if_quarantined(self.store, session_id)
+        except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
+            why = (f"Redis unreachable: {error_text(unreachable[0])}" if unreachable
+                   else await self._why_waiting(session_id))
+            raise WaitTimeout(
+                f"{what} in session {session_id} within {timeout:g} s; it goes on ({why}): "
+                f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
+                f"{session_id}`", session_id=session_id, why=why) from None
+        finally:
+            await self.settled.leave(channel, signal)
 
     async def _why_waiting(self, session_id: str) -> str:
         """What a wait that timed out most likely waits for, in words: a person's decision,
@@ -397,3 +518,39 @@ class Client(Waiting):
                 return unserved or default
         except Exception:  # the hint is best effort
             return default
+
+    async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str, *,
+                            patience: float | None = None,
+                            unreachable: list[BaseException] | None = None) -> T:
+        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
+        and a failure to decode the session becomes QuarantinedError once it is quarantined.
+
+        Redis unreachable (restarting, a failover) is waited out for up to ``patience``
+        seconds (``client_connect_wait_s`` by default; a wait passes its own deadline, and
+        ``unreachable`` gets the last error while it lasts): once it answers, the read says
+        whether the state is still there, or the epoch that it was lost.
+        """
+        loop = asyncio.get_running_loop()
+        since: float | None = None
+        limit = self.settings.client_connect_wait_s if patience is None else patience
+        while True:
+            try:
+                value = await read()
+                if unreachable:
+                    unreachable.clear()
+                return value
+            except (CorruptStateError, ValidationError):
+                await quarantine.raise_if_quarantined(self.store, session_id)
+                raise
+            except NotFoundError:
+                if self.epoch is not None:
+                    await self.epoch.verify()
+                raise
+            except _UNREACHABLE as exc:
+                since = since if since is not None else loop.time()
+                if unreachable is not None:
+                    unreachable[:] = [exc]
+                if loop.time() - since >= limit:
+                    raise from_redis_error(exc, session_id=session_id) from exc
+                log.debug("wait_read_retry", error=str(exc))
+                await asyncio.sleep(0.2)

@@ -133,7 +133,7 @@ def submit(agent: str, compat: int, session_id: str | None, request_id: str | No
             try:
                 final = await client.wait(sub, timeout)
             except TimeoutError as exc:
-                now = await client.store.submission(sub.session_id, sub.id)
+                now = await client.store.inbox.submission(sub.session_id, sub.id)
                 raise _timed_out(f"submission {sub.id}", sub.session_id, now.status,
                                  timeout, exc) from None
             emit(as_json, final.model_dump(mode="json"), lambda: _final_text(final))
@@ -192,7 +192,7 @@ def start(kind: str, input_json: str, session_id: str | None, agent: str | None,
             try:
                 task = await client.wait_task(sid, task_id, timeout)
             except TimeoutError as exc:
-                now = await client.store.task(sid, task_id)
+                now = await client.store.inbox.task(sid, task_id)
                 raise _timed_out(f"task {task_id}", sid, now.state.name, timeout,
                                  exc) from None
             ok = task.state.name == "terminal" and task.state.outcome == "completed"

@@ -177,7 +177,7 @@ class ChaosRun:
             if f.submission is None:
                 continue
             sid = f.session_id
-            f.submission = await _retrying(lambda: store.submission(sid, f.submission.id))  # type: ignore[union-attr]  # noqa: B023
+            f.submission = await _retrying(lambda: store.inbox.submission(sid, f.submission.id))  # type: ignore[union-attr]  # noqa: B023
             state = await _retrying(lambda: store.load(sid))  # noqa: B023
             f.live_tasks = [f"{t.id}:{t.state.name}" for t in state.tasks.values()
                             if not t.terminal]

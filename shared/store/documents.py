@@ -167,7 +167,7 @@ async def read_document(store: Store, session_id: str, name: str,
     found = document_from_hash(fields, name, version)
     ns = store.keys.ns
     if found is None:
-        if not await store.exists(session_id):
+        if not await store.inbox.exists(session_id):
             raise not_found(f"session {session_id}", namespace=ns, session_id=session_id)
         raise not_found(f"document {name} in session {session_id}", namespace=ns,
                         session_id=session_id)

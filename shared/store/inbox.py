@@ -5,7 +5,7 @@ A client never takes a lease. It requests input (:meth:`Inbox.submit`) or a root
 session's inbox with a wake for a Brain, and a Brain takes it up in its own fenced commit,
 which deletes it from the inbox and writes the submission or the task atomically. The reads
 here therefore look at both, so a request taken up between two reads never looks unknown.
-:class:`~baton.store.store.Store` is made of it.
+A :class:`~baton.store.store.Store` holds one as ``store.inbox``.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ __all__ = ["Inbox"]
 
 
 class Inbox:
-    """The client side of the store. Needs the store's ``redis``, ``settings``, ``keys`` and
-    ``scripts``."""
+    """The client side of the store: requests into a session's inbox, and their reads."""
 
-    redis: Redis
-    settings: Settings
-    keys: Keys
-    scripts: ScriptRunner
+    def __init__(
+        self, redis: Redis, keys: Keys, settings: Settings, scripts: ScriptRunner
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.settings = settings
+        self.scripts = scripts
 
     @traced_submit("submit")
     async def submit(

@@ -1,14 +1,14 @@
 """The session store on Redis: every state transition is one fenced Lua script.
 
-``Store`` owns the session-side transitions (lease, load, commit) and the receipt queries;
-the requests clients write (submit, start) and their reads are its
-:class:`~baton.store.inbox.Inbox` side. It holds two collaborators that share its connection and its
-:class:`~baton.store.scripts.ScriptRunner`: ``store.runs``, the tool-run transitions of
-Hands (:class:`~baton.store.runs.Runs`: claim, heartbeat, complete), and
-``store.decisions``, the operator decisions (:class:`~baton.store.control.Decisions`:
-cancel, approve, reject). The types it returns and the parsers live in
-:mod:`baton.store.state`. The relay's outbox and timer operations live in
-:mod:`baton.store.outbox`; connections come from :mod:`baton.store.redis_client`. Each
+``Store`` owns the session-side transitions (lease, load, commit) and the receipt queries.
+It holds three collaborators that share its connection and its
+:class:`~baton.store.scripts.ScriptRunner`: ``store.inbox``, the requests clients write
+(:class:`~baton.store.inbox.Inbox`: submit, start, and the reads of what became of them),
+``store.runs``, the tool-run transitions of Hands (:class:`~baton.store.runs.Runs`: claim,
+heartbeat, complete), and ``store.decisions``, the operator decisions
+(:class:`~baton.store.control.Decisions`: cancel, approve, reject). The types it returns and
+the parsers live in :mod:`baton.store.state`. The relay's outbox and timer operations live
+in :mod:`baton.store.outbox`; connections come from :mod:`baton.store.redis_client`. Each
 method is one round trip.
 """
 
@@ -121,7 +121,7 @@ class Release(enum.IntEnum):
     HELD = 2  # kept for the results of the runs in flight (Writes.hold_as, brain.held)
 
 
-class Store(Inbox):
+class Store:
     """Session transitions, with the tool-run transitions as ``runs`` and the operator
     decisions as ``decisions``. One instance per process; safe for concurrent use."""
 
@@ -134,6 +134,7 @@ class Store(Inbox):
         self.entry_cache = entry_cache
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = ScriptRunner(redis, settings)
+        self.inbox = Inbox(redis, self.keys, settings, self.scripts)
         self.runs = Runs(redis, self.keys, settings, self.scripts)
         self.decisions = Decisions(self.keys, settings, self.scripts, self.runs)
         #: Awaited after a commit that armed a timer or a deadline (a Brain's nudge to the

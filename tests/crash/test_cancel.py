@@ -69,7 +69,7 @@ async def test_cancel_generation_mid_tool_stops_runs_through_heartbeat(
     assert all(e["error_code"] == "cancelled" and "while running" in e["error"]
                for e in lines), lines  # the line says what the result says
     assert (await c.stats())["raw_requests"] == 0  # nothing was sent
-    task = await c.store.task(sub.session_id, sub.task_id)
+    task = await c.store.inbox.task(sub.session_id, sub.task_id)
     assert task.state.name == "terminal" and task.state.outcome == "cancelled"
     kinds = [r.kind for r in await c.receipts(sub.session_id)]
     assert kinds.count("cancel") == 1

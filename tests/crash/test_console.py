@@ -164,7 +164,7 @@ async def test_console_submits_approves_and_shows_a_takeover_live(
 
     # The mail service: each recipient got one mail, the uncertain send was not repeated.
     await c.check_exactly_once(raw_requests=5)
-    final = await c.store.submission(sid, (await c.store.load(sid)).submissions.popitem()[0])
+    final = await c.store.inbox.submission(sid, (await c.store.load(sid)).submissions.popitem()[0])
     assert final.status == "completed"
 
     # The other pages: sessions (live status), workers with their levels, dead letters.

@@ -89,7 +89,7 @@ async def test_duplicate_wakes_and_tool_messages_are_harmless(
     after = (await c.receipts(session))[len(receipts):]
     assert {r.kind for r in after} <= {"lease"}, after  # looked, found nothing to do
     assert await c.entries(session) == entries
-    assert await c.store.submission(session, sub.id) == final
+    assert await c.store.inbox.submission(session, sub.id) == final
     await c.check_exactly_once(raw_requests=5)
     claims = [r for r in await c.receipts(session) if r.kind in ("claim", "reclaim")]
     assert len(claims) == 5, claims

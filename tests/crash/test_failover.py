@@ -59,7 +59,7 @@ async def _writer(store: Store, sid: str, acks: Acks, killed: asyncio.Event,
     brain = worker_ref("brain", f"brain-{sid}")
     while sid not in acks.submissions:
         try:
-            sub, _ = await store.submit(
+            sub, _ = await store.inbox.submit(
                 sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r1", text="hi",
                 task=Task(id="t1", kind="generation", owner=sid),
                 worker=worker_ref("client", "c"), submission_id=f"sub-{sid}")
@@ -131,7 +131,7 @@ async def test_a_primary_killed_mid_burst_loses_no_acknowledged_write(
             sk = store.keys.session(sid)
             # the acknowledged submission is there: a request waiting in the inbox (no Brain
             # here takes it up)
-            assert (await store.submission(sid, acks.submissions[sid])).id == \
+            assert (await store.inbox.submission(sid, acks.submissions[sid])).id == \
                 acks.submissions[sid], sid
             stored = Counter(e.text for e in await store.entries(sid))
             for text in acks.entries[sid]:

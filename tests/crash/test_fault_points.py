@@ -180,7 +180,7 @@ async def test_client_killed_after_submit_commit_still_completes(
     assert b"fault_point_hit" in err and b"submit.after_commit" in err, err
     assert out == b"", "the client answered before it died"
 
-    sub = await c.store.submission_for_request(session, request)
+    sub = await c.store.inbox.submission_for_request(session, request)
     assert sub is not None, "the committed submission was lost"
     again, created = await c.client.submit(FIVE_NOTICES, agent="notices", session_id=session,
                                            request_id=request)

@@ -100,7 +100,7 @@ async def test_stale_brain_commit_is_refused_after_takeover(
     after = (await c.receipts(session))[len(before):]
     assert [r.kind for r in after if r.kind not in ("lease", "refused")] == [], after
     assert len(await c.entries(session)) == entries
-    assert (await c.store.submission(session, sub.id)) == final
+    assert (await c.store.inbox.submission(session, sub.id)) == final
     await c.check_completed(final)
     await c.check_exactly_once(raw_requests=5)
     assert c.stack.proc(stale).alive, "a fenced Brain keeps serving other sessions"

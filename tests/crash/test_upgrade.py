@@ -64,7 +64,7 @@ async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
         stats = await c.stats()
         return stats["accepted"] == stats["held"] == JOBS
     await eventually(midway, timeout=30, message="jobs mid-way under v1")
-    tasks = [await c.store.task(s, t) for s, t in jobs]
+    tasks = [await c.store.inbox.task(s, t) for s, t in jobs]
     assert not any(t.terminal for t in tasks) and all(t.version == 1 for t in tasks)
 
     for n in (1, 2):
@@ -91,7 +91,7 @@ async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
         view = await session_view(c.store, sid)
         assert view["compat"] == 2 and view["wake_subject"].endswith(f".{AGENT}.2")
         assert view["blocked"] == {"level": None, "tasks": {}}
-    results = [(await c.store.task(s, t)).result for s, t in jobs]
+    results = [(await c.store.inbox.task(s, t)).result for s, t in jobs]
     assert all(r["sent"] == SENDS for r in results)
     # Mid-way sessions were migrated by v2: its migrate recorded where they came from.
     assert all(r["migrated_from"] == 1 for r in results), results
@@ -100,7 +100,7 @@ async def test_rolling_upgrade_migrates_sessions_and_unserved_level_waits(
     stats = await c.stats()
     assert stats["accepted"] == JOBS * SENDS + 0  # each notice once, none twice
 
-    later_task = await c.store.task(*later)
+    later_task = await c.store.inbox.task(*later)
     assert not later_task.terminal and later_task.state.name == "pending"
     view = await session_view(c.store, later[0])
     assert view["blocked"]["level"] and view["tasks"][0]["blocked"].startswith("blocked:")

@@ -174,7 +174,7 @@ async def commit_runs(
     groups: dict[str, int] | None = None,
 ) -> None:
     """What a Brain does: accept a submission, then commit the tool runs under its lease."""
-    await store.submit(
+    await store.inbox.submit(
         session, agent="notices", compat=1, wake_subject=bus.wake_subject("notices", 1),
         request_id="r1", text="go", task=Task(id="task-1", kind="generation", owner=session),
         worker=worker_ref("client", "c"), submission_id="sub-1",

@@ -139,7 +139,7 @@ async def test_redis_restart_with_aof_always_loses_no_committed_state(
             await durable_redis.restart()
             client = await Client.connect(settings)  # a client reconnects at any time
             for sub in subs:  # every accepted submission and every receipt survived
-                assert (await client.store.submission(sub.session_id, sub.id)).id == sub.id
+                assert (await client.store.inbox.submission(sub.session_id, sub.id)).id == sub.id
                 after = await client.store.receipts(sub.session_id)
                 assert len(after) >= receipts_before[sub.session_id]
             await check_exactly_once(client, subs, mailbox)

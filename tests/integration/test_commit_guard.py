@@ -32,13 +32,13 @@ KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "runs", "run
 async def _session(store: Store) -> tuple[str, int]:
     sid = "g-" + uuid.uuid4().hex[:12]
     task = Task(id=f"{sid}-root", kind="generation", owner=sid)
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                       text="hi", task=task, worker=CLIENT, submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                             text="hi", task=task, worker=CLIENT, submission_id=f"{sid}-sub")
     await take_up(store, sid, BRAIN)
     # a request waiting in the inbox, which the commit below takes up (deletes)
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
-                       text="more", task=Task(id=f"{sid}-t2", kind="generation", owner=sid),
-                       worker=CLIENT, submission_id=f"{sid}-sub2")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
+                             text="more", task=Task(id=f"{sid}-t2", kind="generation", owner=sid),
+                             worker=CLIENT, submission_id=f"{sid}-sub2")
     lease = await store.acquire(sid, BRAIN, 60_000)
     return sid, lease.fence
 
@@ -89,9 +89,9 @@ async def test_the_acquire_that_opens_a_session_writes_nothing_on_a_key_of_the_w
 ) -> None:
     """acquire.lua reads the state before opening the session (its first write)."""
     sid = "o-" + uuid.uuid4().hex[:12]
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                       text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
-                       worker=CLIENT, submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                             text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                             worker=CLIENT, submission_id=f"{sid}-sub")
     sk = store.keys.session(sid)
     names = {k: getattr(sk, k) for k in (*KEYS, "sessions")}
     await _refused_writing_nothing(store.redis, names, key,

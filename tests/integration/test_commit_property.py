@@ -84,9 +84,9 @@ class Session:
     async def start(cls, store: Store, settings_: Settings) -> Session:
         sid = "p-" + uuid.uuid4().hex[:12]
         task = Task(id=f"{sid}-root", kind="generation", owner=sid)
-        await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                           text="hi", task=task, worker=worker_ref("client", "c"),
-                           submission_id=f"{sid}-sub")
+        await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                                 text="hi", task=task, worker=worker_ref("client", "c"),
+                                 submission_id=f"{sid}-sub")
         await take_up(store, sid, BRAIN)
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
         ctx = TaskContext(session_id=sid, fence=lease.fence, state=state, store=store,

@@ -21,9 +21,9 @@ LEASE_MS = 60_000  # long: a second Brain gets in only because the lease was rel
 
 async def _session(store: Store) -> str:
     sid = "cr-" + uuid.uuid4().hex[:10]
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r1",
-                       text="hi", task=Task(id=f"{sid}-t", kind="generation", owner=sid),
-                       worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r1",
+                             text="hi", task=Task(id=f"{sid}-t", kind="generation", owner=sid),
+                             worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
     await take_up(store, sid, BRAIN)
     return sid
 

@@ -138,7 +138,7 @@ async def test_cancel_before_claim_and_idempotent_answers(
             again = await client.cancel(sid)
             final = await client.wait(sub, timeout=10)
             after = await client.cancel(sid)
-            task = await client.store.task(sid, sub.task_id)
+            task = await client.store.inbox.task(sid, sub.task_id)
             runs = await client.store.runs.applied(sid)
             view = await session_view(client.store, sid)
             text = render_text(build_trace(sid, await client.store.receipts(sid)))

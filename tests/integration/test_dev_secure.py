@@ -172,7 +172,7 @@ async def test_a_redis_killed_under_the_shipped_acl_restarts_with_every_commit(
         finally:
             await anonymous.aclose()
         async with await Client.connect(settings) as client:
-            assert await client.store.exists(sub.session_id)
+            assert await client.store.inbox.exists(sub.session_id)
 
 
 async def _keys_by_type(url: str) -> dict[str, str]:

@@ -33,9 +33,9 @@ async def cached(settings: Settings) -> AsyncIterator[Store]:
 
 async def _open(store: Store, sid: str) -> None:
     task = Task(id=f"task-{sid}", kind="generation", owner=sid, submission_id=f"sub-{sid}")
-    await store.submit(sid, agent="notices", compat=1, wake_subject="wake.notices.1",
-                       request_id=f"req-{sid}", text="hello", task=task,
-                       worker=worker_ref("client", "c"), submission_id=f"sub-{sid}")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject="wake.notices.1",
+                             request_id=f"req-{sid}", text="hello", task=task,
+                             worker=worker_ref("client", "c"), submission_id=f"sub-{sid}")
 
 
 async def _opened(store: Store, sid: str, texts: list[str]) -> Any:

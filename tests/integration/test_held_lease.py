@@ -104,9 +104,9 @@ async def test_a_lost_word_costs_the_hold_and_loses_nothing(
 async def _leased(store: Store, ttl: int) -> tuple[str, int]:
     """A session opened and taken up, leased by BRAIN; (session id, fence)."""
     sid = "hl-" + uuid.uuid4().hex[:10]
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r1",
-                       text="hi", task=Task(id=f"{sid}-t", kind="generation", owner=sid),
-                       worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r1",
+                             text="hi", task=Task(id=f"{sid}-t", kind="generation", owner=sid),
+                             worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
     await take_up(store, sid, BRAIN)
     lease, _ = await store.acquire_and_load(sid, BRAIN, ttl)
     return sid, lease.fence
@@ -255,10 +255,10 @@ async def test_a_clients_request_to_a_held_session_tells_the_holder(store: Store
     sid, fence = await _dispatched(store, name)
     pubsub, _ = await _listen(store, sid, name)
     try:
-        await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
-                           text="and one more", task=Task(id=f"{sid}-t2", kind="generation",
+        await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
+                                 text="and one more", task=Task(id=f"{sid}-t2", kind="generation",
                                                           owner=sid),
-                           worker=worker_ref("client", "c"), submission_id=f"{sid}-sub2")
+                                 worker=worker_ref("client", "c"), submission_id=f"{sid}-sub2")
         word = await eventually(lambda: pubsub.get_message(timeout=1), timeout=10)
     finally:
         await pubsub.aclose()

@@ -86,9 +86,9 @@ async def run_tools(store: Store, bus: Bus, calls: list[tuple[str, dict[str, Any
                    wake_subject=wake)
         for i, (name, arguments) in enumerate(calls)
     ]
-    await store.submit(session, agent="iso", compat=1, wake_subject=wake, request_id="r1",
-                       text="go", task=Task(id="task-1", kind="generation", owner=session),
-                       worker=worker_ref("client", "c"), submission_id="sub-1")
+    await store.inbox.submit(session, agent="iso", compat=1, wake_subject=wake, request_id="r1",
+                             text="go", task=Task(id="task-1", kind="generation", owner=session),
+                             worker=worker_ref("client", "c"), submission_id="sub-1")
     lease = await store.acquire(session, BRAIN, 5000)
     await store.commit(session, lease.fence, Writes(runs=intents), BRAIN)
     for intent in intents:

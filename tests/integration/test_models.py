@@ -91,7 +91,7 @@ async def run_notices(settings: Settings, app: App, mailbox: MailboxServer,
             final = await client.wait(sub, timeout=30)
             store, sid = client.store, sub.session_id
             return Outcome(final, await store.entries(sid), await store.receipts(sid),
-                           await store.task(sid, sub.task_id), await store.partial(sid))
+                           await store.inbox.task(sid, sub.task_id), await store.partial(sid))
         finally:
             await client.close()
 
@@ -195,7 +195,7 @@ async def test_retry_waits_as_told_then_the_next_attempt_succeeds(
         store = client.store
 
         async def retrying() -> Task | None:
-            t = await store.task(sub.session_id, sub.task_id)
+            t = await store.inbox.task(sub.session_id, sub.task_id)
             return t if t.state.name == "sleeping" else None
         task = await eventually(retrying, timeout=10, message="task in its retry phase")
         receipts = await store.receipts(sub.session_id)

@@ -119,7 +119,7 @@ async def drained(store: Store) -> bool:
 async def open_session(store: Store, bus: Bus, sid: str) -> int:
     """Submit (one wake row "<sid>/0/s.r1"), take it up as a Brain and take the lease;
     returns the fence."""
-    await store.submit(
+    await store.inbox.submit(
         sid, agent=AGENT, compat=COMPAT, wake_subject=bus.wake_subject(AGENT, COMPAT),
         request_id="r1", text="hi", task=Task(id="task-1", kind="generation", owner=sid),
         worker=worker_ref("client", "c"), submission_id="sub-1",
@@ -426,7 +426,7 @@ async def test_a_submitted_session_is_listed_once_its_wake_is_published(
         await eventually(lambda: relay.timers.swept == frozenset(range(settings.shards)),
                          message="shards swept")
         for sid, agent in (("listed-1", AGENT), ("listed-2", "ghost")):
-            await store.submit(
+            await store.inbox.submit(
                 sid, agent=agent, compat=COMPAT, wake_subject=bus.wake_subject(agent, COMPAT),
                 request_id="r1", text="hi", task=Task(id="task-1", kind="generation", owner=sid),
                 worker=worker_ref("client", "c"), submission_id="sub-1")

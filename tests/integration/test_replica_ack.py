@@ -37,7 +37,7 @@ async def cluster() -> AsyncIterator[RedisClusterServers]:
 
 async def _submit(store: Store, session: str, request_id: str = "r1") -> None:
     task = Task(id=f"task-{request_id}", kind="generation", owner=session)
-    await store.submit(
+    await store.inbox.submit(
         session, agent="notices", compat=1, wake_subject=WAKE, request_id=request_id,
         text="hi", task=task, worker=worker_ref("client", "c"),
         submission_id=f"sub-{request_id}",
@@ -146,7 +146,7 @@ async def test_a_submit_in_doubt_retries_to_its_original_reply(
         task = Task(id="task-r2", kind="generation", owner="s1")
         with frozen(replica):
             with pytest.raises(WriteInDoubtError) as caught:
-                await impatient.submit(
+                await impatient.inbox.submit(
                     "s1", agent="notices", compat=1, wake_subject=WAKE, request_id="r2",
                     text="again", task=task, worker=worker_ref("client", "c"),
                     submission_id="sub-r2")

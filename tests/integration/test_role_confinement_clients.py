@@ -43,7 +43,7 @@ async def test_client_cannot_delete_another_sessions_submission(confined: Confin
 async def test_client_cannot_submit_into_another_session(confined: Confined) -> None:
     store = await Store.connect(confined.settings("client"))
     try:
-        act = store.submit(
+        act = store.inbox.submit(
             OTHER, agent="notices", compat=1, wake_subject=f"{confined.namespace}.wake.n.1",
             request_id="r-x", text="forged", task=Task(id="tx", kind="generation", owner=OTHER),
             worker=worker_ref("client", "c"), submission_id="sub-x")
@@ -192,7 +192,7 @@ async def test_a_clients_submit_writes_no_shard_index_or_timer(confined: Confine
     shard = [await admin.dump(k) for k in (keys.timers, keys.sessions, keys.outbox)]
     client = await Store.connect(confined.settings("client"))
     try:
-        _, created = await client.submit(
+        _, created = await client.inbox.submit(
             "acme-new", agent="notices", compat=1,
             wake_subject=f"{confined.namespace}.wake.notices.1", request_id="r-new",
             text="hello", task=Task(id="t-new", kind="generation", owner="acme-new"),
@@ -222,7 +222,7 @@ async def test_a_clients_request_tells_the_brain_that_holds_its_session(
     client = await Store.connect(confined.settings("client"))
     try:
         waiting = asyncio.create_task(held.hold(OWN))
-        await client.submit(
+        await client.inbox.submit(
             OWN, agent="notices", compat=1, wake_subject=f"{confined.namespace}.wake.notices.1",
             request_id="r-held", text="one more", task=Task(id="t-held", kind="generation",
                                                             owner=OWN),

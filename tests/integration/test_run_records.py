@@ -24,9 +24,9 @@ WAKE = "x.wake.notices.1"
 async def _session(store: Store) -> tuple[str, int]:
     sid = "rr-" + uuid.uuid4().hex[:10]
     task = Task(id=f"{sid}-root", kind="generation", owner=sid)
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                       text="hi", task=task, worker=worker_ref("client", "c"),
-                       submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                             text="hi", task=task, worker=worker_ref("client", "c"),
+                             submission_id=f"{sid}-sub")
     lease, _ = await store.acquire_and_load(sid, BRAIN, 60_000)
     return sid, lease.fence
 

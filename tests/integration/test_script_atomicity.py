@@ -44,9 +44,10 @@ class Session:
     @classmethod
     async def start(cls, store: Store) -> Session:
         sid = "a-" + uuid.uuid4().hex[:12]
-        await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                           text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
-                           worker=CLIENT, submission_id=f"{sid}-sub")
+        await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                                 text="hi",
+                                 task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                                 worker=CLIENT, submission_id=f"{sid}-sub")
         await take_up(store, sid, BRAIN)
         lease = await store.acquire(sid, BRAIN, 60_000)
         intent = ToolIntent(run_id=f"{sid}-r1", session_id=sid, task_id=f"{sid}-root",
@@ -69,11 +70,11 @@ async def _acquire_and_load(s: Session) -> None:
         pass
 RESULT = ToolResult(outcome="ok", output="sent", attempt=1)
 OPS: dict[str, Op] = {
-    "submit": lambda s: s.store.submit(
+    "submit": lambda s: s.store.inbox.submit(
         s.sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r2", text="again",
         task=Task(id=f"{s.sid}-t2", kind="generation", owner=s.sid), worker=CLIENT,
         submission_id=f"{s.sid}-sub2"),
-    "start": lambda s: s.store.start_task(
+    "start": lambda s: s.store.inbox.start_task(
         s.sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r3",
         task=Task(id=f"{s.sid}-t3", kind="generation", owner=s.sid), worker=CLIENT),
     "acquire": lambda s: s.store.acquire(s.sid, BRAIN, 60_000),
@@ -245,9 +246,9 @@ async def test_a_completion_checks_the_wakes_stream_only_when_it_writes_a_wake(
     Brain (the last of its group): an earlier result of the group completes whatever the
     key holds; the last is refused as CORRUPT with nothing written."""
     sid = "a-" + uuid.uuid4().hex[:12]
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                       text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
-                       worker=CLIENT, submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                             text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                             worker=CLIENT, submission_id=f"{sid}-sub")
     await take_up(store, sid, BRAIN)
     lease = await store.acquire(sid, BRAIN, 60_000)
     intents = [ToolIntent(run_id=f"{sid}-r{i}", session_id=sid, task_id=f"{sid}-root",

@@ -23,9 +23,9 @@ WAKE = "x.wake.notices.1"
 async def _dispatched(store: Store, n: int) -> tuple[str, list[ToolIntent]]:
     sid = "sb-" + uuid.uuid4().hex[:10]
     task = Task(id=f"{sid}-root", kind="generation", owner=sid)
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                       text="hi", task=task, worker=worker_ref("client", "c"),
-                       submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                             text="hi", task=task, worker=worker_ref("client", "c"),
+                             submission_id=f"{sid}-sub")
     lease, _ = await store.acquire_and_load(sid, BRAIN, 60_000)
     intents = [ToolIntent(run_id=f"g-{i}", session_id=sid, task_id=f"{sid}-root",
                           tool="send_email", operation_id=f"op-{i}", wake_subject=WAKE,
@@ -113,9 +113,9 @@ async def test_a_caller_cancelled_while_batched_leaves_the_others_answered(
 
 async def _opened(store: Store) -> str:
     sid = "sb-" + uuid.uuid4().hex[:10]
-    await store.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
-                       text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
-                       worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
+    await store.inbox.submit(sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r",
+                             text="hi", task=Task(id=f"{sid}-root", kind="generation", owner=sid),
+                             worker=worker_ref("client", "c"), submission_id=f"{sid}-sub")
     return sid
 
 

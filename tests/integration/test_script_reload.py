@@ -29,10 +29,10 @@ async def test_acquire_and_load_after_the_script_cache_was_flushed(settings: Set
     store = await Store.connect(settings)
     try:
         sid = "reload-1"
-        await store.submit(sid, agent="notices", compat=1, wake_subject="a.wake.notices.1",
-                           request_id="r", text="hi", task=Task(id=f"{sid}-t", kind="generation",
-                                                                owner=sid), worker=CLIENT,
-                           submission_id=f"{sid}-sub")
+        await store.inbox.submit(sid, agent="notices", compat=1, wake_subject="a.wake.notices.1",
+                                 request_id="r", text="hi",
+                                 task=Task(id=f"{sid}-t", kind="generation", owner=sid),
+                                 worker=CLIENT, submission_id=f"{sid}-sub")
         await take_up(store, sid)  # a Brain opens the session with its task (fence 1)
         before = await _commands(store)
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)

@@ -34,14 +34,14 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
 def counted_reads(client: Client) -> list[Submission | None]:
     """What each of the client's submission reads returned, appended once it returned."""
     reads: list[Submission | None] = []
-    read = client.store.taken_up
+    read = client.store.inbox.taken_up
 
     async def counted(*args: Any, **kw: Any) -> Submission | None:
         found = await read(*args, **kw)
         reads.append(found)
         return found
 
-    client.store.taken_up = counted  # type: ignore[method-assign]
+    client.store.inbox.taken_up = counted  # type: ignore[method-assign]
     return reads
 
 
@@ -75,7 +75,7 @@ async def test_wait_returns_the_record_its_settling_commit_announced(
     committed = await settle(store, sub, settled_notice(
         sub.model_copy(update={"status": "completed", "answer": "all sent", "settled_ms": 1})))
     final = await task
-    assert final == committed == await store.submission("n-1", sub.id)
+    assert final == committed == await store.inbox.submission("n-1", sub.id)
     assert len(reads) == 1 and client.notifications == 1  # no read after the notice
 
 

@@ -45,7 +45,7 @@ async def submit(store: Store, session: str, request_id: str = "r1", text: str =
                  *, take: bool = True):
     """Submit as a client, then (``take``) take the request up as a Brain would."""
     task = Task(id=f"task-{request_id}", kind="generation", owner=session)
-    result = await store.submit(
+    result = await store.inbox.submit(
         session, agent="notices", compat=1, wake_subject=WAKE, request_id=request_id,
         text=text, task=task, worker=worker_ref("client", "c"), submission_id=f"sub-{request_id}",
     )
@@ -98,24 +98,24 @@ async def test_racing_submissions_with_one_request_id_make_one_submission(store:
 
 async def test_a_waiter_reads_a_submission_only_once_a_brain_took_it_up(store: Store) -> None:
     sub, created = await submit(store, "w1", take=False)
-    assert created and sub == await store.submission("w1", sub.id)  # the script's own echo
+    assert created and sub == await store.inbox.submission("w1", sub.id)  # the script's own echo
     for fresh in (True, False):  # the inbox looked at first, or the submissions
-        assert await store.taken_up(sub, fresh=fresh) is None  # its request waits
+        assert await store.inbox.taken_up(sub, fresh=fresh) is None  # its request waits
     await take_up(store, "w1", BRAIN)
-    committed = await store.submission("w1", sub.id)
+    committed = await store.inbox.submission("w1", sub.id)
     gone = sub.model_copy(update={"id": "sub-unknown", "request_id": "unknown"})
     for fresh in (True, False):
-        assert await store.taken_up(sub, fresh=fresh) == committed
+        assert await store.inbox.taken_up(sub, fresh=fresh) == committed
         with pytest.raises(NotFoundError):
-            await store.taken_up(gone, fresh=fresh)
+            await store.inbox.taken_up(gone, fresh=fresh)
 
 
 async def test_session_of_another_agent_is_refused(store: Store) -> None:
     await submit(store, "s2")
     task = Task(id="t2", kind="generation", owner="s2")
     with pytest.raises(ConflictError):
-        await store.submit("s2", agent="other", compat=1, wake_subject=WAKE, request_id="r9",
-                           text="x", task=task, worker=BRAIN, submission_id="sub-9")
+        await store.inbox.submit("s2", agent="other", compat=1, wake_subject=WAKE, request_id="r9",
+                                 text="x", task=task, worker=BRAIN, submission_id="sub-9")
 
 
 async def test_requests_for_a_new_session_at_other_compat_levels_are_refused(
@@ -125,18 +125,18 @@ async def test_requests_for_a_new_session_at_other_compat_levels_are_refused(
     would open it at whichever the Brain read first (their ids' order), and carry the other
     out at a level it was not sent for."""
     task = Task(id="t-c3", kind="generation", owner="s-c3")
-    await store.submit("s-c3", agent="notices", compat=3, wake_subject=WAKE, request_id="zz",
-                       text="at three", task=task, worker=BRAIN, submission_id="sub-zz")
+    await store.inbox.submit("s-c3", agent="notices", compat=3, wake_subject=WAKE, request_id="zz",
+                             text="at three", task=task, worker=BRAIN, submission_id="sub-zz")
     with pytest.raises(ConflictError, match=r"requested at compat level 3 .* not at 1"):
-        await store.submit("s-c3", agent="notices", compat=1, wake_subject=WAKE,
-                           request_id="aa", text="at one", task=task.model_copy(
+        await store.inbox.submit("s-c3", agent="notices", compat=1, wake_subject=WAKE,
+                                 request_id="aa", text="at one", task=task.model_copy(
                                update={"id": "t-c1"}), worker=BRAIN, submission_id="sub-aa")
     assert await store.redis.hkeys(store.keys.session("s-c3").inbox) == ["submit:zz"]
     # Once the session is open, its level is its own: a request at another level joins it.
     await submit(store, "s4")
-    await store.submit("s4", agent="notices", compat=2, wake_subject=WAKE, request_id="r2",
-                       text="later", task=Task(id="t4b", kind="generation", owner="s4"),
-                       worker=BRAIN, submission_id="sub-r2")
+    await store.inbox.submit("s4", agent="notices", compat=2, wake_subject=WAKE, request_id="r2",
+                             text="later", task=Task(id="t4b", kind="generation", owner="s4"),
+                             worker=BRAIN, submission_id="sub-r2")
 
 
 async def test_commit_is_all_or_nothing_when_a_write_is_invalid(store: Store) -> None:

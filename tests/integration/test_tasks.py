@@ -94,7 +94,7 @@ async def test_parent_whose_result_is_decided_stays_completing_until_children_en
     sid, tid = await start(client, "eager", {"child_sleep_s": 0.6})
 
     async def completing() -> bool:
-        return (await client.store.task(sid, tid)).state.name == "completing"
+        return (await client.store.inbox.task(sid, tid)).state.name == "completing"
 
     await eventually(completing, timeout=5, message="the parent is completing")
     task = await client.wait_task(sid, tid, timeout=10)
@@ -107,7 +107,7 @@ async def test_sleep_is_a_durable_timer_fired_by_the_relay(client: Client) -> No
     sid, tid = await start(client, "sleeper", {"seconds": 0.4})
 
     async def sleeping() -> Task | None:
-        t = await client.store.task(sid, tid)
+        t = await client.store.inbox.task(sid, tid)
         return t if t.state.name == "sleeping" else None
 
     asleep = await eventually(sleeping, timeout=5, message="the task sleeps")
@@ -219,7 +219,7 @@ async def test_a_task_that_never_waits_is_cancelled_while_it_goes_on(
     sid, tid = await start(client, "spinner", {})
 
     async def spun() -> int:
-        task = await client.store.task(sid, tid)
+        task = await client.store.inbox.task(sid, tid)
         return int(task.checkpoint.data.get("n", 0)) if task.checkpoint.data.get(
             "n", 0) > 2 * CHAIN_PHASES else 0
     await eventually(spun, timeout=15, message="the spinner went round")
@@ -284,7 +284,7 @@ async def test_cancelling_a_task_of_a_kind_no_brain_defines_ends_it(client: Clie
     await eventually(blocked, timeout=10)
     await client.cancel(sid, tid)
     await client.wait_cancelled(sid, tid, timeout=10)
-    task = await client.store.task(sid, tid)
+    task = await client.store.inbox.task(sid, tid)
     assert outcome(task) == "cancelled" and task.state.reason == "cancelled by request"
     state = await client.store.load(sid)
     assert state.tasks == {} and state.meta.blocked == {}
@@ -318,7 +318,7 @@ async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Clie
     from baton.client_input import session_for
 
     for request in ("r-ghost", "r-kind"):  # nothing was written
-        assert not await client.store.exists(session_for(None, request))
+        assert not await client.store.inbox.exists(session_for(None, request))
         assert not await client.store.redis.hlen(
             client.store.keys.session(session_for(None, request)).inbox)
     sub, created = await client.submit("hello?", agent="ghost")  # kept, with a warning

@@ -107,5 +107,5 @@ async def test_a_brain_cut_off_from_redis_mid_lease_is_taken_over(crash: Opener)
     entries = len(await c.entries(session))
     net.heal()
     # Whatever the cut Brain still held is fenced: the settled result does not change.
-    assert (await c.store.submission(session, sub.id)) == final
+    assert (await c.store.inbox.submission(session, sub.id)) == final
     assert len(await c.entries(session)) == entries

@@ -38,7 +38,7 @@ async def _session(store: Store, sid: str, out: IO[str], stop: asyncio.Event) ->
     brain = worker_ref("brain", f"brain-{sid}")
     while True:
         try:
-            await store.submit(
+            await store.inbox.submit(
                 sid, agent="notices", compat=1, wake_subject=WAKE, request_id="r1", text="hi",
                 task=Task(id="t1", kind="generation", owner=sid),
                 worker=worker_ref("client", "c"), submission_id=f"sub-{sid}")
