@@ -172,7 +172,7 @@ async def test_redis_acls_refuse_each_role_what_it_does_not_do(secured: Secured)
         admin = aioredis.Redis.from_url(secured.redis.url)
         session = "s-" + uuid.uuid4().hex[:8]
         client, brain, hands, relay = (stores[r] for r in ("client", "brain", "hands", "relay"))
-        await client.submit(
+        await client.inbox.submit(
             session, agent="notices", compat=1, wake_subject=f"{secured.namespace}.wake.n.1",
             request_id="r1", text="go", task=Task(id="t1", kind="generation", owner=session),
             worker=worker_ref("client", "c"), submission_id="sub-1",
