@@ -13,7 +13,8 @@ return None after one look at the global provider, and every wrapper in
 
 :func:`setup` is for Baton's own entry points only (``baton brain|hands|relay|submit|start``):
 it installs the global providers from the standard ``OTEL_*`` variables, and
-:func:`shutdown` flushes at exit. What it reads:
+:func:`shutdown` flushes at exit. What it reads (the exporters are chosen by
+:mod:`baton.observability.exporters`):
 
 * traces: an OTLP (http/protobuf) exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
   ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set; ``OTEL_TRACES_EXPORTER`` may name
@@ -54,6 +55,8 @@ from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 from baton.errors import ConfigError
+from baton.observability import exporters
+from baton.observability.exporters import FILE_ENV
 from baton.observability.metrics import (
     Histogram,
     Instruments,
@@ -79,7 +82,6 @@ __all__ = [
     "unsampled", "unsampled_header",
 ]
 
-FILE_ENV = "BATON_OTEL_FILE"
 SCOPE = "baton"  # the instrumentation scope of every span and instrument Baton makes
 
 # The global providers that mean "nobody configured telemetry": the API's proxies (before
@@ -370,15 +372,15 @@ def setup(service_name: str, settings: Any = None,
     state.role = state.role or service_name
     if settings is not None:
         state.flush_timeout_s = settings.telemetry_flush_timeout_s
-    if state.installed or _truthy(env.get("OTEL_SDK_DISABLED")):
+    if state.installed or exporters.truthy(env.get("OTEL_SDK_DISABLED")):
         return state.installed
     unset_traces = isinstance(otel_trace.get_tracer_provider(), _NO_TRACING)
     unset_metrics = isinstance(otel_metrics.get_meter_provider(), _NO_METRICS)
-    span_exporters = _span_exporters(env) if unset_traces else []
+    span_exporters = exporters.span_exporters(env) if unset_traces else []
     if span_exporters and propagate is None:
         raise ConfigError(f"OTEL_PROPAGATORS: {_no_propagators} Install its package, or "
                           "leave OTEL_PROPAGATORS unset (W3C tracecontext and baggage).")
-    metric_exporters = _metric_exporters(env) if unset_metrics else []
+    metric_exporters = exporters.metric_exporters(env) if unset_metrics else []
     if not span_exporters and not metric_exporters:
         return False
 
@@ -457,67 +459,6 @@ def shutdown(timeout_s: float | None = None) -> bool:
               "(BATON_TELEMETRY_FLUSH_TIMEOUT_S)", file=sys.stderr)
         return False
     return True
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _names(env: Mapping[str, str], kind: str) -> list[str]:
-    """The exporters named by OTEL_<KIND>_EXPORTER, else otlp when an endpoint is set."""
-    named = env.get(f"OTEL_{kind}_EXPORTER", "").strip()
-    if named:
-        return [n.strip().lower() for n in named.split(",") if n.strip()]
-    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
-        f"OTEL_EXPORTER_OTLP_{kind}_ENDPOINT")
-    return ["otlp"] if endpoint else []
-
-
-def _span_exporters(env: Mapping[str, str]) -> list[tuple[Any, bool]]:
-    """(exporter, export each span at once?) pairs."""
-    out: list[tuple[Any, bool]] = []
-    for name in _names(env, "TRACES"):
-        if name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            out.append((OTLPSpanExporter(), False))
-        elif name == "console":
-            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-            # stderr: stdout belongs to the commands' own output (submit prints JSON). One
-            # line per span, like the JSON log lines around it (the SDK indents).
-            out.append((ConsoleSpanExporter(out=sys.stderr, formatter=_one_line), False))
-        elif name != "none":
-            print(f"OTEL_TRACES_EXPORTER: unsupported exporter {name!r} ignored "
-                  "(use otlp, console or none)", file=sys.stderr)
-    path = env.get(FILE_ENV, "")
-    if path:
-        out.append((JsonLinesSpanExporter(path), True))
-    return out
-
-
-def _one_line(data: Any) -> str:
-    """A span or an export of metrics as one JSON line, for the console exporters."""
-    return f"{data.to_json(indent=None)}\n"
-
-
-def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
-    out: list[Any] = []
-    for name in _names(env, "METRICS"):
-        if name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-                OTLPMetricExporter,
-            )
-
-            out.append(OTLPMetricExporter())
-        elif name == "console":
-            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
-            out.append(ConsoleMetricExporter(out=sys.stderr, formatter=_one_line))
-        elif name != "none":
-            print(f"OTEL_METRICS_EXPORTER: unsupported exporter {name!r} ignored "
-                  "(use otlp, console or none)", file=sys.stderr)
-    return out
 
 
 def _with_kept_histograms(exporter: Any, resource: Any) -> Any:

@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from baton.errors import StaleFenceError
 from baton.models import OutboxRow
-from baton.observability import telemetry, tracing
+from baton.observability import exporters, telemetry, tracing
 from baton.observability.log import add_trace_id
 from baton.observability.telemetry import JsonLinesSpanExporter, state
 from baton.store.writes import Writes
@@ -79,19 +79,19 @@ async def test_wrappers_call_straight_through_when_off(monkeypatch: pytest.Monke
 
 
 def test_exporters_follow_the_standard_variables(tmp_path: Path) -> None:
-    assert telemetry._span_exporters({}) == []
-    assert telemetry._metric_exporters({}) == []
-    [(otlp, batched_later)] = telemetry._span_exporters(
+    assert exporters.span_exporters({}) == []
+    assert exporters.metric_exporters({}) == []
+    [(otlp, batched_later)] = exporters.span_exporters(
         {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
     assert isinstance(otlp, OTLPSpanExporter) and batched_later is False
-    [(otlp, _)] = telemetry._span_exporters(
+    [(otlp, _)] = exporters.span_exporters(
         {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"})
     assert isinstance(otlp, OTLPSpanExporter)
-    assert telemetry._metric_exporters(
+    assert exporters.metric_exporters(
         {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}) == []
-    [metric] = telemetry._metric_exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    [metric] = exporters.metric_exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert isinstance(metric, OTLPMetricExporter)
-    [(console, _)] = telemetry._span_exporters({"OTEL_TRACES_EXPORTER": "console"})
+    [(console, _)] = exporters.span_exporters({"OTEL_TRACES_EXPORTER": "console"})
     assert type(console).__name__ == "ConsoleSpanExporter"
     # One JSON line per span, like the log lines of the same stream (the SDK indents).
     provider = TracerProvider()
@@ -101,11 +101,11 @@ def test_exporters_follow_the_standard_variables(tmp_path: Path) -> None:
     [span] = finished.get_finished_spans()
     line = console.formatter(span)
     assert line.count("\n") == 1 and json.loads(line)["name"] == "one"
-    [metrics] = telemetry._metric_exporters({"OTEL_METRICS_EXPORTER": "console"})
-    assert metrics.formatter is telemetry._one_line
-    assert telemetry._span_exporters({"OTEL_TRACES_EXPORTER": "none",
-                                      "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == []
-    [(jsonl, at_once)] = telemetry._span_exporters({telemetry.FILE_ENV: str(tmp_path / "s")})
+    [metrics] = exporters.metric_exporters({"OTEL_METRICS_EXPORTER": "console"})
+    assert metrics.formatter is exporters.one_line
+    assert exporters.span_exporters({"OTEL_TRACES_EXPORTER": "none",
+                                     "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == []
+    [(jsonl, at_once)] = exporters.span_exporters({exporters.FILE_ENV: str(tmp_path / "s")})
     assert isinstance(jsonl, JsonLinesSpanExporter) and at_once is True
     jsonl.shutdown()
 

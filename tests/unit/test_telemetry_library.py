@@ -136,7 +136,7 @@ def test_the_sdk_is_imported_only_inside_setup() -> None:
                 if any(n.startswith("opentelemetry.sdk") for n in names):
                     found.append((path.name, id(node) in nested))
     assert found and all(inside for _, inside in found), found
-    # setup's own module and what it installs: the kept-histogram and file exporters, the
-    # id generator
-    assert {name for name, _ in found} == {"telemetry.py", "metrics.py", "span_file.py",
-                                           "roots.py"}, found
+    # setup's own module and what it installs: the exporters the environment names, the
+    # kept-histogram and file exporters, the id generator
+    assert {name for name, _ in found} == {"telemetry.py", "exporters.py", "metrics.py",
+                                           "span_file.py", "roots.py"}, found
