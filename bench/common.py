@@ -52,6 +52,20 @@ def process_cpu_s(pid: int | None) -> float:
     return cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
 
 
+def io_calls(pid: int | None) -> tuple[int, int]:
+    """The read and write system calls a process made so far (``syscr``, ``syscw`` of
+    /proc/PID/io: reads, receives and writes, sends on its sockets included); (0, 0) when it
+    is gone, None, or its counters are not readable here."""
+    if pid is None:
+        return 0, 0
+    try:
+        fields = dict(line.split(":", 1) for line in
+                      Path(f"/proc/{pid}/io").read_text().splitlines())
+        return int(fields["syscr"]), int(fields["syscw"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
 @dataclass
 class Row:
     """One measured operation. Latencies in microseconds; ``ratio`` is p50 / the baseline p50."""

@@ -56,6 +56,7 @@ from baton.bench.common import (
     Result,
     Row,
     environment,
+    io_calls,
     percentile,
     print_rows,
     process_cpu_s,
@@ -114,6 +115,10 @@ class CpuMeter:
 
     def read(self) -> dict[str, float]:
         return {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+
+    def read_io(self) -> dict[str, tuple[int, int]]:
+        """Each process's read and write system calls so far (see :func:`io_calls`)."""
+        return {name: io_calls(pid) for name, pid in self.pids.items()}
 
 
 async def redis_calls(store: Store) -> Counter[str]:
@@ -191,6 +196,24 @@ def print_cpu(per_level: dict[str, dict[str, Any]], console: Console) -> None:
             table.add_row(label, *[f"{v['wire_per_session'][key]:,.1f}"
                                    for v in per_level.values()])
     console.print(table)
+    print_io(per_level, console)
+
+
+def print_io(per_level: dict[str, dict[str, Any]], console: Console) -> None:
+    """Read and write system calls per session by process, when the run measured them."""
+    if not all("io_calls_per_session" in v for v in per_level.values()):
+        return
+    table = Table(title="read / write system calls per five-notice session, by process (from "
+                        "/proc/PID/io; socket receives and sends among them)",
+                  title_justify="left")
+    table.add_column("process")
+    for level in per_level:
+        table.add_column(level, justify="right")
+    for name in next(iter(per_level.values()))["io_calls_per_session"]:
+        table.add_row(name, *[f"{v['io_calls_per_session'][name][0]:.1f} / "
+                              f"{v['io_calls_per_session'][name][1]:.1f}"
+                              for v in per_level.values()])
+    console.print(table)
 
 
 #: The traffic rows of the CPU table: (key in ``wire_per_session``, label).
@@ -228,9 +251,9 @@ async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str
         # /varz over a new HTTP client) cost the bench client milliseconds of CPU each.
         before_wire = await traffic(stack, client.store)
         before_calls = await redis_calls(client.store)
-        before_cpu = meter.read()
+        before_io, before_cpu = meter.read_io(), meter.read()
         run_ = await sessions(client, conc, total, warmup)
-        after_cpu = meter.read()
+        after_cpu, after_io = meter.read(), meter.read_io()
         after_calls = await redis_calls(client.store)
         wire = await traffic(stack, client.store)
         wire.subtract(before_wire)
@@ -247,6 +270,10 @@ async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str
             "p99_ms": row.p99_us / 1000,
             "cpu_ms_per_session": {k: (after_cpu[k] - before_cpu[k]) * 1000 / n
                                    for k in before_cpu},
+            # Reads and writes (socket receives and sends among them) per session: how
+            # much of a process's work the batching of concurrent sessions already shares.
+            "io_calls_per_session": {k: [(after_io[k][i] - before_io[k][i]) / n for i in (0, 1)]
+                                     for k in before_io},
             "redis_calls_per_session": sum(calls.values()) / n,
             "redis_calls_by_command": {k: round(v / n, 2) for k, v in calls.most_common()},
             # the readings themselves (an INFO, a /varz) are a few hundred bytes a level

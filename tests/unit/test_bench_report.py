@@ -227,3 +227,39 @@ def test_a_table_row_leaves_a_figure_it_did_not_measure_blank() -> None:
         Console(file=out, width=200))
     text = out.getvalue()
     assert "nan" not in text and "ratio to PING" not in text and "1.50x" in text
+
+
+def test_io_calls_count_this_process_reads_and_writes(tmp_path: Any) -> None:
+    import os
+
+    from baton.bench.common import io_calls
+
+    reads, writes = io_calls(os.getpid())
+    path = tmp_path / "f"
+    with open(path, "wb", buffering=0) as f:
+        for _ in range(5):
+            f.write(b"x")
+    with open(path, "rb", buffering=0) as f:
+        while f.read(1):
+            pass
+    after_reads, after_writes = io_calls(os.getpid())
+    assert after_writes - writes >= 5 and after_reads - reads >= 5
+    assert io_calls(None) == (0, 0)
+
+
+def test_the_io_table_shows_reads_and_writes_per_session_by_process() -> None:
+    import io
+
+    from rich.console import Console
+
+    from baton.bench.e2e_bench import print_io
+
+    out = io.StringIO()
+    levels = {"c=1": {"io_calls_per_session": {"brain-1": [8.0, 8.5], "hands-1": [11, 14.6]}},
+              "c=32": {"io_calls_per_session": {"brain-1": [2.1, 1.8], "hands-1": [6.4, 6.9]}}}
+    print_io(levels, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "8.0 / 8.5" in text and "6.4 / 6.9" in text and "hands-1" in text
+    empty = io.StringIO()
+    print_io({"c=1": {}}, Console(file=empty, width=200))  # a run from before: no table
+    assert empty.getvalue() == ""
