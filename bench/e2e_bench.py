@@ -117,8 +117,17 @@ class CpuMeter:
         return {name: process_cpu_s(pid) for name, pid in self.pids.items()}
 
     def read_io(self) -> dict[str, tuple[int, int]]:
-        """Each process's read and write system calls so far (see :func:`io_calls`)."""
-        return {name: io_calls(pid) for name, pid in self.pids.items()}
+        """The read and write system calls so far (see :func:`io_calls`) of each process
+        whose socket I/O they are: not of :data:`IO_UNSEEN`."""
+        return {name: io_calls(pid) for name, pid in self.pids.items()
+                if name not in IO_UNSEEN}
+
+
+#: Processes whose socket I/O /proc/PID/io does not count: it counts read() and write()
+#: calls, which Redis, nats-server and libuv (Baton's services on uvloop) make, while
+#: asyncio's own loop (the mail service, this process) sends and receives with send() and
+#: recv().
+IO_UNSEEN = frozenset({"mailbox", "bench client"})
 
 
 async def redis_calls(store: Store) -> Counter[str]:
@@ -203,9 +212,9 @@ def print_io(per_level: dict[str, dict[str, Any]], console: Console) -> None:
     """Read and write system calls per session by process, when the run measured them."""
     if not all("io_calls_per_session" in v for v in per_level.values()):
         return
-    table = Table(title="read / write system calls per five-notice session, by process (from "
-                        "/proc/PID/io; socket receives and sends among them)",
-                  title_justify="left")
+    table = Table(title="read() / write() calls per five-notice session, by process (from "
+                        "/proc/PID/io: the socket I/O of Redis, NATS and Baton's services "
+                        "on uvloop)", title_justify="left")
     table.add_column("process")
     for level in per_level:
         table.add_column(level, justify="right")

@@ -263,3 +263,15 @@ def test_the_io_table_shows_reads_and_writes_per_session_by_process() -> None:
     empty = io.StringIO()
     print_io({"c=1": {}}, Console(file=empty, width=200))  # a run from before: no table
     assert empty.getvalue() == ""
+
+
+def test_io_calls_are_read_only_where_they_count_socket_io() -> None:
+    import os
+    from types import SimpleNamespace
+
+    from baton.bench.e2e_bench import CpuMeter
+
+    # A stack's process list as DevStack.processes gives it (pids of this process stand in).
+    stack = SimpleNamespace(processes=[{"name": n, "pid": os.getpid()}
+                                       for n in ("redis", "brain-1", "mailbox")])
+    assert set(CpuMeter(stack).read_io()) == {"redis", "brain-1"}  # type: ignore[arg-type]
