@@ -50,7 +50,7 @@ def targets(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
                         "target": ">= 40%", "ratio_value": share, "met": share >= 0.40})
     if takeover:
         for v in takeover["variants"]:
-            out.append({"figure": f"takeover median ({v['variant']}: ack_wait "
+            out.append({"figure": f"takeover median ({v['variant']}: tool_ack_wait "
                                   f"{v['ack_wait_s']:g}s, ttl {v['attempt_ttl_ms']} ms)",
                         "measured": f"{v['median_s']:.2f}s (p90 {v['p90_s']:.2f}s, "
                                     f"{len(v['trials'])} kills, "

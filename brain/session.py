@@ -194,10 +194,10 @@ class SessionPass:
         result.holds += 1
         end = HeldEnd(brain.worker, heard=headers is not None,
                       hold_ms=round((time.monotonic() - since) * 1000))
-        looked: SessionState | None = None
+        looked: SessionState | None
         if headers is None:  # ran its length: a word lost, or the results are not in yet
-            if await brain.store.release(sid, fence, lease_ms, held=end):
-                looked = await brain.store.load_held(sid)
+            looked = await brain.store.release_and_load(sid, fence, lease_ms, held=end,
+                                                        read_ahead=False)
         else:
             keys = brain.store.keys
             word.enter_context(held_word(sid, keys.held_channel(keys.shard_of(sid), held.name),

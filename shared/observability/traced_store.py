@@ -222,9 +222,10 @@ def traced_lease(fn: F) -> F:
 
 
 def traced_look(fn: F) -> F:
-    """``Store.release_and_load`` (a holder's look after word of its results, see
-    baton.brain.held): span ``look``, and the wake hop that ends there (tool complete ->
-    the holder's look), as :func:`traced_lease` records it for a lease."""
+    """``Store.release_and_load`` (a holder's look at the end of its hold, after word of
+    its results or when the hold ran its length, see baton.brain.held): span ``look``
+    (``baton.heard``: whether word came), and the wake hop that ends there (tool complete
+    -> the holder's look), as :func:`traced_lease` records it for a lease."""
 
     @functools.wraps(fn)
     async def release_and_load(self: Any, session_id: str, fence: int, ttl_ms: int,
@@ -237,6 +238,9 @@ def traced_look(fn: F) -> F:
             st = await fn(self, session_id, fence, ttl_ms, **kw)
             if t is not None and span.is_recording():
                 span.set_attributes({"baton.fence": fence, "baton.kept": st is not None})
+                held = kw.get("held")
+                if held is not None:
+                    span.set_attribute("baton.heard", held.heard)
             if inst is not None and st is not None:
                 _record_wake(inst, st)
             return st

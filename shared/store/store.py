@@ -198,7 +198,8 @@ class Store:
 
     @traced_look
     async def release_and_load(
-        self, session_id: str, fence: int, ttl_ms: int, *, held: HeldEnd | None = None
+        self, session_id: str, fence: int, ttl_ms: int, *, held: HeldEnd | None = None,
+        read_ahead: bool = True,
     ) -> SessionState | None:
         """:meth:`release`, and when work arrived meanwhile (the lease kept for another
         look) the state that look needs; None when the lease was released.
@@ -206,9 +207,12 @@ class Store:
         On one server the state is read by plain commands sent right after release.lua in
         the same round trip, as after a lease (:func:`~baton.store.loading.lease_reads`):
         when the release kept the lease, they read what a lease's reads would; when it
-        released it, they are dropped. Elsewhere, :meth:`release` then :meth:`load_held`.
+        released it, they are dropped. Elsewhere, and with ``read_ahead=False`` (a hold
+        that ran its length without word, whose results are most often not in yet: reads
+        sent with a release that drops the lease would be wasted), :meth:`release` then,
+        when it kept the lease, :meth:`load_held`.
         """
-        if not self._reads_plainly("release"):
+        if not read_ahead or not self._reads_plainly("release"):
             if not await self.release(session_id, fence, ttl_ms, held=held):
                 return None
             return await self.load_held(session_id)

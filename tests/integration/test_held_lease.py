@@ -28,6 +28,7 @@ from baton.store.store import Release, Store, worker_ref
 from baton.store.writes import Writes
 from tests.conftest import TOPOLOGIES
 from tests.helpers import eventually, running, take_up
+from tests.otel_host import host_telemetry
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
@@ -92,10 +93,17 @@ async def test_a_lost_word_costs_the_hold_and_loses_nothing(
     monkeypatch.setattr(HeldSessions, "_heard", lambda self, sid: None)
     settings = settings.model_copy(update={"mail_url": mailbox.url, "brain_hold_ms": 300})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
-    await _five_notices(settings, brain)
+    with host_telemetry() as host:
+        sid = await _five_notices(settings, brain)
     assert brain.held is not None and brain.held.heard == 1
     assert brain.handled == 1  # no relay wake either: the release looked
     assert all(n == 1 for n in (await _mails(mailbox)).values())
+    # The trace shows that look, unheard, the lease kept: it ran without word, but it is
+    # where the results were taken up.
+    looks = [s for s in host.spans.get_finished_spans() if s.name == "look"
+             and s.attributes is not None and s.attributes.get("baton.session_id") == sid]
+    assert [(s.attributes["baton.heard"], s.attributes["baton.kept"])  # type: ignore[index]
+            for s in looks] == [(False, True)], looks
 
 
 # --- the scripts' rules ------------------------------------------------------------------
