@@ -163,8 +163,8 @@ async def _run(base_dir: Path, out: Outcome, note: Any, started: float) -> None:
                 note(f"submitted the five-notice task (session [bold]{sub.session_id}[/bold])")
                 out.kill = await _kill_after_fourth(stack, client.store, http, sub.session_id)
                 out.kill.at_s = time.monotonic() - started
-                # Two short lines: on a narrow terminal one long line wrapped and left its
-                # last words alone on the next.
+                # Two short lines, so that a narrow terminal never leaves the last words of
+                # one alone on the next.
                 note(f"mail 4 ({out.kill.recipient}) accepted by the mail service, "
                      f"its run still {out.kill.run_status} in Redis")
                 note(f"[bold red]SIGKILL {out.kill.worker}[/bold red] before it saw the reply")
