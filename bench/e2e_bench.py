@@ -49,7 +49,6 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from baton.bench import chain_bench, langgraph_peer, plain_loop
 from baton.bench.common import (
@@ -62,6 +61,7 @@ from baton.bench.common import (
     process_cpu_s,
 )
 from baton.bench.driven_brain import ONE, DrivenBrain
+from baton.bench.e2e_tables import print_cpu, print_targets
 from baton.bench.floors import floors
 from baton.bench.sessions import FIVE, STEPS, bench_client, sessions
 from baton.client import Client
@@ -185,67 +185,6 @@ def _us(samples: list[float]) -> tuple[float, float]:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-def print_cpu(per_level: dict[str, dict[str, Any]], console: Console) -> None:
-    table = Table(title="CPU ms per five-notice session, by process (from /proc; 2 cores = "
-                        "2,000 ms/s available)", title_justify="left")
-    table.add_column("process")
-    for level in per_level:
-        table.add_column(level, justify="right")
-    names = list(next(iter(per_level.values()))["cpu_ms_per_session"])
-    for name in names:
-        table.add_row(name, *[f"{v['cpu_ms_per_session'][name]:.2f}" for v in per_level.values()])
-    table.add_row("[b]total[/b]", *[f"{sum(v['cpu_ms_per_session'].values()):.2f}"
-                                    for v in per_level.values()])
-    table.add_row("Redis commands / session",
-                  *[f"{v['redis_calls_per_session']:.1f}" for v in per_level.values()])
-    for key, label in WIRE_ROWS:
-        if all(key in v.get("wire_per_session", {}) for v in per_level.values()):
-            table.add_row(label, *[f"{v['wire_per_session'][key]:,.1f}"
-                                   for v in per_level.values()])
-    console.print(table)
-    print_io(per_level, console)
-
-
-def print_io(per_level: dict[str, dict[str, Any]], console: Console) -> None:
-    """Read and write system calls per session by process, when the run measured them."""
-    if not all("io_calls_per_session" in v for v in per_level.values()):
-        return
-    table = Table(title="read() / write() calls per five-notice session, by process (from "
-                        "/proc/PID/io: the socket I/O of Redis, NATS and Baton's services "
-                        "on uvloop)", title_justify="left")
-    table.add_column("process")
-    for level in per_level:
-        table.add_column(level, justify="right")
-    for name in next(iter(per_level.values()))["io_calls_per_session"]:
-        table.add_row(name, *[f"{v['io_calls_per_session'][name][0]:.1f} / "
-                              f"{v['io_calls_per_session'][name][1]:.1f}"
-                              for v in per_level.values()])
-    console.print(table)
-
-
-#: The traffic rows of the CPU table: (key in ``wire_per_session``, label).
-WIRE_ROWS = (
-    ("redis_bytes_in", "Redis bytes in / session"),
-    ("redis_bytes_out", "Redis bytes out / session"),
-    ("nats_in_msgs", "NATS messages in / session"),
-    ("nats_out_msgs", "NATS messages out / session"),
-    ("nats_in_bytes", "NATS bytes in / session"),
-    ("nats_out_bytes", "NATS bytes out / session"),
-)
-
-
-def print_targets(targets: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title="Targets", title_justify="left")
-    for col in ("figure", "measured", "target", "ratio", "met"):
-        table.add_column(col, justify="left" if col == "figure" else "right")
-    for t in targets:
-        ratio = t.get("ratio_value")
-        table.add_row(t["figure"], t["measured"], t["target"],
-                      "" if ratio is None else f"{ratio:.2f}",
-                      "" if not t["target"] else "yes" if t["met"] else "[red]no[/red]")
-    console.print(table)
 
 
 async def session_levels(stack: DevStack, client: Client, cfg: Config, mode: str

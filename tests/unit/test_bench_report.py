@@ -252,7 +252,7 @@ def test_the_io_table_shows_reads_and_writes_per_session_by_process() -> None:
 
     from rich.console import Console
 
-    from baton.bench.e2e_bench import print_io
+    from baton.bench.e2e_tables import print_io
 
     out = io.StringIO()
     levels = {"c=1": {"io_calls_per_session": {"brain-1": [8.0, 8.5], "hands-1": [11, 14.6]}},
