@@ -11,6 +11,7 @@
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
 #   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
+#   make bench-durable  bench e2e on servers that fsync every write, durable baselines (~3 min)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -38,7 +39,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-durable screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -110,6 +111,10 @@ bench-lua: deps venv
 # What holding the lease for tool results saves: stacks with and without, paired rounds.
 bench-holds: deps venv
 	$(BIN)/baton bench holds $(BENCH_ARGS)
+
+# The same end-to-end figures when every write is fsync'd: Redis, JetStream and the baselines.
+bench-durable: deps venv
+	$(BIN)/baton bench durable $(BENCH_ARGS)
 
 # The console screenshots in docs/console/ (README) come from the browser test.
 screenshots: deps venv

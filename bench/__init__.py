@@ -12,6 +12,7 @@ BENCHES: dict[str, str] = {
     "store": "baton.bench.store_bench",
     "chain": "baton.bench.chain_bench",
     "e2e": "baton.bench.e2e_bench",
+    "durable": "baton.bench.durable_bench",
     "docs": "baton.bench.doc_bench",
     "takeover": "baton.bench.takeover_bench",
     "history": "baton.bench.history_bench",

@@ -31,6 +31,12 @@ p50 at concurrency 1 <= 2.5x the plain loop's; CPU per step at concurrency 32 <=
 below the LangGraph agent's. The machine has 2 cores for 9+ processes: the load average is
 recorded.
 Figures, not assertions: tables on stdout and ``bench/results/e2e.json``.
+
+``bench durable`` (:mod:`baton.bench.durable_bench`) is the same run on durable servers:
+Redis with ``appendfsync always``, JetStream with ``sync_interval: always``, and every
+baseline as durable (the plain loop's log fsync'd at each step, SQLite's ``synchronous=FULL``
+for LangGraph), without the scale-out pass: what a write that survives a power cut costs
+each contender (``bench/results/durable.json``).
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ from baton.receipts import CommitDetail
 from baton.store.store import Store
 
 NAME = "e2e"
+DURABLE = "durable"  # the name of the run on durable servers (baton.bench.durable_bench)
 DESCRIPTION = "tool round trip vs the raw chain, five-notice sessions/s and latency (DevStack)"
 
 TARGET_RTT_CHAINS = 2.0  # tool round trip <= 2x the raw chain p50
@@ -249,24 +256,31 @@ async def scale_out(cfg: Config, console: Console) -> tuple[dict[int, Row], dict
 # ---------------------------------------------------------------------------- run
 
 
-async def run(quick: bool = False, console: Console | None = None) -> Result:
+async def run(quick: bool = False, console: Console | None = None, *,
+              durable: bool = False) -> Result:
+    """The run on non-durable servers, or (``durable``) on servers that fsync every write,
+    its baselines fsync'ing theirs, as ``bench durable`` (no scale-out pass then)."""
     console = console or Console()
     cfg = QUICK if quick else Config()
+    if durable:
+        cfg = replace(cfg, scale_out=False)
     env = environment()
     started = time.perf_counter()
     base = Path(tempfile.mkdtemp(prefix="baton-e2e-"))
     rows: list[Row] = []
-    extra: dict[str, Any] = {"config": asdict(cfg)}
+    extra: dict[str, Any] = {"config": asdict(cfg), "durable": durable}
     try:
-        # The mail service keeps its operations in memory here (no fsync per mail): the
-        # figures measure Baton, as the compared systems were measured with a local service.
+        # The mail service keeps its operations in memory here (no fsync per mail), durable
+        # run or not: it is the outside world, the same for every contender.
         async with DevStack(base, brains=1, hands=1, relays=1, mail_delay_ms=0,
-                            durable=False, namespace="bench", mail_persist=False) as stack:
+                            durable=durable, namespace="bench", mail_persist=False) as stack:
             console.print("[dim]stack: " + ", ".join(
-                f"{p['name']} {p['pid']}" for p in stack.processes) + "[/dim]")
+                f"{p['name']} {p['pid']}" for p in stack.processes)
+                + ("; durable: every write fsync'd by Redis and JetStream, and by the "
+                   "baselines" if durable else "; non-durable servers") + "[/dim]")
             client = await bench_client(stack)
             try:
-                await _run_stack(stack, client, cfg, console, rows, extra)
+                await _run_stack(stack, client, cfg, console, rows, extra, durable)
             finally:
                 await client.close()
     finally:
@@ -287,11 +301,11 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     console.print(f"[dim]load average before {env['loadavg_1m']:.2f}, after "
                   f"{extra['loadavg_after'][0]:.2f} (1 min); {os.cpu_count()} cores; "
                   f"{elapsed:.1f} s[/dim]")
-    return Result(NAME, rows, env=env, extra=extra)
+    return Result(DURABLE if durable else NAME, rows, env=env, extra=extra)
 
 
 async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Console,
-                     rows: list[Row], extra: dict[str, Any]) -> None:
+                     rows: list[Row], extra: dict[str, Any], durable: bool) -> None:
     # 1. The raw chain on the same servers, while the services idle.
     # The servers' CPU is read beside this process's, so a chain's whole cost is known.
     servers = [p["pid"] for p in stack.processes if p["name"] in SERVERS]
@@ -372,10 +386,11 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
         console.print(f"[yellow]LangGraph is not installed: the in-process peer is skipped "
                       f"({escape(langgraph_peer.INSTALL_HINT)})[/yellow]")
     async with contextlib.AsyncExitStack() as opened:
-        baselines = [await opened.enter_async_context(plain_loop.opened(stack.mail_url, FIVE))]
+        baselines = [await opened.enter_async_context(
+            plain_loop.opened(stack.mail_url, FIVE, fsync=durable))]
         if langgraph_peer.available():
             baselines.append(await opened.enter_async_context(
-                langgraph_peer.opened(stack.mail_url, FIVE)))
+                langgraph_peer.opened(stack.mail_url, FIVE, fsync=durable)))
         # This process drives every contender's sessions (Baton's client, the plain loop and
         # LangGraph run here) and holds what all of them imported: a full collection of that
         # heap took 105-155 ms, about once per level, which a level of a few dozen sessions

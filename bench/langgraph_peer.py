@@ -3,8 +3,9 @@
 The durable agent in one process that Baton's CPU per step is held against: LangGraph's
 canonical tool loop, a ``StateGraph`` over ``MessagesState`` with a model node, the prebuilt
 ``ToolNode`` (the five calls of a turn run concurrently) and ``tools_condition``, compiled with
-``AsyncSqliteSaver`` (its own setup: WAL journal; ``synchronous=OFF`` here, no fsync, as the
-bench stack's servers and the plain loop's log) and LangGraph's default durability
+``AsyncSqliteSaver`` (its own setup: WAL journal; ``synchronous=OFF`` beside non-durable
+servers, no fsync, as the plain loop's log then; ``synchronous=FULL``, an fsync of the journal
+at every commit, beside durable ones) and LangGraph's default durability
 (``async``: a step's checkpoint is written while the next step runs). The model node plays
 the scripted model (the addresses are read from the text, the summary from the tool
 messages); ``send_email`` posts to the same mail service through the same client the Hands
@@ -69,13 +70,13 @@ class LangGraphAgent:
         self._conn: Any = None
         self._graph: Any = None
 
-    async def open(self, path: Path) -> "LangGraphAgent":
+    async def open(self, path: Path, *, fsync: bool = False) -> "LangGraphAgent":
         import aiosqlite
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 
         self._conn = await aiosqlite.connect(path)
-        await self._conn.execute("PRAGMA synchronous=OFF")
+        await self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'OFF'}")
         saver = AsyncSqliteSaver(self._conn)
         await saver.setup()
         self._graph = self._build(saver)
@@ -143,12 +144,14 @@ class LangGraphAgent:
 
 
 @contextlib.asynccontextmanager
-async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
+async def opened(mail_url: str, text: str, *, fsync: bool = False) -> AsyncIterator[Baseline]:
     """The LangGraph agent as a :class:`~baton.bench.baselines.Baseline` of ``text``
     sessions (CPU: ``process``, this process: the graph, its checkpointer's thread, the HTTP
-    client), its checkpoints in a temporary directory while it is open."""
+    client), its checkpoints in a temporary directory while it is open; with ``fsync``,
+    each checkpoint fsync'd as SQLite commits it."""
     with tempfile.TemporaryDirectory(prefix="baton-langgraph-") as tmp:
-        agent = await LangGraphAgent(mail_url).open(Path(tmp) / "checkpoints.sqlite")
+        agent = await LangGraphAgent(mail_url).open(Path(tmp) / "checkpoints.sqlite",
+                                                    fsync=fsync)
         try:
             yield Baseline(MODE, "five notices, in-process graph",
                            lambda: agent.session(text), "process")

@@ -4,15 +4,22 @@ No Brain, Hands or Relay, no Redis or NATS: one coroutine per session plays the 
 (the addresses are read from the text), sends the five mails in parallel to the same mail
 service with an ``Idempotency-Key`` each (through the client the Hands give their tools,
 :func:`baton.hands.http.http_client`, built the same way, as ``send_email`` sends), writes one JSON
-line per step to a log file (written and flushed, not fsync'd: the bench stack's servers do
-not fsync either) and ends with the summary turn. It is what the system's figures are
-divided by (ratios hold on any machine), measured on the same mail service in the same run.
+line per step to a log file and ends with the summary turn. It is what the system's figures
+are divided by (ratios hold on any machine), measured on the same mail service in the same
+run.
+
+Its log is as durable as the stack it is held against. Beside non-durable servers (``bench
+e2e``) each line is written and flushed, never fsync'd. Beside durable ones (``bench
+durable``: Redis ``appendfsync always``, JetStream ``sync_interval: always``) each step
+waits for an fsync of the log, and the lines written in one loop turn share it (a group
+commit, as Redis shares one fsync among the writes of an event loop turn).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import tempfile
 import uuid
@@ -34,14 +41,39 @@ _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
 class PlainLoop:
     """Sessions of the five-notice workload, in this process."""
 
-    def __init__(self, mail_url: str, log: IO[bytes]) -> None:
+    def __init__(self, mail_url: str, log: IO[bytes], *, fsync: bool = False) -> None:
         self.http = http_client(Settings.model_fields["connect_timeout_s"].default)
         self.send_url = f"{mail_url}/send"
         self.log = log
+        self.fsync = fsync
+        self.fsyncs = 0  # fsync calls made (for tests)
+        self._synced: asyncio.Future[None] | None = None  # the loop turn's pending fsync
 
-    def _step(self, **line: Any) -> None:
+    async def _step(self, **line: Any) -> None:
         self.log.write(orjson.dumps(line) + b"\n")
         self.log.flush()
+        if self.fsync:
+            await self._durable()
+
+    def _durable(self) -> asyncio.Future[None]:
+        """The fsync that covers the lines written so far: one per loop turn, called once the
+        turn's ready callbacks (the other sessions' steps) have run."""
+        if self._synced is None:
+            loop = asyncio.get_running_loop()
+            self._synced = loop.create_future()
+            loop.call_soon(self._sync)
+        return self._synced
+
+    def _sync(self) -> None:
+        synced, self._synced = self._synced, None
+        assert synced is not None
+        try:
+            os.fsync(self.log.fileno())
+            self.fsyncs += 1
+        except OSError as exc:
+            synced.set_exception(exc)
+        else:
+            synced.set_result(None)
 
     async def _send(self, session: str, k: int, to: str) -> dict[str, Any]:
         response = await self.http.post(
@@ -49,20 +81,20 @@ class PlainLoop:
             headers={"Idempotency-Key": f"{session}-{k}"})
         response.raise_for_status()
         result: dict[str, Any] = response.json()
-        self._step(session=session, step="tool", k=k, to=to, result=result)
+        await self._step(session=session, step="tool", k=k, to=to, result=result)
         return result
 
     async def session(self, text: str) -> str:
         sid = uuid.uuid4().hex
-        self._step(session=sid, step="input", text=text)
+        await self._step(session=sid, step="input", text=text)
         addresses = _ADDRESS.findall(text)
-        self._step(session=sid, step="model", calls=[{"tool": "send_email", "to": a}
+        await self._step(session=sid, step="model", calls=[{"tool": "send_email", "to": a}
                                                       for a in addresses])
         results = await asyncio.gather(*(self._send(sid, k, a)
                                          for k, a in enumerate(addresses)))
         summary = "; ".join(f"{a}: {'sent' if r else 'failed'}"
                             for a, r in zip(addresses, results, strict=True))
-        self._step(session=sid, step="final", summary=summary)
+        await self._step(session=sid, step="final", summary=summary)
         return summary
 
     async def close(self) -> None:
@@ -70,12 +102,13 @@ class PlainLoop:
 
 
 @contextlib.asynccontextmanager
-async def opened(mail_url: str, text: str) -> AsyncIterator[Baseline]:
+async def opened(mail_url: str, text: str, *, fsync: bool = False) -> AsyncIterator[Baseline]:
     """The plain loop as a :class:`~baton.bench.baselines.Baseline` of ``text`` sessions
-    (CPU: ``loop``, this process), its log in a temporary directory while it is open."""
+    (CPU: ``loop``, this process), its log in a temporary directory while it is open; with
+    ``fsync``, each step durable before the next (group commit)."""
     with tempfile.TemporaryDirectory(prefix="baton-plain-") as tmp:
         with (Path(tmp) / "log.jsonl").open("ab") as log:
-            loop = PlainLoop(mail_url, log)
+            loop = PlainLoop(mail_url, log, fsync=fsync)
             try:
                 yield Baseline("plain loop", "five notices, in-process",
                                lambda: loop.session(text), "loop")

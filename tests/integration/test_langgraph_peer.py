@@ -71,3 +71,19 @@ async def test_langsmith_tracing_in_the_environment_stays_off(
         assert seen == [False] * 5
     finally:
         utils.get_env_var.cache_clear()
+
+
+@pytest.mark.parametrize(("fsync", "level"), [(False, 0), (True, 2)])
+async def test_its_checkpoints_are_fsynced_beside_durable_servers(
+        mailbox: MailboxServer, tmp_path: Path, fsync: bool, level: int) -> None:
+    """bench durable holds Baton on servers that fsync every write against this agent with
+    SQLite's synchronous=FULL (2); bench e2e, on servers that do not, with OFF (0)."""
+    agent = await langgraph_peer.LangGraphAgent(mailbox.url).open(tmp_path / "c.sqlite",
+                                                                  fsync=fsync)
+    try:
+        async with agent._conn.execute("PRAGMA synchronous") as cursor:
+            assert (await cursor.fetchone())[0] == level
+        await agent.session(FIVE)
+    finally:
+        await agent.close()
+    assert len(mailbox.operations) == 5
