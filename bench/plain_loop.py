@@ -49,11 +49,12 @@ class PlainLoop:
         self.fsyncs = 0  # fsync calls made (for tests)
         self._synced: asyncio.Future[None] | None = None  # the loop turn's pending fsync
 
-    async def _step(self, **line: Any) -> None:
+    def _step(self, **line: Any) -> asyncio.Future[None] | None:
+        """Write and flush one line; with ``fsync``, the fsync to await before the next step
+        (None otherwise: the non-durable loop does no more per step than it always did)."""
         self.log.write(orjson.dumps(line) + b"\n")
         self.log.flush()
-        if self.fsync:
-            await self._durable()
+        return self._durable() if self.fsync else None
 
     def _durable(self) -> asyncio.Future[None]:
         """The fsync that covers the lines written so far: one per loop turn, called once the
@@ -81,20 +82,25 @@ class PlainLoop:
             headers={"Idempotency-Key": f"{session}-{k}"})
         response.raise_for_status()
         result: dict[str, Any] = response.json()
-        await self._step(session=session, step="tool", k=k, to=to, result=result)
+        if (synced := self._step(session=session, step="tool", k=k, to=to,
+                                 result=result)) is not None:
+            await synced
         return result
 
     async def session(self, text: str) -> str:
         sid = uuid.uuid4().hex
-        await self._step(session=sid, step="input", text=text)
+        if (synced := self._step(session=sid, step="input", text=text)) is not None:
+            await synced
         addresses = _ADDRESS.findall(text)
-        await self._step(session=sid, step="model", calls=[{"tool": "send_email", "to": a}
-                                                      for a in addresses])
+        if (synced := self._step(session=sid, step="model", calls=[
+                {"tool": "send_email", "to": a} for a in addresses])) is not None:
+            await synced
         results = await asyncio.gather(*(self._send(sid, k, a)
                                          for k, a in enumerate(addresses)))
         summary = "; ".join(f"{a}: {'sent' if r else 'failed'}"
                             for a, r in zip(addresses, results, strict=True))
-        await self._step(session=sid, step="final", summary=summary)
+        if (synced := self._step(session=sid, step="final", summary=summary)) is not None:
+            await synced
         return summary
 
     async def close(self) -> None:
