@@ -24,7 +24,7 @@ from baton.errors import NatsUnavailable, ValidationError
 from baton.faults import Faults
 from baton.models import OutboxRow
 from baton.observability.log import bounded, get_logger
-from baton.observability.telemetry import trace_id_of
+from baton.observability.propagation import trace_id_of
 from baton.settings import Settings
 from baton.store.deadletter import record_dead_letter
 from baton.store.keys import Keys

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 import structlog
 
-from baton.observability.telemetry import current_trace_id
+from baton.observability.propagation import current_trace_id
 
 # Library records below this level stay out (aiohttp's access log is INFO per request).
 LIBRARY_LEVEL = logging.WARNING

@@ -14,7 +14,9 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind
 
 from baton.observability.metrics import Attributes, Instruments
-from baton.observability.telemetry import carried, inject, state, tracer, unsampled
+from baton.observability.otel_state import state
+from baton.observability.propagation import carried, inject, unsampled
+from baton.observability.telemetry import tracer
 
 __all__ = [
     "NATS", "NO_SPAN", "SESSION", "count_committed", "count_refused", "db_attrs", "enter_span",
@@ -72,7 +74,7 @@ def record_handoff(inst: Instruments, hop: str, since_ms: int | None) -> None:
 
 def recording_tracer() -> Any:
     """Baton's tracer, or None when not tracing or when a span started now would certainly
-    not be recorded (:func:`~baton.observability.telemetry.unsampled`): the wrappers then
+    not be recorded (:func:`~baton.observability.propagation.unsampled`): the wrappers then
     build no span and no attributes."""
     t = tracer()
     return None if t is None or unsampled() else t

@@ -10,6 +10,7 @@ Importing or using Baton never installs a provider, and this module never import
 outside :func:`setup`. With no provider configured, :func:`tracer` and :func:`instruments`
 return None after one look at the global provider, and every wrapper in
 :mod:`baton.observability.tracing` calls straight through: no span, context or header.
+How a trace is handed on from message to message is :mod:`baton.observability.propagation`.
 
 :func:`setup` is for Baton's own entry points only (``baton brain|hands|relay|submit|start``):
 it installs the global providers from the standard ``OTEL_*`` variables, and
@@ -35,20 +36,15 @@ it installs the global providers from the standard ``OTEL_*`` variables, and
 from __future__ import annotations
 
 import atexit
-import contextlib
-import contextvars
 import functools
 import os
-import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
-from opentelemetry.context import Context
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.metrics._internal import _ProxyMeterProvider
@@ -63,23 +59,13 @@ from baton.observability.metrics import (
     Tally,
     kept_histograms_exporter,
 )
+from baton.observability.otel_state import state
+from baton.observability.propagation import no_propagators, propagators_loaded
 from baton.observability.span_file import JsonLinesSpanExporter
-
-# Importing the propagation API loads the propagators OTEL_PROPAGATORS names, and fails for
-# one that is not installed: every command would fail with it, tracing or not. Then no
-# context is handed on, and setup() refuses to trace with a clear error.
-_no_propagators = ""
-try:
-    from opentelemetry import propagate
-except ValueError as exc:
-    propagate: Any = None  # type: ignore[no-redef]
-    _no_propagators = str(exc)
 
 __all__ = [
     "FILE_ENV", "SCOPE", "Histogram", "Instruments", "JsonLinesSpanExporter", "Tally",
-    "carries_context", "carry", "current_trace_id", "dropped_root", "extract", "handing_on",
-    "inject", "instruments", "setup", "shutdown", "state", "trace_id_of", "tracer", "uncarry",
-    "unsampled", "unsampled_header",
+    "instruments", "setup", "shutdown", "state", "tracer",
 ]
 
 SCOPE = "baton"  # the instrumentation scope of every span and instrument Baton makes
@@ -88,53 +74,6 @@ SCOPE = "baton"  # the instrumentation scope of every span and instrument Baton 
 # any set_*_provider) and the explicit no-ops.
 _NO_TRACING = (ProxyTracerProvider, NoOpTracerProvider)
 _NO_METRICS = (_ProxyMeterProvider, NoOpMeterProvider)
-
-
-class _State:
-    """What this process knows about telemetry.
-
-    ``role`` and the exporters to flush exist only when an entry point called :func:`setup`.
-    The rest is a cache of Baton's tracer and instruments for the global providers last
-    seen, re-made when a provider changes (a host may configure its own after import).
-    """
-
-    def __init__(self) -> None:
-        self.role = ""
-        self.installed = False
-        self._shutdown: list[Callable[[], Any]] = []
-        self.tracer_provider: object = None
-        self.tracer: Any = None
-        # What the provider's sampler is known to do (see _sampler_traits): a child of a
-        # span that is not sampled is not sampled either; the root decision ignores
-        # attributes. Both False for a sampler this module does not know.
-        self.follows_parent = False
-        self.attribute_free = False
-        # The TracerProvider setup() installed, and the maker of the roots its sampler
-        # drops (baton.observability.roots); ``roots`` is that maker while the provider is
-        # the global one and its sampler decides on trace ids alone, else None.
-        self.own_tracer_provider: object = None
-        self.own_roots: Callable[[str, Any], str | None] | None = None
-        self.roots: Callable[[str, Any], str | None] | None = None
-        self.meter_provider: object = None
-        self.instruments: Instruments | None = None
-        # The MeterProvider setup() installed, and the histograms its exporters add.
-        self.own_meter_provider: object = None
-        self.kept: list[Histogram] = []
-        # How long shutdown() waits for the exporters (Settings.telemetry_flush_timeout_s).
-        self.flush_timeout_s = 3.0
-
-
-state = _State()
-
-# The trace id of the message being handled when this process does not trace itself (taken
-# from its traceparent header), so log lines still name the trace they belong to.
-_incoming_trace: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "baton_incoming_trace", default=None)
-
-# While a message whose trace is not sampled is handled (handing_on): the context made
-# current for it and the propagation headers it came with, handed on as they are.
-_carried: contextvars.ContextVar[tuple[Context, dict[str, str]] | None] = (
-    contextvars.ContextVar("baton_carried", default=None))
 
 
 def _version() -> str:
@@ -188,8 +127,6 @@ def tracer() -> Any:
     return state.tracer
 
 
-_NO_TRACE = "0" * 32
-
 #: Samplers whose decision does not depend on a span's name, kind or attributes.
 _PLAIN_SAMPLERS = ("AlwaysOnSampler", "AlwaysOffSampler", "TraceIdRatioBased{")
 
@@ -210,131 +147,6 @@ def _sampler_traits(provider: Any) -> tuple[bool, bool]:
                and "localParentNotSampled:AlwaysOffSampler" in description)
     root = description.removeprefix("ParentBased{root:")
     return follows, root.startswith(_PLAIN_SAMPLERS)
-
-
-def unsampled(context: Context | None = None) -> bool:
-    """Whether a span started now (under ``context``, else the current one) is certain not
-    to be recorded: its parent is valid and not sampled, and the sampler follows parents.
-
-    The wrappers then start no span at all: no ids, no sampler call, no attributes. The
-    parent's context stays current, so the W3C ``traceparent`` handed on names the same
-    trace with the sampled flag off, and the next process decides the same way.
-    """
-    if not state.follows_parent:
-        return False
-    if context is None:
-        found = _carried.get()  # carried(), inlined: asked by every wrapper
-        if found is not None and otel_context.get_current() is found[0]:
-            return True
-    ctx = otel_trace.get_current_span(context).get_span_context()
-    return ctx.is_valid and not ctx.trace_flags.sampled
-
-
-def carried() -> dict[str, str] | None:
-    """The propagation headers of the unsampled message being handled (:func:`handing_on`),
-    while its context is still the current one; else None."""
-    found = _carried.get()
-    if found is not None and otel_context.get_current() is found[0]:
-        return found[1]
-    return None
-
-
-@functools.lru_cache(maxsize=8)
-def _fields(textmap: Any) -> tuple[str, ...]:
-    return tuple(sorted(textmap.fields))
-
-
-_W3C = ("baggage", "traceparent", "tracestate")  # the default propagators' fields
-_VERSION_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-
-
-@contextlib.contextmanager
-def handing_on(headers: Mapping[str, str]) -> Iterator[None]:
-    """Handle a message whose trace is not sampled (:func:`unsampled_header`) under its
-    context, which hands the trace on without a span (:func:`carry` and :func:`uncarry`).
-
-    The context is made current, so a span started under it (instrumented code in a tool)
-    is not sampled either; the propagation headers the message came with are kept, so
-    :func:`inject` hands the same ones on without formatting them again and
-    :func:`unsampled` answers without looking the span up. The SDK's propagators would
-    write the same: the parent and flags of ``traceparent``, ``tracestate`` and
-    ``baggage`` are passed on unchanged by a process that makes no span.
-    """
-    tokens = carry(headers)
-    try:
-        yield
-    finally:
-        uncarry(tokens)
-
-
-def carry(headers: Mapping[str, str]) -> tuple[Any, Any]:
-    """Enter :func:`handing_on` (without a generator: once per handled message); the
-    tokens to give :func:`uncarry`."""
-    if propagate is None:
-        found = (Context(), {})
-        return otel_context.attach(found[0]), _carried.set(found)
-    fields = _fields(propagate.get_global_textmap())
-    found = None
-    if fields == _W3C and "tracestate" not in headers and "baggage" not in headers:
-        traceparent = headers.get("traceparent")
-        if traceparent is not None:
-            found = _plain_carried(traceparent)
-    if found is None:
-        kept = {k: headers[k] for k in fields if k in headers}
-        found = (extract(headers) or Context(), kept)
-    return otel_context.attach(found[0]), _carried.set(found)
-
-
-@functools.lru_cache(maxsize=1024)
-def _plain_carried(traceparent: str) -> tuple[Context, dict[str, str]] | None:
-    """What :func:`carry` keeps for a lone version-00 ``traceparent``: the context the
-    default propagators would extract, made without them, and the headers to hand on; None
-    for anything else. Made once per trace: the messages of a session that is not sampled
-    carry the same ``traceparent`` (contexts are immutable and the headers only read, so
-    they share them)."""
-    match = _VERSION_00.fullmatch(traceparent)
-    if match is None:
-        return None
-    trace_id, span_id, flags = (int(g, 16) for g in match.groups())
-    if not trace_id or not span_id:
-        return None
-    ctx = otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(otel_trace.SpanContext(
-        trace_id=trace_id, span_id=span_id, is_remote=True,
-        trace_flags=otel_trace.TraceFlags(flags))))
-    return ctx, {"traceparent": traceparent}
-
-
-def uncarry(tokens: tuple[Any, Any]) -> None:
-    token, mark = tokens
-    _carried.reset(mark)
-    otel_context.detach(token)
-
-
-def dropped_root(name: str, kind: Any) -> str | None:
-    """The ``traceparent`` of a new trace the sampler drops, made without a span (see
-    :mod:`baton.observability.roots`), for a span ``name`` that would start one now: None
-    when the sampler keeps it, when something is current (a span or baggage the
-    propagators would hand on), or when the tracer is not the one :func:`setup` installed
-    with a sampler that decides on trace ids alone. Then start the span as usual."""
-    roots = state.roots
-    if (roots is None or propagate is None or otel_context.get_current()
-            or _fields(propagate.get_global_textmap()) != _W3C):
-        return None
-    return roots(name, kind)
-
-
-def unsampled_header(headers: Mapping[str, str] | None) -> bool:
-    """:func:`unsampled` for a message's headers, read from ``traceparent`` without parsing
-    the whole context (``00-<trace id>-<span id>-<flags>``)."""
-    if not state.follows_parent or not headers:
-        return False
-    value = headers.get("traceparent")
-    if not value or len(value) != 55 or value[2] != "-" or value[3:35] == _NO_TRACE:
-        return False
-    try:
-        return not int(value[53:55], 16) & 1
-    except ValueError:
-        return False
 
 
 def instruments() -> Instruments | None:
@@ -377,8 +189,8 @@ def setup(service_name: str, settings: Any = None,
     unset_traces = isinstance(otel_trace.get_tracer_provider(), _NO_TRACING)
     unset_metrics = isinstance(otel_metrics.get_meter_provider(), _NO_METRICS)
     span_exporters = exporters.span_exporters(env) if unset_traces else []
-    if span_exporters and propagate is None:
-        raise ConfigError(f"OTEL_PROPAGATORS: {_no_propagators} Install its package, or "
+    if span_exporters and not propagators_loaded():
+        raise ConfigError(f"OTEL_PROPAGATORS: {no_propagators()} Install its package, or "
                           "leave OTEL_PROPAGATORS unset (W3C tracecontext and baggage).")
     metric_exporters = exporters.metric_exporters(env) if unset_metrics else []
     if not span_exporters and not metric_exporters:
@@ -466,62 +278,3 @@ def _with_kept_histograms(exporter: Any, resource: Any) -> Any:
     return kept_histograms_exporter(exporter, resource, lambda: state.kept, SCOPE, _version())
 
 
-# ---------------------------------------------------------------------------- propagation
-
-
-def inject(carrier: dict[str, str] | None = None, context: Context | None = None
-           ) -> dict[str, str]:
-    """The W3C trace context (``traceparent``, ``tracestate``) of the current span."""
-    carrier = {} if carrier is None else carrier
-    kept = carried() if context is None else None
-    if kept is not None:  # an unsampled message's headers, as they came
-        carrier.update(kept)
-        return carrier
-    if propagate is not None:
-        propagate.inject(carrier, context=context)
-    return carrier
-
-
-def carries_context(headers: Mapping[str, str] | None) -> bool:
-    """Whether ``headers`` hold a trace context the configured propagators read: a
-    ``traceparent`` under the default ones, any of their fields under others (``b3``)."""
-    if not headers or propagate is None:
-        return False
-    if "traceparent" in headers:
-        return True
-    fields = _fields(propagate.get_global_textmap())
-    return fields != _W3C and any(f in headers for f in fields)
-
-
-def extract(headers: Mapping[str, str] | None) -> Context | None:
-    """The context carried in message headers; None when they carry none."""
-    if not carries_context(headers):
-        return None
-    return propagate.extract(headers)
-
-
-def trace_id_of(headers: Mapping[str, str] | None) -> str | None:
-    """The trace id in a ``traceparent`` header (``00-<trace id>-<span id>-<flags>``), or
-    in the headers of the propagators configured instead (``b3``)."""
-    if not headers:
-        return None
-    value = headers.get("traceparent")
-    if value:
-        return value[3:35] if len(value) >= 55 and value[2] == "-" else None
-    if not carries_context(headers):
-        return None
-    ctx = otel_trace.get_current_span(propagate.extract(headers)).get_span_context()
-    return f"{ctx.trace_id:032x}" if ctx.is_valid else None
-
-
-def set_incoming_trace(trace_id: str | None) -> None:
-    """Remember the handled message's trace id for log lines (when not tracing here)."""
-    _incoming_trace.set(trace_id)
-
-
-def current_trace_id() -> str | None:
-    """The trace id log lines carry: the current span's, else the handled message's."""
-    ctx = otel_trace.get_current_span().get_span_context()
-    if ctx.is_valid:
-        return f"{ctx.trace_id:032x}"
-    return _incoming_trace.get()

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from opentelemetry.trace import SpanKind
 
 from baton.errors import StaleAttemptError, StaleFenceError
+from baton.observability.propagation import carries_context, inject
 from baton.observability.spans import (
     NATS,
     NO_SPAN,
@@ -23,7 +24,7 @@ from baton.observability.spans import (
     record_handoff,
     recording_tracer,
 )
-from baton.observability.telemetry import carries_context, inject, instruments
+from baton.observability.telemetry import instruments
 
 __all__ = [
     "counted_refusals", "traced_claim", "traced_commit", "traced_complete", "traced_lease",

@@ -37,7 +37,7 @@ Traces that are not sampled cost almost nothing: under a parent that is not samp
 a sampler that follows its parent (the SDK's default and every ``parentbased_*`` sampler),
 no span could be recorded, so the wrappers start none (no ids, no sampler call, no
 attributes); the consumer makes the message's context current and the writes hand on the
-propagation headers it came with (:func:`~baton.observability.telemetry.handing_on`), so
+propagation headers it came with (:func:`~baton.observability.propagation.handing_on`), so
 the ``traceparent`` keeps the trace id with the sampled flag off and every process decides
 the same way. Counters are tallied in the process (see
 :class:`~baton.observability.metrics.Tally`), and so are the histograms under the
@@ -68,6 +68,17 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from baton.bus.delivery import delivered
 from baton.observability.log import error_text, get_logger
+from baton.observability.otel_state import state
+from baton.observability.propagation import (
+    carry,
+    dropped_root,
+    extract,
+    inject,
+    set_incoming_trace,
+    trace_id_of,
+    uncarry,
+    unsampled_header,
+)
 from baton.observability.spans import (
     NATS,
     SESSION,
@@ -75,19 +86,7 @@ from baton.observability.spans import (
     now_ms,
     session_of,
 )
-from baton.observability.telemetry import (
-    carry,
-    dropped_root,
-    extract,
-    inject,
-    instruments,
-    set_incoming_trace,
-    state,
-    trace_id_of,
-    tracer,
-    uncarry,
-    unsampled_header,
-)
+from baton.observability.telemetry import instruments, tracer
 from baton.observability.traced_store import (
     counted_refusals,
     traced_claim,
@@ -132,7 +131,7 @@ def _start_publish(t: Any, subject: str, msg_id: str, headers: dict[str, str] | 
 
     No span (None) when the row's context is not sampled: the row's headers go out as they
     are, so the consumer decides from the same sampled flag. A new trace the sampler drops
-    gets only its ``traceparent`` (:func:`~baton.observability.telemetry.dropped_root`). A
+    gets only its ``traceparent`` (:func:`~baton.observability.propagation.dropped_root`). A
     root's attributes are set only once it is known to record, when the sampler does not
     look at them."""
     if unsampled_header(headers):
@@ -297,7 +296,7 @@ def consumer(role: str) -> Callable[[F], F]:
                 if t is None:
                     return await fn(self, msg)
                 if unsampled_header(headers):  # not recorded: its context current, no span
-                    tokens = carry(headers)  # see telemetry.handing_on
+                    tokens = carry(headers)  # see propagation.handing_on
                     try:
                         return await fn(self, msg)
                     finally:

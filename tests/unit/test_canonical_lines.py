@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 
-from baton.observability import telemetry
+from baton.observability import propagation
 from baton.observability.canonical import CanonicalLines
 from baton.observability.log import add_trace_id, get_logger
 
@@ -27,7 +27,7 @@ def test_the_summary_names_no_trace_and_no_ids_of_the_message_in_hand() -> None:
     try:
         canonical = CanonicalLines(get_logger("test.canonical"), "tool_message_handled",
                                    every_s=3600)
-        telemetry.set_incoming_trace(TRACEPARENT[3:35])  # handling a message of this trace
+        propagation.set_incoming_trace(TRACEPARENT[3:35])  # handling a message of this trace
         structlog.contextvars.bind_contextvars(session_id="s-1", run_id="r-1")
         canonical.line(False, outcome="failed", ms=2.0)  # unusual: in full, with its trace
         canonical.line(True, outcome="ok", ms=1.0)
@@ -35,7 +35,7 @@ def test_the_summary_names_no_trace_and_no_ids_of_the_message_in_hand() -> None:
         canonical.flush()
     finally:
         structlog.contextvars.clear_contextvars()
-        telemetry.set_incoming_trace(None)
+        propagation.set_incoming_trace(None)
         structlog.reset_defaults()
     full, summary = (line for line in lines if line["event"] != "tool_message_handled"
                      or line.get("outcome") == "failed")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from baton.observability import telemetry
-from baton.observability.telemetry import state
+from baton.observability.otel_state import state
 from tests.otel_host import host_telemetry, metric_points
 
 

@@ -13,8 +13,8 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from baton.observability import roots, telemetry, tracing
-from baton.observability.telemetry import state
+from baton.observability import propagation, roots, telemetry, tracing
+from baton.observability.otel_state import state
 from tests.otel_host import _reset_globals, host_telemetry
 from tests.unit.telemetry_fakes import PARENT, Item
 
@@ -70,7 +70,7 @@ def test_a_row_with_a_context_or_a_current_span_begins_no_trace(ours: Any) -> No
             otel_trace.NonRecordingSpan(otel_trace.SpanContext(
                 int(PARENT[3:35], 16), int(PARENT[36:52], 16), is_remote=True,
                 trace_flags=otel_trace.TraceFlags(1))))):
-        assert telemetry.dropped_root("publish x", otel_trace.SpanKind.PRODUCER) is None
+        assert propagation.dropped_root("publish x", otel_trace.SpanKind.PRODUCER) is None
         with tracing.publish_spans([Item("t.wake.a.1", b"{}", "s/2/0")]) as items:
             assert items[0].headers["traceparent"].split("-")[1] == PARENT[3:35]
 
@@ -96,7 +96,7 @@ def test_setup_installs_the_id_generator_and_roots(monkeypatch: pytest.MonkeyPat
         provider: Any = otel_trace.get_tracer_provider()
         assert type(provider.id_generator).__name__ == "RootIds"
         assert telemetry.tracer() is not None and state.roots is state.own_roots
-        root = telemetry.dropped_root("publish x", otel_trace.SpanKind.PRODUCER)
+        root = propagation.dropped_root("publish x", otel_trace.SpanKind.PRODUCER)
         assert root is not None and root.endswith("-02")  # rate 0: every root dropped
     finally:
         telemetry.shutdown()

@@ -19,9 +19,10 @@ from opentelemetry.trace import SpanKind
 
 from baton.errors import StaleFenceError
 from baton.models import OutboxRow
-from baton.observability import exporters, telemetry, tracing
+from baton.observability import exporters, propagation, telemetry, tracing
 from baton.observability.log import add_trace_id
-from baton.observability.telemetry import JsonLinesSpanExporter, state
+from baton.observability.otel_state import state
+from baton.observability.span_file import JsonLinesSpanExporter
 from baton.store.writes import Writes
 from tests.otel_host import host_telemetry, metric_points
 from tests.unit.telemetry_fakes import PARENT, FakeMsg, FakeStore, Item, intent
@@ -72,7 +73,7 @@ async def test_wrappers_call_straight_through_when_off(monkeypatch: pytest.Monke
     class Worker:
         @tracing.consumer("hands")
         async def handle(self, msg: Any) -> str | None:
-            return telemetry.current_trace_id()
+            return propagation.current_trace_id()
 
     # Not tracing here, a log line still names the trace of the message being handled.
     assert await Worker().handle(FakeMsg({"traceparent": PARENT})) == PARENT[3:35]
@@ -254,12 +255,12 @@ async def test_a_sampler_that_ignores_parents_still_gets_every_span() -> None:
 
 def test_an_unsampled_traceparent_is_read_from_the_header(otel: Any) -> None:
     assert telemetry.tracer() is not None and state.follows_parent and state.attribute_free
-    assert telemetry.unsampled_header({"traceparent": UNSAMPLED})
-    assert not telemetry.unsampled_header({"traceparent": PARENT})
-    assert not telemetry.unsampled_header({"traceparent": "00-" + "0" * 32 + PARENT[35:-2]
+    assert propagation.unsampled_header({"traceparent": UNSAMPLED})
+    assert not propagation.unsampled_header({"traceparent": PARENT})
+    assert not propagation.unsampled_header({"traceparent": "00-" + "0" * 32 + PARENT[35:-2]
                                            + "00"})
-    assert not telemetry.unsampled_header({"traceparent": "garbage"})
-    assert not telemetry.unsampled_header(None)
+    assert not propagation.unsampled_header({"traceparent": "garbage"})
+    assert not propagation.unsampled_header(None)
 
 
 async def test_the_model_call_is_a_client_span_keeping_the_signature(otel: Any) -> None:
@@ -339,7 +340,7 @@ async def test_an_unsampled_message_hands_its_own_headers_on_and_keeps_its_conte
     class Worker:
         @tracing.consumer("hands")
         async def handle(self, msg: Any) -> dict[str, str]:
-            assert telemetry.unsampled()
+            assert propagation.unsampled()
             # Instrumented code under the message (a tool's HTTP client) is not sampled.
             with otel_trace.get_tracer("tool").start_as_current_span("http") as span:
                 assert not span.is_recording()
@@ -348,11 +349,11 @@ async def test_an_unsampled_message_hands_its_own_headers_on_and_keeps_its_conte
                     "own", context=otel_trace.set_span_in_context(otel_trace.INVALID_SPAN))
                 with otel_trace.use_span(root, end_on_exit=True):
                     await store.submit("s-2", request_id="q", wake_subject="t.wake.a.1")
-            return telemetry.inject()
+            return propagation.inject()
 
     sent = await Worker().handle(FakeMsg(incoming))
     assert sent == {k: incoming[k] for k in ("traceparent", "tracestate", "baggage")}
-    assert telemetry.carried() is None and not telemetry.unsampled()
+    assert propagation.carried() is None and not propagation.unsampled()
     submitted = store.seen[-1]
     assert submitted["traceparent"][3:35] != UNSAMPLED[3:35]  # the host's own new trace
     assert {s.name for s in spans.get_finished_spans()} >= {"own", "submit"}
@@ -362,7 +363,7 @@ def test_a_lone_traceparent_gives_the_context_the_propagators_would() -> None:
     from opentelemetry import propagate
 
     for value in (UNSAMPLED, PARENT):
-        found = telemetry._plain_carried(value)
+        found = propagation._plain_carried(value)
         assert found is not None and found[1] == {"traceparent": value}
         mine = otel_trace.get_current_span(found[0])
         theirs = otel_trace.get_current_span(propagate.extract({"traceparent": value}))
@@ -370,7 +371,7 @@ def test_a_lone_traceparent_gives_the_context_the_propagators_would() -> None:
         assert mine.get_span_context().is_remote
     for value in ("01" + UNSAMPLED[2:], UNSAMPLED.upper(),
                   UNSAMPLED[:36] + "0" * 16 + UNSAMPLED[52:]):
-        assert telemetry._plain_carried(value) is None  # left to the propagators
+        assert propagation._plain_carried(value) is None  # left to the propagators
 
 
 async def test_a_phase_binds_its_task_and_phase_for_log_lines_and_restores_what_was_bound(

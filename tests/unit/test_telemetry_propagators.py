@@ -87,10 +87,10 @@ async def test_a_trace_runs_through_a_consumer_and_a_commit_under_another_propag
 
 
 def test_log_lines_name_the_trace_of_another_propagators_headers(one_header: None) -> None:
-    from baton.observability import telemetry
+    from baton.observability import propagation
 
-    assert telemetry.trace_id_of({"x-trace": f"{TRACE}-{SPAN}-0"}) == TRACE
-    assert telemetry.trace_id_of({"Nats-Msg-Id": "s/1/0"}) is None
+    assert propagation.trace_id_of({"x-trace": f"{TRACE}-{SPAN}-0"}) == TRACE
+    assert propagation.trace_id_of({"Nats-Msg-Id": "s/1/0"}) is None
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -101,8 +101,8 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_propagator_not_installed_stops_only_what_would_trace() -> None:
     untraced = _python(
-        "from baton.observability import telemetry\n"
-        "print(telemetry.inject({}), telemetry.extract({'traceparent': '00-" + TRACE + "-"
+        "from baton.observability import propagation, telemetry\n"
+        "print(propagation.inject({}), propagation.extract({'traceparent': '00-" + TRACE + "-"
         + SPAN + "-01'}), telemetry.setup('client', env={}))",
         OTEL_PROPAGATORS="nosuch")
     assert untraced.returncode == 0, untraced.stderr
