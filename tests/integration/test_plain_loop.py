@@ -29,16 +29,23 @@ def _recording(monkeypatch: pytest.MonkeyPatch, log_path: Path) -> list[tuple[st
     return events
 
 
+async def _sessions(mailbox: MailboxServer, path: Path, n: int, *,
+                    fsync: bool) -> plain_loop.PlainLoop:
+    """Run ``n`` concurrent sessions of the plain loop logging to ``path``."""
+    with path.open("ab") as log:
+        loop = plain_loop.PlainLoop(mailbox.url, log, fsync=fsync)
+        try:
+            await asyncio.gather(*(loop.session(FIVE) for _ in range(n)))
+        finally:
+            await loop.close()
+    return loop
+
+
 async def test_each_step_is_fsynced_before_the_next_is_written(
         mailbox: MailboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "log.jsonl"
     events = _recording(monkeypatch, path)
-    with path.open("ab") as log:
-        loop = plain_loop.PlainLoop(mailbox.url, log, fsync=True)
-        try:
-            await loop.session(FIVE)
-        finally:
-            await loop.close()
+    loop = await _sessions(mailbox, path, 1, fsync=True)
     lines = path.read_bytes().splitlines(keepends=True)
     steps = [orjson.loads(line)["step"] for line in lines]
     assert steps == ["input", "model", *["tool"] * 5, "final"]
@@ -55,12 +62,7 @@ async def test_steps_of_one_loop_turn_share_an_fsync(
         mailbox: MailboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "log.jsonl"
     events = _recording(monkeypatch, path)
-    with path.open("ab") as log:
-        loop = plain_loop.PlainLoop(mailbox.url, log, fsync=True)
-        try:
-            await asyncio.gather(*(loop.session(FIVE) for _ in range(8)))
-        finally:
-            await loop.close()
+    loop = await _sessions(mailbox, path, 8, fsync=True)
     lines = path.read_bytes().splitlines(keepends=True)
     assert len(lines) == 8 * 8 and events[-1][1] == path.stat().st_size
     # the eight sessions' input lines were written in one loop turn: one fsync for them all
@@ -73,10 +75,5 @@ async def test_without_fsync_the_log_is_only_flushed(
         mailbox: MailboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "log.jsonl"
     events = _recording(monkeypatch, path)
-    with path.open("ab") as log:
-        loop = plain_loop.PlainLoop(mailbox.url, log)
-        try:
-            await loop.session(FIVE)
-        finally:
-            await loop.close()
+    loop = await _sessions(mailbox, path, 1, fsync=False)
     assert len(path.read_bytes().splitlines()) == 8 and events == [] and loop.fsyncs == 0
