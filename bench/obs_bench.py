@@ -1,7 +1,8 @@
 """Cost of observability: sessions/s at concurrency 32 with logs and tracing on vs off.
 
-Stacks of the same shape (1 Brain, 1 Hands, 1 relay) run side by side; only one is driven
-at a time (the others idle at a few ms of CPU per second):
+Stacks of the same shape (their own Redis, NATS and mail service; 1 Brain, 1 Hands, 1 relay)
+run side by side; only one is driven at a time (the others idle at a few ms of CPU per
+second). Each mode is a configuration of the three services:
 
 * **off**: WARNING logs, no exporter;
 * **logs**: INFO logs as shipped (each unusual message's canonical line in full, the routine
@@ -11,9 +12,18 @@ at a time (the others idle at a few ms of CPU per second):
   a sink in this process that answers 200;
 * **1 in 10**: the same with a tenth of the traces sampled (the deploy files' former ratio);
 * **all spans**: the same with every trace sampled;
-* **off again**: the off configuration once more, on a stack of its own: its paired cost is
-  the bench's own bias between two stacks of the same code and configuration (an A/A
+* **off again**: the off configuration once more, as a mode of its own: its paired cost is
+  the bench's own bias between two runs of the same code and configuration (an A/A
   control), the floor under which a mode's cost is not told apart from nothing.
+
+Two stacks of the same code and configuration are not alike: the control, on a stack of its
+own for a whole run, came out at -8% to +3% of sessions/s in runs of an earlier version
+(where its processes landed on the machine, and what its servers went through). So the
+modes move from stack to stack: the run is as many epochs as there are modes, and at each
+epoch every stack's three services are stopped and started again with the next mode's
+configuration (a Latin square: each mode runs one epoch on every stack, and every stack
+serves every mode), then warmed with a few sessions. A stack's own bias then weighs on every
+mode alike.
 
 The variants are interleaved: a round drives every stack once with the same five-notice
 sessions, in an order drawn at random for each round (from a fixed seed: a rotation would
@@ -39,10 +49,12 @@ The output says how many rounds ran. Target: the cost of the shipped configurati
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import random
 import shutil
+import signal
 import statistics
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -53,10 +65,10 @@ from aiohttp import web
 from rich.console import Console
 from rich.table import Table
 
-from baton.bench.cold_bench import cpu_ns, stack_pids
+from baton.bench.cold_bench import cpu_ns
 from baton.bench.common import Result, Row, environment
 from baton.bench.sessions import bench_client, sessions
-from baton.devkit.devstack import DevStack
+from baton.devkit.devstack import SERVICE_ROLES, DevStack
 from baton.devkit.servers import free_port
 
 NAME = "obs"
@@ -141,9 +153,27 @@ def modes(endpoint: str) -> dict[str, dict[str, str]]:
     }
 
 
+async def configure(stack: DevStack, env: dict[str, str]) -> dict[str, int]:
+    """Stop ``stack``'s services (SIGTERM: they drain) and start one of each role with
+    ``env`` over the stack's own; the PID of each process of the stack by role (``redis``,
+    ``nats``, ``brain``, ``hands``, ``relay``)."""
+    for proc in stack.procs():
+        if proc.role in SERVICE_ROLES and proc.alive:
+            stack.kill(proc.name, signal.SIGTERM, respawn=False)
+            await stack.wait_exit(proc.name)
+    assert stack.servers is not None
+    pids = {"redis": stack.servers.redis.pid, "nats": stack.servers.nats.pid}
+    relay = await stack.spawn("relay", env=env)  # the relay first: it makes the streams
+    brain, hands = await asyncio.gather(stack.spawn("brain", env=env),
+                                        stack.spawn("hands", env=env))
+    pids.update(relay=relay.pid, brain=brain.pid, hands=hands.pid)
+    return {role: pid for role, pid in pids.items() if pid}
+
+
 async def run(quick: bool = False, console: Console | None = None) -> Result:
     console = console or Console()
-    rounds, per_round = (4, 64) if quick else (40, 64)
+    # Rounds per epoch; one epoch per mode (see the module docstring).
+    per_epoch, per_round = (1, 64) if quick else (7, 64)
     rates: dict[str, list[float]] = {}
     cpu_pairs: dict[str, list[float]] = {}
     rate_pairs: dict[str, list[float]] = {}
@@ -155,28 +185,39 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
         async with otlp_sink() as (endpoint, received), contextlib.AsyncExitStack() as stacks:
             envs = modes(endpoint)
             names = list(envs)
+            rounds = per_epoch * len(names)
             rates = {m: [] for m in names}
-            clients: dict[str, Any] = {}
+            clients: list[Any] = []  # by stack
+            all_stacks: list[DevStack] = []
             pids: dict[str, dict[str, int]] = {}  # mode -> process role -> pid
+            placed: dict[str, int] = {}  # mode -> the stack it runs on this epoch
             cpu_ms = {m: [] for m in names}  # per run, per session
             cpu_pairs = {m: [] for m in names[1:]}  # per round, against its off run
             rate_pairs = {m: [] for m in names[1:]}
             role_pairs = {m: {} for m in names[1:]}
-            for i, mode in enumerate(names):
+            for i in range(len(names)):  # the servers; the services come with a mode
                 stack = await stacks.enter_async_context(DevStack(
-                    base / str(i), brains=1, hands=1, relays=1, namespace=f"obs{i}",
-                    mail_persist=False, env=envs[mode]))
-                pids[mode] = {name.split("-")[0]: pid for name, pid in stack_pids(stack).items()}
-                clients[mode] = await bench_client(stack)
-                stacks.push_async_callback(clients[mode].close)
-            for mode in names:  # warm every stack: connections, first sessions
-                await sessions(clients[mode], CONCURRENCY, CONCURRENCY, 1)
+                    base / str(i), brains=0, hands=0, relays=0, namespace=f"obs{i}",
+                    mail_persist=False))
+                all_stacks.append(stack)
+                clients.append(await bench_client(stack))
+                stacks.push_async_callback(clients[-1].close)
+
+            async def place(epoch: int) -> None:
+                """Each mode's services on the stack the epoch gives it, then warm them:
+                connections, first sessions."""
+                placed.update({m: (i + epoch) % len(names) for i, m in enumerate(names)})
+                found = await asyncio.gather(*(configure(all_stacks[placed[m]], envs[m])
+                                               for m in names))
+                pids.update(zip(names, found, strict=True))
+                for mode in names:
+                    await sessions(clients[placed[mode]], CONCURRENCY, CONCURRENCY, 1)
 
             async def drive(mode: str) -> tuple[float, float, dict[str, float]]:
                 """CPU ms per session (in all and by process) and sessions/s of one run of
                 ``mode``'s stack."""
                 before = {role: cpu_ns(p) for role, p in pids[mode].items()}
-                done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
+                done = await sessions(clients[placed[mode]], CONCURRENCY, per_round, 0)
                 by_role = {role: (cpu_ns(p) - before[role]) / 1e6 / per_round
                            for role, p in pids[mode].items()}
                 cpu = sum(by_role.values())
@@ -187,6 +228,8 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             others = names[1:]
             shuffle = random.Random(ORDER_SEED)
             for r in range(rounds):
+                if r % per_epoch == 0:
+                    await place(r // per_epoch)
                 order = list(names)
                 shuffle.shuffle(order)
                 runs = {}
@@ -209,7 +252,8 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     costs = {m: spread(v) for m, v in rate_pairs.items()}
     table = Table(title=f"Observability cost (five-notice sessions, concurrency {CONCURRENCY}; "
                         f"{rounds} rounds of {per_round} sessions per mode, each run "
-                        "paired with its round's off run)", title_justify="left")
+                        f"paired with its round's off run; every mode {per_epoch} rounds "
+                        "on each stack)", title_justify="left")
     for col in ("mode", "CPU ms/session", "cost (CPU, paired)", "sessions/s",
                 "cost (sessions/s, paired)", "target"):
         table.add_column(col, justify="left" if col == "mode" else "right")
@@ -233,7 +277,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
     console.print(split)
     console.print(f"[dim]medians of the {rounds} rounds' paired costs; in brackets a 95% "
                   "confidence interval of the median and the interquartile range (min..max in "
-                  f"the JSON). '{CONTROL}' is the off configuration on another stack: a cost "
+                  f"the JSON). '{CONTROL}' is the off configuration as a mode of its own: a cost "
                   "within its distance from zero is not told apart from nothing. OTLP bytes "
                   f"exported: {exported:,}; shipped sampler: {SHIPPED_SAMPLER}[/dim]")
     rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
@@ -242,7 +286,7 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
             for mode in rates]
     extra = {"rates": rates, "costs": costs, "cpu_ms_per_session": cpu_ms,
              "cpu_costs": cpu_cost, "cpu_pairs": cpu_pairs, "rate_pairs": rate_pairs,
-             "target": TARGET_COST, "rounds": rounds,
+             "target": TARGET_COST, "rounds": rounds, "rounds_per_stack": per_epoch,
              "sessions_per_round": per_round, "otlp_bytes": exported,
              "shipped_sampler": SHIPPED_SAMPLER, "control": CONTROL,
              "process_us_per_session": {
