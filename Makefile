@@ -7,7 +7,7 @@
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
 #   make bench       benchmarks (not timed tests); regenerates the README's Status table
-#   make bench-obs   the cost of logs, metrics and tracing as shipped (~5 min; README figures)
+#   make bench-obs   the cost of logs, metrics and tracing as shipped (~6 min; README figures)
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
 #   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
@@ -96,7 +96,8 @@ bench: deps venv
 	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
 
 # The observability figures of the README (OpenTelemetry): every stack driven once per round,
-# each mode paired with its round's run without telemetry, 40 rounds.
+# each mode paired with its round's run without telemetry, 42 rounds, the modes moved from
+# stack to stack every 7.
 bench-obs: deps venv
 	$(BIN)/baton bench obs $(BENCH_ARGS)
 
