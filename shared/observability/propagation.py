@@ -30,7 +30,7 @@ from baton.observability.otel_state import state
 
 # Importing the propagation API loads the propagators OTEL_PROPAGATORS names, and fails for
 # one that is not installed: every command would fail with it, tracing or not. Then no
-# context is handed on, and setup() refuses to trace with a clear error.
+# context is handed on, and telemetry.setup() refuses to trace with a clear error.
 _no_propagators = ""
 try:
     from opentelemetry import propagate
@@ -159,8 +159,9 @@ def dropped_root(name: str, kind: Any) -> str | None:
     """The ``traceparent`` of a new trace the sampler drops, made without a span (see
     :mod:`baton.observability.roots`), for a span ``name`` that would start one now: None
     when the sampler keeps it, when something is current (a span or baggage the
-    propagators would hand on), or when the tracer is not the one :func:`setup` installed
-    with a sampler that decides on trace ids alone. Then start the span as usual."""
+    propagators would hand on), or when the tracer is not the one that
+    :func:`~baton.observability.telemetry.setup` installed with a sampler that decides on
+    trace ids alone. Then start the span as usual."""
     roots = state.roots
     if (roots is None or propagate is None or otel_context.get_current()
             or _fields(propagate.get_global_textmap()) != _W3C):
