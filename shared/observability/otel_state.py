@@ -18,7 +18,8 @@ __all__ = ["state"]
 class _State:
     """What this process knows about telemetry.
 
-    ``role`` and the exporters to flush exist only when an entry point called :func:`setup`.
+    ``role`` and the exporters to flush exist only when an entry point called
+    :func:`~baton.observability.telemetry.setup` (``setup()`` below).
     The rest is a cache of Baton's tracer and instruments for the global providers last
     seen, re-made when a provider changes (a host may configure its own after import).
     """
@@ -29,9 +30,9 @@ class _State:
         self._shutdown: list[Callable[[], Any]] = []
         self.tracer_provider: object = None
         self.tracer: Any = None
-        # What the provider's sampler is known to do (see _sampler_traits): a child of a
+        # What the provider's sampler is known to do (telemetry._sampler_traits): a child of a
         # span that is not sampled is not sampled either; the root decision ignores
-        # attributes. Both False for a sampler this module does not know.
+        # attributes. Both False for a sampler telemetry does not know.
         self.follows_parent = False
         self.attribute_free = False
         # The TracerProvider setup() installed, and the maker of the roots its sampler
