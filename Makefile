@@ -11,7 +11,7 @@
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
 #   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
-#   make bench-durable  bench e2e on servers that fsync every write, durable baselines (~3 min)
+#   make bench-durable  bench e2e on servers that fsync every write, durable baselines (~1 min)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
