@@ -48,13 +48,20 @@ class PlainLoop:
         self.fsync = fsync
         self.fsyncs = 0  # fsync calls made (for tests)
         self._synced: asyncio.Future[None] | None = None  # the loop turn's pending fsync
+        self._flushed: asyncio.Future[None] | None = None  # done: nothing more to wait for
 
-    def _step(self, **line: Any) -> asyncio.Future[None] | None:
-        """Write and flush one line; with ``fsync``, the fsync to await before the next step
-        (None otherwise: the non-durable loop does no more per step than it always did)."""
+    def _step(self, **line: Any) -> asyncio.Future[None]:
+        """Write and flush one line; what to await before the next step: the fsync that
+        covers it, or (not durable) a future already done, whose await returns at once
+        without a loop turn, so the non-durable loop does no more per step than a write."""
         self.log.write(orjson.dumps(line) + b"\n")
         self.log.flush()
-        return self._durable() if self.fsync else None
+        if self.fsync:
+            return self._durable()
+        if self._flushed is None:
+            self._flushed = asyncio.get_running_loop().create_future()
+            self._flushed.set_result(None)
+        return self._flushed
 
     def _durable(self) -> asyncio.Future[None]:
         """The fsync that covers the lines written so far: one per loop turn, called once the
@@ -82,25 +89,20 @@ class PlainLoop:
             headers={"Idempotency-Key": f"{session}-{k}"})
         response.raise_for_status()
         result: dict[str, Any] = response.json()
-        if (synced := self._step(session=session, step="tool", k=k, to=to,
-                                 result=result)) is not None:
-            await synced
+        await self._step(session=session, step="tool", k=k, to=to, result=result)
         return result
 
     async def session(self, text: str) -> str:
         sid = uuid.uuid4().hex
-        if (synced := self._step(session=sid, step="input", text=text)) is not None:
-            await synced
+        await self._step(session=sid, step="input", text=text)
         addresses = _ADDRESS.findall(text)
-        if (synced := self._step(session=sid, step="model", calls=[
-                {"tool": "send_email", "to": a} for a in addresses])) is not None:
-            await synced
+        await self._step(session=sid, step="model", calls=[{"tool": "send_email", "to": a}
+                                                            for a in addresses])
         results = await asyncio.gather(*(self._send(sid, k, a)
                                          for k, a in enumerate(addresses)))
         summary = "; ".join(f"{a}: {'sent' if r else 'failed'}"
                             for a, r in zip(addresses, results, strict=True))
-        if (synced := self._step(session=sid, step="final", summary=summary)) is not None:
-            await synced
+        await self._step(session=sid, step="final", summary=summary)
         return summary
 
     async def close(self) -> None:

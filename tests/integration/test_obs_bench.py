@@ -4,25 +4,17 @@ sessions run on the new ones alone."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from baton.bench.obs_bench import configure
 from baton.bench.sessions import FIVE, bench_client, session_call
+from baton.devkit.dev import _pid_alive
 from baton.devkit.devstack import DevStack
 
 
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:  # exited, and reaped by the stack's supervisor
-        return False
-    return True
 
 
 async def test_a_stack_serves_the_next_modes_configuration(tmp_path: Path) -> None:
@@ -38,7 +30,7 @@ async def test_a_stack_serves_the_next_modes_configuration(tmp_path: Path) -> No
         finally:
             await client.close()
         for role in ("brain", "hands", "relay"):
-            assert second[role] != first[role] and not _alive(first[role]), role
+            assert second[role] != first[role] and not _pid_alive(first[role]), role
             env = _environ(second[role])
             assert env["BATON_LOG_LEVEL"] == "info" and env["OBS_MODE"] == "b", role
         assert (second["redis"], second["nats"]) == (first["redis"], first["nats"])
