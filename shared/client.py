@@ -18,12 +18,10 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
-
-import redis.exceptions as rex
+from typing import Any
 
 from baton.bus.subjects import BusNames
 from baton.client_input import (
@@ -34,6 +32,7 @@ from baton.client_input import (
     derived_id,
     session_for,
 )
+from baton.client_reads import SessionReads
 from baton.errors import (
     ConfigError,
     ConflictError,
@@ -42,13 +41,11 @@ from baton.errors import (
     RedisUnavailable,
     UnavailableError,
     ValidationError,
-    WaitTimeout,
-    from_redis_error,
     not_found,
 )
 from baton.faults import Faults
 from baton.models import Document, Submission, Task
-from baton.observability.log import error_text, get_logger
+from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store import quarantine
 from baton.store.control import CancelAnswer
@@ -59,20 +56,12 @@ from baton.store.settled import SettledChannels
 from baton.store.state import is_request
 from baton.store.store import Store, now_ms, worker_ref
 
-# redis-py's errors for a server that does not answer (a read is retried past them).
-# ClusterDownError / TryAgainError: a Redis Cluster mid-failover (a slot without a primary
-# for a moment) answers reads that way; like a restart, it is waited out.
-_UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionError,
-                                            rex.TimeoutError, rex.ClusterDownError,
-                                            rex.TryAgainError, OSError)
-
 log = get_logger("baton.client")
 #: A level found served by a live Brain is taken as served this long (seconds) before
 #: the liveness records are read again for new input.
 SERVED_RECHECK_S = 10.0
 #: How long a wait that timed out may spend finding out what it waits for (a hint).
 WHY_READ_S = 2.0
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -131,9 +120,7 @@ class Client:
         # (agent, compat, task kind) -> when to read the liveness records again
         self._served: dict[tuple[str, int, str], float] = {}
         self.settled = SettledChannels(store.redis)  # what the waits listen to
-        # Set by connect(): a "not found" is checked against it, so a store that lost its
-        # state raises StoreEpochError instead.
-        self.epoch: StoreEpoch | None = None
+        self.reads = SessionReads(store, settings, self.settled)
 
     @classmethod
     def connect(cls, settings: Settings) -> Connecting:
@@ -148,7 +135,7 @@ class Client:
     async def _connect(cls, settings: Settings) -> Client:
         client = cls(await Store.connect(settings), settings)
         try:
-            client.epoch = await client._establish_epoch()
+            client.reads.epoch = await client._establish_epoch()
         except BaseException:
             await client.store.close()
             raise
@@ -169,6 +156,12 @@ class Client:
                 log.debug("store_epoch_retry", error=str(exc), retry_in_s=delay)
             await asyncio.sleep(delay)  # a backoff between attempts, not a wait for an event
             delay = min(delay * 2, 1.0)
+
+    @property
+    def epoch(self) -> StoreEpoch | None:
+        """The store's epoch read by :meth:`connect`: a "not found" is checked against it,
+        so a store that lost its state raises StoreEpochError instead."""
+        return self.reads.epoch
 
     async def __aenter__(self) -> Client:
         return self
@@ -353,7 +346,7 @@ class Client:
                              timeout: float = 60.0) -> bool:  # noqa: ASYNC109
         """Wait until the task (or every task of the session) has ended; True then.
         NotFoundError for a session (or task) that does not exist."""
-        if task_id is None and not await self._read_checked(
+        if task_id is None and not await self.reads.checked(
                 lambda: self.store.inbox.exists(session_id), session_id):
             raise self._no_session(session_id)
 
@@ -369,7 +362,8 @@ class Client:
             return not live and not any(is_request(str(k)) for k in inbox)
 
         what = f"task {task_id}" if task_id else "the cancelled work"
-        return await self._until(session_id, ended, bool, timeout, what=f"{what} has not ended")
+        return await self.reads.until(session_id, ended, bool, timeout,
+                                      what=f"{what} has not ended", why=self._why_waiting)
 
     async def approve(self, session_id: str, run_id: str, digest: str) -> int:
         """Approve a run awaiting approval, bound to its arguments' digest (see
@@ -388,7 +382,7 @@ class Client:
         """The session's tool runs waiting for a decision, oldest first: pass one's
         ``run_id`` and ``digest`` to :meth:`approve` (the digest binds the approval to the
         arguments shown), or its ``run_id`` to :meth:`reject`."""
-        runs = await self._read_checked(lambda: self.store.runs.live(session_id), session_id)
+        runs = await self.reads.checked(lambda: self.store.runs.live(session_id), session_id)
         if not runs and not await self.store.inbox.exists(session_id):
             raise self._no_session(session_id)
         waiting = [r for r in runs.values() if r.status == "awaiting_approval"]
@@ -402,7 +396,7 @@ class Client:
         """A task as it is now, live or finished. NotFoundError says whether the session or
         the task is missing."""
         try:
-            return await self._read_checked(lambda: self.store.inbox.task(session_id, task_id),
+            return await self.reads.checked(lambda: self.store.inbox.task(session_id, task_id),
                                             session_id)
         except NotFoundError:
             if await self.store.inbox.exists(session_id):
@@ -422,13 +416,14 @@ class Client:
         async def read() -> Document:
             return (await read_document(self.store, session_id, name, version))[0]
 
-        return await self._read_checked(read, session_id)
+        return await self.reads.checked(read, session_id)
 
     async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
         """Wait until the task is terminal; returns it."""
-        return await self._until(session_id, lambda: self.store.inbox.task(session_id, task_id),
-                                 lambda t: t.terminal, timeout,
-                                 what=f"task {task_id} has not ended")
+        return await self.reads.until(
+            session_id, lambda: self.store.inbox.task(session_id, task_id),
+            lambda t: t.terminal, timeout, what=f"task {task_id} has not ended",
+            why=self._why_waiting)
 
     async def wait(self, submission: Submission, timeout: float = 60.0) -> Submission:  # noqa: ASYNC109
         """Wait until the submission settles (completed, failed or cancelled)."""
@@ -443,60 +438,12 @@ class Client:
             fresh = reads == 1 and not submission.settled
             return self.store.inbox.taken_up(submission, fresh=fresh)
 
-        settled = await self._until(submission.session_id, read,
-                                    lambda s: s is not None and s.settled, timeout,
-                                    notice=lambda message: submission_in(message, submission),
-                                    what=f"submission {submission.id} has not settled")
+        settled = await self.reads.until(
+            submission.session_id, read, lambda s: s is not None and s.settled, timeout,
+            notice=lambda message: submission_in(message, submission),
+            what=f"submission {submission.id} has not settled", why=self._why_waiting)
         assert settled is not None  # done() holds
         return settled
-
-    async def _until(
-        self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
-        timeout: float,  # noqa: ASYNC109
-        notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
-    ) -> T:
-        """Re-read on each settled notification of the session (or every second) until done.
-
-        ``notice`` reads a notification's message: what it returns, when ``done`` holds for
-        it, is the answer without a read (see :mod:`baton.store.notices`).
-
-        A quarantined session never settles: that is checked when a second passed without a
-        notification (and by a read that fails to decode), not before every wait, which would
-        cost each waiter one more round trip."""
-        channel = self.store.keys.settled_channel(session_id)
-        unreachable: list[BaseException] = []  # the last read's error while Redis is away
-        signal = await self.settled.join(channel)
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    # Redis away for a while (a restart, a failover) is waited out to the
-                    # wait's own deadline: the work goes on meanwhile
-                    current = await self._read_checked(read, session_id, patience=timeout,
-                                                       unreachable=unreachable)
-                    if done(current):
-                        return current
-                    # Wake on a notification, or re-check at least every second.
-                    await asyncio.wait({signal}, timeout=1.0)
-                    if signal.done():
-                        message = signal.result()
-                        signal = self.settled.again(channel, signal)
-                        heard = notice(message) if notice is not None else None
-                        if heard is not None and done(heard):
-                            return heard
-                    else:
-                        # Redis unreachable here (a restart, a failover) is the next read's
-                        # to wait out, and then to tell a lost state from a live one.
-                        with contextlib.suppress(*_UNREACHABLE):
-                            await quarantine.raise_if_quarantined(self.store, session_id)
-        except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
-            why = (f"Redis unreachable: {error_text(unreachable[0])}" if unreachable
-                   else await self._why_waiting(session_id))
-            raise WaitTimeout(
-                f"{what} in session {session_id} within {timeout:g} s; it goes on ({why}): "
-                f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
-                f"{session_id}`", session_id=session_id, why=why) from None
-        finally:
-            await self.settled.leave(channel, signal)
 
     async def _why_waiting(self, session_id: str) -> str:
         """What a wait that timed out most likely waits for, in words: a person's decision,
@@ -518,39 +465,3 @@ class Client:
                 return unserved or default
         except Exception:  # the hint is best effort
             return default
-
-    async def _read_checked(self, read: Callable[[], Awaitable[T]], session_id: str, *,
-                            patience: float | None = None,
-                            unreachable: list[BaseException] | None = None) -> T:
-        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
-        and a failure to decode the session becomes QuarantinedError once it is quarantined.
-
-        Redis unreachable (restarting, a failover) is waited out for up to ``patience``
-        seconds (``client_connect_wait_s`` by default; a wait passes its own deadline, and
-        ``unreachable`` gets the last error while it lasts): once it answers, the read says
-        whether the state is still there, or the epoch that it was lost.
-        """
-        loop = asyncio.get_running_loop()
-        since: float | None = None
-        limit = self.settings.client_connect_wait_s if patience is None else patience
-        while True:
-            try:
-                value = await read()
-                if unreachable:
-                    unreachable.clear()
-                return value
-            except (CorruptStateError, ValidationError):
-                await quarantine.raise_if_quarantined(self.store, session_id)
-                raise
-            except NotFoundError:
-                if self.epoch is not None:
-                    await self.epoch.verify()
-                raise
-            except _UNREACHABLE as exc:
-                since = since if since is not None else loop.time()
-                if unreachable is not None:
-                    unreachable[:] = [exc]
-                if loop.time() - since >= limit:
-                    raise from_redis_error(exc, session_id=session_id) from exc
-                log.debug("wait_read_retry", error=str(exc))
-                await asyncio.sleep(0.2)

@@ -1,0 +1,146 @@
+"""How a client reads a session's committed state, and waits on it.
+
+A read tells a lost store from a missing session (the store's epoch), a corrupt session
+from a quarantined one, and waits out Redis away for a while (a restart, a failover). A
+wait re-reads on each settled notification of the session (:mod:`baton.store.settled`), or
+every second, until what it waits for holds or its deadline passes; then it says in words
+what the session most likely waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis.exceptions as rex
+
+from baton.errors import (
+    CorruptStateError,
+    NotFoundError,
+    UnavailableError,
+    ValidationError,
+    WaitTimeout,
+    from_redis_error,
+)
+from baton.observability.log import error_text, get_logger
+from baton.settings import Settings
+from baton.store import quarantine
+from baton.store.epoch import StoreEpoch
+from baton.store.settled import SettledChannels
+from baton.store.store import Store
+
+__all__ = ["SessionReads"]
+
+# redis-py's errors for a server that does not answer (a read is retried past them).
+# ClusterDownError / TryAgainError: a Redis Cluster mid-failover (a slot without a primary
+# for a moment) answers reads that way; like a restart, it is waited out.
+UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionError,
+                                           rex.TimeoutError, rex.ClusterDownError,
+                                           rex.TryAgainError, OSError)
+
+log = get_logger("baton.client")
+T = TypeVar("T")
+
+
+class SessionReads:
+    """A client's checked reads and waits; one per client, sharing its store."""
+
+    def __init__(self, store: Store, settings: Settings, settled: SettledChannels) -> None:
+        self.store = store
+        self.settings = settings
+        self.settled = settled  # what the waits listen to
+        # Set once connected: a "not found" is checked against it, so a store that lost its
+        # state raises StoreEpochError instead.
+        self.epoch: StoreEpoch | None = None
+
+    async def until(
+        self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
+        timeout: float,  # noqa: ASYNC109
+        notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
+        why: Callable[[str], Awaitable[str]] | None = None,
+    ) -> T:
+        """Re-read on each settled notification of the session (or every second) until done.
+
+        ``notice`` reads a notification's message: what it returns, when ``done`` holds for
+        it, is the answer without a read (see :mod:`baton.store.notices`). ``why`` says, for
+        a wait that timed out, what the session most likely waits for.
+
+        A quarantined session never settles: that is checked when a second passed without a
+        notification (and by a read that fails to decode), not before every wait, which would
+        cost each waiter one more round trip."""
+        channel = self.store.keys.settled_channel(session_id)
+        unreachable: list[BaseException] = []  # the last read's error while Redis is away
+        signal = await self.settled.join(channel)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    # Redis away for a while (a restart, a failover) is waited out to the
+                    # wait's own deadline: the work goes on meanwhile
+                    current = await self.checked(read, session_id, patience=timeout,
+                                                 unreachable=unreachable)
+                    if done(current):
+                        return current
+                    # Wake on a notification, or re-check at least every second.
+                    await asyncio.wait({signal}, timeout=1.0)
+                    if signal.done():
+                        message = signal.result()
+                        signal = self.settled.again(channel, signal)
+                        heard = notice(message) if notice is not None else None
+                        if heard is not None and done(heard):
+                            return heard
+                    else:
+                        # Redis unreachable here (a restart, a failover) is the next read's
+                        # to wait out, and then to tell a lost state from a live one.
+                        with contextlib.suppress(*UNREACHABLE):
+                            await quarantine.raise_if_quarantined(self.store, session_id)
+        except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
+            if unreachable:
+                reason = f"Redis unreachable: {error_text(unreachable[0])}"
+            elif why is not None:
+                reason = await why(session_id)
+            else:
+                reason = "is a Brain serving its agent running?"
+            raise WaitTimeout(
+                f"{what} in session {session_id} within {timeout:g} s; it goes on ({reason}): "
+                f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
+                f"{session_id}`", session_id=session_id, why=reason) from None
+        finally:
+            await self.settled.leave(channel, signal)
+
+    async def checked(self, read: Callable[[], Awaitable[T]], session_id: str, *,
+                      patience: float | None = None,
+                      unreachable: list[BaseException] | None = None) -> T:
+        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
+        and a failure to decode the session becomes QuarantinedError once it is quarantined.
+
+        Redis unreachable (restarting, a failover) is waited out for up to ``patience``
+        seconds (``client_connect_wait_s`` by default; a wait passes its own deadline, and
+        ``unreachable`` gets the last error while it lasts): once it answers, the read says
+        whether the state is still there, or the epoch that it was lost.
+        """
+        loop = asyncio.get_running_loop()
+        since: float | None = None
+        limit = self.settings.client_connect_wait_s if patience is None else patience
+        while True:
+            try:
+                value = await read()
+                if unreachable:
+                    unreachable.clear()
+                return value
+            except (CorruptStateError, ValidationError):
+                await quarantine.raise_if_quarantined(self.store, session_id)
+                raise
+            except NotFoundError:
+                if self.epoch is not None:
+                    await self.epoch.verify()
+                raise
+            except UNREACHABLE as exc:
+                since = since if since is not None else loop.time()
+                if unreachable is not None:
+                    unreachable[:] = [exc]
+                if loop.time() - since >= limit:
+                    raise from_redis_error(exc, session_id=session_id) from exc
+                log.debug("wait_read_retry", error=str(exc))
+                await asyncio.sleep(0.2)  # a backoff between reads while Redis is away
