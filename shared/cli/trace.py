@@ -50,6 +50,7 @@ from baton.cli.trace_model import (
     quarantine_line,
     short_run,
 )
+from baton.cli.trace_steps import commit_text, model_attempt
 from baton.cli.trace_text import render_text
 from baton.receipts import (
     ApprovalDetail,
@@ -293,50 +294,22 @@ class Timeline:
             ev.flags.append("retry")
 
     def _on_commit(self, ev: Event, r: Receipt, d: CommitDetail) -> None:
-        step = d.step
-        ev.kind = f"commit:{step}"
-        runs = list(d.runs)
-        if step in ("tools", "redispatch"):
-            for rid in runs:
+        ev.kind = f"commit:{d.step}"
+        if d.step in ("tools", "redispatch"):
+            for rid in d.runs:
                 hop = self.run(rid)
                 if hop.dispatched_ms is None:
                     hop.dispatched_ms = ev.ts_ms
-            what = "dispatched" if step == "tools" else "RE-DISPATCHED (no progress)"
-            ev.text = f"{len(runs)} tool run(s) {what}: {', '.join(self._short(x) for x in runs)}"
-            if step == "redispatch":
-                ev.flags.append("retry")
-        elif step == "retry":
-            ev.flags.append("retry")
-            ev.text = ""
-        elif step == "resume":
-            ev.text = f"retry wait over: next model attempt {d.request_id}"
-        elif step == "reenter":
-            ev.flags.append("retry")
-            ev.text = f"phase re-entered after a worker died in it (crash {d.crashes})"
-        elif step == "prepare":
-            ev.text = f"generation started (turn {d.turn or 1})"
-        elif step == "cancel":
-            ev.flags.append("cancel")
-            ev.text = (f"CANCEL carried out: cancel_requested on {len(d.targets)} "
-                       f"task(s), {len(runs)} tool run(s) told to stop")
-        elif step == "migrate":
-            ev.flags.append("version")
-            ev.text = (f"MIGRATED the session from compat {d.compat_from} to {d.compat_to}; "
-                       + (", ".join(f"{t} v{a}->v{b}" for t, (a, b) in d.migrated.items())
-                          or "no task needed a migrate"))
-        elif step == "blocked":
-            ev.flags.append("version")
-            ev.text = "; ".join([*(f"BLOCKED task {t}: {why}" for t, why in d.blocked.items()),
-                                 *(f"task {t} no longer blocked" for t in d.cleared)])
-        elif step == "final":
-            ev.text = f"final: task {d.outcome or '?'}"
-            if d.reason:
-                ev.text += f" ({d.reason})"
-        else:
-            ev.text = f"{step}: " + (", ".join(f"{k} {v}" for k, v in r.changes.items())
-                                     or "no changes")
-        if d.request_id and step in ("tools", "final", "retry"):
-            self._model_attempt(ev, d)
+        ev.text, flags = commit_text(d, r.changes, self._short)
+        ev.flags.extend(flags)
+        if d.request_id and d.step in ("tools", "final", "retry"):
+            attempt = model_attempt(ev, d)
+            self.model_attempts.append(attempt)
+            if d.step == "retry":
+                ev.flags.append("model")
+                ev.text = f"MODEL attempt failed: {attempt.describe()}"
+            else:
+                ev.text += f"; model {attempt.describe()}"
         applied = [m.run_id for m in r.marks if m.mark == "applied"]
         for rid in applied:
             hop = self.run(rid)
@@ -345,32 +318,7 @@ class Timeline:
                 ev.hops[f"apply:{rid}"] = ev.ts_ms - hop.completed_ms
         if applied:
             ev.text = f"{len(applied)} result(s) applied (mark applied)" + (
-                f"; {ev.text}" if step not in ("apply",) else "")
-
-    def _model_attempt(self, ev: Event, d: CommitDetail) -> None:
-        """The model call a commit recorded: how it ended, the wait, the usage."""
-        failed = bool(d.error)
-        if d.step == "retry":
-            outcome = "retry" if d.until_ms else "failed"
-        elif failed:
-            outcome = "failed"
-        else:
-            outcome = "tool calls" if d.step == "tools" else "answered"
-        usage = d.usage
-        a = ModelAttempt(
-            event=ev.index, t_ms=ev.t_ms, task_id=d.task_id, request_id=d.request_id,
-            attempt=d.attempt,
-            status=str(d.status) if d.status is not None else ("error" if failed else "ok"),
-            error=d.error, wait_ms=d.retry_in_ms if d.step == "retry" and d.until_ms else None,
-            input_tokens=usage.input_tokens if usage else 0,
-            output_tokens=usage.output_tokens if usage else 0,
-            provider_request_id=d.provider_request_id, outcome=outcome)
-        self.model_attempts.append(a)
-        if d.step == "retry":
-            ev.flags.append("model")
-            ev.text = f"MODEL attempt failed: {a.describe()}"
-        else:
-            ev.text += f"; model {a.describe()}"
+                f"; {ev.text}" if d.step not in ("apply",) else "")
 
     def _on_claim(self, ev: Event, r: Receipt, d: ClaimDetail) -> None:
         rid, attempt, delivery = d.run_id, d.attempt or r.fence, d.delivery
