@@ -34,8 +34,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from baton.brain.attempts import attempt_record, next_attempt, request_id_of
 from baton.brain.cancel import CANCELLED_BY, REASON, live_runs
 from baton.brain.context import TaskContext
+from baton.brain.entries import interrupted_entry, refusal_entry, result_entry
 from baton.brain.interrupts import Interrupted, interruptible
 from baton.brain.model import ModelRequest, ModelResponse, model_client, streams, visible_to
 from baton.brain.redispatch import stuck_runs
@@ -50,13 +52,10 @@ from baton.models import (
     Sleeping,
     Task,
     Terminal,
-    ToolCall,
     ToolDispatch,
     ToolIntent,
-    ToolResult,
     ToolRun,
     Waiting,
-    dumps,
 )
 from baton.observability.log import bounded
 from baton.observability.tracing import traced_model
@@ -65,19 +64,6 @@ from baton.store.notices import settled_notice
 from baton.store.writes import Writes, timer_member
 
 KIND = "generation"
-
-
-def result_text(result: ToolResult) -> str:
-    """How a tool result appears to the model: its JSON, with the recovery it went through."""
-    return dumps(
-        {
-            "outcome": result.outcome,
-            "recovery": result.recovery,
-            "output": result.output,
-            "error_code": result.error_code,
-            "error": result.error,
-        }
-    )
 
 
 def runnable(task: Task, ctx: TaskContext) -> bool:
@@ -154,9 +140,9 @@ class Generation:
                             crashes=crashes, previous_worker=running.worker)
             writes = Writes(kind="reenter", detail={"task_id": task.id, "crashes": crashes})
             saved = await ctx.store.partial(ctx.session_id)
-            if saved and saved.task_id == task.id and saved.request_id == self._request_id(task):
+            if saved and saved.task_id == task.id and saved.request_id == request_id_of(task):
                 # Its text was streamed by the attempt that died: never a response.
-                writes.entries.append(self._interrupted(task, saved.text, ctx))
+                writes.entries.append(interrupted_entry(task, saved.text, ctx))
                 writes.detail["interrupted"] = saved.request_id
             if crashes >= ctx.settings.restart_limit:
                 reason = (f"restart limit: a worker died {crashes} times in phase "
@@ -165,12 +151,12 @@ class Generation:
                                    "failed", reason=reason, writes=writes)
                 return None
             task = self._running(task, ctx, task.checkpoint.phase,
-                                 self._next_attempt(task.checkpoint.data), crashes=crashes)
+                                 next_attempt(task.checkpoint.data), crashes=crashes)
             writes.tasks.append(task)
             await ctx.commit(writes)
         turn = int(task.checkpoint.data.get("turn", 1))
         agent = ctx.agent
-        request_id = self._request_id(task)
+        request_id = request_id_of(task)
         if agent.mcp:  # the tools Hands announce for its MCP servers
             from baton.mcp.catalog import learn
 
@@ -205,12 +191,12 @@ class Generation:
                           error=bounded(exc))
             writes = Writes(kind="final")
             if partial.text:
-                writes.entries.append(self._interrupted(task, partial.text, ctx))
-            detail = self._attempt(task, request_id, error=exc)
+                writes.entries.append(interrupted_entry(task, partial.text, ctx))
+            detail = attempt_record(task, request_id, error=exc)
             await self._finish(task, ctx, "failed", reason=f"model_error: {bounded(exc)}",
                                writes=writes, detail=detail)
             return None
-        detail = self._attempt(task, request_id, response=response)
+        detail = attempt_record(task, request_id, response=response)
         if response.tool_calls:
             await self._dispatch(task, ctx, response, turn, detail=detail)
             ctx.faults.hit("brain.after_intent_commit")
@@ -231,15 +217,15 @@ class Generation:
         """A retryable failure: sleep until the backoff's time (durable), or give up."""
         data = dict(task.checkpoint.data)
         now = ctx.now()
-        request_id = self._request_id(task)
+        request_id = request_id_of(task)
         failures = int(data.get("failures", 0)) + 1
         since = int(data.get("retry_since_ms") or now)
         deadline = since + int(ctx.settings.model_retry_deadline_s * 1000)
         until = retry_at(ctx.settings, now, failures, deadline, exc.retry_after_s)
-        attempt = self._attempt(task, request_id, error=exc)
+        attempt = attempt_record(task, request_id, error=exc)
         writes = Writes(kind="retry")
         if streamed:
-            writes.entries.append(self._interrupted(task, streamed, ctx))
+            writes.entries.append(interrupted_entry(task, streamed, ctx))
         ctx.log.warning("model_retry" if until else "model_gave_up", task_id=task.id,
                         request_id=request_id, error=bounded(exc), failures=failures,
                         retry_in_ms=until - now if until else None)
@@ -265,11 +251,11 @@ class Generation:
 
     async def _resume(self, task: Task, ctx: TaskContext) -> Task:
         """The retry timer is due: mark the request phase running for the next attempt."""
-        task = self._running(task, ctx, "request", self._next_attempt(task.checkpoint.data))
+        task = self._running(task, ctx, "request", next_attempt(task.checkpoint.data))
         await ctx.commit(Writes(kind="resume", tasks=[task],
                                 timers_remove=[self._timer(task, ctx)],
                                 detail={"task_id": task.id,
-                                        "request_id": self._request_id(task)}))
+                                        "request_id": request_id_of(task)}))
         return task
 
     async def _dispatch(
@@ -286,14 +272,14 @@ class Generation:
         offered = ctx.app.agent_tools(agent)
         for i, call in enumerate(response.tool_calls):
             if call.name not in offered:
-                writes.entries.append(self._refusal(task, call, ctx))
+                writes.entries.append(refusal_entry(task, call, ctx))
                 continue
             tool = ctx.app.tools[call.name]
             if tool.approval:  # never put arguments that cannot run in front of a person
                 try:
                     tool.parse_args(call.arguments)
                 except ValidationError as exc:
-                    writes.entries.append(self._refusal(task, call, ctx, "invalid_arguments",
+                    writes.entries.append(refusal_entry(task, call, ctx, "invalid_arguments",
                                                         exc.message))
                     continue
             run_id = f"{group}-{i}"
@@ -353,7 +339,7 @@ class Generation:
             run = ctx.state.runs.get(rid)
             if run is None or run.result is None:
                 continue  # applied earlier (a re-entered phase) or cancelled
-            writes.entries.append(self._result_entry(task, run, ctx))
+            writes.entries.append(result_entry(task, run, ctx))
             writes.applied.append(rid)
         agent = ctx.agent
         if turn + 1 > agent.max_turns:
@@ -375,7 +361,7 @@ class Generation:
         writes = Writes(kind="final")
         for rid, run in ctx.state.runs.items():  # the stopped runs' results, for the record
             if run.intent.task_id == task.id and run.result is not None:
-                writes.entries.append(self._result_entry(task, run, ctx))
+                writes.entries.append(result_entry(task, run, ctx))
                 writes.applied.append(rid)
         reason = str(task.checkpoint.data.get(CANCELLED_BY) or REASON)  # the client's, if given
         await self._finish(task, ctx, "cancelled", reason=reason, writes=writes)
@@ -438,23 +424,6 @@ class Generation:
         return OutboxRow(subject=ctx.names.tool_subject(intent.tool), data=msg.to_json(),
                          headers=dict(intent.trace))
 
-    def _result_entry(self, task: Task, run: ToolRun, ctx: TaskContext) -> Entry:
-        result = run.result
-        assert result is not None
-        return Entry(kind="tool_result", text=result_text(result), run_id=run.run_id,
-                     tool_call_id=run.intent.tool_call_id, tool_name=run.intent.tool,
-                     is_error=not result.ok, task_id=task.id,
-                     submission_id=task.submission_id, ts_ms=ctx.now())
-
-    def _refusal(self, task: Task, call: ToolCall, ctx: TaskContext, code: str = "unknown_tool",
-                 error: str = "") -> Entry:
-        """A call that is not run: the model sees why on its next turn."""
-        result = ToolResult(outcome="error", error_code=code,
-                            error=error or f"tool {call.name!r} is not available to this agent")
-        return Entry(kind="tool_result", text=result_text(result), tool_call_id=call.id,
-                     tool_name=call.name, is_error=True, task_id=task.id,
-                     submission_id=task.submission_id, ts_ms=ctx.now())
-
     def _model(self, name: str, ctx: TaskContext) -> Any:
         """The app's own client for ``name``, else one built once per Brain (brain.model)."""
         if name in ctx.app.models:
@@ -462,44 +431,6 @@ class Generation:
         if name not in ctx.models:
             ctx.models[name] = traced_model(name, model_client(name, ctx.settings))
         return ctx.models[name]
-
-    # ------------------------------------------------------------------ attempts
-
-    @staticmethod
-    def _request_id(task: Task) -> str:
-        """Derived, never random: ``<task id>:<turn>:<attempt>``."""
-        data = task.checkpoint.data
-        return f"{task.id}:{int(data.get('turn', 1))}:{int(data.get('attempt', 0))}"
-
-    @staticmethod
-    def _next_attempt(data: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in data.items() if k != "until_ms"}
-        out["attempt"] = int(data.get("attempt", 0)) + 1
-        return out
-
-    @staticmethod
-    def _attempt(
-        task: Task, request_id: str, *, response: ModelResponse | None = None,
-        error: Exception | None = None,
-    ) -> dict[str, Any]:
-        """What one model attempt cost and how it ended: saved in receipts and checkpoints."""
-        usage = response.usage if response else getattr(error, "usage", None)
-        out: dict[str, Any] = {
-            "request_id": request_id,
-            "attempt": int(task.checkpoint.data.get("attempt", 0)),
-            "usage": usage.model_dump() if usage else {"input_tokens": 0, "output_tokens": 0},
-        }
-        if response is not None and response.provider_request_id:
-            out["provider_request_id"] = response.provider_request_id
-        if error is not None:
-            out["error"] = str(error)[:500]
-            if getattr(error, "status", None):
-                out["status"] = error.status  # type: ignore[attr-defined]
-        return out
-
-    def _interrupted(self, task: Task, text: str, ctx: TaskContext) -> Entry:
-        return Entry(kind="interrupted", text=text, task_id=task.id,
-                     submission_id=task.submission_id, ts_ms=ctx.now())
 
     def _timer(self, task: Task, ctx: TaskContext) -> str:
         return timer_member("task", ctx.session_id, task.id, ctx.state.meta.wake_subject)
