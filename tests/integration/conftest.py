@@ -8,6 +8,7 @@ import pytest
 
 from baton.devkit.mailbox import MailboxServer
 from tests.integration.confinement import Confined, confined_redis
+from tests.model_server import ModelServer
 
 
 @pytest.fixture(scope="module")
@@ -23,4 +24,11 @@ async def mailbox() -> AsyncIterator[MailboxServer]:
     """The bundled mail service, answering at once (a module may override it: see
     test_cluster.py)."""
     async with MailboxServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def model_server() -> AsyncIterator[ModelServer]:
+    """A scripted OpenAI- and Anthropic-compatible model over real HTTP (tests.model_server)."""
+    async with ModelServer() as server:
         yield server
