@@ -134,22 +134,20 @@ async def test_publish_checks_size_and_msg_id(bus: Bus, settings: Settings) -> N
 async def test_fetch_on_empty_returns_nothing(bus: Bus) -> None:
     durable = await _tool_consumer(bus, "idle")
     puller = await bus.pull(bus.names.tool_stream, durable)
-    started = time.monotonic()
-    assert await puller.fetch(1, 0.2) == []
+    assert await puller.fetch(1, 0.2) == []  # its own timeout, with nothing: no error
     assert await puller.fetch(10, 0.2) == []
-    assert time.monotonic() - started < 2.0
     await puller.close()
 
 
 async def test_fetch_returns_as_soon_as_a_message_arrives(bus: Bus) -> None:
     durable = await _tool_consumer(bus, "echo")
     puller = await bus.pull(bus.names.tool_stream, durable)
-    fetch = asyncio.create_task(puller.fetch(10, 5.0))
+    # A fetch whose own timeout is an hour: it can only return because the message came.
+    fetch = asyncio.create_task(puller.fetch(10, 3600.0))
     await bus.publish(bus.tool_subject("echo"), b"late", msg_id="late")
-    started = time.monotonic()
-    msgs = await fetch
+    async with asyncio.timeout(60):  # the test's deadline, far below the fetch's
+        msgs = await fetch
     assert [m.data for m in msgs] == [b"late"]
-    assert time.monotonic() - started < 1.0  # not the full 5 s fetch timeout
     await msgs[0].ack_sync()
     await puller.close()
 
@@ -226,10 +224,9 @@ async def test_connect_to_down_nats_fails_fast(settings: Settings) -> None:
     down = settings.model_copy(
         update={"nats_url": f"nats://127.0.0.1:{free_port()}", "connect_timeout_s": 1.0}
     )
-    started = time.monotonic()
     with pytest.raises(NatsUnavailable, match="cannot connect to NATS") as caught:
-        await Bus.connect(down, "test")
-    assert time.monotonic() - started < 2.0
+        async with asyncio.timeout(60):  # the test's deadline: it gives up, never retries on
+            await Bus.connect(down, "test")
     assert caught.value.retryable
 
 
