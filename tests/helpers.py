@@ -57,6 +57,20 @@ async def running(*services: Any) -> AsyncIterator[None]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def trio(settings: Any, app: Any) -> tuple[Any, Any, Any]:
+    """A Relay, a Hands and a Brain of ``settings`` serving ``app``, named relay-1, hands-1
+    and brain-1: what ``running(*trio(settings, app))`` serves in this event loop."""
+    from baton.brain.worker import BrainWorker
+    from baton.hands.worker import HandsWorker
+    from baton.relay.worker import Relay
+
+    def named(name: str) -> Any:
+        return settings.model_copy(update={"worker_name": name})
+
+    return Relay(named("relay-1")), HandsWorker(named("hands-1"), app), \
+        BrainWorker(named("brain-1"), app)
+
+
 async def take_up(store: Any, session_id: str, worker: Any = None) -> None:
     """Do what a Brain does with a session's waiting submit and start requests (open the
     session, commit their records), for tests that drive the store without a Brain."""

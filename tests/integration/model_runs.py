@@ -10,16 +10,13 @@ from typing import Any
 import httpx
 
 from baton.app import App
-from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
-from baton.hands.worker import HandsWorker
 from baton.models import Entry, Submission, Task
 from baton.receipts import Receipt
-from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.state import Partial
-from tests.helpers import running
+from tests.helpers import running, trio
 from tests.model_apps import anthropic_app, openai_app
 from tests.model_server import ModelServer
 
@@ -57,10 +54,7 @@ async def run_notices(settings: Settings, app: App, mailbox: MailboxServer,
                       *, check: Check | None = None) -> Outcome:
     """Submit the five notices with Brain, Hands and Relay in this loop; wait until settled."""
     settings = settings.model_copy(update={"mail_url": mailbox.url})
-    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
-    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
-    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
-    async with running(relay, hands, brain):
+    async with running(*trio(settings, app)):
         client = await Client.connect(settings)
         try:
             sub, _ = await client.submit(FIVE, agent="notices")

@@ -19,7 +19,7 @@ from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from tests.conftest import TOPOLOGIES
-from tests.helpers import eventually, running
+from tests.helpers import eventually, running, trio
 
 FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
         "margaret@example.com and barbara@example.com, then summarise.")
@@ -30,10 +30,7 @@ async def test_five_notices_complete_with_one_delivery_each(
     topology: str, topo_settings: Settings, mailbox: MailboxServer
 ) -> None:
     settings = topo_settings.model_copy(update={"mail_url": mailbox.url})
-    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
-    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
-    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
-    async with running(relay, hands, brain):
+    async with running(*trio(settings, app)):
         client = await Client.connect(settings)
         try:
             sub, created = await client.submit(FIVE, agent="notices")

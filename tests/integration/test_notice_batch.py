@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import httpx
 
-from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.examples.notice_batch import PLAN, SUMMARY, app
-from baton.hands.worker import HandsWorker
-from baton.relay.worker import Relay
 from baton.settings import Settings
-from tests.helpers import running
+from tests.helpers import running, trio
 
 RECIPIENTS = ["ada@example.com", "grace@example.com", "linus@example.com",
               "margaret@example.com", "barbara@example.com"]
@@ -20,10 +17,7 @@ RECIPIENTS = ["ada@example.com", "grace@example.com", "linus@example.com",
 async def test_five_notices_one_child_each_one_delivery_each(settings: Settings) -> None:
     async with MailboxServer() as mailbox:
         settings = settings.model_copy(update={"mail_url": mailbox.url})
-        brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
-        hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
-        relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
-        async with running(relay, hands, brain):
+        async with running(*trio(settings, app)):
             client = await Client.connect(settings)
             try:
                 sid, tid, _ = await client.start_task(
