@@ -6,7 +6,7 @@
 #   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
-#   make bench       benchmarks (not timed tests); regenerates the README's Status table
+#   make bench       benchmarks (not timed tests), durable servers too; regenerates the README's Status table (~3 min)
 #   make bench-obs   the cost of logs, metrics and tracing as shipped (~6 min; README figures)
 #   make bench-redis Redis' time per session by script and command (~1 min; README figures)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
@@ -92,7 +92,7 @@ test-partition: deps venv
 BENCH_ARGS ?=
 
 bench: deps venv
-	$(BIN)/baton bench e2e takeover cold $(BENCH_ARGS)
+	$(BIN)/baton bench e2e durable takeover cold $(BENCH_ARGS)
 	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
 
 # The observability figures of the README (OpenTelemetry): every stack driven once per round,

@@ -19,7 +19,7 @@ from baton.bench.common import result_json, write_json
 from baton.bench.summary import summarize
 
 # The benchmarks whose figures have targets: the summary table and the picture use them.
-SUMMARIZED = ("e2e", "takeover", "history")
+SUMMARIZED = ("e2e", "durable", "takeover", "history", "cold")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -52,7 +52,7 @@ async def run_all(names: list[str], quick: bool, console: Console,
                   flush=True)
     if set(names) & set(SUMMARIZED):
         console.rule("summary")
-        summarize(console)
+        summarize(console, ran=set(names))
 
 
 def main(argv: list[str] | None = None) -> int:

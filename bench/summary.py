@@ -1,7 +1,10 @@
 """One page for one run: every figure beside its target, as a table, JSON and an SVG picture.
 
-Reads what the benchmarks wrote to ``bench/results/`` (``e2e``, ``takeover``, ``history``),
-prints the targets table, and writes ``summary.json`` and ``bench.svg`` there. The picture is
+Reads what the benchmarks wrote to ``bench/results/`` (``e2e``, ``durable``, ``takeover``,
+``history``, ``cold``), prints the targets table, and writes ``summary.json`` and ``bench.svg``
+there. The run on durable servers (``durable``) gives the same targets as ``e2e``, each named
+as measured on durable servers. A figure from a result the command did not measure (an
+earlier run's file) says when it was measured. The picture is
 plain SVG written here (no plotting dependency): sessions/s and latency by concurrency with
 one and two brains/hands, the takeover trials, and the step cost by history length.
 """
@@ -31,14 +34,25 @@ def _load(directory: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+#: How the figures of the run on durable servers are named (before e2e's own names).
+DURABLE_PREFIX = "on durable servers (every write fsync'd, baselines too): "
+
+
+def e2e_rows(e2e: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """The targets an e2e run (or the run on durable servers) printed, ``prefix`` before
+    each figure's name."""
+    return [{"figure": prefix + t["figure"], "measured": t["measured"], "target": t["target"],
+             "ratio_value": t.get("ratio_value"), "met": t["met"],
+             **({"higher_is_better": True} if t.get("higher_is_better") else {})}
+            for t in e2e.get("targets", [])]
+
+
 def targets(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
-            history: dict[str, Any] | None) -> list[dict[str, Any]]:
+            history: dict[str, Any] | None,
+            durable: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if e2e:
-        out += [{"figure": t["figure"], "measured": t["measured"], "target": t["target"],
-                 "ratio_value": t.get("ratio_value"), "met": t["met"],
-                 **({"higher_is_better": True} if t.get("higher_is_better") else {})}
-                for t in e2e.get("targets", [])]
+        out += e2e_rows(e2e)
         scaled = e2e.get("sessions_scaled", {}).get("c=32")
         plain = e2e.get("plain_loop", {}).get("c=32")
         if scaled and plain:
@@ -48,6 +62,8 @@ def targets(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
                         "measured": f"{share:.0%} ({scaled['sessions_per_s']:.0f} vs "
                                     f"{plain['sessions_per_s']:.0f}/s)",
                         "target": ">= 40%", "ratio_value": share, "met": share >= 0.40})
+    if durable:
+        out += e2e_rows(durable, DURABLE_PREFIX)
     if takeover:
         for v in takeover["variants"]:
             out.append({"figure": f"takeover median ({v['variant']}: tool_ack_wait "
@@ -280,10 +296,27 @@ def skipped(e2e: dict[str, Any] | None) -> list[str]:
     return [f"the in-process LangGraph peer was not measured: {hint}"] if hint else []
 
 
-def summarize(console: Console, directory: Path = RESULTS_DIR) -> dict[str, Any]:
-    """Print the targets table; write ``summary.json`` and ``bench.svg``."""
-    e2e, takeover, history = (_load(directory, n) for n in ("e2e", "takeover", "history"))
-    rows = targets(e2e, takeover, history) + cold_targets(_load(directory, "cold"))
+def _earlier(result: dict[str, Any] | None, rows: list[dict[str, Any]],
+             ran: set[str] | None, name: str) -> list[dict[str, Any]]:
+    """``rows`` of ``result``, each saying when it was measured when the command did not
+    measure ``name`` (``ran``: the benchmarks it ran; None: every file is taken as fresh)."""
+    if result is None or ran is None or name in ran:
+        return rows
+    when = result.get("env", {}).get("time", "?")
+    return [{**r, "measured": f"{r['measured']} [an earlier run: {when}]"} for r in rows]
+
+
+def summarize(console: Console, directory: Path = RESULTS_DIR,
+              ran: set[str] | None = None) -> dict[str, Any]:
+    """Print the targets table; write ``summary.json`` and ``bench.svg``. ``ran``: the
+    benchmarks this command ran; a figure of another one's file (an earlier run) says so."""
+    e2e, durable, takeover, history, cold = (
+        _load(directory, n) for n in ("e2e", "durable", "takeover", "history", "cold"))
+    rows = (_earlier(e2e, targets(e2e, None, None), ran, "e2e")
+            + _earlier(durable, targets(None, None, None, durable), ran, "durable")
+            + _earlier(takeover, targets(None, takeover, None), ran, "takeover")
+            + _earlier(history, targets(None, None, history), ran, "history")
+            + _earlier(cold, cold_targets(cold), ran, "cold"))
     table = Table(title="Every figure beside its target", title_justify="left")
     for col in ("figure", "measured", "target", "met"):
         table.add_column(col)

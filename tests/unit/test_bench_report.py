@@ -275,3 +275,41 @@ def test_io_calls_are_read_only_where_they_count_socket_io() -> None:
     stack = SimpleNamespace(processes=[{"name": n, "pid": os.getpid()}
                                        for n in ("redis", "brain-1", "mailbox")])
     assert set(CpuMeter(stack).read_io()) == {"redis", "brain-1"}  # type: ignore[arg-type]
+
+
+def _result(when: str, *targets: tuple[str, float]) -> dict[str, Any]:
+    return {"env": {"cpus": 2, "platform": "Linux", "python": "3.11", "time": when,
+                    "loadavg_1m": 0.1},
+            "targets": [{"figure": f, "measured": f"{v:.2f}x", "target": "<= 2.5x",
+                         "ratio_value": v, "met": v <= 2.5} for f, v in targets]}
+
+
+def test_summary_names_the_durable_figures_and_dates_an_earlier_runs(tmp_path: Any) -> None:
+    import io
+    import json
+
+    from rich.console import Console
+
+    from baton.bench.summary import DURABLE_PREFIX, summarize
+
+    (tmp_path / "e2e.json").write_text(json.dumps(_result("10:00", ("c=1 / plain", 8.0))))
+    (tmp_path / "durable.json").write_text(json.dumps(_result("10:01", ("c=1 / plain", 6.0))))
+    (tmp_path / "takeover.json").write_text(json.dumps({
+        "env": {"time": "09:00"}, "target_median_s": 0.5, "variants": [
+            {"variant": "defaults", "ack_wait_s": 0.3, "attempt_ttl_ms": 1200,
+             "median_s": 0.31, "p90_s": 0.31, "trials": [{"done_s": 0.31}] * 50,
+             "duplicates": 0,
+             "resends": 0}]}))
+    quiet = Console(file=io.StringIO(), width=200)
+    summary = summarize(quiet, tmp_path, ran={"e2e", "durable"})
+    rows = {r["figure"]: r for r in summary["targets"]}
+    assert rows["c=1 / plain"]["ratio_value"] == 8.0
+    durable = rows[DURABLE_PREFIX + "c=1 / plain"]
+    assert durable["ratio_value"] == 6.0 and "earlier" not in durable["measured"]
+    # The takeover file is not this command's: its figure says when it was measured.
+    [takeover] = [r for f, r in rows.items() if f.startswith("takeover median")]
+    assert takeover["measured"].endswith("[an earlier run: 09:00]")
+    assert summary["ratios"][DURABLE_PREFIX + "c=1 / plain"] == 6.0
+    # Every file fresh (no command named): nothing is dated.
+    fresh = summarize(quiet, tmp_path)
+    assert not any("earlier" in r["measured"] for r in fresh["targets"])
