@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -38,52 +39,50 @@ def _load(directory: Path, name: str) -> dict[str, Any] | None:
 DURABLE_PREFIX = "on durable servers (every write fsync'd, baselines too): "
 
 
-def e2e_rows(e2e: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+def e2e_targets(e2e: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
     """The targets an e2e run (or the run on durable servers) printed, ``prefix`` before
-    each figure's name."""
-    return [{"figure": prefix + t["figure"], "measured": t["measured"], "target": t["target"],
-             "ratio_value": t.get("ratio_value"), "met": t["met"],
-             **({"higher_is_better": True} if t.get("higher_is_better") else {})}
-            for t in e2e.get("targets", [])]
-
-
-def targets(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
-            history: dict[str, Any] | None,
-            durable: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if e2e:
-        out += e2e_rows(e2e)
-        scaled = e2e.get("sessions_scaled", {}).get("c=32")
-        plain = e2e.get("plain_loop", {}).get("c=32")
-        if scaled and plain:
-            share = scaled["sessions_per_s"] / plain["sessions_per_s"]
-            out.append({"figure": "five notices sessions/s at concurrency 32, 2 brains + 2 hands"
-                                  " / plain loop",
-                        "measured": f"{share:.0%} ({scaled['sessions_per_s']:.0f} vs "
-                                    f"{plain['sessions_per_s']:.0f}/s)",
-                        "target": ">= 40%", "ratio_value": share, "met": share >= 0.40})
-    if durable:
-        out += e2e_rows(durable, DURABLE_PREFIX)
-    if takeover:
-        for v in takeover["variants"]:
-            out.append({"figure": f"takeover median ({v['variant']}: tool_ack_wait "
-                                  f"{v['ack_wait_s']:g}s, ttl {v['attempt_ttl_ms']} ms)",
-                        "measured": f"{v['median_s']:.2f}s (p90 {v['p90_s']:.2f}s, "
-                                    f"{len(v['trials'])} kills, "
-                                    f"{v.get('duplicates', '?')} duplicates, "
-                                    f"{v.get('resends', '?')} re-sends)",
-                        "target": f"<= {takeover['target_median_s']}s",
-                        "met": v["median_s"] <= takeover["target_median_s"]
-                        and not v.get("duplicates") and not v.get("resends")})
-    if history:
-        rows = _held(history)
-        out.append({"figure": f"Brain step at {rows[-1]['operation'].split(', ')[-1]} vs "
-                              f"{rows[0]['operation'].split(', ')[-1]}, entries held",
-                    "measured": f"{history['ratio_last_to_first']:.2f}x "
-                                f"({rows[-1]['p50_us']:.0f} vs {rows[0]['p50_us']:.0f} µs)",
-                    "target": f"<= {history['target_ratio']}x",
-                    "met": history["ratio_last_to_first"] <= history["target_ratio"]})
+    each figure's name, and its scale-out pass's share of the plain loop when it made one."""
+    out = [{"figure": prefix + t["figure"], "measured": t["measured"], "target": t["target"],
+            "ratio_value": t.get("ratio_value"), "met": t["met"],
+            **({"higher_is_better": True} if t.get("higher_is_better") else {})}
+           for t in e2e.get("targets", [])]
+    scaled = e2e.get("sessions_scaled", {}).get("c=32")
+    plain = e2e.get("plain_loop", {}).get("c=32")
+    if scaled and plain:
+        share = scaled["sessions_per_s"] / plain["sessions_per_s"]
+        out.append({"figure": prefix + "five notices sessions/s at concurrency 32, 2 brains + "
+                              "2 hands / plain loop",
+                    "measured": f"{share:.0%} ({scaled['sessions_per_s']:.0f} vs "
+                                f"{plain['sessions_per_s']:.0f}/s)",
+                    "target": ">= 40%", "ratio_value": share, "met": share >= 0.40})
     return out
+
+
+def durable_targets(durable: dict[str, Any]) -> list[dict[str, Any]]:
+    return e2e_targets(durable, DURABLE_PREFIX)
+
+
+def takeover_targets(takeover: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"figure": f"takeover median ({v['variant']}: tool_ack_wait "
+                       f"{v['ack_wait_s']:g}s, ttl {v['attempt_ttl_ms']} ms)",
+             "measured": f"{v['median_s']:.2f}s (p90 {v['p90_s']:.2f}s, "
+                         f"{len(v['trials'])} kills, "
+                         f"{v.get('duplicates', '?')} duplicates, "
+                         f"{v.get('resends', '?')} re-sends)",
+             "target": f"<= {takeover['target_median_s']}s",
+             "met": v["median_s"] <= takeover["target_median_s"]
+             and not v.get("duplicates") and not v.get("resends")}
+            for v in takeover["variants"]]
+
+
+def history_targets(history: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = _held(history)
+    return [{"figure": f"Brain step at {rows[-1]['operation'].split(', ')[-1]} vs "
+                       f"{rows[0]['operation'].split(', ')[-1]}, entries held",
+             "measured": f"{history['ratio_last_to_first']:.2f}x "
+                         f"({rows[-1]['p50_us']:.0f} vs {rows[0]['p50_us']:.0f} µs)",
+             "target": f"<= {history['target_ratio']}x",
+             "met": history["ratio_last_to_first"] <= history["target_ratio"]}]
 
 
 def _held(history: dict[str, Any]) -> list[dict[str, Any]]:
@@ -243,9 +242,7 @@ def render_svg(e2e: dict[str, Any] | None, takeover: dict[str, Any] | None,
             f'fill="white"/>{"".join(p.svg() for p in panels)}{text}</svg>\n')
 
 
-def cold_targets(cold: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if not cold:
-        return []
+def cold_targets(cold: dict[str, Any]) -> list[dict[str, Any]]:
     t = cold["targets"]
     imp = cold["import_cpu_s"]["baton"]
     workers = {k: v for k, v in cold["import_cpu_s"].items() if k.endswith(".worker")}
@@ -296,12 +293,14 @@ def skipped(e2e: dict[str, Any] | None) -> list[str]:
     return [f"the in-process LangGraph peer was not measured: {hint}"] if hint else []
 
 
-def _earlier(result: dict[str, Any] | None, rows: list[dict[str, Any]],
-             ran: set[str] | None, name: str) -> list[dict[str, Any]]:
-    """``rows`` of ``result``, each saying when it was measured when the command did not
-    measure ``name`` (``ran``: the benchmarks it ran; None: every file is taken as fresh)."""
-    if result is None or ran is None or name in ran:
-        return rows
+#: The result files the summary reads, in the table's order, and the targets of each.
+SOURCES: tuple[tuple[str, Callable[[dict[str, Any]], list[dict[str, Any]]]], ...] = (
+    ("e2e", e2e_targets), ("durable", durable_targets), ("takeover", takeover_targets),
+    ("history", history_targets), ("cold", cold_targets))
+
+
+def _dated(result: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of a result the command did not measure, each saying when it was."""
     when = result.get("env", {}).get("time", "?")
     return [{**r, "measured": f"{r['measured']} [an earlier run: {when}]"} for r in rows]
 
@@ -309,14 +308,16 @@ def _earlier(result: dict[str, Any] | None, rows: list[dict[str, Any]],
 def summarize(console: Console, directory: Path = RESULTS_DIR,
               ran: set[str] | None = None) -> dict[str, Any]:
     """Print the targets table; write ``summary.json`` and ``bench.svg``. ``ran``: the
-    benchmarks this command ran; a figure of another one's file (an earlier run) says so."""
-    e2e, durable, takeover, history, cold = (
-        _load(directory, n) for n in ("e2e", "durable", "takeover", "history", "cold"))
-    rows = (_earlier(e2e, targets(e2e, None, None), ran, "e2e")
-            + _earlier(durable, targets(None, None, None, durable), ran, "durable")
-            + _earlier(takeover, targets(None, takeover, None), ran, "takeover")
-            + _earlier(history, targets(None, None, history), ran, "history")
-            + _earlier(cold, cold_targets(cold), ran, "cold"))
+    benchmarks this command ran (None: every file is taken as fresh); a figure of another
+    one's file (an earlier run) says when it was measured."""
+    results = {name: _load(directory, name) for name, _ in SOURCES}
+    rows: list[dict[str, Any]] = []
+    for name, targets_of in SOURCES:
+        result = results[name]
+        if result:
+            mine = targets_of(result)
+            rows += mine if ran is None or name in ran else _dated(result, mine)
+    e2e, takeover, history = results["e2e"], results["takeover"], results["history"]
     table = Table(title="Every figure beside its target", title_justify="left")
     for col in ("figure", "measured", "target", "met"):
         table.add_column(col)
