@@ -58,8 +58,8 @@ class SessionReads:
     async def until(
         self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
         timeout: float,  # noqa: ASYNC109
+        *, why: Callable[[str], Awaitable[str]],
         notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
-        why: Callable[[str], Awaitable[str]] | None = None,
     ) -> T:
         """Re-read on each settled notification of the session (or every second) until done.
 
@@ -96,12 +96,8 @@ class SessionReads:
                         with contextlib.suppress(*UNREACHABLE):
                             await quarantine.raise_if_quarantined(self.store, session_id)
         except TimeoutError:  # the wait's own deadline (asyncio.timeout's), nothing else's
-            if unreachable:
-                reason = f"Redis unreachable: {error_text(unreachable[0])}"
-            elif why is not None:
-                reason = await why(session_id)
-            else:
-                reason = "is a Brain serving its agent running?"
+            reason = (f"Redis unreachable: {error_text(unreachable[0])}" if unreachable
+                      else await why(session_id))
             raise WaitTimeout(
                 f"{what} in session {session_id} within {timeout:g} s; it goes on ({reason}): "
                 f"follow it with `baton watch {session_id}`, look at it with `baton inspect "
