@@ -68,8 +68,8 @@ class Tokens:
                 raise ConfigError(f"{source}: expected role:token with a role of "
                                   f"{', '.join(ROLES)}, got {role or item[:20]!r}")
             if len(token) < _MIN_TOKEN:
-                raise ConfigError(f"{source}: a {role} token is shorter than {_MIN_TOKEN} "
-                                  "characters")
+                raise ConfigError(f"{source}: the token of the {role} role is shorter "
+                                  f"than {_MIN_TOKEN} characters")
             out[_digest(token)] = role
         return out
 
@@ -110,5 +110,5 @@ class Tokens:
     def require(role: str, needed: str, action: str) -> None:
         """ForbiddenError unless ``role`` may do what ``needed`` allows."""
         if needed == OPERATE and role != OPERATE:
-            raise ForbiddenError(role, action, "with a read token",
-                                 "this needs a token with the operate role")
+            raise ForbiddenError(f"a token of the {role} role", action, "",
+                                 f"this needs one of the {OPERATE} role")

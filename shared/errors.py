@@ -161,7 +161,7 @@ class ForbiddenError(BatonError):
 
     def __init__(self, role: str, action: str, target: str, detail: str = "") -> None:
         super().__init__(
-            f"{role or 'this process'} may not {action} {target}"
+            f"{role or 'this process'} may not {action}" + (f" {target}" if target else "")
             + (f": {detail}" if detail else ""),
             role=role, action=action, target=target, detail=detail,
         )

@@ -13,11 +13,13 @@ wait timed out (the ``timeout`` command's code), 130 on Ctrl-C.
 from __future__ import annotations
 
 import os
-from typing import IO, Any
+import sys
+from typing import IO, Any, NoReturn
 
 import click
 
-__all__ = ["EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "CliError", "failure", "no_stack_hint"]
+__all__ = ["EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "CliError", "failure", "no_stack_hint",
+           "reader_gone", "the_reader_went_away"]
 
 EXIT_UNAVAILABLE = 3
 EXIT_TIMEOUT = 124
@@ -33,6 +35,22 @@ class CliError(click.ClickException):
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+
+
+def the_reader_went_away(exc: BaseException) -> bool:
+    """Whether ``exc`` is stdout's reader closing its end (``baton ... | head``), alone or as
+    the one failure of a task group: no error of the command's, though the OS calls it a
+    ConnectionError ("Broken pipe")."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return isinstance(exc, BrokenPipeError)
+
+
+def reader_gone() -> NoReturn:
+    """End the command quietly, exit 1: the reader of its output went away, so nobody is left
+    to tell, and the interpreter's last flush of stdout must not complain either."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(1)
 
 
 def no_stack_hint() -> str:

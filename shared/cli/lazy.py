@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from typing import Any
 
 import click
@@ -67,16 +66,13 @@ class LazyGroup(click.Group):
             raise
         except KeyboardInterrupt:
             raise SystemExit(130) from None
-        except BrokenPipeError:
-            # The reader went away (``baton trace --json | head``): nobody is left to tell,
-            # and the interpreter's last flush must not complain either.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise SystemExit(1) from None
         except Exception as exc:
+            from baton.cli.failures import failure, reader_gone, the_reader_went_away
+
+            if the_reader_went_away(exc):  # ``baton trace --json | head``
+                reader_gone()
             if debugging(ctx):
                 raise
-            from baton.cli.failures import failure
-
             raise failure(exc) from None
 
 
