@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from baton.cli.failures import CliError, failure, reader_gone, the_reader_went_away
+from baton.cli.failures import CliError, end_if_the_reader_went_away, failure
 
 if TYPE_CHECKING:
     from baton.settings import Settings
@@ -93,8 +93,7 @@ def run(coro: Coroutine[Any, Any, T], *, event_loop: str = "asyncio") -> T:
     except Exception as exc:
         from baton.cli.lazy import debugging
 
-        if the_reader_went_away(exc):  # ``baton submit --wait | head -1``: not "cannot connect"
-            reader_gone()
+        end_if_the_reader_went_away(exc)  # ``submit --wait | head -1``: not "cannot connect"
         if debugging(click.get_current_context(silent=True)):
             raise
         raise failure(exc) from None

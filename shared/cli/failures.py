@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 import click
 
-__all__ = ["EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "CliError", "failure", "no_stack_hint",
-           "reader_gone", "the_reader_went_away"]
+__all__ = ["EXIT_TIMEOUT", "EXIT_UNAVAILABLE", "CliError", "end_if_the_reader_went_away",
+           "failure", "no_stack_hint"]
 
 EXIT_UNAVAILABLE = 3
 EXIT_TIMEOUT = 124
@@ -37,20 +37,21 @@ class CliError(click.ClickException):
         click.echo(f"error: {self.format_message()}", file=file, err=file is None)
 
 
-def the_reader_went_away(exc: BaseException) -> bool:
-    """Whether ``exc`` is stdout's reader closing its end (``baton ... | head``), alone or as
-    the one failure of a task group: no error of the command's, though the OS calls it a
-    ConnectionError ("Broken pipe")."""
+def end_if_the_reader_went_away(exc: BaseException) -> None:
+    """End the command quietly with exit 1 when ``exc`` is stdout's reader closing its end
+    (``baton ... | head``), alone or as a task group's one failure: no error of the
+    command's, though the OS calls it a ConnectionError ("Broken pipe"), and nobody is left
+    to tell; the interpreter's last flush of stdout must not complain either."""
+    if isinstance(_sole(exc), BrokenPipeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1)
+
+
+def _sole(exc: BaseException) -> BaseException:
+    """A task group's one failure as itself (nested groups too); anything else unchanged."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return isinstance(exc, BrokenPipeError)
-
-
-def reader_gone() -> NoReturn:
-    """End the command quietly, exit 1: the reader of its output went away, so nobody is left
-    to tell, and the interpreter's last flush of stdout must not complain either."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    raise SystemExit(1)
+    return exc
 
 
 def no_stack_hint() -> str:
@@ -69,8 +70,7 @@ def failure(exc: BaseException) -> CliError:
 
     if isinstance(exc, CliError):
         return exc
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]  # a task group's one failure reads as itself
+    exc = _sole(exc)  # a task group's one failure reads as itself
     module = type(exc).__module__
     if not isinstance(exc, BatonError) and module.startswith("redis"):
         from baton.errors import from_redis_error

@@ -67,10 +67,9 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             raise SystemExit(130) from None
         except Exception as exc:
-            from baton.cli.failures import failure, reader_gone, the_reader_went_away
+            from baton.cli.failures import end_if_the_reader_went_away, failure
 
-            if the_reader_went_away(exc):  # ``baton trace --json | head``
-                reader_gone()
+            end_if_the_reader_went_away(exc)  # ``baton trace --json | head``
             if debugging(ctx):
                 raise
             raise failure(exc) from None
