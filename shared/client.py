@@ -174,6 +174,13 @@ class Client:
         """Settled notifications this client heard (for tests and the fan-out benchmark)."""
         return self.settled.heard
 
+    @property
+    def wait_fallbacks(self) -> int:
+        """Waits of this client that found their submission settled by the once-a-second
+        re-read without hearing its notification (should stay 0; see
+        :mod:`baton.client_reads`)."""
+        return self.reads.fallbacks
+
     async def close(self) -> None:
         """Stop listening for settled sessions and close the connections; idempotent."""
         await self.settled.close()
@@ -440,7 +447,7 @@ class Client:
 
         settled = await self.reads.until(
             submission.session_id, read, lambda s: s is not None and s.settled, timeout,
-            notice=lambda message: submission_in(message, submission),
+            notice=lambda message: submission_in(message, submission), announced=True,
             what=f"submission {submission.id} has not settled", why=self._why_waiting)
         assert settled is not None  # done() holds
         return settled

@@ -5,6 +5,14 @@ from a quarantined one, and waits out Redis away for a while (a restart, a failo
 wait re-reads on each settled notification of the session (:mod:`baton.store.settled`), or
 every second, until what it waits for holds or its deadline passes; then it says in words
 what the session most likely waits for.
+
+The re-read every second is a fallback, never the way a wait usually ends: a wait on an
+announced settlement (:meth:`~baton.client.Client.wait`) that found its work done by that
+re-read, without having heard the notification, is counted
+(``baton.client.wait.fallbacks``, and :attr:`SessionReads.fallbacks`) and logged as a
+warning once per process (``settled_notification_missed``), so notifications that stop
+being heard (a library upgrade, a proxy that drops pub/sub) show in the first minute of use
+instead of as waits that each take a second.
 """
 
 from __future__ import annotations
@@ -43,6 +51,28 @@ UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionErro
 log = get_logger("baton.client")
 T = TypeVar("T")
 
+#: Whether this process has warned of a missed settled notification (once per process).
+_missed_warned = False
+
+
+def _missed_notification(session_id: str, count: int) -> None:
+    """Count a wait that ended by its fallback re-read; warn the first time in a process."""
+    global _missed_warned
+    from baton.observability.telemetry import instruments  # the OTel API only when recording
+
+    inst = instruments()
+    if inst is not None:
+        inst.wait_fallbacks.add(1)
+    if not _missed_warned:
+        _missed_warned = True
+        log.warning(
+            "settled_notification_missed", session_id=session_id, fallbacks=count,
+            note="a wait found its submission settled by its once-a-second re-read without "
+                 "hearing the settled notification: waits take up to a second longer than "
+                 "they should. Is the client's Redis connection able to SSUBSCRIBE (pub/sub "
+                 "through a proxy, a redis-py version Baton was not tested with)? Counted in "
+                 "baton.client.wait.fallbacks; warned once per process")
+
 
 class SessionReads:
     """A client's checked reads and waits; one per client, sharing its store."""
@@ -54,18 +84,23 @@ class SessionReads:
         # Set once connected: a "not found" is checked against it, so a store that lost its
         # state raises StoreEpochError instead.
         self.epoch: StoreEpoch | None = None
+        #: Waits on an announced settlement that ended by the fallback re-read (see module).
+        self.fallbacks = 0
 
     async def until(
         self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
         timeout: float,  # noqa: ASYNC109
         *, why: Callable[[str], Awaitable[str]],
         notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
+        announced: bool = False,
     ) -> T:
         """Re-read on each settled notification of the session (or every second) until done.
 
         ``notice`` reads a notification's message: what it returns, when ``done`` holds for
         it, is the answer without a read (see :mod:`baton.store.notices`). ``why`` says, for
-        a wait that timed out, what the session most likely waits for.
+        a wait that timed out, what the session most likely waits for. ``announced``: the
+        settlement waited for is always notified, so finding it done by the fallback re-read
+        means a notification was missed (counted and warned of, see the module).
 
         A quarantined session never settles: that is checked when a second passed without a
         notification (and by a read that fails to decode), not before every wait, which would
@@ -73,6 +108,7 @@ class SessionReads:
         channel = self.store.keys.settled_channel(session_id)
         unreachable: list[BaseException] = []  # the last read's error while Redis is away
         signal = await self.settled.join(channel)
+        fell_back = False  # the last read was the once-a-second fallback's
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -81,9 +117,13 @@ class SessionReads:
                     current = await self.checked(read, session_id, patience=timeout,
                                                  unreachable=unreachable)
                     if done(current):
+                        if fell_back and announced and not signal.done():
+                            self.fallbacks += 1
+                            _missed_notification(session_id, self.fallbacks)
                         return current
                     # Wake on a notification, or re-check at least every second.
                     await asyncio.wait({signal}, timeout=1.0)
+                    fell_back = not signal.done()
                     if signal.done():
                         message = signal.result()
                         signal = self.settled.again(channel, signal)

@@ -153,6 +153,7 @@ class Instruments:
     process: Any
     model_duration: Any
     model_tokens: Any
+    wait_fallbacks: Any
     backlog: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard -> (rows, age s)
 
     @classmethod
@@ -208,6 +209,11 @@ class Instruments:
                 "gen_ai.client.token.usage", unit="{token}",
                 description="Tokens used by one model call (gen_ai.token.type input/output)",
                 bounds=TOKEN_BUCKETS),
+            wait_fallbacks=tally(
+                "baton.client.wait.fallbacks", unit="{wait}",
+                description="Client waits that found their submission settled by the "
+                            "once-a-second re-read, without hearing its settled "
+                            "notification (should stay 0)"),
         )
 
         def rows(_: CallbackOptions) -> Iterable[Observation]:

@@ -7,7 +7,15 @@ and unsubscribes when the last one ends, so a client hears about its own session
 however many others settle. One listener task reads every subscribed channel (on a Redis
 Cluster, one connection per node) and resolves the future of each wait on it; a wait then
 takes a new one for the next notification. When subscribing or reading fails (Redis away),
-the waits fall back to re-reading every second: a notification only saves a read.
+the waits fall back to re-reading every second: a notification only saves a read. Neither
+is silent: a failure to subscribe or to read is logged (once per streak of failures), and a
+wait that found its work done by the fallback re-read is counted and warned about
+(:mod:`baton.client_reads`).
+
+Which reader to use is decided by the client's type (a :class:`~redis.asyncio.RedisCluster`
+reads each node's connection with ``get_sharded_message``; a single server's pub/sub reads
+its one connection with ``get_message``), never by the methods a pub/sub object happens to
+have: redis-py 8.2 gave the single server's ``PubSub`` a ``get_sharded_message`` too.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import contextlib
 from typing import Any
 
 from baton.observability.log import error_text, get_logger
+from baton.store.redis_client import is_cluster
 
 __all__ = ["SettledChannels"]
 
@@ -105,20 +114,29 @@ class SettledChannels:
     async def _dispatch(self, pubsub: Any) -> None:
         """Wake the waiters of each notification; one task per client, only while some
         channel is subscribed (a pub/sub read needs a subscribed connection)."""
-        sharded = hasattr(pubsub, "get_sharded_message")  # a cluster: one connection per node
+        sharded = is_cluster(self.redis)  # a cluster: one connection per node
+        failing = False
         while True:
             await self._subscribed.wait()
             try:
                 if sharded:
-                    if not pubsub.node_pubsub_mapping:
+                    if not pubsub.node_pubsub_mapping:  # no node subscribed (yet, or again)
                         await asyncio.sleep(0.2)
                         continue
                     msg = await pubsub.get_sharded_message(timeout=0.2)
                 else:
                     msg = await pubsub.get_message(timeout=1.0)
-            except Exception:  # connection lost: waiters fall back to re-reading each second
-                await asyncio.sleep(0.5)
+            except Exception as exc:  # connection lost: waiters re-read each second meanwhile
+                if not failing:
+                    log.warning("settled_listen_failed", error=error_text(exc),
+                                note="waits re-read every second until the listener reads "
+                                     "again")
+                failing = True
+                await asyncio.sleep(0.5)  # a backoff while Redis is away
                 continue
+            if failing:
+                log.info("settled_listen_resumed")
+                failing = False
             if msg is None or msg.get("type") not in ("smessage", "message"):
                 continue
             self.heard += 1

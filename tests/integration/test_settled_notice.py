@@ -101,3 +101,37 @@ async def test_another_submissions_record_only_wakes_the_waiter(
     committed = await settle(store, sub, settled_notice(
         sub.model_copy(update={"status": "completed", "answer": "all sent", "settled_ms": 1})))
     assert await task == committed and len(reads) == 2
+
+
+async def test_a_wait_that_hears_its_notice_never_falls_back(
+        client: Client, store: Store) -> None:
+    """The defect redis-py 8.2 brought (its single-server PubSub gained a
+    ``get_sharded_message``, and the listener took the cluster's reader): the notice was
+    never heard and every wait took its one-second fallback. The wait ends on the notice."""
+    sub, task, reads = await waiting(client, "n-4", "r-4")
+    await settle(store, sub, settled_notice(
+        sub.model_copy(update={"status": "completed", "answer": "all sent", "settled_ms": 1})))
+    await task
+    assert client.notifications == 1 and client.wait_fallbacks == 0 and len(reads) == 1
+
+
+async def test_a_missed_notice_is_counted_and_warned_once_per_process(
+        client: Client, store: Store, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A settling commit whose notice nobody hears (here: none is sent) ends the wait by its
+    fallback re-read: counted each time, warned of the first time only."""
+    import baton.client_reads
+
+    monkeypatch.setattr(baton.client_reads, "_missed_warned", False)
+    for n in (1, 2):
+        sub, task, _ = await waiting(client, f"n-miss-{n}", f"r-miss-{n}")
+        lease = await store.acquire(sub.session_id, BRAIN, 5000)
+        done = sub.model_copy(update={"status": "completed", "answer": "ok", "settled_ms": 1})
+        await store.commit(sub.session_id, lease.fence,
+                           Writes(kind="final", submissions=[done]), BRAIN)  # no notify
+        await store.release(sub.session_id, lease.fence, 5000)
+        assert (await task).settled
+        assert client.wait_fallbacks == n and client.notifications == 0
+    warned = [r for r in caplog.records if r.getMessage().startswith("settled_notification_missed")
+              or getattr(r, "event", None) == "settled_notification_missed"]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
