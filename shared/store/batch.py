@@ -14,11 +14,10 @@ one turn on the same session with the same shared arguments become ONE script ca
 (:meth:`ScriptBatch.run_item`), answered per item; a refusal of one item (``{'error', 'CODE
 detail'}`` in its place) fails only its caller.
 
-A script may bring reads to run right after it on the same connection
+A script may bring reads to run right after it in the same pipeline
 (:meth:`ScriptBatch.run_and_read`: a lease and the state it loads), in the same round trip,
-on a pooled connection to one server only (where
-:func:`~baton.store.redis_client.batches_raw` holds), even alone. The reads see the script's
-writes and any made by others since, as any later read would.
+on one server only, even alone. The reads see the script's writes and any made by others
+since, as any later read would.
 
 It batches only where a pipeline of scripts is plain: one Redis server and no replica
 acknowledgement (a transition that waits for a replica goes through its own ``WAIT``, and
@@ -35,7 +34,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from baton.store.keys import SessionKeys
-from baton.store.redis_client import REDIS_ERRORS, batches_raw, is_cluster, run_batch
+from baton.store.redis_client import REDIS_ERRORS, is_cluster, run_batch
 from baton.store.scripts import ScriptRunner, SessionScript, declared
 
 __all__ = ["ScriptBatch"]
@@ -90,8 +89,8 @@ class ScriptBatch:
 
     @property
     def reads_natively(self) -> bool:
-        """Whether :meth:`run_and_read` may be used: one server, a pooled client."""
-        return self.enabled and batches_raw(self.runner.registered.redis)
+        """Whether :meth:`run_and_read` may be used: one server."""
+        return self.enabled
 
     async def run_and_read(self, script: SessionScript, sk: SessionKeys, args: list[Any],
                            reads: list[tuple[Any, ...]]) -> tuple[Any, list[Any]]:

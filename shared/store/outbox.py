@@ -46,7 +46,7 @@ from baton.errors import ValidationError
 from baton.models import OutboxRow, dumps, loads
 from baton.observability.log import error_text, get_logger
 from baton.store.keys import RELAY_GROUP, Keys
-from baton.store.redis_client import REDIS_ERRORS, batches_raw, run_batch, run_batch_then
+from baton.store.redis_client import REDIS_ERRORS, run_batch
 from baton.store.replication import ReplicatedWrites
 from baton.store.shard_store import ShardStore
 
@@ -118,17 +118,11 @@ class Outbox(ShardStore):
         """Rows read but not acknowledged, per shard, in its outbox and wakes streams (one
         pipelined XPENDING summary each; a stream without its group counts as pending so
         that its claim recreates it)."""
-        if batches_raw(self.redis):  # the summaries as the server sends them: [count, ...]
-            replies = [r if isinstance(r, Exception) else {"pending": r[0]}
-                       for r in await run_batch(self.redis, [
-                           ("XPENDING", key, RELAY_GROUP)
-                           for shard in shards for key in self._streams(shard)])]
-        else:
-            async with self.redis.pipeline(transaction=False) as p:
-                for shard in shards:
-                    for key in self._streams(shard):
-                        p.xpending(key, RELAY_GROUP)
-                replies = await p.execute(raise_on_error=False)
+        async with self.redis.pipeline(transaction=False) as p:
+            for shard in shards:
+                for key in self._streams(shard):
+                    p.xpending(key, RELAY_GROUP)
+            replies = await p.execute(raise_on_error=False)
         n = len(self._streams(shards[0])) if shards else 0
         return {s: sum(1 if isinstance(r, Exception) else int(r.get("pending") or 0)
                        for r in replies[i * n:(i + 1) * n])
@@ -303,45 +297,12 @@ class Outbox(ShardStore):
         requests: Sequence[OutboxRow] = (),
     ) -> list[OutboxRow]:
         """:meth:`ack` of ``rows`` (and ``requests``), then :meth:`read` of ``shards`` for
-        ``holder``, in one round trip on a single server without replica acknowledgement
-        (the two calls otherwise): the batch just published is settled as the read for the
-        next is sent.
-
-        ``acked`` gets what :meth:`ack` returns as soon as the acks' replies are in, before
-        the read (which may block up to ``block_ms``) is waited for. Should an ack fail, the
-        read is abandoned (its connection dropped) and the error raised: the rows stay
-        pending, as after a failed :meth:`ack` (a script the server lost is loaded again
-        first, for the next ack).
-        """
-        by_stream = self._by_stream(rows)
-        if not by_stream or self.cluster or self.writes is not None or not batches_raw(
-                self.redis):
-            acked(await self.ack(rows, holder, fences, requests))
-            return await self.read(shards, holder, count, block_ms)
-
-        script = self.scripts.relay_ack
-        calls = self._ack_calls(by_stream, holder, fences)
-        index = self._index_commands(requests)  # before the acks delete their rows
-
-        def between(replies: list[Any]) -> None:
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
-            acked(_lost(by_stream, replies[len(index):]))
-
-        try:
-            reply = await run_batch_then(
-                self.redis, [*index, *self._evalsha(script, calls)],
-                self._read_command(shards, holder, ">", count, block_ms), between)
-        except NoScriptError:  # the server restarted: rows pending, the next ack loads it
-            script.sha = await self.redis.script_load(script.script)
-            raise
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            await self.ensure_groups(shards)
-            raise
-        return self._entries(reply)[0]
+        ``holder``: the batch just published is settled before the read for the next is
+        sent. ``acked`` gets what :meth:`ack` returns as soon as the acks' replies are in,
+        before the read (which may block up to ``block_ms``) is waited for. Should an ack
+        fail, the error is raised and nothing is read: the rows stay pending."""
+        acked(await self.ack(rows, holder, fences, requests))
+        return await self.read(shards, holder, count, block_ms)
 
     @staticmethod
     def _by_stream(rows: list[OutboxRow]) -> dict[tuple[int, str], list[str]]:

@@ -1,8 +1,9 @@
 """How a process connects to Redis: one client per role, failing fast, never retrying.
 
-Owns :func:`connect_redis` (the pool, timeouts and TLS files from :class:`Settings`) and
-:func:`redis_user`, the ACL user the URL names. The single-server client it returns and its
-connections are :mod:`baton.store.redis_wire`'s.
+Owns :func:`connect_redis` (the pool, timeouts and TLS files from :class:`Settings`),
+:func:`run_batch` (commands in one round trip, each reply in its place) and
+:func:`redis_user`, the ACL user the URL names. Everything here is redis-py's public API:
+its clients, its blocking pool and its pipelines.
 
 ``BATON_REDIS_URL`` names one server (``redis://`` / ``rediss://``, as redis-py reads it) or
 the seed nodes of a Redis Cluster::
@@ -20,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -33,15 +35,6 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from baton.errors import ConfigError
 from baton.settings import Settings
-from baton.store.redis_wire import (
-    DirectPool,
-    DirectRedis,
-    SafeConnection,
-    batches_raw,
-    run_batch,
-    run_batch_then,
-    safe_connection_class,
-)
 
 #: Either client. Both offer the commands Baton uses (scripts, hashes, streams, pub/sub);
 #: cluster-only code checks :func:`is_cluster` first.
@@ -122,7 +115,7 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
     if is_cluster_url(settings.redis_url):
         return cast(Redis, connect_cluster(settings, socket_timeout=socket_timeout,
                                            client_name=client_name))
-    pool = DirectPool.from_url(
+    pool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
         timeout=max(settings.connect_timeout_s, 5.0),
@@ -134,8 +127,7 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
         **_named(client_name),
         **_tls_options(settings),
     )
-    pool.connection_class = safe_connection_class(pool.connection_class)
-    return DirectRedis.from_pool(pool)  # the client owns the pool: aclose() closes it
+    return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
 def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
@@ -165,12 +157,6 @@ def connect_cluster(settings: Settings, *, socket_timeout: float | None = 10.0,
         **({"ssl": True, **_tls_options(settings)} if parsed.tls else _tls_options(settings)),
     )
     cluster.min_replicas = settings.min_replicas()
-    # Every node's connections (the seeds' and those the topology adds) are safe ones.
-    safe = safe_connection_class(cluster.connection_kwargs["connection_class"])
-    cluster.connection_kwargs["connection_class"] = safe
-    cluster.nodes_manager.connection_kwargs["connection_class"] = safe
-    for node in cluster.nodes_manager.startup_nodes.values():
-        node.connection_class = safe
     return cluster
 
 
@@ -276,6 +262,18 @@ class _Cluster(RedisCluster):
             await asyncio.sleep(0.1)  # gossip spreading the replicas: look again
 
 
+async def run_batch(redis: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Commands in one round trip, without a transaction: redis-py's pipeline, each reply
+    in its place (parsed as the command's own call parses it), an error reply as its
+    exception (a connection error is raised). On a cluster the commands must share a slot
+    unless they are plain reads and writes the cluster pipeline routes (it refuses
+    scripts)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+
 def _replicas_per_primary(nodes_text: str
                           ) -> tuple[dict[str, str], dict[str, int], set[str]]:
     """One node's view: primaries serving slots (id -> address), replicas per primary id,
@@ -343,6 +341,6 @@ def redis_user(settings: Settings) -> str:
     return urlsplit(settings.redis_url).username or "default"
 
 
-__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "SafeConnection", "batches_raw",
-           "connect_cluster", "connect_redis", "is_cluster", "is_cluster_url",
-           "parse_cluster_url", "redis_user", "run_batch", "run_batch_then", "without_password"]
+__all__ = ["REDIS_ERRORS", "AnyRedis", "ClusterUrl", "connect_cluster", "connect_redis",
+           "is_cluster", "is_cluster_url", "parse_cluster_url", "redis_user", "run_batch",
+           "without_password"]

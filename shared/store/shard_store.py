@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from baton.errors import ValidationError
 from baton.store.keys import Keys
-from baton.store.redis_client import REDIS_ERRORS, batches_raw, is_cluster, run_batch
+from baton.store.redis_client import REDIS_ERRORS, is_cluster, run_batch
 from baton.store.replication import ReplicatedWrites
 from baton.store.scripts import Scripts
 
@@ -192,15 +192,6 @@ class ShardStore:
         (it has no key to route by), so the clock is one more call, to any node: the
         scripts compare due times with their own node's clock, this only sizes the sleep.
         """
-        if batches_raw(self.redis):  # as the server sends them (see _head)
-            replies = await run_batch(self.redis, [("TIME",), *(
-                ("ZRANGE", self.keys.timers(shard), 0, 0, "WITHSCORES") for shard in shards)])
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
-            sec, usec = replies.pop(0)
-            heads = {s: _head(r) for s, r in zip(shards, replies, strict=True) if r}
-            return int(sec) * 1000 + int(usec) // 1000, heads
         async with self.redis.pipeline(transaction=False) as p:
             if not self.cluster:
                 p.time()
@@ -226,10 +217,3 @@ class ShardStore:
             out.append(Backlog(shard=s, rows=int(n) + int(wn),
                                oldest_ms=min(heads) if heads else None, pending=0))
         return out
-
-
-def _head(reply: list[Any]) -> int:
-    """The score of a ``ZRANGE key 0 0 WITHSCORES`` reply: ``[member, score]`` in RESP2,
-    ``[[member, score]]`` in RESP3."""
-    pair = reply[0] if isinstance(reply[0], list) else reply
-    return int(float(pair[1]))

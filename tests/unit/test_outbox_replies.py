@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from baton.models import OutboxRow
 from baton.store.outbox import parse_row
-from baton.store.shard_store import _head
-
-
-def test_a_timer_head_reads_alike_in_resp2_and_resp3() -> None:
-    assert _head(["deadline|s|-|ns.wake.a.1", "1764567890123"]) == 1764567890123  # RESP2
-    assert _head([["deadline|s|-|ns.wake.a.1", 1764567890123.0]]) == 1764567890123  # RESP3
 
 
 def test_a_row_is_read_as_the_model_validates_it_and_a_malformed_one_is_kept_raw() -> None:
