@@ -257,6 +257,8 @@ def _kept_exporter_class() -> type:
     from opentelemetry.sdk.metrics.export import Histogram as HistogramData
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+    from baton.adapters.opentelemetry import exporter_preferences
+
     class KeptHistogramsExporter(MetricExporter):
         """Delegates to the exporter it wraps, with the kept histograms' points added to
         its scope (``baton``). Cumulative by default; an exporter that prefers delta
@@ -267,9 +269,9 @@ def _kept_exporter_class() -> type:
                      scope: str, version: str) -> None:
             # None when the exporter has no preference (the console exporter's default):
             # the reader's own defaults, cumulative histograms among them.
-            preferred = inner._preferred_temporality
+            preferred, aggregation = exporter_preferences(inner)
             super().__init__(preferred_temporality=preferred,
-                             preferred_aggregation=inner._preferred_aggregation)
+                             preferred_aggregation=aggregation)
             self.inner, self.resource, self.kept = inner, resource, kept
             self.scope, self.version = scope, version
             self.delta = (preferred or {}).get(SdkHistogram) == AggregationTemporality.DELTA

@@ -46,8 +46,6 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
 from opentelemetry.metrics import NoOpMeterProvider
-from opentelemetry.metrics import _internal as _metrics_api
-from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider
 
 from baton.errors import ConfigError
@@ -73,7 +71,14 @@ SCOPE = "baton"  # the instrumentation scope of every span and instrument Baton 
 # The global providers that mean "nobody configured telemetry": the API's proxies (before
 # any set_*_provider) and the explicit no-ops.
 _NO_TRACING = (ProxyTracerProvider, NoOpTracerProvider)
-_NO_METRICS = (_ProxyMeterProvider, NoOpMeterProvider)
+
+
+def _no_metrics(provider: Any) -> bool:
+    """Whether ``provider`` records nothing: the API's own no-op, or its proxy before any
+    provider is set (a class of the API package itself, which implements no provider;
+    the proxy's class is not public)."""
+    return (isinstance(provider, NoOpMeterProvider)
+            or type(provider).__module__.startswith("opentelemetry.metrics"))
 
 
 def _version() -> str:
@@ -85,35 +90,13 @@ def _version() -> str:
         return "0"
 
 
-def _unset(api: Any, name: str, env: str) -> bool:
-    """Whether no global provider is set: the fast path of every wrapper.
-
-    ``get_tracer_provider()`` / ``get_meter_provider()`` look the environment up on every
-    call until a provider is set (microseconds, several times per handled message); the
-    API module's global answers the same question in tens of nanoseconds. Should a future
-    API drop that global, this falls back to the public call.
-    """
-    return getattr(api, name, False) is None and not _provider_in_env(env)
-
-
-@functools.cache
-def _provider_in_env(env: str) -> bool:
-    """A provider named by the API's own variable, loaded on the first public call."""
-    return env in os.environ
-
-
 def tracer() -> Any:
     """Baton's tracer from the global TracerProvider; None when no provider is configured.
 
-    Called by every wrapper at use time: one look at the global provider, and a new tracer
-    only when the provider changed.
+    Called by every wrapper at use time: one look at the global provider (the API's
+    public call, under a microsecond), and a new tracer only when the provider changed.
     """
-    provider: Any = getattr(otel_trace, "_TRACER_PROVIDER", None)
-    if provider is not None and provider is state.tracer_provider:  # the usual case
-        return state.tracer
-    if _unset(otel_trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
-        return None
-    provider = otel_trace.get_tracer_provider()  # new, or named by the environment
+    provider: Any = otel_trace.get_tracer_provider()
     if provider is not state.tracer_provider:
         found: Any = None
         if not isinstance(provider, _NO_TRACING):
@@ -151,15 +134,10 @@ def _sampler_traits(provider: Any) -> tuple[bool, bool]:
 
 def instruments() -> Instruments | None:
     """Baton's instruments on the global MeterProvider; None when no provider is configured."""
-    provider: Any = getattr(_metrics_api, "_METER_PROVIDER", None)
-    if provider is not None and provider is state.meter_provider:  # the usual case
-        return state.instruments
-    if _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
-        return None
-    provider = otel_metrics.get_meter_provider()  # new, or named by the environment
+    provider: Any = otel_metrics.get_meter_provider()
     if provider is not state.meter_provider:
         found = None
-        if not isinstance(provider, _NO_METRICS):
+        if not _no_metrics(provider):
             own = provider is state.own_meter_provider
             found = Instruments.create(provider.get_meter(SCOPE, _version()),
                                        state.kept if own else None)
@@ -187,7 +165,7 @@ def setup(service_name: str, settings: Any = None,
     if state.installed or exporters.truthy(env.get("OTEL_SDK_DISABLED")):
         return state.installed
     unset_traces = isinstance(otel_trace.get_tracer_provider(), _NO_TRACING)
-    unset_metrics = isinstance(otel_metrics.get_meter_provider(), _NO_METRICS)
+    unset_metrics = _no_metrics(otel_metrics.get_meter_provider())
     span_exporters = exporters.span_exporters(env) if unset_traces else []
     if span_exporters and not propagators_loaded():
         raise ConfigError(f"OTEL_PROPAGATORS: {no_propagators()} Install its package, or "
