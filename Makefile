@@ -3,6 +3,8 @@
 #   make demo        system deps + virtualenv, then the five-notice crash/takeover demo
 #   make test        system deps + virtualenv, then the default test suite (crash tests included;
 #                    TEST_WORKERS=2 processes by default)
+#   make test-newest the default suite against the newest versions pyproject.toml allows (no lock:
+#                    a fresh virtualenv, as a team adding Baton to its own application gets)
 #   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
@@ -39,7 +41,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-durable screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-newest test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-durable screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -74,6 +76,19 @@ demo: deps venv
 
 test: deps venv
 	$(BIN)/pytest -q -m "not chaos and not partition" $(XDIST) $(PYTEST_ARGS)
+
+# The lock pins what CI and the image run; a team that adds Baton to its application resolves
+# pyproject.toml's ranges on the day it installs. This target does the same in a virtualenv
+# made anew each run, prints what it resolved beside the lock, and runs the default suite.
+NEWEST_VENV ?= .venv-newest
+
+test-newest: deps
+	rm -rf "$(NEWEST_VENV)"
+	$(PYTHON) -m venv "$(NEWEST_VENV)"
+	$(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(NEWEST_VENV)/bin/python scripts/newest.py $(DEV_LOCK)
+	$(NEWEST_VENV)/bin/pytest -q -m "not chaos and not partition" $(XDIST) $(PYTEST_ARGS)
 
 HOGS ?= 8
 
