@@ -1,4 +1,5 @@
-"""Shared fixtures: real Redis and NATS servers per test session, one namespace per test."""
+"""Shared fixtures: real Redis, NATS and S3 servers per test session, one namespace (or S3
+prefix) per test."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from baton.devkit.servers import NatsServer, RedisServer
 from baton.errors import ServerBinaryMissing
 from baton.settings import Settings
 from baton.store.store import Store
+from tests.s3_server import S3Server
 
 
 def _start_failed(exc: ServerBinaryMissing) -> NoReturn:
@@ -90,3 +92,22 @@ async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="session")
+async def s3_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[S3Server]:
+    """An S3-compatible server (moto's, a child process) with one bucket, for the whole run;
+    started by the first test that asks for it (a few seconds)."""
+    async with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://<bucket>/<a fresh prefix>`` on ``s3_server``, with the ``AWS_*`` variables
+    that reach it set for this test (what ``Archive.from_url`` reads)."""
+    for name, value in s3_server.environ().items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE"):  # would win
+        monkeypatch.delenv(name, raising=False)
+    return f"s3://{s3_server.bucket}/t{uuid4().hex[:10]}"
