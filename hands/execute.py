@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from baton.app import Tool, ToolContext
 from baton.errors import StaleAttemptError, ToolError, ValidationError
 from baton.hands import retries
+from baton.hands.http import as_tool_error
 from baton.hands.isolation import run_isolated
 from baton.hands.replay import decide
 from baton.models import Recovery, ToolIntent, ToolResult, WorkerRef
@@ -213,6 +214,9 @@ class ToolExecution:
             return _cancelled(attempt, recovery, started, exc.output)
         except ToolError as exc:
             return _error(attempt, exc.code, exc.message, recovery, started)
+        except httpx.HTTPError as exc:  # the server's failure, not the tool's: say what failed
+            failed = as_tool_error(exc)
+            return _error(attempt, failed.code, failed.message, recovery, started)
         except _Timeout:
             found = await self._confirm_stopped(tool, confirm, "timeout")
             if found is _UNKNOWN:

@@ -7,8 +7,8 @@ A failure is only final when it may have acted. Three kinds, by what the error p
                 connect refused / timed out, name           until the tool's deadline, whatever
                 resolution failed, no pooled connection     the replay policy (nothing happened)
     ambiguous   the request may have arrived: a read      a ``confirm`` tool asks the outside
-                timeout, a reset or close after sending     system first, a ``safe`` tool runs
-                                                            again; an ``unsafe`` tool's error
+                timeout, a reset or close after sending,    system first, a ``safe`` tool runs
+                the request's deadline passing              again; an ``unsafe`` tool's error
                                                             is final (the model decides)
     declared    the tool said so: ``@tool(retry_on=...)``  retried like never_sent
     final       anything else                              the error is the run's result
@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import httpx
 
+from baton.errors import RequestDeadlineExceeded, ResponseTooLarge
 from baton.observability.log import get_logger
 
 log = get_logger("baton.hands")
@@ -80,6 +81,12 @@ def classify(exc: BaseException, declared: tuple[type[BaseException], ...] = ())
     """What ``exc`` proves about whether the call acted (see the module table)."""
     if declared and isinstance(exc, declared):
         return "declared"
+    # The shared client's bounds (hands.http): a deadline may pass after the request arrived;
+    # a body too large arrives the same way again.
+    if isinstance(exc, RequestDeadlineExceeded):
+        return "ambiguous"
+    if isinstance(exc, ResponseTooLarge):
+        return "final"
     for link in _chain(exc):  # the original error decides when a library re-raised it
         kind = _aiohttp_kinds(link)
         if kind is not None:

@@ -182,7 +182,8 @@ class HandsWorker(Service):
             epoch = await self.connect("redis",
                                        lambda: StoreEpoch.establish(store.redis, store.keys))
             self.bus = await self.connect("nats", lambda: Bus.connect(s, self.name, self.role))
-            self.http = http_client(s.connect_timeout_s)
+            self.http = http_client(s.connect_timeout_s, max_body_bytes=s.tool_http_max_bytes,
+                                    deadline_s=s.tool_http_deadline_s)
             if self.app.mcp:
                 await self._discover_mcp()
             self.execution = ToolExecution(s, self.tools, self.store.runs, self.worker, self.http)

@@ -40,6 +40,14 @@ text::
     ├── ServerError                  terminal  an embedded server could not start or stop
     │   └── ServerBinaryMissing      terminal  redis-server / nats-server not installed
     └── ToolError                    terminal  a tool failed; becomes a result the model sees
+        └── HttpError                terminal  a tool's HTTP request failed (method, url, error,
+            │                                  detail): the HTTP library's error, named
+            ├── ResponseTooLarge     terminal  a body, as sent or decoded, past the Hands'
+            │                                  client's bound (limit, decoded)
+            └── RequestDeadlineExceeded
+                                     terminal  no whole response within the request's deadline
+                                               (deadline_s); it may have acted, as after a
+                                               read timeout
 
 :func:`from_redis_error` maps redis-py exceptions (including the error replies of Baton's Lua
 scripts, which start with a stable code word) onto this tree.
@@ -396,6 +404,62 @@ class ToolError(BatonError):
     def __init__(self, message: str, code: str = "tool_error", **fields: Any) -> None:
         super().__init__(message, **fields)
         self.code = code
+
+
+class HttpError(ToolError):
+    """A tool's HTTP request failed; what the model reads of it.
+
+    ``error`` names the HTTP library's exception (``RemoteProtocolError``, ``ConnectError``,
+    ...) and ``detail`` is its text; ``url`` has no query or credentials. The Hands' shared
+    client (:mod:`baton.hands.http`) raises the two subclasses itself; an httpx error a tool
+    lets escape becomes this class's result (``code`` ``http_error``).
+    """
+
+    code = "http_error"
+    method: str
+    url: str
+    error: str
+    detail: str
+
+    def __init__(self, method: str, url: str, error: str, detail: str = "", *,
+                 message: str = "", **fields: Any) -> None:
+        super().__init__(
+            message or f"{method} {url} failed: {error}" + (f": {detail}" if detail else ""),
+            code=type(self).code, method=method, url=url, error=error, detail=detail, **fields)
+
+
+class ResponseTooLarge(HttpError):
+    """A response body went past the Hands' shared client's bound: ``limit`` bytes as sent
+    (its Content-Length, or what arrived, chunked or until the close), or once decoded
+    (``decoded``: gzip or deflate). Nothing past the bound was read into memory."""
+
+    code = "response_too_large"
+    limit: int
+    decoded: bool
+
+    def __init__(self, method: str, url: str, limit: int, *, decoded: bool = False) -> None:
+        what = "decoded body" if decoded else "body"
+        super().__init__(
+            method, url, "ResponseTooLarge", message=(
+                f"{method} {url}: the response's {what} is larger than the {limit} bytes "
+                f"the tools' HTTP client reads"),
+            limit=limit, decoded=decoded)
+
+
+class RequestDeadlineExceeded(HttpError):
+    """A request's response did not end within its deadline: ``deadline_s`` from the request
+    to the last byte of the body, however slowly the server sent it. The request may have
+    acted (as after a read timeout)."""
+
+    code = "request_deadline"
+    deadline_s: float
+
+    def __init__(self, method: str, url: str, deadline_s: float) -> None:
+        super().__init__(
+            method, url, "RequestDeadlineExceeded", message=(
+                f"{method} {url}: the response did not end within the request's deadline "
+                f"of {deadline_s:g} s (the request may have taken effect)"),
+            deadline_s=deadline_s)
 
 
 def from_redis_error(

@@ -127,6 +127,14 @@ class Settings(BaseModel):
     max_deliver: int = Field(default=8, ge=1)
     hands_concurrency: int = Field(default=64, ge=1)  # tool runs in flight, per tool
     tool_output_limit: int = Field(default=64 * 1024, ge=256)
+    # The tools' shared HTTP client (ctx.http, baton.hands.http): a response body past
+    # tool_http_max_bytes (as sent or once decoded) ends its request with ResponseTooLarge,
+    # and a response not whole within tool_http_deadline_s of its request (however slowly
+    # the server drips it) with RequestDeadlineExceeded. A URL a model chose can neither
+    # fill a Hands' memory (hands_concurrency bodies of this size per tool at most) nor hold
+    # a call past its deadline. A request may ask for other bounds (its extensions).
+    tool_http_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    tool_http_deadline_s: float = Field(default=30.0, gt=0)
 
     # Relay
     relay_batch: int = Field(default=256, ge=1)

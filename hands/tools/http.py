@@ -22,6 +22,8 @@ async def http_get(args: HttpGetArgs, ctx: ToolContext) -> dict[str, Any]:
     """Fetch a URL with GET and return its status and (truncated) text."""
     try:
         response = await ctx.http.get(args.url, follow_redirects=True)
+    except ToolError:  # the shared client's bounds (too large, past the deadline): as they are
+        raise
     except Exception as exc:
         raise ToolError(f"GET {args.url} failed: {exc}", code="http_error") from None
     text = response.text

@@ -3,6 +3,8 @@ run never touches it."""
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from baton.bus.bus import Bus
@@ -15,6 +17,7 @@ from baton.store.deadletter import dead_letters
 from baton.store.store import Store
 from tests.integration.hands_app import (
     APP,
+    HOOKS,
     OTHER_HANDS,
     commit_runs,
     dispatch,
@@ -25,6 +28,7 @@ from tests.integration.hands_app import (
     running,
     settled,
 )
+from tests.raw_http_server import Answer, raw_server
 
 # ---------------------------------------------------------------- errors are results
 
@@ -148,6 +152,51 @@ async def test_a_tool_message_on_another_tools_subject_never_touches_the_run(
         await settled(bus, "send_email")
     assert result.ok and result.attempt == 1 and result.output["status"] == "delivered"
     assert mailbox.raw_requests == 1 and len(mailbox.operations) == 1
+
+
+async def test_a_hostile_server_ends_a_tool_call_as_a_coded_result(
+    hs: Settings, store: Store, bus: Bus
+) -> None:
+    """What a tool's shared HTTP client refuses (hands.http) is the run's result, the
+    message the model reads: a gzip bomb, a drip past the request's deadline, a reset."""
+    bomb = gzip.compress(bytes(2**22), mtime=0)
+
+    def script(head: bytes, n: int) -> Answer:
+        path = head.split(b" ")[1].split(b"?")[0]
+        if path == b"/bomb":
+            return Answer(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d"
+                          b"\r\n\r\n%s" % (len(bomb), bomb))
+        if path == b"/drip":
+            return Answer(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", drip=b"x")
+        return Answer(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nxx", then="reset")
+
+    bounded = hs.model_copy(update={"tool_http_max_bytes": 64 * 1024,
+                                    "tool_http_deadline_s": 0.5})
+    session = new_id("s")
+    async with raw_server(script) as raw:
+        runs = {path: make_intent(bus, session, "gate", {}) for path in ("bomb", "drip", "reset")}
+        for path, intent in runs.items():
+            HOOKS[intent.run_id] = lambda ctx, path=path: ctx.http.get(f"{raw.url}/{path}?k=s")
+        fetch = make_intent(bus, session, "http_get", {"url": f"{raw.url}/bomb"})
+        await commit_runs(store, bus, session, [*runs.values(), fetch])
+        async with running(bounded, tools=["gate", "http_get"]):
+            for intent in [*runs.values(), fetch]:
+                await dispatch(bus, intent)
+            results = {path: await result_of(store, intent) for path, intent in runs.items()}
+            fetched = await result_of(store, fetch)
+            await settled(bus, "gate", "http_get")
+    codes = {path: (r.outcome, r.error_code, r.attempt) for path, r in results.items()}
+    assert codes == {"bomb": ("error", "response_too_large", 1),
+                     "drip": ("error", "request_deadline", 1),
+                     "reset": ("error", "http_error", 1)}
+    assert f"GET {raw.url}/bomb: the response's decoded body is larger than the 65536 " in (
+        results["bomb"].error or "")
+    assert "deadline of 0.5 s" in (results["drip"].error or "")
+    assert f"GET {raw.url}/reset failed: " in (results["reset"].error or "")
+    assert not any("k=s" in (r.error or "") for r in results.values())  # no query shown
+    # http_get (a safe tool) returns the bound's own result, not a retry or its own wrap
+    assert (fetched.outcome, fetched.error_code, fetched.attempt) == (
+        "error", "response_too_large", 1)
 
 
 def test_serving_an_undeclared_tool_is_a_config_error(settings: Settings) -> None:
