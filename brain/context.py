@@ -55,6 +55,14 @@ class TaskContext:
     def agent(self) -> Agent:
         return self.app.agent(self.state.meta.agent)
 
+    def retention_ms(self) -> int:
+        """How long the session stays in Redis once settled: its agent's ``retention``, else
+        ``session_retention_s``."""
+        agent = self.app.agents.get(self.state.meta.agent)
+        retention = agent.retention if agent is not None else None
+        seconds = self.settings.session_retention_s if retention is None else retention
+        return max(1, round(seconds * 1000))
+
     def live_tasks_after(self, changed: list[Task]) -> bool:
         """Whether unfinished work remains once these task changes are applied."""
         if any(not t.terminal for t in changed):
@@ -72,6 +80,8 @@ class TaskContext:
         if writes.deadline_ms == 0:
             live = self.live_tasks_after(writes.tasks)
             writes.deadline_ms = self.settings.progress_deadline_ms if live else -1
+            if not live:  # settled: archived once its retention has passed (brain.archival)
+                writes.retain_ms = self.retention_ms()
         if self.idle_after is not None and self.idle_after(writes):
             writes.release_ttl_ms = self.settings.lease_ms
             held = self.held

@@ -19,19 +19,21 @@ from typing import Any
 import structlog
 
 from baton.app import App
+from baton.archive import Archive
 from baton.brain.context import TaskContext
 from baton.brain.held import HeldSessions
 from baton.brain.interrupts import CancelWatch
 from baton.brain.registry import Registry
 from baton.brain.scheduler import schedule
 from baton.bus.subjects import BusNames
-from baton.errors import StaleFenceError
+from baton.errors import ArchivedError, NotArchivable, StaleFenceError
 from baton.faults import Faults
 from baton.models import WorkerRef
 from baton.observability.log import get_logger
 from baton.observability.tracing import held_word
 from baton.receipts import Carrier
 from baton.settings import Settings
+from baton.store import retention
 from baton.store.state import SessionState
 from baton.store.store import HeldEnd, Store
 
@@ -54,6 +56,9 @@ class BrainContext:
     # The Brain's held channels: where a pass that dispatched tool runs waits for their
     # results under its lease (brain.held); None: passes never hold.
     held: HeldSessions | None = None
+    # Where settled sessions go once their retention passed, and come back from
+    # (baton.store.retention); None: this Brain neither archives nor restores.
+    archive: Archive | None = None
 
 
 @dataclass
@@ -63,6 +68,16 @@ class PassResult:
     passes: int = 0
     takeover: bool = False
     holds: int = 0  # times the pass held its lease for tool results (brain.held)
+    archived: bool = False  # the pass archived the session (it left Redis)
+    restored: bool = False  # the pass brought the session back from the archive first
+
+
+def _settled(state: SessionState) -> bool:
+    """Nothing live in the session: no open task, no request, no decision, no live run."""
+    return (not any(not t.terminal for t in state.tasks.values()) and not state.requests
+            and not state.decisions and not state.meta.cancels
+            and not any(r.status in ("dispatched", "running", "awaiting_approval")
+                        for r in state.runs.values()))
 
 
 class SessionPass:
@@ -80,6 +95,11 @@ class SessionPass:
         # The cancel requests the lease renewals find in the inbox (brain.interrupts).
         self.cancels = CancelWatch()
 
+    async def _asked_back(self) -> bool:
+        """Whether a client's request waits in the archived session's inbox."""
+        inbox = self.brain.store.keys.session(self.session_id).inbox
+        return bool(await self.brain.store.redis.hlen(inbox))
+
     def join(self, carrier: Carrier | None) -> None:
         """Another wake of this session arrived here: look again after this round (a
         pass holding its lease stops holding and looks at once)."""
@@ -93,13 +113,30 @@ class SessionPass:
         settings = brain.settings
         result = PassResult()
         while True:
-            lease, state = await brain.store.acquire_and_load(
-                sid, brain.worker, settings.lease_ms, carrier=self.carrier
-            )
+            try:
+                lease, state = await brain.store.acquire_and_load(
+                    sid, brain.worker, settings.lease_ms, carrier=self.carrier
+                )
+            except ArchivedError:
+                # A client asked for it back (a request waits in the inbox): restore it,
+                # then lease it as usual. Anything else is a late wake: refused.
+                if brain.archive is None or not await self._asked_back():
+                    raise
+                result.restored = await retention.restore(brain.store, brain.archive, sid,
+                                                          brain.worker) or result.restored
+                continue
             self.carrier = None  # recorded; a joined wake sets the next one
             result.fence, result.takeover = lease.fence, result.takeover or lease.takeover
             structlog.contextvars.bind_contextvars(fence=lease.fence)  # every later line
             brain.faults.hit("brain.after_wake")
+            if brain.archive is not None and _settled(state) and not self.rewake:
+                try:
+                    if await retention.archive_if_due(brain.store, brain.archive, sid,
+                                                      lease.fence, brain.worker):
+                        result.archived = True
+                        return result  # its keys, the lease among them, are gone
+                except NotArchivable as exc:  # it moved meanwhile: an ordinary pass
+                    log.info("archive_skipped", session_id=sid, reason=exc.reason)
             await self._under_lease(lease.fence, result, state)
             if not self.rewake:
                 return result

@@ -19,6 +19,7 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from baton.app import App, load_app
+from baton.archive import Archive
 from baton.brain.held import HeldSessions
 from baton.brain.model import model_client
 from baton.brain.registry import Registry
@@ -28,6 +29,7 @@ from baton.bus.messages import carrier_of, delivery_count, heartbeat, retry_late
 from baton.bus.nudge import TimerNudge
 from baton.bus.subjects import BusNames
 from baton.errors import (
+    ArchivedError,
     BatonError,
     ConfigError,
     CorruptStateError,
@@ -98,7 +100,7 @@ class BrainWorker(Service):
         self.context = BrainContext(
             store=store, settings=self.settings, worker=self.worker, app=self.app,
             names=self.names, faults=self.faults, handlers=self.handlers, held=holds,
-            models=self._models,
+            models=self._models, archive=Archive.from_url(self.settings.archive_location()),
         )
         try:
             epoch = await self.connect(
@@ -228,6 +230,11 @@ class BrainWorker(Service):
             await msg.nak(delay=exc.remaining_ms / 1000 + 0.05)
         except StaleFenceError as exc:
             outcome, fence = "fenced", exc.presented  # a newer Brain owns it: stop touching it
+        except ArchivedError as exc:  # a late wake for a session that left Redis
+            outcome = "archived"
+            await record_dead_letter(store.redis, store.keys, role="brain", source="wake",
+                                     reason=str(exc), payload=msg.data, session_id=sid)
+            await msg.ack()
         except NotFoundError as exc:
             outcome = "unknown_session"
             await record_dead_letter(store.redis, store.keys, role="brain", source="wake",

@@ -35,6 +35,7 @@ from baton.app import App, Tool, load_app
 from baton.bus.bus import Bus, Puller
 from baton.bus.messages import Beats, carrier_of, delivery_count, retry_later, settle
 from baton.errors import (
+    ArchivedError,
     ConfigError,
     NatsUnavailable,
     RedisUnavailable,
@@ -345,6 +346,11 @@ class HandsWorker(Service):
                 carrier=carrier_of(msg),  # the trace names the relay that carried this message
                 tool=dispatch.tool,  # claim.lua refuses a run committed for another tool
             )
+        except ArchivedError as exc:  # a late message for a session that left Redis
+            done.outcome = "dead_letter"
+            await self._dead_letter(msg, str(exc), delivery)
+            await settle(msg.ack())
+            return
         except ToolMismatchError as exc:
             done.outcome = "dead_letter"
             await self._dead_letter(msg, f"tool mismatch: the message names {exc.presented!r}, "
@@ -450,6 +456,9 @@ class HandsWorker(Service):
                     intent.session_id, intent, attempt, result, self.worker,
                     force_wake=not result.ok, detail={"delivery": delivery},
                 )
+            except ArchivedError as err:  # archived meanwhile: refused, nothing written
+                log.warning("complete_refused", reason=str(err))
+                return False
             except StaleAttemptError as err:
                 current, status = err.fields["current"], err.fields["status"]
                 if current == attempt and status == "completed":

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from baton.brain.tasks import ChildResult, PhaseContext, Step, TaskDef
     from baton.client import Approval, Client
     from baton.errors import (
+        ArchivedError,
+        ArchiveError,
+        ArchiveUnavailable,
         BatonError,
         ConfigError,
         ConflictError,
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
         ModelError,
         ModelRetryableError,
         NatsUnavailable,
+        NotArchivable,
         NotFoundError,
         PayloadTooLarge,
         QuarantinedError,
@@ -101,7 +105,13 @@ _EXPORTS: dict[str, str] = {
     **{
         name: "baton.errors"
         for name in (
-            "BatonError",
+            "ArchiveError",
+            "ArchiveUnavailable",
+            "ArchivedError",
+            "ArchiveError",
+    "ArchiveUnavailable",
+    "ArchivedError",
+    "BatonError",
             "ConfigError",
             "ConflictError",
             "CorruptStateError",
@@ -111,6 +121,7 @@ _EXPORTS: dict[str, str] = {
             "HttpError",
             "LeaseBusyError",
             "ModelError",
+            "NotArchivable",
             "ModelRetryableError",
             "NatsUnavailable",
             "NotFoundError",
@@ -140,6 +151,9 @@ __all__ = [
     "Agent",
     "App",
     "Approval",
+    "ArchiveError",
+    "ArchiveUnavailable",
+    "ArchivedError",
     "BatonError",
     "CancelAnswer",
     "ChildResult",
@@ -161,6 +175,7 @@ __all__ = [
     "ModelResponse",
     "ModelRetryableError",
     "NatsUnavailable",
+    "NotArchivable",
     "NotFoundError",
     "PayloadTooLarge",
     "PhaseContext",

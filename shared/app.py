@@ -285,6 +285,10 @@ class Agent:
     migrates_from: Sequence[int] = ()  # kept as a tuple
     # MCP servers (``App(mcp=[...])``) whose tools this agent uses, all of them.
     mcp: Sequence[str] = ()  # kept as a tuple
+    # Seconds a settled session of this agent stays in Redis before it is archived (then
+    # removed from Redis; reads fall through to the archive, a new submission restores
+    # it). None: the process's BATON_SESSION_RETENTION_S.
+    retention: float | None = None
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -298,6 +302,9 @@ class Agent:
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "mcp", tuple(self.mcp))
         object.__setattr__(self, "migrates_from", tuple(self.migrates_from))
+        if self.retention is not None and not self.retention > 0:
+            raise ConfigError(f"agent {self.name}: retention must be a number of seconds "
+                              f"> 0 (got {self.retention!r})")
         if self.compat < 1 or any(not 1 <= c < self.compat for c in self.migrates_from):
             raise ConfigError(f"agent {self.name}: compat must be >= 1 and migrates_from "
                               f"only older levels (got {self.compat}, {self.migrates_from})")

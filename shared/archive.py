@@ -103,10 +103,11 @@ from pydantic import ValidationError as PydanticValidationError
 from redis.exceptions import DataError, ResponseError
 
 from baton.errors import (
-    BatonError,
+    ArchivedError,
+    ArchiveError,
+    ArchiveUnavailable,
     ConfigError,
     CorruptStateError,
-    UnavailableError,
     ValidationError,
     from_redis_error,
 )
@@ -159,47 +160,6 @@ _HASH_FAMILIES = ("meta", "tasks", "done", "docs", "subs", "reqs", "runs", "runs
 # ArchiveUnavailable belong in its tree (under BatonError, and under UnavailableError for
 # the retryable one), and ArchivedError is being added there with this signature; the view
 # raises this one meanwhile.
-
-
-class ArchiveError(BatonError):
-    """The archive refused an operation or failed for good: access denied, no such bucket,
-    a malformed request. Terminal: fix the deployment (``url`` names the archive without
-    credentials; ``operation`` and ``key`` what was asked)."""
-
-    code = "archive"
-    url: str
-    operation: str
-    key: str
-    reason: str
-
-    def __init__(self, url: str, operation: str, key: str, reason: str) -> None:
-        super().__init__(
-            f"the archive {url} failed to {operation} {key or 'its objects'}: {reason}",
-            url=url, operation=operation, key=key, reason=reason)
-
-
-class ArchiveUnavailable(ArchiveError, UnavailableError):
-    """The archive cannot be reached now (refused connection, timeout, a 5xx, a full disk):
-    the same operation may succeed later."""
-
-    retryable = True
-    code = "archive_unavailable"
-
-
-class ArchivedError(BatonError):
-    """The session was archived: its keys left Redis for the archive. A write to it is
-    refused; a new submission restores it. (The view's placeholder of the class of the same
-    name that baton.errors is getting.)"""
-
-    code = "archived"
-
-    def __init__(self, session_id: str, archived_ms: int, fence: int) -> None:
-        super().__init__(f"session {session_id} is archived (since {archived_ms} ms); a new "
-                         "submission restores it", session_id=session_id,
-                         archived_ms=archived_ms, fence=fence)
-
-
-# ------------------------------------------------------------------------------ the object
 
 
 class _Frozen(BaseModel):

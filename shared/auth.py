@@ -65,8 +65,11 @@ _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zad
 _REDIS_COMMANDS: dict[Role, list[str]] = {
     # ssubscribe: the Brain's held channels (baton.brain.held); zscan: a quarantine drops
     # its timers
+    # xrevrange, zremrangebyscore: archival (archive.lua checks the newest receipt and
+    # trims the shard's archived index)
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
-              "spublish", "zscan", "get", "del", "hkeys", "ssubscribe", "sunsubscribe"],
+              "spublish", "zscan", "get", "del", "hkeys", "ssubscribe", "sunsubscribe",
+              "xrevrange", "zremrangebyscore"],
     # spublish: a result's word to the Brain holding its session (complete.lua)
     "hands": [*_SESSION_WRITES, "hgetall", "spublish"],
     # xrange: the oldest outbox row's age (the backlog metrics, ShardStore.backlog)
@@ -87,7 +90,7 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
 
 #: The session keys a Brain writes (see baton.store.keys): all but the Hands' run records.
 BRAIN_SESSION_KEYS = ("meta", "entries", "tasks", "done", "docs", "subs", "reqs", "intents",
-                      "inbox", "runs_done", "receipts", "applied", "nudge", "poison")
+                      "inbox", "runs_done", "receipts", "applied", "nudge", "poison", "archived")
 
 #: A client grant: session ids matching this glob (``*`` = every session of the namespace).
 #: Session ids hold no ``{`` or ``}`` (:data:`~baton.store.keys.SESSION_ID`), so in
@@ -131,7 +134,7 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         # reads; the outbox and timers; reads the rest.
         own = [f"~{tag}:s:*:{k}" for k in BRAIN_SESSION_KEYS]
         return [f"%R~{ns}:*", *own, f"~{tag}:outbox", f"~{tag}:timers",
-                f"~{tag}:sessions", *shard_logs]
+                f"~{tag}:sessions", f"~{tag}:archived", *shard_logs]
     # client: reads the granted sessions; writes only their inbox (submit, start, cancel,
     # approve and reject requests), nudge and receipts, and appends to the shard's wakes
     # stream (the relay publishes a request's wake on the session's wake subject): write
@@ -163,6 +166,14 @@ def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
     out = []
     if role in _APPLIED_KEY:
         out.append(f"(+pexpire ~{tag}:s:{grant}:{_APPLIED_KEY[role]})")
+    if role == "brain":
+        # Archival (archive.lua) moves a settled session out of Redis: its tombstone
+        # expires, and the other roles' records of it (the Hands' runs, the commit ids of
+        # Hands and clients) are deleted with it. Delete only: a Brain still cannot write
+        # a run record (restore.lua leaves the runs hash out: a settled session's records
+        # there are applied runs the Hands had yet to drop).
+        out.append(f"(+pexpire ~{tag}:s:*:archived)")
+        out.append(f"(+del ~{tag}:s:*:runs ~{tag}:s:*:runs_applied ~{tag}:s:*:inbox_applied)")
     if role in ("hands", "client"):  # a result, a request: the Brain's nudge
         out.append(f"(+set ~{tag}:s:{grant}:nudge)")
     elif role == "relay":  # a fired timer (write-only, as in its root patterns)

@@ -18,10 +18,10 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from baton.bus.subjects import BusNames
 from baton.client_input import (
@@ -34,6 +34,7 @@ from baton.client_input import (
 )
 from baton.client_reads import SessionReads
 from baton.errors import (
+    ArchivedError,
     ConfigError,
     ConflictError,
     CorruptStateError,
@@ -41,13 +42,14 @@ from baton.errors import (
     RedisUnavailable,
     UnavailableError,
     ValidationError,
+    WaitTimeout,
     not_found,
 )
 from baton.faults import Faults
 from baton.models import Document, Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
-from baton.store import quarantine
+from baton.store import quarantine, retention
 from baton.store.control import CancelAnswer
 from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
@@ -60,6 +62,9 @@ log = get_logger("baton.client")
 #: A level found served by a live Brain is taken as served this long (seconds) before
 #: the liveness records are read again for new input.
 SERVED_RECHECK_S = 10.0
+#: How long a write to an archived session waits for a Brain to restore it.
+RESTORE_WAIT_S = 30.0
+T = TypeVar("T")
 #: How long a wait that timed out may spend finding out what it waits for (a hint).
 WHY_READ_S = 2.0
 
@@ -224,8 +229,8 @@ class Client:
             input={"agent": agent},
             created_ms=now_ms(),
         )
-        async with self._quarantine_named(session_id):
-            result = await self.store.inbox.submit(
+        def write() -> Awaitable[tuple[Submission, bool]]:
+            return self.store.inbox.submit(
                 session_id,
                 agent=agent,
                 compat=compat,
@@ -236,6 +241,9 @@ class Client:
                 worker=self.worker,
                 submission_id=sub_id,
             )
+
+        async with self._quarantine_named(session_id):
+            result = await self._restoring(session_id, write)
         self.faults.hit("submit.after_commit")
         return result
 
@@ -314,12 +322,15 @@ class Client:
         now = now_ms()
         task = Task(id=derived_id(kind, session_id, request_id), kind=kind,
                     input=dict(input or {}), owner=session_id, created_ms=now, updated_ms=now)
-        async with self._quarantine_named(session_id):
-            task_id, created = await self.store.inbox.start_task(
+        def write() -> Awaitable[tuple[str, bool]]:
+            return self.store.inbox.start_task(
                 session_id, agent=agent, compat=compat,
                 wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
                 task=task, worker=self.worker,
             )
+
+        async with self._quarantine_named(session_id):
+            task_id, created = await self._restoring(session_id, write)
         if not created:  # the same request id: the same start, or a conflict
             first = await self.store.inbox.task(session_id, task_id)
             if first.kind != task.kind or first.input != task.input:
@@ -329,6 +340,38 @@ class Client:
                     f"{'another kind' if first.kind != task.kind else 'a different input'}",
                     session_id=session_id, task_id=task_id)
         return session_id, task_id, created
+
+    async def _restoring(self, session_id: str, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()``; when it is refused ARCHIVED (the session left Redis for the archive),
+        a Brain is asked to restore the session, the restore waited for, and ``write()`` runs
+        once more, on the live session (its request id checked against the restored
+        ones)."""
+        try:
+            return await write()
+        except ArchivedError:
+            await self._restored(session_id)
+            return await write()
+
+    async def _restored(self, session_id: str) -> None:
+        """Ask the Brains to bring the archived session back (baton.store.retention) and
+        wait until one did: its ``restored:`` notification, or no tombstone left (asked
+        again every second meanwhile)."""
+        channel = self.store.keys.settled_channel(session_id)
+        signal = await self.settled.join(channel)
+        try:
+            async with asyncio.timeout(RESTORE_WAIT_S):
+                while await retention.ask_restore(self.store, session_id):
+                    await asyncio.wait({signal}, timeout=1.0)
+                    if signal.done():
+                        signal = self.settled.again(channel, signal)
+        except TimeoutError:
+            raise WaitTimeout(
+                f"session {session_id} is archived and no Brain restored it within "
+                f"{RESTORE_WAIT_S:g} s; is a Brain serving its agent running?",
+                session_id=session_id, why="a Brain to restore the archived session") from None
+        finally:
+            await self.settled.leave(channel, signal)
+        log.info("session_restored_for_input", session_id=session_id)
 
     @contextlib.asynccontextmanager
     async def _quarantine_named(self, session_id: str) -> AsyncIterator[None]:

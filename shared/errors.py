@@ -12,6 +12,15 @@ text::
     │                                          committed intent (presented, committed)
     ├── NotFoundError                terminal  session / run / submission does not exist
     ├── ConflictError                terminal  the request contradicts committed state
+    │   └── NotArchivable            terminal  a session changed, is live or is not due since
+    │                                          its archival began (session_id, reason)
+    ├── ArchiveError                 terminal  the archive refused an operation (url, operation,
+    │   │                                      key, reason): denied, no bucket, malformed
+    │   └── ArchiveUnavailable       retryable the archive cannot be reached now (also an
+    │                                          UnavailableError)
+    ├── ArchivedError                terminal  the session was archived (its keys left Redis):
+    │                                          a write to it is refused; a new submission
+    │                                          restores it (session_id, archived_ms, fence)
     ├── ForbiddenError               terminal  the server refused this role an action (role, action,
     │   │                                      target): a NATS subject permission or a Redis ACL
     │   └── CredentialsError         terminal  wrong or missing credentials (server, user)
@@ -126,6 +135,37 @@ def not_found(what: str, *, namespace: str = "", **fields: Any) -> NotFoundError
 
 class ConflictError(BatonError):
     code = "conflict"
+
+
+class NotArchivable(ConflictError):
+    """archive.lua refused: since the snapshot the session changed (a commit, a request, a
+    result), or it has live work, or its retention has not passed. Nothing was written; the
+    archive object already written is harmless (a later archival writes it again)."""
+
+    code = "not_archivable"
+    session_id: str
+    reason: str
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id} cannot be archived now: {reason}",
+                         session_id=session_id, reason=reason)
+
+
+class ArchivedError(BatonError):
+    """The session was archived: its keys left Redis for the archive, a tombstone stays. Every
+    write to it (a late wake, a tool result, a stale worker, a request) is refused with
+    nothing written; reads fall through to the archive, and a client's new submission asks a
+    Brain to restore it first (:meth:`baton.client.Client.submit` does so by itself)."""
+
+    code = "archived"
+    session_id: str
+    archived_ms: int
+    fence: int
+
+    def __init__(self, session_id: str, archived_ms: int, fence: int) -> None:
+        super().__init__(f"session {session_id} is archived (since {archived_ms} ms); a new "
+                         "submission restores it", session_id=session_id,
+                         archived_ms=archived_ms, fence=fence)
 
 
 class CorruptStateError(BatonError):
@@ -324,6 +364,31 @@ class UnavailableError(BatonError):
     code = "unavailable"
 
 
+class ArchiveError(BatonError):
+    """The archive refused an operation or failed for good: access denied, no such bucket,
+    a malformed request. Terminal: fix the deployment (``url`` names the archive without
+    credentials; ``operation`` and ``key`` what was asked)."""
+
+    code = "archive"
+    url: str
+    operation: str
+    key: str
+    reason: str
+
+    def __init__(self, url: str, operation: str, key: str, reason: str) -> None:
+        super().__init__(
+            f"the archive {url} failed to {operation} {key or 'its objects'}: {reason}",
+            url=url, operation=operation, key=key, reason=reason)
+
+
+class ArchiveUnavailable(ArchiveError, UnavailableError):
+    """The archive cannot be reached now (refused connection, timeout, a 5xx, a full disk):
+    the same operation may succeed later."""
+
+    retryable = True
+    code = "archive_unavailable"
+
+
 class RedisUnavailable(UnavailableError):
     code = "redis_unavailable"
 
@@ -473,7 +538,8 @@ def from_redis_error(
     ``STALE_FENCE presented current``, ``STALE_ATTEMPT presented current status``,
     ``BUSY holder remaining_ms``, ``NOT_FOUND what``, ``INVALID what``, ``CONFLICT what``,
     ``CORRUPT what`` (the session's stored state; checked before any write),
-    ``WRONG_TOOL presented committed``.
+    ``WRONG_TOOL presented committed``, ``ARCHIVED archived_ms fence`` (the session's
+    tombstone), ``CHANGED``/``NOT_DUE``/``LIVE what`` (archive.lua's refusals).
     A NOT_FOUND becomes a sentence naming the id and ``namespace`` (see :func:`not_found`).
     """
     import redis.exceptions as rex
@@ -505,6 +571,16 @@ def from_redis_error(
     if text.startswith("WRONGTYPE"):  # a read of a session key that holds another type
         return CorruptStateError(session_id, f"a key holds the wrong type ({text})")
     # redis-py may prefix script errors; find our code word.
+    for word in ("ARCHIVED", "CHANGED", "NOT_DUE", "LIVE"):
+        idx = text.find(word + " ")
+        if idx >= 0:
+            parts = text[idx:].split(" ")
+            if word == "ARCHIVED":
+                at, fence = [*parts[1:3], "0", "0"][:2]
+                return ArchivedError(session_id, int(at) if _is_int(at) else 0,
+                                     int(fence) if _is_int(fence) else 0)
+            return NotArchivable(session_id, f"{word.lower().replace('_', ' ')}: "
+                                             f"{' '.join(parts[1:])}")
     for word in ("STALE_FENCE", "STALE_ATTEMPT", "BUSY", "NOT_FOUND", "INVALID", "CONFLICT",
                  "CORRUPT", "WRONG_TOOL"):
         idx = text.find(word + " ")

@@ -42,7 +42,7 @@ from baton.models import MarkRef, Usage, WorkerRef, loads
 __all__ = [
     "ApprovalDetail", "CancelDetail", "Carrier", "ClaimDetail", "CommitDetail",
     "CompleteDetail", "HeldDetail", "LeaseDetail", "OtherDetail", "PartialDetail", "Receipt",
-    "ReceiptDetail", "RefusedDetail", "StartDetail", "SubmitDetail",
+    "ReceiptDetail", "RefusedDetail", "RestoredDetail", "StartDetail", "SubmitDetail",
 ]
 
 _MAX_MS = 2**53  # a JSON-safe integer; no real timestamp or counter comes near it
@@ -239,6 +239,15 @@ class CommitDetail(_Detail):
         return frozenset(self.runs)
 
 
+class RestoredDetail(_Detail):
+    """``restored`` (restore.lua): a Brain brought the archived session back into Redis; the
+    receipts before it are the archived ones, as they were."""
+
+    kind: Literal["restored"]
+    archived_ms: int = 0  # when the session had been archived
+    object: str = ""  # the archive object it was restored from
+
+
 class OtherDetail(_Detail):
     """A kind this reader does not know (a newer writer), or one whose fields did not decode.
 
@@ -259,7 +268,7 @@ _TAGS = {
     "lease": "lease", "takeover": "lease", "held": "held", "claim": "claim", "reclaim": "claim",
     "complete": "complete", "refused": "refused", "submit": "submit", "start": "start",
     "partial": "partial", "cancel": "cancel", "approve": "approval", "reject": "approval",
-    "commit": "commit",
+    "commit": "commit", "restored": "restored",
 }
 
 
@@ -282,6 +291,7 @@ ReceiptDetail = Annotated[
     | Annotated[CancelDetail, Tag("cancel")]
     | Annotated[ApprovalDetail, Tag("approval")]
     | Annotated[CommitDetail, Tag("commit")]
+    | Annotated[RestoredDetail, Tag("restored")]
     | Annotated[OtherDetail, Tag("other")],
     Discriminator(_tag),
 ]

@@ -104,6 +104,18 @@ class Settings(BaseModel):
     # (baton.store.quarantine).
     poison_limit: int = Field(default=3, ge=1)
     progress_deadline_ms: int = Field(default=15_000, ge=100)
+    # Lifecycle (baton.store.retention): a settled session (nothing live: no open task,
+    # run, timer, approval or request) stays in Redis this long, then is written to the
+    # archive (archive_url) and removed from Redis; an agent's Agent(retention=...) wins.
+    session_retention_s: float = Field(default=86_400.0, gt=0)
+    # Where archived sessions go: a local directory (a path, or file:///abs/path) or an
+    # S3-compatible store (s3://bucket/prefix; credentials, region and endpoint from the
+    # standard AWS_* variables). "" : <BATON_HOME or ./.baton>/archive.
+    archive_url: str = ""
+    # How long the small tombstone of an archived session stays in Redis: it refuses late
+    # messages, results and stale workers for the session, and lets reads find the archive
+    # object without asking the archive. Past it, the archive is asked.
+    tombstone_ttl_s: float = Field(default=7 * 86_400.0, gt=0)
     entries_page: int = Field(default=200, ge=1)
     # The entries a Brain holds from its earlier leases, as bytes of their JSON (all sessions
     # together, least recently leased dropped first): a lease of a session held reads only
@@ -257,6 +269,14 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         finally:
             _NAMES.reset(names)
+
+    def archive_location(self) -> str:
+        """Where archived sessions go: ``archive_url``, else ``<BATON_HOME>/archive`` (the
+        embedded default; ``BATON_HOME`` defaults to ``./.baton``)."""
+        if self.archive_url:
+            return self.archive_url
+        home = os.environ.get("BATON_HOME") or os.path.join(os.getcwd(), ".baton")
+        return os.path.join(os.path.abspath(home), "archive")
 
     def min_replicas(self) -> int:
         """Replicas that must acknowledge a write: the setting, or 1 on a cluster, else 0."""

@@ -41,12 +41,20 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
     <ns>:T:s:<sid>:applied   HASH   commit id -> reply of a transition (retries in doubt apply
                                     once; expires, see lua/_applied.lua)
+    <ns>:T:s:<sid>:archived  HASH   the tombstone of an archived session (lua/archive.lua):
+                                    at, fence, seq, object, agent, compat, wake, created,
+                                    summary; expires after tombstone_ttl_s. While it is there
+                                    every session script refuses the session (ARCHIVED)
     <ns>:T:outbox            STREAM outbox rows of the shard (consumer group "relay"), written
                                     by Brains
     <ns>:T:wakes             STREAM wake rows written by Hands (a result arrived) and clients
                                     (a request waits), same fields; the relay publishes
                                     one only on its session's wake subject
-    <ns>:T:timers            ZSET   "<sid>|<kind>|<id>" scored by due time (ms)
+    <ns>:T:timers            ZSET   "<kind>|<sid>|<id>|<wake subject>" scored by due time (ms);
+                                    kinds: task (a sleeping task), deadline (progress),
+                                    retain (a settled session's archival is due)
+    <ns>:T:archived          ZSET   ids of the shard's archived sessions by archival time (ms),
+                                    kept as long as their tombstones (lua/archive.lua)
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
     <ns>:T:sessions          ZSET   ids of the shard's sessions by creation time (inspect);
                                     written by the script that opens the session
@@ -142,6 +150,11 @@ class SessionKeys:
     sessions: str
 
     @property
+    def archived(self) -> str:
+        """HASH: the tombstone of the session once archived (lua/archive.lua)."""
+        return self.meta.removesuffix("meta") + "archived"
+
+    @property
     def intents(self) -> str:
         """HASH run id -> committed intent of a live run (written by the Brain only)."""
         return self.meta.removesuffix("meta") + "intents"
@@ -210,6 +223,10 @@ class Keys:
 
     def sessions(self, shard: int) -> str:
         return f"{self.ns}:{self.tag(shard)}:sessions"
+
+    def archived(self, shard: int) -> str:
+        """The shard's archived sessions by archival time (ms), as long as their tombstones."""
+        return f"{self.ns}:{self.tag(shard)}:archived"
 
     def requested(self, shard: int) -> str:
         """The shard's sessions whose request wakes the relay published since its last inbox

@@ -429,8 +429,9 @@ def _lost(by_stream: dict[tuple[int, str], list[str]], replies: list[Any]) -> di
 
 
 def _requested_wake(subject: str, pending: list[str]) -> str | None:
-    """``subject`` when a submit or start request among ``pending`` (inbox values) names it
-    as its wake subject, else None."""
+    """``subject`` when a request among ``pending`` (inbox values: a submit or start, or a
+    restore of an archived session, see ask_restore.lua) names it as its wake subject, else
+    None."""
     for raw in pending:
         try:
             wake = loads(raw).get("wake")

@@ -43,9 +43,14 @@ SessionScript = Literal[
     "partial",
     "cancel",
     "approve",
+    "archive",
 ]
 SESSION_SCRIPTS: tuple[str, ...] = get_args(SessionScript)
 SHARD_SCRIPTS = ("fire_timers", "poison", "relay_lease", "relay_ack", "arm_requests")
+#: Scripts of an archived session: they expect its tombstone, so neither the guard (which
+#: refuses an archived session) nor the commit-id wrapper runs around them; they get the
+#: _lib.lua definitions they use (the session's key names first).
+TOMBSTONE_SCRIPTS = ("restore", "ask_restore")
 #: Transitions a failover must not lose once acknowledged: fences (acquire), commits, input,
 #: tool-run claims and results, operator decisions. Heartbeats, lease renewals and streamed
 #: partial text are losable by design (a lost one at worst causes a fenced takeover), so
@@ -74,7 +79,7 @@ KEY_TYPES: dict[str, str] = {
     "subs": "hash", "reqs": "hash", "runs": "hash", "runs_done": "hash",
     "receipts": "stream", "outbox": "stream", "timers": "zset", "applied": "hash",
     "sessions": "zset", "nudge": "string", "wakes": "stream", "intents": "hash",
-    "inbox": "hash"}
+    "inbox": "hash", "archived": "hash"}
 _DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)
 
 
@@ -149,9 +154,12 @@ def guarded_keys(name: str) -> frozenset[str]:
 def _guard(name: str) -> str:
     """The script's corrupt_refusal (see _lib.lua): meta_refusal() when it touches meta (its
     read of meta's fields checks meta's type), then a TYPE check per other guarded key, the
-    applied record's only with a commit id."""
+    applied record's only with a commit id. Every session script first refuses an archived
+    session (archived_refusal)."""
     keys = guarded_keys(name)
-    checks = ["meta_refusal()"] if "meta" in keys else []
+    # An archived session first: its keys are gone, so nothing else is worth checking.
+    checks = ["archived_refusal()"]
+    checks += ["meta_refusal()"] if "meta" in keys else []
     checks += [f"wrong_type(K_{k.upper()}, '{k}', '{KEY_TYPES[k]}')"
                for k in sorted(keys - {"applied", "meta"}, key=list(KEY_TYPES).index)]
     if "applied" in keys:
@@ -221,6 +229,9 @@ def source(name: str, *, acl_checks: bool = True) -> str:
         # The body becomes a function of its own ARGV: _applied.lua strips the commit id.
         return (head + prelude + guard
                 + "local function __script(ARGV)\n" + body + "\nend\n" + wrapper)
+    if name in TOMBSTONE_SCRIPTS:
+        lib = (lua / "_lib.lua").read_text()
+        return "local ACL_CHECKS = false\n" + _prelude(lib, [body]) + body
     return body
 
 
@@ -229,7 +240,7 @@ def declared(script: str, sk: SessionKeys) -> list[str]:
     access to each declared key); the script derives the others from it (see _lib.lua)."""
     if script in HANDS_SCRIPTS:
         return [sk.runs]
-    return [sk.inbox if script in INBOX_SCRIPTS else sk.meta]
+    return [sk.inbox if script in INBOX_SCRIPTS or script == "ask_restore" else sk.meta]
 
 
 async def pipelined(redis: Any, script: AsyncScript,
@@ -270,7 +281,7 @@ class Scripts:
         self.redis = redis
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(source(name, acl_checks=acl_checks))
-            for name in SESSION_SCRIPTS + SHARD_SCRIPTS
+            for name in SESSION_SCRIPTS + SHARD_SCRIPTS + TOMBSTONE_SCRIPTS
         }
 
     def __getattr__(self, name: str) -> AsyncScript:

@@ -33,6 +33,9 @@ class Writes:
     timers_add: dict[str, int] = field(default_factory=dict)
     timers_remove: list[str] = field(default_factory=list)
     deadline_ms: int = 0  # > 0 arm, < 0 clear, 0 leave as is
+    # With deadline_ms < 0 (nothing live after this commit): the session may be archived
+    # this many ms from now, on Redis' clock (commit.lua 'rt'); 0: not armed.
+    retain_ms: int = 0
     wake_subject: str = ""  # set to move the session to another compat level
     compat: int = 0  # with wake_subject: the session's new compat level
     # New runs that wait for an approval, by run id -> the arguments digest to present.
@@ -114,6 +117,8 @@ class Writes:
             "w": self.wake_subject,
             "n": [list(n) for n in self.notify],
         }
+        if self.retain_ms > 0:
+            index["rt"] = self.retain_ms
         if self.compat:
             index["c"] = self.compat
         if self.awaiting:

@@ -92,6 +92,8 @@ local K_NUDGE = K_BASE .. ':nudge'
 local K_WAKES = K_SHARD .. 'wakes'
 local K_INTENTS = K_BASE .. ':intents'
 local K_INBOX = K_BASE .. ':inbox'
+-- The tombstone of an archived session (archive.lua): its keys are gone but this one.
+local K_ARCHIVED = K_BASE .. ':archived'
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}
@@ -282,6 +284,17 @@ local function wrong_type(k, name, want)
     return fail('CORRUPT', name .. ' key is a ' .. t .. ', not a ' .. want)
   end
   return nil
+end
+
+-- An ARCHIVED reply when the session was archived (archive.lua wrote its tombstone and
+-- removed its keys), else nil (no writes). Every session script checks it first: a late
+-- wake, tool result, heartbeat, request or stale worker is refused with nothing written,
+-- never recreating half a session, until a Brain restores it (restore.lua). The reply
+-- carries the tombstone's archival time (ms) and fence.
+local function archived_refusal()
+  if redis.call('EXISTS', K_ARCHIVED) == 0 then return nil end
+  local t = redis.call('HMGET', K_ARCHIVED, 'at', 'fence')
+  return fail('ARCHIVED', (t[1] or '0') .. ' ' .. (t[2] or '0'))
 end
 
 -- A CORRUPT reply when meta cannot be relied on, else nil (no writes): not a hash (checked

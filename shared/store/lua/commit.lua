@@ -21,6 +21,10 @@ The index holds the counts (ne nt nd ns nr no) and the small parts:
                              Hands to drop: the Brain never writes the runs hash)
   ta [[timer member, due ms]]  tr [timer member]    timers to add / remove
   dl deadline ms (> 0 arm now + dl, < 0 clear, 0 leave)
+  rt retention ms, or absent  the commit leaves nothing live (dl < 0): the session may be
+                             archived rt ms from now on Redis' clock (meta 'retain_at', and
+                             a 'retain' timer that wakes a Brain then, see archive.lua); a
+                             commit that arms a deadline (live work) clears 'retain_at'
   w  new wake subject, or "" (a migration to another compat level)
   n  [[channel, message]]    notifications SPUBLISHed after the writes (waiters; sharded channels under the session's hash tag, so one slot)
   c  new compat level, or 0  (with w: the session moved to another compat level)
@@ -471,6 +475,12 @@ if ix.w and ix.w ~= '' and ix.w ~= wake then
   redis.call('HSET', K_META, 'wake', wake)
 end
 set_deadline(session, wake, ix.dl or 0, now)
+if ix.rt and ix.rt > 0 then
+  redis.call('HSET', K_META, 'retain_at', now + ix.rt)
+  redis.call('ZADD', K_TIMERS, now + ix.rt, 'retain|' .. session .. '|-|' .. wake)
+elseif (ix.dl or 0) > 0 then
+  redis.call('HDEL', K_META, 'retain_at')
+end
 redis.call('HDEL', K_META, 'partial', 'partial_of')
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released

@@ -1,0 +1,153 @@
+"""A settled session's life after its work: kept for a while, archived, restored on demand.
+
+Redis holds live work only (DESIGN.md section 12). The commit that leaves a session with
+nothing live (no open task: the Brain's ``deadline_ms < 0``) arms its retention
+(commit.lua ``rt``): meta ``retain_at``, on Redis' clock, and a ``retain`` timer that wakes a
+Brain then. That Brain's lease finds the session idle, and :func:`archive_if_due`:
+
+1. reads ``retain_at`` and Redis' clock: not due, nothing more (one round trip);
+2. reads every key of the session in one MULTI (:func:`baton.archive.snapshot`) while it
+   holds the lease, and writes that as one object to the archive (:class:`baton.archive.
+   Archive`), which confirms the write;
+3. runs ``archive.lua`` under its fence: the session must still be the snapshot (meta seq
+   and newest receipt unchanged), settled, and due; then its keys are deleted and a small
+   tombstone written, all in that one script (see its header).
+
+A crash between 2 and 3 leaves the session live in Redis and an object in the archive that a
+later archival overwrites: nothing is lost, nothing is half-archived.
+
+While the tombstone is there every session script refuses the session with ARCHIVED
+(:class:`~baton.errors.ArchivedError`): a late wake, tool result, heartbeat or stale worker
+writes nothing. A client's submission to it is refused too, and asks for a restore
+(:func:`ask_restore`, ``ask_restore.lua``: a ``restore`` request in the inbox, and a wake); the
+Brain whose lease is refused ARCHIVED with a request waiting calls :func:`restore`
+(``restore.lua``: the keys written back, exactly once however many Brains race, the fence
+past the archived one), then leases the session as usual; the client submits again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from baton.archive import Archive, ArchivedSession, decode, encode, snapshot
+from baton.errors import CorruptStateError, from_redis_error
+from baton.models import WorkerRef
+from baton.observability.log import get_logger
+from baton.store.redis_client import REDIS_ERRORS
+from baton.store.runs import worker_json
+from baton.store.store import Store
+
+__all__ = ["archive_if_due", "ask_restore", "restore", "restore_keys", "tombstone"]
+
+log = get_logger("baton.store.retention")
+
+#: The hash families of a session, as archive objects keep them and restore.lua takes them.
+_HASHES = ("meta", "tasks", "done", "docs", "subs", "reqs", "runs_done", "intents", "poison",
+           "inbox")
+
+
+def _redis_ms(time_reply: Any) -> int:
+    sec, usec = time_reply
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def archive_if_due(store: Store, archive: Archive, session_id: str, fence: int,
+                         worker: WorkerRef) -> bool:
+    """Archive the session when its retention has passed; True when it left Redis.
+
+    The caller holds the session's lease (``fence``) and found it idle. Raises
+    :class:`~baton.errors.NotArchivable` when it changed or woke meanwhile (nothing written
+    in Redis), :class:`~baton.errors.StaleFenceError` when the lease was lost, and the
+    archive's error when the object could not be written (the session stays as it is).
+    """
+    sk = store.keys.session(session_id)
+    try:
+        async with store.redis.pipeline(transaction=False) as p:
+            p.hget(sk.meta, "retain_at")
+            p.time()
+            retain_at, clock = await p.execute()
+    except REDIS_ERRORS as exc:
+        raise from_redis_error(exc, session_id=session_id) from None
+    if not retain_at or int(retain_at) > _redis_ms(clock):
+        return False
+    snap = await snapshot(store.redis, sk, namespace=store.keys.ns, fence=fence)
+    key = await archive.put(store.keys.ns, session_id, encode(snap))
+    last = snap.receipts[-1][0] if snap.receipts else ""
+    settings = store.settings
+    ttl_ms = round(settings.tombstone_ttl_s * 1000)
+    await store.scripts.run("archive", sk, [
+        fence, worker.name, session_id, str(snap.seq), last, key, ttl_ms,
+        snap.summary.model_dump_json(), ttl_ms])
+    log.info("session_archived", session_id=session_id, object=key, fence=fence,
+             entries=len(snap.entries), receipts=len(snap.receipts))
+    return True
+
+
+async def tombstone(store: Store, session_id: str) -> dict[str, str]:
+    """The session's tombstone (``{}`` when it is not archived, or its tombstone expired)."""
+    try:
+        found: dict[str, str] = await store.redis.hgetall(  # type: ignore[assignment]
+            store.keys.session(session_id).archived)  # decode_responses: str
+    except REDIS_ERRORS as exc:
+        raise from_redis_error(exc, session_id=session_id) from None
+    return found
+
+
+def restore_keys(snap: ArchivedSession) -> str:
+    """The keys of an archive object as restore.lua takes them (ARGV[4]): hashes as flat
+    field/value lists (but the Hands' runs records, see restore.lua), the entries, the
+    receipts as ``[id, [field, value, ...]]``."""
+    keys: dict[str, Any] = {}
+    for name in _HASHES:
+        pairs: list[str] = []
+        for field, value in getattr(snap, name).items():
+            pairs += (field, value)
+        keys[name] = pairs
+    keys["entries"] = list(snap.entries)
+    keys["receipts"] = [[rid, [x for kv in fields.items() for x in kv]]
+                        for rid, fields in snap.receipts]
+    return orjson.dumps(keys).decode()
+
+
+async def restore(store: Store, archive: Archive, session_id: str, worker: WorkerRef) -> bool:
+    """Bring the archived session back into Redis; True when this call restored it, False
+    when there was nothing to restore (another Brain did, or it is not archived).
+
+    Raises :class:`~baton.errors.CorruptStateError` when the tombstone names an object the
+    archive no longer has or cannot decode (the session stays archived: an operator must
+    look), and the archive's error when it is unreachable (retried by the next wake)."""
+    sk = store.keys.session(session_id)
+    tomb = await tombstone(store, session_id)
+    if not tomb:
+        return False
+    data = await archive.get(store.keys.ns, session_id)
+    if data is None:
+        raise CorruptStateError(session_id, f"its archive object {tomb.get('object', '?')} "
+                                "is missing from the archive")
+    snap = decode(data)
+    receipt = orjson.dumps({"detail": {"archived_ms": int(tomb.get("at", 0) or 0),
+                                       "object": tomb.get("object", "")}}).decode()
+    try:
+        done, fence = await store.scripts.registered.restore(
+            keys=[sk.meta], args=[worker.name, worker_json(worker), tomb.get("at", ""),
+                                  restore_keys(snap), receipt,
+                                  store.keys.settled_channel(session_id)])
+    except REDIS_ERRORS as exc:
+        raise from_redis_error(exc, session_id=session_id) from None
+    if done:
+        log.info("session_restored", session_id=session_id, fence=fence,
+                 archived_ms=tomb.get("at"), entries=len(snap.entries))
+    return bool(done)
+
+
+async def ask_restore(store: Store, session_id: str) -> bool:
+    """A client's request that a Brain restore the archived session (ask_restore.lua);
+    False when it is not archived (any more): submit again at once."""
+    sk = store.keys.session(session_id)
+    try:
+        asked = await store.scripts.registered.ask_restore(keys=[sk.inbox], args=[session_id])
+    except REDIS_ERRORS as exc:
+        raise from_redis_error(exc, session_id=session_id) from None
+    return bool(asked)

@@ -1,0 +1,212 @@
+"""Settled sessions leave Redis for the archive, and a new submission brings them back
+(baton.store.retention), against real Redis and NATS servers, a real archive directory and
+the Brain, Hands and relay in this event loop.
+
+Retention is a fraction of a second here, so the relay fires the retention timer soon after
+the final commit; the tests wait on the session's keys, never on a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from baton.archive import Archive, decode
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.errors import ArchivedError
+from baton.examples.notices import app
+from baton.models import Terminal, WorkerRef
+from baton.settings import Settings
+from baton.store import retention
+from baton.store.store import Store
+from baton.store.writes import Writes
+from tests.helpers import eventually, running, take_up, trio
+from tests.integration.confinement import Confined
+
+FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
+        "margaret@example.com and barbara@example.com, then summarise.")
+STALE = WorkerRef(role="brain", name="brain-stale", pid=0)
+
+
+@pytest.fixture
+def archiving(settings: Settings, mailbox: MailboxServer, tmp_path: Path) -> Settings:
+    return settings.model_copy(update={
+        "mail_url": mailbox.url, "session_retention_s": 0.3,
+        "archive_url": str(tmp_path / "archive")})
+
+
+async def session_keys(store: Store, session_id: str, redis: Any = None) -> list[str]:
+    """Every key of the session left in Redis (the tombstone apart), read with ``redis``
+    (one allowed to SCAN; the store's own by default)."""
+    redis = store.redis if redis is None else redis
+    pattern = store.keys.session(session_id).meta.removesuffix("meta") + "*"
+    return sorted(k for k in [k async for k in redis.scan_iter(match=pattern)]
+                  if not k.endswith(":archived"))
+
+
+async def archived(store: Store, session_id: str) -> bool:
+    return bool(await retention.tombstone(store, session_id)) and not await session_keys(
+        store, session_id)
+
+
+async def deliveries(mailbox: MailboxServer) -> dict[str, int]:
+    async with httpx.AsyncClient() as http:
+        stats: dict[str, Any] = (await http.get(f"{mailbox.url}/stats")).json()
+    return dict(stats["deliveries"])
+
+
+async def test_a_settled_session_leaves_redis_for_one_archive_object(
+        archiving: Settings, mailbox: MailboxServer) -> None:
+    async with running(*trio(archiving, app)):
+        client = await Client.connect(archiving)
+        try:
+            sub, _ = await client.submit(FIVE, agent="notices")
+            final = await client.wait(sub, timeout=30)
+            receipts = await client.store.receipts(sub.session_id)
+            await eventually(lambda: archived(client.store, sub.session_id), timeout=30,
+                             message="the session archived")
+            tomb = await retention.tombstone(client.store, sub.session_id)
+        finally:
+            await client.close()
+    assert final.status == "completed"
+    archive = Archive.from_url(archiving.archive_location())
+    data = await archive.get(archiving.namespace, sub.session_id)
+    assert data is not None
+    snap = decode(data)
+    # Everything the trace, inspect and the API need, as Redis held it.
+    assert snap.subs[sub.id] and '"completed"' in snap.subs[sub.id]
+    assert [rid for rid, _ in snap.receipts][:len(receipts)] == [
+        r.stream_id for r in receipts]
+    assert snap.entries and snap.meta["agent"] == "notices"
+    assert tomb["object"] and int(tomb["fence"]) == snap.fence
+    assert sorted((await deliveries(mailbox)).values()) == [1] * 5
+
+
+async def test_late_writes_to_an_archived_session_are_refused_and_write_nothing(
+        archiving: Settings) -> None:
+    async with running(*trio(archiving, app)):
+        client = await Client.connect(archiving)
+        try:
+            sub, _ = await client.submit(FIVE, agent="notices")
+            await client.wait(sub, timeout=30)
+            await eventually(lambda: archived(client.store, sub.session_id), timeout=30,
+                             message="the session archived")
+            store, sid = client.store, sub.session_id
+            tomb = await retention.tombstone(store, sid)
+            # A stale Brain that held the lease before the archival, a lease for a late
+            # wake, a Hands' late result, a heartbeat: each refused, nothing written.
+            with pytest.raises(ArchivedError):
+                await store.commit(sid, int(tomb["fence"]), Writes(kind="note"), STALE)
+            with pytest.raises(ArchivedError):
+                await store.acquire(sid, STALE, 5000)
+            with pytest.raises(ArchivedError):
+                await store.release(sid, int(tomb["fence"]), 5000)
+            assert await session_keys(store, sid) == []
+            assert await retention.tombstone(store, sid) == tomb
+        finally:
+            await client.close()
+
+
+async def test_a_new_submission_restores_the_session_once_and_continues_it(
+        archiving: Settings, mailbox: MailboxServer) -> None:
+    """Two clients submit to the archived session at once: one restore, both answered, the
+    trace joins the archived history (the archived receipts, then 'restored', then the
+    new ones)."""
+    long = archiving.model_copy(update={"session_retention_s": 3600.0})
+    async with running(*trio(archiving, app)):
+        client = await Client.connect(archiving)
+        try:
+            sub, _ = await client.submit(FIVE, agent="notices")
+            await client.wait(sub, timeout=30)
+            await eventually(lambda: archived(client.store, sub.session_id), timeout=30,
+                             message="the session archived")
+        finally:
+            await client.close()
+    before = decode(await Archive.from_url(archiving.archive_location()).get(
+        archiving.namespace, sub.session_id) or b"")
+    async with running(*trio(long, app)):
+        first, second = await Client.connect(long), await Client.connect(long)
+        try:
+            (a, _), (b, _) = await asyncio.gather(
+                first.submit(FIVE, agent="notices", session_id=sub.session_id,
+                             request_id="again-1"),
+                second.submit(FIVE, agent="notices", session_id=sub.session_id,
+                              request_id="again-2"))
+            done = await asyncio.gather(first.wait(a, timeout=30), second.wait(b, timeout=30))
+            # The first request id still answers its original, settled submission.
+            original, created = await first.submit(
+                FIVE, agent="notices", session_id=sub.session_id, request_id=sub.request_id)
+            receipts = await first.store.receipts(sub.session_id)
+        finally:
+            await first.close()
+            await second.close()
+    assert [d.status for d in done] == ["completed", "completed"]
+    assert not created and original.id == sub.id and original.status == "completed"
+    kinds = [r.kind for r in receipts]
+    assert kinds.count("restored") == 1
+    restored_at = kinds.index("restored")
+    assert [r.stream_id for r in receipts[:restored_at]] == [rid for rid, _ in before.receipts]
+    assert sorted((await deliveries(mailbox)).values()) == [3] * 5  # once per submission
+
+
+async def test_each_role_does_its_part_of_archival_and_restore_under_its_own_acl(
+        confined: Confined, tmp_path: Path) -> None:
+    """With the deploy ACL users: the client submits, a Brain settles the session and
+    archives it, the Hands' late result and the client's next request are refused ARCHIVED
+    with nothing written, the client asks for a restore and a Brain restores it."""
+    archive = Archive.from_url(str(tmp_path / "archive"))
+    stores = {role: await Store.connect(confined.settings(role).model_copy(
+        update={"session_retention_s": 0.001})) for role in ("client", "brain", "hands")}
+    client, brain, hands = stores["client"], stores["brain"], stores["hands"]
+    sid = "acme-archived"
+    me = WorkerRef(role="brain", name="brain-1", pid=0)
+    admin = confined.connect("admin")
+    try:
+        sub = await submit(client, sid, "r-1")
+        await take_up(brain, sid, me)
+        lease, state = await brain.acquire_and_load(sid, me, 5000)
+        task = next(iter(state.tasks.values()))
+        done_task = task.model_copy(update={"state": Terminal(outcome="completed")})
+        await brain.commit(sid, lease.fence, Writes(
+            kind="final", tasks=[done_task], deadline_ms=-1, retain_ms=1,
+            submissions=[state.submissions[sub.id].model_copy(update={
+                "status": "completed", "answer": "ok", "settled_ms": 1})]), me)
+        await eventually(lambda: retention.archive_if_due(brain, archive, sid, lease.fence,
+                                                          me), message="archived")
+        assert await session_keys(brain, sid, admin) == []
+        with pytest.raises(ArchivedError):  # a late result of the Hands
+            await hands.runs.heartbeat(sid, "r-late", 1, me)
+        with pytest.raises(ArchivedError):  # a request goes through a restore
+            await submit(client, sid, "r-2")
+        assert await session_keys(brain, sid, admin) == []
+        assert await retention.ask_restore(client, sid)
+        assert await retention.restore(brain, archive, sid, me)
+        assert not await retention.restore(brain, archive, sid, me)  # once
+        assert not await retention.ask_restore(client, sid)
+        again = await submit(client, sid, "r-2")
+        assert again.session_id == sid
+        restored = await brain.load(sid)
+        assert restored.submissions[sub.id].status == "completed"
+        assert restored.meta.fence == lease.fence + 1
+    finally:
+        await admin.aclose()
+        for store in stores.values():
+            await store.close()
+
+
+async def submit(store: Store, sid: str, request: str) -> Any:
+    from baton.client_input import GENERATION
+    from baton.models import Task
+
+    task = Task(id=f"gen-{request}", kind=GENERATION, owner=sid, submission_id=f"sub-{request}",
+                input={"agent": "notices"}, created_ms=1)
+    sub, _ = await store.inbox.submit(
+        sid, agent="notices", compat=1, wake_subject=f"{store.keys.ns}.wake.notices.1",
+        request_id=request, text="hello", task=task, submission_id=f"sub-{request}",
+        worker=WorkerRef(role="client", name="client-1", pid=0))
+    return sub
