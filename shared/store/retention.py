@@ -31,8 +31,8 @@ from typing import Any
 
 import orjson
 
-from baton.archive import Archive, ArchivedSession, decode, encode, snapshot
-from baton.errors import CorruptStateError, from_redis_error
+from baton.archive import Archive, ArchivedSession, IndexRow, decode, encode, snapshot
+from baton.errors import BatonError, CorruptStateError, from_redis_error
 from baton.models import WorkerRef
 from baton.observability.log import get_logger
 from baton.store.redis_client import REDIS_ERRORS
@@ -80,6 +80,10 @@ async def archive_if_due(store: Store, archive: Archive, session_id: str, fence:
     await store.scripts.run("archive", sk, [
         fence, worker.name, session_id, str(snap.seq), last, key, ttl_ms,
         snap.summary.model_dump_json(), ttl_ms])
+    try:  # the listing of archived sessions by time (Archive.list_index); best effort
+        await archive.put_index(store.keys.ns, [IndexRow.of(snap)])
+    except BatonError as exc:
+        log.warning("archive_index_failed", session_id=session_id, error=str(exc))
     log.info("session_archived", session_id=session_id, object=key, fence=fence,
              entries=len(snap.entries), receipts=len(snap.receipts))
     return True
