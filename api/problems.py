@@ -87,8 +87,10 @@ def _from_baton(request: Request, exc: Exception) -> JSONResponse:
     headers = {}
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="baton"'
-    if status == 503:
-        headers["Retry-After"] = "1"
+    if status == 503:  # a full store hints how long to wait (errors.StoreFullError)
+        hint = getattr(exc, "retry_after_s", None)
+        headers["Retry-After"] = str(max(1, round(hint))) if isinstance(hint, int | float) \
+            else "1"
     if status == 500:
         log.error("api_error", path=request.url.path, code=exc.code, error=exc.message)
     elif status == 503:  # the store unreachable: the client retries, the operator sees it

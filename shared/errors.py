@@ -38,9 +38,13 @@ text::
     │                                          (namespace, found, expected)
     ├── UnavailableError             retryable a server cannot be reached
     │   ├── RedisUnavailable
-    │   │   └── WriteInDoubtError    retryable no replica acknowledged a write in time: it
-    │   │                                      may survive or vanish (what, session_id,
-    │   │                                      commit_id, wanted, reason)
+    │   │   ├── WriteInDoubtError    retryable no replica acknowledged a write in time: it
+    │   │   │                                  may survive or vanish (what, session_id,
+    │   │   │                                  commit_id, wanted, reason)
+    │   │   └── StoreFullError       retryable Redis refused a write for want of room: out of
+    │   │                                      memory, or its append-only file cannot be
+    │   │                                      written (reason, retry_after_s); nothing of
+    │   │                                      the refused write was applied
     │   └── NatsUnavailable
     ├── ModelError                   terminal  a model provider refused the request or sent a
     │   │                                      malformed answer (provider, status)
@@ -393,6 +397,24 @@ class RedisUnavailable(UnavailableError):
     code = "redis_unavailable"
 
 
+class StoreFullError(RedisUnavailable):
+    """Redis refused a write for want of room (``reason``: ``memory``, its maxmemory is
+    reached under the noeviction policy; ``disk``, it cannot write its append-only file).
+    Baton's scripts check everything before their first write, so the refused write applied
+    nothing. Retryable: it resumes by itself once there is room (baton.store.capacity);
+    ``retry_after_s`` is a hint for the edge's Retry-After."""
+
+    code = "store_full"
+    reason: str
+    retry_after_s: float
+
+    def __init__(self, reason: str, detail: str) -> None:
+        what = ("Redis is out of memory (maxmemory reached)" if reason == "memory"
+                else "Redis cannot write its append-only file (disk full or failing)")
+        super().__init__(f"{what}: the write was refused and nothing of it applied; retry "
+                         f"later ({detail})", cause=detail, reason=reason, retry_after_s=5.0)
+
+
 class WriteInDoubtError(RedisUnavailable):
     """A write ran on a primary but no replica acknowledged it in time: it is in doubt.
 
@@ -568,6 +590,10 @@ def from_redis_error(
         # migrating): redis-py's RedisClusterException is not even a RedisError. Retryable.
         return RedisUnavailable(f"redis cluster unavailable: {text or type(exc).__name__}",
                                 cause=text or type(exc).__name__)
+    if isinstance(exc, rex.OutOfMemoryError) or text.startswith("OOM "):
+        return StoreFullError("memory", text)
+    if text.startswith("MISCONF") or "MISCONF " in text:
+        return StoreFullError("disk", text)
     if text.startswith("WRONGTYPE"):  # a read of a session key that holds another type
         return CorruptStateError(session_id, f"a key holds the wrong type ({text})")
     # redis-py may prefix script errors; find our code word.

@@ -357,6 +357,7 @@ class DevStack:
             "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
             **({"api_url": self.api_url} if self._api_port else {}),
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
+            "archive_url": self._urls()["BATON_ARCHIVE_URL"],
             "cluster": self.cluster, "secure": self.secure,
             **({"tls_ca": str(self.tls.ca)} if self.tls is not None else {}),
             "model": self.env.get("BATON_AGENT_MODEL", ""),
@@ -381,7 +382,11 @@ class DevStack:
 
     def _urls(self, role: str = "admin") -> dict[str, str]:
         urls = {"BATON_REDIS_URL": self.redis_url, "BATON_NATS_URL": self.nats_url,
-                "BATON_MAIL_URL": self.mail_url, "BATON_NAMESPACE": self.namespace}
+                "BATON_MAIL_URL": self.mail_url, "BATON_NAMESPACE": self.namespace,
+                # Archived sessions go under the stack's data dir (an operator's own
+                # BATON_ARCHIVE_URL in the stack's env wins, as every BATON_* there does)
+                "BATON_ARCHIVE_URL": self.env.get("BATON_ARCHIVE_URL")
+                or str(self.base_dir / "archive")}
         if self.secure:
             urls |= secure.role_env(role, self.redis_url, self.passwords)
         if self.tls is not None:

@@ -61,7 +61,8 @@ def settings_from_env_or_stack(user: str = "client", **overrides: Any) -> Settin
     # A secure stack's servers speak TLS with the stack's own CA (baton.devkit.tls).
     tls_ca = {"BATON_REDIS_URL": "BATON_REDIS_TLS_CA", "BATON_NATS_URL": "BATON_NATS_TLS_CA"}
     for key, name in (("redis_url", "BATON_REDIS_URL"), ("nats_url", "BATON_NATS_URL"),
-                      ("mail_url", "BATON_MAIL_URL"), ("namespace", "BATON_NAMESPACE")):
+                      ("mail_url", "BATON_MAIL_URL"), ("namespace", "BATON_NAMESPACE"),
+                      ("archive_url", "BATON_ARCHIVE_URL")):
         if not env.get(name) and stack.get(key):
             env[name] = str(stack[key])
             if stack.get("secure"):

@@ -36,6 +36,7 @@ from baton.errors import RedisUnavailable, StoreEpochError, StoreLayoutError
 from baton.observability.log import get_logger
 from baton.store.clock import now_ms
 from baton.store.keys import Keys
+from baton.store.capacity import refuse_eviction
 from baton.store.redis_client import REDIS_ERRORS, is_cluster
 
 __all__ = ["INIT_GRACE_MS", "STORE_LAYOUT", "EpochSurvey", "StoreEpoch"]
@@ -92,6 +93,7 @@ class StoreEpoch:
         """Read the store's epoch (writing it on a new store); StoreEpochError on lost state."""
         epoch = cls(redis, keys)
         try:
+            await refuse_eviction(redis)  # an evicting Redis would delete sessions
             return await epoch._establish()
         except REDIS_ERRORS as exc:  # unreachable: the caller's connect loop retries
             raise RedisUnavailable(f"cannot read the store epoch: {exc}") from None

@@ -42,6 +42,7 @@ PUBLIC = [
     "NatsUnavailable",
     "NotFoundError",
     "NotArchivable",
+    "StoreFullError",
     "ArchiveError",
     "ArchiveUnavailable",
     "ArchivedError",

@@ -1,0 +1,101 @@
+"""A full Redis loses no acknowledged work (baton.store.capacity), against private servers.
+
+* A Redis that may evict keys is refused at start, with the setting named.
+* A Redis out of memory refuses a client's submission with a retryable StoreFullError (the
+  API's 503 and Retry-After), nothing written; Brains that cannot commit back off; once
+  there is room again the work resumes by itself and every mail goes out once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.devkit.servers import RedisServer
+from baton.errors import ConfigError, StoreFullError
+from baton.examples.notices import app
+from baton.settings import Settings
+from baton.store.epoch import StoreEpoch
+from baton.store.store import Store
+from tests.helpers import eventually, running, trio
+
+FIVE = ("Send the approved notice to ada@example.com, grace@example.com, linus@example.com, "
+        "margaret@example.com and barbara@example.com, then summarise.")
+
+
+@pytest.fixture
+async def own_redis(tmp_path: Any) -> AsyncIterator[RedisServer]:
+    """A Redis of this test's own: its memory limit is changed."""
+    async with RedisServer(tmp_path / "redis") as server:
+        yield server
+
+
+async def oom_refusals(admin: aioredis.Redis) -> int:
+    """Commands this Redis refused for want of memory so far."""
+    stats = await admin.info("errorstats")
+    return int(stats.get("errorstat_OOM", {}).get("count", 0))
+
+
+async def test_a_redis_that_may_evict_keys_is_refused_at_start(
+        own_redis: RedisServer, settings: Settings) -> None:
+    admin = aioredis.Redis.from_url(own_redis.url, decode_responses=True)
+    await admin.config_set("maxmemory-policy", "allkeys-lru")
+    store = await Store.connect(settings.model_copy(update={"redis_url": own_redis.url}))
+    try:
+        with pytest.raises(ConfigError, match="maxmemory-policy allkeys-lru") as refused:
+            await StoreEpoch.establish(store.redis, store.keys)
+        assert "noeviction" in str(refused.value)
+        assert await admin.dbsize() == 0  # refused before anything was written
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await StoreEpoch.establish(store.redis, store.keys)
+    finally:
+        await store.close()
+        await admin.aclose()
+
+
+async def test_a_full_redis_refuses_input_retryably_and_work_resumes_when_room_returns(
+        own_redis: RedisServer, settings: Settings, mailbox: MailboxServer) -> None:
+    """The mail service holds its answers while Redis fills up: the Hands' results and the
+    Brain's commits are refused for want of memory and retried, a new submission is refused
+    with StoreFullError; once there is room the session completes, every mail sent once."""
+    settings = settings.model_copy(update={"redis_url": own_redis.url, "mail_url": mailbox.url})
+    admin = aioredis.Redis.from_url(own_redis.url, decode_responses=True)
+    async with running(*trio(settings, app)), httpx.AsyncClient() as http:
+        client = await Client.connect(settings)
+        try:
+            await http.post(f"{mailbox.url}/hold")
+            sub, _ = await client.submit(FIVE, agent="notices")  # accepted before the limit
+
+            async def all_sent() -> bool:
+                stats = (await http.get(f"{mailbox.url}/stats")).json()
+                return len(stats["deliveries"]) == 5
+            await eventually(all_sent, timeout=30, message="five mails sent, answers held")
+            used = int((await admin.info("memory"))["used_memory"])
+            await admin.config_set("maxmemory", str(used))  # full from now on
+            keys_before = await admin.dbsize()
+            with pytest.raises(StoreFullError) as full:
+                await client.submit(FIVE, agent="notices", session_id="another")
+            assert full.value.retryable and full.value.reason == "memory"
+            assert await admin.dbsize() == keys_before  # nothing of it written
+            refused = await oom_refusals(admin)
+            await http.post(f"{mailbox.url}/release")  # the results come back to a full Redis
+            await eventually(lambda: _more(admin, refused), timeout=30,
+                             message="a worker's write refused for want of memory")
+            await admin.config_set("maxmemory", "0")  # room again
+            final = await client.wait(sub, timeout=60)
+        finally:
+            await client.close()
+            await admin.aclose()
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert final.status == "completed"
+    assert sorted(stats["deliveries"].values()) == [1] * 5
+
+
+async def _more(admin: aioredis.Redis, than: int) -> bool:
+    return await oom_refusals(admin) > than
