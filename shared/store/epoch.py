@@ -34,9 +34,9 @@ from typing import Any
 
 from baton.errors import RedisUnavailable, StoreEpochError, StoreLayoutError
 from baton.observability.log import get_logger
+from baton.store.capacity import refuse_eviction
 from baton.store.clock import now_ms
 from baton.store.keys import Keys
-from baton.store.capacity import refuse_eviction
 from baton.store.redis_client import REDIS_ERRORS, is_cluster
 
 __all__ = ["INIT_GRACE_MS", "STORE_LAYOUT", "EpochSurvey", "StoreEpoch"]
