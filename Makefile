@@ -14,6 +14,8 @@
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
 #   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
 #   make bench-durable  bench e2e on servers that fsync every write, durable baselines (~1 min)
+#   make bench-soak  200,000 sessions (or an hour) on durable servers, seconds of retention,
+#                    workers killed: memory and storage must plateau (SOAK_ARGS=--cluster too)
 #   make lint        ruff + mypy
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
 #   make clean       caches and build output (make distclean also removes the virtualenv)
@@ -41,7 +43,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-newest test-stress test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-durable screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-newest test-stress bench-soak test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-durable screenshots lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -127,6 +129,12 @@ bench-lua: deps venv
 # What holding the lease for tool results saves: stacks with and without, paired rounds.
 bench-holds: deps venv
 	$(BIN)/baton bench holds $(BENCH_ARGS)
+
+# Months, not minutes: archival keeps Redis, RSS and JetStream flat (slopes printed per stage).
+SOAK_ARGS ?=
+
+bench-soak: deps venv
+	$(BIN)/baton bench soak $(BENCH_ARGS) $(SOAK_ARGS)
 
 # The same end-to-end figures when every write is fsync'd: Redis, JetStream and the baselines.
 bench-durable: deps venv

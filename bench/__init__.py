@@ -28,6 +28,7 @@ BENCHES: dict[str, str] = {
     "redis": "baton.bench.redis_time_bench",
     "lua": "baton.bench.lua_bench",
     "holds": "baton.bench.holds_bench",
+    "soak": "baton.bench.soak_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import inspect
 import json
 import sys
 
@@ -29,6 +30,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer samples, for a smoke run")
     parser.add_argument("--uvloop", action="store_true",
                         help="run on uvloop instead of the default asyncio loop")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run the benchmarks that can (soak) on a 3+3 Redis Cluster and "
+                             "3 NATS nodes")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--json", action="store_true",
                         help="each result as one JSON line on stdout; tables go to stderr")
@@ -40,11 +44,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 async def run_all(names: list[str], quick: bool, console: Console,
-                  as_json: bool = False) -> None:
+                  as_json: bool = False, cluster: bool = False) -> None:
     for name in names:
         module = importlib.import_module(BENCHES[name])
         console.rule(f"{name}: {module.DESCRIPTION}")
-        result = await module.run(quick=quick, console=console)
+        takes_cluster = "cluster" in inspect.signature(module.run).parameters
+        result = await (module.run(quick=quick, console=console, cluster=cluster)
+                        if takes_cluster else module.run(quick=quick, console=console))
         path = write_json(result)
         console.print(f"[dim]wrote {path}[/dim]")
         if as_json:
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
         uvloop.install()
     try:
-        asyncio.run(run_all(names, args.quick, console, args.json))
+        asyncio.run(run_all(names, args.quick, console, args.json, args.cluster))
     except KeyboardInterrupt:
         return 130
     return 0
