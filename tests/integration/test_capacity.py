@@ -99,3 +99,63 @@ async def test_a_full_redis_refuses_input_retryably_and_work_resumes_when_room_r
 
 async def _more(admin: aioredis.Redis, than: int) -> bool:
     return await oom_refusals(admin) > than
+
+
+@pytest.fixture
+def small_disk(tmp_path: Any) -> Any:
+    """A 16 MB tmpfs of this test's own (root only): a disk that fills up on purpose."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_full_disk_stops_redis_and_no_acknowledged_work_is_lost(
+        small_disk: Any, settings: Settings, mailbox: MailboxServer) -> None:
+    """A durable Redis (appendfsync always) whose disk fills up cannot write its AOF and
+    exits rather than acknowledge what it could not keep (Redis' own rule for that policy):
+    the client's submission in flight gets a retryable error; every submission acknowledged
+    before is still there once space is freed and Redis starts again on the same files,
+    and those sessions complete, each mail sent once."""
+    from baton.errors import UnavailableError
+
+    filler = small_disk / "filler"
+    async with RedisServer(small_disk / "redis", durable=True) as redis_server:
+        settings = settings.model_copy(update={"redis_url": redis_server.url,
+                                               "mail_url": mailbox.url})
+        client = await Client.connect(settings)
+        acknowledged = []
+        try:
+            free = _free_bytes(small_disk)
+            filler.write_bytes(b"\0" * max(0, free - 64 * 1024))  # leave about 64 KB
+            with pytest.raises(UnavailableError):
+                for i in range(10_000):  # each submission appends to the AOF
+                    sub, _ = await client.submit(FIVE, agent="notices",
+                                                 session_id=f"disk-{i}")
+                    acknowledged.append(sub)
+            assert acknowledged and not redis_server.running  # Redis exited on the AOF error
+            filler.unlink()  # space again
+            await redis_server.restart()
+            async with running(*trio(settings, app)):
+                finals = [await client.wait(sub, timeout=120) for sub in acknowledged]
+        finally:
+            await client.close()
+    assert all(f.status == "completed" for f in finals)
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert sorted(set(stats["deliveries"].values())) == [len(acknowledged)]
+
+
+def _free_bytes(path: Any) -> int:
+    import os
+
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
