@@ -36,7 +36,7 @@ from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
 from baton.store.store import now_ms, worker_ref
-from baton.store.workers import ANNOUNCE_EVERY_S
+from baton.store.workers import ANNOUNCE_EVERY_S, PRUNE_EVERY_S, prune_gone
 
 if TYPE_CHECKING:
     from baton.bus.bus import Bus
@@ -94,6 +94,7 @@ class Service(abc.ABC):
         #: process idles wait on it (:meth:`StoreEpoch.watch`).
         self.woken = asyncio.Event()
         self.redis_reachable = True  # as of the last announcement
+        self._pruned_at: float | None = None  # monotonic time of the last prune_gone
 
     @abc.abstractmethod
     async def serve(self) -> None:
@@ -218,6 +219,24 @@ class Service(abc.ABC):
         except Exception as exc:  # Redis down: keep serving, report later
             self.redis_reachable = False
             log.warning("announce_failed", error=str(exc))
+            return
+        now = time.monotonic()
+        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = now
+            await self.prune_gone(redis, keys)
+
+    async def prune_gone(self, redis: Redis, keys: Keys) -> None:
+        """Delete the liveness records of this role's workers gone for longer than
+        ``dead_worker_keep_s`` (killed without withdrawing theirs): at the first
+        announcement, then every :data:`PRUNE_EVERY_S`. A failure waits for the next."""
+        try:
+            gone = await prune_gone(redis, keys, self.role, now_ms(),
+                                    round(self.settings.dead_worker_keep_s * 1000))
+        except Exception as exc:  # Redis down, or an ACL without it: the records wait
+            log.warning("dead_workers_prune_failed", error=error_text(exc))
+            return
+        if gone:
+            log.info("dead_workers_pruned", role=self.role, workers=gone[:20], count=len(gone))
 
     async def withdraw(self, redis: Redis, keys: Keys) -> None:
         """Remove the announcement (a graceful stop); a failure leaves it to go stale."""

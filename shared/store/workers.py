@@ -3,7 +3,11 @@
 Every service writes ``role:name -> {role, name, pid, seen_ms, inflight, ...}`` into the
 hash of the shard its field hashes to (:meth:`Keys.workers`), every
 :data:`ANNOUNCE_EVERY_S` while it runs
-(:meth:`baton.service.Service.announce`) and deletes it when it stops; a
+(:meth:`baton.service.Service.announce`) and deletes it when it stops. A worker killed
+before it could delete its record leaves it behind, shown as gone; every
+:data:`PRUNE_EVERY_S` each live service deletes the records of its own role silent for
+longer than ``dead_worker_keep_s`` (:func:`prune_gone`), so the hashes hold the live workers
+and those gone within that time, however many names (``role-host-pid``) came and went. A
 Brain adds ``serves``, the ``[agent, compat level]`` pairs whose wakes it consumes, and
 ``kinds``, the task kinds it runs with their versions. Read by
 ``inspect`` (services, sessions no live Brain serves) and by ``baton submit`` (a warning
@@ -18,17 +22,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from baton.errors import ValidationError
 from baton.models import loads
 from baton.store.keys import Keys
 from baton.store.state import is_request
 
-__all__ = ["ANNOUNCE_EVERY_S", "SERVICE_STALE_MS", "all_services", "live_brains",
-           "served_levels", "services", "session_level", "unknown_kind", "unserved"]
+__all__ = ["ANNOUNCE_EVERY_S", "PRUNE_EVERY_S", "SERVICE_STALE_MS", "all_services",
+           "live_brains", "prune_gone", "served_levels", "services", "session_level",
+           "unknown_kind", "unserved"]
 
 SERVICE_STALE_MS = 10_000  # silent this long = probably gone
 #: How often a service announces itself: three times per stale age, so one lost or late
 #: announcement never makes a live service look gone. Each one wakes the service and Redis.
 ANNOUNCE_EVERY_S = SERVICE_STALE_MS / 3000
+#: How often a service deletes its role's records of workers gone for ``dead_worker_keep_s``
+#: (one HGETALL per shard: rare, beside the announcements).
+PRUNE_EVERY_S = 600.0
 
 
 async def all_services(redis: Any, keys: Keys, now: int,
@@ -49,6 +58,35 @@ async def all_services(redis: Any, keys: Keys, now: int,
 
 
 services = all_services  # the name inspect and the client import
+
+
+async def prune_gone(redis: Any, keys: Keys, role: str, now: int, keep_ms: int) -> list[str]:
+    """Delete ``role``'s liveness records not renewed for more than ``keep_ms`` (a record
+    that does not decode counts as never seen), over every shard; returns their fields.
+
+    Each role may write only its own records (its ACL), so each prunes its own. A record
+    renewed between the read and the delete is gone until the next announcement, a few
+    seconds: only a worker silent for ``keep_ms`` and back at that instant can lose it."""
+    hashes = keys.every("workers", role)
+    async with redis.pipeline(transaction=False) as p:
+        for key in hashes:
+            p.hgetall(key)
+        replies = await p.execute()
+    gone: dict[str, list[str]] = {}
+    for key, reply in zip(hashes, replies, strict=True):
+        for field, raw in reply.items():
+            try:
+                seen = int(loads(raw).get("seen_ms", 0))
+            except (ValidationError, ValueError, TypeError, AttributeError):
+                seen = 0
+            if now - seen > keep_ms:
+                gone.setdefault(key, []).append(field)
+    if gone:
+        async with redis.pipeline(transaction=False) as p:
+            for key, fields in gone.items():
+                p.hdel(key, *fields)
+            await p.execute()
+    return [str(f) for fields in gone.values() for f in fields]
 
 
 def served_levels(announced: list[dict[str, Any]]) -> set[tuple[str, int]]:
