@@ -53,6 +53,11 @@ def _render(console: Console, report: ChaosReport) -> None:
                   f"stale writes refused {s['stale_refused']}; services that died on their "
                   f"own {s['crashes']}; exits at start while a server was down "
                   f"{s['start_failures']} (restarted by the supervisor)")
+    if cfg.archive_s:
+        console.print(f"  archival after {cfg.archive_s:g}s: {s['archived_and_restored']} "
+                      f"sessions archived, then restored by a second submission; "
+                      f"{s['late_for_archived']} late messages for archived sessions "
+                      f"refused and recorded")
     if s["recovery_probes"]:
         console.print(f"  {s['recovery_probes']} probe sessions after the checks, for workers "
                       f"that took no work after the last Redis restart")
@@ -94,13 +99,20 @@ def _render(console: Console, report: ChaosReport) -> None:
 @click.option("--cpu-hogs", default=0, show_default=True, type=click.IntRange(0, 256),
               help="busy processes started beside the stack (CPU starvation)")
 @click.option("--deadline", default=600.0, show_default=True, type=click.FloatRange(1))
+@click.option("--archive", "archive_s", default=0.0, show_default=True,
+              type=click.FloatRange(0),
+              help="archive sessions this many seconds after they settle, while the faults go "
+                   "on, and continue --restore-share of them after their archival (0: off)")
+@click.option("--restore-share", default=0.3, show_default=True, type=click.FloatRange(0, 1),
+              help="with --archive: the share of sessions submitted to again once archived")
 @click.option("--json", "json_only", is_flag=True, help="print only the final JSON line")
 @click.option("--keep", is_flag=True, help="keep the stack's directory (logs, data)")
 def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_every: float,
                   pause_every: float, restart_redis: int, restart_nats: int,
                   unsafe_share: float, seed: int | None, rate: float, mail_delay_ms: int,
                   cpu_hogs: int, deadline: float, json_only: bool, keep: bool,
-                  cluster: bool, partitions: int) -> None:
+                  cluster: bool, partitions: int, archive_s: float,
+                  restore_share: float) -> None:
     """Five-notice sessions under SIGKILLs, pauses and server restarts; check the invariants.
 
     Exits 1 on any violation. The last line of output is one JSON object.
@@ -116,7 +128,8 @@ def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_ever
                       restart_redis=restart_redis, restart_nats=restart_nats,
                       unsafe_share=unsafe_share, seed=seed, rate=rate,
                       mail_delay_ms=mail_delay_ms, deadline=deadline, cpu_hogs=cpu_hogs,
-                      cluster=cluster, partitions=partitions)
+                      cluster=cluster, partitions=partitions, archive_s=archive_s,
+                      restore_share=restore_share)
     console = Console(quiet=json_only, highlight=False, stderr=False,
                       width=None if sys.stdout.isatty() else 110)
     base = Path(tempfile.mkdtemp(prefix="baton-chaos-"))

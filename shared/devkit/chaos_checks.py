@@ -50,6 +50,10 @@ class SessionFacts:
     live_runs: list[str] = field(default_factory=list)  # runs not applied
     runs: list[ToolRun] = field(default_factory=list)  # applied runs
     receipts: list[Receipt] = field(default_factory=list)
+    # Archival runs: whether the session was seen archived before its second submission,
+    # and whether it was restored for it (a 'restored' receipt)
+    archived: bool = False
+    restored: int = 0
 
 
 @dataclass
@@ -76,6 +80,10 @@ def check_session(f: SessionFacts, deliveries: dict[str, int], out: Findings) ->
         out.add(f"{sid}: submission {sub.status}: {sub.error}")
     if f.live_tasks or f.live_runs:
         out.add(f"{sid}: settled with live tasks {f.live_tasks} / runs {f.live_runs}")
+    if f.archived:  # continued after its archival: restored for it, once
+        out.counts["restored"] += 1
+        if f.restored < 1:
+            out.add(f"{sid}: continued after its archival, but no 'restored' receipt")
     by_to = {str(r.intent.arguments.get("to")): r for r in f.runs}
     if sorted(by_to) != sorted(f.recipients) or len(f.runs) != len(f.recipients):
         out.add(f"{sid}: applied runs for {sorted(by_to)}, expected {sorted(f.recipients)}")
@@ -190,6 +198,11 @@ class ChaosConfig:
     cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
     cluster: bool = False  # 3+3 Redis Cluster and 3 NATS nodes instead of one server each
     partitions: int = 0  # network partitions (needs cluster, root)
+    # Archival (--archive S): sessions settle, stay S seconds in Redis and are archived while
+    # the faults go on; this share of them is then continued by a second submission (to five
+    # recipients more), which restores the session first. 0 seconds: no archival.
+    archive_s: float = 0.0
+    restore_share: float = 0.3
 
 
 @dataclass
@@ -233,5 +246,7 @@ class ChaosReport:
             "violations": len(self.violations), "problems": self.violations[:10],
             "seed": self.config.seed, "cpu_hogs": self.config.cpu_hogs,
             "recovery_probes": self.probes,
+            "archived_and_restored": c["restored"],
+            "late_for_archived": c["late_for_archived"],
             "seconds": round(self.seconds, 1),
         }

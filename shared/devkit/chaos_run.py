@@ -55,6 +55,7 @@ from baton.devkit.chaos_checks import (
 from baton.devkit.chaos_faults import PARTITION_S, PAUSE_S, ChaosFaults
 from baton.devkit.devstack import DevStack, Proc
 from baton.errors import UnavailableError
+from baton.store import retention
 from baton.store.deadletter import dead_letters
 from baton.store.keys import RELAY_GROUP
 from baton.store.outbox import Outbox
@@ -117,6 +118,7 @@ class ChaosRun:
         self.report = ChaosReport(cfg)
         self.on_progress = on_progress
         self.facts: list[SessionFacts] = []
+        self.continued: set[int] = set()  # sessions continued after their archival
         self.settled = 0
         self.submitted = 0
         self.done = asyncio.Event()
@@ -127,6 +129,9 @@ class ChaosRun:
         unsafe = set(self.rng.sample(range(self.cfg.sessions),
                                      round(self.cfg.sessions * self.cfg.unsafe_share)))
         tag = f"{self.cfg.seed}-{self.rng.randrange(16**6):06x}"
+        if self.cfg.archive_s > 0:
+            self.continued = set(self.rng.sample(
+                range(self.cfg.sessions), round(self.cfg.sessions * self.cfg.restore_share)))
         for i in range(self.cfg.sessions):
             self.facts.append(SessionFacts(
                 index=i, session_id=f"s-chaos-{tag}-{i}",
@@ -136,19 +141,39 @@ class ChaosRun:
     # ------------------------------------------------------------------ sessions
 
     async def _session(self, f: SessionFacts) -> None:
-        text = _notice_text(f.recipients)
+        await self._round(f, f.recipients, f"chaos-{f.index}")
+        self.submitted += 1
+        if f.index in self.continued:
+            # Archival runs: wait for the session to leave Redis (a tombstone, while the
+            # faults go on), then continue it: the second submission restores it first.
+            await self._archived(f)
+            more = tuple(f"c{f.index}-again-{k}@{f.recipients[0].split('@')[1]}"
+                         for k in range(RECIPIENTS))
+            f.recipients = (*f.recipients, *more)
+            await self._round(f, more, f"chaos-{f.index}-again")
+        self.settled += 1
+        self.on_progress(self)
+
+    async def _round(self, f: SessionFacts, recipients: tuple[str, ...], request: str) -> None:
+        """One submission of the session, waited for until settled."""
+        text = _notice_text(recipients)
         # Fixed session and request ids: a submit retried across a Redis restart is the same.
         sub, _ = await _retrying(lambda: self.client.submit(
-            text, agent=f.agent, session_id=f.session_id, request_id=f"chaos-{f.index}"))
+            text, agent=f.agent, session_id=f.session_id, request_id=request))
         f.submission = sub
-        self.submitted += 1
         while not (f.submission and f.submission.settled):
             with contextlib.suppress(*_DOWN, TimeoutError):
                 f.submission = await self.client.wait(sub, timeout=5.0)
             if not f.submission.settled:
                 await asyncio.sleep(0.1)  # a connection lost mid-wait: wait again
-        self.settled += 1
-        self.on_progress(self)
+
+    async def _archived(self, f: SessionFacts) -> None:
+        """Wait until the session is archived (its tombstone), within the run's deadline."""
+        store = self.client.store
+        # polled: the archival happens in another process, which tells no one
+        while not await _retrying(lambda: retention.tombstone(store, f.session_id)):  # noqa: ASYNC110
+            await asyncio.sleep(0.2)  # retention passes, then a Brain archives it
+        f.archived = True
 
     async def submit_all(self) -> None:
         gap = 1.0 / self.cfg.rate if self.cfg.rate > 0 else 0.0
@@ -177,6 +202,9 @@ class ChaosRun:
             if f.submission is None:
                 continue
             sid = f.session_id
+            # Archived by now (archival runs): brought back to be read, as a client's next
+            # submission would bring it back (its trace joins the archived history).
+            await _retrying(lambda: self.client._restored(sid))  # noqa: B023
             f.submission = await _retrying(lambda: store.inbox.submission(sid, f.submission.id))  # type: ignore[union-attr]  # noqa: B023
             state = await _retrying(lambda: store.load(sid))  # noqa: B023
             f.live_tasks = [f"{t.id}:{t.state.name}" for t in state.tasks.values()
@@ -184,6 +212,7 @@ class ChaosRun:
             f.live_runs = [f"{r.run_id}:{r.status}" for r in state.runs.values()]
             f.runs = list((await _retrying(lambda: store.runs.applied(sid))).values())  # noqa: B023
             f.receipts = await _retrying(lambda: store.receipts(sid))  # noqa: B023
+            f.restored = sum(r.kind == "restored" for r in f.receipts)
         async with httpx.AsyncClient(timeout=10.0) as http:
             self.report.mail = (await http.get(f"{mail_url}/stats")).json()
         out = self.report.findings
@@ -230,6 +259,11 @@ class ChaosRun:
                 out.add(line)
         dead = await _retrying(lambda: dead_letters(store.redis, store.keys, 20))
         for d in dead:
+            if self.cfg.archive_s > 0 and " is archived " in str(d.get("reason")):
+                # a late message for a session that left Redis: refused and recorded, by
+                # design (a wake or a tool message redelivered after a kill)
+                out.counts["late_for_archived"] += 1
+                continue
             out.add(f"dead letter from {d.get('source')}: {d.get('reason')}")
         timers = 0
         for s in range(store.keys.shards):
@@ -305,8 +339,11 @@ async def run_chaos(cfg: ChaosConfig, base_dir: Path,
                     on_progress: Callable[[ChaosRun], None] | None = None) -> ChaosReport:
     """Run one chaos round on a fresh durable stack under ``base_dir``; stopped after."""
     started = time.monotonic()
+    env = dict(CHAOS_ENV)
+    if cfg.archive_s > 0:
+        env["BATON_SESSION_RETENTION_S"] = f"{cfg.archive_s:g}"
     stack = DevStack(base_dir, brains=cfg.brains, hands=cfg.hands, relays=cfg.relays,
-                     durable=True, app_spec=APP, namespace="chaos", env=dict(CHAOS_ENV),
+                     durable=True, app_spec=APP, namespace="chaos", env=env,
                      mail_delay_ms=cfg.mail_delay_ms, cluster=cfg.cluster,
                      netns=cfg.partitions > 0)
     report = ChaosReport(cfg)

@@ -33,12 +33,27 @@ async def test_short_chaos_run(tmp_path: Path) -> None:
     assert report.summary()["deliveries"] >= 10 * 5 * 0.7  # every confirm mail, at least
 
 
+@pytest.mark.crash
+@pytest.mark.timeout(120)
+async def test_short_chaos_run_with_archival(tmp_path: Path) -> None:
+    """Sessions archived one second after they settle while workers are killed; half of them
+    then continued by a second submission, which restores them: every session settles (both
+    rounds), one mail per recipient, each continued session restored."""
+    cfg = ChaosConfig(sessions=10, kill_every=1.0, rate=3.0, seed=9, unsafe_share=0.0,
+                      deadline=90.0, archive_s=1.0, restore_share=0.5)
+    report = await run_chaos(cfg, tmp_path)
+    _passed(report)
+    summary = report.summary()
+    assert summary["archived_and_restored"] == 5, summary
+    assert summary["deliveries"] == (10 + 5) * 5, summary
+
+
 @pytest.mark.chaos
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("seed", [101, 202])
 async def test_long_chaos_run(tmp_path: Path, seed: int) -> None:
     cfg = ChaosConfig(sessions=200, kill_every=1.0, pause_every=3.0, restart_redis=2,
-                      restart_nats=2, seed=seed, deadline=600.0)
+                      restart_nats=2, seed=seed, deadline=600.0, archive_s=2.0)
     report = await run_chaos(cfg, tmp_path)
     _passed(report)
     assert report.pauses > 0 and report.restarts["nats"] == 2
