@@ -11,9 +11,9 @@ may act on a message is decided by fences in Redis, never here.
 
 The names live in :mod:`baton.bus.subjects`, one message's helpers (:class:`Outgoing`,
 :func:`delivery_count`, :func:`heartbeat`) in :mod:`baton.bus.messages`, credentials and
-permission denials in :mod:`baton.bus.nats_auth`, pulling (:class:`Puller`) in
-:mod:`baton.bus.pull` and the acks of :meth:`Bus.publish_many` in :mod:`baton.bus.publish_acks`;
-this module re-exports the public ones.
+permission denials in :mod:`baton.bus.nats_auth` and pulling (:class:`Puller`) in
+:mod:`baton.bus.pull`; this module re-exports the public ones. nats-py is used through its
+public API only (``tests/unit/test_private_apis.py`` checks).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
@@ -36,6 +35,7 @@ from nats.js.api import (
     ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
+    PubAck,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -43,7 +43,6 @@ from nats.js.api import (
 
 from baton.bus.messages import Outgoing, delivery_count, heartbeat
 from baton.bus.nats_auth import _auth_options, _Denials, _Guard, _is_auth_failure
-from baton.bus.publish_acks import PublishAcks
 from baton.bus.pull import Puller, _Reconnects
 from baton.bus.subjects import BusNames, _token
 from baton.errors import (
@@ -81,30 +80,6 @@ _TRANSIENT = (
 )
 
 
-_WHITESPACE = re.compile(r"\s")  # what str.isspace() finds, in one scan
-
-
-def parse_header_lines(raw: bytes) -> dict[str, str]:
-    """nats-py's parsing of a message's header block (``Client._parse_header_lines``), with
-    the same result: a name holding whitespace is dropped by one regex scan instead of a
-    generator step per character, the most of what parsing a message's headers cost."""
-    out: dict[str, str] = {}
-    for line in raw.split(b"\r\n"):
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
-            continue
-        if _WHITESPACE.search(key):
-            continue
-        out[key] = value.strip().decode("utf-8", "replace")
-    return out
-
-
 class Bus:
     """A NATS connection with Baton's JetStream layout. Create with :meth:`connect`."""
 
@@ -120,8 +95,6 @@ class Bus:
         self.user = user or settings.nats_user
         self._denials = denials or _Denials()
         self._guard = _Guard(self._denials, self.user)
-        # A refusal of any of a batch's subjects (all in the namespace) fails it at once.
-        self._acks = PublishAcks(nc, self._guard, f"{settings.namespace}.", _REQUEST_TIMEOUT_S)
 
     @classmethod
     async def connect(cls, settings: Settings, name: str, role: str = "") -> Bus:
@@ -137,7 +110,6 @@ class Bus:
         raise :class:`CredentialsError`.
         """
         nc = Client()
-        nc._parse_header_lines = parse_header_lines  # type: ignore[method-assign]
         last_error: list[BaseException] = []
         denials = _Denials()
         reconnects = _Reconnects()
@@ -347,10 +319,8 @@ class Bus:
         return await self._js.add_consumer(stream, want)  # create-or-update on the server
 
     async def pull(self, stream: str, durable: str) -> Puller:
-        """A new pull subscription on an existing durable consumer."""
-        sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
-        return Puller(sub, self._guard, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
-                      self._reconnects)
+        """A new Puller (its own reply inbox) on an existing durable consumer."""
+        return await Puller.subscribe(self._nc, stream, durable, self._guard, self._reconnects)
 
     # -- publish ----------------------------------------------------------------------------
     def _headers(self, data: bytes, msg_id: str, headers: dict[str, str] | None) -> dict[str, str]:
@@ -397,10 +367,24 @@ class Bus:
 
     async def _publish_many(self, batch: Sequence[Outgoing]) -> list[bool]:
         headers = [self._headers(i.data, i.msg_id, i.headers) for i in batch]
+        if not batch:
+            return []
+        acks: list[asyncio.Future[PubAck]] = []
         try:
-            return await self._acks.publish(batch, headers)
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):  # the acks have no deadline
+                for item, hdrs in zip(batch, headers, strict=True):
+                    acks.append(await self._js.publish_async(item.subject, item.data,
+                                                             headers=hdrs))
+                # A refusal of any of the batch's subjects (all in the namespace) fails it
+                # at once; so does the first publish the stream refuses.
+                done = await self.guarded("publish to", f"{self.settings.namespace}.",
+                                          asyncio.gather(*acks))
         except _TRANSIENT as exc:
             raise NatsUnavailable(f"publish of {len(batch)} messages failed: {exc!r}") from exc
+        finally:
+            for ack in acks:  # one not in yet gives back its place in publish_async's window
+                ack.cancel()
+        return [not ack.duplicate for ack in done]
 
 
 def _same_stream(have: StreamConfig, want: StreamConfig) -> bool:

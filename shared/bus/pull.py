@@ -1,21 +1,35 @@
 """Pulling from a durable JetStream consumer.
 
-Owns :class:`Puller` (one fetch loop's pull subscription, made by
-:meth:`~baton.bus.bus.Bus.pull`), the fast path that hands over a message already queued
-without a loop turn per message, and :class:`_Reconnects`, the event that ends a long poll
+Owns :class:`Puller` (one fetch loop's reply inbox on a durable consumer, made by
+:meth:`~baton.bus.bus.Bus.pull`) and :class:`_Reconnects`, the event that ends a long poll
 when the connection was re-established under it.
+
+A Puller speaks JetStream's pull protocol (a request on ``$JS.API.CONSUMER.MSG.NEXT``,
+answered on the requester's inbox with messages and status messages) through nats-py's
+public client (``new_inbox``, ``subscribe`` with a callback, ``publish``) rather than its
+``PullSubscription.fetch``, which has a defect for Baton's workers: when the first answer to
+its long poll is a status (one left by an earlier request, say), it asks again for the
+whole batch without ``no_wait`` and, once a first message came, waits for the rest of the
+batch or the end of the timeout. A wake sat in a Brain for seconds, past the consumer's
+ack_wait, came back to another Brain as a redelivery, and its session stalled
+(``tests/integration/test_bus.py`` keeps the cases). Wrapping ``fetch`` does not mend it: a
+fetch of one message waits well, but a second fetch for the rest of a batch asks with
+``expires`` whenever nothing is queued yet, and so waits out its timeout when the stream
+holds nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext
+from nats.js import JetStreamContext, api
 
 from baton.bus.nats_auth import _Guard
 
@@ -37,34 +51,6 @@ def _ends_request(status: str, msg: Msg) -> bool:
     raise nats.js.errors.APIError.from_msg(msg)
 
 
-def _take(sub: Subscription) -> Msg:
-    """A message already queued on ``sub``, taken as nats-py's own ``next_msg`` takes it
-    (its size off the pending count, marked done)."""
-    queue = sub._pending_queue
-    msg = queue.get_nowait()
-    sub._pending_size -= len(msg.data)
-    queue.task_done()
-    return msg
-
-
-def _take_queued_at_once(sub: Subscription) -> None:
-    """Let ``sub.next_msg`` return a message already queued without waiting for it.
-
-    nats-py's fetch takes the messages of a batch one ``next_msg`` at a time, and each runs
-    in two tasks of its own (its timed get, and asyncio.wait_for's on Python 3.11), a loop
-    turn or more per message even when the whole batch arrived in one read. A message in
-    the queue is taken at once (:func:`_take`); an empty queue waits the library's way.
-    """
-    waiting = sub.next_msg
-
-    async def next_msg(timeout: float | None = 1.0) -> Msg:  # noqa: ASYNC109
-        if sub._pending_queue.empty() or sub._conn.is_closed:
-            return await waiting(timeout)
-        return _take(sub)
-
-    sub.next_msg = next_msg  # type: ignore[method-assign]
-
-
 class _Reconnects:
     """An event set at every reconnect: the pull requests the server held for the old
     connection are gone with it, so a long poll waiting on one must ask again at once."""
@@ -78,22 +64,40 @@ class _Reconnects:
 
 
 class Puller:
-    """A pull subscription bound to one durable consumer.
+    """A reply inbox on one durable consumer, where the server delivers what this Puller's
+    pull requests bring. Create with :meth:`subscribe`.
 
-    Each concurrent fetch loop needs its own Puller: fetches on one subscription share an
-    inbox and would take each other's messages. ``guard`` and ``reconnects`` are those of
-    the connection the subscription is on.
+    Each concurrent fetch loop needs its own Puller: fetches on one inbox would take each
+    other's messages. ``guard`` and ``reconnects`` are those of the connection.
     """
 
-    def __init__(
-        self, sub: JetStreamContext.PullSubscription, guard: _Guard | None = None,
-        next_subject: str = "", reconnects: _Reconnects | None = None,
-    ) -> None:
-        self._sub = sub
+    def __init__(self, nc: Client, stream: str, durable: str, guard: _Guard | None = None,
+                 reconnects: _Reconnects | None = None) -> None:
+        self._nc = nc
+        self._next = f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._inbox = nc.new_inbox()
         self._guard = guard
-        self._next = next_subject
         self._reconnects = reconnects
-        _take_queued_at_once(sub._sub)
+        self._sub: Subscription | None = None
+        #: delivered to the inbox, not yet fetched: messages and the statuses that end requests
+        self._arrived: deque[Msg] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def subscribe(cls, nc: Client, stream: str, durable: str, guard: _Guard | None = None,
+                        reconnects: _Reconnects | None = None) -> Puller:
+        """A Puller on the existing durable consumer ``durable`` of ``stream``."""
+        puller = cls(nc, stream, durable, guard, reconnects)
+        puller._sub = await nc.subscribe(puller._inbox, cb=puller._arrive)
+        return puller
+
+    async def _arrive(self, msg: Msg) -> None:
+        """nats-py's callback for each message on the inbox, in the order they came (its
+        task calls it for every message already read without a loop turn between)."""
+        self._arrived.append(msg)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def fetch(self, batch: int, timeout: float,  # noqa: ASYNC109
                     stop: asyncio.Event | None = None) -> list[Msg]:
@@ -133,16 +137,9 @@ class Puller:
             return []
 
     async def _pull(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
-        """Up to ``batch`` messages, returned as soon as there are any.
+        """Up to ``batch`` messages, returned as soon as there are any:
 
-        nats-py's ``fetch`` could, once its long poll had brought a first message, wait for
-        the whole batch or the end of the timeout (when a status left by an earlier request
-        answered its first one, it sent a second request that lingers for the whole
-        batch): a wake sat in a Brain for seconds, past the consumer's ack_wait, came back
-        to another Brain as a redelivery, and its session stalled until the duplicates were
-        sorted out. Here:
-
-        1. messages already delivered to the subscription are taken first, at once;
+        1. messages already delivered to the inbox are taken first, at once;
         2. else one request for up to ``batch`` that waits for the first message and then
            takes what the stream holds (``no_wait`` with ``expires``: the server answers
            when something comes, with the messages there are and a 404 when fewer), so the
@@ -163,13 +160,12 @@ class Puller:
         msgs, _ = self._queued(batch)  # a status found here ended an earlier request
         if msgs:
             return msgs
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = asyncio.get_running_loop().time() + timeout
         expires_ns = int(timeout * 1e9) - 100_000
         await self._ask(b'{"batch":%d,"expires":%d,"no_wait":true}' % (batch, expires_ns))
         while len(msgs) < batch:
             try:
-                msg = await self._next_msg(deadline - loop.time())
+                msg = await self._next_msg(deadline)
             except TimeoutError:
                 if msgs:
                     return msgs
@@ -190,13 +186,12 @@ class Puller:
     async def _one(self, batch: int, deadline: float) -> list[Msg]:
         """The first message a request for one brings before ``deadline``, with any queued
         behind it; [] when the wait ends first."""
-        loop = asyncio.get_running_loop()
-        expires_ns = int((deadline - loop.time()) * 1e9) - 100_000
+        expires_ns = int((deadline - asyncio.get_running_loop().time()) * 1e9) - 100_000
         if expires_ns <= 0:
             return []
         await self._ask(b'{"batch":1,"expires":%d}' % expires_ns)
         while True:
-            msg = await self._next_msg(deadline - loop.time())
+            msg = await self._next_msg(deadline)
             status = JetStreamContext.is_status_msg(msg)
             if status is None:
                 return [msg, *self._queued(batch - 1)[0]]
@@ -206,14 +201,14 @@ class Puller:
                 return []
 
     def _queued(self, limit: int) -> tuple[list[Msg], bool]:
-        """Up to ``limit`` messages already delivered to the subscription, without waiting,
-        and whether a status that ends a request was taken with them (the 404 that follows
+        """Up to ``limit`` messages already delivered to the inbox, without waiting, and
+        whether a status that ends a request was taken with them (the 404 that follows
         what a ``no_wait`` request found)."""
-        sub = self._sub._sub
+        arrived = self._arrived
         out: list[Msg] = []
         ended = False
-        while len(out) < limit and not sub._pending_queue.empty():
-            msg = _take(sub)
+        while len(out) < limit and arrived:
+            msg = arrived.popleft()
             status = JetStreamContext.is_status_msg(msg)
             if status is None:
                 out.append(msg)
@@ -222,15 +217,28 @@ class Puller:
         return out, ended
 
     async def _ask(self, request: bytes) -> None:
-        """Send a pull request (JSON); what it brings arrives on the subscription."""
-        ps = self._sub
-        await ps._nc.publish(ps._nms, request, ps._deliver)
+        """Send a pull request (JSON); what it brings arrives on the inbox."""
+        await self._nc.publish(self._next, request, reply=self._inbox)
 
-    async def _next_msg(self, timeout: float) -> Msg:  # noqa: ASYNC109
-        if timeout <= 0:
-            raise TimeoutError
-        return await self._sub._sub.next_msg(timeout=timeout)
+    async def _next_msg(self, deadline: float) -> Msg:
+        """The next message or status on the inbox, waiting until ``deadline`` (the loop's
+        clock) at most; raises TimeoutError then."""
+        if not self._arrived:
+            if self._nc.is_closed:
+                raise nats.errors.ConnectionClosedError
+            loop = asyncio.get_running_loop()
+            if deadline <= loop.time():
+                raise nats.errors.TimeoutError
+            self._waiter = waiter = loop.create_future()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            finally:
+                self._waiter = None
+        return self._arrived.popleft()
 
     async def close(self) -> None:
-        with contextlib.suppress(nats.errors.Error):
-            await self._sub.unsubscribe()
+        """Unsubscribe the inbox; what it held unfetched comes back after ack_wait."""
+        if self._sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from nats.js.api import DiscardPolicy
 
+from baton.bus import bus as bus_module
 from baton.bus.bus import Bus
 from baton.bus.messages import Beats, Outgoing, delivery_count, heartbeat
 from baton.bus.subjects import BusNames
@@ -98,7 +99,7 @@ async def test_republish_with_same_msg_id_is_deduplicated(bus: Bus) -> None:
 
 
 async def test_a_batch_is_fetched_whole_and_in_order(bus: Bus) -> None:
-    # The messages after a batch's first are taken from the subscription's queue at once.
+    # The messages after a batch's first are taken from the inbox at once; none is left.
     durable = await _tool_consumer(bus, "echo")
     subject = bus.tool_subject("echo")
     for i in range(6):
@@ -107,8 +108,6 @@ async def test_a_batch_is_fetched_whole_and_in_order(bus: Bus) -> None:
     msgs = await puller.fetch(4, 1.0)
     msgs += await puller.fetch(10, 1.0)
     assert [m.data for m in msgs] == [b"m%d" % i for i in range(6)]
-    sub = puller._sub._sub
-    assert sub._pending_size == 0 and sub._pending_queue.empty()
     for m in msgs:
         await m.ack()
     assert await puller.fetch(10, 0.2) == []
@@ -121,6 +120,21 @@ async def test_publish_many_reports_duplicates(bus: Bus) -> None:
     items = [Outgoing(subject, b"x", f"r{i}", {"k": str(i)}) for i in range(1, 5)]
     assert await bus.publish_many(items) == [False, True, True, True]
     assert await bus.publish_many([]) == []
+
+
+async def test_an_unanswered_batch_fails_and_gives_back_its_acks_places(
+        bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No stream takes this subject but a plain subscriber hears it: no ack comes, and no
+    # "no responders" either. The batch fails at its deadline, and its acks leave
+    # publish_async's window (4,000 places), which would otherwise fill up for good.
+    subject = f"{bus.settings.namespace}.unstored"
+    listener = await bus.nc.subscribe(subject)
+    monkeypatch.setattr(bus_module, "_REQUEST_TIMEOUT_S", 0.2)
+    with pytest.raises(NatsUnavailable):
+        await bus.publish_many([Outgoing(subject, b"x", f"u{i}") for i in range(3)])
+    await eventually(lambda: bus._js.publish_async_pending() == 0)  # done callbacks: next turn
+    assert await bus.publish_many([Outgoing(bus.tool_subject("echo"), b"y", "after")]) == [True]
+    await listener.unsubscribe()
 
 
 async def test_publish_checks_size_and_msg_id(bus: Bus, settings: Settings) -> None:
