@@ -3,8 +3,8 @@ prefix) per test."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import NoReturn
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, NoReturn
 from uuid import uuid4
 
 import pytest
@@ -15,6 +15,7 @@ from baton.devkit.servers import NatsServer, RedisServer
 from baton.errors import ServerBinaryMissing
 from baton.settings import Settings
 from baton.store.store import Store
+from tests.browser import chromium
 from tests.s3_server import S3Server
 
 
@@ -111,3 +112,9 @@ def s3_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
     for name in ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE"):  # would win
         monkeypatch.delenv(name, raising=False)
     return f"s3://{s3_server.bucket}/t{uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium's WebDriver (tests.browser); the test is skipped without one."""
+    yield from chromium()

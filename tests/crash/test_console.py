@@ -13,70 +13,20 @@ temporary folder, so a test run leaves the checkout as it was.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from tests.browser import count, in_thread, wait
 from tests.crash.conftest import SETTLE_S, Opener
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(180)]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 APP = "tests.control_apps:approval_app"
 ONE_AT_A_TIME = {"BATON_HANDS_CONCURRENCY": "1"}
-T = TypeVar("T")
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("Chromium or its WebDriver is not installed (Debian: apt-get install "
-                    "chromium chromium-driver; scripts/bootstrap.sh installs them as root)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,800", "--hide-scrollbars", "--no-first-run",
-                "--disable-extensions", "--disable-background-networking"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-async def _in_thread(fn: Callable[[], T]) -> T:
-    """Selenium blocks: its calls run beside the event loop that supervises the stack."""
-    return await asyncio.to_thread(fn)
-
-
-def _wait(driver: Any, condition: Callable[[Any], Any], timeout: float, what: str) -> Any:
-    """Poll ``condition`` until truthy; an element the live page re-rendered meanwhile (stale)
-    or has not drawn yet is asked for again."""
-    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1,
-                             ignored_exceptions=[StaleElementReferenceException]).until(condition)
-    except TimeoutException:
-        raise AssertionError(f"the console did not show {what} within {timeout}s") from None
-
-
-def _count(driver: Any, css: str) -> int:
-    from selenium.webdriver.common.by import By
-
-    return len(driver.find_elements(By.CSS_SELECTOR, css))
 
 
 def _shot(driver: Any, name: str) -> Path:
@@ -93,7 +43,7 @@ def _approve_first(driver: Any) -> str:
     from selenium.webdriver.common.by import By
 
     # The list is redrawn as receipts arrive: find the card again if it went stale.
-    run_id = _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#approvals .approval")
+    run_id = wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#approvals .approval")
                    .get_attribute("data-run"), 10, "a waiting approval")
     card = f'#approvals .approval[data-run="{run_id}"] button.approve'
 
@@ -101,13 +51,13 @@ def _approve_first(driver: Any) -> str:
         d.find_element(By.CSS_SELECTOR, card).click()
         return True
 
-    _wait(driver, click, 10, f"run {run_id}'s approve button")
-    dialog = _wait(driver, lambda d: d.find_element(By.ID, "confirm").is_displayed(), 10,
+    wait(driver, click, 10, f"run {run_id}'s approve button")
+    dialog = wait(driver, lambda d: d.find_element(By.ID, "confirm").is_displayed(), 10,
                    "the confirmation dialog")
     assert dialog
     assert run_id in driver.find_element(By.ID, "confirm-body").text
     driver.find_element(By.ID, "confirm-yes").click()
-    _wait(driver, lambda d: _count(d, f'#approvals .approval[data-run="{run_id}"]') == 0, 15,
+    wait(driver, lambda d: count(d, f'#approvals .approval[data-run="{run_id}"]') == 0, 15,
           f"run {run_id} leaving the approvals")
     return str(run_id)
 
@@ -120,47 +70,47 @@ async def test_console_submits_approves_and_shows_a_takeover_live(
     c = await crash(brains=1, hands=0, relays=1, app_spec=APP, api=True)
     armed = await c.spawn_armed("hands", "hands.after_effect@3", env=ONE_AT_A_TIME)
     driver = browser
-    await _in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/sessions"))
-    await _in_thread(lambda: _wait(driver, lambda d: "operate" in d.find_element(
+    await in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/sessions"))
+    await in_thread(lambda: wait(driver, lambda d: "operate" in d.find_element(
         By.ID, "role").text, 15, "the operate role of the open dev API"))
 
     # Submit the five-notice task from the page: it opens the session's page.
-    await _in_thread(lambda: driver.find_element(By.ID, "submit-button").click())
-    await _in_thread(lambda: _wait(driver, lambda d: "#/session/" in d.current_url, 15,
+    await in_thread(lambda: driver.find_element(By.ID, "submit-button").click())
+    await in_thread(lambda: wait(driver, lambda d: "#/session/" in d.current_url, 15,
                                    "the new session's page"))
     sid = str(driver.current_url).rsplit("/", 1)[1]
-    await _in_thread(lambda: _wait(driver, lambda d: _count(d, "#approvals .approval") == 5, 30,
+    await in_thread(lambda: wait(driver, lambda d: count(d, "#approvals .approval") == 5, 30,
                                    "five sends awaiting approval"))
-    await _in_thread(lambda: _wait(driver, lambda d: "live on" in (d.find_element(
+    await in_thread(lambda: wait(driver, lambda d: "live on" in (d.find_element(
         By.ID, "live").get_attribute("class") or ""), 10, "the live event stream"))
-    await _in_thread(lambda: driver.execute_script(
+    await in_thread(lambda: driver.execute_script(
         "document.getElementById('approval-card').scrollIntoView()"))
-    await _in_thread(lambda: _shot(driver, "approvals.png"))
-    before_kill = await _in_thread(lambda: _count(driver, "#timeline-svg g.event"))
+    await in_thread(lambda: _shot(driver, "approvals.png"))
+    before_kill = await in_thread(lambda: count(driver, "#timeline-svg g.event"))
 
     # Approve every send from the page; the armed Hands dies after its third took effect.
-    approved = [await _in_thread(lambda: _approve_first(driver)) for _ in range(5)]
+    approved = [await in_thread(lambda: _approve_first(driver)) for _ in range(5)]
     assert len(set(approved)) == 5
     await c.died_at(armed.name, "hands.after_effect")
     await c.replace(armed.name, env=ONE_AT_A_TIME)
 
     # The page follows: the takeover of the abandoned send and its confirmation appear.
-    await _in_thread(lambda: _wait(driver, lambda d: _count(d, "#notable .flag-takeover") >= 1,
+    await in_thread(lambda: wait(driver, lambda d: count(d, "#notable .flag-takeover") >= 1,
                                    SETTLE_S, "the takeover"))
-    await _in_thread(lambda: _wait(driver, lambda d: _count(d, "#notable .flag-confirm") >= 1,
+    await in_thread(lambda: wait(driver, lambda d: count(d, "#notable .flag-confirm") >= 1,
                                    SETTLE_S, "the confirmation"))
-    await _in_thread(lambda: _wait(driver, lambda d: _count(
+    await in_thread(lambda: wait(driver, lambda d: count(
         d, "[data-submission] .st-completed") == 1, SETTLE_S, "the completed submission"))
-    await _in_thread(lambda: _wait(driver, lambda d: _count(
+    await in_thread(lambda: wait(driver, lambda d: count(
         d, '#runs tr[data-status="applied"]') == 5, SETTLE_S, "five applied runs"))
-    after = await _in_thread(lambda: _count(driver, "#timeline-svg g.event"))
+    after = await in_thread(lambda: count(driver, "#timeline-svg g.event"))
     assert after > before_kill
-    assert await _in_thread(lambda: _count(driver, "#timeline-svg g.flag-takeover")) >= 1
-    changes = await _in_thread(lambda: _count(driver, "tr.change"))
+    assert await in_thread(lambda: count(driver, "#timeline-svg g.flag-takeover")) >= 1
+    changes = await in_thread(lambda: count(driver, "tr.change"))
     assert changes > 0  # rows the page took from the event stream, not from a reload
-    await _in_thread(lambda: driver.execute_script(
+    await in_thread(lambda: driver.execute_script(
         "document.getElementById('timeline').scrollIntoView()"))
-    await _in_thread(lambda: _shot(driver, "session.png"))
+    await in_thread(lambda: _shot(driver, "session.png"))
 
     # The mail service: each recipient got one mail, the uncertain send was not repeated.
     await c.check_exactly_once(raw_requests=5)
@@ -168,16 +118,16 @@ async def test_console_submits_approves_and_shows_a_takeover_live(
     assert final.status == "completed"
 
     # The other pages: sessions (live status), workers with their levels, dead letters.
-    await _in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/sessions"))
-    await _in_thread(lambda: _wait(driver, lambda d: _count(
+    await in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/sessions"))
+    await in_thread(lambda: wait(driver, lambda d: count(
         d, f'#sessions tr[data-session="{sid}"] .st-settled') == 1, 15, "the settled session"))
-    await _in_thread(lambda: _shot(driver, "sessions.png"))
-    await _in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/workers"))
-    await _in_thread(lambda: _wait(driver, lambda d: _count(d, "#levels tbody tr") >= 1
-                                   and _count(d, "#workers tbody tr") >= 3, 15, "the workers"))
-    await _in_thread(lambda: _shot(driver, "workers.png"))
-    await _in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/dead-letters"))
-    await _in_thread(lambda: _wait(driver, lambda d: "kept" in d.find_element(
+    await in_thread(lambda: _shot(driver, "sessions.png"))
+    await in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/workers"))
+    await in_thread(lambda: wait(driver, lambda d: count(d, "#levels tbody tr") >= 1
+                                   and count(d, "#workers tbody tr") >= 3, 15, "the workers"))
+    await in_thread(lambda: _shot(driver, "workers.png"))
+    await in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/dead-letters"))
+    await in_thread(lambda: wait(driver, lambda d: "kept" in d.find_element(
         By.CSS_SELECTOR, "main .card p").text, 15, "the dead letters"))
-    logs = await _in_thread(lambda: driver.get_log("browser"))
+    logs = await in_thread(lambda: driver.get_log("browser"))
     assert not [e for e in logs if e.get("level") == "SEVERE"], logs
