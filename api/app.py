@@ -10,6 +10,12 @@ Writes are the client's idempotent scripts: ``POST /v1/submissions`` and ``POST 
 take an ``Idempotency-Key`` header that becomes the request id, so a retried request answers
 with the same submission (200) instead of creating another (201); without a session id the
 session's id is derived from the key too.
+
+Reads fall through to the archive (:mod:`baton.store.archived`): an archived session is
+shown as it was, marked (``archived`` and ``archived_ms`` in the views' JSON; a
+``Baton-Archived`` header with the archival time on a submission or a task, whose bodies
+are the wire models); the archive, ``Settings.archive_location()``, is opened when first
+needed.
 """
 
 from __future__ import annotations
@@ -29,10 +35,10 @@ from baton.api.auth import OPERATE, Tokens
 from baton.api.events import Watchers, receipt_order, stream_session
 from baton.client import Client
 from baton.client_input import agent_for
-from baton.errors import not_found
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
+from baton.store.archived import ArchivedReads, SessionSource
 from baton.store.redis_client import redis_user
 from baton.store.store import Store, worker_ref
 
@@ -43,8 +49,8 @@ log = get_logger("baton.api")
 SessionId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\s/]+$")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1,
                                               max_length=200)]
-
-
+#: The header that marks a submission or task of an archived session: its archival time (ms).
+ARCHIVED_HEADER = "Baton-Archived"
 
 
 def _role(request: Request) -> str:
@@ -139,6 +145,8 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         state["client"].worker = worker_ref("client", settings.worker_id("api"))
         state["reads"] = (await Store.connect(reads) if reads is not None
                           else state["client"].store)
+        # Where the reads find archived sessions: the client's archive, opened when needed.
+        state["archived"] = state["client"].archived.on(state["reads"])
         log.info("api_ready", namespace=settings.namespace, open=tokens.anonymous is not None,
                  reads_as=redis_user(reads or settings))
         try:
@@ -164,6 +172,13 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     def reader() -> Store:
         return cast(Store, state["reads"])
 
+    def archived_reads() -> ArchivedReads:
+        return cast(ArchivedReads, state["archived"])
+
+    def mark(response: Response, source: SessionSource) -> None:
+        if source.archival is not None:
+            response.headers[ARCHIVED_HEADER] = str(source.archival.archived_ms)
+
     errors_doc: dict[int | str, dict[str, Any]] = {
         code: {"description": text, "content": {problems.PROBLEM_JSON: {
             "schema": {"$ref": "#/components/schemas/Problem"}}}}
@@ -187,14 +202,11 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     console = resources.files("baton.api") / "console"
     app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
 
-    async def _beyond_newest(store: Store, session_id: str, receipt_id: str) -> bool:
-        """Whether ``receipt_id`` is later than the session's newest receipt."""
+    async def _newest(store: Store, session_id: str) -> str | None:
+        """The id of the session's newest receipt (None without one)."""
         newest = await store.redis.xrevrange(store.keys.session(session_id).receipts,
                                              count=1)
-        if not newest:
-            return False
-        top = str(newest[0][0])
-        return receipt_order(receipt_id) > receipt_order(top)
+        return str(newest[0][0]) if newest else None
 
     # ------------------------------------------------------------------ writes
 
@@ -267,51 +279,65 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     async def sessions(
         role: Read,
         status: Annotated[str | None, Query(
-            pattern="^(blocked|leased|pending|failed|settled)$")] = None,
+            pattern="^(blocked|leased|pending|failed|settled|archived|completed|cancelled)$",
+            description=("a live session's state; archived; or the status of an archived "
+                         "session's newest submission (completed, failed, cancelled)"))] = None,
         agent: str | None = None,
         blocked: bool | None = None,
         quarantined: bool | None = None,
-        since_ms: Annotated[int | None, Query(ge=0, description="created at or after")] = None,
-        until_ms: Annotated[int | None, Query(ge=0, description="created at or before")] = None,
+        archived: Annotated[bool | None, Query(description=(
+            "true: archived sessions only (older ones from the archive's index too); false: "
+            "live ones only"))] = None,
+        since_ms: Annotated[int | None, Query(ge=0, description=(
+            "created (archived, for an archived session) at or after"))] = None,
+        until_ms: Annotated[int | None, Query(ge=0, description=(
+            "created (archived, for an archived session) at or before"))] = None,
         limit: Annotated[int, Query(ge=1, le=1_000)] = 50,
     ) -> dict[str, Any]:
-        """The newest sessions matching every filter given."""
+        """The newest sessions matching every filter given: live ones, then archived ones."""
         return await views.list_sessions(
-            reader(), status=status, agent=agent, blocked=blocked,
-            quarantined=quarantined, since_ms=since_ms, until_ms=until_ms, limit=limit)
+            reader(), archived_reads(), status=status, agent=agent, blocked=blocked,
+            quarantined=quarantined, since_ms=since_ms, until_ms=until_ms, limit=limit,
+            archived=archived)
 
     @app.get("/v1/sessions/{session_id}", responses=errors_doc, tags=["sessions"])
     async def session(session_id: SessionId, role: Read) -> dict[str, Any]:
         """Lease, submissions, tasks, tool runs with their marks, approvals, documents."""
-        return await views.session_detail(reader(), session_id)
+        return await views.session_detail(reader(), archived_reads(), session_id)
 
     @app.get("/v1/sessions/{session_id}/entries", responses=errors_doc, tags=["sessions"])
     async def entries(session_id: SessionId, role: Read, start: int = 0,
                       limit: Annotated[int, Query(ge=0, le=1_000)] = 200) -> dict[str, Any]:
         """Conversation entries (a negative ``start`` counts from the end)."""
-        return await views.session_entries(reader(), session_id, start, limit)
+        return await views.session_entries(reader(), archived_reads(), session_id, start, limit)
 
     @app.get("/v1/sessions/{session_id}/trace", responses=errors_doc, tags=["sessions"])
     async def trace(session_id: SessionId, role: Read) -> dict[str, Any]:
         """The handoff timeline built from the session's receipts."""
-        return await views.session_trace(reader(), session_id)
+        return await views.session_trace(reader(), archived_reads(), session_id)
 
     @app.get("/v1/sessions/{session_id}/documents/{name}", responses=errors_doc,
              tags=["sessions"])
     async def document(session_id: SessionId, name: str, role: Read,
                        version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
         """A document as it is, or as it was at a retained ``version``."""
-        return await views.document_at(reader(), session_id, name, version)
+        return await views.document_at(archived_reads(), session_id, name, version)
 
     @app.get("/v1/sessions/{session_id}/submissions/{submission_id}", response_model=Submission,
              responses=errors_doc, tags=["sessions"])
     async def submission(session_id: SessionId, submission_id: str, role: Read,
+                         response: Response,
                          wait: Annotated[float, Query(ge=0, le=60, description=(
                              "seconds to wait for it to settle"))] = 0) -> Submission:
         """A submission; with ``wait``, once it settled (or as it is when the wait ends)."""
         c = client()
-        sub = await c.store.inbox.submission(session_id, submission_id)
-        if wait and not sub.settled:
+
+        async def read(source: SessionSource) -> tuple[Submission, SessionSource]:
+            return await source.store.inbox.submission(session_id, submission_id), source
+
+        sub, source = await c.archived.read(session_id, read)
+        mark(response, source)
+        if wait and not sub.settled and not source.archived:
             try:
                 sub = await c.wait(sub, timeout=wait)
             except TimeoutError:
@@ -320,9 +346,14 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
 
     @app.get("/v1/sessions/{session_id}/tasks/{task_id}", response_model=Task,
              responses=errors_doc, tags=["sessions"])
-    async def task(session_id: SessionId, task_id: str, role: Read) -> Task:
+    async def task(session_id: SessionId, task_id: str, role: Read, response: Response) -> Task:
         """A task, live or finished."""
-        return await reader().inbox.task(session_id, task_id)
+        async def read(source: SessionSource) -> tuple[Task, SessionSource]:
+            return await source.store.inbox.task(session_id, task_id), source
+
+        found, source = await archived_reads().read(session_id, read)
+        mark(response, source)
+        return found
 
     @app.get("/v1/sessions/{session_id}/events", tags=["sessions"], responses={
         **errors_doc, 200: {"description": "Server-Sent Events: a snapshot, then each change",
@@ -333,20 +364,26 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
                                                     pattern=r"^\d+-\d+$")] = None,
         after: Annotated[str | None, Query(max_length=60, pattern=r"^\d+-\d+$",
                                            description="resume after this receipt id")] = None,
-    ) -> StreamingResponse:
-        """A snapshot of the session, then its changes live; resumable with Last-Event-ID."""
+    ) -> Response:
+        """A snapshot of the session, then its changes live; resumable with Last-Event-ID.
+        An archived session's stream ends after what the archive holds, with an
+        ``archived`` event; a reconnect after its newest change is answered 204."""
         store = client().store
+        source = SessionSource(store)
         if not await store.inbox.exists(session_id):
-            raise not_found(f"session {session_id}", namespace=settings.namespace,
-                            session_id=session_id)
+            source = await client().archived.require(session_id)
         resume = last_event_id or after
-        if resume is not None and await _beyond_newest(store, session_id, resume):
+        newest = await _newest(source.store, session_id) if resume is not None else None
+        if resume is not None and newest is not None and \
+                receipt_order(resume) > receipt_order(newest):
             # An id this session's stream never sent (the store restored from an older
             # backup, another session's id): waiting after it would be silent for good; a
             # snapshot gives the client the session as it is.
             log.info("events_resume_unknown", session_id=session_id, after=resume)
             resume = None
-        stream = stream_session(settings, session_id, resume, watchers, store)
+        if source.archived and resume is not None and resume == newest:
+            return Response(status_code=204)  # it has all: nothing more until a restore
+        stream = stream_session(settings, session_id, resume, watchers, store, source)
         return StreamingResponse(stream, media_type="text/event-stream", headers={
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

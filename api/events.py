@@ -18,6 +18,12 @@ changes (:data:`KEPT_CHANGES`) when the feed has them since that id, else it fol
 watch of its own. A stream that falls :data:`MAX_BEHIND` changes behind is ended; its client
 reconnects with ``Last-Event-ID`` and loses nothing.
 
+An archived session (:mod:`baton.store.archived`) is read from the archive: its snapshot (or,
+resuming, its changes after the id), then an ``archived`` event, and the stream ends: nothing
+in it changes until a new submission restores it. A session archived while streamed ends its
+stream the same way (its feed's watch notices the tombstone when idle); the API answers a
+reconnect after its newest change with 204 No Content, which tells an EventSource to stop.
+
 A comment line is sent every :data:`KEEPALIVE_S` of silence, so proxies keep the connection
 and a client that went away is noticed. A stream ends when the client leaves or the API stops;
 an error of the watch itself (the store lost for a minute) ends it with an ``error`` event
@@ -38,6 +44,7 @@ from baton.errors import BatonError
 from baton.models import dumps
 from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
+from baton.store.archived import SessionSource
 from baton.store.store import Store
 
 __all__ = ["KEEPALIVE_S", "KEPT_CHANGES", "MAX_BEHIND", "RETRY_MS", "Watchers", "receipt_order",
@@ -170,6 +177,9 @@ class _Feed:
     async def _follow(self) -> None:
         try:
             await self.watch.run()
+            if self.watch.source.archived:  # archived while followed: say so, and end
+                self._end(sse_message("archived", self.watch.archived_item()))
+                return
         except BatonError as exc:
             log.warning("sse_feed_ended", session_id=self.session_id, code=exc.code,
                         error=exc.message[:300], streams=len(self.streams))
@@ -239,6 +249,7 @@ async def _private(settings: Settings, session_id: str, after: str,
     try:
         await Watch(settings, session_id, emit, after=after,
                     first_give_up_s=_PATIENCE_S).run()
+        flush()  # it ended (archived): what it emitted last is not flushed yet
     except BatonError as exc:
         flush()
         stream.put(_problem(exc))
@@ -246,24 +257,41 @@ async def _private(settings: Settings, session_id: str, after: str,
 
 
 async def stream_session(settings: Settings, session_id: str, after: str | None,
-                         watchers: Watchers, store: Store | None = None) -> AsyncIterator[str]:
+                         watchers: Watchers, store: Store | None = None,
+                         source: SessionSource | None = None) -> AsyncIterator[str]:
     """The SSE text of ``session_id``: a snapshot (or, resuming, a resume marker after
     receipt ``after``), then its changes. The snapshot is read over ``store``'s connections
-    when given (the feeds block on connections of their own)."""
+    when given (the feeds block on connections of their own). ``source``: where the
+    session was found; an archived one is streamed from the archive and ended."""
     watchers.open += 1
     stream: _Stream | None = None
     private: asyncio.Task[None] | None = None
     try:
         yield f"retry: {RETRY_MS}\n\n"
-        if after is None:
-            items: list[dict[str, Any]] = []
+        items: list[dict[str, Any]] = []
+        if source is not None and source.archived:
+            # What the archive holds (after ``after``), then the archived event: the watch
+            # of an archived session ends by itself.
             try:
-                after = await Watch(settings, session_id, items.append,
-                                    store=store).snapshot()
+                await Watch(settings, session_id, items.append, after=after, store=store,
+                            source=source).run()
+            except BatonError as exc:
+                yield "".join(text for _, text in _changes(items)) + _problem(exc)
+                return
+            yield "".join(text for _, text in _changes(items))
+            return
+        if after is None:
+            watch = Watch(settings, session_id, items.append, store=store)
+            try:
+                after = await watch.snapshot()
             except BatonError as exc:
                 yield _problem(exc)
                 return
+            if watch.source.archived:  # archived since the request was checked
+                items.append(watch.archived_item())
             yield "".join(text for _, text in _changes(items))
+            if watch.source.archived:
+                return
         else:
             yield sse_message("resume", {"type": "resume", "after": after}, after)
         stream = watchers.join(settings, session_id, after)

@@ -40,10 +40,12 @@ _STATUS: tuple[tuple[type[errors.BatonError], int], ...] = (
     (errors.FenceError, 409),
     (errors.LeaseBusyError, 409),
     (errors.ToolMismatchError, 409),
+    (errors.ArchivedError, 409),  # a write to an archived session (a submission restores it)
     (errors.ValidationError, 422),
     (errors.ConfigError, 400),
     (errors.StoreEpochError, 503),
-    (errors.UnavailableError, 503),
+    (errors.UnavailableError, 503),  # ArchiveUnavailable too: before ArchiveError
+    (errors.ArchiveError, 502),  # the archive refused a read: the deployment's to fix
 )
 
 

@@ -10,6 +10,12 @@ A client therefore hears about its own sessions only, however many others settle
 Redis Cluster the notification stays on the node of the session's slot. A settled
 submission's notification carries the committed record (:mod:`baton.store.notices`), which
 :meth:`Client.wait` returns without reading it back.
+
+Reads fall through to the archive: a session archived after its retention
+(:mod:`baton.store.retention`) answers :meth:`Client.wait`, :meth:`Client.task`,
+:meth:`Client.document` and the other reads as it answered them live, read from its archive
+object (:mod:`baton.store.archived`; the archive, ``Settings.archive_location()``, is opened
+when first needed). :meth:`Client.archival` says whether, and since when, it is archived.
 """
 
 from __future__ import annotations
@@ -46,10 +52,11 @@ from baton.errors import (
     not_found,
 )
 from baton.faults import Faults
-from baton.models import Document, Submission, Task
+from baton.models import Document, Submission, Task, ToolRun
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store import quarantine, retention
+from baton.store.archived import Archival, ArchivedReads, SessionSource
 from baton.store.control import CancelAnswer
 from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
@@ -125,7 +132,9 @@ class Client:
         # (agent, compat, task kind) -> when to read the liveness records again
         self._served: dict[tuple[str, int, str], float] = {}
         self.settled = SettledChannels(store.redis)  # what the waits listen to
-        self.reads = SessionReads(store, settings, self.settled)
+        #: Where reads find an archived session (the archive is opened when first needed).
+        self.archived = ArchivedReads(store)
+        self.reads = SessionReads(store, settings, self.settled, self.archived)
 
     @classmethod
     def connect(cls, settings: Settings) -> Connecting:
@@ -187,9 +196,17 @@ class Client:
         return self.reads.fallbacks
 
     async def close(self) -> None:
-        """Stop listening for settled sessions and close the connections; idempotent."""
+        """Stop listening for settled sessions and close the connections and the archive;
+        idempotent."""
         await self.settled.close()
+        await self.archived.close()
         await self.store.close()
+
+    async def archival(self, session_id: str) -> Archival | None:
+        """The session's archival (when, under which fence, as which object) when it is
+        archived, its keys gone from Redis to the archive; None while Redis holds it.
+        NotFoundError when neither has it."""
+        return (await self.archived.require(session_id)).archival
 
     async def submit(
         self,
@@ -396,18 +413,23 @@ class Client:
                              timeout: float = 60.0) -> bool:  # noqa: ASYNC109
         """Wait until the task (or every task of the session) has ended; True then.
         NotFoundError for a session (or task) that does not exist."""
-        if task_id is None and not await self.reads.checked(
-                lambda: self.store.inbox.exists(session_id), session_id):
-            raise self._no_session(session_id)
+        async def exists(source: SessionSource) -> None:
+            if not await source.store.inbox.exists(session_id):
+                raise self._no_session(session_id)
 
-        async def ended() -> bool:
+        if task_id is None:
+            await self.reads.checked(exists, session_id)
+
+        async def ended(source: SessionSource) -> bool:
             if task_id is not None:
-                return (await self.store.inbox.task(session_id, task_id)).terminal
+                return (await source.store.inbox.task(session_id, task_id)).terminal
             sk = self.store.keys.session(session_id)
-            async with self.store.redis.pipeline(transaction=False) as p:
+            async with source.redis.pipeline(transaction=False) as p:
                 p.hlen(sk.tasks)
                 p.hkeys(sk.inbox)
                 live, inbox = await p.execute()
+            if not live and not inbox and not source.archived:  # gone: archived since?
+                await exists(source)
             # A request no Brain took up yet is work too: its task exists only once taken
             return not live and not any(is_request(str(k)) for k in inbox)
 
@@ -432,9 +454,13 @@ class Client:
         """The session's tool runs waiting for a decision, oldest first: pass one's
         ``run_id`` and ``digest`` to :meth:`approve` (the digest binds the approval to the
         arguments shown), or its ``run_id`` to :meth:`reject`."""
-        runs = await self.reads.checked(lambda: self.store.runs.live(session_id), session_id)
-        if not runs and not await self.store.inbox.exists(session_id):
-            raise self._no_session(session_id)
+        async def read(source: SessionSource) -> dict[str, ToolRun]:
+            runs = await source.store.runs.live(session_id)
+            if not runs and not await source.store.inbox.exists(session_id):
+                raise self._no_session(session_id)
+            return runs
+
+        runs = await self.reads.checked(read, session_id)
         waiting = [r for r in runs.values() if r.status == "awaiting_approval"]
         return [Approval(run_id=r.run_id, task_id=r.intent.task_id, tool=r.intent.tool,
                          arguments=dict(r.intent.arguments),
@@ -445,13 +471,15 @@ class Client:
     async def task(self, session_id: str, task_id: str) -> Task:
         """A task as it is now, live or finished. NotFoundError says whether the session or
         the task is missing."""
-        try:
-            return await self.reads.checked(lambda: self.store.inbox.task(session_id, task_id),
-                                            session_id)
-        except NotFoundError:
-            if await self.store.inbox.exists(session_id):
-                raise
-            raise self._no_session(session_id) from None
+        async def read(source: SessionSource) -> Task:
+            try:
+                return await source.store.inbox.task(session_id, task_id)
+            except NotFoundError:
+                if await source.store.inbox.exists(session_id):
+                    raise
+                raise self._no_session(session_id) from None
+
+        return await self.reads.checked(read, session_id)
 
     def _no_session(self, session_id: str) -> NotFoundError:
         return not_found(f"session {session_id}", namespace=self.store.keys.ns,
@@ -463,15 +491,15 @@ class Client:
         was at a ``version`` still kept. For a typed document, ``DocumentType.parse(doc.value)``
         gives its model. NotFoundError says whether the session, the document or the version
         is missing."""
-        async def read() -> Document:
-            return (await read_document(self.store, session_id, name, version))[0]
+        async def read(source: SessionSource) -> Document:
+            return (await read_document(source.store, session_id, name, version))[0]
 
         return await self.reads.checked(read, session_id)
 
     async def wait_task(self, session_id: str, task_id: str, timeout: float = 60.0) -> Task:  # noqa: ASYNC109
         """Wait until the task is terminal; returns it."""
         return await self.reads.until(
-            session_id, lambda: self.store.inbox.task(session_id, task_id),
+            session_id, lambda source: source.store.inbox.task(session_id, task_id),
             lambda t: t.terminal, timeout, what=f"task {task_id} has not ended",
             why=self._why_waiting)
 
@@ -482,11 +510,11 @@ class Client:
         # later ones (after a settled notification) at the submission first.
         reads = 0
 
-        def read() -> Awaitable[Submission | None]:
+        def read(source: SessionSource) -> Awaitable[Submission | None]:
             nonlocal reads
             reads += 1
             fresh = reads == 1 and not submission.settled
-            return self.store.inbox.taken_up(submission, fresh=fresh)
+            return source.store.inbox.taken_up(submission, fresh=fresh)
 
         settled = await self.reads.until(
             submission.session_id, read, lambda s: s is not None and s.settled, timeout,

@@ -1,10 +1,11 @@
 """How a client reads a session's committed state, and waits on it.
 
 A read tells a lost store from a missing session (the store's epoch), a corrupt session
-from a quarantined one, and waits out Redis away for a while (a restart, a failover). A
-wait re-reads on each settled notification of the session (:mod:`baton.store.settled`), or
-every second, until what it waits for holds or its deadline passes; then it says in words
-what the session most likely waits for.
+from a quarantined one, an archived session from a missing one (a read that finds nothing in
+Redis falls through to the archive: :mod:`baton.store.archived`), and waits out Redis away
+for a while (a restart, a failover). A wait re-reads on each settled notification of the
+session (:mod:`baton.store.settled`), or every second, until what it waits for holds or its
+deadline passes; then it says in words what the session most likely waits for.
 
 The re-read every second is a fallback, never the way a wait usually ends: a wait on an
 announced settlement (:meth:`~baton.client.Client.wait`) that found its work done by that
@@ -35,6 +36,7 @@ from baton.errors import (
 from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store import quarantine
+from baton.store.archived import ArchivedReads, SessionSource
 from baton.store.epoch import StoreEpoch
 from baton.store.settled import SettledChannels
 from baton.store.store import Store
@@ -77,10 +79,12 @@ def _missed_notification(session_id: str, count: int) -> None:
 class SessionReads:
     """A client's checked reads and waits; one per client, sharing its store."""
 
-    def __init__(self, store: Store, settings: Settings, settled: SettledChannels) -> None:
+    def __init__(self, store: Store, settings: Settings, settled: SettledChannels,
+                 archived: ArchivedReads) -> None:
         self.store = store
         self.settings = settings
         self.settled = settled  # what the waits listen to
+        self.archived = archived  # where a read that finds nothing in Redis looks next
         # Set once connected: a "not found" is checked against it, so a store that lost its
         # state raises StoreEpochError instead.
         self.epoch: StoreEpoch | None = None
@@ -88,7 +92,8 @@ class SessionReads:
         self.fallbacks = 0
 
     async def until(
-        self, session_id: str, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
+        self, session_id: str, read: Callable[[SessionSource], Awaitable[T]],
+        done: Callable[[T], bool],
         timeout: float,  # noqa: ASYNC109
         *, why: Callable[[str], Awaitable[str]],
         notice: Callable[[Any], T | None] | None = None, what: str = "the work has not ended",
@@ -145,11 +150,14 @@ class SessionReads:
         finally:
             await self.settled.leave(channel, signal)
 
-    async def checked(self, read: Callable[[], Awaitable[T]], session_id: str, *,
-                      patience: float | None = None,
+    async def checked(self, read: Callable[[SessionSource], Awaitable[T]], session_id: str,
+                      *, patience: float | None = None,
                       unreachable: list[BaseException] | None = None) -> T:
-        """``read()``; its NotFoundError becomes StoreEpochError when the store lost its state,
-        and a failure to decode the session becomes QuarantinedError once it is quarantined.
+        """``read(source)`` of the session, on Redis. When it raises NotFoundError the
+        session is looked for once more (:meth:`ArchivedReads.locate`): an archived session
+        is read from the archive, one restored meanwhile from Redis again; when it is nowhere,
+        that NotFoundError becomes StoreEpochError if the store lost its state. A failure to
+        decode the session becomes QuarantinedError once it is quarantined.
 
         Redis unreachable (restarting, a failover) is waited out for up to ``patience``
         seconds (``client_connect_wait_s`` by default; a wait passes its own deadline, and
@@ -159,16 +167,25 @@ class SessionReads:
         loop = asyncio.get_running_loop()
         since: float | None = None
         limit = self.settings.client_connect_wait_s if patience is None else patience
+        source: SessionSource | None = SessionSource(self.store)
+        missing: NotFoundError | None = None  # what the read on Redis did not find
         while True:
             try:
-                value = await read()
+                if source is None:  # the read on Redis found nothing: where is it?
+                    source = await self.archived.locate(session_id)
+                    if not source.found and missing is not None:
+                        raise missing
+                value = await read(source)
                 if unreachable:
                     unreachable.clear()
                 return value
             except (CorruptStateError, ValidationError):
                 await quarantine.raise_if_quarantined(self.store, session_id)
                 raise
-            except NotFoundError:
+            except NotFoundError as exc:
+                if missing is None:  # once: archived, or in Redis again (restored meanwhile)
+                    missing, source = exc, None
+                    continue
                 if self.epoch is not None:
                     await self.epoch.verify()
                 raise

@@ -3,7 +3,9 @@
 // Pages (hash routes): #/sessions (submit, and the sessions list with live status),
 // #/session/ID (the handoff timeline, tool runs, approvals, conversation, documents; live
 // over Server-Sent Events), #/dead-letters and #/workers. Every text that comes from the
-// system is set as text, never as HTML.
+// system is set as text, never as HTML. An archived session (read from the archive by the
+// API, `archived` in its JSON) carries an "archived" badge, in the list and on its page,
+// whose stream ends: nothing in it changes until a new submission restores it.
 
 const main = document.getElementById("main");
 const state = { token: localStorage.getItem("baton.token") || "", role: "", stop: null };
@@ -33,7 +35,11 @@ function s(tag, attrs = {}, text = null) {
   return el;
 }
 
-function badge(text, cls = "") { return h("span", { class: `badge ${cls}` }, text); }
+function badge(text, cls = "", attrs = {}) { return h("span", { class: `badge ${cls}`, ...attrs }, text); }
+function when(v) { return v === null || v === undefined ? "-" : new Date(v).toISOString(); }
+function archivedBadge(row) {
+  return row.archived ? badge("archived", "st-archived archived", { title: `archived at ${when(row.archived_ms)}` }) : null;
+}
 function ms(v) {
   if (v === null || v === undefined) return "-";
   return Math.abs(v) >= 10000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms`;
@@ -94,7 +100,8 @@ async function act(title, body, fn, done) {
 // ------------------------------------------------------------------ Server-Sent Events
 
 // EventSource cannot send an Authorization header, so the stream is read with fetch; on a
-// dropped connection it resumes with Last-Event-ID after the last whole change it saw.
+// dropped connection it resumes with Last-Event-ID after the last whole change it saw. A
+// 204 (an archived session, seen whole) ends it, as it ends an EventSource.
 function follow(path, onEvent, onStatus) {
   let lastId = null;
   let stopped = false;
@@ -105,6 +112,7 @@ function follow(path, onEvent, onStatus) {
     if (lastId) extra["Last-Event-ID"] = lastId;
     const res = await fetch(path, { headers: headers(extra), signal: controller.signal });
     if (!res.ok) throw new ApiError(await res.json().catch(() => ({ status: res.status })));
+    if (res.status === 204) { stopped = true; return; }
     onStatus(true);
     const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
@@ -130,6 +138,7 @@ function follow(path, onEvent, onStatus) {
   (async () => {
     while (!stopped) {
       try { await once(); } catch (e) { if (stopped) return; }
+      if (stopped) return;
       onStatus(false);
       if (!stopped) await new Promise((r) => setTimeout(r, 1000));
     }
@@ -171,7 +180,9 @@ async function sessionsPage() {
     h("div", { class: "card" },
       h("div", { class: "filters" },
         select("status", [["", "any status"], ["leased", "leased"], ["pending", "pending"],
-          ["blocked", "blocked"], ["failed", "failed"], ["settled", "settled"]]),
+          ["blocked", "blocked"], ["failed", "failed"], ["settled", "settled"],
+          ["archived", "archived"], ["completed", "archived, completed"],
+          ["cancelled", "archived, cancelled"]]),
         agentFilter,
         select("blocked", [["", "blocked or not"], ["true", "blocked"], ["false", "not blocked"]]),
         select("quarantined", [["", "quarantined or not"], ["true", "quarantined"], ["false", "not quarantined"]]),
@@ -184,15 +195,22 @@ async function sessionsPage() {
     const q = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== ""));
     try {
       const data = await api(`/v1/sessions?${q}`);
-      count.textContent = `${data.matched} shown of ${data.total}`;
+      count.textContent = data.index_range
+        ? `${data.matched} shown (older archived ones from the archive's index)`
+        : `${data.matched} shown of ${data.total + data.archived_total}` +
+          (data.archived_total ? ` (${data.archived_total} archived)` : "");
       table.replaceChildren(...data.sessions.map((row) => h("tr", {
-        class: "row-link", "data-session": row.session_id,
+        class: "row-link", "data-session": row.session_id, "data-archived": row.archived ? "true" : null,
         onclick: () => { location.hash = `#/session/${encodeURIComponent(row.session_id)}`; } },
         h("td", { class: "mono" }, row.session_id),
-        h("td", {}, badge(row.state, `st-${row.state}`), row.quarantined ? badge("quarantined", "st-quarantined") : null),
-        h("td", {}, `${row.agent}@${row.compat}`),
-        h("td", {}, Object.entries(row.submissions).map(([k, n]) => badge(`${n} ${k}`, `st-${k}`))),
-        h("td", {}, row.fence),
+        h("td", {}, row.archived ? archivedBadge(row) : badge(row.state, `st-${row.state}`),
+          row.quarantined ? badge("quarantined", "st-quarantined") : null),
+        h("td", {}, `${row.agent}@${row.compat ?? "?"}`),
+        h("td", {}, row.archived
+          ? [row.status ? badge(`newest ${row.status}`, `st-${row.status}`) : null,
+            row.submission_count !== null && row.submission_count !== undefined ? `${row.submission_count} in all` : null]
+          : Object.entries(row.submissions).map(([k, n]) => badge(`${n} ${k}`, `st-${k}`))),
+        h("td", {}, row.fence ?? "-"),
         h("td", { class: "mono" }, row.holder || "-"),
         h("td", {}, row.blocked || ""))));
     } catch (e) { count.textContent = e.message; }
@@ -310,8 +328,9 @@ async function sessionPage(id) {
       () => api(`/v1/sessions/${encodeURIComponent(sid)}/cancel`, { method: "POST", body: { reason: "cancelled from the console" } }),
       "cancel committed; a Brain carries it out") }, "Cancel session");
 
+  const archivedMark = h("span", { id: "archived" });
   main.replaceChildren(
-    h("h1", {}, "Session ", h("span", { class: "mono" }, sid), " ", live),
+    h("h1", {}, "Session ", h("span", { class: "mono" }, sid), " ", archivedMark, " ", live),
     h("div", { class: "card" }, header, h("div", { style: "margin-top:8px" }, cancel)),
     h("div", { class: "card" }, h("h2", {}, "Handoff timeline"), timeline,
       h("h2", {}, "Takeovers, refusals, confirmations"), notable),
@@ -332,8 +351,12 @@ async function sessionPage(id) {
     const [view, trace, conv] = await Promise.all([api(base), api(`${base}/trace`),
       api(`${base}/entries?start=-200&limit=200`)]);
     const lease = view.lease;
+    archivedMark.replaceChildren(archivedBadge(view) || "");
+    if (view.archived) archived();
     header.replaceChildren(h("dl", { class: "kv" },
       h("dt", {}, "agent"), h("dd", {}, `${view.agent} (compat ${view.compat})`),
+      view.archived ? [h("dt", {}, "archived"), h("dd", {}, badge("archived", "st-archived"),
+        `at ${when(view.archived_ms)}: read from the archive; a new submission restores it`)] : [],
       h("dt", {}, "lease"), h("dd", {}, lease.live ? `${lease.holder}, fence ${lease.fence}, ${ms(lease.remaining_ms)} left` : `free (fence ${lease.fence})`),
       h("dt", {}, "commits"), h("dd", {}, `seq ${view.seq}, ${view.receipts} receipts, ${view.entries} entries`),
       view.blocked.level ? [h("dt", {}, "blocked"), h("dd", {}, badge(view.blocked.level, "st-blocked"))] : [],
@@ -346,7 +369,7 @@ async function sessionPage(id) {
       : [h("li", { class: "muted" }, "none")]),
       ...Object.entries(trace.relays).map(([r, k]) => h("li", { class: "relay" }, badge("relay", "flag-relay"), ` ${r} carried ${k} message(s)`)));
     const canOperate = state.role === "operate";
-    cancel.disabled = !canOperate;
+    cancel.disabled = !canOperate || view.archived;
     approvals.replaceChildren(...(view.awaiting_approval.length ? view.awaiting_approval.map((a) =>
       h("div", { class: "approval", "data-run": a.run_id },
         h("div", {}, h("div", { class: "mono" }, a.run_id), badge(a.tool), h("div", { class: "muted" }, `waiting ${ms(a.waiting_ms)}`)),
@@ -387,6 +410,14 @@ async function sessionPage(id) {
   }
 
   let pending = null;
+  let stop = () => {};
+  let ended = false;  // archived: nothing changes until a restore, no stream to follow
+  function archived() {
+    ended = true;
+    stop();
+    live.className = "live archived";
+    live.textContent = "archived";
+  }
   function later() {
     if (pending) return;
     pending = setTimeout(async () => {
@@ -395,15 +426,19 @@ async function sessionPage(id) {
     }, 200);
   }
   try { await refresh(); } catch (e) { toast(e.message, true); }
-  const stop = follow(`/v1/sessions/${encodeURIComponent(sid)}/events`, (type, ev) => {
+  if (ended) return () => { clearTimeout(pending); };
+  stop = follow(`/v1/sessions/${encodeURIComponent(sid)}/events`, (type, ev) => {
     if (type === "receipt") {
       eventLog.prepend(h("tr", { class: "change" }, h("td", { class: "mono" }, ev.id),
         h("td", {}, `+${ms(ev.t_ms)}`), h("td", { class: "mono" }, ev.worker),
         h("td", {}, ev.flags.map((f) => badge(f, `flag-${f}`)), ev.kind), h("td", {}, clip(ev.text, 200))));
     }
     if (type === "error") toast(ev.detail, true);
-    if (type !== "snapshot") later();
-  }, (on) => { live.className = on ? "live on" : "live"; live.textContent = on ? "live" : "reconnecting"; });
+    if (type !== "snapshot") later();  // an "archived" event too: the page shows it archived
+  }, (on) => {
+    if (ended) return;
+    live.className = on ? "live on" : "live"; live.textContent = on ? "live" : "reconnecting";
+  });
   return () => { stop(); clearTimeout(pending); };
 }
 

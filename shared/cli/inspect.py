@@ -12,7 +12,9 @@ announced themselves (Brains with the compat levels they serve), sessions by sta
 row per shard, messages waiting in JetStream per subject (flagged when no consumer exists
 or no live worker serves the subject: see :mod:`baton.bus.backlog`), dead letters.
 Both show quarantined sessions (state ``quarantined``, with the reason and the tries: see
-:mod:`baton.store.quarantine`). Nothing stored makes it fail: a key of the wrong type, a
+:mod:`baton.store.quarantine`). An archived session is read from the archive and shown as it
+was, marked archived (``archived``, ``archived_ms``; its lease ended with the archival): see
+:mod:`baton.store.archived`. Nothing stored makes it fail: a key of the wrong type, a
 missing hash or a record that does not parse is a *finding* (:mod:`baton.cli.findings`),
 listed in red at the end (``findings`` in JSON), and the rest of the view is shown.
 Read-only: it never takes a lease, writes, fetches or acks. ``--json`` gives the same data;
@@ -32,6 +34,7 @@ from baton.cli.inspect_render import render_cluster, render_session
 from baton.errors import not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, loads
 from baton.observability.log import bounded
+from baton.store.archived import SessionSource
 from baton.store.epoch import StoreEpoch
 from baton.store.state import parse_requests, parse_runs, requested_meta, with_intents
 from baton.store.store import Store, now_ms
@@ -237,13 +240,19 @@ def _runs_each(f: Findings, key: str, fields: dict[str, str]) -> dict[str, ToolR
     return runs
 
 
-async def session_view(store: Store, session_id: str) -> dict[str, Any]:
+async def session_view(store: Store, session_id: str, *,
+                       source: SessionSource | None = None) -> dict[str, Any]:
     """Everything ``inspect SESSION`` shows, as plain data. A part that cannot be read (a key
-    of the wrong type) or decoded is a line in ``findings``; the rest is shown."""
+    of the wrong type) or decoded is a line in ``findings``; the rest is shown.
+
+    ``source``: where the session's own keys are read (an archived session's, see
+    :meth:`~baton.store.archived.ArchivedReads.read`); the shard's keys (timers, dead
+    letters, services, backlog, epoch) are read from ``store``."""
     f = Findings()
     now = now_ms()
     sk = store.keys.session(session_id)
-    redis: Any = store.redis
+    source = source or SessionSource(store)
+    redis: Any = source.redis
     reads: tuple[tuple[str, str, str, Any], ...] = (
              ("meta", sk.meta, "hgetall", {}), ("tasks", sk.tasks, "hgetall", {}),
              ("done", sk.done, "hgetall", {}), ("subs", sk.subs, "hgetall", {}),
@@ -289,11 +298,13 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
     start = int(raw["entry_count"]) - len(page)
     for i, e in enumerate(page):
         f.parse(f"entry {start + i} does not parse", None, decode, Entry, e)
-    leased = bool(meta.holder) and meta.lease_until_ms > now
+    # The archival ended the lease it was archived under.
+    leased = bool(meta.holder) and meta.lease_until_ms > now and not source.archived
+    shard: Any = store.redis
 
     async def timers() -> list[dict[str, Any]]:
         return [{"timer": m.split("|")[0], "member": m, "due_in_ms": int(score) - now}
-                async for m, score in redis.zscan_iter(sk.timers, match=f"*|{session_id}|*")]
+                async for m, score in shard.zscan_iter(sk.timers, match=f"*|{session_id}|*")]
 
     letters, _ = await _dead_letters(store, f, 1000)
     dead = [d for d in letters if d.get("session_id") == session_id]
@@ -326,7 +337,7 @@ async def session_view(store: Store, session_id: str) -> dict[str, Any]:
                 for r in sorted(live_runs.values(), key=lambda r: r.run_id)
                 if r.status == "awaiting_approval"]
     view = {
-        "session_id": session_id, "epoch": await _epoch(store, f, sk.shard),
+        "session_id": session_id, **source.marker(), "epoch": await _epoch(store, f, sk.shard),
         "agent": meta.agent, "compat": meta.compat,
         "quarantine": quarantine,
         "blocked": {"level": level or None, "tasks": dict(meta.blocked)},

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from baton.cli.trace_model import archived_line
 from baton.models import dumps
 
 __all__ = ["render_cluster", "render_session"]
@@ -68,13 +69,16 @@ def _epoch_lines(e: dict[str, Any]) -> list[str]:
 def render_session(v: dict[str, Any], console: Console) -> None:
     lease = v["lease"]
     held = ", held for its tool results" if lease.get("held_for_results") else ""
+    ended = "ended by the archival" if v.get("archived") else "released/expired"
     holder = (f"[bold]{_e(lease['holder'])}[/bold] (live, {_ms(lease['remaining_ms'])} left"
               f"{held})" if lease["live"] else f"none (last: {_e(lease['holder'] or '-')}, "
-              "released/expired)")
+              f"{ended})")
     console.print(f"session [bold]{_e(v['session_id'])}[/bold]  agent {_e(v['agent'])} compat "
                   f"{v['compat']}  shard {v['shard']}")
     for line in _epoch_lines(v["epoch"]):
         console.print(line)
+    if v.get("archived"):
+        console.print(f"[bold]{_e(archived_line(v['archived_ms']))}[/bold]")
     for line in _quarantine_lines(v.get("quarantine")):
         console.print(line)
     console.print(f"lease holder: {holder}  fence {lease['fence']}  dirty {lease['dirty']}  "

@@ -2,8 +2,10 @@
 
 They find the stack like every client command (``BATON_*``, else ``.baton/dev.json``), never
 take a lease and never write, and connect as the read-only ``operator`` user where one is
-configured (``BATON_OPERATOR_*``, or a secure dev stack's), else as the client. ``trace``
-can also read receipts saved to a file: ``baton demo`` saves its session's receipts under
+configured (``BATON_OPERATOR_*``, or a secure dev stack's), else as the client. A session
+archived after its retention is read from the archive (``BATON_ARCHIVE_URL``; see
+:mod:`baton.store.archived`) and shown as it was, marked archived. ``trace`` can also read
+receipts saved to a file: ``baton demo`` saves its session's receipts under
 ``$BATON_HOME/traces/``, so the demo's trace can be shown again after its private stack is
 gone.
 """
@@ -24,7 +26,7 @@ from baton.cli.failures import CliError
 from baton.cli.trace import build_trace, render_text
 from baton.cli.trace_html import render_html
 from baton.devkit.stack import home
-from baton.errors import BatonError, ValidationError, not_found
+from baton.errors import BatonError, ValidationError
 from baton.receipts import Receipt
 from baton.settings import Settings
 from baton.store.redis_client import redis_user
@@ -71,23 +73,28 @@ def _settings() -> Settings:
 
 
 async def _live_receipts(settings: Settings, session_id: str, task_id: str | None,
-                         run_id: str | None) -> tuple[list[Receipt], dict[str, Any] | None]:
-    """The session's receipts, and its quarantine record when it is quarantined."""
+                         run_id: str | None,
+                         ) -> tuple[list[Receipt], dict[str, Any] | None, int | None]:
+    """The session's receipts, its quarantine record when it is quarantined, and when it
+    was archived when its receipts were read from the archive."""
+    from baton.store.archived import ArchivedReads, SessionSource
     from baton.store.quarantine import quarantine_of
 
     store = await Store.connect(settings)
+    archived = ArchivedReads(store)
     try:
         sk = store.keys.session(session_id)
+        source = SessionSource(store)
         if not await store.redis.exists(sk.meta, sk.receipts):
-            raise not_found(f"session {session_id}", namespace=settings.namespace,
-                            session_id=session_id)
-        record = await quarantine_of(store, session_id)
+            source = await archived.require(session_id)
+        record = await quarantine_of(source.store, session_id)
         quarantine = None if record is None else {
             "tries": record.get("tries"), "reason": record.get("quarantine_reason", ""),
             "quarantined_ms": record.get("quarantined")}
-        return (await store.receipts_for(session_id, task_id=task_id, run_id=run_id),
-                quarantine)
+        receipts = await source.store.receipts_for(session_id, task_id=task_id, run_id=run_id)
+        return receipts, quarantine, source.marker()["archived_ms"]
     finally:
+        await archived.close()
         await store.close()
 
 
@@ -106,10 +113,11 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
     """The handoff timeline of SESSION_ID from its receipts: who did what, with which fence."""
     saved = receipts_file or saved_receipts_path(session_id)
     quarantine: dict[str, Any] | None = None
+    archived_ms: int | None = None
     if receipts_file is None:
         try:
-            receipts, quarantine = _run(_live_receipts(_settings(), session_id, task_id,
-                                                       run_id))
+            receipts, quarantine, archived_ms = _run(_live_receipts(
+                _settings(), session_id, task_id, run_id))
         except click.ClickException as exc:
             if not saved.exists():
                 raise
@@ -122,7 +130,7 @@ def trace_command(session_id: str, as_json: bool, html_file: Path | None, task_i
         what = " and ".join(f"{k} {v}" for k, v in (("task", task_id), ("run", run_id)) if v)
         raise CliError(f"no receipts about {what} in session {session_id}: is the id right? "
                        f"(`baton inspect {session_id}` lists its tasks and runs)")
-    trace = build_trace(session_id, receipts, quarantine)
+    trace = build_trace(session_id, receipts, quarantine, archived_ms=archived_ms)
     if html_file is not None:
         html_file.write_text(render_html(trace))
         click.echo(f"wrote {html_file}", err=True)
@@ -158,15 +166,18 @@ def inspect_command(session_id: str | None, as_json: bool) -> None:
     """Tasks, tool runs, lease and backlog of SESSION_ID; without one, the cluster view."""
     from baton.bus.bus import Bus
     from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
+    from baton.store.archived import ArchivedReads
 
     settings = _settings()
 
     async def go() -> dict[str, Any]:
         store = await Store.connect(settings)
         bus: Bus | None = None
+        archived = ArchivedReads(store)
         try:
             if session_id:
-                return await session_view(store, session_id)
+                return await archived.read(session_id, lambda source: session_view(
+                    store, session_id, source=source))
             if redis_user(settings) == "client":  # a client's NATS user may do nothing
                 view = await cluster_view(store, None)
                 view["subjects"]["error"] = (
@@ -181,6 +192,7 @@ def inspect_command(session_id: str | None, as_json: bool) -> None:
         finally:
             if bus is not None:
                 await bus.close()
+            await archived.close()
             await store.close()
 
     view = _run(go())

@@ -466,12 +466,15 @@ class Timeline:
 
 
 def build_trace(session_id: str, receipts: list[Receipt],
-                quarantine: dict[str, Any] | None = None) -> Trace:
+                quarantine: dict[str, Any] | None = None, *,
+                archived_ms: int | None = None) -> Trace:
     """The timeline of ``receipts`` (in stream order, as ``Store.receipts`` returns them);
-    ``quarantine``: the session's poison record when it is quarantined."""
+    ``quarantine``: the session's poison record when it is quarantined; ``archived_ms``:
+    when the session was archived, when its receipts come from the archive."""
     timeline = Timeline(session_id)
     for r in receipts:
         timeline.add(r)
     trace = timeline.trace()
     trace.quarantine = quarantine
+    trace.archived_ms = archived_ms
     return trace

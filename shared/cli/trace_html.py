@@ -22,6 +22,7 @@ from collections.abc import Callable
 from html import escape
 
 from baton.cli.trace import Event, Publish, Trace, quarantine_line, render_text
+from baton.cli.trace_model import archived_line
 
 __all__ = ["BREAK_MS", "render_html"]
 
@@ -331,6 +332,8 @@ table.attempts { border-collapse: collapse; font-size: 12px; }
 table.attempts td, table.attempts th { border: 1px solid #e5e7eb; padding: 2px 6px; }
 table.attempts tr.failed td { background: #fef2f2; }
 pre { background: #f9fafb; padding: 12px; font-size: 12px; overflow-x: auto; }
+.archived { color: #1f2937; background: #e5e7eb; padding: 8px 12px; border-radius: 6px;
+  margin: 8px 0; }
 .quarantine { color: #fff; background: #b91c1c; padding: 8px 12px; border-radius: 6px;
   margin: 8px 0; font-weight: 600; }
 """
@@ -377,6 +380,8 @@ def render_html(trace: Trace) -> str:
         + (" · carried by relays: " + ", ".join(
             f"{escape(name)} ({n})" for name, n in trace.relays.items()) if trace.relays else "")
         + "</div>"
+        + (f'<div class="archived">{escape(archived_line(trace.archived_ms))}</div>'
+           if trace.archived_ms is not None else "")
         + (f'<div class="quarantine">{escape(quarantine_line(trace.quarantine))}</div>'
            if trace.quarantine else "")
         + f'<div class="legend">{legend}</div>'

@@ -6,11 +6,12 @@ message hop, and the model attempts."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
     "Carried", "Event", "Handoff", "Lane", "ModelAttempt", "Publish", "RunHops", "Trace",
-    "quarantine_line", "secs", "short_run",
+    "archived_line", "quarantine_line", "secs", "short_run",
 ]
 
 
@@ -191,6 +192,8 @@ class Trace:
     # The session's quarantine (tries, reason, quarantined_ms) when its state could not be
     # processed; no receipt records it (nothing is committed to a session that is poison).
     quarantine: dict[str, Any] | None = None
+    # When the session was archived (its receipts were read from the archive), else None.
+    archived_ms: int | None = None
     first_task: str = ""  # see _short: the task whose runs are labelled by their tail alone
 
     @property
@@ -244,6 +247,8 @@ class Trace:
             "takeovers": [e.index for e in self.flagged("takeover")],
             "refused": [e.index for e in self.flagged("refused")],
             "quarantine": self.quarantine,
+            "archived": self.archived_ms is not None,
+            "archived_ms": self.archived_ms,
         }
 
 
@@ -264,6 +269,15 @@ def quarantine_line(q: dict[str, Any] | None) -> str:
         return ""
     return (f"QUARANTINED after {q.get('tries', '?')} tries: {q.get('reason', '')} (its state "
             "could not be processed; no Brain runs it, waiting clients get QuarantinedError)")
+
+
+def archived_line(archived_ms: int | None) -> str:
+    """One line saying the session is archived and since when (empty when it is not)."""
+    if archived_ms is None:
+        return ""
+    at = datetime.fromtimestamp(archived_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (f"ARCHIVED at {at}: read from the archive, as it was when it left Redis (nothing "
+            "changes until a new submission restores it)")
 
 
 def secs(ms: int) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from baton.cli.trace_model import Trace, quarantine_line, secs, short_run
+from baton.cli.trace_model import Trace, archived_line, quarantine_line, secs, short_run
 
 __all__ = ["render_text"]
 
@@ -10,16 +10,16 @@ __all__ = ["render_text"]
 def render_text(trace: Trace, *, width: int = 28) -> str:
     """Plain text: the lanes, one line per receipt, then hops, takeovers and refusals."""
     quarantined = quarantine_line(trace.quarantine)
+    notes = [line for line in (archived_line(trace.archived_ms), quarantined) if line]
     if not trace.events:
-        return f"session {trace.session_id}: no receipts\n" + (
-            f"{quarantined}\n" if quarantined else "")
+        return "".join(f"{line}\n" for line in [f"session {trace.session_id}: no receipts",
+                                                *notes])
     lanes = {lane.id: lane for lane in trace.lanes}
     out = [f"session {trace.session_id}: {len(trace.events)} receipts, {len(trace.lanes)} "
            f"processes, {trace.duration_ms / 1000:.3f}s",
            "fences: s:N = session lease fence (Brain), a:N = tool-run attempt fence (Hands)",
            "processes:"]
-    if quarantined:
-        out.insert(1, quarantined)
+    out[1:1] = notes
     carried, again = trace.relays, trace.redelivered
     for lane in trace.lanes:
         if lane.role == "relay":

@@ -14,9 +14,13 @@ connection the watcher reconnects and re-reads from the same id: nothing lost, n
 ``--from ID`` resumes explicitly after a receipt id another watch printed.
 
 A session that is quarantined shows it (in the snapshot, or as a ``quarantined`` item when
-it happens while watching; ``--until-settled`` then ends). The store's epoch is read at the
-start and checked while idle: a Redis that restarted empty stops the watch with
-:class:`~baton.errors.StoreEpochError` instead of an endless silent wait.
+it happens while watching; ``--until-settled`` then ends). An archived session (its keys
+left Redis for the archive, :mod:`baton.store.archived`) is read from the archive: its
+snapshot (or, resuming, its receipts after the id) marked archived, then an ``archived``
+item, and the watch ends: nothing in it changes until a new submission restores it. The
+store's epoch is read at the start and checked while idle: a Redis that restarted empty
+stops the watch with :class:`~baton.errors.StoreEpochError` instead of an endless silent
+wait.
 
 Read-only: no lease, no write, no consumer group.
 """
@@ -36,10 +40,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from baton.cli.findings import Findings, lenient_meta
 from baton.cli.trace import Timeline
+from baton.cli.trace_model import archived_line
 from baton.errors import RedisUnavailable, not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
 from baton.receipts import PartialDetail, Receipt
 from baton.settings import Settings
+from baton.store.archived import ArchivedReads, SessionSource
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import connect_redis, without_password
@@ -71,6 +77,7 @@ class Watch:
         block_ms: int = 5_000,
         first_give_up_s: float = FIRST_GIVE_UP_S,
         store: Store | None = None,
+        source: SessionSource | None = None,
     ) -> None:
         self.settings = settings
         self.session_id = session_id
@@ -96,15 +103,23 @@ class Watch:
             if store is None else store.redis
         self.store = store or Store(self.redis, settings)
         self.sk: SessionKeys = self.store.keys.session(session_id)
+        # Where a session missing from Redis is looked for (made when first needed, its
+        # archive with it); ``source``: where the caller found the session already (an
+        # archived one's).
+        self._archived: ArchivedReads | None = None
+        self.source = source or SessionSource(self.store)
+        #: What the session's own keys are read with: Redis, or its archived object.
+        self.session: Any = self.source.redis if source is not None else self.redis
 
     async def run(self) -> str:
         try:
             settled = await self._retrying(self._start)
             while not settled:
                 settled = await self._retrying(self._step)
+            if self.source.archived:
+                self.emit(self.archived_item())
         finally:
-            if self._owned:
-                await self.redis.aclose()
+            await self._close()
         return self.last_id
 
     async def snapshot(self) -> str:
@@ -113,9 +128,31 @@ class Watch:
         try:
             await self._retrying(self._start)
         finally:
-            if self._owned:
-                await self.redis.aclose()
+            await self._close()
         return self.last_id
+
+    def archived_item(self) -> dict[str, Any]:
+        """The item that ends the watch of an archived session."""
+        return {"type": "archived", "session_id": self.session_id, "last_id": self.last_id,
+                **self.source.marker()}
+
+    async def _close(self) -> None:
+        if self._archived is not None:
+            await self._archived.close()
+        if self._owned:
+            await self.redis.aclose()
+
+    async def _look_elsewhere(self) -> bool:
+        """After the session's keys read as missing from Redis: look for it (archived, or
+        in Redis after all); True when it was found there, to read again."""
+        if self.source.archived:
+            return False
+        if self._archived is None:
+            self._archived = ArchivedReads(self.store)
+        source = await self._archived.locate(self.session_id)
+        if source.found:
+            self.source, self.session = source, source.redis
+        return source.found
 
     async def _retrying(self, step: Callable[[], Any]) -> Any:
         """Run one read-then-emit step; on a dropped connection reconnect and run it again."""
@@ -154,21 +191,17 @@ class Watch:
         if self.after is not None:
             # A resume: replay the receipts up to the id silently, to know the entry count
             # and give the timeline its context (hops), then follow from there.
-            before = await self.redis.xrange(self.sk.receipts, "-", self.after)
+            before = await self._before(self.after)
             # A session no Brain opened yet is known by its receipts or its waiting request.
-            if not before and not await self.redis.exists(self.sk.meta, self.sk.inbox):
+            if before is None:
                 raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
                                 session_id=self.session_id)
             self._prime(before)
             self.emit({"type": "resume", "after": self.after, "entries": self.entry_count})
             return False  # even if settled: the receipts after the id are still to show
-        sk = self.sk
-        async with self.redis.pipeline(transaction=True) as p:
-            p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
-            p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
-            p.xrange(sk.receipts, "-", "+").hgetall(sk.poison).hgetall(sk.intents)
-            p.hgetall(sk.inbox)
-            replies = await p.execute(raise_on_error=False)
+        replies = await self._snapshot_reads()
+        if not replies[0] and not replies[8] and await self._look_elsewhere():
+            replies = await self._snapshot_reads()
         meta_reply, inbox = replies[0], replies.pop()
         if not meta_reply and isinstance(inbox, dict):  # not opened yet: as requested
             replies[0] = requested_meta(inbox)
@@ -192,11 +225,12 @@ class Watch:
         all_runs: dict[str, ToolRun] = {**f.parse("runs_done key", {}, parse_runs, runs_done),
                                         **f.parse("runs key", {}, parse_runs, runs)}
         first = int(count) - len(entries)
+        archived = self.source.archived  # its archival ended the lease it held
         snapshot = {
-            "type": "snapshot", "session_id": self.session_id, "last_id": self.last_id,
-            "receipts": len(receipts), "seq": m.seq,
+            "type": "snapshot", "session_id": self.session_id, **self.source.marker(),
+            "last_id": self.last_id, "receipts": len(receipts), "seq": m.seq,
             "lease": {"holder": m.holder or None, "fence": m.fence,
-                      "live": bool(m.holder) and m.lease_until_ms > now},
+                      "live": bool(m.holder) and m.lease_until_ms > now and not archived},
             "submissions": [_sub(x) for x in _each(f, "submission", subs, Submission)],
             "tasks": [_task(x) for x in _each(f, "task", {**tasks, **done}, Task)],
             "runs": [{"run_id": r.run_id, "tool": r.intent.tool, "attempt": r.attempt,
@@ -212,10 +246,34 @@ class Watch:
             "findings": list(f),
         }
         self.emit(snapshot)
+        if archived:
+            return True  # nothing changes until a restore
         if snapshot["quarantine"]:
             self._quarantine_shown = True
             return self.until_settled  # it will never settle
         return self.until_settled and _all_settled(list(subs.values()))
+
+    async def _before(self, after: str) -> list[tuple[str, dict[str, str]]] | None:
+        """The receipts up to ``after`` (resuming), None when the session is nowhere."""
+        for _ in range(2):
+            before: list[tuple[str, dict[str, str]]] = await self.session.xrange(
+                self.sk.receipts, "-", after)
+            if before or await self.session.exists(self.sk.meta, self.sk.inbox):
+                return before
+            if not await self._look_elsewhere():
+                return None
+        return None
+
+    async def _snapshot_reads(self) -> list[Any]:
+        """The snapshot's reads of the session's keys, in one MULTI."""
+        sk = self.sk
+        async with self.session.pipeline(transaction=True) as p:
+            p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
+            p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
+            p.xrange(sk.receipts, "-", "+").hgetall(sk.poison).hgetall(sk.intents)
+            p.hgetall(sk.inbox)
+            replies: list[Any] = await p.execute(raise_on_error=False)
+        return replies
 
     def _prime(self, receipts: list[tuple[str, dict[str, str]]]) -> None:
         for sid, f in receipts:
@@ -233,9 +291,15 @@ class Watch:
         read without waiting found no more receipts (what was committed before the
         settlement was read is then all shown).
         """
-        reply = await self.redis.xread({self.sk.receipts: self.last_id}, count=_BATCH,
-                                       block=None if self._draining else self.block_ms)
-        items = [item for _, batch in reply or () for item in batch]
+        if self.source.archived:  # what the archive holds after the id, then the end
+            items = await self.session.xrange(self.sk.receipts, f"({self.last_id}", "+",
+                                              count=_BATCH)
+            if not items:
+                return True
+        else:
+            reply = await self.redis.xread({self.sk.receipts: self.last_id}, count=_BATCH,
+                                           block=None if self._draining else self.block_ms)
+            items = [item for _, batch in reply or () for item in batch]
         if not items:
             if self._draining:
                 return True
@@ -243,6 +307,8 @@ class Watch:
                 await self.epoch.verify()
             if await self._quarantine_now():  # no receipt records it: looked for when idle
                 return self.until_settled
+            if await self._archived_now():  # the next step reads the rest from the archive
+                return False
             self._draining = self.until_settled and await self._settled()
             return False
         changes = await self._read_changes([parse_receipt(sid, f) for sid, f in items])
@@ -260,7 +326,7 @@ class Watch:
         batch, not per receipt, so a watch that fell behind catches up at once."""
         plans: list[tuple[Receipt, int, int, list[str]]] = []  # receipt, first entry, n, tasks
         first = self.entry_count
-        async with self.redis.pipeline(transaction=True) as p:
+        async with self.session.pipeline(transaction=True) as p:
             for r in receipts:
                 d = r.detail
                 n = int(r.changes.get("entries", 0))
@@ -317,13 +383,20 @@ class Watch:
         return out
 
     async def _settled(self) -> bool:
-        return _all_settled(await self.redis.hvals(self.sk.subs))
+        return _all_settled(await self.session.hvals(self.sk.subs))
+
+    async def _archived_now(self) -> bool:
+        """Whether the session was archived while watched (its tombstone looked for when
+        idle, as its quarantine is): from then on it is read from the archive."""
+        if not await self.redis.exists(self.sk.archived):
+            return False
+        return await self._look_elsewhere() and self.source.archived
 
     async def _quarantine_now(self) -> bool:
         """Emit the session's quarantine once, when it has been quarantined since."""
         if self._quarantine_shown:
             return False
-        q = _quarantined(await self.redis.hgetall(self.sk.poison))
+        q = _quarantined(await self.session.hgetall(self.sk.poison))
         if q is None:
             return False
         self._quarantine_shown = True
@@ -399,9 +472,13 @@ def render_change(ev: dict[str, Any]) -> str:
         lines += [f"   ! {line}" for line in ev.get("findings", ())]
         if ev.get("quarantine"):
             lines.append(_quarantine_text(ev["quarantine"]))
+        if ev.get("archived"):  # the archived item ends the watch
+            return "\n".join(lines)
         return "\n".join([*lines, "== live changes:"])
     if kind == "quarantined":
         return _quarantine_text(ev)
+    if kind == "archived":
+        return f"== {archived_line(ev['archived_ms'])}"
     if kind == "receipt":
         return (f"[{ev['id']}] +{ev['t_ms'] / 1000:.3f}s {ev['worker']} {ev['fence']} "
                 f"{ev['kind']}: {ev['text']}")

@@ -126,14 +126,15 @@ class Store:
     decisions as ``decisions``. One instance per process; safe for concurrent use."""
 
     def __init__(self, redis: Redis, settings: Settings, *,
-                 entry_cache: EntryCache | None = None) -> None:
+                 entry_cache: EntryCache | None = None,
+                 scripts: ScriptRunner | None = None) -> None:
         self.redis = redis
         self.settings = settings
         #: The newest entries of the sessions this store leased lately (a Brain's): a lease
         #: reads only the entries appended since (:mod:`baton.store.entry_cache`).
         self.entry_cache = entry_cache
         self.keys = Keys(settings.namespace, settings.shards)
-        self.scripts = ScriptRunner(redis, settings)
+        self.scripts = scripts or ScriptRunner(redis, settings)
         self.inbox = Inbox(redis, self.keys, settings, self.scripts)
         self.runs = Runs(redis, self.keys, settings, self.scripts)
         self.decisions = Decisions(self.keys, settings, self.scripts, self.runs)
@@ -160,6 +161,14 @@ class Store:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    def reading(self, redis: Any) -> Store:
+        """This store with its reads answered by ``redis`` instead: an archived session's
+        :class:`~baton.archive.ArchivedKeys` (:mod:`baton.store.archived`), so that every
+        reader of a store reads the archived session as it read it in Redis. Keys, settings
+        and scripts are this store's: a script run through it goes to Redis, where an archived
+        session refuses it. Not to be closed (it holds no connection of its own)."""
+        return Store(redis, self.settings, scripts=self.scripts)
 
     # ------------------------------------------------------------------ Brain side
 

@@ -127,7 +127,8 @@ async def test_quarantine_is_shown_by_inspect_trace_and_watch(settings: Settings
         render_cluster(cluster, Console(file=out, width=200))
         assert f"QUARANTINED session {sid}: " in out.getvalue(), out.getvalue()
 
-        receipts, quarantine = await _live_receipts(settings, sid, None, None)
+        receipts, quarantine, archived_ms = await _live_receipts(settings, sid, None, None)
+        assert archived_ms is None
         trace = build_trace(sid, receipts, quarantine)
         assert "QUARANTINED after 3 tries: " in render_text(trace)
         assert 'class="quarantine"' in render_html(trace) and "no agent" in render_html(trace)

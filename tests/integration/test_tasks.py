@@ -159,7 +159,8 @@ async def test_documents_over_http_as_they_are_and_were(client: Client,
         now = (await http.get(f"/v1/sessions/{sid}/documents/counter", headers=read)).json()
         assert now == {"name": "counter", "version": 20, "head": 20,
                        "updated_ms": now["updated_ms"],
-                       "value": {"n": 20, "history": [16, 17, 18, 19, 20]}}
+                       "value": {"n": 20, "history": [16, 17, 18, 19, 20]},
+                       "archived": False, "archived_ms": None}
         then = await http.get(f"/v1/sessions/{sid}/documents/counter?version=17", headers=read)
         assert then.json()["value"] == {"n": 17, "history": [13, 14, 15, 16, 17]}
         gone = await http.get(f"/v1/sessions/{sid}/documents/counter?version=3", headers=read)
