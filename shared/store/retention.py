@@ -35,7 +35,7 @@ from baton.archive import Archive, ArchivedSession, IndexRow, decode, encode, sn
 from baton.errors import BatonError, CorruptStateError, from_redis_error
 from baton.models import WorkerRef
 from baton.observability.log import get_logger
-from baton.store.redis_client import REDIS_ERRORS
+from baton.store.redis_client import REDIS_ERRORS, is_cluster
 from baton.store.runs import worker_json
 from baton.store.store import Store
 
@@ -64,10 +64,15 @@ async def archive_if_due(store: Store, archive: Archive, session_id: str, fence:
     """
     sk = store.keys.session(session_id)
     try:
-        async with store.redis.pipeline(transaction=False) as p:
-            p.hget(sk.meta, "retain_at")
-            p.time()
-            retain_at, clock = await p.execute()
+        if is_cluster(store.redis):  # TIME has no key: asked of the session's own node
+            retain_at = await store.redis.hget(sk.meta, "retain_at")
+            clock = await store.redis.time(
+                target_nodes=store.redis.get_node_from_key(sk.meta))
+        else:
+            async with store.redis.pipeline(transaction=False) as p:
+                p.hget(sk.meta, "retain_at")
+                p.time()
+                retain_at, clock = await p.execute()
     except REDIS_ERRORS as exc:
         raise from_redis_error(exc, session_id=session_id) from None
     if not retain_at or int(retain_at) > _redis_ms(clock):

@@ -33,7 +33,7 @@ from baton.cli.watch import Watch
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.devkit.servers import NatsServer, RedisServer
-from baton.errors import BatonError, NotFoundError
+from baton.errors import NotFoundError
 from baton.examples.notice_batch import PLAN, SUMMARY, app
 from baton.models import Submission, Terminal, WorkerRef
 from baton.settings import Settings
@@ -577,15 +577,8 @@ async def test_reads_fall_through_on_one_server_and_on_a_cluster(
         assert (await client.archived.listing()).rows == []
         with pytest.raises(NotFoundError):
             await client.archival(sid + "-never")
-        try:
-            await eventually(lambda: retention.archive_if_due(
-                store, client.archived.archive, sid, lease.fence, ME), message="archived")
-        except BatonError as exc:
-            if topology != "cluster":
-                raise
-            # archive_if_due reads meta and Redis' clock in one pipeline, and redis-py
-            # refuses TIME in a cluster's pipeline: archival fails on a Redis Cluster.
-            pytest.xfail(f"no archival on a Redis Cluster yet: {exc}")
+        await eventually(lambda: retention.archive_if_due(
+            store, client.archived.archive, sid, lease.fence, ME), message="archived")
         assert not await store.redis.exists(store.keys.session(sid).meta)
         assert await client.wait(sub, timeout=10) == live
         mark = await client.archival(sid)
