@@ -57,6 +57,19 @@ T = TypeVar("T")
 _missed_warned = False
 
 
+#: How long a wait that found its work done by the fallback re-read gives the notification
+#: to arrive before counting it missed: the settling commit may have landed during that
+#: read, its notification on its way to the listener.
+_IN_FLIGHT_S = 0.25
+
+
+async def _heard_soon(signal: asyncio.Future[Any]) -> bool:
+    """Whether the notification arrives within :data:`_IN_FLIGHT_S` (at once if it did)."""
+    if not signal.done():
+        await asyncio.wait({signal}, timeout=_IN_FLIGHT_S)
+    return signal.done()
+
+
 def _missed_notification(session_id: str, count: int) -> None:
     """Count a wait that ended by its fallback re-read; warn the first time in a process."""
     global _missed_warned
@@ -122,7 +135,7 @@ class SessionReads:
                     current = await self.checked(read, session_id, patience=timeout,
                                                  unreachable=unreachable)
                     if done(current):
-                        if fell_back and announced and not signal.done():
+                        if fell_back and announced and not await _heard_soon(signal):
                             self.fallbacks += 1
                             _missed_notification(session_id, self.fallbacks)
                         return current
