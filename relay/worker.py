@@ -54,6 +54,7 @@ from baton.observability.log import bounded, error_text, get_logger
 from baton.observability.tracing import sample_backlog
 from baton.service import Service, run_until_signalled, tune_collector, wait_either
 from baton.settings import Settings
+from baton.store.capacity import mark_bus_full, stream_full
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import Keys
 from baton.store.outbox import Outbox
@@ -409,6 +410,12 @@ class Relay(Service):
         reraise_cancel()
         self.counts.retries += 1
         delay = backoff.next()
+        full = stream_full(exc) if server == "nats" else ""
+        if full:  # clients refuse new input while JetStream has no room (store.capacity)
+            try:
+                await mark_bus_full(self._redis, self.keys, full)
+            except REDIS_DOWN as err:
+                log.warning("bus_full_unannounced", error=error_text(err))
         log.warning("outbox_publish_retry", server=server, error=error_text(exc), delay_s=delay)
         # The reader's idle connections went down with the one that failed (a server
         # restart): dropped, so the retry connects afresh instead of failing on each. A

@@ -120,6 +120,7 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         # first request may open in the shard's index and the sessions whose request wakes
         # it published in the set the sweep reads; nothing else of a session.
         return [f"~{tag}:outbox", f"~{tag}:wakes", f"~{tag}:timers", f"~{tag}:relay",
+                f"~{tag}:full",
                 f"~{tag}:sessions", f"~{tag}:requested",
                 f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%R~{tag}:s:*:poison",
                 f"%W~{tag}:s:*:nudge",
@@ -147,7 +148,9 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     # wake was lost. The Brain writes the session, its entries, tasks, submissions and
     # dispatches.
     own = [f"~{tag}:s:{sessions}:{k}" for k in ("inbox", "nudge", "receipts", "inbox_applied")]
-    return [f"%R~{tag}:s:{sessions}", *own, f"%W~{tag}:wakes", *shard_logs]
+    # full: a relay's word that JetStream is full (submit.lua refuses new input then)
+    return [f"%R~{tag}:s:{sessions}", *own, f"%W~{tag}:wakes", f"%R~{tag}:full",
+            *shard_logs]
 
 
 #: The key of the applied commit ids each role's scripts keep (store/lua/_applied.lua).
@@ -179,6 +182,7 @@ def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
         out.append(f"(+set ~{tag}:s:{grant}:nudge)")
     elif role == "relay":  # a fired timer (write-only, as in its root patterns)
         out.append(f"(+set %W~{tag}:s:*:nudge)")
+        out.append(f"(+set ~{tag}:full)")  # JetStream full: clients refuse new input
     return out
 
 

@@ -41,10 +41,10 @@ text::
     │   │   ├── WriteInDoubtError    retryable no replica acknowledged a write in time: it
     │   │   │                                  may survive or vanish (what, session_id,
     │   │   │                                  commit_id, wanted, reason)
-    │   │   └── StoreFullError       retryable Redis refused a write for want of room: out of
-    │   │                                      memory, or its append-only file cannot be
-    │   │                                      written (reason, retry_after_s); nothing of
-    │   │                                      the refused write was applied
+    │   │   └── StoreFullError       retryable a write refused for want of room: Redis out of
+    │   │                                      memory, its append-only file not written, or
+    │   │                                      JetStream full (reason, retry_after_s);
+    │   │                                      nothing of the refused write was applied
     │   └── NatsUnavailable
     ├── ModelError                   terminal  a model provider refused the request or sent a
     │   │                                      malformed answer (provider, status)
@@ -409,8 +409,10 @@ class StoreFullError(RedisUnavailable):
     retry_after_s: float
 
     def __init__(self, reason: str, detail: str) -> None:
-        what = ("Redis is out of memory (maxmemory reached)" if reason == "memory"
-                else "Redis cannot write its append-only file (disk full or failing)")
+        what = {"memory": "Redis is out of memory (maxmemory reached)",
+                "disk": "Redis cannot write its append-only file (disk full or failing)",
+                "bus": "JetStream's streams are full: the relays cannot deliver more work"
+                }.get(reason, f"the store is full ({reason})")
         super().__init__(f"{what}: the write was refused and nothing of it applied; retry "
                          f"later ({detail})", cause=detail, reason=reason, retry_after_s=5.0)
 
@@ -594,6 +596,8 @@ def from_redis_error(
         return StoreFullError("memory", text)
     if text.startswith("MISCONF") or "MISCONF " in text:
         return StoreFullError("disk", text)
+    if text.startswith("FULL ") or " FULL " in text:  # a relay found JetStream full
+        return StoreFullError("bus", text[text.find("FULL ") + 5:])
     if text.startswith("WRONGTYPE"):  # a read of a session key that holds another type
         return CorruptStateError(session_id, f"a key holds the wrong type ({text})")
     # redis-py may prefix script errors; find our code word.

@@ -53,6 +53,9 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
     <ns>:T:timers            ZSET   "<kind>|<sid>|<id>|<wake subject>" scored by due time (ms);
                                     kinds: task (a sleeping task), deadline (progress),
                                     retain (a settled session's archival is due)
+    <ns>:T:full              STRING why JetStream refuses the relay's messages (a stream is
+                                    full); set by the relay for a few seconds at each refusal:
+                                    submit.lua and start.lua refuse new input meanwhile
     <ns>:T:archived          ZSET   ids of the shard's archived sessions by archival time (ms),
                                     kept as long as their tombstones (lua/archive.lua)
     <ns>:T:epoch             STRING the store's epoch on this shard (baton.store.epoch)
@@ -234,6 +237,11 @@ class Keys:
     def archived(self, shard: int) -> str:
         """The shard's archived sessions by archival time (ms), as long as their tombstones."""
         return f"{self.ns}:{self.tag(shard)}:archived"
+
+    def full(self, shard: int) -> str:
+        """STRING set by a relay while JetStream refuses its messages for want of room
+        (expires within seconds unless set again): clients refuse new input meanwhile."""
+        return f"{self.ns}:{self.tag(shard)}:full"
 
     def requested(self, shard: int) -> str:
         """The shard's sessions whose request wakes the relay published since its last inbox

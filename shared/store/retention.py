@@ -64,10 +64,10 @@ async def archive_if_due(store: Store, archive: Archive, session_id: str, fence:
     """
     sk = store.keys.session(session_id)
     try:
-        if is_cluster(store.redis):  # TIME has no key: asked of the session's own node
-            retain_at = await store.redis.hget(sk.meta, "retain_at")
-            clock = await store.redis.time(
-                target_nodes=store.redis.get_node_from_key(sk.meta))
+        cluster: Any = store.redis
+        if is_cluster(cluster):  # TIME has no key: asked of the session's own node
+            retain_at = await cluster.hget(sk.meta, "retain_at")
+            clock = await cluster.time(target_nodes=cluster.get_node_from_key(sk.meta))
         else:
             async with store.redis.pipeline(transaction=False) as p:
                 p.hget(sk.meta, "retain_at")

@@ -159,3 +159,49 @@ def _free_bytes(path: Any) -> int:
 
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+async def test_a_full_jetstream_refuses_new_input_and_drains_when_workers_return(
+        settings: Settings, mailbox: MailboxServer) -> None:
+    """Streams of three messages and no Brain: the relay finds the wake stream full and says
+    so in Redis; the next submission is refused with StoreFullError (reason bus), nothing
+    written; once Brains and Hands run the streams drain, the refusal lapses, and every
+    session completes, each mail sent once."""
+    from baton.brain.worker import BrainWorker
+    from baton.hands.worker import HandsWorker
+    from baton.relay.worker import Relay
+
+    settings = settings.model_copy(update={"stream_max_msgs": 3, "mail_url": mailbox.url})
+    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
+    client = await Client.connect(settings)
+    try:
+        async with running(relay):
+            subs = [(await client.submit(FIVE, agent="notices", session_id=f"js-{i}"))[0]
+                    for i in range(4)]  # the fourth wake finds the stream full
+            keys = client.store.keys
+            await eventually(lambda: client.store.redis.exists(keys.full(0)), timeout=30,
+                             message="the relay's word that JetStream is full")
+            with pytest.raises(StoreFullError) as full:
+                await client.submit(FIVE, agent="notices", session_id="js-refused")
+            assert full.value.retryable and full.value.reason == "bus"
+            assert not await client.store.redis.exists(
+                keys.session("js-refused").inbox)  # nothing of it written
+            brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
+            hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
+            async with running(brain, hands):
+                finals = [await client.wait(sub, timeout=60) for sub in subs]
+
+                async def accepted() -> Any:
+                    try:
+                        return (await client.submit(FIVE, agent="notices",
+                                                    session_id="js-later"))[0]
+                    except StoreFullError:
+                        return None
+                later = await eventually(accepted, timeout=30, message="input accepted again")
+                finals.append(await client.wait(later, timeout=60))
+    finally:
+        await client.close()
+    assert [f.status for f in finals] == ["completed"] * 5
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{mailbox.url}/stats")).json()
+    assert sorted(stats["deliveries"].values()) == [5] * 5  # one per recipient and session

@@ -13,11 +13,16 @@ session index (acquire.lua), and writes "task:<request id>" -> task id in the re
 pending task and the progress deadline in its fenced commit, deleting the request
 (brain.requests). A request whose wake is lost is found by the relay's inbox sweep.
 Returns {1, task id} when recorded now, {0, task id} for a repeated request id (pending or
-taken up). Fails CONFLICT when the session belongs to another agent or the task exists.
+taken up). Fails FULL <why> while a relay finds JetStream full (the shard's 'full' key). Fails
+CONFLICT when the session belongs to another agent or the task exists.
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
+-- JetStream refuses the relay's messages for want of room (baton.store.capacity): new input
+-- would only wait in the outbox, so it is refused, retryably, with nothing written.
+local bus_full = redis.call('GET', K_SHARD .. 'full')
+if bus_full then return fail('FULL', bus_full) end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local existing = redis.call('HGET', K_REQS, 'task:' .. req)
 if existing then

@@ -17,7 +17,8 @@ creates the session meta if it is new and lists it in the shard's session index
 generation task and the progress deadline in its fenced commit, deleting the request
 (brain.requests). A request whose wake is lost is found by the relay's inbox sweep.
 Returns {1, submission JSON} when recorded now, {0, submission JSON} for a repeated request
-id with the same text, pending or taken up. Fails CONFLICT when the session belongs to
+id with the same text, pending or taken up. Fails FULL <why> while a relay finds JetStream full (the shard's 'full' key). Fails
+CONFLICT when the session belongs to
 another agent (its meta's, or a pending request's for a new session), when a pending
 request for a new session is at another compat level (the request that opens a session sets
 its level), or when the request id was used before with another text.
@@ -33,6 +34,10 @@ SELF-GUARDED: receipts
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
+-- JetStream refuses the relay's messages for want of room (baton.store.capacity): new input
+-- would only wait in the outbox, so it is refused, retryably, with nothing written.
+local bus_full = redis.call('GET', K_SHARD .. 'full')
+if bus_full then return fail('FULL', bus_full) end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local digest = ARGV[15] or ''
 local function different(text)
