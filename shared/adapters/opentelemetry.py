@@ -11,8 +11,8 @@ deltas), and the SDK exposes those only as the private attributes its own reader
 This is not a speed-up but the only way to honour the preference, so it stays, under the
 rules of :mod:`baton.adapters`: on an SDK version it was not checked against, or when the
 attributes are gone, :func:`exporter_preferences` answers "no preference" (the reader's
-defaults: cumulative) and logs one warning; ``tests/unit/test_adapters_opentelemetry.py`` fails, naming the
-SDK and its version, when the attributes change.
+defaults: cumulative) and logs one warning; ``tests/unit/test_adapters_opentelemetry.py``
+fails, naming the SDK and its version, when the attributes change.
 """
 
 from __future__ import annotations
