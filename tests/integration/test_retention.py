@@ -54,6 +54,15 @@ async def archived(store: Store, session_id: str) -> bool:
         store, session_id)
 
 
+async def settle_and_archive(client: Client) -> Any:
+    """A five-notice session submitted, settled and archived (the services running)."""
+    sub, _ = await client.submit(FIVE, agent="notices")
+    await client.wait(sub, timeout=30)
+    await eventually(lambda: archived(client.store, sub.session_id), timeout=30,
+                     message="the session archived")
+    return sub
+
+
 async def deliveries(mailbox: MailboxServer) -> dict[str, int]:
     async with httpx.AsyncClient() as http:
         stats: dict[str, Any] = (await http.get(f"{mailbox.url}/stats")).json()
@@ -92,10 +101,7 @@ async def test_late_writes_to_an_archived_session_are_refused_and_write_nothing(
     async with running(*trio(archiving, app)):
         client = await Client.connect(archiving)
         try:
-            sub, _ = await client.submit(FIVE, agent="notices")
-            await client.wait(sub, timeout=30)
-            await eventually(lambda: archived(client.store, sub.session_id), timeout=30,
-                             message="the session archived")
+            sub = await settle_and_archive(client)
             store, sid = client.store, sub.session_id
             tomb = await retention.tombstone(store, sid)
             # A stale Brain that held the lease before the archival, a lease for a late
@@ -121,10 +127,7 @@ async def test_a_new_submission_restores_the_session_once_and_continues_it(
     async with running(*trio(archiving, app)):
         client = await Client.connect(archiving)
         try:
-            sub, _ = await client.submit(FIVE, agent="notices")
-            await client.wait(sub, timeout=30)
-            await eventually(lambda: archived(client.store, sub.session_id), timeout=30,
-                             message="the session archived")
+            sub = await settle_and_archive(client)
         finally:
             await client.close()
     before = decode(await Archive.from_url(archiving.archive_location()).get(
