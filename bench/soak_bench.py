@@ -166,16 +166,21 @@ async def _key_sizes(client: Client) -> dict[str, float | None]:
         return int(await redis.memory_usage(key, samples=0) or 0)
 
     hot: list[str] = []
-    for k in keys.every("sessions"):
-        hot += await redis.zrange(k, 0, _SAMPLE - 1)
+    for k in keys.every("sessions"):  # the newest: the oldest may leave Redis meanwhile
+        hot += await redis.zrevrange(k, 0, _SAMPLE - 1)
     tombs: list[str] = []
     for shard in range(keys.shards):
         tombs += await redis.zrange(keys.archived(shard), 0, _SAMPLE - 1)
     hot_sizes = []
-    for sid in hot[:_SAMPLE]:
+    for sid in hot:
         base = keys.session(sid).meta.removesuffix("meta")
-        hot_sizes.append(sum([await usage(base + k) for k in _SESSION_KEYS]))
-    tomb_sizes = [await usage(keys.session(sid).archived) for sid in tombs[:_SAMPLE]]
+        size = sum([await usage(base + k) for k in _SESSION_KEYS])
+        if size and await redis.exists(base + "meta"):  # not archived while it was read
+            hot_sizes.append(size)
+        if len(hot_sizes) == _SAMPLE:
+            break
+    tomb_sizes = [s for s in [await usage(keys.session(sid).archived) for sid in tombs] if s]
+    tomb_sizes = tomb_sizes[:_SAMPLE]
     return {"hot_bytes_per_session": sum(hot_sizes) / len(hot_sizes) if hot_sizes else None,
             "tombstone_bytes": sum(tomb_sizes) / len(tomb_sizes) if tomb_sizes else None}
 
