@@ -354,16 +354,19 @@ def index_range_of(since_ms: int | None, until_ms: int | None, tombstone_ttl_s: 
 
 
 def _tombstone_row(session_id: str, tomb: dict[str, str]) -> ArchivedRow:
+    """The listing's row of a tombstone (archive.lua: short fields; a tombstone written by
+    an earlier version kept them in a ``summary`` JSON)."""
     try:
         summary = ArchiveSummary.model_validate_json(tomb.get("summary") or "{}")
     except PydanticValidationError:  # shown without it: the rest of the tombstone stands
         summary = ArchiveSummary()
     return ArchivedRow(
         session_id=session_id, agent=tomb.get("agent") or summary.agent,
-        status=summary.status, created_ms=_int(tomb.get("created")) or summary.created_ms,
+        status=tomb.get("status") or summary.status,
+        created_ms=_int(tomb.get("created")) or summary.created_ms,
         archived_ms=_int(tomb.get("at")), compat=_int(tomb.get("compat")) or summary.compat,
         fence=_int(tomb.get("fence")), seq=_int(tomb.get("seq")),
-        submissions=summary.submissions)
+        submissions=_int(tomb.get("subs")) or summary.submissions)
 
 
 def _int(value: str | None) -> int:

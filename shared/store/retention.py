@@ -84,7 +84,7 @@ async def archive_if_due(store: Store, archive: Archive, session_id: str, fence:
     ttl_ms = round(settings.tombstone_ttl_s * 1000)
     await store.scripts.run("archive", sk, [
         fence, worker.name, session_id, str(snap.seq), last, key, ttl_ms,
-        snap.summary.model_dump_json(), ttl_ms])
+        snap.summary.status, snap.summary.submissions, ttl_ms])
     try:  # the listing of archived sessions by time (Archive.list_index); best effort
         await archive.put_index(store.keys.ns, [IndexRow.of(snap)])
     except BatonError as exc:
@@ -133,11 +133,13 @@ async def restore(store: Store, archive: Archive, session_id: str, worker: Worke
         return False
     data = await archive.get(store.keys.ns, session_id)
     if data is None:
-        raise CorruptStateError(session_id, f"its archive object {tomb.get('object', '?')} "
-                                "is missing from the archive")
+        raise CorruptStateError(session_id, f"its archive object "
+                                f"{Archive.session_key(store.keys.ns, session_id)} is "
+                                "missing from the archive")
     snap = decode(data)
     receipt = orjson.dumps({"detail": {"archived_ms": int(tomb.get("at", 0) or 0),
-                                       "object": tomb.get("object", "")}}).decode()
+                                       "object": Archive.session_key(store.keys.ns,
+                                                                     session_id)}}).decode()
     try:
         done, fence = await store.scripts.registered.restore(
             keys=[sk.meta], args=[worker.name, worker_json(worker), tomb.get("at", ""),

@@ -92,7 +92,7 @@ async def test_a_settled_session_leaves_redis_for_one_archive_object(
     assert [rid for rid, _ in snap.receipts][:len(receipts)] == [
         r.stream_id for r in receipts]
     assert snap.entries and snap.meta["agent"] == "notices"
-    assert tomb["object"] and int(tomb["fence"]) == snap.fence
+    assert tomb["status"] == "completed" and int(tomb["fence"]) == snap.fence
     assert sorted((await deliveries(mailbox)).values()) == [1] * 5
 
 

@@ -3,8 +3,9 @@
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 fence, 2 worker name, 3 session id, 4 meta seq of the snapshot written to the
       archive, 5 id of the snapshot's last receipt ('' for none), 6 archive object key,
-      7 tombstone ttl ms, 8 summary JSON (agent, status, created_ms ...; kept in the
-      tombstone for listings), 9 how long the shard's archived index keeps a session (ms)
+      7 tombstone ttl ms, 8 the newest submission's status, 9 the number of submissions
+      (both kept in the tombstone for listings), 10 how long the shard's archived index
+      keeps a session (ms)
 The Brain that calls this holds the session's lease (fence) and has written the archive
 object, read in one MULTI, and the store confirmed it (baton.store.retention). This script
 is the second half of that one fenced step: it checks, before any write, that the session
@@ -19,11 +20,13 @@ A session that no longer qualifies is refused (CHANGED, NOT_DUE, LIVE <what>) wi
 written: the object in the archive is harmless (a later archival writes it again).
 Then every key of the session is deleted, its timers (progress deadline, retention) and its
 entry in the shard's session index go, and the tombstone is written: a small hash (at,
-fence, seq, object, agent, compat, wake, created, summary) expiring after the tombstone ttl,
+fence, seq, agent, compat, wake, created, status, subs: short fields, so Redis keeps it as
+a compact listpack of about 400 bytes; the object's key follows from the session id)
+expiring after the tombstone ttl,
 which every session script refuses with ARCHIVED (archived_refusal in _lib.lua) until a
 Brain restores the session (restore.lua). The session joins the shard's archived index
 ("<ns>:{<ns>-<shard>}:archived", ZSET, score: archival ms), whose entries older than
-ARGV[9] are dropped here: it lists the sessions whose tombstones may still be there.
+ARGV[10] are dropped here: it lists the sessions whose tombstones may still be there.
 Returns {1, archival ms}.
 The session's keys are only read before the first write (a WRONGTYPE there fails the call
 with nothing written) or deleted (DEL works on any type); the tombstone does not exist (the
@@ -84,10 +87,10 @@ redis.call('DEL', unpack(OWN))
 redis.call('DEL', unpack(THEIRS))
 redis.call('ZREM', K_SESSIONS, sid)
 redis.call('ZREM', K_TIMERS, 'deadline|' .. sid .. '|-|' .. wake, 'retain|' .. sid .. '|-|' .. wake)
-redis.call('HSET', K_ARCHIVED, 'at', now, 'fence', fence, 'seq', ARGV[4], 'object', ARGV[6],
-           'agent', META[1], 'compat', m[2] or '1', 'wake', wake, 'created', m[3] or '0',
-           'summary', ARGV[8])
+redis.call('HSET', K_ARCHIVED, 'at', now, 'fence', fence, 'seq', ARGV[4], 'agent', META[1],
+           'compat', m[2] or '1', 'wake', wake, 'created', m[3] or '0',
+           'status', string.sub(ARGV[8], 1, 32), 'subs', ARGV[9])
 redis.call('PEXPIRE', K_ARCHIVED, tonumber(ARGV[7]))
 redis.call('ZADD', archived_index, now, sid)
-redis.call('ZREMRANGEBYSCORE', archived_index, '-inf', now - tonumber(ARGV[9]))
+redis.call('ZREMRANGEBYSCORE', archived_index, '-inf', now - tonumber(ARGV[10]))
 return {1, now}
