@@ -469,7 +469,7 @@ class Archive:
 
         key = self.session_key(namespace, session_id)
         try:
-            await self._call("read", key, lambda: obstore.head_async(self._store, key))
+            await self._call("read", key, lambda: _blocking(obstore.head, self._store, key))
         except FileNotFoundError:
             return False
         return True
@@ -480,7 +480,8 @@ class Archive:
 
         key = self.session_key(namespace, session_id)
         with contextlib.suppress(FileNotFoundError):
-            await self._call("delete", key, lambda: obstore.delete_async(self._store, key))
+            await self._call("delete", key,
+                             lambda: _blocking(obstore.delete, self._store, key))
 
     async def save(self, archived: ArchivedSession) -> str:
         """:meth:`put` of the session's :func:`encode`\\ d object."""
@@ -558,12 +559,12 @@ class Archive:
 
         prefix = f"{namespace}/index/{hour}/"
 
-        async def listed() -> list[str]:
-            return [meta["path"] async for chunk in obstore.list(self._store, prefix,
-                                                                 chunk_size=1000)
+        def listed() -> list[str]:
+            return [meta["path"] for chunk in obstore.list(self._store, prefix,
+                                                           chunk_size=1000)
                     for meta in chunk]
         try:
-            paths = await self._call("list", prefix, listed)
+            paths = await self._call("list", prefix, lambda: asyncio.to_thread(listed))
         except FileNotFoundError:  # a local directory without the hour's folder
             return []
         gate = asyncio.Semaphore(INDEX_READS)
@@ -587,7 +588,7 @@ class Archive:
     async def _put(self, key: str, data: bytes) -> None:
         import obstore
 
-        await self._call("write", key, lambda: obstore.put_async(self._store, key, data))
+        await self._call("write", key, lambda: _blocking(obstore.put, self._store, key, data))
         if self._root is not None:
             root = self._root
             await self._call("write", key, lambda: asyncio.to_thread(_fsync, root / key))
@@ -595,9 +596,11 @@ class Archive:
     async def _get(self, key: str) -> bytes | None:
         import obstore
 
+        def read_whole() -> bytes:
+            return bytes(obstore.get(self._store, key).bytes())
+
         async def read() -> bytes:
-            result = await obstore.get_async(self._store, key)
-            return bytes(await result.bytes_async())
+            return await asyncio.to_thread(read_whole)
         try:
             data: bytes = await self._call("read", key, read)
         except FileNotFoundError:
@@ -660,6 +663,17 @@ class Archive:
 
     def __repr__(self) -> str:
         return f"Archive({self.url!r})"
+
+
+def _blocking(call: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+    """An obstore call made with its blocking API in a worker thread.
+
+    obstore's async API completes Python futures from its Rust runtime's threads; a process
+    that exits while such a completion is on its way (a CLI command, after its one read)
+    could abort in the interpreter's shutdown. The blocking API returns in the worker thread,
+    so nothing reaches back into Python once the call is over.
+    """
+    return asyncio.to_thread(call, *args)
 
 
 def _fsync(path: Path) -> None:

@@ -112,7 +112,7 @@ async def test_the_operator_sees_what_a_client_may_not(operated: Operated) -> No
 async def test_the_operator_reads_a_trace(operated: Operated) -> None:
     from baton.cli.observe import _live_receipts
 
-    receipts, quarantine = await _live_receipts(operated.settings("operator"), SESSION,
+    receipts, quarantine, _ = await _live_receipts(operated.settings("operator"), SESSION,
                                                 None, None)
     assert quarantine is None and isinstance(receipts, list)
 
