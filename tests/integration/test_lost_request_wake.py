@@ -40,7 +40,7 @@ async def test_a_request_whose_wake_message_is_lost_is_taken_up(settings: Settin
 
             async def published() -> bool:
                 return (await js.stream_info(stream)).state.messages >= 1
-            await eventually(published, message="the submit's wake published")
+            await eventually(published, timeout=30, message="the submit's wake published")
             await js.purge_stream(stream)  # the wake is lost (the submit armed no timer)
             # listed in the shard's index by the relay (the client writes no index)
             sk = client.store.keys.session(sub.session_id)
