@@ -70,9 +70,9 @@ async def test_lost_tool_messages_are_dispatched_again_after_the_deadline(
                     return False  # not opened by the Brain yet
                 state = await client.store.load(sub.session_id)
                 return len(state.runs) == 5
-            await eventually(dispatched, message="five runs dispatched")
+            await eventually(dispatched, timeout=30, message="five runs dispatched")
             js = relay.bus.nc.jetstream()
-            await eventually(lambda: _stream_has(js, relay.bus.names.tool_stream, 5))
+            await eventually(lambda: _stream_has(js, relay.bus.names.tool_stream, 5), timeout=30)
             await js.purge_stream(relay.bus.names.tool_stream)  # the tool messages are lost
             hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
             async with running(hands):
