@@ -13,7 +13,9 @@ from typing import Any
 
 async def eventually(
     predicate: Callable[[], Any | Awaitable[Any]],
-    timeout: float = 5.0,  # noqa: ASYNC109 - a polling deadline, reported in the failure
+    # A deadline for a broken run, not a timing: a loaded machine (the suite beside CPU hogs,
+    # two test workers on two cores) may take many seconds for what takes milliseconds idle.
+    timeout: float = 30.0,  # noqa: ASYNC109 - a polling deadline, reported in the failure
     interval: float = 0.01,
     message: str = "",
 ) -> Any:

@@ -35,7 +35,7 @@ def _stopped(pid: int | None) -> bool:
 async def _pause(c: Crash, name: str) -> None:
     c.stack.pause(name)
     pid = c.stack.proc(name).pid
-    await eventually(lambda: _stopped(pid), timeout=5, message=f"{name} stopped")
+    await eventually(lambda: _stopped(pid), timeout=30, message=f"{name} stopped")
 
 
 # ---------------------------------------------------------------------- Brain

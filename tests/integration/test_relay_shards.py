@@ -72,7 +72,7 @@ async def test_a_relay_that_lost_its_shard_cannot_acknowledge_its_rows(settings:
             answer = await box.lease("acquire", 3, "relay-b", 60_000)
             return answer.fence if answer.ok else 0
 
-        b_fence = await eventually(taken, timeout=5, message="the expired lease is taken")
+        b_fence = await eventually(taken, timeout=30, message="the expired lease is taken")
         assert b_fence == a.fence + 1
         # relay-a published the row but lost the shard: its ack deletes nothing.
         assert await box.ack(rows, "relay-a", {3: a.fence}) == {3: "relay-b"}
@@ -126,7 +126,7 @@ async def test_one_look_tells_which_leases_a_relay_may_take(settings: Settings) 
             found = await box.look([6])
             return found is not None and found[6] == ("relay-a", 0)
 
-        await eventually(expired, timeout=5, message="the short lease expired")
+        await eventually(expired, timeout=30, message="the short lease expired")
         assert await store.redis.hget(box.keys.relay_lease(5), "fence") == str(held.fence)
         assert (await box.lease("renew", 5, "relay-a", 60_000, held.fence)).ok
     finally:
