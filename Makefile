@@ -87,7 +87,7 @@ NEWEST_VENV ?= .venv-newest
 test-newest: deps
 	rm -rf "$(NEWEST_VENV)"
 	$(PYTHON) -m venv "$(NEWEST_VENV)"
-	$(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install --quiet --upgrade pip setuptools
 	$(NEWEST_VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	$(NEWEST_VENV)/bin/python scripts/newest.py $(DEV_LOCK)
 	$(NEWEST_VENV)/bin/pytest -q -m "not chaos and not partition" $(XDIST) $(PYTEST_ARGS)
