@@ -138,7 +138,8 @@ async def _redis_figures(client: Client) -> tuple[int, int, int]:
 async def _nats_figures(stack: DevStack) -> tuple[int, int]:
     import nats
 
-    nc = await nats.connect(stack.nats_url, max_reconnect_attempts=1, reconnect_time_wait=0.2)
+    nc = await nats.connect(stack.nats_url.split(","), max_reconnect_attempts=1,
+                            reconnect_time_wait=0.2)
     try:
         js = nc.jetstream()
         total_bytes = total_msgs = 0
