@@ -76,7 +76,8 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
     # xrange: the oldest outbox row's age (the backlog metrics, ShardStore.backlog)
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrange", "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
-              "hvals", "hkeys", "hexists", "scan"],  # the last four: the inbox sweep
+              "hvals", "hkeys", "hexists", "scan",  # the last four: the inbox sweep
+              "get"],  # a session's nudge: whether its deadline's last wake was taken
     "client": [*_SESSION_WRITES, "rpush", "hgetall", "hlen", "hkeys", "llen", "lrange",
                "xrange", "xrevrange", "xread", "xlen", "zrange", "zrevrange", "zcard", "zscore",
                "type", "ssubscribe", "sunsubscribe",
@@ -115,7 +116,8 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
                   else []) + [f"%R~{tag}:workers:*"]
     if role == "relay":
         # Shard outboxes, wakes, timers and leases; reads a session's wake subject (its
-        # meta) and sets its nudge when a timer fires; reads whether requests wait in its
+        # meta) and sets its nudge when a timer fires (and reads it: a deadline's wake no
+        # Brain took yet is not sent twice, fire_timers.lua); reads whether requests wait in its
         # inbox and whether it is quarantined (the inbox sweep), and lists a session its
         # first request may open in the shard's index and the sessions whose request wakes
         # it published in the set the sweep reads; nothing else of a session.
@@ -123,7 +125,7 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
                 f"~{tag}:full",
                 f"~{tag}:sessions", f"~{tag}:requested",
                 f"%R~{tag}:s:*:meta", f"%R~{tag}:s:*:inbox", f"%R~{tag}:s:*:poison",
-                f"%W~{tag}:s:*:nudge",
+                f"~{tag}:s:*:nudge",
                 *shard_logs]
     if role == "hands":
         # Reads everything; writes the run records (claims, heartbeats, results), their
@@ -180,8 +182,8 @@ def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
         out.append(f"(+del ~{tag}:s:*:runs ~{tag}:s:*:runs_applied ~{tag}:s:*:inbox_applied)")
     if role in ("hands", "client"):  # a result, a request: the Brain's nudge
         out.append(f"(+set ~{tag}:s:{grant}:nudge)")
-    elif role == "relay":  # a fired timer (write-only, as in its root patterns)
-        out.append(f"(+set %W~{tag}:s:*:nudge)")
+    elif role == "relay":  # a fired timer
+        out.append(f"(+set ~{tag}:s:*:nudge)")
         out.append(f"(+set ~{tag}:full)")  # JetStream full: clients refuse new input
     return out
 

@@ -35,8 +35,9 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     "start:<request id>" -> JSON {agent, compat, wake, ...}
                                     (written by clients, consumed by the Brain's commit; a
                                     Brain's lease opens a session that has only requests)
-    <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a timer arrived for the holder
-                                    (the dirty mark of those who may not write meta)
+    <ns>:T:s:<sid>:nudge     STRING "1" once a tool result or a request arrived for the
+                                    holder, a timer's firing time (ms) once a timer did (the
+                                    dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
     <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
     <ns>:T:s:<sid>:applied   HASH   commit id -> reply of a transition (retries in doubt apply

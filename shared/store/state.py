@@ -357,7 +357,7 @@ def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None =
         holder=m.get("holder", ""),
         lease_until_ms=int(m.get("lease_until", 0)),
         seq=int(m.get("seq", 0)),
-        dirty=m.get("dirty") == "1" or nudge == "1",
+        dirty=m.get("dirty") == "1" or nudge is not None,
         created_ms=int(m.get("created", 0)),
         listen=m.get("listen", ""),
         groups=groups,

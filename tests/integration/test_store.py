@@ -356,6 +356,7 @@ async def test_a_deadline_that_keeps_firing_backs_off_until_a_commit_arms_it_aga
         waits.append(round((int(score) - now) / interval))
         # due again now, keeping the firing count in the score's fraction
         await store.redis.zadd(timers, {member: now - 1 + (score - int(score))})
+        await store.redis.delete(store.keys.session("s12b").nudge)  # a Brain took the wake
     assert waits == [1, 2, 4, 8, 8, 8, 8, 8], waits
     await store.commit("s12b", lease.fence, Writes(deadline_ms=interval), BRAIN)  # progress
     assert await box.fire_timers(shard, 100, interval, "relay-1", relay.fence) == 0
@@ -367,6 +368,46 @@ async def test_a_deadline_that_keeps_firing_backs_off_until_a_commit_arms_it_aga
     now = int(secs) * 1000 + int(micros) // 1000
     after = float(await store.redis.zscore(timers, member) or 0)
     assert round((int(after) - now) / interval) == 1
+
+
+async def test_a_deadline_whose_wake_no_brain_took_sends_no_other_for_an_hour(
+    store: Store,
+) -> None:
+    """A session no Brain serves: its deadline's wake waits in the stream, untaken. Each
+    later firing sent another (one every 2 minutes, 5,040 within the stream's 7 days, so
+    some 200 such sessions filled the wake stream and every agent's wakes were refused).
+    A firing now sends nothing while its last wake is untaken (the nudge holds the firing
+    time, a lease deletes it), and sends again once that wake is an hour old."""
+    await submit(store, "s12c")
+    box = Outbox(store.redis, store.keys)
+    shard = store.keys.shard_of("s12c")
+    lease = await store.acquire("s12c", BRAIN, 5000)
+    await store.commit("s12c", lease.fence, Writes(deadline_ms=1), BRAIN)
+    await outbox_rows(store, "s12c")  # drain the submit's wake
+    relay = await box.lease("acquire", shard, "relay-1", 5000)
+    timers, nudge = store.keys.timers(shard), store.keys.session("s12c").nudge
+    [member] = [m for m in await store.redis.zrange(timers, 0, -1) if "|s12c|" in m]
+
+    async def fire() -> int:
+        score = float(await store.redis.zscore(timers, member) or 0)
+        await store.redis.zadd(timers, {member: 1 + (score - int(score))})  # due now
+        return await box.fire_timers(shard, 100, 10_000, "relay-1", relay.fence)
+
+    assert await fire() == 1  # the first wake
+    fired_at = int(await store.redis.get(nudge) or 0)
+    assert fired_at > 1  # the firing time, on Redis' clock
+    assert [await fire() for _ in range(5)] == [0] * 5  # untaken: no other wake
+    assert await store.redis.zscore(timers, member)  # but the deadline stays armed
+    assert len(await outbox_rows(store, "s12c")) == 1
+    await store.redis.set(nudge, fired_at - 3_600_000)  # that wake is an hour old now
+    assert await fire() == 1  # sent again, in case the first was lost
+    # a request's (or a Hands') "1" is no firing time: the deadline's wake goes out
+    await store.redis.set(nudge, 1)
+    assert await fire() == 1
+    # a Brain took the wake (its lease deleted the nudge): the next firing wakes again
+    await store.acquire("s12c", BRAIN, 5000)
+    assert await store.redis.get(nudge) is None
+    assert await fire() == 1
 
 
 async def test_a_shard_stream_of_another_type_stalls_only_its_own_shard(store: Store) -> None:

@@ -18,10 +18,20 @@ was armed rides in the score's fraction (k/64: due times in ms are integers far 
 so the fraction is exact); a Brain's commit arms the deadline at a whole millisecond, k = 0,
 so progress resets the backoff. Other timers are removed, and so is a timer whose session
 no longer exists (neither meta nor requests in its inbox).
-Returns the number of timers fired.
+A deadline whose last wake no Brain has taken yet adds no other: a firing leaves the time it
+fired in the session's nudge, which a Brain's lease deletes, so while the nudge holds a
+firing time (not a Hands' or client's "1") younger than UNTAKEN_REFIRE_MS, the wake it sent
+still waits in the stream (its level has no Brain running, or they are all busy) and a
+second would only double the backlog. The deadline is re-armed as usual; once the wait
+passes UNTAKEN_REFIRE_MS a wake is sent again, in case the first was lost (acked by a Brain
+that then gave up on it). A session no Brain serves so adds one wake row an hour, 168
+within the stream's default age of 7 days, not one every 2 minutes (5,040).
+Returns the number of wakes sent.
 ]==]
 -- A deadline that keeps firing without progress waits at most this many intervals.
 local DEADLINE_BACKOFF_MAX = 8
+-- A deadline's wake not taken by a Brain is sent again after this long (ms).
+local UNTAKEN_REFIRE_MS = 3600000
 local lease = redis.call('HMGET', KEYS[3], 'holder', 'fence')
 if lease[1] ~= ARGV[4] or tonumber(lease[2] or '0') ~= tonumber(ARGV[5]) then return -1 end
 local now = (function()
@@ -38,11 +48,16 @@ for i = 1, #due, 2 do
   -- a session not opened yet has only its inbox (a client's requests waiting for a Brain)
   if meta and (redis.call('EXISTS', meta) == 1
                or redis.call('EXISTS', ARGV[3] .. sid .. ':inbox') == 1) then
-    local data = cjson.encode({v = 1, session_id = sid, reason = 'timer:' .. kind})
-    redis.call('XADD', KEYS[2], '*', 'id', 't/' .. member .. '/' .. at, 'subj', subject,
-               'data', data, 'hdr', '', 'sid', sid, 'ts', now)
-    redis.call('SET', ARGV[3] .. sid .. ':nudge', 1)
-    fired = fired + 1
+    local nudge = ARGV[3] .. sid .. ':nudge'
+    -- a firing time (ms since the epoch) left by an earlier firing, or nil
+    local last = kind == 'deadline' and tonumber(redis.call('GET', nudge) or '')
+    if not (last and last > 1 and now - last < UNTAKEN_REFIRE_MS) then
+      local data = cjson.encode({v = 1, session_id = sid, reason = 'timer:' .. kind})
+      redis.call('XADD', KEYS[2], '*', 'id', 't/' .. member .. '/' .. at, 'subj', subject,
+                 'data', data, 'hdr', '', 'sid', sid, 'ts', now)
+      redis.call('SET', nudge, now)
+      fired = fired + 1
+    end
   else
     kind = 'orphan'  -- malformed, or its session is gone: drop it instead of waking nobody
   end
