@@ -7,13 +7,14 @@ saying so (brain.model.INTERRUPTED_NOTE).
 Streaming reads ``chat.completion.chunk`` events until ``data: [DONE]``, with usage from
 ``stream_options.include_usage``; tool-call fragments are joined by their ``index``. A stream
 that ends without ``[DONE]`` is truncated (retried) unless it delivered the finish_reason and
-the usage chunk. The token limit goes as ``max_completion_tokens`` to OpenAI's o-series and
-gpt-5 models, as ``max_tokens`` elsewhere (``BATON_OPENAI_MAX_TOKENS_FIELD``).
+the usage chunk. The token limit goes as ``max_completion_tokens`` to OpenAI (``openai:``,
+whatever the model: OpenAI deprecates ``max_tokens`` for every chat model and its reasoning
+models refuse it), as ``max_tokens`` to compatible servers (``openai-compatible:``, which
+mostly know only that); ``BATON_OPENAI_MAX_TOKENS_FIELD`` overrides either.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,8 +31,6 @@ from baton.models import Entry, ToolCall, Usage, dumps
 from baton.settings import Settings
 
 OPENAI_URL = "https://api.openai.com/v1"
-# Models that refuse ``max_tokens`` and take ``max_completion_tokens`` (reasoning models).
-COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
 STOP = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
         "length": "max_tokens", "content_filter": "refusal"}
 
@@ -74,12 +73,11 @@ def tools(request: ModelRequest) -> list[dict[str, Any]]:
 
 
 def max_tokens_field(model: str, settings: Settings, *, compatible: bool) -> str:
-    """``max_completion_tokens`` for OpenAI's o-series and gpt-5, else ``max_tokens``."""
+    """``max_completion_tokens`` for OpenAI itself, ``max_tokens`` for a compatible server
+    (``model`` is kept for callers: the field no longer depends on it)."""
     if settings.openai_max_tokens_field != "auto":
         return settings.openai_max_tokens_field
-    if not compatible and COMPLETION_TOKENS_MODELS.match(model.removeprefix("openai/")):
-        return "max_completion_tokens"
-    return "max_tokens"
+    return "max_tokens" if compatible else "max_completion_tokens"
 
 
 class OpenAIClient(HttpModel):

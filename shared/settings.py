@@ -214,8 +214,9 @@ class Settings(BaseModel):
     model_call_timeout_s: float = Field(default=600.0, gt=0)
     model_max_tokens: int = Field(default=4096, ge=1)
     # Which Chat Completions field carries model_max_tokens: "auto" sends
-    # max_completion_tokens to openai: o-series and gpt-5 models (which refuse max_tokens)
-    # and max_tokens everywhere else (what compatible servers accept).
+    # max_completion_tokens to openai: (OpenAI deprecates max_tokens for every chat model;
+    # its reasoning models refuse it) and max_tokens to openai-compatible: servers (what
+    # they accept).
     openai_max_tokens_field: str = Field(
         default="auto", pattern="^(auto|max_tokens|max_completion_tokens)$")
     # Streamed text is saved for watchers at most this often (losable partial commits).

@@ -262,7 +262,10 @@ class ModelServer:
 
 # ---------------------------------------------------------------------- request checks
 
-COMPLETION_TOKENS_ONLY = re.compile(r"^(o\d|gpt-5)")
+# OpenAI's chat models (gpt-*, the o-series): max_tokens is deprecated for all of them and
+# refused by the reasoning models; refused here for all, so a client must send
+# max_completion_tokens to OpenAI whatever the model.
+COMPLETION_TOKENS_ONLY = re.compile(r"^(o\d|gpt-)")
 
 
 def openai_invalid(body: dict[str, Any]) -> str:

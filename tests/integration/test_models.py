@@ -219,13 +219,16 @@ async def test_a_changed_body_gets_a_new_idempotency_key(
 
 @pytest.mark.parametrize(("model", "field"), [
     ("openai:gpt-5-mini", "max_completion_tokens"), ("openai:o4-mini", "max_completion_tokens"),
-    ("openai:gpt-4o-mini", "max_tokens"), ("openai-compatible:llama3.1", "max_tokens"),
+    ("openai:gpt-4o-mini", "max_completion_tokens"),
+    ("openai-compatible:llama3.1", "max_tokens"),
 ])
 async def test_token_limit_field_by_model(
     settings: Settings, mailbox: MailboxServer, model_server: ModelServer, model: str,
     field: str,
 ) -> None:
-    """The server refuses max_tokens for o-series and gpt-5 models, as OpenAI does."""
+    """The server refuses max_tokens for OpenAI's models (gpt-*, o-series), which OpenAI
+    deprecates for every chat model and its reasoning models refuse; a compatible
+    server's model gets max_tokens."""
     app = App(agents=[Agent(name="notices", compat=1, model=model, tools=("send_email",),
                             instructions=INSTRUCTIONS)], tools=[send_email])
     out = await run_notices(model_settings(settings, model_server, model_max_tokens=321), app,

@@ -177,7 +177,8 @@ def test_a_task_sees_the_tasks_before_it_whole_and_none_begun_after_it() -> None
 @pytest.mark.parametrize(("model", "compatible", "setting", "field"), [
     ("gpt-5", False, "auto", "max_completion_tokens"),
     ("o3-mini", False, "auto", "max_completion_tokens"),
-    ("gpt-4.1", False, "auto", "max_tokens"),
+    ("gpt-4.1", False, "auto", "max_completion_tokens"),
+    ("gpt-4o-mini", False, "auto", "max_completion_tokens"),
     ("gpt-5", True, "auto", "max_tokens"),
     ("llama3.1", True, "max_completion_tokens", "max_completion_tokens"),
     ("gpt-5", False, "max_tokens", "max_tokens"),
