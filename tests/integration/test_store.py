@@ -410,6 +410,29 @@ async def test_a_deadline_whose_wake_no_brain_took_sends_no_other_for_an_hour(
     assert await fire() == 1
 
 
+async def test_two_decisions_in_one_millisecond_are_two_wakes(store: Store) -> None:
+    """Cancels of two tasks recorded in the same millisecond (one MULTI here) each add a
+    wake row; their ids were "<session>/<seq>/c.<ms>", the same for both, so JetStream
+    deduplicated the second wake (approve.lua's "d.<ms>" likewise). Each id now names its
+    target (approvals: the run), so each is its own message."""
+    await submit(store, "s-2c", "r1")
+    await submit(store, "s-2c", "r2")
+    await outbox_rows(store, "s-2c")  # drain the requests' wakes
+    sk = store.keys.session("s-2c")
+    cancel = store.scripts.registered.cancel
+    await store.redis.script_load(cancel.script)
+    wake = '{"v": 1, "session_id": "s-2c", "reason": "cancel"}'
+    async with store.redis.pipeline(transaction=True) as p:
+        for target in ("task-r1", "task-r2"):
+            p.evalsha(cancel.sha, 1, sk.inbox, "", "s-2c", target, wake,
+                      worker_ref("client", "c").model_dump_json(), "{}")
+        replies = await p.execute()
+    assert [r[0] for r in replies] == ["requested", "requested"]
+    ids = [r.id for r in await outbox_rows(store, "s-2c")]
+    assert len(ids) == 2 and len(set(ids)) == 2, ids
+    assert [i.split("/c.")[1].split(".")[0] for i in ids] == ["task-r1", "task-r2"]
+
+
 async def test_a_shard_stream_of_another_type_stalls_only_its_own_shard(store: Store) -> None:
     """One XREADGROUP reads every shard a relay holds: a shard's wakes stream replaced by a
     string (WRONGTYPE) failed it for all of them, retried forever."""

@@ -69,7 +69,9 @@ if decision ~= 'approve' then kind = 'reject' end
 redis.call('HSET', K_INBOX, 'decide:' .. rid, cjson.encode({
   decision = kind, ms = now, result = ARGV[7] or ''}))
 redis.call('SET', K_NUDGE, 1)
-redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/d.' .. now, 'subj', wake,
+-- the wake's id names the run (decided once: a second decision is refused above), so two
+-- decisions in the same millisecond are two wakes, not one deduplicated by JetStream
+redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/d.' .. rid, 'subj', wake,
            'data', ARGV[8], 'hdr', '', 'sid', sid, 'ts', now)
 tell_holder(sid, now, '')
 receipt(kind, ARGV[5], 0, seq, now, ARGV[6])

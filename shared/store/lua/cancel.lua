@@ -82,7 +82,9 @@ local intent = now
 if ARGV[6] and ARGV[6] ~= '' then intent = cjson.encode({at = now, reason = ARGV[6]}) end
 redis.call('HSET', K_INBOX, field, intent)  -- first: a wrong key type fails before any write
 redis.call('SET', K_NUDGE, 1)
-redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. now,
+-- the wake's id names the target (a second cancel of it is 'pending' until a Brain consumes
+-- the first), so cancels of two targets in the same millisecond are two wakes
+redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. target .. '.' .. now,
            'subj', wake, 'data', ARGV[3], 'hdr', '', 'sid', sid, 'ts', now)
 tell_holder(sid, now, '')
 receipt('cancel', ARGV[4], 0, seq, now, ARGV[5])
