@@ -26,7 +26,7 @@ from baton.brain.interrupts import CancelWatch
 from baton.brain.registry import Registry
 from baton.brain.scheduler import schedule
 from baton.bus.subjects import BusNames
-from baton.errors import ArchivedError, NotArchivable, StaleFenceError
+from baton.errors import ArchivedError, NotArchivable, NotFoundError, StaleFenceError
 from baton.faults import Faults
 from baton.models import WorkerRef
 from baton.observability.log import get_logger
@@ -95,6 +95,11 @@ class SessionPass:
         # The cancel requests the lease renewals find in the inbox (brain.interrupts).
         self.cancels = CancelWatch()
 
+    async def _restore_asked(self) -> bool:
+        """Whether a client's restore request waits in the inbox (ask_restore.lua)."""
+        inbox = self.brain.store.keys.session(self.session_id).inbox
+        return bool(await self.brain.store.redis.hexists(inbox, "restore"))
+
     async def _asked_back(self) -> bool:
         """Whether a client's request waits in the archived session's inbox."""
         inbox = self.brain.store.keys.session(self.session_id).inbox
@@ -124,6 +129,15 @@ class SessionPass:
                     raise
                 result.restored = await retention.restore(brain.store, brain.archive, sid,
                                                           brain.worker) or result.restored
+                continue
+            except NotFoundError:
+                # Neither the session nor its tombstone is in Redis: a client found it in the
+                # archive (its tombstone expired) and asked for it back. The tombstone is
+                # written back from the archive object, then restored as above.
+                if brain.archive is None or not await self._restore_asked():
+                    raise
+                if not await retention.reinstate(brain.store, brain.archive, sid):
+                    raise
                 continue
             self.carrier = None  # recorded; a joined wake sets the next one
             result.fence, result.takeover = lease.fence, result.takeover or lease.takeover

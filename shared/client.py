@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
+from baton.archive import decode as decode_archive
 from baton.bus.subjects import BusNames
 from baton.client_input import (
     GENERATION,
@@ -41,6 +42,7 @@ from baton.client_input import (
 from baton.client_reads import SessionReads
 from baton.errors import (
     ArchivedError,
+    BatonError,
     ConfigError,
     ConflictError,
     CorruptStateError,
@@ -235,6 +237,7 @@ class Client:
         check_agent(agent)
         check_compat(compat)
         await self._check_served(agent, compat, session_id, require_brain, "submitted")
+        named = bool(session_id or request_id)  # may have been archived: see _restoring
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         sub_id = derived_id("sub", session_id, request_id)
@@ -246,7 +249,7 @@ class Client:
             input={"agent": agent},
             created_ms=now_ms(),
         )
-        def write() -> Awaitable[tuple[Submission, bool]]:
+        def write(probe: bool) -> Awaitable[tuple[Submission, bool]]:
             return self.store.inbox.submit(
                 session_id,
                 agent=agent,
@@ -257,10 +260,11 @@ class Client:
                 task=task,
                 worker=self.worker,
                 submission_id=sub_id,
+                probe=probe,
             )
 
         async with self._quarantine_named(session_id):
-            result = await self._restoring(session_id, write)
+            result = await self._restoring(session_id, write, named)
         self.faults.hit("submit.after_commit")
         return result
 
@@ -334,20 +338,21 @@ class Client:
         check_agent(agent)
         check_compat(compat)
         await self._check_served(agent, compat, session_id, require_brain, "started", kind)
+        named = bool(session_id or request_id)  # may have been archived: see _restoring
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
         now = now_ms()
         task = Task(id=derived_id(kind, session_id, request_id), kind=kind,
                     input=dict(input or {}), owner=session_id, created_ms=now, updated_ms=now)
-        def write() -> Awaitable[tuple[str, bool]]:
+        def write(probe: bool) -> Awaitable[tuple[str, bool]]:
             return self.store.inbox.start_task(
                 session_id, agent=agent, compat=compat,
                 wake_subject=self.names.wake_subject(agent, compat), request_id=request_id,
-                task=task, worker=self.worker,
+                task=task, worker=self.worker, probe=probe,
             )
 
         async with self._quarantine_named(session_id):
-            task_id, created = await self._restoring(session_id, write)
+            task_id, created = await self._restoring(session_id, write, named)
         if not created:  # the same request id: the same start, or a conflict
             first = await self.store.inbox.task(session_id, task_id)
             if first.kind != task.kind or first.input != task.input:
@@ -358,26 +363,56 @@ class Client:
                     session_id=session_id, task_id=task_id)
         return session_id, task_id, created
 
-    async def _restoring(self, session_id: str, write: Callable[[], Awaitable[T]]) -> T:
-        """``write()``; when it is refused ARCHIVED (the session left Redis for the archive),
-        a Brain is asked to restore the session, the restore waited for, and ``write()`` runs
-        once more, on the live session (its request id checked against the restored
-        ones)."""
+    async def _restoring(self, session_id: str, write: Callable[[bool], Awaitable[T]],
+                         named: bool) -> T:
+        """``write(probe)``; when it is refused ARCHIVED (the session left Redis for the
+        archive), a Brain is asked to restore the session, the restore waited for, and
+        ``write`` runs once more, on the live session (its request id checked against the
+        restored ones).
+
+        A session the caller ``named`` (by id, or by a request id it derives from) may be
+        archived with its tombstone expired (``BATON_TOMBSTONE_TTL_S``): Redis has nothing of
+        it, and a plain write would open a new session under the old id, its history cut
+        off. So the first write probes: when Redis has no such session the archive is asked
+        (one read by id) and, when it holds the session, a Brain restores it first, as
+        above. A new session so costs one more round trip to Redis and one to the archive;
+        a write to a session Redis holds, or one with neither id, costs nothing more."""
         try:
-            return await write()
+            try:
+                return await write(named)
+            except NotFoundError:  # a probe: Redis has no such session
+                wake = await self._archived_wake(session_id)
+                if wake is None:
+                    return await write(False)
+                await self._restored(session_id, wake)
         except ArchivedError:
             await self._restored(session_id)
-            return await write()
+        return await write(False)
 
-    async def _restored(self, session_id: str) -> None:
+    async def _archived_wake(self, session_id: str) -> str | None:
+        """The wake subject of the session's archive object; None when the archive has none
+        (a new session) or when it cannot be read (logged: the write then opens a new
+        session, as before archival existed)."""
+        try:
+            data = await self.archived.archive.get(self.store.keys.ns, session_id)
+        except BatonError as exc:
+            log.warning("archive_unreadable_for_new_session", session_id=session_id,
+                        error=str(exc))
+            return None
+        if data is None:
+            return None
+        return decode_archive(data).meta.get("wake") or None
+
+    async def _restored(self, session_id: str, wake: str = "") -> None:
         """Ask the Brains to bring the archived session back (baton.store.retention) and
         wait until one did: its ``restored:`` notification, or no tombstone left (asked
-        again every second meanwhile)."""
+        again every second meanwhile). ``wake``: the archive object's wake subject, for a
+        session whose tombstone expired (see :meth:`_restoring`)."""
         channel = self.store.keys.settled_channel(session_id)
         signal = await self.settled.join(channel)
         try:
             async with asyncio.timeout(RESTORE_WAIT_S):
-                while await retention.ask_restore(self.store, session_id):
+                while await retention.ask_restore(self.store, session_id, wake):
                     await asyncio.wait({signal}, timeout=1.0)
                     if signal.done():
                         signal = self.settled.again(channel, signal)

@@ -113,9 +113,11 @@ class Settings(BaseModel):
     # standard AWS_* variables). "" : <BATON_HOME or ./.baton>/archive.
     archive_url: str = ""
     # How long the small tombstone of an archived session stays in Redis: it refuses late
-    # messages, results and stale workers for the session, and lets reads find the archive
-    # object without asking the archive. Past it, the archive is asked.
-    tombstone_ttl_s: float = Field(default=7 * 86_400.0, gt=0)
+    # messages, results and stale workers for the session at once, and lets reads and
+    # listings find the archive object without asking the archive. Past it the archive is
+    # asked: reads and a new submission find the session there (its fence kept), and a late
+    # message for it finds no session (dead-lettered, as ever).
+    tombstone_ttl_s: float = Field(default=86_400.0, gt=0)
     # How long the liveness record of a worker that stopped without withdrawing it (killed,
     # its host lost) stays for inspect to show it as gone; then a live worker of its role
     # deletes it (baton.store.workers.prune_gone, every few minutes).

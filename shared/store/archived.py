@@ -41,11 +41,11 @@ five-notice session's summary): its tombstone, 1,117 bytes with its key and expi
 hash of nine fields; its 121-byte summary JSON is past ``hash-max-listpack-value``, 64, so
 the hash is a hashtable, where the same fields each under 64 bytes would take 413 bytes as
 a listpack), and its member of the shard's ``archived`` ZSET, 154 bytes (a skiplist past
-128 members). About 1.3 KB per session, held for ``tombstone_ttl_s`` (7 days by default)
+128 members). About 1.3 KB per session, held for ``tombstone_ttl_s`` (a day by default)
 and no longer: the tombstone expires (PEXPIRE, set by archive.lua), and each archival on a
 shard drops that shard's members older than ``tombstone_ttl_s`` (ZREMRANGEBYSCORE in the
 same script). Redis therefore holds (archivals per second x ``tombstone_ttl_s``) of them:
-for 100,000 sessions archived a day, about 890 MB with the default 7 days, 127 MB with one.
+for 100,000 sessions archived a day, about 127 MB with the default day, 890 MB with 7.
 In the archive: one index object per archival, about 200 bytes (zstd-compressed JSON
 lines; ``archive_if_due`` writes a batch of one) in its archival hour's folder
 ``<namespace>/index/<YYYYMMDDHH>/``; a listing costs one LIST per hour folder it reads and

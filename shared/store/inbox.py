@@ -52,6 +52,7 @@ class Inbox:
         worker: WorkerRef,
         submission_id: str,
         headers: dict[str, str] | None = None,
+        probe: bool = False,
     ) -> tuple[Submission, bool]:
         """Request input once per request id; returns (submission, created).
 
@@ -59,7 +60,9 @@ class Inbox:
         fenced commit, opening a new session for ``agent``. The same request id with the
         same text answers the original submission, pending or taken up (created False);
         with another text it is a ``ConflictError`` (checked in the script, atomically).
-        ``headers`` (trace context) go with the wake row and the receipt.
+        ``headers`` (trace context) go with the wake row and the receipt. ``probe``: a
+        session Redis does not hold (no meta, no request waiting) is NotFoundError, nothing
+        written (it may be archived, its tombstone expired: see ``Client.submit``).
         """
         sk = self.keys.session(session_id)
         now = now_ms()
@@ -85,8 +88,11 @@ class Inbox:
             [session_id, agent, compat, wake_subject, request_id, sub.id, sub_json,
              entry_json, task.id, task.to_json(), wake, worker.model_dump_json(), receipt,
              dumps(headers or {}),
-             hashlib.sha1(text.encode()).hexdigest()],
+             hashlib.sha1(text.encode()).hexdigest(), "1" if probe else ""],
         )
+        if created == 2:
+            raise not_found(f"session {session_id}", namespace=self.keys.ns,
+                            session_id=session_id)
         if created and raw == sub_json:  # recorded now: the script answers what it was given
             return sub, True
         return decode(Submission, raw), bool(created)
@@ -103,9 +109,10 @@ class Inbox:
         task: Task,
         worker: WorkerRef,
         headers: dict[str, str] | None = None,
+        probe: bool = False,
     ) -> tuple[str, bool]:
         """Request a root task once per request id (taken up by a Brain, as a submission
-        is); returns (task id, created)."""
+        is); returns (task id, created). ``probe``: as :meth:`submit`'s."""
         sk = self.keys.session(session_id)
         self.scripts.check_size(task.to_json(), "task")
         wake = dumps({"v": 1, "session_id": session_id, "reason": "start"})
@@ -116,8 +123,11 @@ class Inbox:
             "start",
             sk,
             [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
-             worker.model_dump_json(), receipt, dumps(headers or {})],
+             worker.model_dump_json(), receipt, dumps(headers or {}), "1" if probe else ""],
         )
+        if created == 2:
+            raise not_found(f"session {session_id}", namespace=self.keys.ns,
+                            session_id=session_id)
         return str(task_id), bool(created)
 
     async def task(self, session_id: str, task_id: str) -> Task:

@@ -39,7 +39,8 @@ from baton.store.redis_client import REDIS_ERRORS, is_cluster
 from baton.store.runs import worker_json
 from baton.store.store import Store
 
-__all__ = ["archive_if_due", "ask_restore", "restore", "restore_keys", "tombstone"]
+__all__ = ["archive_if_due", "ask_restore", "reinstate", "restore", "restore_keys",
+           "tombstone"]
 
 log = get_logger("baton.store.retention")
 
@@ -153,12 +154,56 @@ async def restore(store: Store, archive: Archive, session_id: str, worker: Worke
     return bool(done)
 
 
-async def ask_restore(store: Store, session_id: str) -> bool:
+async def ask_restore(store: Store, session_id: str, wake: str = "") -> bool:
     """A client's request that a Brain restore the archived session (ask_restore.lua);
-    False when it is not archived (any more): submit again at once."""
+    False when it is not archived (any more): submit again at once. ``wake``: the wake
+    subject of its archive object, when its tombstone expired (the Brain then writes it
+    back first: :func:`reinstate`)."""
     sk = store.keys.session(session_id)
     try:
-        asked = await store.scripts.registered.ask_restore(keys=[sk.inbox], args=[session_id])
+        asked = await store.scripts.registered.ask_restore(keys=[sk.inbox],
+                                                           args=[session_id, wake])
     except REDIS_ERRORS as exc:
         raise from_redis_error(exc, session_id=session_id) from None
     return bool(asked)
+
+
+async def reinstate(store: Store, archive: Archive, session_id: str) -> bool:
+    """Write back the tombstone of an archived session whose tombstone expired, from its
+    archive object, when a client's restore request waits for it (reinstate.lua); True when
+    the caller should lease the session again (the tombstone is written, by this call or
+    another Brain's, or the session is back already): it then restores it (:func:`restore`).
+
+    A request whose session the archive does not hold either (an archive pruned by its
+    lifecycle rule, or a client mistaken) is dropped, so it does not wake Brains again, and
+    False is returned."""
+    sk = store.keys.session(session_id)
+    data = await archive.get(store.keys.ns, session_id)
+    if data is None:
+        try:
+            async with store.redis.pipeline(transaction=True) as p:
+                p.hdel(sk.inbox, "restore")
+                p.hlen(sk.inbox)
+                _, left = await p.execute()
+            if not left:
+                await store.redis.delete(sk.nudge)
+        except REDIS_ERRORS as exc:
+            raise from_redis_error(exc, session_id=session_id) from None
+        log.warning("restore_request_dropped", session_id=session_id,
+                    reason="neither a tombstone nor an archive object")
+        return False
+    snap = decode(data)
+    settings = store.settings
+    ttl_ms = round(settings.tombstone_ttl_s * 1000)
+    try:
+        written = await store.scripts.registered.reinstate(keys=[sk.meta], args=[
+            snap.archived_ms, snap.fence, snap.seq, snap.meta.get("agent", ""),
+            snap.meta.get("compat", "1"), snap.meta.get("wake", ""),
+            snap.meta.get("created", "0"), snap.summary.status, snap.summary.submissions,
+            ttl_ms, ttl_ms])
+    except REDIS_ERRORS as exc:
+        raise from_redis_error(exc, session_id=session_id) from None
+    if written:
+        log.info("tombstone_reinstated", session_id=session_id, fence=snap.fence,
+                 archived_ms=snap.archived_ms)
+    return True

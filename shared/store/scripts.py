@@ -50,7 +50,7 @@ SHARD_SCRIPTS = ("fire_timers", "poison", "relay_lease", "relay_ack", "arm_reque
 #: Scripts of an archived session: they expect its tombstone, so neither the guard (which
 #: refuses an archived session) nor the commit-id wrapper runs around them; they get the
 #: _lib.lua definitions they use (the session's key names first).
-TOMBSTONE_SCRIPTS = ("restore", "ask_restore")
+TOMBSTONE_SCRIPTS = ("restore", "ask_restore", "reinstate")
 #: Transitions a failover must not lose once acknowledged: fences (acquire), commits, input,
 #: tool-run claims and results, operator decisions. Heartbeats, lease renewals and streamed
 #: partial text are losable by design (a lost one at worst causes a fenced takeover), so

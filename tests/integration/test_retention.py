@@ -18,7 +18,7 @@ import pytest
 from baton.archive import Archive, decode
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
-from baton.errors import ArchivedError
+from baton.errors import ArchivedError, NotFoundError
 from baton.examples.notices import app
 from baton.models import Terminal, WorkerRef
 from baton.settings import Settings
@@ -157,6 +157,72 @@ async def test_a_new_submission_restores_the_session_once_and_continues_it(
     assert sorted((await deliveries(mailbox)).values()) == [3] * 5  # once per submission
 
 
+async def test_a_session_whose_tombstone_expired_is_restored_from_the_archive(
+        archiving: Settings, mailbox: MailboxServer) -> None:
+    """The tombstone outlives its TTL: Redis holds nothing of the session. A submission to
+    it used to open a new session under the old id, its history cut off; now the client
+    finds the session in the archive, a Brain writes the tombstone back and restores it, and
+    the conversation goes on where it stopped."""
+    short = archiving.model_copy(update={"tombstone_ttl_s": 0.5})
+    long = archiving.model_copy(update={"session_retention_s": 3600.0})
+    async with running(*trio(short, app)):
+        client = await Client.connect(short)
+        try:
+            sub = await settle_and_archive(client)
+            sid = sub.session_id
+            await eventually(lambda: _gone(client.store, sid), timeout=30,
+                             message="the tombstone expired")
+        finally:
+            await client.close()
+    before = decode(await Archive.from_url(archiving.archive_location()).get(
+        archiving.namespace, sid) or b"")
+    async with running(*trio(long, app)):
+        client = await Client.connect(long)
+        try:
+            again, created = await client.submit(FIVE, agent="notices", session_id=sid,
+                                                 request_id="again")
+            final = await client.wait(again, timeout=30)
+            # the first request id still answers the original, archived submission
+            original, first_created = await client.submit(
+                FIVE, agent="notices", session_id=sid, request_id=sub.request_id)
+            receipts = await client.store.receipts(sid)
+            state = await client.store.load(sid)
+        finally:
+            await client.close()
+    assert created and final.status == "completed"
+    assert not first_created and original.id == sub.id and original.status == "completed"
+    kinds = [r.kind for r in receipts]
+    assert kinds.count("restored") == 1
+    assert [r.stream_id for r in receipts[:kinds.index("restored")]] == [
+        rid for rid, _ in before.receipts]
+    assert state.meta.fence > before.fence  # past the archived fence: stale workers stay out
+    assert sorted((await deliveries(mailbox)).values()) == [2] * 5
+
+
+async def _gone(store: Store, sid: str) -> bool:
+    return not await retention.tombstone(store, sid) and not await session_keys(store, sid)
+
+
+async def test_a_restore_request_the_archive_cannot_answer_is_dropped(
+        archiving: Settings) -> None:
+    """A restore request for a session neither Redis nor the archive holds (the archive's
+    lifecycle rule pruned it): the Brain drops the request instead of keeping an inbox that
+    wakes Brains for ever, and a plain submission then opens a new session."""
+    async with running(*trio(archiving, app)):
+        client = await Client.connect(archiving)
+        try:
+            store, sid = client.store, "s-pruned-from-archive"
+            wake = client.names.wake_subject("notices", 1)
+            assert await retention.ask_restore(store, sid, wake)
+            await eventually(lambda: _gone(store, sid), timeout=30,
+                             message="the orphaned restore request dropped")
+            sub, created = await client.submit(FIVE, agent="notices", session_id=sid)
+            final = await client.wait(sub, timeout=30)
+        finally:
+            await client.close()
+    assert created and final.status == "completed"
+
+
 async def test_each_role_does_its_part_of_archival_and_restore_under_its_own_acl(
         confined: Confined, tmp_path: Path) -> None:
     """With the deploy ACL users: the client submits, a Brain settles the session and
@@ -196,13 +262,34 @@ async def test_each_role_does_its_part_of_archival_and_restore_under_its_own_acl
         restored = await brain.load(sid)
         assert restored.submissions[sub.id].status == "completed"
         assert restored.meta.fence == lease.fence + 1
+        # Archived again, and its tombstone gone (expired): the client's probe finds no
+        # session, the client asks with the object's wake subject, the Brain writes the
+        # tombstone back and restores it; each under its own ACL.
+        await take_up(brain, sid, me)
+        lease, state = await brain.acquire_and_load(sid, me, 5000)
+        task = next(iter(state.tasks.values()))
+        await brain.commit(sid, lease.fence, Writes(
+            kind="final", tasks=[task.model_copy(update={
+                "state": Terminal(outcome="completed")})], deadline_ms=-1, retain_ms=1,
+            submissions=[state.submissions[again.id].model_copy(update={
+                "status": "completed", "answer": "ok", "settled_ms": 1})]), me)
+        await eventually(lambda: retention.archive_if_due(brain, archive, sid, lease.fence,
+                                                          me), message="archived again")
+        await admin.delete(brain.keys.session(sid).archived)  # as when it expires
+        with pytest.raises(NotFoundError):
+            await submit(client, sid, "r-3", probe=True)
+        wake = f"{client.keys.ns}.wake.notices.1"
+        assert await retention.ask_restore(client, sid, wake)
+        assert await retention.reinstate(brain, archive, sid)
+        assert await retention.restore(brain, archive, sid, me)
+        assert (await brain.load(sid)).meta.fence == lease.fence + 1
     finally:
         await admin.aclose()
         for store in stores.values():
             await store.close()
 
 
-async def submit(store: Store, sid: str, request: str) -> Any:
+async def submit(store: Store, sid: str, request: str, *, probe: bool = False) -> Any:
     from baton.client_input import GENERATION
     from baton.models import Task
 
@@ -211,5 +298,5 @@ async def submit(store: Store, sid: str, request: str) -> Any:
     sub, _ = await store.inbox.submit(
         sid, agent="notices", compat=1, wake_subject=f"{store.keys.ns}.wake.notices.1",
         request_id=request, text="hello", task=task, submission_id=f"sub-{request}",
-        worker=WorkerRef(role="client", name="client-1", pid=0))
+        worker=WorkerRef(role="client", name="client-1", pid=0), probe=probe)
     return sub

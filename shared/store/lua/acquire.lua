@@ -15,7 +15,11 @@ ARGV: 1 worker name, 2 lease ttl ms, 3 worker JSON (for the receipt),
         the page's entries, not past the list's end, and of the same session's life
 A session without meta whose inbox holds a submit or start request is opened here for
 that request's agent, compat level and wake subject (meta, the shard's session index);
-without one it is NOT_FOUND.
+without one it is NOT_FOUND, also when a client's restore request waits (ask_restore.lua) but
+no tombstone (archived_refusal would have refused the lease): the tombstone expired, and the
+Brain writes it back from the archive object, or drops the request when the archive has none
+(reinstate.lua, baton.store.retention.reinstate). A restore request found by a request that
+opens the session is such an orphan too, and is dropped.
 Refused with BUSY <holder> <remaining ms> while another worker's lease is live.
 A lease past its expiry, or left by a pass of the same worker name that never released it
 (a worker restarted under its name), is taken over: that is recorded as a 'takeover' receipt.
@@ -85,6 +89,7 @@ local corrupt = receipt_first(kind, ARGV[3], tonumber(META[4] or '0') + 1, 0, no
 if corrupt then return corrupt end
 if opening then
   open_session(string.match(K_BASE, ':s:(.*)$'), opening[1], opening[2], opening[3], now)
+  redis.call('HDEL', K_INBOX, 'restore')  -- an orphaned restore request (see above)
 end
 local fence = redis.call('HINCRBY', K_META, 'fence', 1)
 redis.call('HSET', K_META, 'holder', worker, 'lease_until', now + ttl, 'dirty', 0, 'listen', '')

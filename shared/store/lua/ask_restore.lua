@@ -2,7 +2,8 @@
 
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua); callers declare the
       inbox, the one session key a client's requests write.
-ARGV: 1 session id
+ARGV: 1 session id, 2 (optional) the wake subject of the session's archive object, given when
+      the client found no session and no tombstone but the archive holds the session
 Not wrapped by _applied.lua and not refused by archived_refusal: the tombstone is what it
 expects. A submission (or a task start) to an archived session is refused ARCHIVED with
 nothing written; the client then calls this, waits for the session's "restored:<id>"
@@ -15,9 +16,16 @@ wake subject; a Brain whose lease is refused ARCHIVED finds the request and rest
 session. Returns 1. Without a tombstone (restored already, or never archived) nothing is
 written and 0 is returned: the caller submits again.
 Repeated calls add a wake row each (the relay deduplicates them by id within its window).
+Without a tombstone but with ARGV[2], when the session has no meta: its tombstone expired
+(BATON_TOMBSTONE_TTL_S) and the client found the session in the archive. The same request is
+written, on the object's wake subject; the Brain that finds it without a tombstone writes the
+tombstone back from the object (reinstate.lua) and restores the session as above. Returns 1.
 ]==]
 local tomb = redis.call('HMGET', K_ARCHIVED, 'at', 'wake')
-if not tomb[1] then return 0 end
+if not tomb[1] then
+  if not ARGV[2] or ARGV[2] == '' or redis.call('EXISTS', K_META) == 1 then return 0 end
+  tomb = {'expired', ARGV[2]}
+end
 local now = now_ms()
 redis.call('HSET', K_INBOX, 'restore', cjson.encode({wake = tomb[2], at = now}))
 redis.call('SET', K_NUDGE, 1)

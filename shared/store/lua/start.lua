@@ -6,6 +6,8 @@ ARGV:
   1 session id     2 agent        3 compat level   4 wake subject   5 request id
   6 task id        7 task JSON    8 wake JSON      9 worker JSON   10 receipt JSON
  11 wake row headers JSON (trace context)
+ 12 "1" to probe (optional): {2, ""} with nothing written for a session with neither meta
+    nor a request waiting, as in submit.lua
 The request is recorded, not carried out: inbox 'start:<request id>' = {agent, compat, wake,
 task}, the nudge, a row on the shard's wakes stream and a 'start' receipt. The Brain that
 loads the session next creates the session meta if it is new and lists it in the shard's
@@ -24,6 +26,7 @@ if denied then return denied end
 local bus_full = redis.call('GET', K_SHARD .. 'full')
 if bus_full then return fail('FULL', bus_full) end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+if ARGV[12] == '1' and not requested_agent() then return {2, ''} end  -- no such session
 local existing = redis.call('HGET', K_REQS, 'task:' .. req)
 if existing then
   return {0, existing}

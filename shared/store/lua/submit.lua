@@ -8,6 +8,8 @@ ARGV:
   9 task id             10 task JSON       11 wake JSON       12 worker JSON
  13 receipt JSON        14 wake row headers JSON (trace context)
  15 SHA-1 hex of the text (optional: without it a repeated request id is not compared)
+ 16 "1" to probe (optional): a session with neither meta nor a request waiting is not
+    written to; {2, ""} is returned, nothing written (see below)
 The request is recorded, not carried out: inbox 'submit:<request id>' = {agent, compat,
 wake, sub, entry, task, digest}, the nudge, a row on the shard's wakes stream (published on
 the session's wake subject, or for a session without meta yet on the one the request names)
@@ -17,7 +19,10 @@ creates the session meta if it is new and lists it in the shard's session index
 generation task and the progress deadline in its fenced commit, deleting the request
 (brain.requests). A request whose wake is lost is found by the relay's inbox sweep.
 Returns {1, submission JSON} when recorded now, {0, submission JSON} for a repeated request
-id with the same text, pending or taken up. Fails FULL <why> while a relay finds JetStream full (the shard's 'full' key). Fails
+id with the same text, pending or taken up, {2, ""} for a probe that found no session: a client
+that named the session asks the archive first whether it is an archived session whose
+tombstone expired (baton.client, ask_restore.lua), and submits again without the probe when
+it is not. Fails FULL <why> while a relay finds JetStream full (the shard's 'full' key). Fails
 CONFLICT when the session belongs to
 another agent (its meta's, or a pending request's for a new session), when a pending
 request for a new session is at another compat level (the request that opens a session sets
@@ -39,6 +44,7 @@ if denied then return denied end
 local bus_full = redis.call('GET', K_SHARD .. 'full')
 if bus_full then return fail('FULL', bus_full) end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+if ARGV[16] == '1' and not requested_agent() then return {2, ''} end  -- no such session
 local digest = ARGV[15] or ''
 local function different(text)
   return digest ~= '' and redis.sha1hex(text) ~= digest
