@@ -15,7 +15,7 @@ from baton.models import RunStatus, Task, ToolResult, ToolRun, WorkerRef, decode
 from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.state import SessionState
-from baton.store.store import Release, Store, now_ms
+from baton.store.store import Release, Store
 from baton.store.writes import Writes
 
 _LOG = get_logger("baton.brain")
@@ -181,4 +181,6 @@ class TaskContext:
         st.entry_count = count
 
     def now(self) -> int:
-        return now_ms()
+        """Now on Redis' clock (the one timers fire on: :class:`~baton.store.clock.
+        StoreClock`), not this host's."""
+        return self.store.clock.now()

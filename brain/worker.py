@@ -48,6 +48,7 @@ from baton.observability.tracing import consumer, traced_model
 from baton.service import Service, run_until_signalled, tune_collector
 from baton.settings import Settings
 from baton.store import quarantine
+from baton.store.clock import StoreClock
 from baton.store.deadletter import record_dead_letter
 from baton.store.entry_cache import EntryCache
 from baton.store.epoch import StoreEpoch
@@ -66,8 +67,12 @@ FETCH_TIMEOUT_S = 30.0
 class BrainWorker(Service):
     role = "brain"
 
-    def __init__(self, settings: Settings, app: App) -> None:
+    def __init__(self, settings: Settings, app: App, *,
+                 clock: StoreClock | None = None) -> None:
         super().__init__(settings)
+        # Redis' clock as this Brain measures it: its tasks' timers are due on it.
+        # Injectable: a test runs a Brain whose host clock is skewed.
+        self.clock = clock or StoreClock()
         if not app.agents:  # it would consume no wakes: serve nothing, silently
             raise ConfigError("a Brain worker needs at least one agent to serve (App(agents="
                               "[...]); a custom task runs under an agent, by default the one "
@@ -92,6 +97,8 @@ class BrainWorker(Service):
         held = self.settings.entry_cache_bytes
         store = await self.connect("redis", lambda: Store.connect(
             self.settings, entry_cache=EntryCache(held) if held else None))
+        store.clock = self.clock
+        await self.connect("redis", lambda: self.clock.sync(store.redis))
         holds = self.held = HeldSessions(
             store.redis, store.keys, self.name, self.settings.shards,
             hold_ms=self.settings.brain_hold_ms, limit=self.settings.brain_concurrency,
@@ -131,6 +138,7 @@ class BrainWorker(Service):
                     async with asyncio.TaskGroup() as tg:
                         tg.create_task(self.announce(store.redis, store.keys))
                         tg.create_task(self.watch_epoch(epoch))
+                        tg.create_task(self.clock.keep(store.redis, self.stopping))
                         for durable in consumers:
                             tg.create_task(self._consume(bus, durable))
                     await self.drain()

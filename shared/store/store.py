@@ -43,7 +43,7 @@ from baton.observability.tracing import (
 )
 from baton.receipts import Carrier, Receipt
 from baton.settings import Settings
-from baton.store.clock import now_ms
+from baton.store.clock import StoreClock, now_ms
 from baton.store.control import Decisions
 from baton.store.entry_cache import EntryCache, HeldEntries
 from baton.store.inbox import Inbox
@@ -138,6 +138,9 @@ class Store:
         self.inbox = Inbox(redis, self.keys, settings, self.scripts)
         self.runs = Runs(redis, self.keys, settings, self.scripts)
         self.decisions = Decisions(self.keys, settings, self.scripts, self.runs)
+        #: Redis' clock as this process knows it (a Brain keeps it measured: see
+        #: :class:`~baton.store.clock.StoreClock`); timers are due on it.
+        self.clock = StoreClock()
         #: Awaited after a commit that armed a timer or a deadline (a Brain's nudge to the
         #: relays, :class:`baton.bus.nudge.TimerNudge`); None: nobody to tell.
         self.timers_armed: Callable[[], Awaitable[None]] | None = None
