@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
@@ -35,6 +35,7 @@ from baton.models import (
     decode,
     dumps,
 )
+from baton.observability.log import get_logger
 from baton.observability.tracing import (
     counted_refusals,
     traced_commit,
@@ -81,6 +82,9 @@ COMMIT_PAYLOAD_FACTOR = 3
 
 def _carrier_arg(carrier: Carrier | None) -> str:
     return carrier.model_dump_json() if carrier is not None else ""
+
+
+log = get_logger("baton.store")
 
 
 @dataclass(frozen=True)
@@ -372,7 +376,17 @@ class Store:
         self, session_id: str, fence: int, writes: Writes, worker: WorkerRef
     ) -> Any:
         """commit.lua's reply for ``writes``; then the relays are told (``timers_armed``)
-        when the commit armed a timer or a deadline."""
+        when the commit armed a timer or a deadline.
+
+        Its notifications (``writes.notify``: a settled submission's word to the clients
+        waiting for it, which they answer from without reading the store) are SPUBLISHed
+        by the script itself on one server, in the commit's one round trip. When commits
+        wait for a replica (a cluster) they are published only after the replica
+        acknowledged the commit: published by the script, a client could hold an answer
+        that a failover then loses. A commit in doubt publishes nothing; its retry does."""
+        notify: list[tuple[str, str]] = []
+        if writes.notify and self.scripts.replicated("commit"):
+            notify, writes = writes.notify, replace(writes, notify=[])
         args = writes.to_script()
         # A commit may carry a record that embeds an input accepted up to the limit (the
         # submission, rewritten as it runs and settles) beside the Brain's own output of
@@ -382,6 +396,12 @@ class Store:
         self.scripts.check_size(args, "commit", times=COMMIT_PAYLOAD_FACTOR)
         reply = await self.runs.batch.run("commit", self.keys.session(session_id),
                                           [fence, worker_json(worker), session_id, *args])
+        for channel, message in notify:  # acknowledged by the replica: now they may hear
+            try:
+                await self.redis.spublish(channel, message)
+            except REDIS_ERRORS as exc:  # the waiters' periodic re-read finds the answer
+                log.warning("settled_notice_unsent", session_id=session_id,
+                            error=str(exc)[:200])
         if self.timers_armed is not None and (writes.timers_add or writes.deadline_ms > 0):
             await self.timers_armed()
         return reply

@@ -10,6 +10,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -128,6 +129,69 @@ async def test_a_commit_no_replica_acknowledges_is_in_doubt_and_its_retry_applie
         # A new commit id is a new write.
         seq, count = await store.commit("s1", lease.fence, writes, BRAIN)
         assert count == before + 2 and seq > int(first[0])
+    finally:
+        await impatient.close()
+        await store.close()
+
+
+async def _heard(node: RedisClusterNode, channel: str, publish: Any) -> list[str]:
+    """The messages a subscriber of the shard ``channel`` (on ``node``, its primary) hears
+    while ``publish()`` runs, up to a sentinel published on the same node after it: sharded
+    pub/sub keeps one node's order, so whatever ``publish()`` sent arrives first."""
+    async with Redis(host="127.0.0.1", port=node.port, decode_responses=True) as r:
+        pubsub = r.pubsub()
+        try:
+            await pubsub.ssubscribe(channel)
+            await pubsub.get_message(timeout=5.0)  # the subscription's confirmation
+            await publish()
+            await r.spublish(channel, "sentinel")
+            heard: list[str] = []
+            while True:
+                msg = await pubsub.get_message(timeout=30.0)
+                assert msg is not None, "the sentinel never came"
+                if msg["type"] != "smessage":
+                    continue
+                if msg["data"] == "sentinel":
+                    return heard
+                heard.append(msg["data"])
+        finally:
+            await pubsub.aclose()
+
+
+async def test_a_settled_answer_is_heard_only_once_a_replica_has_it(
+    cluster: RedisClusterServers,
+) -> None:
+    """A commit that settles a submission tells the waiting clients on the session's
+    settled channel, and they answer from that word without reading the store. It was
+    SPUBLISHed inside commit.lua, before the WAIT: with the replica frozen a client heard
+    an answer that a failover could then lose. Now it is published once the replica
+    acknowledged the commit: never while the commit is in doubt, then by the retry."""
+    settings = Settings(redis_url=cluster.url, namespace="repnote")
+    store = await Store.connect(settings)
+    impatient = await Store.connect(impatient_settings(settings))
+    try:
+        await _submit(store, "s1")
+        lease, _ = await store.acquire_and_load("s1", BRAIN, 60_000)
+        sk = store.keys.session("s1")
+        channel = store.keys.settled_channel("s1")
+        primary = await cluster.primary_for_key(sk.meta)
+        replica = await cluster.replica_of(primary)
+        writes = Writes(entries=[Entry(kind="model", text="the answer")],
+                        notify=[(channel, "settled sub-r1")])
+
+        async def in_doubt() -> None:
+            with pytest.raises(WriteInDoubtError):
+                await impatient.commit("s1", lease.fence, writes, BRAIN)
+
+        with frozen(replica):
+            heard = await _heard(primary, channel, in_doubt)
+        assert heard == []  # applied on the primary, not replicated: nobody may hear it
+        await cluster.wait_ready()
+
+        async def acknowledged() -> None:
+            await store.commit("s1", lease.fence, writes, BRAIN)
+
+        assert await _heard(primary, channel, acknowledged) == ["settled sub-r1"]
     finally:
         await impatient.close()
         await store.close()
