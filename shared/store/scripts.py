@@ -210,6 +210,12 @@ def source(name: str, *, acl_checks: bool = True) -> str:
     and the commit-id wrapper of _applied.lua.
     """
     lua = resources.files("baton.store") / "lua"
+    # Every script checks its numeric arguments before any write (int_in, bad_args).
+    args = (lua / "_args.lua").read_text()
+    return args + _source(name, lua, acl_checks=acl_checks)
+
+
+def _source(name: str, lua: Any, *, acl_checks: bool) -> str:
     body = (lua / f"{name}.lua").read_text()
     if name in SESSION_SCRIPTS:
         # The Hands and clients record their commit ids apart from the Brains' (runs_applied,

@@ -39,6 +39,9 @@ SELF-GUARDED: sessions receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
+local invalid = bad_args({{'lease ttl ms', ARGV[2], 1, MAX_MS},
+  {'entries page', ARGV[5] or '0', -1, MAX_INT}, {'entries held', ARGV[6] or '0', 0, MAX_INT}})
+if invalid then return invalid end
 local opening = nil
 if not META[1] then  -- the guard refuses a meta without agent: this one does not exist
   local agent, compat, wake = requested_agent()

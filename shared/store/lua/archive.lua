@@ -50,6 +50,10 @@ if ACL_CHECKS then
   local denied = acl_refusal(checks)
   if denied then return denied end
 end
+local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}, {'meta seq', ARGV[4], 0, MAX_INT},
+  {'tombstone ttl ms', ARGV[7], 1, MAX_MS}, {'submissions', ARGV[9], 0, MAX_INT},
+  {'archived index ms', ARGV[10], 1, MAX_MS}})
+if invalid then return invalid end
 local fence, worker, sid = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local cur, holder, until_ms = tonumber(META[4] or '0'), META[7] or '', tonumber(META[6] or '0')
 local now = now_ms()

@@ -25,6 +25,8 @@ holder arms: a relay that lost the shard gets -1.
 Returns the number of deadlines armed.
 ]==]
 local lease = redis.call('HMGET', KEYS[2], 'holder', 'fence')
+local invalid = bad_args({{'fence', ARGV[2], 0, MAX_INT}, {'progress deadline ms', ARGV[4], 1, MAX_MS}})
+if invalid then return invalid end
 if lease[1] ~= ARGV[1] or tonumber(lease[2] or '0') ~= tonumber(ARGV[2]) then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

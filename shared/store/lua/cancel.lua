@@ -78,6 +78,9 @@ end
 local now = now_ms()
 local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 local wake, seq = m[1] or select(3, requested_agent()), m[2] or '0'
+if type(wake) ~= 'string' or wake == '' then  -- before the first write
+  return fail('CORRUPT', 'session ' .. sid .. ' has no wake subject to wake it on')
+end
 local intent = now
 if ARGV[6] and ARGV[6] ~= '' then intent = cjson.encode({at = now, reason = ARGV[6]}) end
 redis.call('HSET', K_INBOX, field, intent)  -- first: a wrong key type fails before any write

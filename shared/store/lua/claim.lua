@@ -41,6 +41,14 @@ SELF-GUARDED: receipts
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
                                            {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
+-- Every run's numbers are checked before the first run's writes: a bad one refuses the whole
+-- call with nothing written (a run's own refusals below leave the others' claims as they are).
+do
+  local checks = {{'attempt ttl ms', ARGV[2], 1, MAX_MS}}
+  for i = 4, #ARGV, 5 do checks[#checks + 1] = {'delivery count', ARGV[i + 1] or '1', 0, MAX_INT} end
+  local invalid = bad_args(checks)
+  if invalid then return invalid end
+end
 local worker, ttl, worker_json = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = now_ms()  -- one clock for every run of this call (a script is one instant)
 

@@ -84,6 +84,8 @@ local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq',
   {'HINCRBY', K_INTENTS, 'f', '1'}, {'HDEL', K_INBOX, 'f'}, {'DEL', K_NUDGE}}))
 if denied then return denied end
 
+local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}})
+if invalid then return invalid end
 local fence = tonumber(ARGV[1])
 local cur = tonumber(META[4] or '-1')  -- as the guard read it
 if cur < 0 then
@@ -218,6 +220,7 @@ local vok, verr = pcall(function()
   end
   for _, t in ipairs(list('tr')) do str(t, 'timer') end
   if ix.dl ~= nil and not whole(ix.dl) then error('INVALID deadline') end
+  if ix.rt ~= nil and (not whole(ix.rt) or ix.rt < 0) then error('INVALID retention') end
   if ix.w ~= nil then str(ix.w, 'wake subject') end
   if ix.rl ~= nil and (not whole(ix.rl) or ix.rl <= 0) then error('INVALID lease ttl') end
   if ix.hd ~= nil and (type(ix.hd) ~= 'string' or not string.match(ix.hd, '^[%w_.:-]+$')) then
@@ -461,9 +464,10 @@ end
 for _, m in ipairs(list('ms')) do redis.call('HSET', K_META, m[1], m[2]) end
 for _, r in ipairs(list('rq')) do redis.call('HSET', K_REQS, r[1], r[2]) end
 local md = list('md')
-if #md > 0 then  -- cancel intents consumed: recorded in meta or, by clients, in the inbox
-  redis.call('HDEL', K_META, unpack(md))
-  redis.call('HDEL', K_INBOX, unpack(md))
+for i = 1, #md, 1000 do  -- cancel intents consumed: in meta or, by clients, in the inbox
+  local last = math.min(i + 999, #md)  -- a command's arguments are a Lua stack's: chunks
+  redis.call('HDEL', K_META, unpack(md, i, last))
+  redis.call('HDEL', K_INBOX, unpack(md, i, last))
 end
 if ix.c and ix.c > 0 then redis.call('HSET', K_META, 'compat', ix.c) end
 for _, t in ipairs(list('ta')) do redis.call('ZADD', K_TIMERS, t[2], t[1]) end

@@ -47,6 +47,12 @@ local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
   {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'SET', K_NUDGE, '1'}})
 if denied then return denied end
+do  -- every run's attempt is checked before the first run's writes (see _args.lua)
+  local checks = {}
+  for i = 3, #ARGV, 8 do checks[#checks + 1] = {'attempt', ARGV[i + 1], 0, MAX_INT} end
+  local invalid = bad_args(checks)
+  if invalid then return invalid end
+end
 local worker_json, sid = ARGV[1], ARGV[2]
 local wake, seq = META[2], tonumber(META[5] or '0')  -- as the guard read them
 local now = now_ms()  -- one clock for every run of this call (a script is one instant)

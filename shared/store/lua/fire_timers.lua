@@ -33,6 +33,9 @@ local DEADLINE_BACKOFF_MAX = 8
 -- A deadline's wake not taken by a Brain is sent again after this long (ms).
 local UNTAKEN_REFIRE_MS = 3600000
 local lease = redis.call('HMGET', KEYS[3], 'holder', 'fence')
+local invalid = bad_args({{'max timers', ARGV[1], 1, 100000}, {'re-arm interval ms', ARGV[2], 1, MAX_MS},
+  {'fence', ARGV[5], 0, MAX_INT}})
+if invalid then return invalid end
 if lease[1] ~= ARGV[4] or tonumber(lease[2] or '0') ~= tonumber(ARGV[5]) then return -1 end
 local now = (function()
   local t = redis.call('TIME')

@@ -13,6 +13,8 @@ type is refused as CORRUPT with nothing written, without a check of its type eve
 UNGUARDED: runs intents
 SELF-GUARDED: receipts
 ]==]
+local invalid = bad_args({{'attempt', ARGV[2], 0, MAX_INT}})
+if invalid then return invalid end
 local rid, attempt = ARGV[1], tonumber(ARGV[2])
 local r = redis.call('HMGET', K_RUNS, rid .. '.attempt', rid .. '.status')
 r[3] = redis.call('HGET', K_INTENTS, rid .. '.cancel')  -- Brain-owned: Hands cannot clear it

@@ -15,6 +15,11 @@ SELF-GUARDED: receipts
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_META, 'f', 'v'}}))
 if denied then return denied end
 
+local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}})
+if invalid then return invalid end
+for i = 2, 6 do  -- every argument is written: a missing one would fail after the receipt
+  if type(ARGV[i]) ~= 'string' then return fail('INVALID', 'partial: argument ' .. i .. ' missing') end
+end
 local fence = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', K_META, 'fence') or '-1')
 if cur ~= fence then

@@ -16,6 +16,8 @@ for i, want in ipairs({'hash', 'zset'}) do
     return redis.error_reply('CORRUPT key ' .. KEYS[i] .. ' is a ' .. t .. ', not a ' .. want)
   end
 end
+local invalid = bad_args({{'failure limit', ARGV[3], 1, MAX_INT}})
+if invalid then return invalid end
 local sid, reason, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local prior = redis.call('HMGET', KEYS[1], 'tries', 'quarantined')
 if prior[2] then return {tonumber(prior[1]) or 0, 'already'} end

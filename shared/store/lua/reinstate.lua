@@ -17,6 +17,9 @@ and the session rejoins the shard's archived index; restore.lua then restores it
 archived session, exactly once. Returns 1 when written, 0 when nothing was to be done (the
 session is live, or its tombstone is back, or no request waits: another Brain was first).
 ]==]
+local invalid = bad_args({{'archival ms', ARGV[1], 0, MAX_MS * 100}, {'fence', ARGV[2], 0, MAX_INT},
+  {'meta seq', ARGV[3], 0, MAX_INT}, {'tombstone ttl ms', ARGV[10], 1, MAX_MS}})
+if invalid then return invalid end
 if redis.call('EXISTS', K_META) == 1 or redis.call('EXISTS', K_ARCHIVED) == 1 then return 0 end
 if redis.call('HEXISTS', K_INBOX, 'restore') == 0 then return 0 end
 local at = tonumber(ARGV[1])

@@ -9,6 +9,8 @@ rows under the same Nats-Msg-Id (deduplicated by JetStream) and acknowledges the
 Returns {1, rows acknowledged}.
 ]==]
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence')
+local invalid = bad_args({{'fence', ARGV[2], 0, MAX_INT}})
+if invalid then return invalid end
 if cur[1] ~= ARGV[1] or tonumber(cur[2] or '0') ~= tonumber(ARGV[2]) then
   return {0, cur[1] or '', tonumber(cur[2] or '0')}
 end

@@ -23,6 +23,16 @@ A relay reads, claims, acknowledges and fires timers only for shards it holds; t
 acknowledgement (relay_ack.lua) and timer firing (fire_timers.lua) check the fence again,
 so a relay that lost a shard cannot delete rows the new holder is responsible for.
 ]==]
+if ARGV[1] ~= 'look' then  -- checked before any write (see _args.lua)
+  local checks = {{'lease time ms', ARGV[3], 1, MAX_MS}}
+  if ARGV[1] == 'renew' then
+    for i = 1, #KEYS do checks[#checks + 1] = {'fence', ARGV[3 + i], 0, MAX_INT} end
+  elseif ARGV[1] == 'release' then
+    checks[2] = {'fence', ARGV[4], 0, MAX_INT}
+  end
+  local invalid = bad_args(checks)
+  if invalid then return invalid end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] == 'renew' then

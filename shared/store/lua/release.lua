@@ -19,6 +19,11 @@ as CORRUPT with nothing written.
 UNGUARDED: nudge
 SELF-GUARDED: receipts
 ]==]
+local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}, {'lease ttl ms', ARGV[2], 1, MAX_MS}})
+if invalid then return invalid end
+local denied = ACL_CHECKS and acl_refusal({{'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE},
+  {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
+if denied then return denied end
 local fence = tonumber(ARGV[1])
 local m = redis.call('HMGET', K_META, 'fence', 'dirty')
 local cur = tonumber(m[1] or '0')

@@ -11,6 +11,8 @@ Only a refusal writes a receipt, as its one write (receipt_first): a receipts ke
 type is refused as CORRUPT with nothing written, without a check of its type every renewal.
 SELF-GUARDED: receipts
 ]==]
+local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}, {'lease ttl ms', ARGV[2], 1, MAX_MS}})
+if invalid then return invalid end
 local fence = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', K_META, 'fence') or '0')
 if cur ~= fence then

@@ -25,6 +25,8 @@ if denied then return denied end
 -- would only wait in the outbox, so it is refused, retryably, with nothing written.
 local bus_full = redis.call('GET', K_SHARD .. 'full')
 if bus_full then return fail('FULL', bus_full) end
+local invalid = bad_args({{'compat level', ARGV[3], 0, MAX_INT}})
+if invalid then return invalid end
 local sid, agent, wake, req = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 if ARGV[12] == '1' and not requested_agent() then return {2, ''} end  -- no such session
 local existing = redis.call('HGET', K_REQS, 'task:' .. req)
