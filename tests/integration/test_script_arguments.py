@@ -150,7 +150,8 @@ async def _session_mid_life(store: Store) -> None:
     await box.lease("acquire", store.keys.shard_of(SID), "relay-h", 60_000)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.script}-{c.args[0]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.script}-{c.args[0]}"
+                         if c.script == "relay_lease" else c.script)
 async def test_a_hostile_number_is_refused_with_nothing_written(store: Store,
                                                                case: Case) -> None:
     await _session_mid_life(store)
