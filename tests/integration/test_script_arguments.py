@@ -4,7 +4,7 @@ Each script is called, against a real Redis holding a session mid-life (a reques
 a tool run dispatched, a relay lease, timers, receipts), once per numeric argument and
 hostile value: ``nan``, ``inf``, fractions, negatives, values past the argument's range,
 empty and non-numeric text. Each call must be refused with INVALID and leave every key of
-the server exactly as it was (``DUMP`` and ``PTTL`` of each key before and after). Before
+the namespace as it was (``DUMP`` and ``PEXPIRETIME`` of each key before and after). Before
 these checks a lease TTL was used after the acquire's receipt and fence increment, a renewal
 stored a ``nan`` TTL that later quarantined the session, a batched claim with a bad ttl
 failed after the first run's writes, and a relay's bad limit reached ZRANGE after others.
@@ -125,10 +125,12 @@ def test_every_script_with_numeric_arguments_is_covered() -> None:
 
 
 async def _snapshot(store: Store) -> dict[str, tuple[Any, int]]:
+    """Every key of the test's namespace: its value (DUMP) and when it expires (PEXPIRETIME:
+    an absolute time, so a key's TTL running down between two snapshots is no change)."""
     redis = store.redis
     out = {}
-    async for key in redis.scan_iter(count=1000):
-        out[key] = (await redis.dump(key), await redis.pttl(key))
+    async for key in redis.scan_iter(match=f"{store.keys.ns}:*", count=1000):
+        out[key] = (await redis.dump(key), await redis.pexpiretime(key))
     return out
 
 
