@@ -60,7 +60,8 @@ _ANNOUNCE = ["hset", "hdel", "xadd"]  # per-shard workers liveness and dead-lett
 # PEXPIRE is granted on that key alone, see _scoped); type: every script first checks the
 # types of the session keys (corrupt_refusal, _lib.lua).
 _SESSION_WRITES = ["hget", "hmget", "hexists", "hincrby", "exists", "type", "zadd", "zrem",
-                   "hlen", "hgetall"]
+                   "hlen", "hgetall",
+                   "hrandfield"]  # the commit-id wrapper's sample of old records (_applied.lua)
 # get/del: the nudge (a tool result or a timer arrived; release and acquire clear it); its
 # SET is granted on the nudge alone (see _scoped).
 _REDIS_COMMANDS: dict[Role, list[str]] = {

@@ -65,6 +65,8 @@ INBOX_SCRIPTS = frozenset({"cancel", "approve", "submit", "start"})
 #: How long a session keeps the replies of its applied commit ids (see _applied.lua).
 APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
+#: Records each call past APPLIED_MAX looks at for expired ones (see _applied.lua).
+APPLIED_SAMPLE = 16
 
 
 # _lib.lua helpers that name keys only to ask Redis whether the caller may write them
@@ -224,6 +226,7 @@ def _source(name: str, lua: Any, *, acl_checks: bool) -> str:
                    else "inbox_applied" if name in INBOX_SCRIPTS else "applied")
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
+                f"local APPLIED_SAMPLE = {APPLIED_SAMPLE}\n"
                 f"local APPLIED_KEY = '{applied}'\n")
         wrapper = (lua / "_applied.lua").read_text()
         guard = _guard(name)

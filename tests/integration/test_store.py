@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -431,6 +432,36 @@ async def test_two_decisions_in_one_millisecond_are_two_wakes(store: Store) -> N
     ids = [r.id for r in await outbox_rows(store, "s-2c")]
     assert len(ids) == 2 and len(set(ids)) == 2, ids
     assert [i.split("/c.")[1].split(".")[0] for i in ids] == ["task-r1", "task-r2"]
+
+
+async def test_commits_past_256_commit_ids_do_not_read_every_record(store: Store) -> None:
+    """The commit-id wrapper (_applied.lua) read every applied record (HGETALL) at each call
+    once a session had 256, to drop those past the 10-minute TTL: a session with thousands
+    of commits in ten minutes paid thousands of fields per commit. It now samples 16
+    (HRANDFIELD) per call: old records still go, fresh ones (a retry may come for any)
+    stay, and no call reads them all."""
+    await submit(store, "s-ap")
+    lease = await store.acquire("s-ap", BRAIN, 60_000)
+    sk = store.keys.session("s-ap")
+    secs, micros = await store.redis.time()
+    now = int(secs) * 1000 + int(micros) // 1000
+    old = {f"old-{i}": f"{now - 700_000} [1]" for i in range(1000)}  # past the 10 minutes
+    fresh = {f"new-{i}": f"{now} [1]" for i in range(1000)}
+    await store.redis.hset(sk.applied, mapping={**old, **fresh})
+    def calls(stats: dict[str, Any], command: str) -> int:
+        return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    before = await store.redis.info("commandstats")
+    args = [lease.fence, BRAIN.model_dump_json(), "s-ap", *Writes(kind="note").to_script()]
+    for i in range(40):
+        await store.scripts.run("commit", sk, args, commit_id=f"c-{i}")
+    after = await store.redis.info("commandstats")
+    # before: one HGETALL per commit, of 2,000+ fields (nothing else here reads a hash whole)
+    assert calls(after, "hgetall") == calls(before, "hgetall")
+    assert calls(after, "hrandfield") - calls(before, "hrandfield") == 40
+    records = await store.redis.hgetall(sk.applied)
+    assert all(k in records for k in fresh) and all(f"c-{i}" in records for i in range(40))
+    assert sum(k in records for k in old) < 1000  # the sampled old ones went
 
 
 async def test_a_shard_stream_of_another_type_stalls_only_its_own_shard(store: Store) -> None:

@@ -9,7 +9,13 @@ own ARGV, so the body's header numbers its arguments without it.
                  on the caller's connection also covers the original write); otherwise the
                  body runs and a reply that is not an error is recorded under c.
 applied  HASH (K_APPLIED)  commit id -> "<ms> <reply JSON>", expiring APPLIED_TTL_MS after the
-                        last write; over APPLIED_MAX fields, records older than the TTL go.
+                        last write; over APPLIED_MAX fields, each call samples APPLIED_SAMPLE
+                        records (HRANDFIELD) and deletes those older than the TTL. The
+                        records younger than the TTL must stay (a retry may come for any of
+                        them); sampling keeps the old ones to about 1/APPLIED_SAMPLE of the
+                        hash, at a cost per call that does not grow with the hash (reading
+                        every record, as this did, cost a session with thousands of commits
+                        in ten minutes thousands of fields per commit).
 A retry in doubt (its replica acknowledgement timed out) carries the same commit id, so a
 retried submit, commit, claim or complete applies at most once.
 ]==]
@@ -25,17 +31,17 @@ if prior then
 end
 if ACL_CHECKS then
   local denied = acl_refusal({{'HSET', K_APPLIED, 'f', 'v'}, {'PEXPIRE', K_APPLIED, '1'},
-                              {'HDEL', K_APPLIED, 'f'}})
+                              {'HDEL', K_APPLIED, 'f'}, {'HRANDFIELD', K_APPLIED, '1'}})
   if denied then return denied end
 end
 local reply = __script(ARGV)
 if type(reply) == 'table' and reply.err then return reply end
 local now = now_ms()
 if redis.call('HLEN', K_APPLIED) >= APPLIED_MAX then
-  local all = redis.call('HGETALL', K_APPLIED)
-  for i = 1, #all, 2 do
-    local at = tonumber(string.match(all[i + 1], '^(%d+) ')) or 0
-    if at + APPLIED_TTL_MS < now then redis.call('HDEL', K_APPLIED, all[i]) end
+  local some = redis.call('HRANDFIELD', K_APPLIED, APPLIED_SAMPLE, 'WITHVALUES')
+  for i = 1, #some, 2 do
+    local at = tonumber(string.match(some[i + 1], '^(%d+) ')) or 0
+    if at + APPLIED_TTL_MS < now then redis.call('HDEL', K_APPLIED, some[i]) end
   end
 end
 redis.call('HSET', K_APPLIED, COMMIT_ID, now .. ' ' .. cjson.encode(reply))
