@@ -114,8 +114,20 @@ class ReplicatedWrites:
         if doubt:
             raise WriteInDoubtError(what, session_id=session_id, commit_id=commit_id,
                                     wanted=self.min_replicas, reason=reason)
-        raise RedisUnavailable(f"redis refused {what} for session {session_id}: {reason}",
-                               cause=reason)
+        raise RedisUnavailable(
+            f"redis refused {what} for session {session_id}{self._where(keys)} for "
+            f"{self.retry_ms / 1000:g} s: {reason}", cause=reason)
+
+    def _where(self, keys: list[str]) -> str:
+        """`` (slot S on host:port)`` of a cluster's node serving ``keys``; "" elsewhere."""
+        if not self.cluster or not keys:
+            return ""
+        try:
+            node = self.redis.get_node_from_key(keys[0])
+            slot = self.redis.keyslot(keys[0])
+        except RedisClusterException:  # no slot map (the cluster is down): the reason says it
+            return ""
+        return f" (slot {slot} on {node.host}:{node.port})" if node is not None else ""
 
     async def _attempt(
         self, script: AsyncScript, keys: list[str], args: list[Any], reads: Reads | None

@@ -273,3 +273,46 @@ async def _replica_xlen(node: RedisClusterNode, key: str) -> int:
                      single_connection_client=True) as r:
         await r.execute_command("READONLY")
         return int(await r.xlen(key))
+
+
+async def test_a_write_a_primary_refuses_for_want_of_replicas_names_its_shard(
+    tmp_path: Any,
+) -> None:
+    """A primary whose replica stopped acknowledging (here frozen past the 1 s lag the
+    split-brain guard allows) refuses writes with NOREPLICAS. The write is retried for the
+    in-doubt budget, never in doubt (nothing ran), then fails with one sentence naming the
+    session, the slot and the node that refused, how long it was retried, and why."""
+    from baton.errors import RedisUnavailable
+
+    async with RedisClusterServers(node_timeout_ms=60_000, min_replicas_max_lag_s=1) as lagged:
+        settings = Settings(redis_url=lagged.url, namespace="repnorep")
+        store = await Store.connect(settings)
+        impatient = await Store.connect(impatient_settings(settings))
+        try:
+            await _submit(store, "s1")
+            sk = store.keys.session("s1")
+            primary = await lagged.primary_for_key(sk.meta)
+            replica = await lagged.replica_of(primary)
+            with frozen(replica):
+                async def refused() -> str | None:
+                    try:
+                        await impatient.inbox.submit(
+                            "s1", agent="notices", compat=1, wake_subject=WAKE,
+                            request_id="r2", text="again", task=Task(
+                                id="task-r2", kind="generation", owner="s1"),
+                            worker=worker_ref("client", "c"), submission_id="sub-r2")
+                    except WriteInDoubtError:  # (a RedisUnavailable too: caught first)
+                        return None  # the guard has not seen the lag yet: the WAIT timed out
+                    except RedisUnavailable as exc:
+                        return str(exc)
+                    raise AssertionError("the frozen replica's primary took the write")
+
+                from tests.helpers import eventually
+
+                message = await eventually(refused, timeout=30,
+                                           message="the primary refuses for want of replicas")
+        finally:
+            await impatient.close()
+            await store.close()
+    assert message.startswith("redis refused submit for session s1 (slot "), message
+    assert f" on 127.0.0.1:{primary.port}) for 0.3 s: not applied: NOREPLICAS" in message
