@@ -90,9 +90,7 @@ class Inbox:
              dumps(headers or {}),
              hashlib.sha1(text.encode()).hexdigest(), "1" if probe else ""],
         )
-        if created == 2:
-            raise not_found(f"session {session_id}", namespace=self.keys.ns,
-                            session_id=session_id)
+        self._probed(created, session_id)
         if created and raw == sub_json:  # recorded now: the script answers what it was given
             return sub, True
         return decode(Submission, raw), bool(created)
@@ -125,10 +123,15 @@ class Inbox:
             [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
              worker.model_dump_json(), receipt, dumps(headers or {}), "1" if probe else ""],
         )
-        if created == 2:
+        self._probed(created, session_id)
+        return str(task_id), bool(created)
+
+    def _probed(self, reply: object, session_id: str) -> None:
+        """A probing submit or start (submit.lua, start.lua) answers 2 when Redis has no
+        such session: NotFoundError, nothing written."""
+        if reply == 2:
             raise not_found(f"session {session_id}", namespace=self.keys.ns,
                             session_id=session_id)
-        return str(task_id), bool(created)
 
     async def task(self, session_id: str, task_id: str) -> Task:
         """A task, live or finished."""

@@ -200,7 +200,7 @@ async def reinstate(store: Store, archive: Archive, session_id: str) -> bool:
             snap.archived_ms, snap.fence, snap.seq, snap.meta.get("agent", ""),
             snap.meta.get("compat", "1"), snap.meta.get("wake", ""),
             snap.meta.get("created", "0"), snap.summary.status, snap.summary.submissions,
-            ttl_ms, ttl_ms])
+            ttl_ms])
     except REDIS_ERRORS as exc:
         raise from_redis_error(exc, session_id=session_id) from None
     if written:

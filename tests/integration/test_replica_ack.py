@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -51,6 +51,20 @@ async def _replica_llen(node: RedisClusterNode, key: str) -> int:
                      single_connection_client=True) as r:
         await r.execute_command("READONLY")
         return int(await r.llen(key))
+
+
+@asynccontextmanager
+async def two_stores(url: str, namespace: str) -> AsyncIterator[tuple[Store, Store]]:
+    """A store of the default patience (setting up, retrying: what a loaded machine needs)
+    and an impatient one on the same cluster and namespace (:func:`impatient_settings`)."""
+    settings = Settings(redis_url=url, namespace=namespace)
+    store = await Store.connect(settings)
+    impatient = await Store.connect(impatient_settings(settings))
+    try:
+        yield store, impatient
+    finally:
+        await impatient.close()
+        await store.close()
 
 
 def impatient_settings(settings: Settings) -> Settings:
@@ -99,10 +113,7 @@ async def test_a_commit_no_replica_acknowledges_is_in_doubt_and_its_retry_applie
 ) -> None:
     # Setting up and retrying use the default patience, which a loaded machine needs; only
     # the write made while the replica is frozen is given up on quickly.
-    settings = Settings(redis_url=cluster.url, namespace="repdoubt")
-    store = await Store.connect(settings)
-    impatient = await Store.connect(impatient_settings(settings))
-    try:
+    async with two_stores(cluster.url, "repdoubt") as (store, impatient):
         await _submit(store, "s1")
         lease, state = await store.acquire_and_load("s1", BRAIN, 60_000)
         sk = store.keys.session("s1")
@@ -129,9 +140,6 @@ async def test_a_commit_no_replica_acknowledges_is_in_doubt_and_its_retry_applie
         # A new commit id is a new write.
         seq, count = await store.commit("s1", lease.fence, writes, BRAIN)
         assert count == before + 2 and seq > int(first[0])
-    finally:
-        await impatient.close()
-        await store.close()
 
 
 async def _heard(node: RedisClusterNode, channel: str, publish: Any) -> list[str]:
@@ -166,10 +174,7 @@ async def test_a_settled_answer_is_heard_only_once_a_replica_has_it(
     SPUBLISHed inside commit.lua, before the WAIT: with the replica frozen a client heard
     an answer that a failover could then lose. Now it is published once the replica
     acknowledged the commit: never while the commit is in doubt, then by the retry."""
-    settings = Settings(redis_url=cluster.url, namespace="repnote")
-    store = await Store.connect(settings)
-    impatient = await Store.connect(impatient_settings(settings))
-    try:
+    async with two_stores(cluster.url, "repnote") as (store, impatient):
         await _submit(store, "s1")
         lease, _ = await store.acquire_and_load("s1", BRAIN, 60_000)
         sk = store.keys.session("s1")
@@ -192,18 +197,12 @@ async def test_a_settled_answer_is_heard_only_once_a_replica_has_it(
             await store.commit("s1", lease.fence, writes, BRAIN)
 
         assert await _heard(primary, channel, acknowledged) == ["settled sub-r1"]
-    finally:
-        await impatient.close()
-        await store.close()
 
 
 async def test_a_submit_in_doubt_retries_to_its_original_reply(
     cluster: RedisClusterServers,
 ) -> None:
-    settings = Settings(redis_url=cluster.url, namespace="repsub")
-    store = await Store.connect(settings)
-    impatient = await Store.connect(impatient_settings(settings))
-    try:
+    async with two_stores(cluster.url, "repsub") as (store, impatient):
         await _submit(store, "s1")  # the session exists and its epoch key is written
         sk = store.keys.session("s1")
         replica = await cluster.replica_of(await cluster.primary_for_key(sk.meta))
@@ -223,9 +222,6 @@ async def test_a_submit_in_doubt_retries_to_its_original_reply(
         assert int(reply[0]) == 1
         assert sorted(await store.redis.hkeys(sk.inbox)) == ["submit:r1", "submit:r2"]
         assert await store.redis.xlen(sk.receipts) == receipts
-    finally:
-        await impatient.close()
-        await store.close()
 
 
 async def test_relay_acks_and_timer_firings_wait_for_a_replica_too(
@@ -285,10 +281,7 @@ async def test_a_write_a_primary_refuses_for_want_of_replicas_names_its_shard(
     from baton.errors import RedisUnavailable
 
     async with RedisClusterServers(node_timeout_ms=60_000, min_replicas_max_lag_s=1) as lagged:
-        settings = Settings(redis_url=lagged.url, namespace="repnorep")
-        store = await Store.connect(settings)
-        impatient = await Store.connect(impatient_settings(settings))
-        try:
+        async with two_stores(lagged.url, "repnorep") as (store, impatient):
             await _submit(store, "s1")
             sk = store.keys.session("s1")
             primary = await lagged.primary_for_key(sk.meta)
@@ -311,8 +304,5 @@ async def test_a_write_a_primary_refuses_for_want_of_replicas_names_its_shard(
 
                 message = await eventually(refused, timeout=30,
                                            message="the primary refuses for want of replicas")
-        finally:
-            await impatient.close()
-            await store.close()
     assert message.startswith("redis refused submit for session s1 (slot "), message
     assert f" on 127.0.0.1:{primary.port}) for 0.3 s: not applied: NOREPLICAS" in message

@@ -4,7 +4,7 @@ KEYS: 1 key of the session (meta), the rest derived from it (see _lib.lua).
 ARGV: 1 the object's archival ms, 2 the fence it was archived under, 3 its meta seq,
       4 agent, 5 compat level, 6 wake subject, 7 created ms, 8 the newest submission's
       status, 9 the number of submissions (the tombstone's fields, as archive.lua wrote
-      them), 10 tombstone ttl ms, 11 how long the shard's archived index keeps a session (ms)
+      them), 10 tombstone ttl ms
 Not wrapped by _applied.lua and not refused by archived_refusal, as restore.lua.
 A tombstone lives BATON_TOMBSTONE_TTL_S; a session asked back after that has neither keys
 nor tombstone in Redis, only its archive object. The client that finds it so leaves a
