@@ -85,7 +85,8 @@ def _render(console: Console, report: ChaosReport) -> None:
               help="SIGKILL and restart Redis this many times (same port, same data)")
 @click.option("--restart-nats", default=0, show_default=True, type=click.IntRange(0, 100))
 @click.option("--cluster", is_flag=True,
-              help="run on a 3+3 Redis Cluster and 3 NATS nodes (restarts hit one node)")
+              help="run on a Redis Cluster (3 primaries, 2 replicas each) and 3 NATS nodes "
+                   "(restarts hit one node)")
 @click.option("--partitions", default=0, show_default=True, type=click.IntRange(0, 100),
               help=f"cut the network this many times for {PARTITION_S:g}s (needs --cluster "
                    f"and root: every server and service in its own network namespace)")

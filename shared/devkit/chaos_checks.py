@@ -196,7 +196,7 @@ class ChaosConfig:
     mail_delay_ms: int = 30  # widens the "accepted, reply not yet seen" window
     deadline: float = 600.0
     cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
-    cluster: bool = False  # 3+3 Redis Cluster and 3 NATS nodes instead of one server each
+    cluster: bool = False  # Redis Cluster (3 primaries x 2 replicas), 3 NATS nodes: not one each
     partitions: int = 0  # network partitions (needs cluster, root)
     # Archival (--archive S): sessions settle, stay S seconds in Redis and are archived while
     # the faults go on; this share of them is then continued by a second submission (to five

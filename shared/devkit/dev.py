@@ -298,7 +298,8 @@ def _up_options(f: Any) -> Any:
                      help="per-stack generated credentials and TLS: every service connects "
                           "as its role's Redis ACL and NATS user, over TLS with the stack's CA"),
         click.option("--cluster", is_flag=True,
-                     help="a Redis Cluster (3 primaries + 3 replicas) and 3 NATS nodes"),
+                     help="a Redis Cluster (3 primaries, 2 replicas each: one lost node "
+                          "stops no shard) and 3 NATS nodes"),
         click.option("--detach", is_flag=True, help="run the stack in the background and return"),
         click.option("--app", "app_spec", default="baton.examples.notices:app",
                      show_default=True),

@@ -90,8 +90,8 @@ class DevStack:
         self.counts = {"brain": brains, "hands": hands, "relay": relays}
         self.mail_delay_ms = mail_delay_ms
         self.durable = durable
-        # A Redis Cluster (3 primaries + 3 replicas) and a 3-node NATS cluster instead of one
-        # server each (baton.devkit.redis_cluster.ClusterStack).
+        # A Redis Cluster (3 primaries with 2 replicas each) and a 3-node NATS cluster
+        # instead of one server each (baton.devkit.redis_cluster.ClusterStack).
         self.cluster = cluster
         self.app_spec = app_spec
         self.namespace = namespace

@@ -1,8 +1,8 @@
-"""A private Redis Cluster on loopback: 3 primaries with one replica each, for tests and dev.
+"""A private Redis Cluster on loopback, for tests and dev: 3 primaries with replicas.
 
 :class:`RedisClusterServers` starts ``redis-server`` processes in cluster mode (each with its
 own port, cluster-bus port and data dir), joins them with ``redis-cli --cluster create
---cluster-replicas 1`` and returns once the cluster itself says it serves: every node reports
+--cluster-replicas N`` and returns once the cluster itself says it serves: every node reports
 ``cluster_state:ok`` with all 16384 slots assigned, and every primary has a replica whose
 replication link is up. Single nodes can be SIGKILLed and restarted on their port, data and
 ``nodes.conf`` to test failover (a killed primary's replica is promoted after
@@ -10,11 +10,23 @@ replication link is up. Single nodes can be SIGKILLed and restarted on their por
 comes back as the primary of its slots, with no data).
 
 Split-brain guard: every node runs with ``min-replicas-to-write`` (default 1) and
-``min-replicas-max-lag`` (seconds), so a primary cut off from its replica refuses writes
-(``NOREPLICAS``) once the replica's last acknowledgement is older than the lag, instead of
+``min-replicas-max-lag`` (seconds), so a primary cut off from its replicas refuses writes
+(``NOREPLICAS``) once their last acknowledgement is older than the lag, instead of
 acknowledging writes its promoted replica on the majority side will never have. The price:
-a primary whose replica died refuses writes too, until the replica is back or replaced
-(or the primary fails over). ``min_replicas_to_write=0`` turns the guard off.
+a primary left without a replica refuses writes too, until one is back or replaced.
+``min_replicas_to_write=0`` turns the guard off.
+
+Surviving a lost host: with one replica per primary (``replicas=1``, the tests' default) a
+primary SIGKILLed for good leaves its promoted replica alone, and the guard then refuses
+every write to its slots for good: a third of the store read-only until an operator acts.
+What ``baton dev --cluster`` runs (:class:`ClusterStack`) has two replicas per primary, so
+the promoted one keeps the other as its replica and goes on taking writes at once (measured:
+the first write after the promotion is taken; with one replica each, ``NOREPLICAS`` for as
+long as the node stays down). Every node also allows replica migration
+(``cluster-allow-replica-migration yes``, ``cluster-migration-barrier 1``): should a second
+node of that shard die, a primary with two replicas lends one to the orphaned primary (Redis
+waits about 5 s before it moves one, and the moved replica copies the data in full), so
+the cluster heals towards one replica everywhere without an operator.
 
 With ``tls`` (:class:`~baton.devkit.tls.TlsFiles`) every node takes TLS connections only,
 and the nodes' own links are TLS too: the cluster bus (``--tls-cluster yes``) and
@@ -81,6 +93,10 @@ class RedisClusterNode(RedisServer):
             "--cluster-port", str(self.bus_port),
             "--min-replicas-to-write", str(self.min_replicas_to_write),
             "--min-replicas-max-lag", str(self.min_replicas_max_lag_s),
+            # A primary left without replicas (its shard lost a second node) takes one from
+            # a primary that has more than one: see the module docstring.
+            "--cluster-allow-replica-migration", "yes",
+            "--cluster-migration-barrier", "1",
             *(["--tls-cluster", "yes", "--tls-replication", "yes"] if self.tls else []),
         ]  # fmt: skip
 
@@ -405,11 +421,18 @@ def _info_field(info: object, name: str) -> str:
 
 
 class ClusterStack(Managed):
-    """What ``baton dev --cluster`` runs: a 3+3 Redis Cluster and a 3-node JetStream
-    cluster, with the surface of :class:`~baton.devkit.servers.EmbeddedStack`."""
+    """What ``baton dev --cluster`` runs: a Redis Cluster of 3 primaries with 2 replicas
+    each and a 3-node JetStream cluster, with the surface of
+    :class:`~baton.devkit.servers.EmbeddedStack`.
 
+    Two replicas per primary is what surviving one lost host takes (see the module
+    docstring): the primary's replica promoted in its place still has a replica, so the
+    split-brain guard (``min-replicas-to-write 1``) keeps taking its writes."""
+
+    #: Replicas per primary: one lost node leaves every shard a primary and a replica.
+    REDIS_REPLICAS = 2
     #: Member names of the servers in a :class:`~baton.devkit.netns.Netns`.
-    REDIS_MEMBERS = tuple(f"redis-{i + 1}" for i in range(6))
+    REDIS_MEMBERS = tuple(f"redis-{i + 1}" for i in range(3 * (1 + REDIS_REPLICAS)))
     NATS_MEMBERS = ("nats-1", "nats-2", "nats-3")
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
@@ -419,6 +442,7 @@ class ClusterStack(Managed):
         :attr:`NATS_MEMBERS`) instead of on loopback. ``tls``: every server and link over
         TLS; ``nats_config``: appended to each NATS node's file (its users)."""
         self.redis = RedisClusterServers(base_dir / "redis" if base_dir else None,
+                                         primaries=3, replicas=self.REDIS_REPLICAS,
                                          durable=durable, tls=tls)
         hosts = [netns.address(m) for m in self.NATS_MEMBERS] if netns else None
         self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable,

@@ -230,8 +230,8 @@ async def crash(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
     """``c = await crash(brains=1, hands=2, ...)``: a started stack; stopped after the test.
 
     Keyword arguments go to :class:`DevStack`; ``env`` adds to :data:`CRASH_ENV`. A test
-    parametrized with ``topology="cluster"`` gets a stack on a 3+3 Redis Cluster and three
-    NATS nodes (``DevStack(cluster=True)``).
+    parametrized with ``topology="cluster"`` gets a stack on a 3+6 Redis Cluster (3 primaries,
+    2 replicas each) and three NATS nodes (``DevStack(cluster=True)``).
     """
     opened: list[Crash] = []
     callspec = getattr(request.node, "callspec", None)

@@ -5,7 +5,7 @@ A cancel and an approval are requests in the session's inbox that survive a Brai
 before it took them up.
 
 Topologies: every test runs on one Redis server;
-test_cancel_generation_mid_tool_stops_runs_through_heartbeat also runs on a 3+3 Redis
+test_cancel_generation_mid_tool_stops_runs_through_heartbeat also runs on a 3+6 Redis
 Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack takes
 seconds to start; the suite's time allows one per file).
 """

@@ -2,7 +2,7 @@
 of a run whose Hands died after acting (DESIGN 4.4, 4.6, 4.7), with real processes.
 
 Topologies: every test runs on one Redis server;
-test_lost_wake_is_recovered_by_the_progress_deadline also runs on a 3+3 Redis Cluster
+test_lost_wake_is_recovered_by_the_progress_deadline also runs on a 3+6 Redis Cluster
 (DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
 start; the suite's time allows one per file).
 """

@@ -5,7 +5,7 @@ The armed process is the only one of its role until it dies (so it surely meets 
 is never restarted, and a clean replica of its role under another name takes over.
 
 Topologies: every test runs on one Redis server;
-test_client_killed_after_submit_commit_still_completes also runs on a 3+3 Redis Cluster
+test_client_killed_after_submit_commit_still_completes also runs on a 3+6 Redis Cluster
 (DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
 start; the suite's time allows one per file).
 """

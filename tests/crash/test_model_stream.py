@@ -5,7 +5,7 @@ again as the next attempt of the same derived request id.
 
 Topologies: every test runs on one Redis server;
 test_brain_killed_mid_stream_resumes_with_the_partial_as_interrupted (openai wire) also runs
-on a 3+3 Redis Cluster (DevStack(cluster=True)), the file's representative case (a cluster
+on a 3+6 Redis Cluster (DevStack(cluster=True)), the file's representative case (a cluster
 stack takes seconds to start; the suite's time allows one per file).
 """
 

@@ -3,7 +3,7 @@ killed in each kind of phase, a Hands killed after delivering and before sending
 that kills every Brain that runs it. Every recipient gets exactly one delivery.
 
 Topologies: every test runs on one Redis server;
-test_hands_killed_after_delivering_the_task_confirms_instead_of_resending also runs on a 3+3
+test_hands_killed_after_delivering_the_task_confirms_instead_of_resending also runs on a 3+6
 Redis Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack
 takes seconds to start; the suite's time allows one per file).
 """

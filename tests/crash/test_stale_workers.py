@@ -3,7 +3,7 @@ over by another replica, then resumed. Its late write is refused by the fence, r
 a 'refused' receipt, and changes nothing.
 
 Topologies: every test runs on one Redis server;
-test_stale_brain_commit_is_refused_after_takeover also runs on a 3+3 Redis Cluster
+test_stale_brain_commit_is_refused_after_takeover also runs on a 3+6 Redis Cluster
 (DevStack(cluster=True)), the file's representative case (a cluster stack takes seconds to
 start; the suite's time allows one per file).
 """

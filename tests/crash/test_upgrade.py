@@ -5,7 +5,7 @@ runs under v2; a session at compat 3, which no running Brain serves, stays block
 visible in ``inspect`` until a v3 Brain starts, then completes.
 
 Topologies: every test runs on one Redis server;
-test_rolling_upgrade_migrates_sessions_and_unserved_level_waits also runs on a 3+3 Redis
+test_rolling_upgrade_migrates_sessions_and_unserved_level_waits also runs on a 3+6 Redis
 Cluster (DevStack(cluster=True)), the file's representative case (a cluster stack takes
 seconds to start; the suite's time allows one per file).
 """

@@ -1,5 +1,5 @@
 """Five-notice sessions on a stack whose servers and services each run in their own network
-namespace (``DevStack(cluster=True, netns=True)``: 3+3 Redis Cluster, 3 NATS nodes, every
+namespace (``DevStack(cluster=True, netns=True)``: 3+6 Redis Cluster, 3 NATS nodes, every
 Brain, Hands and relay), with links cut mid-run:
 
 * a NATS node isolated from everyone;
