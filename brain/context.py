@@ -124,6 +124,12 @@ class TaskContext:
                 st.tasks[t.id] = t
         for s in writes.submissions:
             st.submissions[s.id] = s
+        # A load holds the open submissions of live tasks and those live tasks name only
+        # (see baton.store.loading)
+        named = {t.submission_id for t in st.tasks.values()}
+        for sid in [k for k, s in st.submissions.items()
+                    if k not in named and (s.settled or s.task_id not in st.tasks)]:
+            del st.submissions[sid]
         for d in writes.documents:
             st.documents[d.name] = d.document
         for intent in writes.runs:

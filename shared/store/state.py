@@ -232,6 +232,8 @@ class SessionState:
     meta: SessionMeta
     tasks: dict[str, Task] = field(default_factory=dict)
     documents: dict[str, Document] = field(default_factory=dict)
+    # The submissions of the live tasks (the open ones, meta's 'sub:<id>'): the subs hash
+    # keeps every one, for the client's and the operators' reads (baton.store.loading).
     submissions: dict[str, Submission] = field(default_factory=dict)
     runs: dict[str, ToolRun] = field(default_factory=dict)
     entry_count: int = 0

@@ -30,6 +30,7 @@ from baton.errors import (
 )
 from baton.models import (
     Entry,
+    Submission,
     Task,
     WorkerRef,
     decode,
@@ -53,6 +54,7 @@ from baton.store.loading import (
     as_native_reads,
     as_pipeline_reads,
     lease_reads,
+    missing_submissions,
     queue_load,
     session_state,
     tail_is_read,
@@ -280,8 +282,8 @@ class Store:
         ends are not the held entries' continuation, the newest page is read instead, as
         acquire.lua would read it: the lease is ours, so no entry is appended meanwhile."""
         if held is not None and not tail_is_read(reads, page, held.end, held.created):
-            reads[6] = await self.redis.lrange(self.keys.session(session_id).entries, -page, -1)
-        return self._state(session_id, reads, page)
+            reads[5] = await self.redis.lrange(self.keys.session(session_id).entries, -page, -1)
+        return await self._state(session_id, reads, page)
 
     async def load(self, session_id: str, *, page: int | None = None) -> SessionState:
         """A consistent snapshot of the live state and the newest page of entries."""
@@ -294,7 +296,7 @@ class Store:
             raise from_redis_error(
                 exc, session_id=session_id, role=redis_user(self.settings)
             ) from None
-        return self._state(session_id, results)
+        return await self._state(session_id, results)
 
     @traced_lease
     async def acquire_and_load(
@@ -333,19 +335,33 @@ class Store:
             fence, prev, takeover, state = await self.runs.batch.run(
                 "acquire", sk, [*args, page, *((held.end, held.created) if held else (0, 0))])
             lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-            return lease, self._state(session_id, as_pipeline_reads(state), page)
+            return lease, await self._state(session_id, as_pipeline_reads(state), page)
         reply, reads = await self.scripts.run_and_read(
             "acquire", sk, args,
             lambda p: queue_load(p, sk, page or self.settings.entries_page))
         fence, prev, takeover = reply
         lease = Lease(session_id, int(fence), bool(takeover), prev or "")
-        return lease, self._state(session_id, reads)
+        return lease, await self._state(session_id, reads)
 
-    def _state(self, session_id: str, results: list[Any], page: int = 0) -> SessionState:
+    async def _state(self, session_id: str, results: list[Any], page: int = 0) -> SessionState:
         """:func:`~baton.store.loading.session_state` of a load's reads; ``page``: they are
-        acquire.lua's for what the entry cache held."""
-        return session_state(session_id, results, namespace=self.settings.namespace,
-                             role=redis_user(self.settings), held=self.entry_cache, page=page)
+        acquire.lua's for what the entry cache held. A live task's submission that meta
+        does not hold (a session a Brain of an earlier version committed: see
+        :func:`~baton.store.loading.missing_submissions`) is read from the subs hash."""
+        state = session_state(session_id, results, namespace=self.settings.namespace,
+                              role=redis_user(self.settings), held=self.entry_cache, page=page)
+        missing = missing_submissions(state)
+        if missing:
+            try:
+                raw = await self.redis.hmget(self.keys.session(session_id).subs, missing)
+            except REDIS_ERRORS as exc:
+                raise from_redis_error(
+                    exc, session_id=session_id, role=redis_user(self.settings)) from None
+            for v in raw:
+                if v is not None:
+                    sub = decode(Submission, v)
+                    state.submissions[sub.id] = sub
+        return state
 
     async def entries(self, session_id: str, start: int = 0, stop: int = -1) -> list[Entry]:
         """Entries ``start..stop`` (inclusive, Redis LRANGE semantics)."""

@@ -147,7 +147,7 @@ class Writes:
         for d in self.documents:
             args += (d.name, d.mode, str(d.document.version), d.payload)
         for s in self.submissions:
-            args += (s.id, s.to_json())
+            args += (s.id, s.to_json(), "1" if s.settled else "0")
         for r in self.runs:
             args += (r.run_id, r.to_json())
         for o in self.outbox:

@@ -114,7 +114,8 @@ async def test_console_submits_approves_and_shows_a_takeover_live(
 
     # The mail service: each recipient got one mail, the uncertain send was not repeated.
     await c.check_exactly_once(raw_requests=5)
-    final = await c.store.inbox.submission(sid, (await c.store.load(sid)).submissions.popitem()[0])
+    (sub_id,) = await c.store.redis.hkeys(c.store.keys.session(sid).subs)  # the one submitted
+    final = await c.store.inbox.submission(sid, sub_id)
     assert final.status == "completed"
 
     # The other pages: sessions (live status), workers with their levels, dead letters.

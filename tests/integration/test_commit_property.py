@@ -79,6 +79,9 @@ class Session:
     def __init__(self, store: Store, sid: str, ctx: TaskContext) -> None:
         self.store, self.sid, self.ctx = store, sid, ctx
         self.ids = itertools.count()
+        # The session's submission as last written: a state holds it only while it is open
+        # and its task live (see baton.store.loading)
+        self.sub = next(iter(ctx.state.submissions.values()))
 
     @classmethod
     async def start(cls, store: Store, settings_: Settings) -> Session:
@@ -147,9 +150,9 @@ class Session:
             w.cancel_result = CANCELLED.to_json()
         for name, value in s["docs"]:
             w.documents.append(next_change(state.documents.get(name), name, value, now, 3))
-        sub = next(iter(state.submissions.values()))
         if s["submission"]:
-            w.submissions.append(sub.model_copy(update={"status": s["submission"]}))
+            self.sub = self.sub.model_copy(update={"status": s["submission"]})
+            w.submissions.append(self.sub)
         for _ in range(s["timers"]):
             w.timers_add[timer_member("task", self.sid, self.uid("tm"), WAKE)] = now + 60_000
         if s["blocked"] == "set" and root is not None:

@@ -260,7 +260,7 @@ async def test_each_role_does_its_part_of_archival_and_restore_under_its_own_acl
         again = await submit(client, sid, "r-2")
         assert again.session_id == sid
         restored = await brain.load(sid)
-        assert restored.submissions[sub.id].status == "completed"
+        assert (await brain.inbox.submission(sid, sub.id)).status == "completed"
         assert restored.meta.fence == lease.fence + 1
         # Archived again, and its tombstone gone (expired): the client's probe finds no
         # session, the client asks with the object's wake subject, the Brain writes the

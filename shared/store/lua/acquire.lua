@@ -25,9 +25,13 @@ A lease past its expiry, or left by a pass of the same worker name that never re
 (a worker restarted under its name), is taken over: that is recorded as a 'takeover' receipt.
 Clears the dirty mark (and the nudge): the new holder loads everything committed so far.
 Returns {fence, previous holder, 1 if takeover}, and with an entries page, a fourth element:
-{meta, tasks, docs, subs, runs, entry count, the newest page of entries (or those from
+{meta, tasks, docs, runs, entry count, the newest page of entries (or those from
 the held index on), nudge (nil),
-intents, inbox} (hashes as field/value lists), the same reads as Store.load. The keys only
+intents, inbox} (hashes as field/value lists), the same reads as Store.load. The session's
+open submissions are meta's 'sub:<id>' fields (see commit.lua): no lease reads the subs
+hash, which keeps every submission the session had (only its type is checked here, for
+the read of a live task's submission a session committed before meta held them needs,
+see baton.store.loading.missing_submissions). The keys only
 read here are read before the first write: one of the wrong type fails the call (WRONGTYPE)
 before anything is written, so the guard need not check them. The nudge is only deleted
 (DEL), which no type fails. The shard's session index is written only when this call opens
@@ -78,8 +82,9 @@ elseif page > 0 then  -- before any write (see UNGUARDED above)
   if held > from and held <= count and redis.call('HGET', K_META, 'created') == ARGV[7] then
     from = held
   end
+  redis.call('HLEN', K_SUBS)  -- its type only (see above)
   reads = {redis.call('HGETALL', K_TASKS), redis.call('HGETALL', K_DOCS),
-           redis.call('HGETALL', K_SUBS), redis.call('HGETALL', K_RUNS),
+           redis.call('HGETALL', K_RUNS),
            count, redis.call('LRANGE', K_ENTRIES, from, -1),
            redis.call('HGETALL', K_INTENTS), redis.call('HGETALL', K_INBOX)}
 end
@@ -100,6 +105,6 @@ redis.call('DEL', K_NUDGE)
 if reads then
   return {fence, holder, takeover,
           {redis.call('HGETALL', K_META), reads[1], reads[2], reads[3], reads[4], reads[5],
-           reads[6], false, reads[7], reads[8]}}
+           false, reads[6], reads[7]}}
 end
 return {fence, holder, takeover}

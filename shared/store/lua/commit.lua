@@ -9,7 +9,9 @@ ARGV: 1 fence, 2 worker JSON, 3 session id, 4 index JSON, 5 receipt JSON, then t
       documents    nd x  name, mode, version, JSON        a new version of a document: mode
                                                           "b" stores a baseline (full value),
                                                           "d" a merge-patch delta
-      submissions  ns x  submission id, JSON              upserted
+      submissions  ns x  submission id, JSON, "1"|"0"    upserted; an open ("0") one is
+                                                          also kept in meta as 'sub:<id>',
+                                                          a settled ("1") one leaves meta
       runs         nr x  run id, intent JSON              new tool runs (intents: the intent and
                                                           '<run>.status' dispatched)
       outbox       no x  subject, data JSON, headers JSON rows "<session>/<seq>/<n>"
@@ -59,6 +61,10 @@ Documents live in the docs hash as "<name>" -> "<version> <baseline version>" (t
 "<name>@b" -> baseline JSON and "<name>@<version>" -> delta JSON (see shared/documents.py).
 A document's new version must be its head version + 1 (CONFLICT otherwise), once per commit;
 a baseline deletes the deltas between the previous baseline and itself.
+Meta's 'sub:<id>' fields are the session's open submissions (accepted or running), copies of
+their records in the subs hash, which keeps every submission: a lease reads meta, not the
+subs hash, so its cost does not grow with the submissions the session settled (see
+baton.store.loading).
 Every commit clears the session's streamed partial text (meta 'partial', 'partial_of'; see
 partial.lua): a real commit supersedes whatever was streamed before it.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
@@ -155,7 +161,7 @@ local ne, nt, nd, ns, nr, no
 local doc_base = {}  -- document name -> its baseline version before this commit
 local vok, verr = pcall(function()
   ne, nt, nd, ns, nr, no = count('ne'), count('nt'), count('nd'), count('ns'), count('nr'), count('no')
-  if #ARGV ~= 5 + ne + 3 * nt + 4 * nd + 2 * ns + 2 * nr + 3 * no then
+  if #ARGV ~= 5 + ne + 3 * nt + 4 * nd + 3 * ns + 2 * nr + 3 * no then
     error('INVALID argument count does not match the index')
   end
   if nd > 0 then
@@ -185,7 +191,7 @@ local vok, verr = pcall(function()
       doc_base[names[i]] = bv
     end
   end
-  local base = 5 + ne + 3 * nt + 4 * nd + 2 * ns
+  local base = 5 + ne + 3 * nt + 4 * nd + 3 * ns
   if nr > 0 then
     local live, ids = {}, {}
     for i = 1, nr do
@@ -327,7 +333,15 @@ for _ = 1, nd do
   end
   p = p + 4
 end
-for _ = 1, ns do redis.call('HSET', K_SUBS, ARGV[p], ARGV[p + 1]); p = p + 2 end
+for _ = 1, ns do
+  redis.call('HSET', K_SUBS, ARGV[p], ARGV[p + 1])
+  if ARGV[p + 2] == '1' then  -- settled: no longer read by every lease
+    redis.call('HDEL', K_META, 'sub:' .. ARGV[p])
+  else
+    redis.call('HSET', K_META, 'sub:' .. ARGV[p], ARGV[p + 1])
+  end
+  p = p + 3
+end
 local awaiting = {}
 for _, a in ipairs(list('aw')) do awaiting[a[1]] = a[2] end
 for _ = 1, nr do
