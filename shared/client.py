@@ -11,6 +11,15 @@ Redis Cluster the notification stays on the node of the session's slot. A settle
 submission's notification carries the committed record (:mod:`baton.store.notices`), which
 :meth:`Client.wait` returns without reading it back.
 
+Writes wait out a store that refuses them for now: a Redis Cluster failing over (the slot's
+primary gone until a replica is promoted: CLUSTERDOWN, connections refused) or a primary's
+split-brain guard (NOREPLICAS, too few replicas acknowledging). Every write of a client is
+idempotent, by its request id (submit, start) or by what it decides (a cancel's target, a
+run's decision), so it is tried again, for up to ``client_connect_wait_s``, the client's
+patience with the store, as for its connect and its reads; then one
+:class:`~baton.errors.RedisUnavailable` sentence names the session's slot, the node serving
+it and the last reason.
+
 Reads fall through to the archive: a session archived after its retention
 (:mod:`baton.store.retention`) answers :meth:`Client.wait`, :meth:`Client.task`,
 :meth:`Client.document` and the other reads as it answered them live, read from its archive
@@ -48,9 +57,12 @@ from baton.errors import (
     CorruptStateError,
     NotFoundError,
     RedisUnavailable,
+    StoreFullError,
     UnavailableError,
     ValidationError,
     WaitTimeout,
+    WriteInDoubtError,
+    from_redis_error,
     not_found,
 )
 from baton.faults import Faults
@@ -63,6 +75,8 @@ from baton.store.control import CancelAnswer
 from baton.store.documents import read_document
 from baton.store.epoch import StoreEpoch
 from baton.store.notices import submission_in
+from baton.store.redis_client import REDIS_ERRORS
+from baton.store.replication import shard_of, where
 from baton.store.settled import SettledChannels
 from baton.store.state import is_request
 from baton.store.store import Store, now_ms, worker_ref
@@ -76,6 +90,8 @@ RESTORE_WAIT_S = 30.0
 T = TypeVar("T")
 #: How long a wait that timed out may spend finding out what it waits for (a hint).
 WHY_READ_S = 2.0
+#: What a client's write or its reads raise while the store is away or refusing for now.
+_STORE_AWAY: tuple[type[Exception], ...] = (RedisUnavailable, *REDIS_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -236,7 +252,7 @@ class Client:
             raise ConfigError("nothing to submit: the text is empty")
         check_agent(agent)
         check_compat(compat)
-        await self._check_served(agent, compat, session_id, require_brain, "submitted")
+        given = session_id
         named = bool(session_id or request_id)  # may have been archived: see _restoring
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
@@ -263,10 +279,59 @@ class Client:
                 probe=probe,
             )
 
+        async def checked() -> tuple[Submission, bool]:
+            await self._check_served(agent, compat, given, require_brain, "submitted")
+            return await self._restoring(session_id, write, named)
+
         async with self._quarantine_named(session_id):
-            result = await self._restoring(session_id, write, named)
+            result = await self._patient("submit", session_id, checked)
         self.faults.hit("submit.after_commit")
         return result
+
+    async def _patient(self, what: str, session_id: str, write: Callable[[], Awaitable[T]],
+                       ) -> T:
+        """``write()``, tried again while the store refuses it for now, for up to
+        ``client_connect_wait_s`` (see the module docstring); then RedisUnavailable naming
+        the session's shard and the last reason.
+
+        Safe because a client's writes are idempotent (see the module docstring). A write in
+        doubt (WriteInDoubtError: it ran, no replica acknowledged it) is not tried again
+        here: the store retried it with its commit id for its own budget
+        (``redis_in_doubt_retry_ms``) already, and a decision tried again under a new one
+        would be refused as decided."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.settings.client_connect_wait_s
+        delay = 0.05
+        while True:
+            try:
+                return await write()
+            except (WriteInDoubtError, StoreFullError):  # (full: its own answer, at once)
+                raise
+            except _STORE_AWAY as exc:  # (a read's error is redis-py's own)
+                error = from_redis_error(exc, session_id=session_id)
+                if not isinstance(error, RedisUnavailable):
+                    raise
+                if loop.time() + delay > deadline:
+                    raise self._refused(what, session_id, error, loop.time() - started) \
+                        from None
+                log.info("client_write_waiting", what=what, session_id=session_id,
+                         error=str(error), retry_in_s=delay)
+            await asyncio.sleep(delay)  # a backoff between attempts, not a wait for an event
+            delay = min(delay * 2, 1.0)
+
+    def _refused(self, what: str, session_id: str, exc: RedisUnavailable, waited: float
+                 ) -> RedisUnavailable:
+        """One sentence: what was refused, for which session, on which shard (slot and node,
+        on a cluster), for how long, and why."""
+        slot, node = exc.fields.get("slot"), str(exc.fields.get("node") or "")
+        if slot is None:
+            slot, node = shard_of(self.store.redis, self.store.keys.session(session_id).meta)
+        cause = str(exc.fields.get("cause") or exc)
+        return RedisUnavailable(
+            f"redis refused {what} for session {session_id}{where(slot, node)} for "
+            f"{waited:.1f} s: {cause}", cause=cause, slot=slot, node=node,
+            session_id=session_id)
 
     async def _check_served(self, agent: str, compat: int, session_id: str | None,
                             require: bool, doing: str, kind: str = GENERATION) -> None:
@@ -279,7 +344,14 @@ class Client:
         if not require and (not self.warn_unserved or (
                 session_id is None and self._served.get(key, 0.0) > time.monotonic())):
             return
-        message = await self.waits(agent, compat, session_id=session_id, kind=kind)
+        try:
+            message = await self.waits(agent, compat, session_id=session_id, kind=kind)
+        except _STORE_AWAY as exc:
+            if require:  # the check is the caller's condition: it waits with the write
+                raise
+            # Only a warning hangs on it: the write goes on, and waits for the store itself.
+            log.debug("served_check_skipped", agent=agent, compat=compat, error=str(exc))
+            return
         if not message:
             if session_id is None:
                 self._served[key] = time.monotonic() + SERVED_RECHECK_S
@@ -337,7 +409,7 @@ class Client:
         check_task(kind, input)
         check_agent(agent)
         check_compat(compat)
-        await self._check_served(agent, compat, session_id, require_brain, "started", kind)
+        given = session_id
         named = bool(session_id or request_id)  # may have been archived: see _restoring
         session_id = session_for(session_id, request_id)
         request_id = request_id or uuid.uuid4().hex
@@ -351,10 +423,15 @@ class Client:
                 task=task, worker=self.worker, probe=probe,
             )
 
+        async def checked() -> tuple[str, bool]:
+            await self._check_served(agent, compat, given, require_brain, "started", kind)
+            return await self._restoring(session_id, write, named)
+
         async with self._quarantine_named(session_id):
-            task_id, created = await self._restoring(session_id, write, named)
+            task_id, created = await self._patient("start", session_id, checked)
         if not created:  # the same request id: the same start, or a conflict
-            first = await self.store.inbox.task(session_id, task_id)
+            first = await self.reads.checked(
+                lambda source: source.store.inbox.task(session_id, task_id), session_id)
             if first.kind != task.kind or first.input != task.input:
                 raise ConflictError(
                     f"request id {request_id} in session {session_id} was used before to "
@@ -442,7 +519,8 @@ class Client:
         children bottom-up, stops their tool runs and commits the terminal state (a
         generation task's submission settles ``cancelled``).
         """
-        return await self.store.decisions.cancel(session_id, task_id, self.worker, reason)
+        return await self._patient("cancel", session_id, lambda: self.store.decisions.cancel(
+            session_id, task_id, self.worker, reason))
 
     async def wait_cancelled(self, session_id: str, task_id: str | None = None,
                              timeout: float = 60.0) -> bool:  # noqa: ASYNC109
@@ -477,13 +555,14 @@ class Client:
         :meth:`awaiting_approval`); it is dispatched once. Returns the sequence number of
         the commit that recorded the decision. ConflictError for another digest or a run
         already decided."""
-        return await self.store.decisions.approve(self.names, session_id, run_id, digest,
-                                                  self.worker)
+        return await self._patient("approve", session_id, lambda: self.store.decisions.approve(
+            self.names, session_id, run_id, digest, self.worker))
 
     async def reject(self, session_id: str, run_id: str, reason: str = "") -> int:
         """Reject a run awaiting approval: it ends with error code ``rejected``. Returns the
         sequence number of the commit that recorded the decision."""
-        return await self.store.decisions.reject(session_id, run_id, self.worker, reason)
+        return await self._patient("reject", session_id, lambda: self.store.decisions.reject(
+            session_id, run_id, self.worker, reason))
 
     async def awaiting_approval(self, session_id: str) -> list[Approval]:
         """The session's tool runs waiting for a decision, oldest first: pass one's

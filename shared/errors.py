@@ -433,15 +433,18 @@ class WriteInDoubtError(RedisUnavailable):
     commit_id: str
     wanted: int
     reason: str
+    slot: int | None  # on a Redis Cluster: the slot written and the node serving it
+    node: str
 
     def __init__(self, what: str, *, session_id: str, commit_id: str, wanted: int,
-                 reason: str) -> None:
+                 reason: str, slot: int | None = None, node: str = "") -> None:
+        shard = "" if slot is None else f" (slot {slot} on {node})" if node else f" (slot {slot})"
         super().__init__(
-            f"{what} of session {session_id or '-'} is in doubt (commit {commit_id}): "
+            f"{what} of session {session_id or '-'}{shard} is in doubt (commit {commit_id}): "
             f"{reason}; it was not acknowledged by {wanted} replica(s) and may be lost on a "
             f"failover. Do not act on it; retry",
             what=what, session_id=session_id, commit_id=commit_id, wanted=wanted,
-            reason=reason,
+            reason=reason, slot=slot, node=node,
         )
 
 
@@ -587,11 +590,18 @@ def from_redis_error(
         # reported, not retried forever.
         return BatonError(f"redis cluster refused a cross-slot call: {text}", cause=text)
     if isinstance(exc, rex.RedisClusterException | rex.ClusterError | rex.TryAgainError
-                  | rex.MasterDownError):
+                  | rex.MasterDownError | rex.ReadOnlyError):
         # A Redis Cluster between states (no node serves a slot yet, a failover, a slot
-        # migrating): redis-py's RedisClusterException is not even a RedisError. Retryable.
+        # migrating, a primary turned replica): redis-py's RedisClusterException is not even
+        # a RedisError. Retryable.
         return RedisUnavailable(f"redis cluster unavailable: {text or type(exc).__name__}",
                                 cause=text or type(exc).__name__)
+    if "NOREPLICAS" in text:
+        # A primary's split-brain guard (min-replicas-to-write): too few replicas acknowledge
+        # it now; it refused the write before running it. Retryable: a replica back, or
+        # promoted in its place, and it takes writes again.
+        return RedisUnavailable(f"redis refused a write for want of replicas: {text}",
+                                cause=text)
     if isinstance(exc, rex.OutOfMemoryError) or text.startswith("OOM "):
         return StoreFullError("memory", text)
     if text.startswith("MISCONF") or "MISCONF " in text:

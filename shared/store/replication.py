@@ -17,8 +17,15 @@ execute); its own later retry goes through its usual idempotent path (a re-acqui
 reload, a re-claim, a resubmit with the same request id).
 
 Replies that prove the script did not run (``NOSCRIPT``, ``MOVED``/``ASK``/``TRYAGAIN``
-during a failover, ``NOREPLICAS`` from a primary whose ``min-replicas-to-write`` guard
-refuses writes) are retried the same way but are never in doubt.
+and ``CLUSTERDOWN`` during a failover, ``NOREPLICAS`` from a primary whose
+``min-replicas-to-write`` guard refuses writes, ``READONLY`` from a node that became a
+replica) are retried the same way but are never in doubt. A connection error in the
+script's own reply (the node died with the script in flight) is in doubt, as one raised.
+
+Past the budget a refused write fails with one sentence naming the session, the slot and the
+node serving it, how long it was retried and the last reason; the
+:class:`~baton.errors.RedisUnavailable` carries them as fields (``slot``, ``node``,
+``cause``).
 """
 
 from __future__ import annotations
@@ -31,9 +38,12 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
+    BusyLoadingError,
     ClusterDownError,
+    MasterDownError,
     MovedError,
     NoScriptError,
+    ReadOnlyError,
     RedisClusterException,
     RedisError,
     ResponseError,
@@ -46,15 +56,21 @@ from baton.errors import RedisUnavailable, WriteInDoubtError
 from baton.observability.log import get_logger
 from baton.store.redis_client import is_cluster
 
-__all__ = ["Reads", "ReplicatedWrites"]
+__all__ = ["Reads", "ReplicatedWrites", "refused_for_now", "shard_of", "where"]
 
 log = get_logger("baton.store.replication")
 
 #: Queues read commands after the write, on the same connection (one round trip).
 Reads = Callable[[Any], None]
 
-_NOT_RUN = (NoScriptError, MovedError, AskError, TryAgainError, ClusterDownError)
+_NOT_RUN = (NoScriptError, MovedError, AskError)
 _LOST = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException)
+#: Error replies of a node that refused a write for now, before running it: a failover
+#: (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), a node that turned replica (READONLY) or is loading
+#: its data (LOADING, a ConnectionError to redis-py); and the split-brain guard, NOREPLICAS,
+#: which redis-py has no class for.
+_REFUSED_FOR_NOW = (ClusterDownError, MasterDownError, TryAgainError, ReadOnlyError,
+                    BusyLoadingError)
 _REFRESH_GAP_S = 0.2
 
 
@@ -92,8 +108,10 @@ class ReplicatedWrites:
                 if isinstance(reply, NoScriptError):
                     await self.redis.script_load(script.script)
                     continue
-                if isinstance(reply, _NOT_RUN) or _refused_for_replicas(reply):
+                if isinstance(reply, _NOT_RUN) or refused_for_now(reply):
                     reason = f"not applied: {reply}"
+                elif isinstance(reply, _LOST):  # in the pipeline's replies: may have run
+                    doubt, reason = True, f"connection lost: {reply}"
                 elif isinstance(reply, Exception):
                     raise reply
                 elif isinstance(acked, Exception) or int(acked) < self.min_replicas:
@@ -109,25 +127,17 @@ class ReplicatedWrites:
             await asyncio.sleep(delay)  # backoff between attempts, not a wait for an event
             delay = min(delay * 2, 0.5)
             await self._refresh()
+        slot, node = shard_of(self.redis, keys[0]) if keys else (None, "")
         log.error("write_in_doubt" if doubt else "write_refused", what=what,
-                  session_id=session_id, commit_id=commit_id, reason=reason)
+                  session_id=session_id, commit_id=commit_id, reason=reason, slot=slot,
+                  node=node)
         if doubt:
             raise WriteInDoubtError(what, session_id=session_id, commit_id=commit_id,
-                                    wanted=self.min_replicas, reason=reason)
+                                    wanted=self.min_replicas, reason=reason, slot=slot,
+                                    node=node)
         raise RedisUnavailable(
-            f"redis refused {what} for session {session_id}{self._where(keys)} for "
-            f"{self.retry_ms / 1000:g} s: {reason}", cause=reason)
-
-    def _where(self, keys: list[str]) -> str:
-        """`` (slot S on host:port)`` of a cluster's node serving ``keys``; "" elsewhere."""
-        if not self.cluster or not keys:
-            return ""
-        try:
-            node = self.redis.get_node_from_key(keys[0])
-            slot = self.redis.keyslot(keys[0])
-        except RedisClusterException:  # no slot map (the cluster is down): the reason says it
-            return ""
-        return f" (slot {slot} on {node.host}:{node.port})" if node is not None else ""
+            f"redis refused {what} for session {session_id}{where(slot, node)} for "
+            f"{self.retry_ms / 1000:g} s: {reason}", cause=reason, slot=slot, node=node)
 
     async def _attempt(
         self, script: AsyncScript, keys: list[str], args: list[Any], reads: Reads | None
@@ -168,6 +178,29 @@ class ReplicatedWrites:
             self._refreshed_at = time.monotonic()
 
 
-def _refused_for_replicas(reply: Any) -> bool:
-    """A primary's ``min-replicas-to-write`` guard refused the script's first write."""
-    return isinstance(reply, ResponseError) and "NOREPLICAS" in str(reply)
+def refused_for_now(reply: Any) -> bool:
+    """A node refused the write before running it, for a reason that passes by itself
+    (:data:`_REFUSED_FOR_NOW`): the split-brain guard, a failover, a demoted primary."""
+    return isinstance(reply, _REFUSED_FOR_NOW) or (
+        isinstance(reply, ResponseError) and "NOREPLICAS" in str(reply))
+
+
+def shard_of(redis: Any, key: str) -> tuple[int | None, str]:
+    """(slot, ``host:port`` of the node serving it, as this client's slot map has it) for a
+    key on a Redis Cluster; (None, "") on one server or without a slot map (the cluster
+    down: the reason then says so)."""
+    if not is_cluster(redis):
+        return None, ""
+    try:
+        slot = int(redis.keyslot(key))
+        node = redis.get_node_from_key(key)
+    except (RedisClusterException, IndexError):
+        return None, ""
+    return slot, (f"{node.host}:{node.port}" if node is not None else "")
+
+
+def where(slot: int | None, node: str) -> str:
+    """`` (slot S on host:port)``, or what of it is known, for a sentence."""
+    if slot is None:
+        return ""
+    return f" (slot {slot} on {node})" if node else f" (slot {slot})"

@@ -306,3 +306,72 @@ async def test_a_write_a_primary_refuses_for_want_of_replicas_names_its_shard(
                                            message="the primary refuses for want of replicas")
     assert message.startswith("redis refused submit for session s1 (slot "), message
     assert f" on 127.0.0.1:{primary.port}) for 0.3 s: not applied: NOREPLICAS" in message
+
+
+async def test_a_client_write_waits_out_a_refusal_then_names_the_shard(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Client.submit on a primary whose split-brain guard refuses writes (its replica frozen
+    past the lag it allows): a client whose patience (client_connect_wait_s) runs out first
+    fails with one sentence naming the session, its slot, the node and NOREPLICAS; a client
+    still waiting when the replica is back has its submission taken. Nothing is written by
+    a refused attempt, and the request id makes the attempts one submission."""
+    import asyncio
+    import logging
+
+    from redis.crc import key_slot
+
+    from baton.client import Client
+    from baton.errors import RedisUnavailable
+    from tests.helpers import eventually
+
+    caplog.set_level(logging.INFO, logger="baton.client")
+
+    async with RedisClusterServers(node_timeout_ms=60_000, min_replicas_max_lag_s=1) as lagged:
+        settings = Settings(redis_url=lagged.url, namespace="clientwait")
+        store = await Store.connect(impatient_settings(settings))
+        hasty = await Client.connect(impatient_settings(settings).model_copy(
+            update={"client_connect_wait_s": 1.0}))
+        patient = await Client.connect(settings.model_copy(
+            update={"client_connect_wait_s": 60.0}))
+        hasty.warn_unserved = patient.warn_unserved = False
+        try:
+            await _submit(store, "s1")
+            primary = await lagged.primary_for_key(store.keys.session("s1").meta)
+            replica = await lagged.replica_of(primary)
+            with frozen(replica):
+                async def refusing() -> bool:
+                    try:
+                        await _submit(store, "s1", request_id="probe")
+                    except WriteInDoubtError:
+                        return False  # the guard has not seen the lag yet
+                    except RedisUnavailable as exc:
+                        return "NOREPLICAS" in str(exc)
+                    raise AssertionError("the frozen replica's primary took the write")
+
+                await eventually(refusing, timeout=30, message="the primary refuses writes")
+                with pytest.raises(RedisUnavailable) as refused:
+                    await hasty.submit("again", agent="notices", session_id="s1",
+                                       request_id="r2")
+                caplog.clear()
+                waiting = asyncio.create_task(patient.submit(
+                    "again", agent="notices", session_id="s1", request_id="r3"))
+
+                def refused_once() -> bool:
+                    return any(r.getMessage().startswith("client_write_waiting")
+                               for r in caplog.records)
+
+                await eventually(refused_once, timeout=30, message="the patient client refused")
+                assert not waiting.done()
+            sub, created = await asyncio.wait_for(waiting, 60)
+        finally:
+            await patient.close()
+            await hasty.close()
+            await store.close()
+    message = str(refused.value)
+    slot = key_slot(store.keys.session("s1").meta.encode())
+    assert message.startswith(
+        f"redis refused submit for session s1 (slot {slot} on 127.0.0.1:{primary.port}) for "
+    ), message
+    assert ": not applied: NOREPLICAS" in message and message.count(". ") <= 1, message
+    assert created and sub.request_id == "r3"
