@@ -1,11 +1,15 @@
 """Streamed text for watchers: throttled, losable partial commits of a model's answer.
 
 While a model streams, :class:`PartialText` collects the text and, at most every
-``Settings.model_partial_interval_ms``, saves the text so far with one small script
-(partial.lua) that also appends a ``partial`` receipt carrying the new text, which
-``baton watch`` prints as it comes. Losable: a save never blocks the stream (at most one is
-in flight; deltas that arrive meanwhile go with the next one), a failed save is dropped, and
-a stale fence writes nothing. A partial is never a response: the next commit clears it,
+``Settings.model_partial_interval_ms``, appends the text that came since the last save with
+one small script (partial.lua) that also appends a ``partial`` receipt carrying it, which
+``baton watch`` prints as it comes. Each save sends and writes only that new text, at the
+offset where the saved text ends (a save retried after it landed, or one the store did not
+get, is refused and answered with where the saved text ends, and the next save sends the
+text from there): a streamed answer costs bytes linear in its length. Losable: a save never
+blocks the stream (at most one is in flight; deltas that arrive meanwhile go with the next
+one), a failed save is dropped (the next one carries its text), and a stale fence writes
+nothing. A partial is never a response: the next commit clears it,
 and a Brain that takes over after a crash turns it into an ``interrupted`` entry.
 """
 
@@ -33,6 +37,12 @@ class PartialText:
         self.parts: list[str] = []
         self.saved = 0  # characters announced by a saved partial
         self.saves = 0
+        # The parts saved so far, and the saved text's UTF-8 bytes (the next save's offset);
+        # ends: each saved length in bytes -> the parts it covered, to send the text again
+        # from where the store says the saved text ends.
+        self._saved_parts = 0
+        self._saved_bytes = 0
+        self._ends: dict[int, tuple[int, int]] = {0: (0, 0)}
         self._interval = ctx.settings.model_partial_interval_ms / 1000
         self._more = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
@@ -76,18 +86,31 @@ class PartialText:
             await asyncio.shield(self._inflight)
 
     async def _save(self, at_ms: int) -> None:
-        text = self.text
-        if len(text) <= self.saved:
+        upto = len(self.parts)
+        delta = "".join(self.parts[self._saved_parts:upto])
+        if not delta:
             return
         ctx = self.ctx
+        chars = self.saved + len(delta)
+        end = self._saved_bytes + len(delta.encode("utf-8", "surrogatepass"))
+        self._ends[end] = (upto, chars)  # also when its reply is lost but the save landed
         try:
-            ok = await ctx.store.save_partial(
+            at = await ctx.store.save_partial(
                 ctx.session_id, ctx.fence, ctx.worker, task_id=self.task_id,
-                request_id=self.request_id, text=text, delta=text[self.saved:], at_ms=at_ms,
+                request_id=self.request_id, offset=self._saved_bytes, delta=delta,
+                chars=chars, at_ms=at_ms,
             )
         except Exception as exc:  # losable: the next save carries this delta too
             ctx.log.debug("partial_dropped", task_id=self.task_id, error=str(exc))
             return
-        if ok:
-            self.saved = len(text)
+        if at is None:  # a stale fence: nothing saved
+            return
+        if at == end:
+            self._saved_parts, self.saved, self._saved_bytes = upto, chars, at
             self.saves += 1
+        elif at in self._ends:
+            # The saved text ends elsewhere (an earlier save landed though its reply was
+            # lost): the next save sends the text from there, at once.
+            self._saved_parts, self.saved = self._ends[at]
+            self._saved_bytes = at
+            self._more.set()

@@ -123,6 +123,10 @@ class Settings(BaseModel):
     # deletes it (baton.store.workers.prune_gone, every few minutes).
     dead_worker_keep_s: float = Field(default=86_400.0, gt=0)
     entries_page: int = Field(default=200, ge=1)
+    # About how many receipts (the commit log: trace, watch, the console) a session keeps in
+    # Redis: each receipt trims the oldest past this (XADD MAXLEN ~), so a receipt costs the
+    # same however old the session is; trace and the archive then hold the newest ones.
+    receipts_kept: int = Field(default=10_000, ge=100)
     # The entries a Brain holds from its earlier leases, as bytes of their JSON (all sessions
     # together, least recently leased dropped first): a lease of a session held reads only
     # the entries appended since (baton.store.entry_cache). 0: every lease reads the page.

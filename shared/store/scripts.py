@@ -67,6 +67,9 @@ APPLIED_TTL_MS = 600_000
 APPLIED_MAX = 256
 #: Records each call past APPLIED_MAX looks at for expired ones (see _applied.lua).
 APPLIED_SAMPLE = 16
+#: The receipts a session's stream keeps, about (``XADD MAXLEN ~``, see _lib.lua's receipt()):
+#: :attr:`Settings.receipts_kept`'s default.
+RECEIPTS_KEPT = 10_000
 
 
 # _lib.lua helpers that name keys only to ask Redis whether the caller may write them
@@ -202,22 +205,25 @@ def _prelude(lib: str, texts: list[str]) -> str:
 
 
 @cache
-def source(name: str, *, acl_checks: bool = True) -> str:
+def source(name: str, *, acl_checks: bool = True, receipts_kept: int = RECEIPTS_KEPT) -> str:
     """The full source of a script as sent to Redis.
 
     ``acl_checks``: whether the script checks, before its first write, that the caller's
     ACL allows every write it will make (see ``acl_refusal`` in _lib.lua). Needed only for
     a restricted ACL user; the checks cost tens of microseconds of server time per call.
+    ``receipts_kept``: about how many receipts a session's stream keeps (older ones are
+    trimmed as new ones come, see _lib.lua's receipt()).
     A session script gets the parts of _lib.lua it uses, its corrupt_refusal (:func:`_guard`)
     and the commit-id wrapper of _applied.lua.
     """
     lua = resources.files("baton.store") / "lua"
     # Every script checks its numeric arguments before any write (int_in, bad_args).
     args = (lua / "_args.lua").read_text()
-    return args + _source(name, lua, acl_checks=acl_checks)
+    return args + _source(name, lua, acl_checks=acl_checks, receipts_kept=receipts_kept)
 
 
-def _source(name: str, lua: Any, *, acl_checks: bool) -> str:
+def _source(name: str, lua: Any, *, acl_checks: bool,
+            receipts_kept: int = RECEIPTS_KEPT) -> str:
     body = (lua / f"{name}.lua").read_text()
     if name in SESSION_SCRIPTS:
         # The Hands and clients record their commit ids apart from the Brains' (runs_applied,
@@ -227,6 +233,7 @@ def _source(name: str, lua: Any, *, acl_checks: bool) -> str:
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
                 f"local APPLIED_SAMPLE = {APPLIED_SAMPLE}\n"
+                f"local RECEIPTS_KEPT = {int(receipts_kept)}\n"
                 f"local APPLIED_KEY = '{applied}'\n")
         wrapper = (lua / "_applied.lua").read_text()
         guard = _guard(name)
@@ -240,7 +247,8 @@ def _source(name: str, lua: Any, *, acl_checks: bool) -> str:
                 + "local function __script(ARGV)\n" + body + "\nend\n" + wrapper)
     if name in TOMBSTONE_SCRIPTS:
         lib = (lua / "_lib.lua").read_text()
-        return "local ACL_CHECKS = false\n" + _prelude(lib, [body]) + body
+        return (f"local ACL_CHECKS = false\nlocal RECEIPTS_KEPT = {int(receipts_kept)}\n"
+                + _prelude(lib, [body]) + body)
     return body
 
 
@@ -286,10 +294,12 @@ def _new_id() -> str:
 class Scripts:
     """The registered scripts of one Redis client."""
 
-    def __init__(self, redis: Redis, *, acl_checks: bool = True) -> None:
+    def __init__(self, redis: Redis, *, acl_checks: bool = True,
+                 receipts_kept: int = RECEIPTS_KEPT) -> None:
         self.redis = redis
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(source(name, acl_checks=acl_checks))
+            name: redis.register_script(
+                source(name, acl_checks=acl_checks, receipts_kept=receipts_kept))
             for name in SESSION_SCRIPTS + SHARD_SCRIPTS + TOMBSTONE_SCRIPTS
         }
 
@@ -314,7 +324,8 @@ class ScriptRunner:
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.role = redis_user(settings)
-        self.registered = Scripts(redis, acl_checks=self.role != "default")
+        self.registered = Scripts(redis, acl_checks=self.role != "default",
+                                  receipts_kept=settings.receipts_kept)
         self.namespace = settings.namespace
         self.max_payload_bytes = settings.max_payload_bytes
         self.min_replicas = settings.min_replicas()

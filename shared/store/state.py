@@ -8,7 +8,7 @@ turn Redis hashes and stream rows into models (:func:`parse_meta`, :func:`parse_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
@@ -384,6 +384,20 @@ def _cancel_reasons(inbox: dict[str, str] | None) -> dict[str, str]:
     return out
 
 
+def parse_partial(m: Mapping[str, str]) -> Partial | None:
+    """The streamed partial text in the session hash ``m`` (see partial.lua), if any: its
+    chunks ``partial``, ``partial.1`` .. ``partial.<n - 1>`` (``partial_n`` = n) joined; a
+    session saved before chunks has the whole text in ``partial``."""
+    of = m.get("partial_of")
+    if of is None:
+        return None
+    task_id, _, request_id = of.partition(" ")
+    n = m.get("partial_n") or "1"
+    chunks = int(n) if n.isdigit() else 1
+    text = "".join([m.get("partial", ""), *(m.get(f"partial.{k}", "") for k in range(1, chunks))])
+    return Partial(task_id=task_id, request_id=request_id, text=text)
+
+
 def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
     """Decode one receipts-stream entry (the one place receipts are decoded)."""
     return Receipt.from_stream(stream_id, f)
@@ -424,6 +438,7 @@ __all__ = [
     "is_request",
     "parse_decisions",
     "parse_meta",
+    "parse_partial",
     "parse_receipt",
     "parse_runs",
     "receipts_about",

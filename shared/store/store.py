@@ -73,6 +73,7 @@ from baton.store.state import (
     Lease,
     Partial,
     SessionState,
+    parse_partial,
     parse_receipt,
     receipts_about,
 )
@@ -424,32 +425,34 @@ class Store:
 
     async def save_partial(
         self, session_id: str, fence: int, worker: WorkerRef, *, task_id: str,
-        request_id: str, text: str, delta: str, at_ms: int = 0,
-    ) -> bool:
-        """Save a streaming answer's text so far (partial.lua); False when the fence is stale.
+        request_id: str, offset: int, delta: str, chars: int, at_ms: int = 0,
+    ) -> int | None:
+        """Append ``delta`` to a streaming answer's saved text (partial.lua), where the saved
+        text ends at ``offset`` bytes (UTF-8); ``chars``: the text's length with it.
 
-        ``at_ms``: when the Brain sent this save, in ms since the stream began (its throttle's
-        clock), kept in the receipt as ``stream_ms``.
+        Returns the saved text's length in bytes after the call: ``offset`` plus the
+        delta's bytes when it was appended, else (the saved text does not end at ``offset``:
+        a retried or overtaken save) where it ends, for the caller to send the text from
+        there; None when the fence is stale (nothing written). Each save writes only its
+        delta, so a streamed text costs bytes linear in its length.
+
+        ``at_ms``: when the Brain sent this save, in ms since the stream began (its
+        throttle's clock), kept in the receipt as ``stream_ms``.
 
         Losable by design: the caller drops a failure; the next commit clears the text.
         """
         sk = self.keys.session(session_id)
         receipt = dumps({"detail": {"task_id": task_id, "request_id": request_id,
-                                    "delta": delta, "chars": len(text),
-                                    "stream_ms": at_ms}})
-        saved = await self.scripts.run("partial", sk, [fence, worker.model_dump_json(), task_id,
-                                                request_id, text, receipt])
-        return bool(saved)
+                                    "delta": delta, "chars": chars, "stream_ms": at_ms}})
+        saved = int(await self.scripts.run(
+            "partial", sk, [fence, worker.model_dump_json(), task_id, request_id, offset,
+                            delta, receipt]))
+        return None if saved < 0 else saved
 
     async def partial(self, session_id: str) -> Partial | None:
         """The streamed text saved since the last commit, if any."""
-        sk = self.keys.session(session_id)
-        reply = await self.redis.hmget(sk.meta, ["partial", "partial_of"])
-        text, of = cast(list[str | None], reply)  # decoded replies, as above
-        if of is None:
-            return None
-        task_id, _, request_id = of.partition(" ")
-        return Partial(task_id=task_id, request_id=request_id, text=text or "")
+        meta = await self.redis.hgetall(self.keys.session(session_id).meta)
+        return parse_partial(cast(dict[str, str], meta))  # decoded replies, as above
 
     # ------------------------------------------------------------------ history
 

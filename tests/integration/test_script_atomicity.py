@@ -89,7 +89,8 @@ OPS: dict[str, Op] = {
     "heartbeat": lambda s: s.store.runs.heartbeat(s.sid, s.intent.run_id, s.attempt, HANDS),
     "complete": lambda s: s.store.runs.complete(s.sid, s.intent, s.attempt, RESULT, HANDS),
     "partial": lambda s: s.store.save_partial(s.sid, s.fence, BRAIN, task_id=f"{s.sid}-root",
-                                              request_id="q", text="hel", delta="hel"),
+                                              request_id="q", offset=0, delta="hel",
+                                              chars=3),
     "cancel": lambda s: s.store.decisions.cancel(s.sid, None, CLIENT, "stop"),
 }
 

@@ -7,7 +7,10 @@ the server did (commands from its slow log, bytes from ``INFO``), never by timin
   reads are the same after one settled submission and after forty (meta holds the open
   ones, see commit.lua; the subs hash keeps them all for the clients' reads);
 * a session whose open submission a Brain of an earlier version committed (not in meta)
-  still loads it.
+  still loads it;
+* streamed text costs bytes linear in its length: each save sends and replicates only its
+  chunk (partial.lua), and a duplicate or stale chunk is refused with nothing written;
+* the receipts stream stays bounded (``Settings.receipts_kept``) however many receipts come.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pytest
 from redis.asyncio import Redis
 
 from baton.devkit.servers import RedisServer
-from baton.models import Task, Terminal, WorkerRef
+from baton.models import Entry, Task, Terminal, WorkerRef
 from baton.settings import Settings
 from baton.store.store import Store, now_ms, worker_ref
 from baton.store.writes import Writes
@@ -176,3 +179,100 @@ async def test_an_open_submission_committed_before_meta_held_it_still_loads(
     await _settle(aged, sid, task)
     assert (await aged.inbox.submission(sid, sub_id)).status == "completed"
     assert not [f for f in await aged.redis.hkeys(sk.meta) if f.startswith("sub:")]
+
+
+async def _stream(store: Store, chars: int, chunk: int = 40) -> tuple[int, int, str]:
+    """Stream a text of ``chars`` characters in saves of ``chunk``: (bytes sent, bytes
+    replicated, the text saved)."""
+    sid, task = await _session(store, 0)
+    lease, _ = await store.acquire_and_load(sid, BRAIN, 60_000)
+    text = ("Notices went out to each customer, one by one, é. " * (chars // 40))[:chars]
+
+    async def save_all() -> None:
+        for end in range(chunk, chars + 1, chunk):
+            at = await store.save_partial(
+                sid, lease.fence, BRAIN, task_id=task.id, request_id="q:1:0",
+                offset=len(text[:end - chunk].encode()), delta=text[end - chunk:end],
+                chars=end)
+            assert at == len(text[:end].encode())
+
+    sent, _, replicated = await _counted(store.redis, save_all)
+    saved = await store.partial(sid)
+    assert saved is not None and saved.task_id == task.id and saved.request_id == "q:1:0"
+    # the next commit clears it, every chunk
+    await store.commit(sid, lease.fence, Writes(kind="next", entries=[
+        Entry(kind="model", text=saved.text, task_id=task.id, ts_ms=now_ms())]), BRAIN)
+    assert await store.partial(sid) is None
+    assert not [f for f in await store.redis.hkeys(store.keys.session(sid).meta)
+                if f.startswith("partial")]
+    return sent, replicated, saved.text
+
+
+async def test_streamed_text_costs_bytes_linear_in_its_length(aged: Store) -> None:
+    short_sent, short_replicated, short = await _stream(aged, 1_000)
+    long_sent, long_replicated, long = await _stream(aged, 8_000)
+    assert len(short) == 1_000 and len(long) == 8_000 and long.startswith(short[:960])
+    # Rewriting the whole text at each save costs ~chars / (2 x chunk) bytes per character:
+    # eight times more for a text eight times longer. Linear: the same per character.
+    for s, lg in ((short_sent, long_sent), (short_replicated, long_replicated)):
+        assert lg / 8_000 <= 1.15 * s / 1_000, (s, lg)
+
+
+async def test_a_duplicate_stale_or_misplaced_chunk_is_refused_and_writes_nothing(
+    aged: Store,
+) -> None:
+    sid, task = await _session(aged, 0)
+    lease, _ = await aged.acquire_and_load(sid, BRAIN, 60_000)
+    sk = aged.keys.session(sid)
+
+    async def save(offset: int, delta: str, request: str = "q:1:0",
+                   fence: int = lease.fence) -> int | None:
+        return await aged.save_partial(sid, fence, BRAIN, task_id=task.id, request_id=request,
+                                       offset=offset, delta=delta, chars=0)
+
+    async def receipts() -> int:
+        return int(await aged.redis.xlen(sk.receipts))
+
+    assert await save(0, "Héllo ") == 7
+    n = await receipts()
+    assert await save(0, "Héllo ") == 7  # the same chunk again: refused, where it ends said
+    assert await save(3, "llo wor") == 7  # misplaced
+    assert await save(7, "x", fence=lease.fence + 1) is None  # a stale fence
+    assert await receipts() == n
+    assert await save(7, "world") == 12
+    saved = await aged.partial(sid)
+    assert saved is not None and saved.text == "Héllo world"
+    # another attempt's text starts at 0 and replaces it
+    assert await save(5, "again", request="q:1:1") == 0
+    assert await save(0, "Again", request="q:1:1") == 5
+    saved = await aged.partial(sid)
+    assert saved is not None and (saved.request_id, saved.text) == ("q:1:1", "Again")
+    assert not [f for f in await aged.redis.hkeys(sk.meta) if f.startswith("partial.")]
+    # A text a Brain of an earlier version saved whole reads, and grows, the same.
+    await aged.redis.hset(sk.meta, mapping={"partial": "Saved whole",
+                                            "partial_of": f"{task.id} q:1:2"})
+    await aged.redis.hdel(sk.meta, "partial_n", "partial_len")
+    assert await save(11, ", then more.", request="q:1:2") == 23
+    saved = await aged.partial(sid)
+    assert saved is not None and saved.text == "Saved whole, then more."
+
+
+async def test_the_receipts_stream_stays_bounded(primary: RedisServer) -> None:
+    settings = Settings(redis_url=primary.url, namespace="a" + uuid.uuid4().hex[:10],
+                        receipts_kept=100)
+    store = await Store.connect(settings)
+    try:
+        sid, task = await _session(store, 0)
+        lease, _ = await store.acquire_and_load(sid, BRAIN, 60_000)
+        for i in range(600):  # a receipt each
+            await store.save_partial(sid, lease.fence, BRAIN, task_id=task.id,
+                                     request_id="q:1:0", offset=i, delta="x", chars=i + 1)
+        await store.commit(sid, lease.fence, Writes(kind="last"), BRAIN)
+        sk = store.keys.session(sid)
+        # MAXLEN ~ trims whole stream nodes (100 entries each): about the newest 100 stay
+        assert 100 <= await store.redis.xlen(sk.receipts) < 250
+        newest = await store.receipts(sid)
+        assert newest[-1].kind == "commit"
+        assert int((await store.redis.xinfo_stream(sk.receipts))["entries-added"]) > 600
+    finally:
+        await store.close()

@@ -30,7 +30,7 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
                    results of group g so far; Brains only read it (records of applied
                    runs are dropped by the Hands, see gc_names)
   runs_done HASH   same, for runs whose result was applied
-  receipts  STREAM commit log
+  receipts  STREAM commit log: about the newest RECEIPTS_KEPT receipts (see receipt())
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
                    keep theirs in runs_applied, the clients' in inbox_applied (APPLIED_KEY, set by
                    scripts.py)
@@ -161,10 +161,14 @@ local function fail(code, detail)
   return redis.error_reply(code .. ' ' .. tostring(detail))
 end
 
--- Append a receipt; 'seq' is the commit sequence it belongs to (0 for refusals).
+-- Append a receipt; 'seq' is the commit sequence it belongs to (0 for refusals). The
+-- stream keeps about the newest RECEIPTS_KEPT (set by shared/scripts.py from
+-- Settings.receipts_kept): 'MAXLEN ~' trims whole stream nodes, so a receipt costs the same
+-- at any age of the session, and what an archive object keeps of a session's receipts is
+-- what Redis still had of them then.
 local function receipt(kind, worker, fence, seq, now, data)
-  redis.call('XADD', K_RECEIPTS, '*', 'seq', seq, 'kind', kind, 'worker', worker,
-             'fence', fence, 'ts', now, 'data', data)
+  redis.call('XADD', K_RECEIPTS, 'MAXLEN', '~', RECEIPTS_KEPT, '*', 'seq', seq, 'kind', kind,
+             'worker', worker, 'fence', fence, 'ts', now, 'data', data)
 end
 
 -- Add one outbox row; its id ("<session>/<seq>/<n>") becomes the Nats-Msg-Id.
@@ -186,6 +190,30 @@ local function set_deadline(sid, wake, ms, now)
   elseif ms < 0 then
     redis.call('ZREM', K_TIMERS, deadline_member(sid, wake))
   end
+end
+
+-- The number of chunks of the session's streamed partial text (partial.lua) as meta's fields
+-- n ('partial_n') and of ('partial_of') say, at most meta's field count: 0 without one, 1 for
+-- one saved in a single field ('partial', as sessions written before chunks keep it).
+local function partial_chunks(n, of)
+  if not of then return 0 end
+  if not n or not string.match(n, '^%d+$') then return 1 end
+  return math.min(tonumber(n), redis.call('HLEN', K_META))
+end
+
+-- Delete the session's streamed partial text: meta 'partial' (its first chunk), the later
+-- chunks 'partial.<k>', and 'partial_of', 'partial_n', 'partial_len' (see partial.lua).
+local function clear_partial()
+  local m = redis.call('HMGET', K_META, 'partial_n', 'partial_of')
+  local names = {'partial', 'partial_of', 'partial_n', 'partial_len'}
+  for k = 1, partial_chunks(m[1], m[2]) - 1 do
+    names[#names + 1] = 'partial.' .. k
+    if #names >= 1000 then  -- a command's arguments are a Lua stack's
+      redis.call('HDEL', K_META, unpack(names))
+      names = {}
+    end
+  end
+  if #names > 0 then redis.call('HDEL', K_META, unpack(names)) end
 end
 
 -- ACL_CHECKS (defined above this file by shared/scripts.py) is true for clients that log in
@@ -325,10 +353,11 @@ end
 -- Append a receipt as the script's FIRST write, for a script that lists receipts as
 -- SELF-GUARDED: a receipts key of another type fails this XADD with nothing written, and
 -- the call is refused as CORRUPT, as the guard's check of its type would have refused it.
--- Returns that reply, or nil once the receipt is written.
+-- Returns that reply, or nil once the receipt is written (and the stream trimmed, as by
+-- receipt()).
 local function receipt_first(kind, worker, fence, seq, now, data)
-  local r = redis.pcall('XADD', K_RECEIPTS, '*', 'seq', seq, 'kind', kind, 'worker', worker,
-                        'fence', fence, 'ts', now, 'data', data)
+  local r = redis.pcall('XADD', K_RECEIPTS, 'MAXLEN', '~', RECEIPTS_KEPT, '*', 'seq', seq,
+                        'kind', kind, 'worker', worker, 'fence', fence, 'ts', now, 'data', data)
   if type(r) == 'table' and r.err then
     return wrong_type(K_RECEIPTS, 'receipts', 'stream') or r
   end

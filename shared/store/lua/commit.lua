@@ -65,8 +65,9 @@ Meta's 'sub:<id>' fields are the session's open submissions (accepted or running
 their records in the subs hash, which keeps every submission: a lease reads meta, not the
 subs hash, so its cost does not grow with the submissions the session settled (see
 baton.store.loading).
-Every commit clears the session's streamed partial text (meta 'partial', 'partial_of'; see
-partial.lua): a real commit supersedes whatever was streamed before it.
+Every commit clears the session's streamed partial text (meta 'partial', 'partial_of' and
+its chunks, see partial.lua and clear_partial): a real commit supersedes whatever was
+streamed before it.
 A presented fence that is not the current one is refused with STALE_FENCE <presented>
 <current>, after appending a 'refused' receipt (the refusal is a fact worth tracing).
 Returns {seq, entry count after the commit}, with rl a third element: 1 when the lease was
@@ -499,7 +500,7 @@ if ix.rt and ix.rt > 0 then
 elseif (ix.dl or 0) > 0 then
   redis.call('HDEL', K_META, 'retain_at')
 end
-redis.call('HDEL', K_META, 'partial', 'partial_of')
+clear_partial()
 for _, n in ipairs(list('n')) do redis.call('SPUBLISH', n[1], n[2]) end
 if ix.rl then  -- as release.lua: kept when work arrived meanwhile, else released
   if dirtied or META[8] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
