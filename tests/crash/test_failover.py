@@ -8,6 +8,10 @@ split-brain guard). Writers that see a write in
 doubt or refused take the lease again and go on, as a Brain does. Afterwards every
 acknowledged submission and entry is in the store exactly once, and no session's fence went
 backwards.
+
+Through the whole stack (Brains, Hands, relays, the mail service, a client): a primary
+SIGKILLed mid-run and brought back as a replica; and one lost for good, on the two replicas
+per primary that ``baton dev --cluster`` runs, with more sessions submitted right after.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from redis.crc import key_slot
 
+from baton.client_input import session_for
 from baton.devkit.redis_cluster import RedisClusterServers
 from baton.errors import LeaseBusyError, StaleFenceError, UnavailableError
 from baton.models import Entry, Task
@@ -30,10 +36,10 @@ from tests.helpers import eventually
 
 pytestmark = pytest.mark.slow
 
-SESSIONS = 6  # five-notice sessions running through the failover
+NOTICE_SESSIONS = 6  # five-notice sessions running through the failover
 OK_FATES = ("sent", "confirmed after recovery")
 
-SESSIONS = 24
+SESSIONS = 24  # writers of the burst
 COMMITS = 40
 WAKE = "fo.wake.notices.1"
 
@@ -155,7 +161,7 @@ async def test_a_primary_killed_mid_run_every_session_settles_with_one_mail_each
     c = await crash(cluster=True, brains=2, hands=2, relays=2)
     redis = c.stack.clusters.redis  # type: ignore[union-attr]
     await c.http.post("/hold")  # sends are recorded, their answers wait for the release
-    subs = [await c.submit() for _ in range(SESSIONS)]
+    subs = [await c.submit() for _ in range(NOTICE_SESSIONS)]
     by_port = Counter([(await redis.primary_for_key(c.store.keys.session(s.session_id).meta)).port
                        for s in subs])
     victim = next(n for n in redis.nodes if n.port == by_port.most_common(1)[0][0])
@@ -177,5 +183,61 @@ async def test_a_primary_killed_mid_run_every_session_settles_with_one_mail_each
         assert sorted(fates) == sorted(RECIPIENTS), final.answer
         await c.check_completed(final, fates)
     stats = await c.stats()
-    assert stats["deliveries"] == {r: SESSIONS for r in RECIPIENTS}, stats
-    assert stats["accepted"] == SESSIONS * len(RECIPIENTS), stats
+    assert stats["deliveries"] == {r: NOTICE_SESSIONS for r in RECIPIENTS}, stats
+    assert stats["accepted"] == NOTICE_SESSIONS * len(RECIPIENTS), stats
+
+
+async def test_a_primary_lost_for_good_stops_no_session_before_or_after(crash: Opener) -> None:
+    """A host lost for good: five-notice sessions are running when the primary serving most
+    of them is SIGKILLed and never restarted, and more sessions are submitted right after,
+    half of them to its slots, before the cluster has promoted anyone.
+
+    With two replicas per primary (what ``baton dev --cluster`` runs) the promoted replica
+    keeps one, so the split-brain guard (min-replicas-to-write 1) goes on taking its writes;
+    the client's writes wait the failover out. Every session, before and after, completes,
+    and each recipient is mailed exactly once per session. (With one replica per primary the
+    promoted one refused every write with NOREPLICAS for good: a third of the sessions
+    stopped, and submits to its slots failed.)"""
+    c = await crash(cluster=True, brains=2, hands=2, relays=2)
+    redis = c.stack.clusters.redis  # type: ignore[union-attr]
+    await c.http.post("/hold")  # sends are recorded, their answers wait for the release
+    before = [await c.submit() for _ in range(NOTICE_SESSIONS)]
+    by_port = Counter([(await redis.primary_for_key(c.store.keys.session(s.session_id).meta)).port
+                       for s in before])
+    victim = redis.node_at(by_port.most_common(1)[0][0])
+    lost = next(i for i in await redis.topology() if i.port == victim.port)
+    # Request ids whose sessions live on the victim's slots (half of the later ones), and
+    # others, chosen now: the later submits go out at once after the kill.
+    on_victim: list[str] = []
+    elsewhere: list[str] = []
+    n = 0
+    while len(on_victim) < NOTICE_SESSIONS // 2 or len(elsewhere) < NOTICE_SESSIONS // 2:
+        rid = f"after-{n}"
+        n += 1
+        slot = key_slot(c.store.keys.session(session_for(None, rid)).meta.encode())
+        (on_victim if lost.serves(slot) else elsewhere).append(rid)
+    later = on_victim[:NOTICE_SESSIONS // 2] + elsewhere[:NOTICE_SESSIONS // 2]
+
+    async def mailing() -> bool:  # runs are in flight: the kill lands mid-run
+        return int((await c.stats())["held"]) >= 1
+
+    await eventually(mailing, timeout=60, message="a first send held")
+    redis.kill(victim)  # for good: the host is gone
+    # Watched from now: once the failover is done the lost node serves no slot to look for.
+    promoting = asyncio.create_task(redis.wait_promoted(victim, timeout=60))
+    await c.http.post("/release")  # the held sends answer while the slots fail over
+    after = [await c.submit(request_id=rid) for rid in later]
+    promoted = await promoting
+    assert promoted.port != victim.port and not victim.running
+    finals = [await c.settle(s, timeout=180) for s in [*before, *after]]
+    for final in finals:
+        # A send in doubt when the slots moved is re-claimed and confirmed with the mail
+        # service, never sent again: either fate is one mail.
+        fates = {to: fate for to in RECIPIENTS for fate in OK_FATES
+                 if f"{to}: {fate}" in (final.answer or "")}
+        assert sorted(fates) == sorted(RECIPIENTS), final.answer
+        await c.check_completed(final, fates)
+    total = len(before) + len(after)
+    stats = await c.stats()
+    assert stats["deliveries"] == {r: total for r in RECIPIENTS}, stats
+    assert stats["accepted"] == total * len(RECIPIENTS), stats
