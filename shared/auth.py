@@ -23,13 +23,17 @@ one role cannot read another's deliveries. Hands cannot publish wakes, nor pull 
 the wake stream; Brains cannot pull tool messages; nobody but the relay publishes work.
 
 Redis ACLs bound the commands and keys of a role; a Lua script runs with its caller's
-permissions on every key and command it touches (Redis 7 checks both). ACLs cannot restrict
-*which* script a user evaluates: a role allowed ``EVAL`` may run any Lua within its command
-and key limits. So the key patterns are the confinement: every session script declares one
-key its caller writes (``EVAL`` needs read and write access to declared keys) and derives the
-others, and read-only (``%R~``) / write-only (``%W~``) patterns give each role exactly the
-keys it owns (docs/threat-model.md). The fences in the scripts keep a role from taking over
-work of its own kind that is not its own.
+permissions on every key and command it touches (Redis 7 checks each command a script calls).
+ACLs cannot restrict *which* script a user evaluates: a role allowed ``EVAL`` may run any Lua
+within its command and key limits. So the key patterns are the confinement: read-only
+(``%R~``) / write-only (``%W~``) patterns give each role exactly the keys it owns
+(docs/threat-model.md). A script declares every key it touches (so a Redis Cluster slot in
+migration redirects it before it runs, see baton.store.scripts.script_keys), and ``EVAL``
+needs read and write access to each declared key: a selector grants ``EVAL``/``EVALSHA``
+alone on the keys a role's scripts declare (:func:`_eval_selector`). It grants nothing inside
+a script (Lua cannot call ``EVAL``): every command the script calls is still checked against
+the role's own patterns. The fences in the scripts keep a role from taking over work of its
+own kind that is not its own.
 """
 
 from __future__ import annotations
@@ -105,9 +109,9 @@ SESSION_GRANT = re.compile(r"^[A-Za-z0-9_.:-]{0,120}\*?$")
 def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     """Key patterns of a role: ``~`` read and write, ``%R~`` read only, ``%W~`` write only.
 
-    EVAL needs read and write access to each key a script declares, and every session
-    script declares one key its caller writes (the run records for the Hands, the session
-    hash for the others; see _lib.lua), so these patterns are what bounds the scripts too.
+    Every command a script calls is checked against these patterns, so they are what bounds
+    the scripts too (the keys a script declares are granted to EVAL alone, see
+    :func:`_eval_selector`).
     """
     tag = f"{ns}:{{{ns}-*}}"
     # Liveness records and dead letters: each role appends only to its own (keys per role,
@@ -144,8 +148,8 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     # approve and reject requests), nudge and receipts, and appends to the shard's wakes
     # stream (the relay publishes a request's wake on the session's wake subject): write
     # only, since its rows name every session of the shard (their ids, request ids and
-    # subjects), the other tenants' too. The scripts derive the wakes key, never declare
-    # it (a declared key needs read and write), and XADD needs write alone. No other shard-wide
+    # subjects), the other tenants' too: XADD needs write alone (the scripts declare the
+    # key through the EVAL selector, which grants no read). No other shard-wide
     # key: the Brain lists a new session in the shard's index and arms its timers when it
     # takes the request up, and the relay's inbox sweep wakes a session whose request's
     # wake was lost. The Brain writes the session, its entries, tasks, submissions and
@@ -160,14 +164,26 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
 _APPLIED_KEY = {"brain": "applied", "hands": "runs_applied", "client": "inbox_applied"}
 
 
+def _eval_selector(role: Role, ns: str, sessions: str) -> str:
+    """The selector letting a role's scripts declare the keys they touch (read-only ones
+    included): ``EVAL``/``EVALSHA`` alone, on the keys of the namespace's shards (a client:
+    its granted sessions' and the shard keys its requests name: wakes, full, outbox)."""
+    tag = f"{ns}:{{{ns}-*}}"
+    if role == "client":
+        keys = [f"~{tag}:s:{sessions}:*", f"~{tag}:wakes", f"~{tag}:full", f"~{tag}:outbox"]
+    else:
+        keys = [f"~{tag}:*"]
+    return f"(+eval +evalsha {' '.join(keys)})"
+
+
 def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
     """Selectors granting SET and PEXPIRE on the one key each needs them for.
 
     A key pattern grants every command of the role on every key it matches: SET replaces a
     key of any type (a shard's wakes stream with a string stalls every shard its relay
     reads) and PEXPIRE deletes any key in time (a session's receipts), so neither is a root
-    command. The key patterns stay where they are: EVAL checks a script's declared keys
-    against the root rules, and each command the script calls against any selector."""
+    command. Each command a script calls is checked against the root rules and every
+    selector, so these bound the scripts as they bound direct calls."""
     tag = f"{ns}:{{{ns}-*}}"
     grant = sessions if role == "client" else "*"
     out = []
@@ -216,6 +232,7 @@ def redis_acl(
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += _redis_keys(role, namespace, sessions)
     rules += _scoped(role, namespace, sessions)
+    rules.append(_eval_selector(role, namespace, sessions))
     # Every role reads the store's epoch and may write it once on a new store (see
     # baton.store.epoch): a selector grants GET/MGET/SETNX on the epoch keys and nothing
     # else. SETNX, not SET: with SET (NX or not, ACLs cannot tell) any role could replace

@@ -45,10 +45,12 @@ __all__ = ["SessionReads"]
 
 # redis-py's errors for a server that does not answer (a read is retried past them).
 # ClusterDownError / TryAgainError: a Redis Cluster mid-failover (a slot without a primary
-# for a moment) answers reads that way; like a restart, it is waited out.
+# for a moment) answers reads that way; like a restart, it is waited out. So is ClusterError
+# ("TTL exhausted"): redis-py's redirects and TRYAGAIN retries used up while a slot migrates
+# (a session's keys on two nodes until the slot has moved).
 UNREACHABLE: tuple[type[Exception], ...] = (UnavailableError, rex.ConnectionError,
                                            rex.TimeoutError, rex.ClusterDownError,
-                                           rex.TryAgainError, OSError)
+                                           rex.TryAgainError, rex.ClusterError, OSError)
 
 log = get_logger("baton.client")
 T = TypeVar("T")

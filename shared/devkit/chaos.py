@@ -44,7 +44,8 @@ def _render(console: Console, report: ChaosReport) -> None:
     console.print(f"  faults: {s['kills']} SIGKILLs ({dict(report.kills)}), {s['pauses']} "
                   f"pauses of {PAUSE_S:g}s, restarts {s['restarts']}"
                   + (f", partitions of {PARTITION_S:g}s {s['partitions']}"
-                     if cfg.partitions else ""))
+                     if cfg.partitions else "")
+                  + (f", {s['slot_moves']} slot moves" if cfg.reshard else ""))
     console.print(f"  settled {s['settled']}/{s['sessions']}; mail: {s['deliveries']} "
                   f"deliveries, {s['duplicates']} duplicated, {s['confirmed']} confirmed after "
                   f"a takeover, {s['interrupted']} unsafe runs interrupted")
@@ -92,6 +93,9 @@ def _render(console: Console, report: ChaosReport) -> None:
                    f"and root: every server and service in its own network namespace)")
 @click.option("--unsafe-share", default=0.2, show_default=True, type=click.FloatRange(0, 1),
               help="share of sessions sending through the non-idempotent unsafe tool")
+@click.option("--reshard", default=0, show_default=True, type=click.IntRange(0, 1000),
+              help="move a random shard's Redis Cluster slot to another primary this many "
+                   "times, a few keys at a time (needs --cluster)")
 @click.option("--seed", default=None, type=int, help="random seed (default: from the clock)")
 @click.option("--rate", default=10.0, show_default=True, type=click.FloatRange(0),
               help="sessions submitted per second (0: all at once)")
@@ -113,13 +117,15 @@ def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_ever
                   unsafe_share: float, seed: int | None, rate: float, mail_delay_ms: int,
                   cpu_hogs: int, deadline: float, json_only: bool, keep: bool,
                   cluster: bool, partitions: int, archive_s: float,
-                  restore_share: float) -> None:
+                  restore_share: float, reshard: int) -> None:
     """Five-notice sessions under SIGKILLs, pauses and server restarts; check the invariants.
 
     Exits 1 on any violation. The last line of output is one JSON object.
     """
     if partitions and not cluster:
         raise click.UsageError("--partitions needs --cluster")
+    if reshard and not cluster:
+        raise click.UsageError("--reshard needs --cluster")
     if partitions and (why := netns_unavailable()):
         raise click.UsageError(f"--partitions: {why}")
     logs.configure("error")  # the supervisor's restart warnings are the point here
@@ -130,7 +136,7 @@ def chaos_command(sessions: int, brains: int, hands: int, relays: int, kill_ever
                       unsafe_share=unsafe_share, seed=seed, rate=rate,
                       mail_delay_ms=mail_delay_ms, deadline=deadline, cpu_hogs=cpu_hogs,
                       cluster=cluster, partitions=partitions, archive_s=archive_s,
-                      restore_share=restore_share)
+                      restore_share=restore_share, reshard=reshard)
     console = Console(quiet=json_only, highlight=False, stderr=False,
                       width=None if sys.stdout.isatty() else 110)
     base = Path(tempfile.mkdtemp(prefix="baton-chaos-"))

@@ -198,6 +198,7 @@ class ChaosConfig:
     cpu_hogs: int = 0  # busy processes beside the stack: a starved machine
     cluster: bool = False  # Redis Cluster (3 primaries x 2 replicas), 3 NATS nodes: not one each
     partitions: int = 0  # network partitions (needs cluster, root)
+    reshard: int = 0  # shard slots moved to another primary, key by key (needs cluster)
     # Archival (--archive S): sessions settle, stay S seconds in Redis and are archived while
     # the faults go on; this share of them is then continued by a second submission (to five
     # recipients more), which restores the session first. 0 seconds: no archival.
@@ -236,6 +237,7 @@ class ChaosReport:
             "sessions": self.sessions, "settled": self.settled,
             "kills": sum(self.kills.values()), "pauses": self.pauses,
             "restarts": {"redis": self.restarts["redis"], "nats": self.restarts["nats"]},
+            "slot_moves": self.restarts["reshard"],
             "partitions": dict(self.partitions), "cluster": self.config.cluster,
             "deliveries": c["deliveries"], "duplicates": c["duplicates"],
             "raw_resends": c["raw_resends"] - c["raw_resends_by_paused"],

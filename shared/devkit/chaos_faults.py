@@ -8,8 +8,10 @@ then resumes the paused workers:
 - every ``pause_every`` seconds a random brain or hands is SIGSTOPped for :data:`PAUSE_S`,
   longer than its lease, attempt TTL and ack wait, then SIGCONTed: it comes back stale;
 - Redis and NATS are each SIGKILLed and started again on the same port and data (for
-  :data:`SERVER_DOWN_S`), and the network is cut for :data:`PARTITION_S`, the given number
-  of times, spread evenly over the submission window.
+  :data:`SERVER_DOWN_S`), the network is cut for :data:`PARTITION_S`, and (``reshard``, a
+  cluster) the slot of a random shard moves to another primary :data:`RESHARD_BATCH` keys
+  at a time (:mod:`baton.devkit.reshard`), the given number of times, spread evenly over the
+  submission window.
 
 It counts what it did in the run's :class:`~baton.devkit.chaos_checks.ChaosReport` and keeps
 what the checks need to tell its doing from the system's: the kills by process, the workers
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from baton.devkit.chaos_checks import ChaosConfig, ChaosReport
 from baton.devkit.devstack import DevStack, Proc
 from baton.devkit.redis_cluster import ClusterStack
+from baton.devkit.reshard import move_slot, shard_slots
 from baton.store.store import now_ms
 
 __all__ = ["PARTITION_KINDS", "PARTITION_S", "PAUSE_S", "SERVER_DOWN_S", "ChaosFaults"]
@@ -36,6 +39,7 @@ PAUSE_S = 3.0  # past the lease (2 s), the attempt TTL (1.5 s) and the ack wait 
 SERVER_DOWN_S = 0.5  # how long Redis / NATS stay down on each restart
 PARTITION_S = 3.0  # how long each partition lasts: past a cluster failover (node timeout 1 s)
 PARTITION_KINDS = ("redis_node", "nats_node", "worker_from_redis", "worker_from_nats")
+RESHARD_BATCH = 2  # keys per MIGRATE: a session stays split over two nodes for longer
 
 
 class ChaosFaults:
@@ -92,6 +96,9 @@ class ChaosFaults:
         if server == "partition":
             await self.partition()
             return
+        if server == "reshard":
+            await self.reshard()
+            return
         if self.stack.clusters is not None:
             await self._restart_cluster_node(self.stack.clusters, server)
         else:
@@ -141,12 +148,22 @@ class ChaosFaults:
         await asyncio.sleep(PARTITION_S)
         net.heal()
 
+    async def reshard(self) -> None:
+        """Move a random shard's slot to another primary while the sessions run."""
+        clusters = self.stack.clusters
+        assert clusters is not None
+        shards = shard_slots(self.stack.namespace, self.stack.settings().shards)
+        await move_slot(clusters.redis, self.rng.choice(sorted(shards.values())),
+                        batch=RESHARD_BATCH)
+        self.report.restarts["reshard"] += 1
+
     def _schedule(self) -> list[tuple[float, str]]:
         window = max(self.cfg.sessions / self.cfg.rate if self.cfg.rate > 0 else 5.0, 2.0)
         out: list[tuple[float, str]] = []
         for server, k, shift in (("redis", self.cfg.restart_redis, 0.0),
                                  ("nats", self.cfg.restart_nats, 0.5),
-                                 ("partition", self.cfg.partitions, 0.25)):
+                                 ("partition", self.cfg.partitions, 0.25),
+                                 ("reshard", self.cfg.reshard, 0.75)):
             slot = window / (k + 1)  # evenly spread; NATS half a slot after Redis
             out += [(slot * (j + 1 + shift), server) for j in range(k)]
         return sorted(out)

@@ -37,6 +37,7 @@ from baton.models import WorkerRef
 from baton.observability.log import get_logger
 from baton.store.redis_client import REDIS_ERRORS, is_cluster
 from baton.store.runs import worker_json
+from baton.store.scripts import declared
 from baton.store.store import Store
 
 __all__ = ["archive_if_due", "ask_restore", "reinstate", "restore", "restore_keys",
@@ -143,9 +144,9 @@ async def restore(store: Store, archive: Archive, session_id: str, worker: Worke
                                                                      session_id)}}).decode()
     try:
         done, fence = await store.scripts.registered.restore(
-            keys=[sk.meta], args=[worker.name, worker_json(worker), tomb.get("at", ""),
-                                  restore_keys(snap), receipt,
-                                  store.keys.settled_channel(session_id)])
+            keys=declared("restore", sk),
+            args=[worker.name, worker_json(worker), tomb.get("at", ""), restore_keys(snap),
+                  receipt, store.keys.settled_channel(session_id)])
     except REDIS_ERRORS as exc:
         raise from_redis_error(exc, session_id=session_id) from None
     if done:
@@ -161,7 +162,7 @@ async def ask_restore(store: Store, session_id: str, wake: str = "") -> bool:
     back first: :func:`reinstate`)."""
     sk = store.keys.session(session_id)
     try:
-        asked = await store.scripts.registered.ask_restore(keys=[sk.inbox],
+        asked = await store.scripts.registered.ask_restore(keys=declared("ask_restore", sk),
                                                            args=[session_id, wake])
     except REDIS_ERRORS as exc:
         raise from_redis_error(exc, session_id=session_id) from None
@@ -196,7 +197,7 @@ async def reinstate(store: Store, archive: Archive, session_id: str) -> bool:
     settings = store.settings
     ttl_ms = round(settings.tombstone_ttl_s * 1000)
     try:
-        written = await store.scripts.registered.reinstate(keys=[sk.meta], args=[
+        written = await store.scripts.registered.reinstate(keys=declared("reinstate", sk), args=[
             snap.archived_ms, snap.fence, snap.seq, snap.meta.get("agent", ""),
             snap.meta.get("compat", "1"), snap.meta.get("wake", ""),
             snap.meta.get("created", "0"), snap.summary.status, snap.summary.submissions,

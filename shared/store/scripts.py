@@ -84,7 +84,12 @@ KEY_TYPES: dict[str, str] = {
     "subs": "hash", "reqs": "hash", "runs": "hash", "runs_done": "hash",
     "receipts": "stream", "outbox": "stream", "timers": "zset", "applied": "hash",
     "sessions": "zset", "nudge": "string", "wakes": "stream", "intents": "hash",
-    "inbox": "hash", "archived": "hash"}
+    "inbox": "hash", "archived": "hash", "poison": "hash", "runs_applied": "hash",
+    "inbox_applied": "hash", "archived_ix": "zset", "full": "string"}
+#: The shard's keys among them (``<ns>:{<ns>-<shard>}:<name>``; ``archived_ix`` is the
+#: shard's ``archived`` index): the others are the session's, ``<ns>:{..}:s:<sid>:<name>``.
+SHARD_KEYS = {"outbox": "outbox", "timers": "timers", "sessions": "sessions", "wakes": "wakes",
+              "archived_ix": "archived", "full": "full"}
 _DEFINES = re.compile(r"^local (?:function (\w+)|([\w, ]+?) =)", re.M)
 
 
@@ -222,14 +227,55 @@ def source(name: str, *, acl_checks: bool = True, receipts_kept: int = RECEIPTS_
     return args + _source(name, lua, acl_checks=acl_checks, receipts_kept=receipts_kept)
 
 
+@cache
+def script_keys(name: str) -> tuple[str, ...]:
+    """The keys (:data:`KEY_TYPES` names) a session or tombstone script touches, in the
+    order its caller declares them (:func:`declared`): the session's first (the script finds
+    the others' names from the first, see _lib.lua), then the shard's.
+
+    Every key a script touches is declared, so that on a Redis Cluster a slot in migration
+    (resharding) redirects the whole call, ASK or TRYAGAIN, before anything ran: a key found
+    only by its name inside the script would fail the call at that key, after its first
+    writes, once the key had moved, or read as empty on the node importing the slot. These
+    are the keys whose names the script's text defines (_lib.lua's ``local K_<NAME>`` parts
+    it is sent, see :func:`_prelude`), a slight over-approximation: a key named but not
+    touched costs only its declaration.
+    """
+    _source(name, resources.files("baton.store") / "lua", acl_checks=True)
+    return _KEYS_OF[name]
+
+
+_KEYS_OF: dict[str, tuple[str, ...]] = {}
+_KEY_DEFINED = re.compile(r"^local K_([A-Z_]+) = ", re.M)
+
+
+def _declared_check(name: str, prelude: str) -> str:
+    """The statement checking that the caller declared exactly the keys the script touches,
+    in :func:`script_keys`'s order (records them there for :func:`declared`)."""
+    found = {k.lower() for k in _KEY_DEFINED.findall(prelude)} - {"base", "shard"}
+    keys = tuple(k for k in KEY_TYPES if k in found and k not in SHARD_KEYS) + tuple(
+        k for k in KEY_TYPES if k in found and k in SHARD_KEYS)
+    _KEYS_OF[name] = keys
+    names = ", ".join(f"K_{k.upper()}" for k in keys)
+    return ("-- The caller declares every key the script touches (scripts.script_keys), so a\n"
+            "-- Cluster slot in migration redirects the call before anything ran.\n"
+            f"if #KEYS ~= {len(keys)} then\n"
+            f"  return redis.error_reply('ERR {name}.lua takes {len(keys)} keys, not ' .. #KEYS)\n"
+            "end\n"
+            f"for i, k in ipairs({{{names}}}) do\n"
+            "  if KEYS[i] ~= k then\n"
+            "    return redis.error_reply('ERR key ' .. i .. ' is ' .. KEYS[i] .. ', not ' .. k)\n"
+            "  end\n"
+            "end\n")
+
+
 def _source(name: str, lua: Any, *, acl_checks: bool,
             receipts_kept: int = RECEIPTS_KEPT) -> str:
     body = (lua / f"{name}.lua").read_text()
     if name in SESSION_SCRIPTS:
         # The Hands and clients record their commit ids apart from the Brains' (runs_applied,
         # inbox_applied), so no role needs write access to another's records.
-        applied = ("runs_applied" if name in HANDS_SCRIPTS
-                   else "inbox_applied" if name in INBOX_SCRIPTS else "applied")
+        applied = _applied_key(name)
         head = (f"local ACL_CHECKS = {'true' if acl_checks else 'false'}\n"
                 f"local APPLIED_TTL_MS, APPLIED_MAX = {APPLIED_TTL_MS}, {APPLIED_MAX}\n"
                 f"local APPLIED_SAMPLE = {APPLIED_SAMPLE}\n"
@@ -239,6 +285,7 @@ def _source(name: str, lua: Any, *, acl_checks: bool,
         guard = _guard(name)
         lib = (lua / "_lib.lua").read_text()
         prelude = _prelude(lib, [body, wrapper, guard])
+        prelude += _declared_check(name, prelude)
         if lua_profile.enabled():  # baton bench lua: a checkpoint before each statement
             body = lua_profile.profiled(name, body)
             head, wrapper = lua_profile.wrap(name, head, wrapper)
@@ -247,17 +294,28 @@ def _source(name: str, lua: Any, *, acl_checks: bool,
                 + "local function __script(ARGV)\n" + body + "\nend\n" + wrapper)
     if name in TOMBSTONE_SCRIPTS:
         lib = (lua / "_lib.lua").read_text()
+        prelude = _prelude(lib, [body])
         return (f"local ACL_CHECKS = false\nlocal RECEIPTS_KEPT = {int(receipts_kept)}\n"
-                + _prelude(lib, [body]) + body)
+                + prelude + _declared_check(name, prelude) + body)
     return body
 
 
+def _applied_key(script: str) -> str:
+    """The commit-id record of the role running ``script`` (APPLIED_KEY in _lib.lua): the
+    Hands and clients record theirs apart from the Brains', so no role needs write access
+    to another's records."""
+    return ("runs_applied" if script in HANDS_SCRIPTS
+            else "inbox_applied" if script in INBOX_SCRIPTS else "applied")
+
+
 def declared(script: str, sk: SessionKeys) -> list[str]:
-    """The one key a session script declares: a key its caller writes (EVAL needs write
-    access to each declared key); the script derives the others from it (see _lib.lua)."""
-    if script in HANDS_SCRIPTS:
-        return [sk.runs]
-    return [sk.inbox if script in INBOX_SCRIPTS or script == "ask_restore" else sk.meta]
+    """The keys a session or tombstone script declares: every key it touches
+    (:func:`script_keys`), named for session ``sk``."""
+    base = sk.meta.removesuffix("meta")
+    shard = sk.outbox.removesuffix("outbox")
+    return [shard + SHARD_KEYS[k] if k in SHARD_KEYS
+            else base + (_applied_key(script) if k == "applied" else k)
+            for k in script_keys(script)]
 
 
 async def pipelined(redis: Any, script: AsyncScript,

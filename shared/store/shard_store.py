@@ -117,11 +117,22 @@ class ShardStore:
     async def fire_timers(self, shard: int, limit: int, rearm_ms: int, holder: str,
                           fence: int) -> int:
         """Turn due timers of a shard into outbox wake rows; returns how many fired, or -1
-        when ``holder`` no longer holds the shard's lease with ``fence``."""
+        when ``holder`` no longer holds the shard's lease with ``fence``.
+
+        The shard's ``limit`` earliest timers are read first, so the script can declare
+        the keys of their sessions (see fire_timers.lua): one more round trip, made only
+        when a timer is due (the relay's timer loop reads each shard's earliest first)."""
         prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
+        due = await self.redis.zrange(self.keys.timers(shard), 0, limit - 1)
+        sessions: dict[str, None] = {}
+        for member in due:
+            parts = (member.decode() if isinstance(member, bytes) else str(member)).split("|")
+            if len(parts) >= 4:
+                sessions[parts[1]] = None
         return int(await self._write(
             "fire_timers",
-            [self.keys.timers(shard), self.keys.outbox(shard), self.keys.relay_lease(shard)],
+            [self.keys.timers(shard), self.keys.outbox(shard), self.keys.relay_lease(shard),
+             *(f"{prefix}{sid}:{k}" for sid in sessions for k in ("meta", "inbox", "nudge"))],
             [limit, rearm_ms, prefix, holder, fence]))
 
     async def waiting_requests(self, shards: list[int]) -> dict[int, list[str]]:
@@ -168,7 +179,9 @@ class ShardStore:
         prefix = f"{self.keys.ns}:{self.keys.tag(shard)}:s:"
         return int(await self._write(
             "arm_requests", [self.keys.timers(shard), self.keys.relay_lease(shard),
-                             self.keys.sessions(shard), self.keys.requested(shard)],
+                             self.keys.sessions(shard), self.keys.requested(shard),
+                             *(f"{prefix}{sid}:{k}" for sid in session_ids
+                               for k in ("inbox", "poison", "meta"))],
             [holder, fence, prefix, deadline_ms, *session_ids]))
 
     async def _write(self, name: str, keys: list[str], args: list[Any]) -> Any:

@@ -57,3 +57,18 @@ async def test_long_chaos_run(tmp_path: Path, seed: int) -> None:
     report = await run_chaos(cfg, tmp_path)
     _passed(report)
     assert report.pauses > 0 and report.restarts["nats"] == 2
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+async def test_short_chaos_run_while_shard_slots_move(tmp_path: Path) -> None:
+    """``baton chaos --cluster --reshard N``: the slots of the shards move between primaries,
+    two keys per MIGRATE (sessions split over two nodes meanwhile), while workers are
+    killed: every session settles, one mail per recipient, no stale write applied."""
+    cfg = ChaosConfig(sessions=10, kill_every=2.0, rate=2.0, seed=11, unsafe_share=0.0,
+                      deadline=180.0, cluster=True, reshard=8)
+    report = await run_chaos(cfg, tmp_path)
+    _passed(report)
+    summary = report.summary()
+    assert summary["slot_moves"] == 8, summary
+    assert summary["deliveries"] == 10 * 5, summary

@@ -25,7 +25,7 @@ from baton.devkit.servers import RedisServer
 from baton.errors import ValidationError
 from baton.models import Task, ToolDispatch, Wake, WorkerRef, decode
 from baton.store.keys import Keys
-from baton.store.scripts import source
+from baton.store.scripts import declared, source
 from tests.helpers import contents_sync
 
 WIRE = [Wake, ToolDispatch]
@@ -82,12 +82,12 @@ def commit_env(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, Any, in
     sk = KEYS.session(SESSION)
     submit = client.register_script(source("submit"))
     task = Task(id="t1", kind="generation", owner=SESSION)
-    submit(keys=sk.all(), args=[
+    submit(keys=declared("submit", sk), args=[
         "", SESSION, "notices", 1, f"{NS}.wake.notices.1", "r1", "sub-1", "{}", "{}", task.id,
         task.to_json(), "{}", 60_000, WORKER, "{}",
     ])
     acquire = client.register_script(source("acquire"))
-    fence = int(acquire(keys=sk.all(), args=["", "fuzzer", 600_000, WORKER])[0])
+    fence = int(acquire(keys=declared("acquire", sk), args=["", "fuzzer", 600_000, WORKER])[0])
     # A live run, so "applied" and duplicate-run checks have something real to find.
     client.hset(sk.runs, mapping={"r-live.status": "completed"})
     client.hset(sk.intents, "r-live", "{}")
@@ -159,7 +159,7 @@ def test_commit_applies_or_refuses_cleanly(
     before = _digest(client)
     args = ["", fence, WORKER, SESSION, index, "{}", *rest]
     try:
-        seq, _count = commit(keys=KEYS.session(SESSION).all(), args=args)
+        seq, _count = commit(keys=declared("commit", KEYS.session(SESSION)), args=args)
     except redis.ResponseError as exc:
         text = str(exc)
         assert text.startswith(("INVALID ", "CONFLICT ")), f"not a clean refusal: {text}"

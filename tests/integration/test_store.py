@@ -24,6 +24,7 @@ from baton.errors import (
 from baton.models import Entry, OutboxRow, Task, Terminal, ToolIntent, ToolResult, Waiting
 from baton.settings import Settings
 from baton.store.outbox import Outbox
+from baton.store.scripts import declared
 from baton.store.store import Store, now_ms, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import eventually, take_up
@@ -425,7 +426,8 @@ async def test_two_decisions_in_one_millisecond_are_two_wakes(store: Store) -> N
     wake = '{"v": 1, "session_id": "s-2c", "reason": "cancel"}'
     async with store.redis.pipeline(transaction=True) as p:
         for target in ("task-r1", "task-r2"):
-            p.evalsha(cancel.sha, 1, sk.inbox, "", "s-2c", target, wake,
+            keys = declared("cancel", sk)
+            p.evalsha(cancel.sha, len(keys), *keys, "", "s-2c", target, wake,
                       worker_ref("client", "c").model_dump_json(), "{}")
         replies = await p.execute()
     assert [r[0] for r in replies] == ["requested", "requested"]

@@ -94,6 +94,14 @@ local K_INTENTS = K_BASE .. ':intents'
 local K_INBOX = K_BASE .. ':inbox'
 -- The tombstone of an archived session (archive.lua): its keys are gone but this one.
 local K_ARCHIVED = K_BASE .. ':archived'
+-- The session's quarantine record (poison.lua), and the other roles' commit-id records
+-- (archive.lua deletes them with the session).
+local K_POISON = K_BASE .. ':poison'
+local K_RUNS_APPLIED = K_BASE .. ':runs_applied'
+local K_INBOX_APPLIED = K_BASE .. ':inbox_applied'
+-- The shard's index of archived sessions, and a relay's word that JetStream is full.
+local K_ARCHIVED_IX = K_SHARD .. 'archived'
+local K_FULL = K_SHARD .. 'full'
 
 local RUN_FIELDS = {'intent', 'status', 'attempt', 'accepted', 'completed', 'applied',
                     'heartbeat', 'worker', 'result', 'attempts', 'cancel', 'digest', 'approved'}

@@ -33,19 +33,20 @@ with nothing written) or deleted (DEL works on any type); the tombstone does not
 guard refused the call otherwise). The shard's timers and session index are guarded; the
 archived index is checked here before the first write.
 UNGUARDED: tasks done docs subs reqs runs runs_done intents inbox nudge receipts entries archived
+UNGUARDED: poison runs_applied inbox_applied
+SELF-GUARDED: archived_ix
 ]==]
-local poison_key, archived_index = K_BASE .. ':poison', K_SHARD .. 'archived'
 local OWN = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS_DONE,
-             K_RECEIPTS, K_INTENTS, K_INBOX, K_NUDGE, poison_key, K_BASE .. ':applied'}
+             K_RECEIPTS, K_INTENTS, K_INBOX, K_NUDGE, K_POISON, K_APPLIED}
 -- Other roles' records of the session go with it: the Hands' runs and the commit ids of
 -- Hands and clients (a Brain may delete them, see baton.auth), in a DEL of their own (an
 -- ACL selector allows a command only when it allows every key of the call).
-local THEIRS = {K_RUNS, K_BASE .. ':runs_applied', K_BASE .. ':inbox_applied'}
+local THEIRS = {K_RUNS, K_RUNS_APPLIED, K_INBOX_APPLIED}
 if ACL_CHECKS then
   local checks = {{'DEL', unpack(OWN)}, {'ZREM', K_SESSIONS, 'm'}, {'ZREM', K_TIMERS, 'm'},
                   {'HSET', K_ARCHIVED, 'f', 'v'}, {'PEXPIRE', K_ARCHIVED, '1'},
-                  {'ZADD', archived_index, '0', 'm'},
-                  {'ZREMRANGEBYSCORE', archived_index, '0', '1'}}
+                  {'ZADD', K_ARCHIVED_IX, '0', 'm'},
+                  {'ZREMRANGEBYSCORE', K_ARCHIVED_IX, '0', '1'}}
   checks[#checks + 1] = {'DEL', unpack(THEIRS)}
   local denied = acl_refusal(checks)
   if denied then return denied end
@@ -82,8 +83,8 @@ for i = 1, #records, 2 do
     return fail('LIVE', 'tool run running ' .. records[i])
   end
 end
-if redis.call('HEXISTS', poison_key, 'quarantined') == 1 then return fail('LIVE', 'quarantined') end
-local wrong = wrong_type(archived_index, 'archived index', 'zset')
+if redis.call('HEXISTS', K_POISON, 'quarantined') == 1 then return fail('LIVE', 'quarantined') end
+local wrong = wrong_type(K_ARCHIVED_IX, 'archived_ix', 'zset')
 if wrong then return wrong end
 -- Checked: from here on the step cannot fail midway.
 local wake = META[2]
@@ -95,6 +96,6 @@ redis.call('HSET', K_ARCHIVED, 'at', now, 'fence', fence, 'seq', ARGV[4], 'agent
            'compat', m[2] or '1', 'wake', wake, 'created', m[3] or '0',
            'status', string.sub(ARGV[8], 1, 32), 'subs', ARGV[9])
 redis.call('PEXPIRE', K_ARCHIVED, tonumber(ARGV[7]))
-redis.call('ZADD', archived_index, now, sid)
-redis.call('ZREMRANGEBYSCORE', archived_index, '-inf', now - tonumber(ARGV[10]))
+redis.call('ZADD', K_ARCHIVED_IX, now, sid)
+redis.call('ZREMRANGEBYSCORE', K_ARCHIVED_IX, '-inf', now - tonumber(ARGV[10]))
 return {1, now}

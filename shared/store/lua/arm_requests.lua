@@ -1,7 +1,9 @@
 --[==[ arm_requests.lua: wake the sessions whose inbox holds requests no Brain took up yet.
 
 KEYS: 1 timers ZSET of the shard, 2 relay lease HASH of the shard (relay_lease.lua),
-      3 the shard's session index ZSET, 4 the shard's requested ZSET (all under one hash tag)
+      3 the shard's session index ZSET, 4 the shard's requested ZSET, then for each session
+      of ARGV its inbox HASH, poison HASH and meta HASH (all under one hash tag: declared,
+      so on a Redis Cluster a slot in migration redirects the call before anything ran)
 ARGV: 1 relay name, 2 its lease fence, 3 session key prefix ("<ns>:{<ns>-<shard>}:s:"),
       4 progress deadline ms, 5.. session ids (found by the relay's inbox sweep)
 A client's request (submit, start, cancel, approve, reject) writes only the session's inbox,
@@ -27,6 +29,14 @@ Returns the number of deadlines armed.
 local lease = redis.call('HMGET', KEYS[2], 'holder', 'fence')
 local invalid = bad_args({{'fence', ARGV[2], 0, MAX_INT}, {'progress deadline ms', ARGV[4], 1, MAX_MS}})
 if invalid then return invalid end
+for i = 5, #ARGV do
+  local base, at = ARGV[3] .. ARGV[i], 4 + 3 * (i - 5)
+  if KEYS[at + 1] ~= base .. ':inbox' or KEYS[at + 2] ~= base .. ':poison'
+     or KEYS[at + 3] ~= base .. ':meta' then
+    return redis.error_reply('ERR session ' .. ARGV[i] .. ': keys ' .. (at + 1) .. '-' .. (at + 3)
+                             .. ' are not its inbox, poison and meta')
+  end
+end
 if lease[1] ~= ARGV[1] or tonumber(lease[2] or '0') ~= tonumber(ARGV[2]) then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,11 +1,16 @@
 --[==[ fire_timers.lua: turn a shard's due timers into outbox wake rows.
 
 KEYS: 1 timers ZSET of the shard, 2 outbox STREAM of the shard, 3 relay lease HASH of the
-      shard (relay_lease.lua; all three under one hash tag).
+      shard (relay_lease.lua), then for each session whose timers may fire its meta HASH,
+      inbox HASH and nudge STRING (all under one hash tag).
 ARGV: 1 max timers to fire, 2 re-arm interval ms for deadlines, 3 session key prefix
       ("<ns>:{<ns>-<shard>}:s:"), 4 relay name, 5 its lease fence
 Only the shard's lease holder fires its timers: a relay that lost the shard gets -1.
 Timer members are "<kind>|<session>|<id>|<wake subject>" scored by due time (ms).
+The caller declares the keys of the sessions whose timers it read as due
+(ShardStore.fire_timers), so on a Redis Cluster a slot in migration redirects the call before
+anything ran; a due timer of a session not declared (due since the caller's read) is left for
+the next call.
 Each due timer becomes one wake row with id "t/<member>/<due>" (a repeated firing of the
 same due timer is deduplicated by NATS) and sets the session's nudge (its dirty mark for
 the holder's release; the relay reads a session's meta, never writes it); the meta and
@@ -41,6 +46,8 @@ local now = (function()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end)()
+local declared = {}
+for i = 4, #KEYS do declared[KEYS[i]] = true end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]),
                        'WITHSCORES')
 local fired = 0
@@ -48,8 +55,13 @@ for i = 1, #due, 2 do
   local member, at = due[i], due[i + 1]
   local kind, sid, id, subject = string.match(member, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   local meta = kind and (ARGV[3] .. sid .. ':meta')
+  -- a session the caller did not declare: its timer is left for the caller's next call
+  local left = meta and not (declared[meta] and declared[ARGV[3] .. sid .. ':inbox']
+                             and declared[ARGV[3] .. sid .. ':nudge'])
+  if left then
+    kind = 'left'
   -- a session not opened yet has only its inbox (a client's requests waiting for a Brain)
-  if meta and (redis.call('EXISTS', meta) == 1
+  elseif meta and (redis.call('EXISTS', meta) == 1
                or redis.call('EXISTS', ARGV[3] .. sid .. ':inbox') == 1) then
     local nudge = ARGV[3] .. sid .. ':nudge'
     -- a firing time (ms since the epoch) left by an earlier firing, or nil
@@ -69,7 +81,7 @@ for i = 1, #due, 2 do
     local k = math.floor((score - math.floor(score)) * 64 + 0.5)
     local wait = tonumber(ARGV[2]) * math.min(2 ^ k, DEADLINE_BACKOFF_MAX)
     redis.call('ZADD', KEYS[1], now + wait + math.min(k + 1, 63) / 64, member)
-  else
+  elseif kind ~= 'left' then
     redis.call('ZREM', KEYS[1], member)
   end
 end

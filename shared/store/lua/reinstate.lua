@@ -23,13 +23,12 @@ if invalid then return invalid end
 if redis.call('EXISTS', K_META) == 1 or redis.call('EXISTS', K_ARCHIVED) == 1 then return 0 end
 if redis.call('HEXISTS', K_INBOX, 'restore') == 0 then return 0 end
 local at = tonumber(ARGV[1])
-local archived_index = K_SHARD .. 'archived'
-local wrong = wrong_type(archived_index, 'archived index', 'zset')
+local wrong = wrong_type(K_ARCHIVED_IX, 'archived index', 'zset')
 if wrong then return wrong end
 redis.call('HSET', K_ARCHIVED, 'at', at, 'fence', ARGV[2], 'seq', ARGV[3], 'agent', ARGV[4],
            'compat', ARGV[5], 'wake', ARGV[6], 'created', ARGV[7],
            'status', string.sub(ARGV[8], 1, 32), 'subs', ARGV[9])
 redis.call('PEXPIRE', K_ARCHIVED, tonumber(ARGV[10]))
 local sid = string.match(K_BASE, ':s:(.*)$')
-redis.call('ZADD', archived_index, at, sid)
+redis.call('ZADD', K_ARCHIVED_IX, at, sid)
 return 1

@@ -54,7 +54,6 @@ local function put_list(key, items)
     redis.call('RPUSH', key, unpack(items, i, math.min(i + CHUNK - 1, #items)))
   end
 end
-local poison_key = K_BASE .. ':poison'
 put_hash(K_META, keys.meta)
 put_list(K_ENTRIES, keys.entries or {})
 put_hash(K_TASKS, keys.tasks or {})
@@ -64,7 +63,7 @@ put_hash(K_SUBS, keys.subs or {})
 put_hash(K_REQS, keys.reqs or {})
 put_hash(K_RUNS_DONE, keys.runs_done or {})
 put_hash(K_INTENTS, keys.intents or {})
-put_hash(poison_key, keys.poison or {})
+put_hash(K_POISON, keys.poison or {})
 put_hash(K_INBOX, keys.inbox or {})
 for _, r in ipairs(keys.receipts or {}) do
   redis.call('XADD', K_RECEIPTS, r[1], unpack(r[2]))
@@ -74,12 +73,13 @@ local now = now_ms()
 local seq = redis.call('HGET', K_META, 'seq') or '0'
 redis.call('HSET', K_META, 'fence', fence, 'holder', '', 'lease_until', 0, 'listen', '',
            'dirty', 1)
-redis.call('HDEL', K_META, 'retain_at', 'partial', 'partial_of')
+redis.call('HDEL', K_META, 'retain_at')
+clear_partial()  -- a streamed answer's text, saved whole or in chunks
 local sid = string.match(K_BASE, ':s:(.*)$')
 redis.call('ZADD', K_SESSIONS, tonumber(redis.call('HGET', K_META, 'created') or now) or now, sid)
 redis.call('HDEL', K_INBOX, 'restore')  -- taken up: the session is back
 redis.call('DEL', K_ARCHIVED)
-redis.call('ZREM', K_SHARD .. 'archived', sid)
+redis.call('ZREM', K_ARCHIVED_IX, sid)
 receipt('restored', ARGV[2], fence, seq, now, ARGV[5])
 redis.call('SPUBLISH', ARGV[6], 'restored:' .. sid)
 return {1, fence}

@@ -17,13 +17,14 @@ pending task and the progress deadline in its fenced commit, deleting the reques
 Returns {1, task id} when recorded now, {0, task id} for a repeated request id (pending or
 taken up). Fails FULL <why> while a relay finds JetStream full (the shard's 'full' key). Fails
 CONFLICT when the session belongs to another agent or the task exists.
+UNGUARDED: full
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
 if denied then return denied end
 -- JetStream refuses the relay's messages for want of room (baton.store.capacity): new input
 -- would only wait in the outbox, so it is refused, retryably, with nothing written.
-local bus_full = redis.call('GET', K_SHARD .. 'full')
+local bus_full = redis.call('GET', K_FULL)
 if bus_full then return fail('FULL', bus_full) end
 local invalid = bad_args({{'compat level', ARGV[3], 0, MAX_INT}})
 if invalid then return invalid end

@@ -33,7 +33,7 @@ any type: one of the wrong type fails the call (WRONGTYPE) with nothing written 
 fail it, so the guard need not check them.
 The receipt is the first write (receipt_first): a receipts key of another type is refused
 as CORRUPT with nothing written, without a check of its type every time.
-UNGUARDED: reqs subs inbox nudge
+UNGUARDED: reqs subs inbox nudge full
 SELF-GUARDED: receipts
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
@@ -41,7 +41,7 @@ local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', 
 if denied then return denied end
 -- JetStream refuses the relay's messages for want of room (baton.store.capacity): new input
 -- would only wait in the outbox, so it is refused, retryably, with nothing written.
-local bus_full = redis.call('GET', K_SHARD .. 'full')
+local bus_full = redis.call('GET', K_FULL)
 if bus_full then return fail('FULL', bus_full) end
 local invalid = bad_args({{'compat level', ARGV[3], 0, MAX_INT}})
 if invalid then return invalid end
