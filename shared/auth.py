@@ -55,7 +55,9 @@ ROLES: tuple[Role, ...] = ("relay", "brain", "hands", "client", "operator")
 # Redis commands by purpose. Lua scripts need the commands they call (see shared/lua).
 # CLIENT SETINFO (Redis >= 7.2) is left out: redis-py ignores its refusal.
 # info: every process checks at start that Redis will never evict keys (store/capacity.py)
-_CONNECT = ["ping", "hello", "auth", "client|id", "select", "quit", "reset", "info"]
+# No SELECT: key patterns name keys, not databases, so a role allowed SELECT would reach the
+# same names in every database (another tenant's, were tenants kept apart by database).
+_CONNECT = ["ping", "hello", "auth", "client|id", "quit", "reset", "info"]
 # WAIT: in cluster mode a transition is acknowledged once a replica has it (store/replication.py).
 _SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
             "wait"]

@@ -115,6 +115,13 @@ def connect_redis(settings: Settings, *, socket_timeout: float | None = 10.0,
     if is_cluster_url(settings.redis_url):
         return cast(Redis, connect_cluster(settings, socket_timeout=socket_timeout,
                                            client_name=client_name))
+    db = urlsplit(settings.redis_url).path.strip("/")
+    if db not in ("", "0"):
+        # The roles' ACLs grant no SELECT (baton.auth): keep tenants apart by namespace
+        # (key patterns) or by server, not by database.
+        raise ConfigError(f"{_SETTING}: Baton works in database 0, not /{db}: give each "
+                          "tenant its own namespace (BATON_NAMESPACE) or its own server",
+                          setting=_SETTING)
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=settings.redis_max_connections,

@@ -25,7 +25,13 @@ from baton.bus.bus import Bus
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.devkit.servers import NatsServer, RedisServer
-from baton.errors import CredentialsError, ForbiddenError, NatsUnavailable, from_redis_error
+from baton.errors import (
+    ConfigError,
+    CredentialsError,
+    ForbiddenError,
+    NatsUnavailable,
+    from_redis_error,
+)
 from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
 from baton.models import Entry, Task
@@ -306,3 +312,20 @@ async def test_inspect_with_a_clients_credential_says_what_it_cannot_read(
     assert "dead letters: not readable with this credential" in text
     assert f"{len(view['backlog'])} shard(s) not readable" in text
     assert "other shard(s)" not in text
+
+
+async def test_no_role_may_select_another_database(secured: Secured) -> None:
+    """Key patterns name keys, not databases: a role allowed SELECT would reach the same key
+    names in every database (another tenant's). No role may SELECT, and a URL naming a
+    database other than 0 is refused before anything connects."""
+    for role in ROLES:
+        r = aioredis.Redis.from_url(secured.settings(role).redis_url)
+        try:
+            assert await r.ping()
+            with pytest.raises(NoPermissionError):
+                await r.execute_command("SELECT", 1)
+        finally:
+            await r.aclose()
+    with pytest.raises(ConfigError, match="database 0, not /2"):
+        settings = secured.settings("brain")
+        await Store.connect(settings.model_copy(update={"redis_url": settings.redis_url.removesuffix("/0") + "/2"}))
