@@ -48,6 +48,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from baton.bus.bus import Bus
+from baton.bus.consumers import ConsumerMaker
 from baton.errors import ForbiddenError
 from baton.faults import Faults
 from baton.observability.log import bounded, error_text, get_logger
@@ -127,6 +128,8 @@ class Relay(Service):
             redis = self._redis
             epoch = await self.connect("redis", lambda: StoreEpoch.establish(redis, self.keys))
             await self._listen_for_nudges()
+            # Brains and Hands logging in as their roles ask a relay for their consumers.
+            await ConsumerMaker(self.bus).listen()
             self.ready.set()
             log.info("relay_started", worker=self.name, shards=s.shards)
             async with asyncio.TaskGroup() as tg:

@@ -278,26 +278,40 @@ def nats_permissions(role: Role, namespace: str) -> dict[str, dict[str, list[str
     if role == "relay":
         publish += [f"{namespace}.wake.>", f"{namespace}.tool.>"]
         for stream in (names.wake_stream, names.tool_stream):
-            publish += [f"{api}.STREAM.CREATE.{stream}", f"{api}.STREAM.UPDATE.{stream}"]
+            publish += [f"{api}.STREAM.CREATE.{stream}", f"{api}.STREAM.UPDATE.{stream}",
+                        # the Brains' and Hands' durable consumers (baton.bus.consumers)
+                        f"{api}.CONSUMER.CREATE.{stream}.>", f"{api}.CONSUMER.INFO.{stream}.*"]
     else:
-        # Wildcards match whole tokens only: any consumer of the role's own stream.
+        # Wildcards match whole tokens only: any consumer of the role's own stream. No
+        # CONSUMER.CREATE: a consumer's config says where the stream delivers (a push
+        # consumer could route tool messages onto wake subjects), so a relay makes them,
+        # asked on the role's own consumers subject (baton.bus.consumers).
         stream = names.wake_stream if role == "brain" else names.tool_stream
         publish += [
-            f"{api}.CONSUMER.CREATE.{stream}.>",
             f"{api}.CONSUMER.INFO.{stream}.*",
             f"{api}.CONSUMER.MSG.NEXT.{stream}.*",
             f"$JS.ACK.{stream}.>",
+            names.consumers_subject(role),
         ]
     subscribe = [f"_INBOX.{role}.>"]
     if role == "brain":  # commits that arm timers nudge the relays (baton.bus.nudge)
         publish.append(names.timers_subject)
     elif role == "relay":
-        subscribe.append(names.timers_subject)
+        subscribe += [names.timers_subject, names.consumers_subject("brain"),
+                      names.consumers_subject("hands")]
     if role == "hands":  # liveness: each Hands answers on its subject, asks its peers'
         live = f"{namespace}.live.hands.*"
         publish += [live, "_INBOX.hands.>"]
         subscribe.append(live)
     return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
+
+
+def allows_responses(role: Role) -> bool:
+    """Whether the role's NATS user may answer the requests it receives (``allow_responses``:
+    one reply per request, on the request's own reply subject): the relay answers the
+    workers' consumer requests (baton.bus.consumers) on their private reply inboxes, which
+    it may not publish on otherwise."""
+    return role == "relay"
 
 
 def _quote(items: list[str]) -> str:
@@ -326,6 +340,8 @@ def nats_users_config(
             + ", ".join(f"{k}: {_quote(v)}" for k, v in perms[kind].items()) + " }"
             for kind in ("publish", "subscribe")
         )
+        if allows_responses(role):  # type: ignore[arg-type]
+            kinds += ",\n        allow_responses: true"
         users.append(f'    {{ user: "{role}", password: {secret}, permissions: {{\n'
                      f"{kinds}\n    }} }}")
     return "authorization {\n  users = [\n" + ",\n".join(users) + "\n  ]\n}\n"
@@ -358,6 +374,8 @@ def helm_users_block(namespace: str) -> str:
         for kind in ("publish", "subscribe"):
             rules = ", ".join(f"{k}: {_quote(v)}" for k, v in perms[kind].items())
             lines.append(f"            {kind}: {{{rules}}}")
+        if allows_responses(role):
+            lines.append("            allow_responses: true")
     return "\n".join([*lines, HELM_END]) + "\n"
 
 

@@ -74,6 +74,9 @@ class Settings(BaseModel):
     namespace: str = Field(default="baton", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
     # Sessions are spread over this many hash-tagged shards (outbox stream + timer set each).
     shards: int = Field(default=16, ge=1, le=4096)
+    # How long a Brain or Hands logging in as its role waits for a relay to make its durable
+    # consumer (baton.bus.consumers) before it gives up starting.
+    consumer_wait_s: float = Field(default=120.0, gt=0)
     stream_replicas: int = Field(default=1, ge=1, le=5)
     stream_storage: str = Field(default="file", pattern="^(file|memory)$")
     duplicate_window_s: float = Field(default=120.0, gt=0)

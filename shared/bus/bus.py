@@ -80,6 +80,15 @@ _TRANSIENT = (
 )
 
 
+
+def _same_consumer(have: ConsumerConfig, filter_subject: str | None, ack_wait: float | None,
+                   max_deliver: int | None, max_ack_pending: int | None) -> bool:
+    """Whether a consumer's config is the one wanted (the fields Baton sets)."""
+    return (have.filter_subject == filter_subject
+            and abs((have.ack_wait or 0) - (ack_wait or 0)) < 1e-3
+            and have.max_deliver == max_deliver
+            and have.max_ack_pending == max_ack_pending)
+
 class Bus:
     """A NATS connection with Baton's JetStream layout. Create with :meth:`connect`."""
 
@@ -95,6 +104,8 @@ class Bus:
         self.user = user or settings.nats_user
         self._denials = denials or _Denials()
         self._guard = _Guard(self._denials, self.user)
+        #: The role ("brain", "hands") whose consumers a relay makes, "" to make them here.
+        self.asks_relay = ""
 
     @classmethod
     async def connect(cls, settings: Settings, name: str, role: str = "") -> Bus:
@@ -165,7 +176,13 @@ class Bus:
                 f"{settings.connect_timeout_s}s: {cause!r}",
                 url=settings.nats_url,
             ) from None
-        return cls(nc, settings, denials, user, reconnects)
+        bus = cls(nc, settings, denials, user, reconnects)
+        # A worker logging in as its role may not create consumers: a relay makes them
+        # (baton.bus.consumers). Without credentials there is no such user to confine.
+        logged_in = bool(auth.get("user") or auth.get("user_credentials")
+                         or any("@" in u for u in settings.nats_url.split(",")))
+        bus.asks_relay = role if role in ("brain", "hands") and logged_in else ""
+        return bus
 
     async def guarded(self, action: str, subject: str, call: Awaitable[T]) -> T:
         """Await ``call``; raise :class:`ForbiddenError` at once if the server refuses
@@ -287,6 +304,9 @@ class Bus:
         comparison and update are explicit here.
         """
         _token("durable", durable)
+        if self.asks_relay:
+            return await self._consumer_from_relay(stream, durable, filter_subject, ack_wait,
+                                                   max_deliver, max_ack_pending)
         want = ConsumerConfig(
             name=durable,
             durable_name=durable,
@@ -301,19 +321,46 @@ class Bus:
             "manage the consumer", "$JS.API.CONSUMER.", self._ensure_consumer(stream, want)
         ))
 
+    async def _consumer_from_relay(self, stream: str, durable: str, filter_subject: str,
+                                   ack_wait: float | None, max_deliver: int | None,
+                                   max_ack_pending: int) -> ConsumerInfo:
+        """Ask a relay for the consumer (see :mod:`baton.bus.consumers`) unless it is there
+        already as wanted; the consumer's info once it is."""
+        from baton.bus.consumers import ConsumerRequest, request_consumer
+
+        request = ConsumerRequest(
+            durable=durable, filter_subject=filter_subject,
+            ack_wait_s=self.settings.ack_wait_s if ack_wait is None else ack_wait,
+            max_deliver=self.settings.max_deliver if max_deliver is None else max_deliver,
+            max_ack_pending=max_ack_pending)
+        info = await self._consumer_info(stream, durable)
+        if info is None or not _same_consumer(info.config, request.filter_subject,
+                                              request.ack_wait_s, request.max_deliver,
+                                              request.max_ack_pending):
+            await request_consumer(self, "brain" if self.asks_relay == "brain" else "hands",
+                                   request, self.settings.consumer_wait_s)
+            info = await self._consumer_info(stream, durable)
+        if info is None:
+            raise NatsUnavailable(f"consumer {durable} of {stream} is gone again")
+        return info
+
+    async def _consumer_info(self, stream: str, durable: str) -> ConsumerInfo | None:
+        async def look() -> ConsumerInfo | None:
+            try:
+                return await self._js.consumer_info(stream, durable)
+            except nats.js.errors.NotFoundError:
+                return None
+        return await self._settling(lambda: self.guarded(
+            "read the consumer", f"$JS.API.CONSUMER.INFO.{stream}", look()))
+
     async def _ensure_consumer(self, stream: str, want: ConsumerConfig) -> ConsumerInfo:
         durable = str(want.durable_name)
         try:
             info = await self._js.consumer_info(stream, durable)
         except nats.js.errors.NotFoundError:
             return await self._js.add_consumer(stream, want)
-        have = info.config
-        if (
-            have.filter_subject == want.filter_subject
-            and abs((have.ack_wait or 0) - (want.ack_wait or 0)) < 1e-3
-            and have.max_deliver == want.max_deliver
-            and have.max_ack_pending == want.max_ack_pending
-        ):
+        if _same_consumer(info.config, want.filter_subject, want.ack_wait, want.max_deliver,
+                          want.max_ack_pending):
             return info
         log.info("consumer_updated", stream=stream, durable=durable)
         return await self._js.add_consumer(stream, want)  # create-or-update on the server

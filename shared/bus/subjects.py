@@ -56,6 +56,11 @@ class BusNames:
     def tool_durable(self, tool: str) -> str:
         return f"tool_{_token('tool', tool)}"
 
+    def consumers_subject(self, role: str) -> str:
+        """Core NATS: a worker of ``role`` asks the relays for its durable consumer
+        (:mod:`baton.bus.consumers`); only that role may publish here."""
+        return f"{self.namespace}.consumers.{_token('role', role)}"
+
     @property
     def timers_subject(self) -> str:
         """Core NATS (no stream): a Brain's commit armed a timer; relays look at their heads."""

@@ -15,13 +15,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import nats.js.errors
 import pytest
 import redis.asyncio as aioredis
+from nats.js.api import ConsumerConfig
 from redis.exceptions import NoPermissionError
 
 from baton.auth import ROLES, nats_users_config, redis_acl
 from baton.brain.worker import BrainWorker
 from baton.bus.bus import Bus
+from baton.bus.consumers import ConsumerMaker, ConsumerRequest, request_consumer
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.devkit.servers import NatsServer, RedisServer
@@ -109,7 +112,7 @@ async def test_hands_may_not_publish_wakes_nor_consume_the_wake_stream(secured: 
             await hands.publish(names.wake_subject("notices", 1), b"{}", msg_id="forged")
         assert exc.value.fields["role"] == "hands" and exc.value.fields["action"] == "publish to"
         assert "wake" in exc.value.fields["target"]
-        with pytest.raises(ForbiddenError, match="hands may not manage the consumer"):
+        with pytest.raises(ForbiddenError, match="hands may not read the consumer"):
             await hands.ensure_consumer(names.wake_stream, names.wake_durable("notices", 1),
                                         names.wake_subject("notices", 1))
         # Even a pull from an existing wake consumer (made here by the admin) is refused.
@@ -123,9 +126,12 @@ async def test_hands_may_not_publish_wakes_nor_consume_the_wake_stream(secured: 
         with pytest.raises(ForbiddenError, match="hands may not pull from"):
             await puller.fetch(1, timeout=2.0)
         await puller.close()
-        # Its own stream is fine.
-        await hands.ensure_consumer(names.tool_stream, names.tool_durable("echo"),
-                                    names.tool_subject("echo"))
+        # Its own stream is fine: a relay makes the consumer it asks for.
+        async with await connect(secured, "relay") as relay:
+            await ConsumerMaker(relay).listen()
+            info = await hands.ensure_consumer(names.tool_stream, names.tool_durable("echo"),
+                                               names.tool_subject("echo"))
+        assert info.config.durable_name == names.tool_durable("echo")
 
 
 async def test_brains_may_not_consume_tool_messages_nor_publish_work(secured: Secured) -> None:
@@ -134,7 +140,7 @@ async def test_brains_may_not_consume_tool_messages_nor_publish_work(secured: Se
     await relay.close()
     async with await connect(secured, "brain") as brain:
         names = brain.names
-        with pytest.raises(ForbiddenError, match="brain may not manage the consumer"):
+        with pytest.raises(ForbiddenError, match="brain may not read the consumer"):
             await brain.ensure_consumer(names.tool_stream, names.tool_durable("send_email"),
                                         names.tool_subject("send_email"))
         for subject in (names.tool_subject("send_email"), names.wake_subject("notices", 1)):
@@ -145,6 +151,42 @@ async def test_brains_may_not_consume_tool_messages_nor_publish_work(secured: Se
         with pytest.raises(ForbiddenError, match="brain may not manage the stream"):
             await brain.guarded("manage the stream", "$JS.API.STREAM.",
                                 js.purge_stream(names.tool_stream))
+
+
+async def test_no_worker_may_make_a_consumer_that_routes_its_stream_elsewhere(
+    secured: Secured,
+) -> None:
+    """CONSUMER.CREATE lets its holder say where a stream delivers: a Hands could make a
+    push consumer of the tool stream delivering onto a wake subject. Brains and Hands hold
+    no CONSUMER.CREATE now (Redis-like: the server refuses it), and the relay that makes
+    their consumers refuses a request outside the asking role's stream."""
+    async with await connect(secured, "relay") as relay:
+        await relay.ensure_streams()
+        maker = ConsumerMaker(relay)
+        await maker.listen()
+        names = relay.names
+        push = ConsumerConfig(durable_name="evil", deliver_subject=names.wake_subject("n", 1),
+                              filter_subject=names.tool_subject("send_email"))
+        for role in ("hands", "brain"):
+            async with await connect(secured, role) as worker:
+                with pytest.raises(ForbiddenError, match=f"{role} may not make"):
+                    await worker.guarded("make", "$JS.API.CONSUMER.",
+                                         worker.nc.jetstream().add_consumer(
+                                             names.tool_stream, push))
+        async with await connect(secured, "hands") as hands:
+            # Asking the relay for a consumer of the wake stream: refused, nothing made.
+            wake = ConsumerRequest(durable="wake_forged",
+                                   filter_subject=names.wake_subject("notices", 1),
+                                   ack_wait_s=5, max_deliver=5, max_ack_pending=10)
+            with pytest.raises(NatsUnavailable, match=r"a hands consumes .*_TOOLS only"):
+                await request_consumer(hands, "hands", wake, wait_s=10)
+            # Nor may it ask in the Brains' name: that subject is the Brains' alone.
+            with pytest.raises(ForbiddenError, match="hands may not ask for a consumer"):
+                await request_consumer(hands, "brain", wake, wait_s=10)
+        assert maker.made == 0
+        js = relay.nc.jetstream()
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await js.consumer_info(names.wake_stream, "wake_forged")
 
 
 async def test_clients_use_no_nats_subject_at_all(secured: Secured) -> None:
@@ -328,4 +370,5 @@ async def test_no_role_may_select_another_database(secured: Secured) -> None:
             await r.aclose()
     with pytest.raises(ConfigError, match="database 0, not /2"):
         settings = secured.settings("brain")
-        await Store.connect(settings.model_copy(update={"redis_url": settings.redis_url.removesuffix("/0") + "/2"}))
+        url = settings.redis_url.removesuffix("/0") + "/2"
+        await Store.connect(settings.model_copy(update={"redis_url": url}))
