@@ -29,6 +29,7 @@ BENCHES: dict[str, str] = {
     "lua": "baton.bench.lua_bench",
     "holds": "baton.bench.holds_bench",
     "soak": "baton.bench.soak_bench",
+    "nodeloss": "baton.bench.node_loss_bench",
 }
 
 __all__ = ["BENCHES"]

@@ -78,6 +78,8 @@ log = get_logger("baton.relay")
 # timeout is the block time plus 5 s: 10 s, as every other connection's, to notice a
 # connection gone silent (a dead connection that is closed or reset fails at once).
 _BLOCK_MS = 5_000
+#: How long a failed publish's retry looks for the streams (see Relay._retry).
+_STREAMS_LOOK_S = 1.0
 # An idle relay whose last look found no pending rows looks this many times less often.
 _CLAIM_QUIET_FACTOR = 10
 
@@ -432,8 +434,17 @@ class Relay(Service):
         bus = self.bus
         if server == "nats" and bus is not None and bus.nc.is_connected:
             # Reachable but failing: the server may have come back without our streams.
+            # A look, not a wait: a stream whose leader died answers nothing until the
+            # survivors elect another (4 to 9 s in nats-server), and each unanswered
+            # JetStream call waits out its timeout (5 s) before the settling retries; a
+            # reader blocked here publishes nothing for seconds after the election. A
+            # missing stream answers at once (404), and is created well within the bound.
             try:
-                await bus.ensure_streams()
+                async with asyncio.timeout(_STREAMS_LOOK_S):
+                    await bus.ensure_streams()
+            except TimeoutError:
+                log.info("streams_unanswered", note="a stream without a leader (an "
+                         "election under way?): the next retry looks again")
             except Exception as err:
                 log.warning("streams_ensure_failed", error=error_text(err))
 
