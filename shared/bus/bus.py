@@ -81,6 +81,21 @@ _TRANSIENT = (
 
 
 
+def shown_url(url: str) -> str:
+    """``url`` (one NATS URL or a comma-separated list) fit for messages and logs: a user
+    kept, a password dropped, and a bare token (``nats://TOKEN@host``) dropped whole."""
+    shown = []
+    for one in url.split(","):
+        scheme, sep, rest = one.strip().partition("://")
+        userinfo, at, hosts = rest.rpartition("@")
+        if not sep or not at:
+            shown.append(one.strip())
+            continue
+        user, colon, _ = userinfo.partition(":")
+        shown.append(f"{scheme}://{user}@{hosts}" if colon and user else f"{scheme}://{hosts}")
+    return ",".join(shown)
+
+
 def _same_consumer(have: ConsumerConfig, filter_subject: str | None, ack_wait: float | None,
                    max_deliver: int | None, max_ack_pending: int | None) -> bool:
     """Whether a consumer's config is the one wanted (the fields Baton sets)."""
@@ -169,12 +184,13 @@ class Bus:
             cause = last_error[0] if last_error else exc
             if _is_auth_failure(cause) or _is_auth_failure(exc):
                 raise CredentialsError(
-                    f"NATS at {settings.nats_url}", user, str(cause) or type(cause).__name__
+                    f"NATS at {shown_url(settings.nats_url)}", user,
+                    str(cause) or type(cause).__name__
                 ) from None
             raise NatsUnavailable(
-                f"cannot connect to NATS at {settings.nats_url} within "
+                f"cannot connect to NATS at {shown_url(settings.nats_url)} within "
                 f"{settings.connect_timeout_s}s: {cause!r}",
-                url=settings.nats_url,
+                url=shown_url(settings.nats_url),
             ) from None
         bus = cls(nc, settings, denials, user, reconnects)
         # A worker logging in as its role may not create consumers: a relay makes them
