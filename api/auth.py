@@ -7,7 +7,10 @@
 presented token is compared in constant time.
 
 Without any token the API is open, with the ``operate`` role, only in dev mode and only when
-it is bound to a loopback address; a request from another address is refused even then.
+it is bound to a loopback address; a request from another address is refused even then, and
+what a web page may make a browser send is checked before any of this (:mod:`baton.api.guard`).
+``baton dev`` does not run it open: it serves the API with a token of its own
+(:func:`dev_tokens_file`), which the console it prints the address of picks up.
 """
 
 from __future__ import annotations
@@ -16,19 +19,23 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from baton.errors import ConfigError, ForbiddenError, UnauthenticatedError
 
-__all__ = ["OPERATE", "READ", "ROLES", "TOKENS_ENV", "Tokens", "is_loopback"]
+__all__ = ["DEV_TOKENS", "OPERATE", "READ", "ROLES", "TOKENS_ENV", "Tokens", "caller_key",
+           "dev_token", "dev_tokens_file", "is_loopback"]
 
 READ = "read"
 OPERATE = "operate"
 ROLES = (READ, OPERATE)
 TOKENS_ENV = "BATON_API_TOKENS"
 _MIN_TOKEN = 16
+#: The file of a ``baton dev`` stack's API token, in its home (mode 0600).
+DEV_TOKENS = "api-tokens"
 
 
 def is_loopback(host: str) -> bool:
@@ -43,6 +50,41 @@ def is_loopback(host: str) -> bool:
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def caller_key(authorization: str | None) -> str:
+    """Who a request counts as, for per-caller limits: its bearer token's digest (never the
+    token), or ``anonymous``."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return _digest(token.strip()).hex()[:32]
+    return "anonymous"
+
+
+def dev_tokens_file(base_dir: Path) -> Path:
+    """A dev stack's API tokens file (``operate:TOKEN``, mode 0600 from its first byte),
+    made with a random token on first use and kept, so an open console keeps working
+    across restarts of the stack."""
+    path = base_dir / DEV_TOKENS
+    if dev_token(base_dir) is None:
+        from baton.devkit.files import write_private
+
+        write_private(path, f"# baton dev's API token (the console at /console/#token=...)\n"
+                            f"{OPERATE}:{secrets.token_urlsafe(32)}\n")
+    return path
+
+
+def dev_token(base_dir: Path) -> str | None:
+    """The operate token of the dev stack at ``base_dir`` (None before it made one)."""
+    try:
+        text = (base_dir / DEV_TOKENS).read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for line in text.splitlines():
+        role, sep, token = line.split("#", 1)[0].strip().partition(":")
+        if sep and role == OPERATE and len(token.strip()) >= _MIN_TOKEN:
+            return token.strip()
+    return None
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,19 @@ class Settings(BaseModel):
     # GET /healthz (live) and /readyz (ready, 503 while draining) on this port; 0 = off.
     health_port: int = Field(default=0, ge=0, le=65535)
 
+    # The HTTP API (baton.api). Host names it answers besides the loopback names and the
+    # address it is bound to, comma-separated ("*": any, behind a proxy that checks Host):
+    # a request naming another Host (DNS rebinding) is refused.
+    api_hosts: str = ""
+    # Open event streams (SSE) per API process, and per token (anonymous callers share
+    # one): past either a new stream is answered 429 with Retry-After. Each session
+    # followed holds one Redis connection, so these bound what one reader can hold.
+    api_max_streams: int = Field(default=2_000, ge=1)
+    api_max_streams_per_token: int = Field(default=1_000, ge=1)
+    # Bytes of changes queued for one stream (and kept per session for streams resuming
+    # behind it): a stream that falls further behind is ended, and resumes.
+    api_stream_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
+
     # Models (brain.model): provider endpoints, keys, timeouts, streaming and retries. Keys
     # come from the environment only: BATON_OPENAI_API_KEY or OPENAI_API_KEY, and
     # BATON_ANTHROPIC_API_KEY or ANTHROPIC_API_KEY (likewise *_BASE_URL).

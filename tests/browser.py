@@ -16,8 +16,9 @@ CHROMEDRIVER = shutil.which("chromedriver")
 T = TypeVar("T")
 
 
-def chromium() -> Iterator[Any]:
-    """A headless Chromium's WebDriver, quit afterwards (the ``browser`` fixture's body)."""
+def chromium(*extra: str) -> Iterator[Any]:
+    """A headless Chromium's WebDriver, quit afterwards (the ``browser`` fixture's body);
+    ``extra``: more command-line switches (e.g. ``--host-resolver-rules=...``)."""
     if CHROMIUM is None or CHROMEDRIVER is None:
         pytest.skip("Chromium or its WebDriver is not installed (Debian: apt-get install "
                     "chromium chromium-driver; scripts/bootstrap.sh installs them as root)")
@@ -28,7 +29,7 @@ def chromium() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,800", "--hide-scrollbars", "--no-first-run",
-                "--disable-extensions", "--disable-background-networking"):
+                "--disable-extensions", "--disable-background-networking", *extra):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:

@@ -8,7 +8,18 @@
 // whose stream ends: nothing in it changes until a new submission restores it.
 
 const main = document.getElementById("main");
-const state = { token: localStorage.getItem("baton.token") || "", role: "", stop: null };
+// The token lives in this tab's sessionStorage, never in localStorage: it is gone with the
+// tab, other tabs of the origin (the API docs at /docs among them, opened with noopener) do
+// not share it, and unlike a cookie it is never sent by itself, so a page elsewhere cannot
+// make the browser use it. `baton dev` prints the console's address with the token in the
+// fragment (#token=...), which never reaches a server: it is taken from there once.
+const TOKEN_KEY = "baton.token";
+localStorage.removeItem(TOKEN_KEY); // where consoles before this one kept it
+if (location.hash.startsWith("#token=")) {
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(location.hash.slice(7)));
+  history.replaceState(null, "", `${location.pathname}${location.search}#/sessions`);
+}
+const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", role: "", stop: null };
 
 // ------------------------------------------------------------------ helpers
 
@@ -67,7 +78,10 @@ function headers(extra = {}) {
 }
 
 async function api(path, { method = "GET", body, key } = {}) {
-  const extra = body !== undefined ? { "Content-Type": "application/json" } : {};
+  // Every change is sent as JSON: the API refuses any other body for one (a form post
+  // from another site, which needs no CORS preflight).
+  const extra = method !== "GET" ? { "Content-Type": "application/json" } : {};
+  if (method !== "GET" && body === undefined) body = {};
   if (key) extra["Idempotency-Key"] = key;
   const res = await fetch(path, { method, headers: headers(extra),
     body: body !== undefined ? JSON.stringify(body) : undefined });
@@ -331,7 +345,7 @@ async function sessionPage(id) {
   const archivedMark = h("span", { id: "archived" });
   main.replaceChildren(
     h("h1", {}, "Session ", h("span", { class: "mono" }, sid), " ", archivedMark, " ", live),
-    h("div", { class: "card" }, header, h("div", { style: "margin-top:8px" }, cancel)),
+    h("div", { class: "card" }, header, h("div", { class: "actions" }, cancel)),
     h("div", { class: "card" }, h("h2", {}, "Handoff timeline"), timeline,
       h("h2", {}, "Takeovers, refusals, confirmations"), notable),
     h("div", { class: "card", id: "approval-card" }, h("h2", {}, "Awaiting approval"), approvals),
@@ -515,7 +529,7 @@ document.getElementById("token").value = state.token;
 document.getElementById("token-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   state.token = document.getElementById("token").value.trim();
-  localStorage.setItem("baton.token", state.token);
+  sessionStorage.setItem(TOKEN_KEY, state.token);
   await whoami();
   await route();
 });

@@ -67,7 +67,7 @@ async def test_an_unexpected_error_is_a_problem_without_a_traceback() -> None:
 
     app = create_app(Settings(), Tokens.load(host="127.0.0.1", dev=True, env={}))
     transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         r = await http.get("/v1/workers")
     assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
     body = r.json()
