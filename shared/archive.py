@@ -6,8 +6,10 @@ fenced transition; this module owns the object, the stores and the reads from an
 
 **The object.** :class:`ArchivedSession` holds the session's keys as Redis held them, by key
 family (:mod:`baton.store.keys`): the hashes ``meta tasks done docs subs reqs runs runs_done
-intents inbox poison`` as field -> value, ``entries`` as the list, ``receipts`` as
-``(stream id, fields)`` pairs, the ``nudge`` string (None when unset), plus the namespace,
+intents inbox poison`` as field -> value, ``entries`` as the list, each role's receipts
+stream (``receipts``, ``receipts_hands``, ``receipts_client``) as ``(stream id, fields)``
+pairs (an object written before per-role streams has every receipt in ``receipts``, and
+reads and restores as it was), the ``nudge`` string (None when unset), plus the namespace,
 the session id, when it was archived, meta's ``seq`` and the fence at archival, and a
 :class:`ArchiveSummary` for listings. The idempotency records (``applied``,
 ``runs_applied``, ``inbox_applied``) are not kept: they expire anyway. :func:`snapshot` reads
@@ -204,7 +206,16 @@ class ArchivedSession(_Frozen):
     inbox: dict[str, str] = {}
     poison: dict[str, str] = {}
     receipts: list[tuple[str, dict[str, str]]] = []
+    receipts_hands: list[tuple[str, dict[str, str]]] = []
+    receipts_client: list[tuple[str, dict[str, str]]] = []
     nudge: str | None = None
+
+    def last_receipts(self) -> str:
+        """The id of the last receipt of each role's stream, space-separated ('' for
+        none), as archive.lua compares them."""
+        return " ".join(stream[-1][0] if stream else ""
+                        for stream in (self.receipts, self.receipts_hands,
+                                       self.receipts_client))
 
 
 class IndexRow(_Frozen):
@@ -315,15 +326,18 @@ async def snapshot(redis: Any, keys: SessionKeys, *, namespace: str | None = Non
                    fence: int | None = None, archived_ms: int | None = None
                    ) -> ArchivedSession:
     """The session's keys as they are now, read in one MULTI (an HGETALL per hash,
-    ``LRANGE 0 -1`` of the entries, ``XRANGE - +`` of the receipts, a GET of the nudge) on
-    ``redis``, a client with ``decode_responses`` (Baton's). ``namespace`` defaults to the
-    keys' own, ``fence`` to meta's, ``archived_ms`` to now."""
+    ``LRANGE 0 -1`` of the entries, ``XRANGE - +`` of each role's receipts stream, a GET of
+    the nudge) on ``redis``, a client with ``decode_responses`` (Baton's). ``namespace``
+    defaults to the keys' own, ``fence`` to meta's, ``archived_ms`` to now."""
     hashes = [getattr(keys, family) for family in _HASH_FAMILIES]
     try:
         async with redis.pipeline(transaction=True) as p:
             for key in hashes:
                 p.hgetall(key)
-            p.lrange(keys.entries, 0, -1).xrange(keys.receipts, "-", "+").get(keys.nudge)
+            p.lrange(keys.entries, 0, -1)
+            for _, stream in keys.receipt_streams():
+                p.xrange(stream, "-", "+")
+            p.get(keys.nudge)
             replies = await p.execute()
     except REDIS_ERRORS as exc:
         raise from_redis_error(exc, session_id=keys.session_id) from None
@@ -333,7 +347,7 @@ async def snapshot(redis: Any, keys: SessionKeys, *, namespace: str | None = Non
         if meta.get(name) is not None and not str(meta[name]).isdigit():
             raise CorruptStateError(keys.session_id, f"meta {name} is not an integer: "
                                     f"{str(meta[name])[:40]!r}")
-    entries, receipts, nudge = replies[len(_HASH_FAMILIES):]
+    entries, receipts, receipts_hands, receipts_client, nudge = replies[len(_HASH_FAMILIES):]
     return ArchivedSession(
         namespace=namespace or keys.meta.partition(":")[0],
         session_id=keys.session_id,
@@ -343,6 +357,8 @@ async def snapshot(redis: Any, keys: SessionKeys, *, namespace: str | None = Non
         summary=_summary(meta, families["subs"]),
         entries=entries,
         receipts=[(rid, fields) for rid, fields in receipts],
+        receipts_hands=[(rid, fields) for rid, fields in receipts_hands],
+        receipts_client=[(rid, fields) for rid, fields in receipts_client],
         nudge=nudge,
         **families,
     )
@@ -773,6 +789,8 @@ class ArchivedKeys:
         }
         held[keys.entries] = ("list", archived.entries)
         held[keys.receipts] = ("stream", archived.receipts)
+        held[keys.receipts_hands] = ("stream", archived.receipts_hands)
+        held[keys.receipts_client] = ("stream", archived.receipts_client)
         held[keys.nudge] = ("string", archived.nudge)
         # Redis keeps no empty key: a family without data is a missing key.
         self._held = {key: value for key, value in held.items() if value[1]}

@@ -19,6 +19,16 @@ drives a transition: strictness that protects keys and subjects lives on the com
 :class:`Carrier` is what a consumer learned about the message that made it act (the relay
 that published it, when, its stream sequence and delivery count). It comes from NATS headers,
 so every field is bounded and validated here before it is stored.
+
+**Who wrote a receipt.** Each role appends to a receipts stream of its own (the Brains'
+``receipts``, ``receipts_hands``, ``receipts_client``; see baton.store.keys), where only its
+Redis ACL user may write, and readers merge the three by id (:func:`receipt_order`).
+:attr:`Receipt.stream_role` is the stream a receipt was read from, and :attr:`Receipt.role`
+the role it is attributed to: the stream's, whatever role its ``worker`` claims, so a Hands or
+a client cannot pass a receipt off as a Brain's (or each other's). The one exception is the
+Brains' stream, which before per-role streams held every role's receipts (sessions written
+then keep them there): a receipt there that claims another role keeps its claim. Either way
+a receipt whose claimed role is not its stream's is flagged (:attr:`Receipt.mismatch`).
 """
 
 from __future__ import annotations
@@ -40,9 +50,10 @@ from pydantic import ValidationError as PydanticValidationError
 from baton.models import MarkRef, Usage, WorkerRef, loads
 
 __all__ = [
-    "ApprovalDetail", "CancelDetail", "Carrier", "ClaimDetail", "CommitDetail",
+    "ROLE_KINDS", "ApprovalDetail", "CancelDetail", "Carrier", "ClaimDetail", "CommitDetail",
     "CompleteDetail", "HeldDetail", "LeaseDetail", "OtherDetail", "PartialDetail", "Receipt",
     "ReceiptDetail", "RefusedDetail", "RestoredDetail", "StartDetail", "SubmitDetail",
+    "id_order", "receipt_order",
 ]
 
 _MAX_MS = 2**53  # a JSON-safe integer; no real timestamp or counter comes near it
@@ -304,6 +315,9 @@ class Receipt(BaseModel):
 
     v: Literal[1] = 1
     stream_id: str = ""  # the Redis stream entry id (resume point of ``watch``)
+    #: the role whose receipts stream this was read from ("": not known, e.g. a receipt saved
+    #: to a file before per-role streams)
+    stream_role: Literal["brain", "hands", "client", ""] = ""
     seq: int = 0  # the commit sequence (0 for leases, claims and refusals)
     ts_ms: int = 0
     worker: WorkerRef | None = None
@@ -316,6 +330,34 @@ class Receipt(BaseModel):
     @property
     def kind(self) -> str:
         return self.detail.kind
+
+    @property
+    def role(self) -> str:
+        """The role this receipt is attributed to: its stream's (only that role may append
+        to it), but in the Brains' stream, or one not known, the role its worker claims when
+        that is a Hands or a client (see the module's doc)."""
+        claimed = self.worker.role if self.worker is not None else ""
+        if self.stream_role in ("hands", "client"):
+            return self.stream_role
+        if claimed in ("hands", "client") or not self.stream_role:
+            return claimed
+        return "brain"
+
+    @property
+    def foreign(self) -> bool:
+        """Whether it is of a kind the role it is attributed to never writes (a ``commit`` in
+        the Hands' stream, a ``claim`` in the clients'): forged; a reader shows it, flagged,
+        and never reads it as that act."""
+        kinds = ROLE_KINDS.get(self.role)
+        return kinds is not None and self.kind in _TAGS and self.kind not in kinds
+
+    @property
+    def mismatch(self) -> bool:
+        """Whether its worker claims another role than its stream's: forged (a Hands or a
+        client writing as another role) or, in the Brains' stream, written before per-role
+        streams; never trusted as the claimed role's act."""
+        return (bool(self.stream_role) and self.worker is not None
+                and self.worker.role != self.stream_role)
 
     @model_validator(mode="before")
     @classmethod
@@ -336,8 +378,10 @@ class Receipt(BaseModel):
         return data
 
     @classmethod
-    def from_stream(cls, stream_id: str, f: dict[str, str]) -> Receipt:
-        """Decode one entry of the receipts stream (fields seq, kind, worker, fence, ts, data)."""
+    def from_stream(cls, stream_id: str, f: dict[str, str],
+                    role: Literal["brain", "hands", "client", ""] = "") -> Receipt:
+        """Decode one entry of a receipts stream (fields seq, kind, worker, fence, ts, data);
+        ``role``: the role whose stream it was read from."""
         kind = f.get("kind", "")
         data = loads(f.get("data") or "{}")
         if not isinstance(data, dict):
@@ -359,6 +403,7 @@ class Receipt(BaseModel):
         worker = loads(f["worker"]) if f.get("worker", "").startswith("{") else None
         return cls.model_validate({
             "stream_id": stream_id,
+            "stream_role": role,
             "seq": int(f.get("seq", 0)),
             "ts_ms": int(f.get("ts", 0)),
             "worker": worker,
@@ -368,6 +413,30 @@ class Receipt(BaseModel):
             "trace": envelope.get("trace") or {},
             "detail": body,
         })
+
+
+_ROLE_RANK = {"brain": 0, "hands": 1, "client": 2, "": 3}
+
+#: The kinds of receipt each role's scripts write (baton/store/lua).
+ROLE_KINDS: dict[str, frozenset[str]] = {
+    "brain": frozenset({"lease", "takeover", "held", "commit", "partial", "refused",
+                        "restored"}),
+    "hands": frozenset({"claim", "reclaim", "complete", "refused"}),
+    "client": frozenset({"submit", "start", "cancel", "approve", "reject", "refused"}),
+}
+
+
+def id_order(stream_id: str) -> tuple[int, int]:
+    """A stream id (``<ms>-<seq>``) as the pair it is ordered by."""
+    ms, _, seq = stream_id.partition("-")
+    return (int(ms) if ms.isdigit() else 0, int(seq) if seq.isdigit() else 0)
+
+
+def receipt_order(r: Receipt) -> tuple[int, int, int]:
+    """The place of a receipt in the session's merged receipts: by stream id (the scripts
+    give the three streams' receipts ids in the order they were written, see receipt_id in
+    baton/store/lua/_lib.lua), then by role (ids a forged receipt shares with another)."""
+    return (*id_order(r.stream_id), _ROLE_RANK[r.stream_role])
 
 
 def _detail_or_other(body: dict[str, Any]) -> Any:

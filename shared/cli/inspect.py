@@ -34,6 +34,7 @@ from baton.cli.inspect_render import render_cluster, render_session
 from baton.errors import not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, loads
 from baton.observability.log import bounded
+from baton.receipts import id_order
 from baton.store.archived import SessionSource
 from baton.store.epoch import StoreEpoch
 from baton.store.state import parse_requests, parse_runs, requested_meta, with_intents
@@ -258,18 +259,25 @@ async def session_view(store: Store, session_id: str, *,
              ("done", sk.done, "hgetall", {}), ("subs", sk.subs, "hgetall", {}),
              ("runs", sk.runs, "hgetall", {}), ("runs_done", sk.runs_done, "hgetall", {}),
              ("entry_count", sk.entries, "llen", 0), ("receipts", sk.receipts, "xlen", 0),
+             ("receipts_hands", sk.receipts_hands, "xlen", 0),
+             ("receipts_client", sk.receipts_client, "xlen", 0),
              ("poison", sk.poison, "hgetall", {}), ("intents", sk.intents, "hgetall", {}),
              ("inbox", sk.inbox, "hgetall", {}))
     async with redis.pipeline(transaction=False) as p:
         for _, key, cmd, _ in reads:
             getattr(p, cmd)(key)
-        p.lrange(sk.entries, -20, -1).xrevrange(sk.receipts, count=1)
+        p.lrange(sk.entries, -20, -1)
+        for _, key in sk.receipt_streams():
+            p.xrevrange(key, count=1)
         p.exists(*[key for _, key, _, _ in reads])
         replies = await p.execute(raise_on_error=False)
     raw = {name: f.reply(f"{name} key {key}", replies[i], default)
            for i, (name, key, _, default) in enumerate(reads)}
     page = f.reply(f"entries key {sk.entries}", replies[len(reads)], [])
-    last = f.reply(f"receipts key {sk.receipts}", replies[len(reads) + 1], [])
+    # the newest receipt of every role's stream (their ids are one order, see keys.py)
+    newest = [f.reply(f"{role} receipts key {key}", replies[len(reads) + 1 + i], [])
+              for i, (role, key) in enumerate(sk.receipt_streams())]
+    last = max((n[0] for n in newest if n), key=lambda e: id_order(e[0]), default=None)
     if not f and not raw["meta"] and not replies[-1]:
         raise not_found(f"session {session_id}", namespace=store.keys.ns,
                         session_id=session_id)
@@ -347,7 +355,8 @@ async def session_view(store: Store, session_id: str, *,
                   "remaining_ms": meta.lease_until_ms - now if leased else 0,
                   "dirty": meta.dirty, "held_for_results": leased and bool(meta.listen)},
         "seq": meta.seq, "entries": int(raw["entry_count"]), "groups": meta.groups,
-        "receipts": int(raw["receipts"]), "last_receipt": last[0][0] if last else None,
+        "receipts": sum(int(raw[k]) for k in ("receipts", "receipts_hands", "receipts_client")),
+        "last_receipt": last[0] if last else None,
         "submissions": [{"submission_id": s.id, "request_id": s.request_id, "status": s.status,
                          "answer": s.answer, "error": s.error}
                         for s in submissions.values()],

@@ -85,7 +85,7 @@ async def _live_receipts(settings: Settings, session_id: str, task_id: str | Non
     try:
         sk = store.keys.session(session_id)
         source = SessionSource(store)
-        if not await store.redis.exists(sk.meta, sk.receipts):
+        if not await store.redis.exists(sk.meta, *(key for _, key in sk.receipt_streams())):
             source = await archived.require(session_id)
         record = await quarantine_of(source.store, session_id)
         quarantine = None if record is None else {

@@ -78,8 +78,13 @@ __all__ = [
 
 
 def _lane_id(r: Receipt) -> str:
+    """A worker's lane, under the role its receipts are attributed to (their stream's, see
+    :attr:`Receipt.role`): a worker whose receipts claim another role gets a lane of its
+    own, flagged, never a place in the claimed role's lane."""
     w = r.worker
-    return f"{w.role}:{w.name}:{w.pid}" if w else "unknown"
+    if w is None:
+        return "unknown"
+    return f"{r.role}:{w.name}:{w.pid}" + (f":claims-{w.role}" if r.mismatch else "")
 
 
 def _fence(r: Receipt) -> str:
@@ -131,6 +136,13 @@ class Timeline:
                    seq=r.seq, run_id=str(getattr(d, "run_id", "")), task_id=d.task_ref,
                    marks=[f"{m.mark}:{m.run_id}" for m in r.marks])
         self.events.append(ev)
+        if r.mismatch:  # its worker claims another role than its stream's
+            ev.flags.append("role-mismatch")
+        if r.foreign:  # another role's act in this role's stream: shown, never read as one
+            ev.flags.append("forged")
+            self._on_other(ev, d)
+            ev.text = f"(a {r.kind} receipt in the {r.stream_role} receipts) {ev.text}"
+            return ev
         match d:
             case SubmitDetail() | StartDetail():
                 self._on_input(ev, d)
@@ -179,7 +191,11 @@ class Timeline:
         lane = self.lanes.get(lid)
         if lane is None:
             w = r.worker
-            lane = self.lanes[lid] = Lane(lid, w.role if w else "?", w.name if w else "?",
+            # A receipt whose worker claims another role than its stream's says so in its
+            # lane's name (forged, or written before per-role receipts streams).
+            name = (w.name + (f" [claims {w.role}, in {r.stream_role} receipts]"
+                              if r.mismatch else "")) if w else "?"
+            lane = self.lanes[lid] = Lane(lid, (r.role or "?") if w else "?", name,
                                           w.pid if w else 0, first_ms=r.ts_ms - self.t0)
         lane.last_ms = r.ts_ms - self.t0
         lane.events += 1

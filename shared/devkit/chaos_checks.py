@@ -117,10 +117,11 @@ def check_session(f: SessionFacts, deliveries: dict[str, int], out: Findings) ->
 
 
 def _claims(receipts: list[Receipt]) -> dict[str, list[Receipt]]:
-    """First claims by run id (reclaims excluded)."""
+    """First claims by run id (reclaims excluded), as the Hands' receipts record them."""
     out: dict[str, list[Receipt]] = {}
     for r in receipts:
-        if isinstance(r.detail, ClaimDetail) and r.detail.kind == "claim":
+        if isinstance(r.detail, ClaimDetail) and r.detail.kind == "claim" and \
+                r.role == "hands" and not r.foreign:
             out.setdefault(r.detail.run_id, []).append(r)
     return out
 
@@ -130,9 +131,14 @@ def check_fences(f: SessionFacts, out: Findings) -> None:
     lease_fence = 0
     attempt: dict[str, int] = {}  # run -> newest claimed attempt
     completed: Counter[str] = Counter()
-    for r in f.receipts:  # in commit order
-        role = r.worker.role if r.worker else ""
+    for r in f.receipts:  # in commit order (every role's stream, merged)
+        role = r.role  # its stream's: only that role may write there
         d = r.detail
+        if r.mismatch or r.foreign:  # every role writes its own receipts, as itself
+            out.add(f"{f.session_id}: a {r.kind} receipt by "
+                    f"{r.worker and f'{r.worker.role}:{r.worker.name}'} in the "
+                    f"{r.stream_role} receipts")
+            continue
         if isinstance(d, RefusedDetail):
             out.counts["stale_refused"] += 1
         elif isinstance(d, LeaseDetail) and role == "brain":

@@ -39,7 +39,15 @@ transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash
                                     holder, a timer's firing time (ms) once a timer did (the
                                     dirty mark of those who may not write meta)
     <ns>:T:s:<sid>:runs_done HASH   same layout, runs whose result was applied
-    <ns>:T:s:<sid>:receipts  STREAM one entry per commit or refused write
+    <ns>:T:s:<sid>:receipts  STREAM the Brains' receipts: one entry per commit, lease or refused
+                                    write (a session written before per-role streams has
+                                    every role's receipts here)
+    <ns>:T:s:<sid>:receipts_hands   STREAM the Hands' receipts (claims, results, refusals)
+    <ns>:T:s:<sid>:receipts_client  STREAM the clients' receipts (submit, start, cancel,
+                                    approve, reject); each role's ACL appends only to its own
+                                    stream, and the ids of the three are one order (receipt_id
+                                    in lua/_lib.lua): readers merge them by id
+                                    (:meth:`SessionKeys.receipt_streams`)
     <ns>:T:s:<sid>:applied   HASH   commit id -> reply of a transition (retries in doubt apply
                                     once; expires, see lua/_applied.lua)
     <ns>:T:s:<sid>:archived  HASH   the tombstone of an archived session (lua/archive.lua):
@@ -89,6 +97,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
+from typing import Literal
 
 from baton.errors import ValidationError
 
@@ -113,6 +122,9 @@ RUN_FIELDS = (
     "approved",  # ms of the approval that dispatched it
 )
 
+
+#: The roles that write receipts, each to a stream of its own (SessionKeys.receipt_streams).
+ReceiptRole = Literal["brain", "hands", "client"]
 
 #: The roles that keep liveness records and dead letters, each in keys of its own.
 LOG_ROLES = ("relay", "brain", "hands")
@@ -181,6 +193,22 @@ class SessionKeys:
     def nudge(self) -> str:
         """STRING set by a tool result or a timer: work arrived for the lease holder."""
         return self.meta.removesuffix("meta") + "nudge"
+
+    @property
+    def receipts_hands(self) -> str:
+        """STREAM of the Hands' receipts (only the Hands' ACL user may append to it)."""
+        return self.meta.removesuffix("meta") + "receipts_hands"
+
+    @property
+    def receipts_client(self) -> str:
+        """STREAM of the clients' receipts (only the client's ACL user may append to it)."""
+        return self.meta.removesuffix("meta") + "receipts_client"
+
+    def receipt_streams(self) -> tuple[tuple[ReceiptRole, str], ...]:
+        """Each role's receipts stream, as ``(role, key)``: the role a receipt read from it
+        is attributed to (:attr:`baton.receipts.Receipt.role`)."""
+        return (("brain", self.receipts), ("hands", self.receipts_hands),
+                ("client", self.receipts_client))
 
     @property
     def wakes(self) -> str:

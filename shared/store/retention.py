@@ -10,8 +10,8 @@ Brain then. That Brain's lease finds the session idle, and :func:`archive_if_due
    holds the lease, and writes that as one object to the archive (:class:`baton.archive.
    Archive`), which confirms the write;
 3. runs ``archive.lua`` under its fence: the session must still be the snapshot (meta seq
-   and newest receipt unchanged), settled, and due; then its keys are deleted and a small
-   tombstone written, all in that one script (see its header).
+   and the newest receipt of each role's stream unchanged), settled, and due; then its keys
+   are deleted and a small tombstone written, all in that one script (see its header).
 
 A crash between 2 and 3 leaves the session live in Redis and an object in the archive that a
 later archival overwrites: nothing is lost, nothing is half-archived.
@@ -81,18 +81,18 @@ async def archive_if_due(store: Store, archive: Archive, session_id: str, fence:
         return False
     snap = await snapshot(store.redis, sk, namespace=store.keys.ns, fence=fence)
     key = await archive.put(store.keys.ns, session_id, encode(snap))
-    last = snap.receipts[-1][0] if snap.receipts else ""
     settings = store.settings
     ttl_ms = round(settings.tombstone_ttl_s * 1000)
     await store.scripts.run("archive", sk, [
-        fence, worker.name, session_id, str(snap.seq), last, key, ttl_ms,
+        fence, worker.name, session_id, str(snap.seq), snap.last_receipts(), key, ttl_ms,
         snap.summary.status, snap.summary.submissions, ttl_ms])
     try:  # the listing of archived sessions by time (Archive.list_index); best effort
         await archive.put_index(store.keys.ns, [IndexRow.of(snap)])
     except BatonError as exc:
         log.warning("archive_index_failed", session_id=session_id, error=str(exc))
     log.info("session_archived", session_id=session_id, object=key, fence=fence,
-             entries=len(snap.entries), receipts=len(snap.receipts))
+             entries=len(snap.entries),
+             receipts=len(snap.receipts) + len(snap.receipts_hands) + len(snap.receipts_client))
     return True
 
 
@@ -108,8 +108,8 @@ async def tombstone(store: Store, session_id: str) -> dict[str, str]:
 
 def restore_keys(snap: ArchivedSession) -> str:
     """The keys of an archive object as restore.lua takes them (ARGV[4]): hashes as flat
-    field/value lists (but the Hands' runs records, see restore.lua), the entries, the
-    receipts as ``[id, [field, value, ...]]``."""
+    field/value lists (but the Hands' runs records, see restore.lua), the entries, each
+    role's receipts as ``[id, [field, value, ...]]``."""
     keys: dict[str, Any] = {}
     for name in _HASHES:
         pairs: list[str] = []
@@ -117,8 +117,9 @@ def restore_keys(snap: ArchivedSession) -> str:
             pairs += (field, value)
         keys[name] = pairs
     keys["entries"] = list(snap.entries)
-    keys["receipts"] = [[rid, [x for kv in fields.items() for x in kv]]
-                        for rid, fields in snap.receipts]
+    for name in ("receipts", "receipts_hands", "receipts_client"):
+        keys[name] = [[rid, [x for kv in fields.items() for x in kv]]
+                      for rid, fields in getattr(snap, name)]
     return orjson.dumps(keys).decode()
 
 

@@ -3,7 +3,8 @@
 Owns :class:`SessionState` (a consistent snapshot) with its lazily decoded :class:`Entries`,
 the transition outcomes (:class:`Lease`, :class:`Claim`, :class:`Partial`), the parsers that
 turn Redis hashes and stream rows into models (:func:`parse_meta`, :func:`parse_runs`,
-:func:`parse_receipt`) and :func:`receipts_about`. Nothing here talks to Redis.
+:func:`parse_receipt`, :func:`merge_receipts`) and :func:`receipts_about`. Nothing here
+talks to Redis.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from baton.models import (
     decode,
     loads,
 )
-from baton.receipts import Receipt
+from baton.receipts import Receipt, receipt_order
+from baton.store.keys import ReceiptRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,9 +400,21 @@ def parse_partial(m: Mapping[str, str]) -> Partial | None:
     return Partial(task_id=task_id, request_id=request_id, text=text)
 
 
-def parse_receipt(stream_id: str, f: dict[str, str]) -> Receipt:
-    """Decode one receipts-stream entry (the one place receipts are decoded)."""
-    return Receipt.from_stream(stream_id, f)
+def parse_receipt(stream_id: str, f: dict[str, str], role: ReceiptRole | Literal[""] = ""
+                  ) -> Receipt:
+    """Decode one entry of ``role``'s receipts stream (the one place receipts are decoded)."""
+    return Receipt.from_stream(stream_id, f, role)
+
+
+def merge_receipts(
+    streams: Iterable[tuple[ReceiptRole, list[tuple[str, dict[str, str]]]]],
+) -> list[Receipt]:
+    """The receipts of each role's stream (``(role, XRANGE reply)``, see
+    :meth:`~baton.store.keys.SessionKeys.receipt_streams`), decoded and merged in order
+    (:func:`~baton.receipts.receipt_order`)."""
+    merged = [parse_receipt(sid, f, role) for role, reply in streams for sid, f in reply]
+    merged.sort(key=receipt_order)
+    return merged
 
 
 def _int(value: str | None) -> int | None:
@@ -436,6 +450,7 @@ __all__ = [
     "Partial",
     "SessionState",
     "is_request",
+    "merge_receipts",
     "parse_decisions",
     "parse_meta",
     "parse_partial",

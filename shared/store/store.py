@@ -73,8 +73,8 @@ from baton.store.state import (
     Lease,
     Partial,
     SessionState,
+    merge_receipts,
     parse_partial,
-    parse_receipt,
     receipts_about,
 )
 from baton.store.writes import Writes
@@ -463,10 +463,18 @@ class Store:
     async def receipts(
         self, session_id: str, after: str = "-", count: int = 10_000
     ) -> list[Receipt]:
+        """The session's receipts after receipt id ``after``, at most ``count``: every role's
+        stream merged in order, each receipt attributed to its stream's role
+        (:func:`~baton.store.state.merge_receipts`)."""
         start = after if after == "-" else f"({after}"
-        reply = await self.redis.xrange(self.keys.session(session_id).receipts, start, "+", count)
-        raw = cast(list[tuple[str, dict[str, str]]], reply)  # decoded replies
-        return [parse_receipt(sid, f) for sid, f in raw]
+        streams = self.keys.session(session_id).receipt_streams()
+        async with self.redis.pipeline(transaction=False) as p:
+            for _, key in streams:
+                p.xrange(key, start, "+", count)
+            replies = await p.execute()
+        raw = cast(list[list[tuple[str, dict[str, str]]]], replies)  # decoded replies
+        # Each stream gave its first ``count``: the merged first ``count`` are then complete.
+        return merge_receipts(zip((role for role, _ in streams), raw, strict=True))[:count]
 
     async def receipts_for(
         self, session_id: str, *, task_id: str | None = None, run_id: str | None = None

@@ -15,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.archive import Archive, decode
+from baton.archive import Archive, ArchivedSession, decode
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.errors import ArchivedError, NotFoundError
 from baton.examples.notices import app
 from baton.models import Terminal, WorkerRef
+from baton.receipts import id_order
 from baton.settings import Settings
 from baton.store import retention
 from baton.store.store import Store
@@ -63,6 +64,14 @@ async def settle_and_archive(client: Client) -> Any:
     return sub
 
 
+def archived_receipts(snap: ArchivedSession) -> list[tuple[str, str]]:
+    """The receipts an archive object holds, as (role, id), merged in order."""
+    streams = (("brain", snap.receipts), ("hands", snap.receipts_hands),
+               ("client", snap.receipts_client))
+    return sorted(((role, rid) for role, stream in streams for rid, _ in stream),
+                  key=lambda r: id_order(r[1]))
+
+
 async def deliveries(mailbox: MailboxServer) -> dict[str, int]:
     async with httpx.AsyncClient() as http:
         stats: dict[str, Any] = (await http.get(f"{mailbox.url}/stats")).json()
@@ -89,8 +98,10 @@ async def test_a_settled_session_leaves_redis_for_one_archive_object(
     snap = decode(data)
     # Everything the trace, inspect and the API need, as Redis held it.
     assert snap.subs[sub.id] and '"completed"' in snap.subs[sub.id]
-    assert [rid for rid, _ in snap.receipts][:len(receipts)] == [
-        r.stream_id for r in receipts]
+    # every role's receipts, each in its own stream: the Brains', the Hands', the client's
+    assert archived_receipts(snap)[:len(receipts)] == [(r.stream_role, r.stream_id)
+                                                       for r in receipts]
+    assert {role for role, _ in archived_receipts(snap)} == {"brain", "hands", "client"}
     assert snap.entries and snap.meta["agent"] == "notices"
     assert tomb["status"] == "completed" and int(tomb["fence"]) == snap.fence
     assert sorted((await deliveries(mailbox)).values()) == [1] * 5
@@ -153,7 +164,8 @@ async def test_a_new_submission_restores_the_session_once_and_continues_it(
     kinds = [r.kind for r in receipts]
     assert kinds.count("restored") == 1
     restored_at = kinds.index("restored")
-    assert [r.stream_id for r in receipts[:restored_at]] == [rid for rid, _ in before.receipts]
+    assert [(r.stream_role, r.stream_id) for r in receipts[:restored_at]] == \
+        archived_receipts(before)
     assert sorted((await deliveries(mailbox)).values()) == [3] * 5  # once per submission
 
 
@@ -193,8 +205,8 @@ async def test_a_session_whose_tombstone_expired_is_restored_from_the_archive(
     assert not first_created and original.id == sub.id and original.status == "completed"
     kinds = [r.kind for r in receipts]
     assert kinds.count("restored") == 1
-    assert [r.stream_id for r in receipts[:kinds.index("restored")]] == [
-        rid for rid, _ in before.receipts]
+    assert [(r.stream_role, r.stream_id) for r in receipts[:kinds.index("restored")]] == \
+        archived_receipts(before)
     assert state.meta.fence > before.fence  # past the archived fence: stale workers stay out
     assert sorted((await deliveries(mailbox)).values()) == [2] * 5
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from baton.errors import BatonError, CorruptStateError, ValidationError
 from baton.models import Entry, Task, ToolIntent, ToolResult
+from baton.store.keys import SessionKeys
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import take_up
@@ -204,17 +205,40 @@ async def test_a_receipts_key_of_another_type_is_refused_as_corrupt_with_nothing
     store: Store, op: str
 ) -> None:
     """These scripts write their receipt first (receipt_first) instead of checking the
-    receipts key's type before every call: a receipts key of another type still fails the
-    call as CORRUPT, naming the key, with nothing written."""
+    receipts key's type before every call: their role's receipts stream of another type
+    still fails the call as CORRUPT, naming the key, with nothing written."""
     s = await Session.start(store)
     sk = store.keys.session(s.sid)
     names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
-    await store.redis.delete(names["receipts"])
-    await store.redis.set(names["receipts"], "x")
+    own = _own_receipts(sk, op)
+    names["own receipts"] = own
+    await store.redis.delete(own)
+    await store.redis.set(own, "x")
     before = await _snapshot(store, list(names.values()))
-    with pytest.raises(CorruptStateError, match="receipts key is a string"):
+    with pytest.raises(CorruptStateError, match=f"{own.rsplit(':', 1)[1]} key is a string"):
         await OPS[op](s)
     assert await _snapshot(store, list(names.values())) == before
+
+
+def _own_receipts(sk: SessionKeys, op: str) -> str:
+    """The receipts stream of the role running ``op``."""
+    return (sk.receipts_hands if op in ("claim", "complete", "heartbeat")
+            else sk.receipts_client if op == "submit" else sk.receipts)
+
+
+@pytest.mark.parametrize("op", ["claim", "complete", "submit"])
+async def test_another_roles_receipts_of_another_type_do_not_stop_a_script(
+    store: Store, op: str
+) -> None:
+    """A script reads the other roles' receipts streams only to order its receipt after
+    theirs (receipt_id, with pcall): one of another type does not stop it."""
+    s = await Session.start(store)
+    sk = store.keys.session(s.sid)
+    await store.redis.delete(sk.receipts)
+    await store.redis.set(sk.receipts, "x")
+    before = await store.redis.xlen(_own_receipts(sk, op))
+    await OPS[op](s)
+    assert await store.redis.xlen(_own_receipts(sk, op)) == before + 1
 
 
 STALE: dict[str, Op] = {
@@ -232,10 +256,11 @@ async def test_a_refusal_receipt_on_a_receipts_key_of_another_type_is_refused_as
     s = await Session.start(store)
     sk = store.keys.session(s.sid)
     names = dict(zip(KEYS, [*sk.all(), sk.intents, sk.inbox], strict=True))
-    await store.redis.delete(names["receipts"])
-    await store.redis.set(names["receipts"], "x")
+    own = names["own receipts"] = _own_receipts(sk, op)
+    await store.redis.delete(own)
+    await store.redis.set(own, "x")
     before = await _snapshot(store, list(names.values()))
-    with pytest.raises(CorruptStateError, match="receipts key is a string"):
+    with pytest.raises(CorruptStateError, match=f"{own.rsplit(':', 1)[1]} key is a string"):
         await STALE[op](s)
     assert await _snapshot(store, list(names.values())) == before
 

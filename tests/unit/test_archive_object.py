@@ -58,6 +58,27 @@ def _frame(doc: object) -> bytes:
     return zstandard.ZstdCompressor().compress(orjson.dumps(doc))
 
 
+def test_an_object_archived_before_per_role_receipts_reads_and_restores_as_it_was() -> None:
+    """An object written before each role had its own receipts stream holds them all in
+    ``receipts``: it decodes, and restores them there (restore.lua's argument)."""
+    from baton.store.retention import restore_keys
+
+    doc = session().model_dump(mode="json")
+    del doc["receipts_hands"], doc["receipts_client"]
+    old = decode(_frame(doc))
+    assert old.receipts == session().receipts
+    assert old.receipts_hands == old.receipts_client == []
+    assert old.last_receipts() == "1-1  "
+    keys = orjson.loads(restore_keys(old))
+    assert keys["receipts"] == [["1-0", ["kind", "submit", "seq", "0"]], ["1-1", ["kind", "lease"]]]
+    assert keys["receipts_hands"] == keys["receipts_client"] == []
+    # and a new one keeps each role's stream apart
+    new = session(receipts=[("1-1", {"kind": "lease"})],
+                  receipts_hands=[("1-2", {"kind": "claim"})],
+                  receipts_client=[("1-0", {"kind": "submit"})])
+    assert decode(encode(new)) == new and new.last_receipts() == "1-1 1-2 1-0"
+
+
 @pytest.mark.parametrize(("data", "reason"), [
     (b"", "not a zstandard frame"),
     (b"not an object at all", "not a zstandard frame"),

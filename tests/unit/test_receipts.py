@@ -200,3 +200,49 @@ def test_carrier_of_reads_the_relay_headers_and_drops_what_does_not_fit() -> Non
                 {"Nats-Msg-Id": "a b"}):
         assert carrier_of(cast(Msg, _Msg(bad))) is None
     assert carrier_of(cast(Msg, _Msg({"Baton-Published-At": "soon"}))).published_ms == 0
+
+
+CLIENT = json.dumps({"role": "client", "name": "client-1", "pid": 12})
+
+
+def test_a_receipt_is_attributed_to_the_role_of_its_stream() -> None:
+    """The Hands' and clients' streams take only their role's writes: what a receipt there
+    claims does not change whose it is, and an act of another role is flagged, not read."""
+    claim = Receipt.from_stream("1-0", entry("claim", {"run_id": "r"}, worker=HANDS), "hands")
+    assert (claim.role, claim.mismatch, claim.foreign) == ("hands", False, False)
+    # a Hands forging a Brain's final commit: still the Hands', flagged twice
+    fake = Receipt.from_stream("1-1", entry("commit", {"kind": "final"}), "hands")
+    assert (fake.role, fake.mismatch, fake.foreign) == ("hands", True, True)
+    # a client claiming to be a Hands that claimed a run
+    fake = Receipt.from_stream("1-2", entry("claim", {"run_id": "r"}, worker=HANDS), "client")
+    assert (fake.role, fake.mismatch, fake.foreign) == ("client", True, True)
+    # a client's own request, whatever name it gives
+    cancel = Receipt.from_stream("1-3", entry("cancel", {}, worker=CLIENT), "client")
+    assert (cancel.role, cancel.mismatch, cancel.foreign) == ("client", False, False)
+    # saved and read back, it keeps its stream's role
+    assert Receipt.model_validate(json.loads(fake.model_dump_json())).role == "client"
+
+
+def test_a_session_written_before_per_role_streams_reads_as_it_was() -> None:
+    """Before per-role streams every role appended to the Brains' stream: a Hands' claim
+    there keeps its claimed role (flagged as not vouched for by its stream) and is read as
+    a claim; a receipt saved without its stream is read as its worker says."""
+    old = Receipt.from_stream("1-0", entry("claim", {"run_id": "r"}, worker=HANDS), "brain")
+    assert (old.role, old.mismatch, old.foreign) == ("hands", True, False)
+    commit = Receipt.from_stream("1-1", entry("commit", {"kind": "final"}), "brain")
+    assert (commit.role, commit.mismatch, commit.foreign) == ("brain", False, False)
+    saved = Receipt.from_stream("1-2", entry("claim", {"run_id": "r"}, worker=HANDS))
+    assert (saved.role, saved.mismatch, saved.foreign) == ("hands", False, False)
+
+
+def test_receipts_merge_by_id_then_role() -> None:
+    from baton.store.state import merge_receipts
+
+    merged = merge_receipts([
+        ("brain", [("5-0", entry("lease", {})), ("7-3", entry("commit", {}))]),
+        ("hands", [("6-1", entry("claim", {"run_id": "r"}, worker=HANDS))]),
+        ("client", [("1-2", entry("submit", {}, worker=CLIENT)),
+                    ("7-3", entry("cancel", {}, worker=CLIENT))])])
+    assert [(r.stream_id, r.role) for r in merged] == [
+        ("1-2", "client"), ("5-0", "brain"), ("6-1", "hands"), ("7-3", "brain"),
+        ("7-3", "client")]

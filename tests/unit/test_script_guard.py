@@ -65,4 +65,26 @@ def test_a_self_guarded_key_is_checked_by_the_script_itself() -> None:
         text = source(name)
         line = re.search(r"^SELF-GUARDED:(.*)$", text, re.M)
         for key in line.group(1).split() if line else ():
-            assert f"wrong_type(K_{key.upper()}, '{key}', '{KEY_TYPES[key]}')" in text, (name, key)
+            # a receipts stream: by receipt_first, whose failed XADD checks its stream's type
+            assert f"wrong_type(K_{key.upper()}, '{key}', '{KEY_TYPES[key]}')" in text or (
+                KEY_TYPES[key] == "stream" and f"receipt_first(K_{key.upper()}," in text
+                and "return wrong_type(k, string.match(k, ':([a-z_]+)$'), 'stream')" in text
+            ), (name, key)
+
+
+def test_each_role_s_scripts_write_receipts_to_its_own_stream_only() -> None:
+    """The Brains' scripts append to ``receipts``, the Hands' to ``receipts_hands``, the
+    clients' to ``receipts_client``: the stream each role's ACL user alone may write."""
+    import re
+
+    from baton.store.scripts import HANDS_SCRIPTS, INBOX_SCRIPTS, TOMBSTONE_SCRIPTS
+
+    calls = re.compile(r"\breceipt(?:_first)?\((K_\w+),|\{'XADD', (K_RECEIPTS\w*),")
+    for name in (*SESSION_SCRIPTS, *TOMBSTONE_SCRIPTS):
+        own = ("K_RECEIPTS_HANDS" if name in HANDS_SCRIPTS
+               else "K_RECEIPTS_CLIENT" if name in INBOX_SCRIPTS else "K_RECEIPTS")
+        body = source(name).split("local function __script(ARGV)")[-1]
+        written = {a or b for a, b in calls.findall(body)}
+        if name not in ("ask_restore", "reinstate", "archive"):  # they write no receipt
+            assert written, name
+        assert written <= {own}, (name, written)

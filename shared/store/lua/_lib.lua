@@ -30,7 +30,12 @@ keys of SessionKeys.all() (meta first) get the same names. The session's keys:
                    results of group g so far; Brains only read it (records of applied
                    runs are dropped by the Hands, see gc_names)
   runs_done HASH   same, for runs whose result was applied
-  receipts  STREAM commit log: about the newest RECEIPTS_KEPT receipts (see receipt())
+  receipts  STREAM the Brains' receipts (commit log): about the newest RECEIPTS_KEPT (see
+                   receipt()). Each role appends to its own stream, where only its ACL may
+                   write: receipts_hands (claims, results, the Hands' refusals) and
+                   receipts_client (requests); readers merge the three by id (see receipt_id)
+                   and attribute each receipt to its stream's role. A session written before
+                   has every role's receipts in this one
   applied   HASH   commit id -> recorded reply (see _applied.lua); the Hands' scripts
                    keep theirs in runs_applied, the clients' in inbox_applied (APPLIED_KEY, set by
                    scripts.py)
@@ -55,7 +60,8 @@ script that fails midway, so validation first is what makes a transition all-or-
 Errors are returned as "CODE detail..." replies (see shared/errors.py from_redis_error).
 Before any script body runs, corrupt_refusal() (called by _applied.lua) checks what the
 script relies on: each key it touches has its type (or does not exist) and, when it touches
-meta, a session whose meta is gone has no receipts either (unless requests wait in its inbox),
+meta, a session whose meta is gone has no (Brains') receipts either (unless requests wait
+in its inbox),
 and the meta's agent/wake are set and its counters are integers. shared/scripts.py writes
 corrupt_refusal for each script (below this file): meta_refusal() when meta is among the
 keys the script touches, then one wrong_type() per other key it touches (found in the
@@ -83,7 +89,11 @@ local K_SUBS = K_BASE .. ':subs'
 local K_REQS = K_BASE .. ':reqs'
 local K_RUNS = K_BASE .. ':runs'
 local K_RUNS_DONE = K_BASE .. ':runs_done'
+-- The session's receipts, one stream per role that writes them (only that role's ACL may
+-- append to it): the Brains', the Hands' and the clients'.
 local K_RECEIPTS = K_BASE .. ':receipts'
+local K_RECEIPTS_HANDS = K_BASE .. ':receipts_hands'
+local K_RECEIPTS_CLIENT = K_BASE .. ':receipts_client'
 local K_APPLIED = K_BASE .. ':' .. APPLIED_KEY
 local K_OUTBOX = K_SHARD .. 'outbox'
 local K_TIMERS = K_SHARD .. 'timers'
@@ -169,14 +179,55 @@ local function fail(code, detail)
   return redis.error_reply(code .. ' ' .. tostring(detail))
 end
 
--- Append a receipt; 'seq' is the commit sequence it belongs to (0 for refusals). The
--- stream keeps about the newest RECEIPTS_KEPT (set by shared/scripts.py from
+-- Receipt ids up to this ms are written by receipt_id (higher ones, only a forged receipt's,
+-- are past what Lua's numbers hold exactly).
+local RECEIPT_ID_MAX_MS = 99999999999999
+
+-- The id of the session's next receipt: past the newest receipt of each role's stream and
+-- at least now's ms, so that the ids of the three streams are unique and in the order the
+-- receipts were written (a reader merges them by id, and resumes after one id in all
+-- three). Each stream alone would number its entries from the clock, and two streams
+-- written in the same ms would share ids. A stream that cannot be read as one (another
+-- type, refused by the caller's ACL) is skipped: read with pcall, it fails nothing. '*'
+-- when an id there is past RECEIPT_ID_MAX_MS: Redis numbers the receipt itself then.
+local function receipt_id(now)
+  local ms, seq = now, 0
+  for _, k in ipairs({K_RECEIPTS, K_RECEIPTS_HANDS, K_RECEIPTS_CLIENT}) do
+    local newest = redis.pcall('XREVRANGE', k, '+', '-', 'COUNT', 1)
+    local id = type(newest) == 'table' and not newest.err and newest[1] and newest[1][1]
+    local m, s = string.match(id or '', '^(%d+)-(%d+)$')
+    m, s = tonumber(m), tonumber(s)
+    if m and (m > RECEIPT_ID_MAX_MS or s >= RECEIPT_ID_MAX_MS) then return '*' end
+    if m and (m > ms or (m == ms and s >= seq)) then ms, seq = m, s + 1 end
+  end
+  return string.format('%d-%d', ms, seq)
+end
+
+-- XADD a receipt to stream k (the caller's role's: K_RECEIPTS, K_RECEIPTS_HANDS or
+-- K_RECEIPTS_CLIENT) under receipt_id's id, as pcall does: the reply, or an error table.
+-- The stream keeps about the newest RECEIPTS_KEPT (set by shared/scripts.py from
 -- Settings.receipts_kept): 'MAXLEN ~' trims whole stream nodes, so a receipt costs the same
 -- at any age of the session, and what an archive object keeps of a session's receipts is
--- what Redis still had of them then.
-local function receipt(kind, worker, fence, seq, now, data)
-  redis.call('XADD', K_RECEIPTS, 'MAXLEN', '~', RECEIPTS_KEPT, '*', 'seq', seq, 'kind', kind,
-             'worker', worker, 'fence', fence, 'ts', now, 'data', data)
+-- what Redis still had of them then. An id the stream refuses (its own newest entry was
+-- deleted: its last id is past what it holds) is retried as '*'.
+local function add_receipt(k, kind, worker, fence, seq, now, data)
+  local id = receipt_id(now)
+  local function add(at)
+    return redis.pcall('XADD', k, 'MAXLEN', '~', RECEIPTS_KEPT, at, 'seq', seq, 'kind', kind,
+                       'worker', worker, 'fence', fence, 'ts', now, 'data', data)
+  end
+  local r = add(id)
+  if type(r) == 'table' and r.err and id ~= '*' and not string.find(r.err, 'WRONGTYPE', 1, true) then
+    r = add('*')
+  end
+  return r
+end
+
+-- Append a receipt to the role's stream k (see add_receipt); 'seq' is the commit sequence
+-- it belongs to (0 for refusals).
+local function receipt(k, kind, worker, fence, seq, now, data)
+  local r = add_receipt(k, kind, worker, fence, seq, now, data)
+  if type(r) == 'table' and r.err then error(r) end
 end
 
 -- Add one outbox row; its id ("<session>/<seq>/<n>") becomes the Nats-Msg-Id.
@@ -241,7 +292,7 @@ local function acl_refusal(checks)
   return nil
 end
 
--- The commands that writing a receipt, an outbox row and a deadline need.
+-- The commands that writing a (Brain's) receipt, an outbox row and a deadline need.
 local function log_checks(checks)
   checks[#checks + 1] = {'XADD', K_RECEIPTS, '*', 'f', 'v'}
   checks[#checks + 1] = {'XADD', K_OUTBOX, '*', 'f', 'v'}
@@ -343,6 +394,9 @@ local function meta_refusal()
   if m.err then return wrong_type(K_META, 'meta', 'hash') or m end
   META = m
   if not m[1] and redis.call('EXISTS', K_META) == 0 then
+    -- the Brains' receipts: a Brain opens the session (meta) before its first receipt,
+    -- while what the Hands or a client append to their own streams cannot make a session
+    -- look corrupt (a new one, before its first request)
     if redis.call('EXISTS', K_RECEIPTS) == 1 and redis.call('EXISTS', K_INBOX) == 0 then
       return fail('CORRUPT', 'meta is missing from a session that has receipts')
     end
@@ -358,16 +412,16 @@ local function meta_refusal()
   return nil
 end
 
--- Append a receipt as the script's FIRST write, for a script that lists receipts as
--- SELF-GUARDED: a receipts key of another type fails this XADD with nothing written, and
--- the call is refused as CORRUPT, as the guard's check of its type would have refused it.
--- Returns that reply, or nil once the receipt is written (and the stream trimmed, as by
--- receipt()).
-local function receipt_first(kind, worker, fence, seq, now, data)
-  local r = redis.pcall('XADD', K_RECEIPTS, 'MAXLEN', '~', RECEIPTS_KEPT, '*', 'seq', seq,
-                        'kind', kind, 'worker', worker, 'fence', fence, 'ts', now, 'data', data)
+-- Append a receipt to the role's stream k as the script's FIRST write, for a script that
+-- lists that stream as SELF-GUARDED: a stream key of another type fails this XADD with
+-- nothing written, and the call is refused as CORRUPT, as the guard's check of its type would
+-- have refused it. The other roles' streams are only read (receipt_id, with pcall): such a
+-- script lists them UNGUARDED. Returns that reply, or nil once the receipt is written (and
+-- the stream trimmed, as by receipt()).
+local function receipt_first(k, kind, worker, fence, seq, now, data)
+  local r = add_receipt(k, kind, worker, fence, seq, now, data)
   if type(r) == 'table' and r.err then
-    return wrong_type(K_RECEIPTS, 'receipts', 'stream') or r
+    return wrong_type(k, string.match(k, ':([a-z_]+)$'), 'stream') or r
   end
   return nil
 end

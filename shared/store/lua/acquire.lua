@@ -40,6 +40,7 @@ UNGUARDED: tasks docs subs runs entries intents inbox nudge
 The receipt is the first write (receipt_first): a receipts key of another type is refused
 as CORRUPT with nothing written, without a check of its type before every lease.
 SELF-GUARDED: sessions receipts
+UNGUARDED: receipts_hands receipts_client
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'fence', '1'}, {'HSET', K_META, 'f', 'v'}, {'DEL', K_NUDGE}, {'HKEYS', K_INBOX}}))
 if denied then return denied end
@@ -91,7 +92,7 @@ end
 local kind = 'lease'
 if takeover == 1 then kind = 'takeover' end
 -- the fence the HINCRBY below makes (meta's fence is an integer; 1 for a session opened here)
-local corrupt = receipt_first(kind, ARGV[3], tonumber(META[4] or '0') + 1, 0, now,
+local corrupt = receipt_first(K_RECEIPTS, kind, ARGV[3], tonumber(META[4] or '0') + 1, 0, now,
         cjson.encode({previous_holder = holder, previous_fence = tonumber(META[4] or '0'),
                       carrier = carrier}))
 if corrupt then return corrupt end

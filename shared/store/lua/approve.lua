@@ -16,9 +16,10 @@ with the given result (outcome error, code 'rejected') in its own commit (brain.
 Either happens once: a run with a decision pending, or that no longer awaits approval, is
 refused with CONFLICT naming its status.
 Returns {'approved', seq} or {'rejected', seq} (seq: the session's commit sequence now).
+UNGUARDED: receipts receipts_hands
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS_CLIENT, '*', 'f', 'v'}})
 if denied then return denied end
 local sid, rid, decision, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if redis.call('EXISTS', K_META) == 0 then
@@ -56,7 +57,7 @@ if own[1] ~= 'awaiting_approval' then
 end
 local expected = own[2] or ''
 if decision == 'approve' and digest ~= expected then
-  receipt('refused', ARGV[5], 0, 0, now, cjson.encode({
+  receipt(K_RECEIPTS_CLIENT, 'refused', ARGV[5], 0, 0, now, cjson.encode({
     run_id = rid, op = 'approve', presented = digest, expected = expected}))
   return fail('CONFLICT', 'approval refused: digest ' .. digest .. ' does not match the ' ..
               'arguments of run ' .. rid .. ' (their digest is ' .. expected .. ')')
@@ -74,6 +75,6 @@ redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/d.' .. rid, 'subj', wake,
            'data', ARGV[8], 'hdr', '', 'sid', sid, 'ts', now)
 tell_holder(sid, now, '')
-receipt(kind, ARGV[5], 0, seq, now, ARGV[6])
+receipt(K_RECEIPTS_CLIENT, kind, ARGV[5], 0, seq, now, ARGV[6])
 if kind == 'approve' then return {'approved', seq} end
 return {'rejected', seq}

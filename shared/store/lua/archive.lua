@@ -2,7 +2,8 @@
 
 KEYS: 1 key of the session, the rest derived from it (see _lib.lua).
 ARGV: 1 fence, 2 worker name, 3 session id, 4 meta seq of the snapshot written to the
-      archive, 5 id of the snapshot's last receipt ('' for none), 6 archive object key,
+      archive, 5 ids of the snapshot's last receipt in the Brains', the Hands' and the
+      clients' receipts streams, space-separated ('' for none), 6 archive object key,
       7 tombstone ttl ms, 8 the newest submission's status, 9 the number of submissions
       (both kept in the tombstone for listings), 10 how long the shard's archived index
       keeps a session (ms)
@@ -11,8 +12,8 @@ object, read in one MULTI, and the store confirmed it (baton.store.retention). T
 is the second half of that one fenced step: it checks, before any write, that the session
 is still what was archived and still settled:
   - the fence is current, held by this worker, and the lease is live;
-  - meta's seq and the newest receipt are the snapshot's (no commit, no request, no tool
-    result, no refusal since: each appends a receipt or bumps the seq);
+  - meta's seq and the newest receipt of each role's stream are the snapshot's (no commit,
+    no request, no tool result, no refusal since: each appends a receipt or bumps the seq);
   - no live task, no request in the inbox, no nudge, no live tool run (an intent, or a run
     record still running), and meta 'retain_at' (armed by the commit that left it idle) has passed;
   - it is not quarantined (an operator decides about those).
@@ -33,15 +34,15 @@ with nothing written) or deleted (DEL works on any type); the tombstone does not
 guard refused the call otherwise). The shard's timers and session index are guarded; the
 archived index is checked here before the first write.
 UNGUARDED: tasks done docs subs reqs runs runs_done intents inbox nudge receipts entries archived
-UNGUARDED: poison runs_applied inbox_applied
+UNGUARDED: poison runs_applied inbox_applied receipts_hands receipts_client
 SELF-GUARDED: archived_ix
 ]==]
 local OWN = {K_META, K_ENTRIES, K_TASKS, K_DONE, K_DOCS, K_SUBS, K_REQS, K_RUNS_DONE,
              K_RECEIPTS, K_INTENTS, K_INBOX, K_NUDGE, K_POISON, K_APPLIED}
--- Other roles' records of the session go with it: the Hands' runs and the commit ids of
--- Hands and clients (a Brain may delete them, see baton.auth), in a DEL of their own (an
--- ACL selector allows a command only when it allows every key of the call).
-local THEIRS = {K_RUNS, K_RUNS_APPLIED, K_INBOX_APPLIED}
+-- Other roles' records of the session go with it: the Hands' runs, the commit ids and
+-- receipts of Hands and clients (a Brain may delete them, see baton.auth), in a DEL of
+-- their own (an ACL selector allows a command only when it allows every key of the call).
+local THEIRS = {K_RUNS, K_RUNS_APPLIED, K_INBOX_APPLIED, K_RECEIPTS_HANDS, K_RECEIPTS_CLIENT}
 if ACL_CHECKS then
   local checks = {{'DEL', unpack(OWN)}, {'ZREM', K_SESSIONS, 'm'}, {'ZREM', K_TIMERS, 'm'},
                   {'HSET', K_ARCHIVED, 'f', 'v'}, {'PEXPIRE', K_ARCHIVED, '1'},
@@ -64,9 +65,13 @@ if holder ~= worker or until_ms <= now then
   return fail('STALE_FENCE', fence .. ' ' .. cur)  -- the lease ran out: another may take it
 end
 if tostring(META[5] or '0') ~= ARGV[4] then return fail('CHANGED', 'seq ' .. tostring(META[5])) end
-local newest = redis.call('XREVRANGE', K_RECEIPTS, '+', '-', 'COUNT', 1)
-local newest_id = (newest[1] and newest[1][1]) or ''
-if newest_id ~= ARGV[5] then return fail('CHANGED', 'receipt ' .. newest_id) end
+local newest_ids = {}
+for _, k in ipairs({K_RECEIPTS, K_RECEIPTS_HANDS, K_RECEIPTS_CLIENT}) do
+  local newest = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)
+  newest_ids[#newest_ids + 1] = (newest[1] and newest[1][1]) or ''
+end
+local newest_id = table.concat(newest_ids, ' ')
+if newest_id ~= ARGV[5] then return fail('CHANGED', 'receipts ' .. newest_id) end
 local m = redis.call('HMGET', K_META, 'retain_at', 'compat', 'created', 'partial')
 local retain_at = tonumber(m[1] or '')
 if not retain_at then return fail('LIVE', 'no retention armed') end

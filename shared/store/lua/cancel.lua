@@ -20,9 +20,10 @@ Returns one of:
                                      nothing to cancel, nothing written
 A task whose submit or start request waits in the inbox counts as unfinished.
 Fails NOT_FOUND for an unknown session or task.
+UNGUARDED: receipts receipts_hands
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}, {'HVALS', K_INBOX}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS_CLIENT, '*', 'f', 'v'}, {'HVALS', K_INBOX}})
 if denied then return denied end
 -- Tasks whose submit or start request waits in the inbox (the Brain takes the requests up
 -- before the cancels): a session that has only those is not opened yet, but exists.
@@ -90,5 +91,5 @@ redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/c.' .. target .. '.' .. now,
            'subj', wake, 'data', ARGV[3], 'hdr', '', 'sid', sid, 'ts', now)
 tell_holder(sid, now, '')
-receipt('cancel', ARGV[4], 0, seq, now, ARGV[5])
+receipt(K_RECEIPTS_CLIENT, 'cancel', ARGV[4], 0, seq, now, ARGV[5])
 return {'requested', target}

@@ -36,10 +36,11 @@ guard need not check them (the same keys, read by every run).
 The receipt is each run's first write (receipt_first): a receipts key of another type is
 refused as CORRUPT with nothing written, without a check of its type before every claim.
 UNGUARDED: runs runs_done intents
-SELF-GUARDED: receipts
+SELF-GUARDED: receipts_hands
+UNGUARDED: receipts receipts_client
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
-                                           {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
+                                           {'XADD', K_RECEIPTS_HANDS, '*', 'f', 'v'}})
 if denied then return denied end
 -- Every run's numbers are checked before the first run's writes: a bad one refuses the whole
 -- call with nothing written (a run's own refusals below leave the others' claims as they are).
@@ -113,7 +114,7 @@ local function claim_one(rid, delivery, carrier_text, tool, gone_holder)
   if carrier ~= nil then  -- as the caller sent it (decoded above only to refuse a malformed one):
     data = string.sub(data, 1, -2) .. ',"carrier":' .. carrier_text .. '}'  -- no numbers re-encoded
   end
-  local corrupt = receipt_first(kind, worker_json, new, 0, now, data)
+  local corrupt = receipt_first(K_RECEIPTS_HANDS, kind, worker_json, new, 0, now, data)
   if corrupt then return {'error', corrupt.err} end
   redis.call('HSET', K_RUNS, rid .. '.attempt', new, rid .. '.status', 'running',
              rid .. '.worker', worker, rid .. '.heartbeat', now)

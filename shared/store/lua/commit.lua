@@ -82,6 +82,7 @@ index has those parts (see touched_refusal below).
 The receipt (a refusal's too) is the first write (receipt_first): a receipts key of another
 type is refused as CORRUPT with nothing written, without a check of its type every time.
 SELF-GUARDED: tasks done docs subs reqs runs runs_done intents inbox outbox timers receipts
+UNGUARDED: receipts_hands receipts_client
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HINCRBY', K_META, 'seq', '1'}, {'HSET', K_META, 'f', 'v'}, {'RPUSH', K_ENTRIES, 'x'},
   {'HSET', K_TASKS, 'f', 'v'}, {'HDEL', K_TASKS, 'f'}, {'HSET', K_DONE, 'f', 'v'},
@@ -100,7 +101,7 @@ if cur < 0 then
 end
 local now = now_ms()
 if cur ~= fence then
-  local corrupt = receipt_first('refused', ARGV[2], fence, 0, now,
+  local corrupt = receipt_first(K_RECEIPTS, 'refused', ARGV[2], fence, 0, now,
                                 cjson.encode({current = cur, op = 'commit'}))
   if corrupt then return corrupt end
   return fail('STALE_FENCE', fence .. ' ' .. cur)
@@ -298,7 +299,7 @@ end
 -- 2. write
 local count = redis.call('LLEN', K_ENTRIES) + ne  -- the count after the writes below
 -- the receipt first, with the sequence below (meta's seq is an integer)
-local corrupt = receipt_first('commit', ARGV[2], fence, tonumber(META[5] or '0') + 1, now,
+local corrupt = receipt_first(K_RECEIPTS, 'commit', ARGV[2], fence, tonumber(META[5] or '0') + 1, now,
                               ARGV[5])
 if corrupt then return corrupt end
 -- the next sequence (meta's seq is an integer), written with the lease's fields when the

@@ -22,7 +22,7 @@ fence, releases (reading the nudge) and looks again, with no relay hop. If the h
 meanwhile, the wake it still holds unacknowledged in JetStream is redelivered to another
 Brain, which takes over once the lease expires and finds the nudge; if the word is lost,
 the holder's release at the end of its hold finds it. Of the runs of one group completed in one call,
-the last therefore writes the wake, once. It writes only the run records, the receipts, the
+the last therefore writes the wake, once. It writes only the run records, its receipts, the
 nudge and the wakes stream: never meta nor the outbox, so the Hands' ACL user needs no
 write access to either. The receipt's seq is the session's current commit sequence. It
 also drops the records of runs the Brain applied since (intents 'gc', see gc_names).
@@ -41,10 +41,11 @@ results of a group do not): whether this one does is known before its first writ
 group's count read above, plus one), and only then is the stream's type checked, before the
 receipt.
 UNGUARDED: runs runs_done intents nudge
-SELF-GUARDED: receipts wakes
+SELF-GUARDED: receipts_hands wakes
+UNGUARDED: receipts receipts_client
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_RUNS, 'f', 'v'},
-  {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'},
+  {'HINCRBY', K_RUNS, 'f', '1'}, {'HDEL', K_RUNS, 'f'}, {'XADD', K_RECEIPTS_HANDS, '*', 'f', 'v'},
   {'XADD', K_WAKES, '*', 'f', 'v'}, {'SET', K_NUDGE, '1'}})
 if denied then return denied end
 do  -- every run's attempt is checked before the first run's writes (see _args.lua)
@@ -76,7 +77,7 @@ local function complete_one(rid, attempt, result, group, force, wake_json, recei
       if d then cur, status = tonumber(d), 'applied' end
     end
     status = status or 'gone'
-    local corrupt = receipt_first('refused', worker_json, attempt or 0, 0, now, cjson.encode({
+    local corrupt = receipt_first(K_RECEIPTS_HANDS, 'refused', worker_json, attempt or 0, 0, now, cjson.encode({
       run_id = rid, current = cur, status = status, op = 'complete'}))
     if corrupt then return {'error', corrupt.err} end
     return refused('STALE_ATTEMPT', (attempt or 0) .. ' ' .. cur .. ' ' .. status)
@@ -114,7 +115,7 @@ local function complete_one(rid, attempt, result, group, force, wake_json, recei
       if wrong then return {'error', wrong.err} end
     end
   end
-  local corrupt = receipt_first('complete', worker_json, attempt, seq, now, receipt)
+  local corrupt = receipt_first(K_RECEIPTS_HANDS, 'complete', worker_json, attempt, seq, now, receipt)
   if corrupt then return {'error', corrupt.err} end
   redis.call('HSET', K_RUNS, rid .. '.result', result, rid .. '.status', 'completed',
              rid .. '.completed', now, rid .. '.attempts', attempts)

@@ -11,7 +11,8 @@ the call (WRONGTYPE) with nothing written, so the guard need not check them.
 Only a refusal writes a receipt, as its one write (receipt_first): a receipts key of another
 type is refused as CORRUPT with nothing written, without a check of its type every beat.
 UNGUARDED: runs intents
-SELF-GUARDED: receipts
+SELF-GUARDED: receipts_hands
+UNGUARDED: receipts receipts_client
 ]==]
 local invalid = bad_args({{'attempt', ARGV[2], 0, MAX_INT}})
 if invalid then return invalid end
@@ -21,7 +22,7 @@ r[3] = redis.call('HGET', K_INTENTS, rid .. '.cancel')  -- Brain-owned: Hands ca
 local cur = integer(r[1]) and tonumber(r[1] or '0') or 0  -- an unreadable attempt is no current one
 if cur ~= attempt or r[2] ~= 'running' then
   if ARGV[3] then
-    local corrupt = receipt_first('refused', ARGV[3], attempt, 0, now_ms(), cjson.encode({
+    local corrupt = receipt_first(K_RECEIPTS_HANDS, 'refused', ARGV[3], attempt, 0, now_ms(), cjson.encode({
       run_id = rid, current = cur, status = r[2] or 'gone', op = 'heartbeat'}))
     if corrupt then return corrupt end
   end

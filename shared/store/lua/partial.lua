@@ -25,6 +25,7 @@ was saved), or -1 for a stale fence.
 The receipt is the first write (receipt_first): a receipts key of another type is refused
 as CORRUPT with nothing written, without a check of its type every time.
 SELF-GUARDED: receipts
+UNGUARDED: receipts_hands receipts_client
 ]==]
 local denied = ACL_CHECKS and acl_refusal(log_checks({{'HSET', K_META, 'f', 'v'}, {'HDEL', K_META, 'f'}}))
 if denied then return denied end
@@ -50,7 +51,7 @@ if m[1] == of then
   end
 end
 if offset ~= saved then return saved end  -- not where the saved text ends: nothing written
-local corrupt = receipt_first('partial', ARGV[2], fence, 0, now_ms(), ARGV[7])
+local corrupt = receipt_first(K_RECEIPTS, 'partial', ARGV[2], fence, 0, now_ms(), ARGV[7])
 if corrupt then return corrupt end
 if chunks == 0 then  -- the first chunk: another task's or request's text goes
   if m[1] then clear_partial() end

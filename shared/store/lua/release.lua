@@ -18,6 +18,7 @@ The receipt is the first write (receipt_first): a receipts key of another type i
 as CORRUPT with nothing written.
 UNGUARDED: nudge
 SELF-GUARDED: receipts
+UNGUARDED: receipts_hands receipts_client
 ]==]
 local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}, {'lease ttl ms', ARGV[2], 1, MAX_MS}})
 if invalid then return invalid end
@@ -33,7 +34,7 @@ end
 if m[2] == '1' or redis.call('EXISTS', K_NUDGE) == 1 then
   local now = now_ms()
   if ARGV[3] then
-    local corrupt = receipt_first('held', ARGV[3], fence, 0, now, ARGV[4] or '{}')
+    local corrupt = receipt_first(K_RECEIPTS, 'held', ARGV[3], fence, 0, now, ARGV[4] or '{}')
     if corrupt then return corrupt end
   end
   redis.call('HSET', K_META, 'dirty', 0, 'lease_until', now + tonumber(ARGV[2]),

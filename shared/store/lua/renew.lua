@@ -10,6 +10,7 @@ the cancel concerns instead of finishing it first (brain.session, brain.generati
 Only a refusal writes a receipt, as its one write (receipt_first): a receipts key of another
 type is refused as CORRUPT with nothing written, without a check of its type every renewal.
 SELF-GUARDED: receipts
+UNGUARDED: receipts_hands receipts_client
 ]==]
 local invalid = bad_args({{'fence', ARGV[1], 0, MAX_INT}, {'lease ttl ms', ARGV[2], 1, MAX_MS}})
 if invalid then return invalid end
@@ -17,7 +18,7 @@ local fence = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', K_META, 'fence') or '0')
 if cur ~= fence then
   if ARGV[3] then
-    local corrupt = receipt_first('refused', ARGV[3], fence, 0, now_ms(),
+    local corrupt = receipt_first(K_RECEIPTS, 'refused', ARGV[3], fence, 0, now_ms(),
                                   cjson.encode({current = cur, op = 'renew'}))
     if corrupt then return corrupt end
   end

@@ -18,9 +18,10 @@ Returns {1, task id} when recorded now, {0, task id} for a repeated request id (
 taken up). Fails FULL <why> while a relay finds JetStream full (the shard's 'full' key). Fails
 CONFLICT when the session belongs to another agent or the task exists.
 UNGUARDED: full
+UNGUARDED: receipts receipts_hands
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS_CLIENT, '*', 'f', 'v'}})
 if denied then return denied end
 -- JetStream refuses the relay's messages for want of room (baton.store.capacity): new input
 -- would only wait in the outbox, so it is refused, retryably, with nothing written.
@@ -53,5 +54,5 @@ redis.call('SET', K_NUDGE, 1)
 redis.call('XADD', K_WAKES, '*', 'id', sid .. '/' .. seq .. '/t.' .. req, 'subj', wake,
            'data', ARGV[8], 'hdr', ARGV[11] or '', 'sid', sid, 'ts', now)
 tell_holder(sid, now, ARGV[11])
-receipt('start', ARGV[9], 0, seq, now, ARGV[10])
+receipt(K_RECEIPTS_CLIENT, 'start', ARGV[9], 0, seq, now, ARGV[10])
 return {1, ARGV[6]}

@@ -34,10 +34,11 @@ fail it, so the guard need not check them.
 The receipt is the first write (receipt_first): a receipts key of another type is refused
 as CORRUPT with nothing written, without a check of its type every time.
 UNGUARDED: reqs subs inbox nudge full
-SELF-GUARDED: receipts
+SELF-GUARDED: receipts_client
+UNGUARDED: receipts receipts_hands
 ]==]
 local denied = ACL_CHECKS and acl_refusal({{'HSET', K_INBOX, 'f', 'v'}, {'SET', K_NUDGE, '1'},
-  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS, '*', 'f', 'v'}})
+  {'XADD', K_WAKES, '*', 'f', 'v'}, {'XADD', K_RECEIPTS_CLIENT, '*', 'f', 'v'}})
 if denied then return denied end
 -- JetStream refuses the relay's messages for want of room (baton.store.capacity): new input
 -- would only wait in the outbox, so it is refused, retryably, with nothing written.
@@ -76,7 +77,7 @@ local now = now_ms()
 local m = {META[2], META[5]}  -- wake, seq as the guard read them (no write since)
 wake = m[1] or wake
 local seq = m[2] or '0'
-local corrupt = receipt_first('submit', ARGV[12], 0, seq, now, ARGV[13])
+local corrupt = receipt_first(K_RECEIPTS_CLIENT, 'submit', ARGV[12], 0, seq, now, ARGV[13])
 if corrupt then return corrupt end
 redis.call('HSET', K_INBOX, 'submit:' .. req, cjson.encode({
   agent = agent, compat = tonumber(ARGV[3]), wake = ARGV[4], sub = ARGV[7], entry = ARGV[8],
