@@ -203,10 +203,12 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
 
     async def _newest(store: Store, session_id: str) -> str | None:
-        """The id of the session's newest receipt (None without one)."""
-        newest = await store.redis.xrevrange(store.keys.session(session_id).receipts,
-                                             count=1)
-        return str(newest[0][0]) if newest else None
+        """The id of the session's newest receipt, of any role's stream (None without one)."""
+        async with store.redis.pipeline(transaction=False) as p:
+            for _, key in store.keys.session(session_id).receipt_streams():
+                p.xrevrange(key, count=1)
+            ids = [str(newest[0][0]) for newest in await p.execute() if newest]
+        return max(ids, key=receipt_order, default=None)
 
     # ------------------------------------------------------------------ writes
 

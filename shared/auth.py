@@ -10,9 +10,11 @@ relay     publish ``ns.wake.>`` and ``ns.tool.>``; create and    outbox and wake
           update the two streams                                timers, leases, nudges
 brain     create, pull from and ack consumers of ``NS_WAKE``     session keys but run records,
                                                                 outbox, timers
-hands     create, pull from and ack consumers of ``NS_TOOLS``;   run records, receipts, nudges,
+hands     create, pull from and ack consumers of ``NS_TOOLS``;   run records, receipts_hands,
+                                                                nudges,
           ask and answer ``ns.live.hands.*`` (liveness)         the wakes stream
-client    nothing: clients submit and watch through Redis       granted sessions' inbox, wakes
+client    nothing: clients submit and watch through Redis       granted sessions' inbox and
+                                                                receipts_client, wakes
 operator  stream and consumer info of the two streams, the      nothing: reads every key of the
           oldest message of a subject (``baton inspect``)       namespace (inspect, trace, watch)
 ========  ====================================================  ==============================
@@ -78,8 +80,9 @@ _REDIS_COMMANDS: dict[Role, list[str]] = {
     "brain": [*_SESSION_WRITES, "rpush", "hgetall", "llen", "lrange", "xrange", "zrange",
               "spublish", "zscan", "get", "del", "hkeys", "ssubscribe", "sunsubscribe",
               "xrevrange", "zremrangebyscore"],
-    # spublish: a result's word to the Brain holding its session (complete.lua)
-    "hands": [*_SESSION_WRITES, "hgetall", "spublish"],
+    # spublish: a result's word to the Brain holding its session (complete.lua); xrevrange:
+    # a receipt's id follows the newest of every role's receipts (receipt_id, _lib.lua)
+    "hands": [*_SESSION_WRITES, "hgetall", "spublish", "xrevrange"],
     # xrange: the oldest outbox row's age (the backlog metrics, ShardStore.backlog)
     "relay": ["xreadgroup", "xack", "xdel", "xautoclaim", "xgroup|create", "xlen", "xpending",
               "xrange", "xrevrange", "zrange", "zadd", "zrem", "exists", "hget", "hmget", "hgetall",
@@ -136,10 +139,12 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
                 *shard_logs]
     if role == "hands":
         # Reads everything; writes the run records (claims, heartbeats, results), their
-        # commit ids and receipts, the nudge and the shard's wakes stream: never meta, intents,
-        # entries, tasks, documents, submissions, applied runs or the outbox.
+        # commit ids and its own receipts stream, the nudge and the shard's wakes stream:
+        # never meta, intents, entries, tasks, documents, submissions, applied runs, the
+        # outbox, nor the Brains' or clients' receipts.
         return [f"%R~{ns}:*", f"~{tag}:s:*:runs", f"~{tag}:s:*:runs_applied",
-                f"~{tag}:s:*:receipts", f"~{tag}:s:*:nudge", f"~{tag}:wakes", *shard_logs]
+                f"~{tag}:s:*:receipts_hands", f"~{tag}:s:*:nudge", f"~{tag}:wakes",
+                *shard_logs]
     if role == "brain":
         # Every session key but the Hands' run records (runs, runs_applied), which it only
         # reads; the outbox and timers; reads the rest.
@@ -147,7 +152,8 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
         return [f"%R~{ns}:*", *own, f"~{tag}:outbox", f"~{tag}:timers",
                 f"~{tag}:sessions", f"~{tag}:archived", *shard_logs]
     # client: reads the granted sessions; writes only their inbox (submit, start, cancel,
-    # approve and reject requests), nudge and receipts, and appends to the shard's wakes
+    # approve and reject requests), nudge and its own receipts stream (not the Brains' or
+    # the Hands'), and appends to the shard's wakes
     # stream (the relay publishes a request's wake on the session's wake subject): write
     # only, since its rows name every session of the shard (their ids, request ids and
     # subjects), the other tenants' too: XADD needs write alone (the scripts declare the
@@ -156,7 +162,8 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     # takes the request up, and the relay's inbox sweep wakes a session whose request's
     # wake was lost. The Brain writes the session, its entries, tasks, submissions and
     # dispatches.
-    own = [f"~{tag}:s:{sessions}:{k}" for k in ("inbox", "nudge", "receipts", "inbox_applied")]
+    own = [f"~{tag}:s:{sessions}:{k}"
+           for k in ("inbox", "nudge", "receipts_client", "inbox_applied")]
     # full: a relay's word that JetStream is full (submit.lua refuses new input then)
     return [f"%R~{tag}:s:{sessions}", *own, f"%W~{tag}:wakes", f"%R~{tag}:full",
             *shard_logs]
@@ -198,7 +205,12 @@ def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
         # a run record (restore.lua leaves the runs hash out: a settled session's records
         # there are applied runs the Hands had yet to drop).
         out.append(f"(+pexpire ~{tag}:s:*:archived)")
-        out.append(f"(+del ~{tag}:s:*:runs ~{tag}:s:*:runs_applied ~{tag}:s:*:inbox_applied)")
+        theirs = ("runs", "runs_applied", "inbox_applied", "receipts_hands", "receipts_client")
+        out.append(f"(+del {' '.join(f'~{tag}:s:*:{k}' for k in theirs)})")
+        # Restoring an archived session (restore.lua) writes the Hands' and clients' receipts
+        # back into their streams: XADD alone there (a Brain, which decides the session's
+        # state, could forge them: see docs/threat-model.md).
+        out.append(f"(+xadd ~{tag}:s:*:receipts_hands ~{tag}:s:*:receipts_client)")
     if role in ("hands", "client"):  # a result, a request: the Brain's nudge
         out.append(f"(+set ~{tag}:s:{grant}:nudge)")
     elif role == "relay":  # a fired timer

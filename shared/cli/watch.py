@@ -1,8 +1,9 @@
 """``baton watch``: a session's snapshot, then its changes as they are committed.
 
-The changes are read from the session's receipts stream (one entry per commit, lease, claim,
-completion or refused write), with a blocking XREAD from the last receipt id seen on a
-connection of its own (named ``baton-watch:<session>``). The snapshot and the id it ends at
+The changes are read from the session's receipts (one per commit, lease, claim, completion,
+request or refused write), each role's stream merged by id (baton.store.keys), with a
+blocking XREAD of the three streams from the last receipt id seen on a connection of its own
+(named ``baton-watch:<session>``). The snapshot and the id it ends at
 are read in one MULTI, so nothing falls between them.
 
 Each receipt becomes one *change*, emitted as a unit: the receipt (who, which fence, what,
@@ -43,13 +44,13 @@ from baton.cli.trace import Timeline
 from baton.cli.trace_model import archived_line
 from baton.errors import RedisUnavailable, not_found
 from baton.models import Entry, Submission, Task, ToolRun, decode, dumps, loads
-from baton.receipts import PartialDetail, Receipt
+from baton.receipts import PartialDetail, Receipt, receipt_order
 from baton.settings import Settings
 from baton.store.archived import ArchivedReads, SessionSource
 from baton.store.epoch import StoreEpoch
-from baton.store.keys import SessionKeys
+from baton.store.keys import ReceiptRole, SessionKeys
 from baton.store.redis_client import connect_redis, without_password
-from baton.store.state import parse_receipt, parse_runs, requested_meta, with_intents
+from baton.store.state import merge_receipts, parse_runs, requested_meta, with_intents
 from baton.store.store import Store, now_ms
 
 __all__ = ["FIRST_GIVE_UP_S", "Watch", "emitter", "render_change"]
@@ -61,6 +62,20 @@ _RETRY_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 _GIVE_UP_S = 60.0  # Redis unreachable this long in a row: give up with RedisUnavailable
 # Before the first successful read there may be no stack at all: give up sooner.
 FIRST_GIVE_UP_S = 5.0
+
+
+_ROLES: tuple[ReceiptRole, ...] = ("brain", "hands", "client")  # receipt_streams' order
+
+
+def _in_order(replies: list[Any]) -> list[Receipt]:
+    """The receipts of one read of each role's stream (``_BATCH`` at most each), merged in
+    order up to where a stream may have more: past the last receipt of a stream that filled
+    its batch, another stream's receipts wait for the next read (which starts after the last
+    one emitted), so none is emitted before one that precedes it."""
+    merged = merge_receipts(zip(_ROLES, replies, strict=True))
+    full = [receipt_order(r) for r in merged
+            if any(len(reply) >= _BATCH and reply[-1][0] == r.stream_id for reply in replies)]
+    return [r for r in merged if receipt_order(r) <= min(full)] if full else merged
 
 
 class Watch:
@@ -200,7 +215,7 @@ class Watch:
             self.emit({"type": "resume", "after": self.after, "entries": self.entry_count})
             return False  # even if settled: the receipts after the id are still to show
         replies = await self._snapshot_reads()
-        if not replies[0] and not replies[8] and await self._look_elsewhere():
+        if not replies[0] and not any(replies[8:11]) and await self._look_elsewhere():
             replies = await self._snapshot_reads()
         meta_reply, inbox = replies[0], replies.pop()
         if not meta_reply and isinstance(inbox, dict):  # not opened yet: as requested
@@ -209,11 +224,13 @@ class Watch:
         # a finding in the snapshot (and its quarantine, when it is quarantined).
         f = Findings()
         names = ("meta", "tasks", "done", "submissions", "runs", "runs_done", "entries",
-                 "entries", "receipts", "poison", "intents")
-        defaults: tuple[Any, ...] = ({}, {}, {}, {}, {}, {}, 0, [], [], {}, {})
-        meta, tasks, done, subs, runs, runs_done, count, entries, receipts, poison, intents = (
-            f.reply(f"{name} key", reply, default)
-            for name, reply, default in zip(names, replies, defaults, strict=True))
+                 "entries", "receipts", "receipts_hands", "receipts_client", "poison",
+                 "intents")
+        defaults: tuple[Any, ...] = ({}, {}, {}, {}, {}, {}, 0, [], [], [], [], {}, {})
+        (meta, tasks, done, subs, runs, runs_done, count, entries, *streams, poison,
+         intents) = (f.reply(f"{name} key", reply, default)
+                     for name, reply, default in zip(names, replies, defaults, strict=True))
+        receipts = merge_receipts(zip(_ROLES, streams, strict=True))
         runs = with_intents(runs, intents)
         if not meta and not receipts:
             raise not_found(f"session {self.session_id}", namespace=self.settings.namespace,
@@ -253,11 +270,13 @@ class Watch:
             return self.until_settled  # it will never settle
         return self.until_settled and _all_settled(list(subs.values()))
 
-    async def _before(self, after: str) -> list[tuple[str, dict[str, str]]] | None:
+    async def _before(self, after: str) -> list[Receipt] | None:
         """The receipts up to ``after`` (resuming), None when the session is nowhere."""
         for _ in range(2):
-            before: list[tuple[str, dict[str, str]]] = await self.session.xrange(
-                self.sk.receipts, "-", after)
+            async with self.session.pipeline(transaction=True) as p:
+                for _, key in self.sk.receipt_streams():
+                    p.xrange(key, "-", after)
+                before = merge_receipts(zip(_ROLES, await p.execute(), strict=True))
             if before or await self.session.exists(self.sk.meta, self.sk.inbox):
                 return before
             if not await self._look_elsewhere():
@@ -270,17 +289,18 @@ class Watch:
         async with self.session.pipeline(transaction=True) as p:
             p.hgetall(sk.meta).hgetall(sk.tasks).hgetall(sk.done).hgetall(sk.subs)
             p.hgetall(sk.runs).hgetall(sk.runs_done).llen(sk.entries).lrange(sk.entries, -20, -1)
-            p.xrange(sk.receipts, "-", "+").hgetall(sk.poison).hgetall(sk.intents)
+            for _, key in sk.receipt_streams():
+                p.xrange(key, "-", "+")
+            p.hgetall(sk.poison).hgetall(sk.intents)
             p.hgetall(sk.inbox)
             replies: list[Any] = await p.execute(raise_on_error=False)
         return replies
 
-    def _prime(self, receipts: list[tuple[str, dict[str, str]]]) -> None:
-        for sid, f in receipts:
-            r = parse_receipt(sid, f)
+    def _prime(self, receipts: list[Receipt]) -> None:
+        for r in receipts:
             self.timeline.add(r)
             self.entry_count += int(r.changes.get("entries", 0))
-            self.last_id = sid
+            self.last_id = r.stream_id
 
     # ------------------------------------------------------------------ follow
 
@@ -291,15 +311,19 @@ class Watch:
         read without waiting found no more receipts (what was committed before the
         settlement was read is then all shown).
         """
+        keys = [key for _, key in self.sk.receipt_streams()]
         if self.source.archived:  # what the archive holds after the id, then the end
-            items = await self.session.xrange(self.sk.receipts, f"({self.last_id}", "+",
-                                              count=_BATCH)
+            async with self.session.pipeline(transaction=False) as p:
+                for key in keys:
+                    p.xrange(key, f"({self.last_id}", "+", count=_BATCH)
+                items = _in_order(await p.execute())
             if not items:
                 return True
         else:
-            reply = await self.redis.xread({self.sk.receipts: self.last_id}, count=_BATCH,
+            reply = await self.redis.xread(dict.fromkeys(keys, self.last_id), count=_BATCH,
                                            block=None if self._draining else self.block_ms)
-            items = [item for _, batch in reply or () for item in batch]
+            got = dict(reply or {})
+            items = _in_order([got.get(key, []) for key in keys])
         if not items:
             if self._draining:
                 return True
@@ -311,11 +335,11 @@ class Watch:
                 return False
             self._draining = self.until_settled and await self._settled()
             return False
-        changes = await self._read_changes([parse_receipt(sid, f) for sid, f in items])
-        for (sid, _), (change, settled) in zip(items, changes, strict=True):
+        changes = await self._read_changes(items)
+        for r, (change, settled) in zip(items, changes, strict=True):
             for event in change:  # emitted only once everything was read
                 self.emit(event)
-            self.last_id = sid
+            self.last_id = r.stream_id
             self.entry_count += int(change[0]["changes"].get("entries", 0))
             self._draining = settled
         return False

@@ -82,7 +82,8 @@ _META_READ = re.compile(r"\bMETA\[")  # a script using meta_refusal's read of me
 KEY_TYPES: dict[str, str] = {
     "meta": "hash", "entries": "list", "tasks": "hash", "done": "hash", "docs": "hash",
     "subs": "hash", "reqs": "hash", "runs": "hash", "runs_done": "hash",
-    "receipts": "stream", "outbox": "stream", "timers": "zset", "applied": "hash",
+    "receipts": "stream", "receipts_hands": "stream", "receipts_client": "stream",
+    "outbox": "stream", "timers": "zset", "applied": "hash",
     "sessions": "zset", "nudge": "string", "wakes": "stream", "intents": "hash",
     "inbox": "hash", "archived": "hash", "poison": "hash", "runs_applied": "hash",
     "inbox_applied": "hash", "archived_ix": "zset", "full": "string"}
