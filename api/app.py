@@ -5,11 +5,16 @@ from the same pydantic models the handlers validate requests with, and Baton's w
 are pydantic already; it runs on uvicorn (:mod:`baton.api.server`).
 
 Reads need a token with the ``read`` role, writes one with ``operate``
-(:mod:`baton.api.auth`); every error is problem details (:mod:`baton.api.problems`).
+(:mod:`baton.api.auth`); every error is problem details (:mod:`baton.api.problems`). What a
+web page may make a browser send is checked first (:mod:`baton.api.guard`: Host, Origin,
+changes as JSON only, a Content-Security-Policy on every answer). ``/healthz`` says that the
+process is alive, and only to a token holder anything more.
 Writes are the client's idempotent scripts: ``POST /v1/submissions`` and ``POST /v1/tasks``
 take an ``Idempotency-Key`` header that becomes the request id, so a retried request answers
 with the same submission (200) instead of creating another (201); without a session id the
-session's id is derived from the key too.
+session's id is derived from the key too. A key sent again with another request (other
+text or agent; for a task, another kind or input) is refused (409), not answered with what
+the first one made while the second request is silently dropped.
 
 Reads fall through to the archive (:mod:`baton.store.archived`): an archived session is
 shown as it was, marked (``archived`` and ``archived_ms`` in the views' JSON; a
@@ -26,15 +31,17 @@ from importlib import resources
 from typing import Annotated, Any, cast
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request, Response
-from fastapi.responses import RedirectResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from baton.api import problems, views
-from baton.api.auth import OPERATE, Tokens
-from baton.api.events import Watchers, receipt_order, stream_session
+from baton.api.auth import OPERATE, Tokens, caller_key
+from baton.api.events import Slot, Watchers, receipt_order, stream_session
+from baton.api.guard import SWAGGER_UI, Guard, allowed_hosts
 from baton.client import Client
 from baton.client_input import agent_for
+from baton.errors import ConflictError, UnauthenticatedError
 from baton.models import Submission, Task
 from baton.observability.log import get_logger
 from baton.settings import Settings
@@ -51,6 +58,11 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_lengt
                                               max_length=200)]
 #: The header that marks a submission or task of an archived session: its archival time (ms).
 ARCHIVED_HEADER = "Baton-Archived"
+#: A receipt id: ASCII digits only (``\d`` would take other scripts' digits, which int()
+#: reads as numbers too).
+RECEIPT_ID = r"^[0-9]{1,20}-[0-9]{1,20}$"
+#: Seconds a client refused a stream (too many open) is told to wait.
+STREAMS_RETRY_AFTER_S = 5
 
 
 def _role(request: Request) -> str:
@@ -127,14 +139,17 @@ class DecisionAnswer(BaseModel):
 # ---------------------------------------------------------------------- the app
 
 
-def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None,
+               host: str = "127.0.0.1") -> FastAPI:
     """The API and console over the stack ``settings`` names.
 
     ``reads``: the credential of the views that read across sessions (the session list,
     a session's detail, entries, trace, documents and tasks, dead letters, workers), where
     it differs from ``settings``': a client's ACL reads its granted sessions only and no
-    shard-wide key, the operator's reads everything and writes nothing."""
-    watchers = Watchers()
+    shard-wide key, the operator's reads everything and writes nothing. ``host``: the
+    address it is bound to, a name its requests' Host may carry (:mod:`baton.api.guard`)."""
+    hosts = allowed_hosts(host, settings.api_hosts)
+    watchers = Watchers(settings.api_max_streams, settings.api_max_streams_per_token)
     state: dict[str, Any] = {}
 
     @asynccontextmanager
@@ -159,12 +174,13 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
 
     app = FastAPI(title="Baton API", version="1",
                   summary="Submit, follow, decide and inspect durable agent sessions.",
-                  lifespan=lifespan, docs_url="/docs", redoc_url=None)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.watchers = watchers
     app.state.tokens = tokens
     # A submission's text is at most a million characters (12 bytes each at worst, as a
     # JSON-escaped surrogate pair): a body over that is refused before it is read whole
     problems.install(app, max_body=12 * 1_000_000 + 64 * 1024)
+    app.add_middleware(Guard, hosts=hosts)  # outermost: before any route, on every answer
 
     def client() -> Client:
         return cast(Client, state["client"])
@@ -191,9 +207,20 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     # ------------------------------------------------------------------ health, console
 
     @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, Any]:
+    async def healthz(request: Request) -> dict[str, Any]:
+        """Liveness to anyone; with a token, whether the store answers and the open streams
+        (what a caller without one learns of the deployment: nothing)."""
+        try:
+            _role(request)
+        except UnauthenticatedError:
+            return {"status": "ok"}
         await client().store.redis.ping()
-        return {"status": "ok", "streams": watchers.open}
+        return {"status": "ok", "streams": watchers.open, "feeds": len(watchers.feeds)}
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI over /openapi.json: pinned, with Subresource Integrity."""
+        return HTMLResponse(_DOCS_PAGE)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
@@ -227,6 +254,8 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         sub, created = await client().submit(body.text, agent=body.agent, compat=body.compat,
                                              session_id=body.session_id, request_id=key)
         if not created:
+            # Its text (and a task's kind and input) the store compares itself (409).
+            _same_request(key, {"agent": (sub.agent, body.agent)})
             response.status_code = 200
         response.headers["Location"] = f"/v1/sessions/{sub.session_id}/submissions/{sub.id}"
         return SubmitAnswer(created=created, submission=sub,
@@ -361,20 +390,37 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
         **errors_doc, 200: {"description": "Server-Sent Events: a snapshot, then each change",
                             "content": {"text/event-stream": {}}}})
     async def events(
-        session_id: SessionId, role: Read,
+        session_id: SessionId, role: Read, request: Request,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=60,
-                                                    pattern=r"^\d+-\d+$")] = None,
-        after: Annotated[str | None, Query(max_length=60, pattern=r"^\d+-\d+$",
+                                                    pattern=RECEIPT_ID)] = None,
+        after: Annotated[str | None, Query(max_length=60, pattern=RECEIPT_ID,
                                            description="resume after this receipt id")] = None,
     ) -> Response:
         """A snapshot of the session, then its changes live; resumable with Last-Event-ID.
         An archived session's stream ends after what the archive holds, with an
-        ``archived`` event; a reconnect after its newest change is answered 204."""
+        ``archived`` event; a reconnect after its newest change is answered 204. Past the
+        open streams allowed per token or in all, 429 with Retry-After."""
+        caller = caller_key(request.headers.get("authorization"))
+        slot = watchers.admit(caller)
+        if slot is None:
+            log.warning("events_refused", session_id=session_id, open=watchers.open,
+                        caller_open=watchers.by_caller[caller])
+            return problems.problem_response(
+                429, "too_many_streams", f"too many open event streams (at most "
+                f"{watchers.max_per_caller} per token, {watchers.max_streams} in all): "
+                "close one, or retry later", request, retryable=True,
+                headers={"Retry-After": str(STREAMS_RETRY_AFTER_S)})
+        try:
+            return await _events(session_id, last_event_id or after, slot)
+        except BaseException:
+            slot.release()
+            raise
+
+    async def _events(session_id: str, resume: str | None, slot: Slot) -> Response:
         store = client().store
         source = SessionSource(store)
         if not await store.inbox.exists(session_id):
             source = await client().archived.require(session_id)
-        resume = last_event_id or after
         newest = await _newest(source.store, session_id) if resume is not None else None
         if resume is not None and newest is not None and \
                 receipt_order(resume) > receipt_order(newest):
@@ -384,9 +430,10 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
             log.info("events_resume_unknown", session_id=session_id, after=resume)
             resume = None
         if source.archived and resume is not None and resume == newest:
+            slot.release()
             return Response(status_code=204)  # it has all: nothing more until a restore
-        stream = stream_session(settings, session_id, resume, watchers, store, source)
-        return StreamingResponse(stream, media_type="text/event-stream", headers={
+        stream = stream_session(settings, session_id, resume, watchers, store, source, slot)
+        return _EventStream(slot, stream, media_type="text/event-stream", headers={
             "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/v1/dead-letters", responses=errors_doc, tags=["operations"])
@@ -407,6 +454,51 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
 
     _problem_schema(app)
     return app
+
+
+class _EventStream(StreamingResponse):
+    """An event stream that gives its slot back however it ends, even when it never
+    started (the client left before its first byte)."""
+
+    def __init__(self, slot: Slot, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slot = slot
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
+def _same_request(key: str | None, fields: dict[str, tuple[Any, Any]]) -> None:
+    """ConflictError (409, as the store answers another text) when a request that found
+    what its Idempotency-Key made differs from the one that made it in any of ``fields``
+    (as made, as asked now)."""
+    differ = sorted(name for name, (made, asked) in fields.items() if made != asked)
+    if differ:
+        raise ConflictError(f"Idempotency-Key {key!r} was used before for another request "
+                            f"(its {', '.join(differ)} differ): use a new key for a new "
+                            "request", field="Idempotency-Key")
+
+
+_DOCS_PAGE = f"""<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <title>Baton API</title>
+  <link rel="icon" href="data:,">
+  <link rel="stylesheet" href="{SWAGGER_UI['css']}" integrity="{SWAGGER_UI['css_integrity']}"
+        crossorigin="anonymous">
+</head>
+<body>
+  <div id="swagger-ui"></div>
+  <script src="{SWAGGER_UI['js']}" integrity="{SWAGGER_UI['js_integrity']}"
+          crossorigin="anonymous"></script>
+  <script src="/console/docs.js"></script>
+</body>
+</html>
+"""
 
 
 def _problem_schema(app: FastAPI) -> None:

@@ -14,9 +14,17 @@ One feed per session: however many streams watch a session, the API process foll
 one :class:`Watch` (one blocking read, one read of each change), frames each change once and
 hands the text to every stream. A new stream reads its own snapshot, then takes the feed's
 changes after the snapshot's receipt. A resumed stream takes them from the feed's recent
-changes (:data:`KEPT_CHANGES`) when the feed has them since that id, else it follows with a
-watch of its own. A stream that falls :data:`MAX_BEHIND` changes behind is ended; its client
-reconnects with ``Last-Event-ID`` and loses nothing.
+changes (at most :data:`KEPT_CHANGES`, and ``Settings.api_stream_queue_bytes`` of text) when
+the feed has them since that id; else it is first caught up: the changes since its id are
+read in batches over the API's pooled connections, without a blocking read (a few at a time,
+:data:`CATCHING_UP`), then it joins the feed. So however many streams resume from however
+old an id, the API holds one Redis connection per session followed, not one per stream. A
+stream that falls :data:`MAX_BEHIND` changes or ``api_stream_queue_bytes`` behind is ended;
+its client reconnects with ``Last-Event-ID`` and loses nothing.
+
+Open streams are counted per token and in total (:meth:`Watchers.admit`): past
+``Settings.api_max_streams_per_token`` or ``api_max_streams`` a new one is refused (the API
+answers 429 with Retry-After), so one reader cannot hold every Redis connection.
 
 An archived session (:mod:`baton.store.archived`) is read from the archive: its snapshot (or,
 resuming, its changes after the id), then an ``archived`` event, and the stream ends: nothing
@@ -34,8 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from collections.abc import AsyncIterator
+from collections import Counter, deque
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +55,15 @@ from baton.settings import Settings
 from baton.store.archived import SessionSource
 from baton.store.store import Store
 
-__all__ = ["KEEPALIVE_S", "KEPT_CHANGES", "MAX_BEHIND", "RETRY_MS", "Watchers", "receipt_order",
-           "sse_message", "stream_session"]
+__all__ = ["CATCHING_UP", "KEEPALIVE_S", "KEPT_CHANGES", "MAX_BEHIND", "RETRY_MS", "Slot",
+           "Watchers", "receipt_order", "sse_message", "stream_session"]
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 1_000
 KEPT_CHANGES = 1_000  # recent changes a feed keeps for streams resuming behind it
 MAX_BEHIND = 5_000  # changes queued for one stream before it is ended (it resumes)
+CATCHING_UP = 4  # streams read their way up to a feed at once (each read holds a connection)
+_JOIN_TRIES = 3  # catch-ups a stream tries before it ends (its client resumes)
 log = get_logger("baton.api")
 _PATIENCE_S = 60.0
 
@@ -97,20 +107,33 @@ def _problem(exc: BatonError) -> str:
 
 @dataclass(eq=False)
 class _Stream:
-    """One client's queue of framed text; ``after``: the last receipt it has."""
+    """One client's queue of framed text; ``after``: the last receipt it has. Bounded in
+    changes and in bytes (``limit``): past either it is ended, and its client resumes."""
 
     after: tuple[int, int]
-    queue: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    limit: int
+    queue: asyncio.Queue[tuple[str, int] | None] = field(default_factory=asyncio.Queue)
+    queued: int = 0  # bytes in ``queue``
     ended: bool = False
 
-    def put(self, text: str | None) -> None:
+    def put(self, text: str | None, size: int | None = None) -> None:
         if self.ended:
             return
-        if text is None or self.queue.qsize() >= MAX_BEHIND:
-            self.ended = True
-            self.queue.put_nowait(None)
-            return
-        self.queue.put_nowait(text)
+        if text is not None:
+            size = len(text.encode()) if size is None else size
+            if self.queue.qsize() < MAX_BEHIND and self.queued + size <= self.limit:
+                self.queued += size
+                self.queue.put_nowait((text, size))
+                return
+        self.ended = True
+        self.queue.put_nowait(None)
+
+    def taken(self, item: tuple[str, int] | None) -> str | None:
+        """The text of an item taken from ``queue`` (None: the end)."""
+        if item is None:
+            return None
+        self.queued -= item[1]
+        return item[0]
 
 
 class _Feed:
@@ -122,7 +145,9 @@ class _Feed:
         self.session_id = session_id
         self.start = receipt_order(start)
         self.floor = self.start  # changes after this are all in ``recent``
-        self.recent: deque[tuple[tuple[int, int], str]] = deque()
+        self.recent: deque[tuple[tuple[int, int], str, int]] = deque()  # id, text, bytes
+        self.recent_bytes = 0
+        self.limit = settings.api_stream_queue_bytes
         self.streams: set[_Stream] = set()
         self._pending: list[dict[str, Any]] = []
         self._flush_at: asyncio.Handle | None = None
@@ -137,10 +162,10 @@ class _Feed:
         at = receipt_order(after)
         if at < self.floor:
             return None
-        stream = _Stream(at)
-        for rid, text in self.recent:
+        stream = _Stream(at, self.limit)
+        for rid, text, size in self.recent:
             if rid > at:
-                stream.put(text)
+                stream.put(text, size)
         self.streams.add(stream)
         return stream
 
@@ -165,14 +190,16 @@ class _Feed:
         for rid, text in _changes(items):
             if rid is None:
                 continue
-            at = receipt_order(rid)
-            self.recent.append((at, text))
-            if len(self.recent) > KEPT_CHANGES:
-                self.floor = self.recent.popleft()[0]
+            at, size = receipt_order(rid), len(text.encode())
+            self.recent.append((at, text, size))
+            self.recent_bytes += size
+            while len(self.recent) > KEPT_CHANGES or self.recent_bytes > self.limit:
+                self.floor, _, dropped = self.recent.popleft()
+                self.recent_bytes -= dropped
             for stream in self.streams:
                 if at > stream.after:
                     stream.after = at
-                    stream.put(text)
+                    stream.put(text, size)
 
     async def _follow(self) -> None:
         try:
@@ -202,14 +229,42 @@ class _Feed:
             stream.put(None)
 
 
+class Slot:
+    """One admitted stream, counted against its caller's cap until released (idempotent)."""
+
+    def __init__(self, watchers: Watchers, caller: str) -> None:
+        self.watchers, self.caller, self.held = watchers, caller, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.watchers.open -= 1
+            self.watchers.by_caller[self.caller] -= 1
+            if self.watchers.by_caller[self.caller] <= 0:
+                del self.watchers.by_caller[self.caller]
+
+
 class Watchers:
     """The open streams and session feeds of one API process; ended together on shutdown."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_streams: int = 2_000, max_per_caller: int = 1_000) -> None:
         self.open = 0
+        self.max_streams, self.max_per_caller = max_streams, max_per_caller
+        self.by_caller: Counter[str] = Counter()
         self.feeds: dict[str, _Feed] = {}
         self.streams: set[_Stream] = set()
         self.stopping = asyncio.Event()
+        # Streams catching up to a feed read a batch at a time under this, so that however
+        # many resume at once they hold a few pooled connections.
+        self.reads = asyncio.Semaphore(CATCHING_UP)
+
+    def admit(self, caller: str) -> Slot | None:
+        """A slot for one more stream of ``caller`` (a token's key), None past a cap."""
+        if self.open >= self.max_streams or self.by_caller[caller] >= self.max_per_caller:
+            return None
+        self.open += 1
+        self.by_caller[caller] += 1
+        return Slot(self, caller)
 
     def stop(self) -> None:
         """End every stream (after what it was already handed) and refuse new ones."""
@@ -229,43 +284,41 @@ class Watchers:
             feed.leave(stream)
 
 
-async def _private(settings: Settings, session_id: str, after: str,
-                   stream: _Stream) -> None:
-    """Follow with a watch of this stream's own (resuming from before any feed's changes)."""
-    pending: list[dict[str, Any]] = []
+async def _catch_up(settings: Settings, session_id: str, after: str, watchers: Watchers,
+                    store: Store | None) -> AsyncGenerator[tuple[str, str]]:
+    """The changes after ``after``, read a batch at a time over ``store``'s pooled
+    connections without waiting for more: (their SSE text, the receipt id reached) each."""
+    items: list[dict[str, Any]] = []
 
     def emit(item: dict[str, Any]) -> None:
-        if item.get("type") in ("resume", "reconnect"):
-            return
-        if not pending:
-            asyncio.get_running_loop().call_soon(flush)
-        pending.append(item)
+        if item.get("type") not in ("resume", "reconnect"):
+            items.append(item)
 
-    def flush() -> None:
-        for _, text in _changes(pending):
-            stream.put(text)
-        pending.clear()
-
+    batches = Watch(settings, session_id, emit, after=after, store=store,
+                    first_give_up_s=_PATIENCE_S).catch_up()
     try:
-        await Watch(settings, session_id, emit, after=after,
-                    first_give_up_s=_PATIENCE_S).run()
-        flush()  # it ended (archived): what it emitted last is not flushed yet
-    except BatonError as exc:
-        flush()
-        stream.put(_problem(exc))
-    stream.put(None)
+        while True:
+            async with watchers.reads:  # not held while the client reads what it got
+                reached = await anext(batches, None)
+            if reached is None:
+                return
+            text = "".join(t for _, t in _changes(items))
+            items.clear()
+            yield text, reached
+    finally:
+        await batches.aclose()
 
 
 async def stream_session(settings: Settings, session_id: str, after: str | None,
                          watchers: Watchers, store: Store | None = None,
-                         source: SessionSource | None = None) -> AsyncIterator[str]:
+                         source: SessionSource | None = None,
+                         slot: Slot | None = None) -> AsyncIterator[str]:
     """The SSE text of ``session_id``: a snapshot (or, resuming, a resume marker after
-    receipt ``after``), then its changes. The snapshot is read over ``store``'s connections
-    when given (the feeds block on connections of their own). ``source``: where the
-    session was found; an archived one is streamed from the archive and ended."""
-    watchers.open += 1
+    receipt ``after``), then its changes. The snapshot (and a catch-up) is read over
+    ``store``'s connections when given (the feeds block on connections of their own).
+    ``source``: where the session was found; an archived one is streamed from the archive
+    and ended. ``slot``: the stream's place under the caps, released when it ends."""
     stream: _Stream | None = None
-    private: asyncio.Task[None] | None = None
     try:
         yield f"retry: {RETRY_MS}\n\n"
         items: list[dict[str, Any]] = []
@@ -295,9 +348,22 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
         else:
             yield sse_message("resume", {"type": "resume", "after": after}, after)
         stream = watchers.join(settings, session_id, after)
-        if stream is None:
-            stream = _Stream(receipt_order(after))
-            private = asyncio.create_task(_private(settings, session_id, after, stream))
+        tries = 0
+        while stream is None:  # the feed cannot tell what came after ``after``: read it
+            tries += 1
+            if tries > _JOIN_TRIES:
+                return  # the session moves faster than this client reads: it resumes
+            try:
+                async with contextlib.aclosing(_catch_up(settings, session_id, after,
+                                                         watchers, store)) as batches:
+                    async for text, reached in batches:
+                        after = reached
+                        if text:
+                            yield text
+            except BatonError as exc:
+                yield _problem(exc)
+                return
+            stream = watchers.join(settings, session_id, after)
         watchers.streams.add(stream)
         if watchers.stopping.is_set():
             return
@@ -306,23 +372,19 @@ async def stream_session(settings: Settings, session_id: str, after: str | None,
         while True:
             try:
                 async with asyncio.timeout(KEEPALIVE_S):
-                    first = await stream.queue.get()
+                    first = stream.taken(await stream.queue.get())
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
             texts = [first]
             while not stream.queue.empty():
-                texts.append(stream.queue.get_nowait())
+                texts.append(stream.taken(stream.queue.get_nowait()))
             yield "".join(t for t in texts if t is not None)
             if None in texts:
                 return
     finally:
-        watchers.open -= 1
+        if slot is not None:
+            slot.release()
         if stream is not None:
             watchers.streams.discard(stream)
-        if private is not None:
-            private.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await private
-        elif stream is not None:
             watchers.leave(session_id, stream)

@@ -1,7 +1,9 @@
 """``baton api``: serve the HTTP API and the console with uvicorn until SIGTERM or Ctrl-C.
 
-Bound to loopback by default. Without tokens (``BATON_API_TOKENS`` or ``--tokens-file``) it
-starts only with ``--dev`` on a loopback address, which ``baton dev`` passes. On SIGTERM
+Bound to loopback by default; bound to every address it needs the host names its clients
+use (``BATON_API_HOSTS``, :mod:`baton.api.guard`). Without tokens (``BATON_API_TOKENS`` or
+``--tokens-file``) it starts only with ``--dev`` on a loopback address, open to this
+machine's processes; ``baton dev`` passes a tokens file of its own instead. On SIGTERM
 uvicorn stops accepting, open event streams end, and the process exits.
 """
 
@@ -73,7 +75,7 @@ async def serve(host: str, port: int, dev: bool, tokens_file: Path | None,
 
     reads = settings_from_env_or_stack(user="operator")
     app = create_app(config, tokens,
-                     reads if reads.redis_url != config.redis_url else None)
+                     reads if reads.redis_url != config.redis_url else None, host=host)
     tune_gc()
     server = uvicorn.Server(uvicorn.Config(
         app, host=host, port=port, log_config=None, access_log=False, lifespan="on",

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, TypeVar
 
 import click
@@ -106,6 +106,7 @@ class Watch:
         self.first_give_up_s = first_give_up_s
         self._reached = False  # Redis answered once: from then on, retry for _GIVE_UP_S
         self._draining = False  # settled: read what is left without waiting, then stop
+        self._catching_up = False  # catch_up(): read what is there without waiting, then stop
         self._quarantine_shown = False
         self.epoch: StoreEpoch | None = None
         self.timeline = Timeline(session_id)
@@ -136,6 +137,21 @@ class Watch:
         finally:
             await self._close()
         return self.last_id
+
+    async def catch_up(self) -> AsyncGenerator[str]:
+        """Resume after ``after`` and emit what was committed since, one batch at a time,
+        without waiting for more; yields the receipt id reached after each batch. With a
+        lent ``store`` every read is a short one on its pooled connections (no blocking
+        read): the API catches a stream up this way before it joins the session's feed."""
+        self._catching_up = True
+        try:
+            done = await self._retrying(self._start)
+            yield self.last_id
+            while not done:
+                done = await self._retrying(self._step)
+                yield self.last_id
+        finally:
+            await self._close()
 
     async def snapshot(self) -> str:
         """Emit the snapshot (or, resuming, the resume marker) without following; the receipt
@@ -320,12 +336,13 @@ class Watch:
             if not items:
                 return True
         else:
+            waits = not (self._draining or self._catching_up)
             reply = await self.redis.xread(dict.fromkeys(keys, self.last_id), count=_BATCH,
-                                           block=None if self._draining else self.block_ms)
+                                           block=self.block_ms if waits else None)
             got = dict(reply or {})
             items = _in_order([got.get(key, []) for key in keys])
         if not items:
-            if self._draining:
+            if self._draining or self._catching_up:
                 return True
             if self.epoch is not None:  # Redis restarted empty: StoreEpochError, not silence
                 await self.epoch.verify()

@@ -90,8 +90,13 @@ def _print_stack(info: dict[str, Any]) -> None:
     for key in ("redis_url", "nats_url", "mail_url", "api_url", "namespace"):
         if key in info:
             console.print(f"  {key:<10} {info[key]}")
-    if "api_url" in info:
-        console.print(f"  console    {info['api_url']}/console/ (API docs at /docs)")
+    if "api_url" in info:  # the token in the fragment, which no server sees, for this user
+        from baton.api.auth import dev_token
+
+        token = dev_token(Path(info["base_dir"])) or ""
+        console.print(f"  console    {info['api_url']}/console/#token={token} (API docs at "
+                      f"/docs; the API token is in {info.get('api_tokens_file', '')}, "
+                      "mode 0600)")
     if info.get("model"):
         console.print(f"  {'model':<10} {info['model']} (every agent)")
     if info.get("secure"):
@@ -308,7 +313,7 @@ def _up_options(f: Any) -> Any:
                           "anthropic:claude-sonnet-4-5, openai-compatible:llama3.1); keys and "
                           "base URLs from the environment"),
         click.option("--api/--no-api", "api", default=True, show_default=True,
-                     help="serve the HTTP API and web console (`baton api --dev` on loopback)"),
+                     help="serve the HTTP API and web console (on loopback, with its own token)"),
         click.option("--json", "as_json", is_flag=True,
                      help="print the stack's description as JSON (as `dev status --json`)"),
     ]):

@@ -8,8 +8,9 @@ is started again under the same name after a short backoff, the way an orchestra
 (:mod:`baton.devkit.supervisor`).
 
 Readiness is read from the stack itself: a service is up once it has announced its own PID in
-``<namespace>:workers``; the mail service and the HTTP API (``api=True``: ``baton api
---dev`` on loopback, the console at :attr:`DevStack.api_url`) once they answer ``/healthz``.
+``<namespace>:workers``; the mail service and the HTTP API (``api=True``: ``baton api`` on
+loopback with the stack's own token, :attr:`DevStack.api_token`; the console at
+:attr:`DevStack.api_url`) once they answer ``/healthz``.
 The ``baton dev`` command that runs this stack from a shell lives in :mod:`baton.devkit.dev`.
 """
 
@@ -157,6 +158,16 @@ class DevStack:
         if not self._api_port:
             raise ServerError("the stack runs no API (DevStack(api=True))", server="api")
         return f"http://127.0.0.1:{self._api_port}"
+
+    @property
+    def api_token(self) -> str:
+        """The API's operate token (``api=True``; baton.api.auth.dev_tokens_file)."""
+        from baton.api.auth import dev_token
+
+        token = dev_token(self.base_dir)
+        if token is None:
+            raise ServerError("the stack runs no API (DevStack(api=True))", server="api")
+        return token
 
     def settings(self, role: str = "admin", **overrides: Any) -> Settings:
         """Settings for a client of this stack (the stack's extra ``BATON_*`` included).
@@ -355,7 +366,8 @@ class DevStack:
     def describe(self) -> dict[str, Any]:
         return {
             "redis_url": self.redis_url, "nats_url": self.nats_url, "mail_url": self.mail_url,
-            **({"api_url": self.api_url} if self._api_port else {}),
+            **({"api_url": self.api_url, "api_tokens_file": str(self.base_dir / "api-tokens")}
+               if self._api_port else {}),
             "namespace": self.namespace, "app": self.app_spec, "durable": self.durable,
             "archive_url": self._urls()["BATON_ARCHIVE_URL"],
             "cluster": self.cluster, "secure": self.secure,
@@ -433,8 +445,11 @@ class DevStack:
             self.mailbox = Proc("mailbox", "mailbox", argv, {}, self.log_dir / "mailbox.log")
             return self.mailbox
         self._api_port = port
+        # Not open (--dev): a token of the stack's own, in a 0600 file under its home.
+        from baton.api.auth import dev_tokens_file
+
         argv = [sys.executable, "-m", "baton", "api", "--host", "127.0.0.1", "--port",
-                str(port), "--dev"]
+                str(port), "--tokens-file", str(dev_tokens_file(self.base_dir))]
         self.api = Proc("api", "api", argv, self._urls(), self.log_dir / "api.log")
         return self.api
 

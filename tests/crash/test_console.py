@@ -70,9 +70,13 @@ async def test_console_submits_approves_and_shows_a_takeover_live(
     c = await crash(brains=1, hands=0, relays=1, app_spec=APP, api=True)
     armed = await c.spawn_armed("hands", "hands.after_effect@3", env=ONE_AT_A_TIME)
     driver = browser
-    await in_thread(lambda: driver.get(f"{c.stack.api_url}/console/#/sessions"))
+    # The address `baton dev` prints: the stack's token in the fragment, kept by the tab.
+    await in_thread(lambda: driver.get(
+        f"{c.stack.api_url}/console/#token={c.stack.api_token}"))
     await in_thread(lambda: wait(driver, lambda d: "operate" in d.find_element(
-        By.ID, "role").text, 15, "the operate role of the open dev API"))
+        By.ID, "role").text, 15, "the operate role of the stack's token"))
+    assert "#/sessions" in driver.current_url and "token" not in driver.current_url
+    assert driver.execute_script("return localStorage.getItem('baton.token')") is None
 
     # Submit the five-notice task from the page: it opens the session's page.
     await in_thread(lambda: driver.find_element(By.ID, "submit-button").click())

@@ -222,9 +222,12 @@ async def test_an_open_api_serves_loopback_in_dev_only(settings: Settings) -> No
         assert (await http.get(f"/v1/sessions/{sid}")).json()["agent"] == "nothing"
         upper = await http.post("/v1/tasks", json={"kind": "Nothing"})  # not an agent name
         assert upper.status_code in (400, 422) and "name the agent" in upper.text, upper.text
-        bare = await http.post(f"/v1/sessions/{sid}/cancel")
+        # ... but a change is sent as JSON all the same (a form from a page elsewhere is not)
+        json_only = {"Content-Type": "application/json"}
+        _problem(await http.post(f"/v1/sessions/{sid}/cancel"), 415, "json_required")
+        bare = await http.post(f"/v1/sessions/{sid}/cancel", headers=json_only)
         assert bare.status_code == 200 and bare.json()["status"] == "requested", bare.text
-        unknown = await http.post(f"/v1/sessions/{sid}/runs/r-none/reject")
+        unknown = await http.post(f"/v1/sessions/{sid}/runs/r-none/reject", headers=json_only)
         assert unknown.status_code == 404, unknown.text  # the body was not what failed
 
 

@@ -105,9 +105,16 @@ def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
         assert {"brain-1", "hands-1", "relay-1", "redis", "nats", "api"} <= names
         table = _baton("dev", "status", env=env)
         assert "relay-1" in table and status["nats_url"] in table
-        # The HTTP API and console, open on loopback in dev.
-        assert status["api_url"] in table and "/console/" in table
-        workers = httpx.get(f"{status['api_url']}/v1/workers", timeout=10).json()
+        # The HTTP API and console on loopback, with a token of the stack's own: in a 0600
+        # file, and in the console address printed for the developer (in the fragment).
+        tokens_file = Path(status["api_tokens_file"])
+        assert tokens_file.stat().st_mode & 0o777 == 0o600
+        token = tokens_file.read_text().split("operate:", 1)[1].strip()
+        assert f"{status['api_url']}/console/#token={token}" in table.replace("\n", "")
+        refused = httpx.get(f"{status['api_url']}/v1/workers", timeout=10)
+        assert refused.status_code == 401, refused.text
+        workers = httpx.get(f"{status['api_url']}/v1/workers", timeout=10,
+                            headers={"Authorization": f"Bearer {token}"}).json()
         assert {"agent": "notices", "compat": 1, "brains": ["brain-1"]} in workers["levels"]
         assert "relay-1" in _baton("dev", "logs", env=env).split()
         assert "relay_started" in _baton("dev", "logs", "relay-1", env=env)
