@@ -1,7 +1,7 @@
 """Where Redis spends its time in a five-notice session: by script and by command.
 
 Redis' SLOWLOG, set to log every command, records each command's execution time in
-microseconds: a script call (``EVALSHA``, named here by the script its SHA belongs to) with
+microseconds: a script call (``FCALL`` of the library's function named for the script) with
 the commands it runs, and each of those commands again as called by the script (the Lua
 client, address ``?:0``). The sessions run on a stack of the e2e shape (1 Brain, 1 Hands, 1
 relay, the mail service answering at once), at concurrency 1 and 32, with a few sessions
@@ -12,8 +12,8 @@ the commands scripts ran (their share of the scripts' time), the commands sent d
 and how much of the Redis process's CPU in the same run the logged execution covers (the
 rest is reading, parsing and answering commands, and the event loop; the logged times are
 wall time inside each command, so on a loaded machine they can add up to more). Baseline, measured
-on the same server in the same run: a script that does nothing (``return 1``), so each
-script's p50 reads as so many empty script calls, the fixed cost every call pays.
+on the same server in the same run: a function that does nothing (the library's ``_ping``),
+so each script's p50 reads as so many empty function calls, the fixed cost every call pays.
 
 Logging every command costs the server some time of its own: the figures are for comparing
 scripts and commands with each other and between versions, not the e2e benchmark's CPU.
@@ -37,7 +37,14 @@ from baton.bench.cold_bench import cpu_ns
 from baton.bench.common import Result, Row, environment, percentile
 from baton.bench.sessions import bench_client, sessions
 from baton.devkit.devstack import DevStack
-from baton.store.scripts import SESSION_SCRIPTS, SHARD_SCRIPTS, source
+from baton.store.scripts import (
+    SESSION_SCRIPTS,
+    SHARD_SCRIPTS,
+    TOMBSTONE_SCRIPTS,
+    Library,
+    library_code,
+    source,
+)
 
 NAME = "redis"
 DESCRIPTION = "Redis server time per five-notice session, by script and command (SLOWLOG)"
@@ -51,11 +58,15 @@ _NOOP = "return 1"
 
 
 def script_names() -> dict[str, str]:
-    """SHA1 -> name of every Baton script, with and without its ACL checks (a worker loads
-    the one its role needs; both run on a stack with restricted users and without)."""
+    """Function name (and SHA1 of an ``EVAL`` script) -> name of every Baton script, with
+    and without its ACL checks (a worker calls the library its role needs; both run on a
+    stack with restricted users and without)."""
     names = {hashlib.sha1(_NOOP.encode()).hexdigest(): "(empty script)"}
-    for name in (*SESSION_SCRIPTS, *SHARD_SCRIPTS):
-        for acl_checks in (True, False):
+    for acl_checks in (True, False):
+        library = library_code(acl_checks)[0]
+        names[f"{library}_ping"] = "(empty function)"
+        for name in (*SESSION_SCRIPTS, *SHARD_SCRIPTS, *TOMBSTONE_SCRIPTS):
+            names[f"{library}_{name}"] = name
             text = source(name, acl_checks=acl_checks).encode()
             names[hashlib.sha1(text).hexdigest()] = name  # Redis names a script by its SHA1
     return names
@@ -81,6 +92,8 @@ def tally(entries: Iterable[dict[str, Any]], names: dict[str, str]
         if command in ("EVALSHA", "EVALSHA_RO") and len(words) > 1:
             sha = words[1].lower()
             out["scripts"][names.get(sha, f"sha {sha[:12]}")].append(duration)
+        elif command in ("FCALL", "FCALL_RO") and len(words) > 1:
+            out["scripts"][names.get(words[1], f"function {words[1]}")].append(duration)
         elif _text(entry.get("client_address", "")) == SCRIPTED:
             out["scripted"][command].append(duration)
         else:
@@ -129,15 +142,18 @@ class SlowlogEverything:
 
 
 async def _empty_script_us(redis: Any, n: int = 200) -> float:
-    """The p50 SLOWLOG time of a script that does nothing, on this server now."""
-    sha = await redis.script_load(_NOOP)
+    """The p50 SLOWLOG time of a function that does nothing (the library's ``_ping``), on
+    this server now."""
+    library = Library(redis, acl_checks=False)
+    await library.ensure()
+    call = f"FCALL {library.name}_ping"
     # room for what the stack's workers run meanwhile (renewals, the sessions of the level
-    # before still settling): only this script's calls are counted
+    # before still settling): only this function's calls are counted
     async with SlowlogEverything(redis, 50 * n) as log:
         for _ in range(n):
-            await redis.evalsha(sha, 0)
+            await redis.execute_command("FCALL", f"{library.name}_ping", 0)
         durations = [int(e["duration"]) for e in await log.entries()
-                     if _text(e["command"]).upper().startswith(f"EVALSHA {sha.upper()}")]
+                     if _text(e["command"]).upper().startswith(call.upper())]
     return percentile(durations, 50)
 
 

@@ -191,10 +191,11 @@ async def server_cpu_s(store: Store) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def evalsha_usec(store: Store) -> float:
-    """The server's own mean time per EVALSHA since the last ``CONFIG RESETSTAT``."""
+async def evalsha_usec(store: Store, command: str = "evalsha") -> float:
+    """The server's own mean time per ``command`` (EVALSHA, FCALL) since the last
+    ``CONFIG RESETSTAT``."""
     stats = await store.redis.info("commandstats")
-    return float(stats.get("cmdstat_evalsha", {}).get("usec_per_call", 0.0))
+    return float(stats.get(f"cmdstat_{command}", {}).get("usec_per_call", 0.0))
 
 
 async def run_mode(
@@ -327,7 +328,7 @@ async def split(store: Store, kind: str, cfg: Config) -> dict[str, Any]:
     await r.config_resetstat()
     for _ in range(n):
         await preserialized()
-    script_us = await evalsha_usec(store)
+    script_us = await evalsha_usec(store, "fcall")
 
     ser = []
     for x in w.writes[:n]:

@@ -24,18 +24,19 @@ subscribe only to its own reply inbox ``_INBOX.<role>.>`` (see :meth:`Bus.connec
 one role cannot read another's deliveries. Hands cannot publish wakes, nor pull from or ack
 the wake stream; Brains cannot pull tool messages; nobody but the relay publishes work.
 
-Redis ACLs bound the commands and keys of a role; a Lua script runs with its caller's
-permissions on every key and command it touches (Redis 7 checks each command a script calls).
-ACLs cannot restrict *which* script a user evaluates: a role allowed ``EVAL`` may run any Lua
-within its command and key limits. So the key patterns are the confinement: read-only
-(``%R~``) / write-only (``%W~``) patterns give each role exactly the keys it owns
+Redis ACLs bound the commands and keys of a role; a Lua function runs with its caller's
+permissions on every key and command it touches (Redis 7 checks each command it calls).
+Roles run Baton's scripts as functions of a library the admin loads (``FCALL``; no role may
+``EVAL`` Lua of its own or load functions, see baton.store.scripts), and ACLs cannot restrict
+*which* function a user calls, so the key patterns are the confinement: read-only (``%R~``)
+/ write-only (``%W~``) patterns give each role exactly the keys it owns
 (docs/threat-model.md). A script declares every key it touches (so a Redis Cluster slot in
-migration redirects it before it runs, see baton.store.scripts.script_keys), and ``EVAL``
-needs read and write access to each declared key: a selector grants ``EVAL``/``EVALSHA``
-alone on the keys a role's scripts declare (:func:`_eval_selector`). It grants nothing inside
-a script (Lua cannot call ``EVAL``): every command the script calls is still checked against
-the role's own patterns. The fences in the scripts keep a role from taking over work of its
-own kind that is not its own.
+migration redirects it before it runs, see baton.store.scripts.script_keys), and ``FCALL``
+needs read and write access to each declared key: a selector grants ``FCALL`` alone on the
+keys a role's scripts declare (:func:`_fcall_selector`). It grants nothing inside a function
+(Lua cannot call ``FCALL``): every command the function calls is still checked against the
+role's own patterns. The fences in the scripts keep a role from taking over work of its own
+kind that is not its own.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ ROLES: tuple[Role, ...] = ("relay", "brain", "hands", "client", "operator")
 # same names in every database (another tenant's, were tenants kept apart by database).
 _CONNECT = ["ping", "hello", "auth", "client|id", "quit", "reset", "info"]
 # WAIT: in cluster mode a transition is acknowledged once a replica has it (store/replication.py).
-_SCRIPTS = ["evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
-            "wait"]
+# FCALL, not EVAL: the scripts are a function library the admin loads (baton.store.scripts);
+# a role runs those functions and no Lua of its own, so a flaw in Redis' Lua sandbox is out
+# of reach of a stolen role credential.
+_SCRIPTS = ["fcall", "multi", "exec", "discard", "time", "wait"]
 _ANNOUNCE = ["hset", "hdel", "xadd"]  # per-shard workers liveness and dead-letter records
 # hlen/hgetall: the applied commit ids of a session (see store/lua/_applied.lua; their
 # PEXPIRE is granted on that key alone, see _scoped); type: every script first checks the
@@ -115,8 +118,8 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     """Key patterns of a role: ``~`` read and write, ``%R~`` read only, ``%W~`` write only.
 
     Every command a script calls is checked against these patterns, so they are what bounds
-    the scripts too (the keys a script declares are granted to EVAL alone, see
-    :func:`_eval_selector`).
+    the scripts too (the keys a script declares are granted to FCALL alone, see
+    :func:`_fcall_selector`).
     """
     tag = f"{ns}:{{{ns}-*}}"
     # Liveness records and dead letters: each role appends only to its own (keys per role,
@@ -157,7 +160,7 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
     # stream (the relay publishes a request's wake on the session's wake subject): write
     # only, since its rows name every session of the shard (their ids, request ids and
     # subjects), the other tenants' too: XADD needs write alone (the scripts declare the
-    # key through the EVAL selector, which grants no read). No other shard-wide
+    # key through the FCALL selector, which grants no read). No other shard-wide
     # key: the Brain lists a new session in the shard's index and arms its timers when it
     # takes the request up, and the relay's inbox sweep wakes a session whose request's
     # wake was lost. The Brain writes the session, its entries, tasks, submissions and
@@ -173,16 +176,16 @@ def _redis_keys(role: Role, ns: str, sessions: str) -> list[str]:
 _APPLIED_KEY = {"brain": "applied", "hands": "runs_applied", "client": "inbox_applied"}
 
 
-def _eval_selector(role: Role, ns: str, sessions: str) -> str:
+def _fcall_selector(role: Role, ns: str, sessions: str) -> str:
     """The selector letting a role's scripts declare the keys they touch (read-only ones
-    included): ``EVAL``/``EVALSHA`` alone, on the keys of the namespace's shards (a client:
-    its granted sessions' and the shard keys its requests name: wakes, full, outbox)."""
+    included): ``FCALL`` alone, on the keys of the namespace's shards (a client: its granted
+    sessions' and the shard keys its requests name: wakes, full, outbox)."""
     tag = f"{ns}:{{{ns}-*}}"
     if role == "client":
         keys = [f"~{tag}:s:{sessions}:*", f"~{tag}:wakes", f"~{tag}:full", f"~{tag}:outbox"]
     else:
         keys = [f"~{tag}:*"]
-    return f"(+eval +evalsha {' '.join(keys)})"
+    return f"(+fcall {' '.join(keys)})"
 
 
 def _scoped(role: Role, ns: str, sessions: str) -> list[str]:
@@ -246,7 +249,7 @@ def redis_acl(
     rules += [f"+{c}" for c in [*_CONNECT, *_SCRIPTS, *_ANNOUNCE, *_REDIS_COMMANDS[role]]]
     rules += _redis_keys(role, namespace, sessions)
     rules += _scoped(role, namespace, sessions)
-    rules.append(_eval_selector(role, namespace, sessions))
+    rules.append(_fcall_selector(role, namespace, sessions))
     # Every role reads the store's epoch and may write it once on a new store (see
     # baton.store.epoch): a selector grants GET/MGET/SETNX on the epoch keys and nothing
     # else. SETNX, not SET: with SET (NX or not, ACLs cannot tell) any role could replace

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "api": ("baton.api.server:api_command", "Serve the HTTP API and the web console."),
     "accept-loss": ("baton.cli.recover:accept_loss",
                     "After Redis lost shards: accept it, so workers start again."),
+    "load-functions": ("baton.cli.functions:load_functions_command",
+                       "Load the scripts into Redis as functions (as its admin)."),
     "health": ("baton.observability.health:health_command",
                "Exit 0 if a service is healthy, 1 if not."),
     "dev": ("baton.devkit.dev:dev_command", "The local stack: dev up | down | status | logs."),

@@ -42,6 +42,7 @@ from baton.observability.log import get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
 from baton.store.redis_client import REDIS_ERRORS, connect_redis
+from baton.store.scripts import load_functions
 
 __all__ = ["DevStack", "Proc"]
 
@@ -225,8 +226,10 @@ class DevStack:
                 self.tls = stack_tls(self.base_dir)
                 config = secure.nats_config(self.namespace, self.passwords)
             if self.cluster:
+                route = self.passwords[secure.ROUTE] if self.secure else None
                 self.clusters = ClusterStack(self.data_dir, durable=self.durable, netns=self.net,
-                                             tls=self.tls, nats_config=config)
+                                             tls=self.tls, nats_config=config,
+                                             nats_route_password=route)
                 redis_nodes: list[RedisServer] = list(self.clusters.redis.nodes)
             else:
                 self.servers = EmbeddedStack(self.data_dir, durable=self.durable,
@@ -245,6 +248,8 @@ class DevStack:
             await self._start_mailbox()
             if self.secure:  # only relays (and admins) may create the streams
                 await self._ensure_streams()
+                # and only the admin may load the scripts' function library
+                await load_functions(self._redis, self.settings("admin"))
             starting = [
                 self.supervisor.launch(self._new_proc(role, None, None))
                 for role in SERVICE_ROLES for _ in range(self.counts[role])

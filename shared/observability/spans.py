@@ -40,8 +40,8 @@ def session_of(msg_id: str) -> str | None:
 
 
 def db_attrs(script: str) -> dict[str, str]:
-    """Database attributes of a transition: one Lua script run by ``EVALSHA``."""
-    return {"db.system.name": "redis", "db.operation.name": "EVALSHA",
+    """Database attributes of a transition: one Lua script run by ``FCALL``."""
+    return {"db.system.name": "redis", "db.operation.name": "FCALL",
             "db.stored_procedure.name": script}
 
 

@@ -29,7 +29,7 @@ consume (``messaging.system`` ``nats``, ``messaging.destination.name`` the subje
 ``messaging.message.id`` the ``Nats-Msg-Id``, ``messaging.operation.type`` ``create`` /
 ``send`` / ``process``, ``messaging.consumer.group.name`` the durable consumer), GenAI for
 the model call (``gen_ai.*``), database for the Redis scripts behind a transition
-(``db.system.name`` ``redis``, ``db.operation.name`` ``EVALSHA``,
+(``db.system.name`` ``redis``, ``db.operation.name`` ``FCALL``,
 ``db.stored_procedure.name`` the script); Baton's own ids are ``baton.*`` (``session_id``,
 ``fence``, ``run_id``, ``task_id``). Durations are recorded in seconds.
 

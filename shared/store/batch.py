@@ -31,11 +31,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import REDIS_ERRORS, is_cluster, run_batch
-from baton.store.scripts import ScriptRunner, SessionScript, declared
+from baton.store.scripts import Function, ScriptRunner, SessionScript, declared, missing
 
 __all__ = ["ScriptBatch"]
 
@@ -143,7 +143,7 @@ class ScriptBatch:
         for u in units:
             c = u.calls[0]
             replies_at.append(len(commands))
-            commands.append(_evalsha(getattr(scripts, c.script).sha, c, u.args))
+            commands.append(_command(getattr(scripts, c.script), c, u.args))
             commands.extend(c.reads or ())
         try:
             results = await run_batch(scripts.redis, commands)
@@ -161,9 +161,9 @@ class ScriptBatch:
             reads = u.calls[0].reads
             if reads is not None:
                 await self._read(u.calls[0], [result, *results[at + 1:at + 1 + len(reads)]])
-            elif isinstance(result, NoScriptError):
-                # The server lost its scripts (a restart) and did not run this one: redis-py
-                # loads it again on a direct call.
+            elif missing(result):
+                # The server has no library (never loaded, a node restarted empty) and ran
+                # nothing: a direct call loads it.
                 await self._direct(u)
             elif isinstance(result, Exception):
                 for c in u.calls:
@@ -172,17 +172,17 @@ class ScriptBatch:
                 _settle(u, result)
 
     async def _read(self, c: _Call, results: list[Any], *, again: bool = True) -> None:
-        """Answer a script with reads from their replies (the script's first). On NOSCRIPT the
-        server lost its scripts: the script wrote nothing (the reads only read), so it is
-        loaded and the call sent once more."""
+        """Answer a script with reads from their replies (the script's first). When the server
+        has no library the script wrote nothing (the reads only read), so it is loaded and
+        the call sent once more."""
         reply = results[0]
-        if again and isinstance(reply, NoScriptError):
+        if again and missing(reply):
             registered = self.runner.registered
             script = getattr(registered, c.script)
             try:
-                script.sha = await registered.redis.script_load(script.script)
+                await script.load()
                 results = await run_batch(registered.redis,
-                                          [_evalsha(script.sha, c, c.args), *(c.reads or ())])
+                                          [_command(script, c, c.args), *(c.reads or ())])
             except Exception as exc:
                 _answer(c, exc=self.runner._error(exc, c.sk, c.run_id)
                         if isinstance(exc, REDIS_ERRORS) else exc)
@@ -208,10 +208,9 @@ class ScriptBatch:
             _settle(u, result)
 
 
-def _evalsha(sha: str, c: _Call, args: list[Any]) -> tuple[Any, ...]:
-    """The command running ``c``'s script with ``args``: its declared key, no commit id."""
-    keys = declared(c.script, c.sk)
-    return ("EVALSHA", sha, len(keys), *keys, "", *args)
+def _command(script: Function, c: _Call, args: list[Any]) -> tuple[Any, ...]:
+    """The command running ``c``'s script with ``args``: its declared keys, no commit id."""
+    return script.command(declared(c.script, c.sk), ["", *args])
 
 
 def _units(calls: list[_Call]) -> list[_Unit]:

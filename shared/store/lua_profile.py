@@ -82,11 +82,12 @@ def profiling() -> Iterator[None]:
     """Profiled scripts from :func:`~baton.store.scripts.source` in this process while
     inside (and in the processes it starts meanwhile, which inherit the environment); the
     plain ones again after."""
-    from baton.store.scripts import source  # that module imports this one
+    from baton.store.scripts import library_code, source  # that module imports this one
 
     previous = os.environ.get(ENV)
     os.environ[ENV] = "1"
     source.cache_clear()  # sources made before now are not profiled
+    library_code.cache_clear()
     try:
         yield
     finally:
@@ -95,6 +96,7 @@ def profiling() -> Iterator[None]:
         else:
             os.environ[ENV] = previous
         source.cache_clear()
+        library_code.cache_clear()
 
 
 def profiled(name: str, body: str) -> str:

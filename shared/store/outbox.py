@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 from redis.typing import KeyT, StreamIdT
 
 from baton.errors import ValidationError
@@ -47,7 +47,8 @@ from baton.models import OutboxRow, dumps, loads
 from baton.observability.log import error_text, get_logger
 from baton.store.keys import RELAY_GROUP, Keys
 from baton.store.redis_client import REDIS_ERRORS, run_batch
-from baton.store.replication import ReplicatedWrites
+from baton.store.replication import ReplicatedWrites, missing
+from baton.store.scripts import Function
 from baton.store.shard_store import ShardStore
 
 WAKES = "w"  # the stream-id marker of rows from a shard's wakes stream
@@ -130,14 +131,11 @@ class Outbox(ShardStore):
 
     async def ensure_groups(self, shards: list[int] | None = None,
                             failed: dict[int, Exception] | None = None) -> None:
-        """The consumer groups of these shards' streams (all by default), created if missing,
-        and the ack script loaded: :meth:`ack_and_read` runs it by its SHA alone.
+        """The consumer groups of these shards' streams (all by default), created if missing.
 
         With ``failed``, a shard whose primary refuses the write (a Redis Cluster primary
         without its replica, under min-replicas-to-write) is put there and the others are
         still done: a read that finds a group missing creates it later (NOGROUP)."""
-        script = self.scripts.relay_ack
-        script.sha = await self.redis.script_load(script.script)
         for shard in shards if shards is not None else range(self.keys.shards):
             try:
                 for key in self._streams(shard):
@@ -278,11 +276,11 @@ class Outbox(ShardStore):
         else:  # one server, no replica wait: every shard's ack in one round trip
             script = self.scripts.relay_ack
             for attempt in (1, 2):
-                replies = await run_batch(self.redis, [*index, *self._evalsha(script, calls)])
-                if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
-                    # The server lost its scripts (a restart): load it, ack again (an ack
-                    # of rows acknowledged already acknowledges nothing).
-                    script.sha = await self.redis.script_load(script.script)
+                replies = await run_batch(self.redis, [*index, *self._commands(script, calls)])
+                if attempt == 1 and any(missing(r) for r in replies):
+                    # The server has no library (a node restarted empty): load it, ack
+                    # again (an ack of rows acknowledged already acknowledges nothing).
+                    await script.load()
                     continue
                 break
             for r in replies:
@@ -326,9 +324,9 @@ class Outbox(ShardStore):
                 for (shard, stream), ids in by_stream.items()]
 
     @staticmethod
-    def _evalsha(script: Any, calls: list[tuple[list[str], list[Any]]]
-                 ) -> list[tuple[Any, ...]]:
-        return [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
+    def _commands(script: Function, calls: list[tuple[list[str], list[Any]]]
+                  ) -> list[tuple[Any, ...]]:
+        return [script.command(keys, args) for keys, args in calls]
 
     async def wake_subjects(self, rows: list[OutboxRow]) -> dict[str, str | None]:
         """The wake subject of the session of each wakes-stream row (by stream id; None

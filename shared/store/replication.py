@@ -32,17 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
     BusyLoadingError,
     ClusterDownError,
     MasterDownError,
     MovedError,
-    NoScriptError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -63,7 +61,7 @@ log = get_logger("baton.store.replication")
 #: Queues read commands after the write, on the same connection (one round trip).
 Reads = Callable[[Any], None]
 
-_NOT_RUN = (NoScriptError, MovedError, AskError)
+_NOT_RUN = (MovedError, AskError)
 _LOST = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException)
 #: Error replies of a node that refused a write for now, before running it: a failover
 #: (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), a node that turned replica (READONLY) or is loading
@@ -72,6 +70,20 @@ _LOST = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException
 _REFUSED_FOR_NOW = (ClusterDownError, MasterDownError, TryAgainError, ReadOnlyError,
                     BusyLoadingError)
 _REFRESH_GAP_S = 0.2
+
+
+class Script(Protocol):
+    """A script as :class:`ReplicatedWrites` runs it (baton.store.scripts.Function)."""
+
+    def command(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]: ...
+
+    async def load(self) -> None: ...
+
+
+def missing(reply: object) -> bool:
+    """Whether a reply says the server has no such function: the library is not loaded
+    there (a server that never had it, a node restarted empty). Nothing ran then."""
+    return isinstance(reply, ResponseError) and "function not found" in str(reply).lower()
 
 
 class ReplicatedWrites:
@@ -88,7 +100,7 @@ class ReplicatedWrites:
         self._refreshed_at = 0.0
 
     async def run(
-        self, script: AsyncScript, keys: list[str], args: list[Any], *, commit_id: str,
+        self, script: Script, keys: list[str], args: list[Any], *, commit_id: str,
         what: str, session_id: str = "", reads: Reads | None = None,
     ) -> tuple[Any, list[Any]]:
         """The script's reply (an exception reply is raised as is) and the reads' results.
@@ -105,8 +117,8 @@ class ReplicatedWrites:
                 doubt, reason = True, f"connection lost: {exc}"
             else:
                 reply, acked = results[0], results[1]
-                if isinstance(reply, NoScriptError):
-                    await self.redis.script_load(script.script)
+                if missing(reply):  # the library is not on that node: nothing ran
+                    await script.load()
                     continue
                 if isinstance(reply, _NOT_RUN) or refused_for_now(reply):
                     reason = f"not applied: {reply}"
@@ -140,10 +152,10 @@ class ReplicatedWrites:
             f"{self.retry_ms / 1000:g} s: {reason}", cause=reason, slot=slot, node=node)
 
     async def _attempt(
-        self, script: AsyncScript, keys: list[str], args: list[Any], reads: Reads | None
+        self, script: Script, keys: list[str], args: list[Any], reads: Reads | None
     ) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        pipe.execute_command(*script.command(keys, args))
         if self.cluster:
             # WAIT has no key: pin it to the node the script goes to, so the cluster
             # pipeline sends both on that node's one connection.

@@ -1,8 +1,15 @@
 """Loads Baton's Lua scripts (``shared/lua/*.lua``), each prefixed with ``_lib.lua`` and
 wrapped by ``_applied.lua``, and runs the session scripts.
 
-Scripts are registered with redis-py, which runs them by SHA and reloads them after a
-server restart flushed its script cache. :class:`ScriptRunner` is the one way a session
+The scripts are one Redis Functions library (:class:`Library`): ``FUNCTION LOAD`` once, then
+``FCALL`` by name, so no worker role needs ``EVAL`` (arbitrary Lua, within its ACL) or
+``SCRIPT LOAD`` (see baton.auth). Functions are persisted and replicated with the data, so
+a restart or a failover keeps them. The library's name carries a digest of its code
+(``baton_<digest>``): Baton versions side by side during a rolling upgrade each call their
+own, and loading one never replaces another's. A client logged in as the unrestricted
+``default`` user (a development server) loads a missing library itself; a role user may not,
+and waits for the admin to load it (``baton load-functions``, see :meth:`Library.load`).
+:class:`ScriptRunner` is the one way a session
 transition reaches Redis: the store, the tool-run transitions and the operator decisions
 all share it, so every transition maps Redis errors to Baton's error tree the same way, and
 in cluster mode every transition that moves a session forward is acknowledged only once a
@@ -12,23 +19,23 @@ apply at most once.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, Literal, get_args
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoPermissionError, ResponseError
 
-from baton.errors import PayloadTooLarge, from_redis_error
+from baton.errors import PayloadTooLarge, RedisUnavailable, from_redis_error
 from baton.settings import Settings
 from baton.store import lua_profile
 from baton.store.keys import SessionKeys
 from baton.store.redis_client import REDIS_ERRORS, redis_user
-from baton.store.replication import Reads, ReplicatedWrites
+from baton.store.replication import Reads, ReplicatedWrites, missing
 
 SessionScript = Literal[
     "submit",
@@ -319,31 +326,115 @@ def declared(script: str, sk: SessionKeys) -> list[str]:
             for k in script_keys(script)]
 
 
-async def pipelined(redis: Any, script: AsyncScript,
-                    queue: Callable[[Any], None], *, transaction: bool) -> list[Any]:
-    """Run a pipeline whose commands ``queue`` adds, EVALSHA of ``script`` among them
-    (queued with :func:`evalsha`), with results as values or exceptions.
+@cache
+def library_code(acl_checks: bool, receipts_kept: int = RECEIPTS_KEPT) -> tuple[str, str]:
+    """The library's name and its code: one function per script, ``<library>_<script>``,
+    whose body is the script's source (:func:`source`), with ``KEYS`` and ``ARGV`` its
+    arguments, and ``<library>_ping`` (whether the library is there)."""
+    names = (*SESSION_SCRIPTS, *SHARD_SCRIPTS, *TOMBSTONE_SCRIPTS)
+    sources = {n: source(n, acl_checks=acl_checks, receipts_kept=receipts_kept) for n in names}
+    digest = hashlib.sha256("\0".join(f"{n}\0{s}" for n, s in sources.items()).encode())
+    name = f"baton_{digest.hexdigest()[:16]}"
+    parts = [f"#!lua name={name}\n",
+             f"redis.register_function('{name}_ping', function() return 1 end)\n"]
+    for n, text in sources.items():
+        parts.append(f"redis.register_function('{name}_{n}', function(KEYS, ARGV)\n"
+                     f"{text}\nend)\n")
+    return name, "".join(parts)
 
-    redis-py asks the server ``SCRIPT EXISTS`` before every pipeline that runs a
-    registered script, one more round trip each time; here a script the server lost (it
-    restarted) comes back as NOSCRIPT instead, and the pipeline runs once more after it is
-    loaded. Nothing in it ran then: inside MULTI/EXEC the refused EVALSHA wrote nothing,
-    and without a transaction only the pipeline's reads ran.
+
+class Library:
+    """Baton's scripts as a Redis Functions library, on one client (see the module)."""
+
+    def __init__(self, redis: Any, *, acl_checks: bool, receipts_kept: int = RECEIPTS_KEPT
+                 ) -> None:
+        self.redis = redis
+        self.name, self.code = library_code(acl_checks, receipts_kept)
+
+    async def load(self) -> None:
+        """``FUNCTION LOAD REPLACE`` (on every primary of a cluster): the same code under
+        the same name, so loading it again, or from several processes at once, changes
+        nothing. A user without ``FUNCTION LOAD`` (every role's) gets
+        :class:`RedisUnavailable` saying who loads it: the worker waits and tries again."""
+        try:
+            await self.redis.function_load(self.code, replace=True)
+        except NoPermissionError:
+            why = (f"Redis has no function library {self.name} (the scripts of this Baton "
+                   "version) and this user may not load it: run `baton load-functions` with "
+                   "the admin's Redis URL (deploy: the setup job)")
+            raise RedisUnavailable(why, cause=why) from None
+
+    async def ensure(self) -> None:
+        """Load the library unless every node serving this client has it already."""
+        try:
+            await self.redis.execute_command("FCALL", f"{self.name}_ping", 0)
+        except ResponseError as exc:
+            if not missing(exc):
+                raise
+            await self.load()
+
+
+async def load_functions(redis: Any, settings: Settings) -> list[str]:
+    """Load this version's libraries (with and without the ACL checks, see :func:`source`)
+    with ``redis``, a client allowed ``FUNCTION LOAD`` (the admin's); their names."""
+    names = []
+    for acl_checks in (True, False):
+        library = Library(redis, acl_checks=acl_checks, receipts_kept=settings.receipts_kept)
+        await library.load()
+        names.append(library.name)
+    return names
+
+
+class Function:
+    """One script of a :class:`Library`: ``FCALL <library>_<script>``."""
+
+    def __init__(self, library: Library, script: str) -> None:
+        self.library = library
+        self.script = script
+        self.name = f"{library.name}_{script}"
+
+    def command(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The command running the script (for a pipeline or a batch)."""
+        return ("FCALL", self.name, len(keys), *keys, *args)
+
+    async def load(self) -> None:
+        await self.library.load()
+
+    async def __call__(self, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
+        """The script's reply; a library the server does not have is loaded first."""
+        try:
+            return await self.library.redis.execute_command(*self.command(keys, args))
+        except ResponseError as exc:
+            if not missing(exc):
+                raise
+        await self.library.load()
+        return await self.library.redis.execute_command(*self.command(keys, args))
+
+
+async def pipelined(redis: Any, script: Function,
+                    queue: Callable[[Any], None], *, transaction: bool) -> list[Any]:
+    """Run a pipeline whose commands ``queue`` adds, ``script`` among them (queued with
+    :func:`queue_call`), with results as values or exceptions.
+
+    A library the server does not have (never loaded there, a node restarted empty) comes
+    back as "function not found", and the pipeline runs once more after it is loaded.
+    Nothing in it ran then: inside MULTI/EXEC the refused FCALL wrote nothing, and without
+    a transaction only the pipeline's reads ran.
     """
     for attempt in (1, 2):
         async with redis.pipeline(transaction=transaction) as pipe:
             queue(pipe)
             results: list[Any] = await pipe.execute(raise_on_error=False)
-        if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
-            script.sha = await redis.script_load(script.script)
+        if attempt == 1 and any(missing(r) for r in results):
+            await script.load()
             continue
         return results
     raise AssertionError("unreachable")
 
 
-def evalsha(pipe: Any, script: AsyncScript, keys: list[str], args: list[Any]) -> None:
-    """Queue a registered script on a pipeline by its SHA (see :func:`pipelined`)."""
-    pipe.evalsha(script.sha, len(keys), *keys, *args)
+def queue_call(pipe: Any, script: Function, keys: list[str], args: list[Any]) -> None:
+    """Queue a script on a pipeline (see :func:`pipelined`)."""
+    pipe.execute_command(*script.command(keys, args))
 
 
 def _new_id() -> str:
@@ -351,18 +442,18 @@ def _new_id() -> str:
 
 
 class Scripts:
-    """The registered scripts of one Redis client."""
+    """The scripts of one Redis client, as functions of its :class:`Library`."""
 
     def __init__(self, redis: Redis, *, acl_checks: bool = True,
                  receipts_kept: int = RECEIPTS_KEPT) -> None:
         self.redis = redis
-        self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(
-                source(name, acl_checks=acl_checks, receipts_kept=receipts_kept))
+        self.library = Library(redis, acl_checks=acl_checks, receipts_kept=receipts_kept)
+        self._scripts: dict[str, Function] = {
+            name: Function(self.library, name)
             for name in SESSION_SCRIPTS + SHARD_SCRIPTS + TOMBSTONE_SCRIPTS
         }
 
-    def __getattr__(self, name: str) -> AsyncScript:
+    def __getattr__(self, name: str) -> Function:
         try:
             return self._scripts[name]
         except KeyError:
@@ -428,7 +519,7 @@ class ScriptRunner:
         registered = getattr(self.registered, script)
 
         def queue(pipe: Any) -> None:
-            evalsha(pipe, registered, declared(script, sk), ["", *args])
+            queue_call(pipe, registered, declared(script, sk), ["", *args])
             reads(pipe)
 
         try:

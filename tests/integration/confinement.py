@@ -23,6 +23,7 @@ from baton.devkit.servers import RedisServer
 from baton.errors import BatonError
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
+from baton.store.scripts import load_functions
 from baton.store.store import Store
 from tests.helpers import contents
 
@@ -83,6 +84,7 @@ async def confined_redis() -> AsyncIterator[Confined]:
         await setup.aclose()
         c = Confined(server, namespace, Keys(namespace, Settings().shards))
         admin = c.connect("admin")
+        await load_functions(admin, Settings())  # the roles may not: the admin does
         for sid in (OWN, OTHER):
             await seed(admin, c.keys.session(sid), namespace)
         await admin.aclose()

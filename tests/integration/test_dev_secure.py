@@ -31,6 +31,7 @@ from baton.devkit.secure import (
 from baton.devkit.servers import RedisServer
 from baton.settings import Settings
 from baton.store.redis_client import connect_redis
+from baton.store.scripts import load_functions
 from tests.helpers import five_notices_once_each
 
 
@@ -156,6 +157,11 @@ async def test_a_redis_killed_under_the_shipped_acl_restarts_with_every_commit(
         server.credentials = ("admin", passwords["admin"])
         await server.restart()  # now with the users, as a secure stack starts it
         settings = Settings(redis_url=with_user(server.url, "client", passwords["client"]))
+        admin = aioredis.Redis.from_url(with_user(server.url, "admin", passwords["admin"]))
+        try:  # the scripts' library, which the roles may not load
+            await load_functions(admin, settings)
+        finally:
+            await admin.aclose()
         async with await Client.connect(settings) as client:
             sub, created = await client.submit("Kept across a crash.", agent="notices")
             assert created
@@ -173,6 +179,10 @@ async def test_a_redis_killed_under_the_shipped_acl_restarts_with_every_commit(
             await anonymous.aclose()
         async with await Client.connect(settings) as client:
             assert await client.store.inbox.exists(sub.session_id)
+            # The library came back with the data (functions are in the AOF): the role may
+            # not load it, and needs not.
+            _, created = await client.submit("After the crash.", agent="notices")
+            assert created
 
 
 async def _keys_by_type(url: str) -> dict[str, str]:

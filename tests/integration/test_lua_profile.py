@@ -16,7 +16,7 @@ from baton.models import WorkerRef
 from baton.settings import Settings
 from baton.store import lua_profile
 from baton.store.runs import worker_json
-from baton.store.scripts import SESSION_SCRIPTS, source
+from baton.store.scripts import SESSION_SCRIPTS, library_code, load_functions, source
 from baton.store.store import Store
 from tests.integration.confinement import OWN, Confined
 
@@ -36,6 +36,8 @@ async def test_every_profiled_session_script_compiles(profiling: None,
             text = source(name, acl_checks=acl_checks)
             assert f"KEYS.__tp('{name}:prelude')" in text
             await redis.script_load(text)  # a syntax error fails here
+    for acl_checks in (True, False):  # and as the function library it is loaded as
+        await redis.function_load(library_code(acl_checks)[1], replace=True)
 
 
 async def test_a_profiled_session_runs_and_is_profiled(profiling: None, settings: Settings,
@@ -72,6 +74,11 @@ async def test_a_profile_the_server_refuses_fails_no_transition(profiling: None,
                                                                 confined: Confined) -> None:
     """A role whose ACL may not write the profile key (every role of a deployment) still
     takes its lease: the profile is lost, not the transition."""
+    admin = confined.connect("admin")
+    try:  # the profiled library, as an admin would load it for the bench
+        await load_functions(admin, Settings())
+    finally:
+        await admin.aclose()
     store = await Store.connect(confined.settings("brain"))
     try:
         # the lease alone (page 0): the seeded session's records are not a Brain's to load

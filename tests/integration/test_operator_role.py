@@ -22,6 +22,7 @@ from baton.devkit.servers import NatsServer, RedisServer
 from baton.errors import ForbiddenError
 from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
+from baton.store.scripts import library_code, load_functions
 from baton.store.store import Store
 from tests.helpers import contents
 from tests.integration.confinement import PASSWORDS, render_acl, seed
@@ -62,6 +63,7 @@ async def operated() -> AsyncIterator[Operated]:
         await setup.aclose()
         o = Operated(redis_server, nats_server, namespace, Keys(namespace, Settings().shards))
         admin = o.connect("admin")
+        await load_functions(admin, Settings())  # the roles may not: the admin does
         await seed(admin, o.sk, namespace)
         await admin.xadd(o.keys.dead(SESSION, "hands"),
                          {"reason": "unknown_tool", "session_id": SESSION})
@@ -126,6 +128,10 @@ def _writes(o: Operated) -> dict[str, Callable[[aioredis.Redis], Awaitable[Any]]
         "set the epoch": lambda r: r.set(o.keys.epoch(sk.shard), "forged"),
         "script load": lambda r: r.script_load("return 1"),
         "eval": lambda r: r.eval("return redis.call('DEL', KEYS[1])", 1, sk.entries),
+        "fcall": lambda r: r.execute_command(
+            "FCALL", f"{library_code(True)[0]}_ping", 0),
+        "function load": lambda r: r.function_load(
+            "#!lua name=forged\nredis.register_function('forged', function() return 1 end)"),
         "flushall": lambda r: r.flushall(),
         "config set": lambda r: r.config_set("appendonly", "no"),
         "keys": lambda r: r.keys("*"),

@@ -41,6 +41,7 @@ from baton.models import Entry, Task
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.outbox import Outbox
+from baton.store.scripts import library_code, load_functions
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import contents
@@ -73,6 +74,7 @@ async def secured() -> AsyncIterator[Secured]:
         for role in ROLES:
             await admin.execute_command("ACL", "SETUSER", role,
                                         *redis_acl(role, namespace, PASSWORDS[role]))
+        await load_functions(admin, Settings())  # the roles may not: the admin does
         await admin.aclose()
         yield Secured(namespace, nats_server, redis_server)
 
@@ -354,6 +356,25 @@ async def test_inspect_with_a_clients_credential_says_what_it_cannot_read(
     assert "dead letters: not readable with this credential" in text
     assert f"{len(view['backlog'])} shard(s) not readable" in text
     assert "other shard(s)" not in text
+
+
+async def test_no_role_runs_lua_of_its_own_only_the_loaded_functions(
+    secured: Secured,
+) -> None:
+    """A role allowed EVAL could run any Lua within its ACL, and reach a flaw of Redis' Lua
+    sandbox (CVE-2025-49844) with any stolen credential. The roles hold FCALL of the library
+    the admin loaded, and may neither EVAL nor load functions or scripts of their own."""
+    forged = "#!lua name=forged\nredis.register_function('forged', function() return 1 end)"
+    for role in ("relay", "brain", "hands", "client"):
+        r = aioredis.Redis.from_url(secured.settings(role).redis_url)
+        try:
+            assert await r.execute_command("FCALL", f"{library_code(True)[0]}_ping", 0) == 1
+            for refused in (r.eval("return 1", 0), r.script_load("return 1"),
+                            r.function_load(forged, replace=True)):
+                with pytest.raises(NoPermissionError):
+                    await refused
+        finally:
+            await r.aclose()
 
 
 async def test_no_role_may_select_another_database(secured: Secured) -> None:

@@ -140,23 +140,23 @@ async def test_leases_and_commits_of_one_turn_share_a_round_trip(store: Store) -
         assert [e.text for e in state.entries] == ([] if n == 1 else [s])
 
 
-async def _evalsha_calls(store: Store) -> int:
+async def _fcalls(store: Store) -> int:
     stats = await store.redis.info("commandstats")
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    return int(stats.get("cmdstat_fcall", {}).get("calls", 0))
 
 
 async def test_claims_of_one_session_in_one_turn_are_one_script_call(store: Store) -> None:
     """claim.lua takes the runs of one session a worker claims together: one call, each run
     fenced on its own, and a refusal of one (another tool) fails only its caller."""
     sid, intents = await _dispatched(store, 4)
-    # on the server whatever an earlier test did to its script cache (a SCRIPT FLUSH): a
-    # NOSCRIPT answer and the call again would be two calls
-    await store.redis.script_load(store.scripts.registered.claim.script)
-    before = await _evalsha_calls(store)
+    # on the server whatever an earlier test did to its functions (a FUNCTION FLUSH): a
+    # "function not found" answer and the call again would be two calls
+    await store.scripts.registered.claim.load()
+    before = await _fcalls(store)
     claims = await asyncio.gather(
         *(store.runs.claim(sid, i.run_id, HANDS, tool="other" if n == 2 else "send_email")
           for n, i in enumerate(intents)), return_exceptions=True)
-    assert await _evalsha_calls(store) == before + 1
+    assert await _fcalls(store) == before + 1
     assert isinstance(claims[2], ToolMismatchError)
     assert [c.status for n, c in enumerate(claims) if n != 2] == ["claimed"] * 3
     run = await store.runs.get(sid, intents[2].run_id)

@@ -1,9 +1,9 @@
-"""Scripts queued in pipelines run by SHA and survive a server that lost its scripts.
+"""Scripts queued in pipelines survive a server that lost its function library.
 
 Pipelined scripts (a Brain's acquire with its snapshot, a relay's lease renewals) are sent
-as EVALSHA without redis-py's SCRIPT EXISTS round trip before each pipeline; a server whose
-script cache was emptied (a restart) answers NOSCRIPT, and the pipeline runs again once the
-script is loaded.
+as FCALL with no check before each pipeline; a server without the library (a node restarted
+empty, one that never had it) answers "function not found", and the pipeline runs again
+once the library is loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ async def _commands(store: Store) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
 
-async def test_acquire_and_load_after_the_script_cache_was_flushed(settings: Settings) -> None:
+async def test_acquire_and_load_after_the_functions_were_flushed(settings: Settings) -> None:
     store = await Store.connect(settings)
     try:
         sid = "reload-1"
@@ -37,18 +37,18 @@ async def test_acquire_and_load_after_the_script_cache_was_flushed(settings: Set
         before = await _commands(store)
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
         after = await _commands(store)
-        assert after.get("script|exists", 0) == before.get("script|exists", 0)
+        assert after.get("function|list", 0) == before.get("function|list", 0)
         assert lease.fence == 2 and len(state.tasks) == 1
         await store.release(sid, lease.fence, 60_000)
 
-        await store.redis.script_flush()
+        await store.redis.function_flush()
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
         assert lease.fence == 3 and len(state.tasks) == 1  # applied once, after the reload
     finally:
         await store.close()
 
 
-async def test_relay_lease_renewals_after_the_script_cache_was_flushed(
+async def test_relay_lease_renewals_after_the_functions_were_flushed(
     settings: Settings,
 ) -> None:
     store = await Store.connect(settings)
@@ -59,7 +59,7 @@ async def test_relay_lease_renewals_after_the_script_cache_was_flushed(
             answer = await box.lease("acquire", shard, "relay-r", 60_000)
             assert answer.ok
             held[shard] = answer.fence
-        await store.redis.script_flush()
+        await store.redis.function_flush()
         renewed = await box.renew_all(held, "relay-r", 60_000)
         assert all(a.ok and a.fence == held[s] for s, a in renewed.items()), renewed
     finally:

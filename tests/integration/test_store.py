@@ -422,13 +422,12 @@ async def test_two_decisions_in_one_millisecond_are_two_wakes(store: Store) -> N
     await outbox_rows(store, "s-2c")  # drain the requests' wakes
     sk = store.keys.session("s-2c")
     cancel = store.scripts.registered.cancel
-    await store.redis.script_load(cancel.script)
+    await cancel.load()
     wake = '{"v": 1, "session_id": "s-2c", "reason": "cancel"}'
     async with store.redis.pipeline(transaction=True) as p:
         for target in ("task-r1", "task-r2"):
-            keys = declared("cancel", sk)
-            p.evalsha(cancel.sha, len(keys), *keys, "", "s-2c", target, wake,
-                      worker_ref("client", "c").model_dump_json(), "{}")
+            p.execute_command(*cancel.command(declared("cancel", sk), [
+                "", "s-2c", target, wake, worker_ref("client", "c").model_dump_json(), "{}"]))
         replies = await p.execute()
     assert [r[0] for r in replies] == ["requested", "requested"]
     ids = [r.id for r in await outbox_rows(store, "s-2c")]
