@@ -127,8 +127,9 @@ class Settings(BaseModel):
     dead_worker_keep_s: float = Field(default=86_400.0, gt=0)
     entries_page: int = Field(default=200, ge=1)
     # About how many receipts (the commit log: trace, watch, the console) a session keeps in
-    # Redis: each receipt trims the oldest past this (XADD MAXLEN ~), so a receipt costs the
-    # same however old the session is; trace and the archive then hold the newest ones.
+    # Redis, per role's stream (the Brains', the Hands', the clients'): each receipt trims the
+    # oldest of its stream past this (XADD MAXLEN ~), so a receipt costs the same however old
+    # the session is; trace and the archive then hold the newest ones.
     receipts_kept: int = Field(default=10_000, ge=100)
     # The entries a Brain holds from its earlier leases, as bytes of their JSON (all sessions
     # together, least recently leased dropped first): a lease of a session held reads only
@@ -187,9 +188,11 @@ class Settings(BaseModel):
     # exporters' retries (10 s each by default). What is not out by then is dropped.
     telemetry_flush_timeout_s: float = Field(default=3.0, ge=0)
     connect_timeout_s: float = Field(default=2.0, gt=0)
-    # How long Client.connect waits for a store that answers but refuses for now (a replica
-    # catching up under the split-brain guard, NOREPLICAS; a failover, CLUSTERDOWN) before
-    # raising RedisUnavailable. Workers wait without bound (they are services).
+    # How long a client waits for a store that answers but refuses for now (a replica
+    # catching up under the split-brain guard, NOREPLICAS; a failover, CLUSTERDOWN): its
+    # connect, and each of its writes (submit, start, cancel, approve, reject, all
+    # idempotent) and reads, before raising RedisUnavailable naming the shard and the
+    # reason. Workers wait without bound (they are services).
     client_connect_wait_s: float = Field(default=10.0, ge=0)
     # Connections per process; callers past it wait for one (a blocking pool).
     redis_max_connections: int = Field(default=512, ge=4)
