@@ -19,6 +19,25 @@ from baton.settings import Settings
 START_TIMEOUT_S = 30.0  # generous: a loaded machine starts the app slowly, a hang still ends
 
 
+PROBLEM = "application/problem+json"
+
+
+def auth(token: str) -> dict[str, str]:
+    """The header presenting ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """``r`` as an RFC 9457 problem of ``status`` and Baton's ``code``, never a traceback."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith(PROBLEM), r.headers
+    body = r.json()
+    assert body["status"] == status and body["code"] == code, body
+    assert body["type"] == f"urn:baton:problem:{code}" and body["title"] and body["detail"]
+    assert "Traceback" not in r.text
+    return dict(body)
+
+
 @asynccontextmanager
 async def serving_api(settings: Settings, tokens: Tokens,
                       reads: Settings | None = None) -> AsyncIterator[str]:

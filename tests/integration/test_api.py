@@ -18,32 +18,19 @@ from baton.devkit.mailbox import MailboxServer
 from baton.hands.worker import HandsWorker
 from baton.relay.worker import Relay
 from baton.settings import Settings
-from tests.api_helpers import SseReader, serving_api
+from tests.api_helpers import SseReader, auth, problem, serving_api
 from tests.control_apps import approval_app
 from tests.helpers import eventually, running
 
 TWO = "Send the approved notice to ada@example.com and grace@example.com, then summarise."
 READ_TOKEN = "read-token-0123456789"
 OPERATE_TOKEN = "operate-token-0123456789"
-PROBLEM = "application/problem+json"
 
 
 def _tokens() -> Tokens:
     return Tokens(Tokens.parse(f"read:{READ_TOKEN},operate:{OPERATE_TOKEN}", "test"))
 
 
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def _problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith(PROBLEM), r.headers
-    body = r.json()
-    assert body["status"] == status and body["code"] == code, body
-    assert body["type"] == f"urn:baton:problem:{code}" and body["title"] and body["detail"]
-    assert "Traceback" not in r.text
-    return dict(body)
 
 
 async def _changes_until_settled(reader: SseReader) -> list[tuple[str, dict[str, Any], str | None]]:
@@ -84,13 +71,13 @@ async def test_a_session_driven_through_the_api(settings: Settings,
     async with running(relay, hands, brain), serving_api(settings, _tokens()) as url, \
             httpx.AsyncClient(base_url=url, timeout=20) as http:
         # Tokens: none is 401, a read token may not write (403).
-        _problem(await http.get("/v1/sessions"), 401, "unauthenticated")
-        _problem(await http.get("/v1/sessions", headers=_auth("x" * 20)), 401,
+        problem(await http.get("/v1/sessions"), 401, "unauthenticated")
+        problem(await http.get("/v1/sessions", headers=auth("x" * 20)), 401,
                  "unauthenticated")
         body = {"text": TWO, "agent": "notices"}
-        _problem(await http.post("/v1/submissions", json=body, headers=_auth(READ_TOKEN)),
+        problem(await http.post("/v1/submissions", json=body, headers=auth(READ_TOKEN)),
                  403, "forbidden")
-        operate = {**_auth(OPERATE_TOKEN), "Idempotency-Key": "order-1"}
+        operate = {**auth(OPERATE_TOKEN), "Idempotency-Key": "order-1"}
         first = await http.post("/v1/submissions", json=body, headers=operate)
         assert first.status_code == 201, first.text
         again = await http.post("/v1/submissions", json=body, headers=operate)
@@ -99,7 +86,7 @@ async def test_a_session_driven_through_the_api(settings: Settings,
         assert again.json()["submission"]["id"] == sub["id"]
         sid = sub["session_id"]
         assert first.headers["location"] == f"/v1/sessions/{sid}/submissions/{sub['id']}"
-        read = _auth(READ_TOKEN)
+        read = auth(READ_TOKEN)
 
         async with http.stream("GET", f"/v1/sessions/{sid}/events", headers=read) as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
@@ -117,7 +104,7 @@ async def test_a_session_driven_through_the_api(settings: Settings,
             base = f"/v1/sessions/{sid}/runs"
             wrong = await http.post(f"{base}/{ada['run_id']}/approve",
                                     json={"digest": grace["digest"]}, headers=operate)
-            _problem(wrong, 409, "conflict")
+            problem(wrong, 409, "conflict")
             ok = await http.post(f"{base}/{ada['run_id']}/approve",
                                  json={"digest": ada["digest"]}, headers=operate)
             assert ok.status_code == 200 and ok.json()["seq"] > 0, ok.text
@@ -177,17 +164,17 @@ async def test_a_session_driven_through_the_api(settings: Settings,
                                                            entries["total"] - 1]
 
         # Problems: unknown ids, bad input, unknown paths; the OpenAPI document.
-        _problem(await http.get("/v1/sessions/s-nope", headers=read), 404, "not_found")
-        _problem(await http.get("/v1/sessions/s-nope/events", headers=read), 404, "not_found")
-        _problem(await http.get(f"/v1/sessions/{sid}/tasks/t-nope", headers=read), 404,
+        problem(await http.get("/v1/sessions/s-nope", headers=read), 404, "not_found")
+        problem(await http.get("/v1/sessions/s-nope/events", headers=read), 404, "not_found")
+        problem(await http.get(f"/v1/sessions/{sid}/tasks/t-nope", headers=read), 404,
                  "not_found")
-        bad = _problem(await http.post("/v1/submissions", json={"agent": "notices"},
+        bad = problem(await http.post("/v1/submissions", json={"agent": "notices"},
                                        headers=operate), 422, "invalid_request")
         assert bad["errors"][0]["loc"] == ["body", "text"]
-        _problem(await http.get("/v1/sessions", params={"limit": 0}, headers=read), 422,
+        problem(await http.get("/v1/sessions", params={"limit": 0}, headers=read), 422,
                  "invalid_request")
-        _problem(await http.get("/v1/nowhere", headers=read), 404, "not_found")
-        _problem(await http.post(f"{base}/r-nope/approve", json={"digest": "d"},
+        problem(await http.get("/v1/nowhere", headers=read), 404, "not_found")
+        problem(await http.post(f"{base}/r-nope/approve", json={"digest": "d"},
                                  headers=operate), 404, "not_found")
         spec = (await http.get("/openapi.json")).json()
         assert {"/v1/submissions", "/v1/tasks", "/v1/sessions/{session_id}/events",
@@ -224,7 +211,7 @@ async def test_an_open_api_serves_loopback_in_dev_only(settings: Settings) -> No
         assert upper.status_code in (400, 422) and "name the agent" in upper.text, upper.text
         # ... but a change is sent as JSON all the same (a form from a page elsewhere is not)
         json_only = {"Content-Type": "application/json"}
-        _problem(await http.post(f"/v1/sessions/{sid}/cancel"), 415, "json_required")
+        problem(await http.post(f"/v1/sessions/{sid}/cancel"), 415, "json_required")
         bare = await http.post(f"/v1/sessions/{sid}/cancel", headers=json_only)
         assert bare.status_code == 200 and bare.json()["status"] == "requested", bare.text
         unknown = await http.post(f"/v1/sessions/{sid}/runs/r-none/reject", headers=json_only)

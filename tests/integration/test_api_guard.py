@@ -24,35 +24,24 @@ import pytest
 from baton.api.auth import Tokens
 from baton.api.guard import SWAGGER_UI
 from baton.settings import Settings
-from tests.api_helpers import SseReader, serving_api
+from tests.api_helpers import SseReader, auth, problem, serving_api
 from tests.helpers import eventually
 
 READ = "read-token-0123456789"
 OTHER_READ = "read-token-other-0123456789"
 OPERATE = "operate-token-0123456789"
-PROBLEM = "application/problem+json"
 
 
 def _tokens() -> Tokens:
     return Tokens(Tokens.parse(f"read:{READ},read:{OTHER_READ},operate:{OPERATE}", "test"))
 
 
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def _problem(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith(PROBLEM), r.headers
-    body = r.json()
-    assert body["status"] == status and body["code"] == code, body
-    return dict(body)
 
 
 async def _task(http: httpx.AsyncClient, key: str) -> tuple[str, str]:
     """A root task nobody runs (no Brain here): its session and task ids."""
     r = await http.post("/v1/tasks", json={"kind": "nothing"},
-                        headers={**_auth(OPERATE), "Idempotency-Key": key})
+                        headers={**auth(OPERATE), "Idempotency-Key": key})
     assert r.status_code == 201, r.text
     return r.json()["session_id"], r.json()["task_id"]
 
@@ -77,14 +66,14 @@ async def test_a_page_elsewhere_and_a_rebinding_name_are_refused(settings: Setti
         # A form posted from another site: no JSON, no preflight. Refused for its origin
         # and, from a page that sends none, for its body.
         form = {"Content-Type": "application/x-www-form-urlencoded"}
-        _problem(await http.post(cancel, content=b"reason=x",
+        problem(await http.post(cancel, content=b"reason=x",
                                  headers={**form, "Origin": "http://evil.example"}),
                  403, "cross_origin")
-        _problem(await http.post(cancel, content=b"reason=x", headers=form), 415,
+        problem(await http.post(cancel, content=b"reason=x", headers=form), 415,
                  "json_required")
-        _problem(await http.post(cancel, content=b"{}", headers={"Content-Type": "text/plain"}),
+        problem(await http.post(cancel, content=b"{}", headers={"Content-Type": "text/plain"}),
                  415, "json_required")
-        _problem(await http.post(f"/v1/sessions/{sid}/runs/r-1/reject", content=b"",
+        problem(await http.post(f"/v1/sessions/{sid}/runs/r-1/reject", content=b"",
                                  headers={"Content-Type": "text/plain"}), 415, "json_required")
         # A page that may send JSON (after a preflight the API never grants) is refused
         # for its origin all the same, as are sandboxed frames and files (Origin: null),
@@ -92,20 +81,20 @@ async def test_a_page_elsewhere_and_a_rebinding_name_are_refused(settings: Setti
         json_body = {"Content-Type": "application/json"}
         for origin in ("http://evil.example", "null", f"http://127.0.0.1:{int(port) + 1}",
                        f"http://localhost:{port}"):
-            _problem(await http.post(cancel, json={}, headers={**json_body, "Origin": origin}),
+            problem(await http.post(cancel, json={}, headers={**json_body, "Origin": origin}),
                      403, "cross_origin")
-        _problem(await http.get("/v1/sessions", headers={"Origin": "http://evil.example"}),
+        problem(await http.get("/v1/sessions", headers={"Origin": "http://evil.example"}),
                  403, "cross_origin")
-        _problem(await http.get("/v1/sessions", headers={"Sec-Fetch-Site": "cross-site",
+        problem(await http.get("/v1/sessions", headers={"Sec-Fetch-Site": "cross-site",
                                                          "Sec-Fetch-Mode": "no-cors"}),
                  403, "cross_origin")
 
         # DNS rebinding: the page's own name, re-pointed at 127.0.0.1, is its origin too:
         # the Host header gives it away. Reads and writes alike.
         rebound = {"Host": f"rebind.example:{port}", "Origin": f"http://rebind.example:{port}"}
-        _problem(await http.get("/v1/sessions", headers=rebound), 400, "host_not_allowed")
-        _problem(await http.post(cancel, json={}, headers=rebound), 400, "host_not_allowed")
-        _problem(await http.get("/console/", headers={"Host": f"rebind.example:{port}"}),
+        problem(await http.get("/v1/sessions", headers=rebound), 400, "host_not_allowed")
+        problem(await http.post(cancel, json={}, headers=rebound), 400, "host_not_allowed")
+        problem(await http.get("/console/", headers={"Host": f"rebind.example:{port}"}),
                  400, "host_not_allowed")
         assert await _cancels(http, sid) == []  # nothing of all that reached the session
 
@@ -125,10 +114,10 @@ async def test_a_configured_host_name_is_answered(settings: Settings) -> None:
     async with serving_api(named, _tokens()) as url, \
             httpx.AsyncClient(base_url=url, timeout=20) as http:
         port = url.rsplit(":", 1)[1]
-        r = await http.get("/v1/whoami", headers={**_auth(READ),
+        r = await http.get("/v1/whoami", headers={**auth(READ),
                                                   "Host": f"baton.internal:{port}"})
         assert r.status_code == 200, r.text
-        _problem(await http.get("/v1/whoami", headers={**_auth(READ),
+        problem(await http.get("/v1/whoami", headers={**auth(READ),
                                                        "Host": "other.internal"}),
                  400, "host_not_allowed")
 
@@ -138,7 +127,7 @@ async def test_headers_docs_health_and_idempotency_keys(settings: Settings) -> N
             httpx.AsyncClient(base_url=url, timeout=20) as http:
         # No page may frame the console or the API; each loads only what it must.
         for path in ("/console/", "/v1/whoami", "/docs", "/healthz", "/v1/nowhere"):
-            r = await http.get(path, headers=_auth(READ))
+            r = await http.get(path, headers=auth(READ))
             csp = r.headers["content-security-policy"]
             assert "frame-ancestors 'none'" in csp, (path, csp)
             assert r.headers["x-frame-options"] == "DENY"
@@ -158,36 +147,36 @@ async def test_headers_docs_health_and_idempotency_keys(settings: Settings) -> N
 
         # Liveness to anyone, nothing more without a token.
         assert (await http.get("/healthz")).json() == {"status": "ok"}
-        assert (await http.get("/healthz", headers=_auth("x" * 20))).json() == {"status": "ok"}
-        inside = (await http.get("/healthz", headers=_auth(READ))).json()
+        assert (await http.get("/healthz", headers=auth("x" * 20))).json() == {"status": "ok"}
+        inside = (await http.get("/healthz", headers=auth(READ))).json()
         assert inside["status"] == "ok" and inside["streams"] == 0
 
         # An Idempotency-Key names one request: sent again the same, the same answer;
         # with another body, refused rather than answered with the first one's.
-        op = {**_auth(OPERATE), "Idempotency-Key": "key-1"}
+        op = {**auth(OPERATE), "Idempotency-Key": "key-1"}
         body = {"text": "hello", "agent": "notices"}
         first = await http.post("/v1/submissions", json=body, headers=op)
         assert first.status_code == 201, first.text
         again = await http.post("/v1/submissions", json=body, headers=op)
         assert again.status_code == 200 and again.json()["submission"] == \
             first.json()["submission"]
-        other = _problem(await http.post("/v1/submissions", json={**body, "agent": "other"},
+        other = problem(await http.post("/v1/submissions", json={**body, "agent": "other"},
                                          headers=op), 409, "conflict")
         assert "agent" in other["detail"] and "key-1" in other["detail"]
-        _problem(await http.post("/v1/submissions", json={**body, "text": "bye"}, headers=op),
+        problem(await http.post("/v1/submissions", json={**body, "text": "bye"}, headers=op),
                  409, "conflict")  # the store's own check
-        tk = {**_auth(OPERATE), "Idempotency-Key": "key-2"}
+        tk = {**auth(OPERATE), "Idempotency-Key": "key-2"}
         task = {"kind": "nothing", "input": {"n": 1}}
         assert (await http.post("/v1/tasks", json=task, headers=tk)).status_code == 201
         assert (await http.post("/v1/tasks", json=task, headers=tk)).status_code == 200
-        _problem(await http.post("/v1/tasks", json={**task, "input": {"n": 2}}, headers=tk),
+        problem(await http.post("/v1/tasks", json={**task, "input": {"n": 2}}, headers=tk),
                  409, "conflict")
 
         # A receipt id is ASCII digits: other scripts' digits are not (int() reads them).
         sid = first.json()["submission"]["session_id"]
         arabic_indic = "\u0661\u0662-\u0660"  # 12-0
-        _problem(await http.get(f"/v1/sessions/{sid}/events", params={"after": arabic_indic},
-                                headers=_auth(READ)), 422, "invalid_request")
+        problem(await http.get(f"/v1/sessions/{sid}/events", params={"after": arabic_indic},
+                                headers=auth(READ)), 422, "invalid_request")
 
 
 def _watch_connections(clients: str, sid: str) -> int:
@@ -204,11 +193,11 @@ async def test_event_streams_are_capped_and_old_ids_share_the_pool(
         sid, _ = await _task(http, "k-streams")
         for n in range(3):  # three more changes to resume between
             r = await http.post(f"/v1/sessions/{sid}/cancel",
-                                json={"reason": f"change {n}"}, headers=_auth(OPERATE))
+                                json={"reason": f"change {n}"}, headers=auth(OPERATE))
             assert r.status_code == 200, r.text
         events = f"/v1/sessions/{sid}/events"
 
-        async with http.stream("GET", events, headers=_auth(READ)) as live:
+        async with http.stream("GET", events, headers=auth(READ)) as live:
             reader = SseReader(live)
             event, _, newest = await reader.next()
             assert event == "snapshot" and newest is not None
@@ -219,9 +208,9 @@ async def test_event_streams_are_capped_and_old_ids_share_the_pool(
             # caught up over the pooled connections, then joins the feed. Neither adds a
             # Redis connection of its own.
             first_id = await _first_receipt(http, sid)
-            async with http.stream("GET", events, headers={**_auth(OTHER_READ),
+            async with http.stream("GET", events, headers={**auth(OTHER_READ),
                                                            "Last-Event-ID": first_id}) as a, \
-                    http.stream("GET", events, headers={**_auth(OPERATE),
+                    http.stream("GET", events, headers={**auth(OPERATE),
                                                         "Last-Event-ID": first_id}) as b:
                 readers = [SseReader(a), SseReader(b)]  # kept: a reader dropped closes its stream
                 for resumed in readers:
@@ -235,21 +224,21 @@ async def test_event_streams_are_capped_and_old_ids_share_the_pool(
                 assert _watch_connections(await _client_list(redis), sid) == 1
 
                 # Three open: the fourth is refused whoever asks, with when to retry.
-                refused = await http.get(events, headers=_auth(READ))
-                _problem(refused, 429, "too_many_streams")
+                refused = await http.get(events, headers=auth(READ))
+                problem(refused, 429, "too_many_streams")
                 assert refused.headers["retry-after"].isdigit()
             # Two left: a token's own cap still holds (READ has one open, may open one more).
-            async with http.stream("GET", events, headers=_auth(READ)) as second:
+            async with http.stream("GET", events, headers=auth(READ)) as second:
                 assert second.status_code == 200
-                _problem(await http.get(events, headers=_auth(READ)), 429, "too_many_streams")
-            health = (await http.get("/healthz", headers=_auth(READ))).json()
+                problem(await http.get(events, headers=auth(READ)), 429, "too_many_streams")
+            health = (await http.get("/healthz", headers=auth(READ))).json()
             assert health["streams"] == 1
         # Every slot is given back once its stream ended.
         await eventually(lambda: _healthz_streams(http, 0), timeout=15)
 
 
 async def _healthz_streams(http: httpx.AsyncClient, n: int) -> bool:
-    return bool((await http.get("/healthz", headers=_auth(READ))).json()["streams"] == n)
+    return bool((await http.get("/healthz", headers=auth(READ))).json()["streams"] == n)
 
 
 async def _client_list(redis: Any) -> str:
@@ -262,5 +251,5 @@ async def _count(redis: Any, sid: str, n: int) -> bool:
 
 
 async def _first_receipt(http: httpx.AsyncClient, sid: str) -> str:
-    trace = (await http.get(f"/v1/sessions/{sid}/trace", headers=_auth(READ))).json()
+    trace = (await http.get(f"/v1/sessions/{sid}/trace", headers=auth(READ))).json()
     return str(trace["events"][0]["stream_id"])
