@@ -29,11 +29,13 @@ from baton.devkit.tls import TlsFiles
 from baton.errors import ServerBinaryMissing, ServerError
 from baton.observability.log import get_logger
 
-__all__ = ["NatsCluster", "NatsServer", "nats_tls_block"]
+__all__ = ["ROUTE_USER", "NatsCluster", "NatsServer", "nats_tls_block"]
 
 log = get_logger("baton.dev")
 
 _MIN_NATS = (2, 10)  # sync_interval and current JetStream APIs
+#: The user a cluster's nodes log in to each other's route port as (deploy/nats/nats.conf).
+ROUTE_USER = "route"
 
 
 class NatsServer(ServerProcess):
@@ -130,10 +132,12 @@ class NatsServer(ServerProcess):
         return f"{scheme}://{self.host}:{self._port}"
 
 
-def nats_tls_block(tls: TlsFiles, indent: str = "") -> str:
-    """A NATS ``tls { ... }`` block: the server's certificate, no client certificates asked."""
+def nats_tls_block(tls: TlsFiles, indent: str = "", *, verify: bool = False) -> str:
+    """A NATS ``tls { ... }`` block: the server's certificate; the peer's certificate asked
+    for and checked against ``tls.ca`` only with ``verify`` (routes: nats-server checks it
+    whatever ``verify`` says, and presents its own when it dials)."""
     lines = [f"cert_file: {json.dumps(str(tls.cert))}", f"key_file: {json.dumps(str(tls.key))}",
-             f"ca_file: {json.dumps(str(tls.ca))}", "verify: false"]
+             f"ca_file: {json.dumps(str(tls.ca))}", f"verify: {str(verify).lower()}"]
     body = "".join(f"{indent}  {line}\n" for line in lines)
     return f"{indent}tls {{\n{body}{indent}}}\n"
 
@@ -156,7 +160,12 @@ class NatsCluster(Managed):
 
     Nodes are named ``n1..nN`` and routed to each other; :attr:`url` lists every client
     URL (comma-separated, as ``BATON_NATS_URL`` takes them); with ``tls`` the clients and
-    the routes between the nodes speak TLS only. Ready once every node serves
+    the routes between the nodes speak TLS only (for routes nats-server always asks for
+    the peer's certificate and checks it against ``tls.ca``). With ``route_password`` a
+    server joins as a route only with user :data:`ROUTE_USER` and that password (the
+    cluster's ``authorization``; every node's route URLs carry it): without it anything that
+    reaches a route port joins the cluster and bypasses every user's permissions. Ready once
+    every node serves
     and the JetStream meta group has elected a leader that every node knows (read from each
     node's ``/jsz`` monitoring endpoint). Single nodes can be killed and restarted (same
     ports and data) to test failover.
@@ -172,11 +181,13 @@ class NatsCluster(Managed):
         name: str = "baton",
         hosts: list[str] | None = None,
         tls: TlsFiles | None = None,
+        route_password: str | None = None,
     ) -> None:
         self._owns_dir = base_dir is None
         self.base_dir = (base_dir or Path(tempfile.mkdtemp(prefix="baton-nats-cluster-"))).resolve()
         self.name = name
         self._tls, self._extra_config = tls, extra_config
+        self.route_password = route_password
         self.nodes = [
             NatsServer(self.base_dir / f"n{i + 1}", durable=durable, server_name=f"n{i + 1}",
                        tls=tls)
@@ -192,14 +203,19 @@ class NatsCluster(Managed):
         """Free route and monitoring ports for every node, and each node's cluster block
         (the routes of all nodes, at the nodes' addresses)."""
         self.route_ports = [free_port() for _ in self.nodes]
-        seeds = ", ".join(f"nats-route://{n.host}:{p}"
+        # URL-safe passwords (secrets.token_urlsafe) need no quoting in the URLs
+        login = f"{ROUTE_USER}:{self.route_password}@" if self.route_password else ""
+        seeds = ", ".join(json.dumps(f"nats-route://{login}{n.host}:{p}")
                           for n, p in zip(self.nodes, self.route_ports, strict=True))
-        tls = nats_tls_block(self._tls, "  ") if self._tls is not None else ""
+        auth = (f"  authorization {{\n    user: {ROUTE_USER}\n"
+                f"    password: {json.dumps(self.route_password)}\n  }}\n"
+                if self.route_password else "")
+        tls = nats_tls_block(self._tls, "  ", verify=True) if self._tls is not None else ""
         for node, route in zip(self.nodes, self.route_ports, strict=True):
             node.monitor_port = free_port()
             node.extra_config = (
                 f"cluster {{\n  name: {json.dumps(self.name)}\n  listen: {node.host}:{route}\n"
-                f"  routes: [{seeds}]\n{tls}}}\n{self._extra_config}")
+                f"{auth}  routes: [{seeds}]\n{tls}}}\n{self._extra_config}")
 
     @property
     def url(self) -> str:

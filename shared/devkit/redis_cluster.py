@@ -437,16 +437,18 @@ class ClusterStack(Managed):
 
     def __init__(self, base_dir: Path | None = None, *, durable: bool = False,
                  netns: Netns | None = None, tls: TlsFiles | None = None,
-                 nats_config: str = "") -> None:
+                 nats_config: str = "", nats_route_password: str | None = None) -> None:
         """``netns``: run every server in its own member of it (see :attr:`REDIS_MEMBERS`,
         :attr:`NATS_MEMBERS`) instead of on loopback. ``tls``: every server and link over
-        TLS; ``nats_config``: appended to each NATS node's file (its users)."""
+        TLS; ``nats_config``: appended to each NATS node's file (its users);
+        ``nats_route_password``: the NATS nodes accept routes only with it."""
         self.redis = RedisClusterServers(base_dir / "redis" if base_dir else None,
                                          primaries=3, replicas=self.REDIS_REPLICAS,
                                          durable=durable, tls=tls)
         hosts = [netns.address(m) for m in self.NATS_MEMBERS] if netns else None
         self.nats = NatsCluster(base_dir / "nats" if base_dir else None, durable=durable,
-                                hosts=hosts, tls=tls, extra_config=nats_config)
+                                hosts=hosts, tls=tls, extra_config=nats_config,
+                                route_password=nats_route_password)
         if netns is not None:
             for node, member in zip(self.redis.nodes, self.REDIS_MEMBERS, strict=True):
                 netns.place(node, member)

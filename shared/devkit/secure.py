@@ -13,7 +13,10 @@ the ``client`` user, the read-only ones (``inspect``, ``trace``, ``watch``) the
 
 On a Redis Cluster (``--secure --cluster``) every node has the same users, each role also
 allowed the keyless topology reads a cluster client needs (:data:`CLUSTER_TOPOLOGY`), and
-replicas log in to their primary as ``admin`` (``masteruser``/``masterauth``).
+replicas log in to their primary as ``admin`` (``masteruser``/``masterauth``). The NATS
+nodes of such a stack accept a route only from a server that presents a certificate of the
+stack's CA and logs in with the stack's ``route`` password (:data:`ROUTE`), which no
+service is given.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from baton.auth import ROLES, nats_users_config, redis_acl_file
 from baton.devkit.files import write_private
 from baton.devkit.servers import RedisServer
 
-__all__ = ["CLUSTER_TOPOLOGY", "CREDENTIALS", "load_credentials", "nats_config", "redacted",
-           "redis_users", "role_env", "secure_redis", "stack_credentials", "with_user",
-           "write_redis_config"]
+__all__ = ["CLUSTER_TOPOLOGY", "CREDENTIALS", "ROUTE", "load_credentials", "nats_config",
+           "redacted", "redis_users", "role_env", "secure_redis", "stack_credentials",
+           "with_user", "write_redis_config"]
 
 CREDENTIALS = "credentials.json"
 REDIS_ACL = "redis-users.acl"
 REDIS_CONF = "redis-secure.conf"
-USERS = (*ROLES, "admin")
+#: The NATS cluster's route login (not a user of any service: the nodes' own links).
+ROUTE = "route"
+USERS = (*ROLES, "admin", ROUTE)
 #: What a Redis Cluster client asks every node for (slot map, replicas, redirects, the key
 #: positions of commands): keyless metadata reads, granted to every role on a cluster.
 CLUSTER_TOPOLOGY = ("+cluster|slots", "+cluster|shards", "+cluster|nodes", "+cluster|info",

@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 
 import redis.asyncio as aioredis
+import yaml
 
 from baton.auth import ROLES, helm_users_block, nats_users_file, redis_acl_file, with_helm_users
 from baton.devkit.servers import NatsServer, RedisServer
 from baton.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-PASSWORDS = {f"{r.upper()}_NATS_PASSWORD": f"{r}pw" for r in ("admin", *ROLES)}
+PASSWORDS = {f"{r.upper()}_NATS_PASSWORD": f"{r}pw" for r in ("admin", *ROLES, "route")}
+# How compose.yaml and nats-values.yaml give every NATS node its routes.
+ROUTES = {"ROUTE_URLS": "[nats-route://route:routepw@nats-2:6222]"}
 
 
 def test_permission_files_are_generated_from_the_code() -> None:
@@ -45,7 +48,7 @@ def test_the_nats_config_is_valid_for_nats_server(tmp_path: Path) -> None:
     conf.write_text(text.replace("store_dir: /data", f"store_dir: {tmp_path / 'js'}"))
     binary = NatsServer(tmp_path / "probe")._binary
     done = subprocess.run([binary, "-c", str(conf), "-t"], capture_output=True, text=True,
-                          env={**os.environ, **PASSWORDS, "SERVER_NAME": "nats-1"},
+                          env={**os.environ, **PASSWORDS, **ROUTES, "SERVER_NAME": "nats-1"},
                           timeout=30, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -207,3 +210,42 @@ def test_every_baton_setting_of_the_env_file_reaches_the_services() -> None:
     for name in names:
         assert f"${{{name}" in compose, name
     assert "cp deploy/.env.example" not in compose  # make_env.py refuses an existing .env
+
+
+def test_nats_routes_need_the_route_login_in_compose_and_helm() -> None:
+    """Issue 46: a server joins the cluster as a route only with the route login (and, in
+    Kubernetes, a certificate of the cluster's CA). tests/integration/test_nats_routes.py
+    runs nats.conf as a cluster and attacks it; this checks what feeds it."""
+    conf = (DEPLOY / "nats" / "nats.conf").read_text()
+    cluster = conf.split("\ncluster {\n", 1)[1].split("\n}\n", 1)[0]
+    assert "authorization {\n    user: route\n    password: $ROUTE_NATS_PASSWORD\n" in cluster
+    assert "\n  routes: $ROUTE_URLS\n" in cluster
+    # compose: every node gets the password and the three URLs carrying it
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    for node in ("nats-1", "nats-2", "nats-3"):
+        env = compose["services"][node]["environment"]
+        assert env["ROUTE_NATS_PASSWORD"] == "${ROUTE_NATS_PASSWORD:?set it in deploy/.env}"
+        urls = env["ROUTE_URLS"].replace(env["ROUTE_NATS_PASSWORD"], "pw")
+        assert urls == ("[nats-route://route:pw@nats-1:6222, nats-route://route:pw@nats-2:6222, "
+                        "nats-route://route:pw@nats-3:6222]")
+    # Helm: the same cluster block, the URLs built from the Secret (not the ConfigMap), TLS
+    values = yaml.safe_load((DEPLOY / "k8s" / "nats-values.yaml").read_text())
+    cluster_values = values["config"]["cluster"]
+    assert cluster_values["merge"] == {
+        "authorization": {"user": "route", "password": "<< $ROUTE_NATS_PASSWORD >>",
+                          "timeout": 2},
+        "routes": "<< $ROUTE_URLS >>"}
+    assert "routeURLs" not in cluster_values  # it writes the password into the ConfigMap
+    assert cluster_values["tls"]["enabled"] and cluster_values["tls"]["secretName"]
+    assert cluster_values["tls"]["merge"]["verify"] is True
+    env = values["container"]["env"]
+    assert env["ROUTE_NATS_PASSWORD"] == {"valueFrom": {"secretKeyRef": {
+        "name": "baton-credentials", "key": "ROUTE_NATS_PASSWORD"}}}
+    # $(VAR) expands only a variable listed before; the chart lists the env map sorted
+    assert sorted(env).index("ROUTE_NATS_PASSWORD") < sorted(env).index("ROUTE_URLS")
+    assert env["ROUTE_URLS"] == "[" + ", ".join(
+        f"tls://route:$(ROUTE_NATS_PASSWORD)@nats-{i}.nats-headless:6222"
+        for i in range(cluster_values["replicas"])) + "]"
+    secret = yaml.safe_load((DEPLOY / "k8s" / "secret.example.yaml").read_text())
+    assert "ROUTE_NATS_PASSWORD" in secret["stringData"]
+
