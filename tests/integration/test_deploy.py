@@ -249,3 +249,68 @@ def test_nats_routes_need_the_route_login_in_compose_and_helm() -> None:
     secret = yaml.safe_load((DEPLOY / "k8s" / "secret.example.yaml").read_text())
     assert "ROUTE_NATS_PASSWORD" in secret["stringData"]
 
+
+# The pods of the NATS chart's StatefulSet (release "nats") and of its nats-box.
+NATS_PODS = {"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "nats",
+             "app.kubernetes.io/component": "nats"}
+NATS_BOX = {**NATS_PODS, "app.kubernetes.io/component": "nats-box"}
+
+
+def _pod_labels() -> dict[str, dict[str, str]]:
+    """Every pod template of deploy/k8s by workload name, with the NATS chart's pods."""
+    pods = {"nats": NATS_PODS, "nats-box": NATS_BOX}
+    for path in (DEPLOY / "k8s").glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            template = ((doc or {}).get("spec") or {}).get("template")
+            if doc and path.name != "nats-values.yaml" and template:
+                pods[doc["metadata"]["name"]] = template["metadata"]["labels"]
+    return pods
+
+
+def _selects(selector: dict[str, object], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # all this file uses
+    wanted = selector.get("matchLabels") or {}
+    assert isinstance(wanted, dict)
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def test_network_policies_admit_only_who_needs_each_port() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    assert "network-policy.yaml" in kustomization["resources"]
+    policies = list(yaml.safe_load_all((DEPLOY / "k8s" / "network-policy.yaml").read_text()))
+    assert all(p["kind"] == "NetworkPolicy" for p in policies)
+    assert all(p["apiVersion"] == "networking.k8s.io/v1" for p in policies)
+    assert {"podSelector": {}, "policyTypes": ["Ingress"]} in [p["spec"] for p in policies]
+    pods = _pod_labels()
+    baton = {n for n, labels in pods.items() if labels.get("app.kubernetes.io/name") == "baton"}
+    assert {"baton-brain", "baton-hands", "baton-relay", "redis", "mailbox"} <= baton
+
+    def admitted(target: str, port: int) -> set[str]:
+        """The pods that may open ``port`` on the pods of ``target``."""
+        found: set[str] = set()
+        for policy in policies:
+            spec = policy["spec"]
+            if not _selects(spec["podSelector"], pods[target]):
+                continue
+            assert spec["policyTypes"] == ["Ingress"]
+            for rule in spec.get("ingress") or []:
+                if port not in [p["port"] for p in rule["ports"]]:
+                    continue
+                for peer in rule["from"]:
+                    assert set(peer) == {"podSelector"}, peer  # this namespace's pods only
+                    found |= {n for n, labels in pods.items()
+                              if _selects(peer["podSelector"], labels)}
+        return found
+
+    assert admitted("nats", 6222) == {"nats"}  # routes: the NATS servers only
+    assert admitted("nats", 4222) == baton | {"nats-box"}
+    assert admitted("nats", 8222) == set()  # monitoring: the kubelet's probes only
+    assert admitted("redis", 6379) == baton
+    assert admitted("mailbox", 8025) == {"baton-hands"}
+    for name in pods:  # everything else: nothing gets in
+        assert admitted(name, 8080) == set(), name
+    if shutil.which("kubectl"):  # the kustomization builds (offline)
+        built = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")],
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert built.returncode == 0, built.stderr
+        assert built.stdout.count("kind: NetworkPolicy") == len(policies)
