@@ -5,30 +5,120 @@ for the parent side and why). Protocol, one JSON document each way:
 
     stdin   {"v": 1, "target": "module:qualname", "call": "tool" | "confirm",
              "arguments": {...}, "ctx": {"session_id", "run_id", "operation_id", "attempt"},
-             "sys_path": [...], "memory_mb": 256 | null}
+             "sys_path": [...], "memory_mb": 256 | null,
+             "confine": {"uid": 2000000123 | null, "loopback": bool, "hide": [path, ...],
+                         "expose": {closed directory: [path below it, ...]}}}
     stdout  {"ok": true, "output": ...}  or  {"ok": false, "code": "...", "message": "..."}
 
-The process starts with only the environment the tool declares and no inherited file
-descriptors beyond stdin/stdout/stderr. Before the tool's code runs, file descriptor 1 is
-moved aside for the answer and pointed at stderr, so whatever the tool prints cannot corrupt
-the answer; the address-space limit is set last, once the interpreter and the tool's module
-are loaded, so ``memory_mb`` is what the tool itself may allocate. Running out of it exits
-with :data:`EXIT_MEMORY` after writing an answer prepared before the limit was set.
+The process starts (``python -I``, in a fresh directory) with only the environment the tool
+declares and no inherited file descriptors beyond stdin/stdout/stderr. Before the tool's
+module is imported, :func:`confine` does what ``confine`` asks, as root in the namespaces
+``unshare`` made (:mod:`baton.hands.isolation` says when): bring up the loopback of a network
+namespace of its own, cover the worker's secrets in its mount namespace, show only the needed
+paths of a directory the uid given could not enter (the interpreter's, say), and take that
+uid; and makes the process non-dumpable. A step that fails ends the call
+(``tool_unavailable``): a tool never runs less confined than its worker asked.
+
+Before the tool's code runs, file descriptor 1 is moved aside for the answer and pointed at
+stderr, so whatever the tool prints cannot corrupt the answer; the address-space limit is set
+last, once the interpreter and the tool's module are loaded, so ``memory_mb`` is what the
+tool itself may allocate. Running out of it exits with :data:`EXIT_MEMORY` after writing an
+answer prepared before the limit was set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import fcntl
 import importlib
 import os
 import resource
+import signal
+import socket
+import struct
 import sys
+import tempfile
 from typing import Any
 
 import orjson
 
 EXIT_MEMORY = 3  # the tool ran out of its memory limit (baton.hands.isolation reads it)
 EXIT_BAD_REQUEST = 4  # the request could not be read or the tool not imported
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_BIND, MS_MOVE, MS_REC = 4096, 8192, 16384
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def confine(spec: dict[str, Any]) -> None:
+    """Confine this process as ``spec`` asks (see the module docstring), then make it
+    non-dumpable. Raises OSError when a step fails."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    if spec.get("loopback"):  # a new network namespace's lo is down
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            got = fcntl.ioctl(sock, SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0))
+            flags = struct.unpack("16sH14x", got)[1]
+            fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+    for path in spec.get("hide", []):
+        if os.path.isdir(path):
+            check(libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs",
+                             MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                             b"mode=0,size=4k,nr_inodes=1"), f"covering {path}")
+        else:
+            check(libc.mount(b"/dev/null", os.fsencode(path), None, MS_BIND, None),
+                  f"covering {path}")
+    for closed, paths in spec.get("expose", {}).items():
+        _expose(closed, paths, check, libc)
+    uid = spec.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        # A change of uid clears the parent-death signal unshare --kill-child set.
+        check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+    check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
+
+
+def _expose(closed: str, paths: list[str], check: Any, libc: Any) -> None:
+    """Replace ``closed`` with a root-owned tmpfs showing only ``paths`` (bound from where
+    they are, through a staging directory only root may enter)."""
+    stage = tempfile.mkdtemp(prefix="baton-expose-")
+    try:
+        staged = []
+        for i, path in enumerate(paths):
+            point = os.path.join(stage, str(i))
+            _mount_point(point, path)
+            check(libc.mount(os.fsencode(path), os.fsencode(point), None, MS_BIND | MS_REC,
+                             None), f"binding {path}")
+            staged.append((point, path))
+        check(libc.mount(b"tmpfs", os.fsencode(closed), b"tmpfs", MS_NOSUID | MS_NODEV,
+                         b"mode=755,size=64k"), f"replacing {closed}")
+        for point, path in staged:
+            _mount_point(path, point)
+            check(libc.mount(os.fsencode(point), os.fsencode(path), None, MS_MOVE, None),
+                  f"showing {path}")
+    finally:
+        for entry in os.listdir(stage):
+            (os.rmdir if os.path.isdir(os.path.join(stage, entry)) else os.unlink)(
+                os.path.join(stage, entry))
+        os.rmdir(stage)
+
+
+def _mount_point(point: str, like: str) -> None:
+    """An empty directory or file at ``point`` for ``like`` (a directory or a file)."""
+    if os.path.isdir(like):
+        os.makedirs(point, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(point), exist_ok=True)
+        open(point, "a").close()
 
 
 def _answer(fd: int, payload: dict[str, Any]) -> None:
@@ -102,6 +192,8 @@ def main() -> int:
     os.dup2(2, 1)  # the tool's prints go to stderr, never into the answer
     try:
         request = orjson.loads(sys.stdin.buffer.read())
+        if sys.platform.startswith("linux"):
+            confine(request.get("confine", {}))
         for path in request.get("sys_path", []):
             if path not in sys.path:
                 sys.path.append(path)

@@ -70,7 +70,9 @@ class Tool(Generic[A, R]):
     ``isolation="process"`` runs each call in a child process holding none of the worker's
     credentials or environment (see :mod:`baton.hands.isolation`): it sees only ``env``,
     may allocate ``memory_mb`` beyond the interpreter, and is killed after ``wall_time_s``
-    (default: ``timeout``). Such a tool must be importable by its module path (declared at
+    (default: ``timeout``). It has no network (only a loopback of its own, where the machine
+    allows: see :func:`baton.hands.isolation.confinement`) unless it declares
+    ``network=True``. Such a tool must be importable by its module path (declared at
     a module's top level, not in ``__main__`` or inside a function); in the child its
     ``ctx.settings`` are the defaults and ``ctx.cancelled`` is never set (a cancelled or
     taken-over call is killed instead).
@@ -92,6 +94,7 @@ class Tool(Generic[A, R]):
         env: Mapping[str, str] | None = None,
         memory_mb: int | None = None,
         wall_time_s: float | None = None,
+        network: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__.replace("_", "_")
@@ -125,10 +128,14 @@ class Tool(Generic[A, R]):
         if isolation not in ("none", "process"):
             raise ConfigError(f"tool {self.name}: unknown isolation {isolation!r}")
         if isolation == "none" and (env is not None or memory_mb is not None
-                                    or wall_time_s is not None):
-            raise ConfigError(f"tool {self.name}: env, memory_mb and wall_time_s need "
-                              f"isolation='process'")
+                                    or wall_time_s is not None or network):
+            raise ConfigError(f"tool {self.name}: env, memory_mb, wall_time_s and network "
+                              f"need isolation='process'")
+        if not isinstance(network, bool):
+            raise ConfigError(f"tool {self.name}: network is True or False, not {network!r}")
         self.isolation: Isolation = isolation
+        # Whether its child may reach the network; an isolated tool is cut off by default.
+        self.network = network
         self.env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
         if memory_mb is not None and memory_mb < 16:
             raise ConfigError(f"tool {self.name}: memory_mb must be at least 16")
@@ -221,6 +228,7 @@ def tool(
     env: Mapping[str, str] | None = None,
     memory_mb: int | None = None,
     wall_time_s: float | None = None,
+    network: bool = False,
 ) -> _Declares: ...
 
 
@@ -238,6 +246,7 @@ def tool(
     env: Mapping[str, str] | None = None,
     memory_mb: int | None = None,
     wall_time_s: float | None = None,
+    network: bool = False,
 ) -> Tool[A, R] | _Declares:
     """Decorator declaring a tool; see the module docstring and :class:`Tool`."""
 
@@ -245,7 +254,7 @@ def tool(
         return Tool(f, name=name, description=description, replay=replay, timeout=timeout,
                     version=version, approval=approval, retry_on=retry_on,
                     isolation=isolation, env=env, memory_mb=memory_mb,
-                    wall_time_s=wall_time_s)
+                    wall_time_s=wall_time_s, network=network)
 
     # wrap is generic in the decorated function, as _Declares says; mypy binds its types
     # to this call instead, hence the cast

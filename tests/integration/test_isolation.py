@@ -8,29 +8,54 @@ only its own attempt, with a clear error result.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import signal
+import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
 from baton.app import Agent, App, tool
 from baton.bus.bus import Bus
 from baton.devkit.servers import NatsServer, RedisServer
 from baton.errors import ConfigError
-from baton.hands import HandsWorker
+from baton.hands import HandsWorker, isolation
 from baton.models import Task, ToolDispatch, ToolIntent, ToolResult
 from baton.settings import Settings
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import eventually
-from tests.isolated_apps import Nothing, bail, greet, hang, hog, segfault, shout, snoop
+from tests.isolated_apps import (
+    HELD_SECRET,
+    Nothing,
+    bail,
+    dial,
+    dial_out,
+    escape,
+    greet,
+    hang,
+    hog,
+    holder,
+    peek,
+    plant,
+    reader,
+    segfault,
+    shout,
+    snoop,
+)
 
 PASSWORD = "worker-secret-" + uuid.uuid4().hex[:8]
 APP = App(agents=[Agent(name="iso", tools=("snoop",))],
-          tools=[snoop, hog, hang, segfault, bail, greet, shout])
+          tools=[snoop, hog, hang, segfault, bail, greet, shout, plant, holder, reader, escape,
+                 dial, dial_out, peek])
 BRAIN = worker_ref("brain", "brain-iso")
 
 
@@ -78,6 +103,12 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Store, Bus]]:
 async def run_tools(store: Store, bus: Bus, calls: list[tuple[str, dict[str, Any]]]
                     ) -> list[ToolResult]:
     """Commit one run per call as a Brain would, dispatch them, and wait for each result."""
+    return [await result for result in await start_tools(store, bus, calls)]
+
+
+async def start_tools(store: Store, bus: Bus, calls: list[tuple[str, dict[str, Any]]]
+                      ) -> list[Awaitable[ToolResult]]:
+    """Commit one run per call as a Brain would and dispatch them: each result, to await."""
     session = "s-" + uuid.uuid4().hex[:8]
     wake = bus.wake_subject("iso", 1)
     intents = [
@@ -103,7 +134,7 @@ async def run_tools(store: Store, bus: Bus, calls: list[tuple[str, dict[str, Any
 
         return await eventually(completed, timeout=60, message=f"result of {intent.tool}")
 
-    return [await result(i) for i in intents]
+    return [result(i) for i in intents]
 
 
 async def test_an_isolated_tool_finds_no_credentials_to_use(
@@ -150,6 +181,10 @@ async def test_crashes_hangs_and_memory_blowups_end_only_their_attempt(hs: Setti
 def test_isolation_options_are_checked_where_the_tool_is_declared() -> None:
     with pytest.raises(ConfigError, match="need isolation='process'"):
         tool(memory_mb=64)(plain)
+    with pytest.raises(ConfigError, match="need isolation='process'"):
+        tool(network=True)(plain)
+    with pytest.raises(ConfigError, match="network is True or False"):
+        tool(isolation="process", network="yes")(plain)  # type: ignore[arg-type]
 
     def local() -> None:
         @tool(isolation="process")
@@ -161,3 +196,183 @@ def test_isolation_options_are_checked_where_the_tool_is_declared() -> None:
 
 async def plain(args: Nothing, ctx: Any) -> None:
     return None
+
+
+# ---------------------------------------------------------------- one child against the others
+# Each of these passed the attack before children were confined (python -I in a fresh
+# directory, their own PID, mount and network namespaces and uid, non-dumpable).
+
+
+def _processes() -> dict[int, tuple[bytes, bytes]]:
+    """Every process this (root) test can see: its argv and environment, as /proc has them."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+            found[int(entry)] = (cmdline, environ)
+    return found
+
+
+def _exists(path: str | Path) -> bool:
+    return os.path.exists(path)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has ended: only its exit status is left)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for ``signum`` (its SigCgt mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+async def test_a_module_a_tool_plants_in_its_directory_reaches_no_later_child(
+    hs: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's own directory is where an unconfined child started (and so what its
+    # sys.path began with): a scratch one, so that a planted module harms nothing else.
+    monkeypatch.chdir(tmp_path)
+    hostile = "raise SystemExit('planted by an earlier tool')\n"
+    async with serving(hs) as (store, bus):
+        (planted,) = await run_tools(store, bus, [
+            ("plant", {"name": "orjson", "source": hostile})])
+        after, again = await run_tools(store, bus, [("greet", {"text": "next"}),
+                                                    ("shout", {"text": "hi"})])
+    assert planted.ok and planted.output["wrote"], planted
+    assert after.ok and after.output == {"greeting": "hello next"}, after
+    assert again.ok and again.output == "HI", again
+    # It wrote into a directory of its own, removed when it ended: not the worker's.
+    assert planted.output["cwd"] != str(tmp_path)
+    assert not _exists(planted.output["cwd"]) and not _exists(tmp_path / "orjson.py")
+
+
+async def test_a_child_cannot_read_another_childs_environment(hs: Settings) -> None:
+    async with serving(hs) as (store, bus):
+        (held,) = await start_tools(store, bus, [("holder", {})])
+        holding = asyncio.ensure_future(held)
+
+        def holder_pid() -> int | None:
+            for pid, (cmdline, environ) in _processes().items():
+                if HELD_SECRET.encode() in environ and b"baton.hands.isolated" in cmdline \
+                        and not cmdline.split(b"\0")[0].endswith(b"unshare"):
+                    return pid if _catches(pid, signal.SIGUSR1) else None
+            return None
+
+        pid = await eventually(holder_pid, timeout=60, message="the holder, ready")
+        try:
+            (read,) = await run_tools(store, bus, [("reader", {"pid": pid})])
+        finally:
+            os.kill(pid, signal.SIGUSR1)
+        released = await holding
+    assert read.ok, read
+    assert read.ok and not read.truncated, read
+    assert read.output["leaked"] == [], read.output
+    assert HELD_SECRET not in read.output["given"], read.output
+    assert read.output["dumpable"] == 0
+    assert released.ok and released.output == "released", released
+
+
+async def test_a_setsid_grandchild_dies_with_its_tool_at_the_wall_time(hs: Settings) -> None:
+    marker = "grandchild-" + uuid.uuid4().hex
+    async with serving(hs) as (store, bus):
+        (escaped,) = await start_tools(store, bus, [("escape", {"marker": marker})])
+        running = asyncio.ensure_future(escaped)
+
+        def grandchild() -> int | None:
+            return next((pid for pid, (cmdline, _) in _processes().items()
+                         if marker.encode() in cmdline.split(b"\0")), None)
+
+        pid = await eventually(grandchild, timeout=60, message="the grandchild, started")
+        try:
+            result = await running
+            assert (result.outcome, result.error_code) == ("error", "tool_timeout"), result
+            await eventually(lambda: not _alive(pid), timeout=30,
+                             message=f"the grandchild {pid} killed with its tool")
+        finally:
+            if _alive(pid):  # escaped: end it here, not at the end of the machine
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_only_a_tool_that_declares_network_reaches_the_network(hs: Settings) -> None:
+    accepted = 0
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with serving(hs) as (store, bus):
+            cut_off, declared = await run_tools(store, bus, [
+                ("dial", {"host": "127.0.0.1", "port": port}),
+                ("dial_out", {"host": "127.0.0.1", "port": port})])
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert cut_off.ok and cut_off.output.startswith("refused"), cut_off
+    assert declared.ok and declared.output == "connected", declared
+    assert accepted == 1
+
+
+def _secure_home() -> tuple[Path, list[Path]]:
+    """A `baton dev --secure` stack's home as it writes it (its secrets 0600), in a directory
+    any user may enter, with a file any user may read."""
+    home = Path(tempfile.mkdtemp(prefix="baton-home-"))
+    home.chmod(0o755)
+    (home / "tls").mkdir(mode=0o700)
+    files = {home / "credentials.json": (json.dumps({"admin": PASSWORD}), 0o600),
+             home / "tls" / "server.key": ("-----BEGIN PRIVATE KEY-----", 0o600),
+             home / "dev.json": (json.dumps({"base_dir": str(home)}), 0o644)}
+    for path, (text, mode) in files.items():
+        path.write_text(text)
+        path.chmod(mode)
+    return home, list(files)
+
+
+async def test_a_child_cannot_read_the_secure_dev_credentials(
+    hs: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, files = _secure_home()
+    monkeypatch.setenv("BATON_HOME", str(home))
+    try:
+        async with serving(hs) as (store, bus):
+            (peeked,) = await run_tools(store, bus, [
+                ("peek", {"paths": [str(p) for p in files]})])
+    finally:
+        shutil.rmtree(home)
+    assert peeked.ok, peeked
+    assert all(seen.startswith("refused") for seen in peeked.output.values()), peeked.output
+
+
+async def test_without_namespaces_children_still_start_isolated_in_a_fresh_directory(
+    hs: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a Hands that is not root gets (a Kubernetes pod without capabilities): the reason
+    # is logged, and children still run `python -I` in a directory of their own.
+    degraded = isolation.Confinement("", False, "the Hands is not root: (this test)")
+    monkeypatch.setattr(isolation, "confinement", lambda: degraded)
+    monkeypatch.chdir(tmp_path)
+    with capture_logs() as logs:
+        isolation.harden_worker()
+    assert {"event": "tool_isolation_degraded", "reason": degraded.missing,
+            "log_level": "warning"} in logs
+    async with serving(hs) as (store, bus):
+        (planted,) = await run_tools(store, bus, [
+            ("plant", {"name": "orjson", "source": "raise SystemExit('planted')\n"})])
+        (after,) = await run_tools(store, bus, [("greet", {"text": "next"})])
+    assert planted.ok and planted.output["cwd"] != str(tmp_path), planted
+    assert after.ok and after.output == {"greeting": "hello next"}, after
