@@ -256,6 +256,20 @@ NATS_PODS = {"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "na
 NATS_BOX = {**NATS_PODS, "app.kubernetes.io/component": "nats-box"}
 
 
+def test_no_pod_gets_a_kubernetes_api_token() -> None:
+    # Nothing of Baton calls the Kubernetes API; an isolated tool's child in a Hands pod
+    # would otherwise find the service account's token under /var/run/secrets.
+    pods = {}
+    for path in (DEPLOY / "k8s").glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            template = ((doc or {}).get("spec") or {}).get("template")
+            if doc and path.name != "nats-values.yaml" and template:
+                pods[doc["metadata"]["name"]] = template["spec"].get(
+                    "automountServiceAccountToken")
+    assert {"baton-brain", "baton-hands", "baton-relay"} <= set(pods), pods
+    assert all(mounted is False for mounted in pods.values()), pods
+
+
 def _pod_labels() -> dict[str, dict[str, str]]:
     """Every pod template of deploy/k8s by workload name, with the NATS chart's pods."""
     pods = {"nats": NATS_PODS, "nats-box": NATS_BOX}
