@@ -117,6 +117,11 @@ class RawServer:
             return False
         return answer.then == "keep"
 
+    def unsent(self) -> int:
+        """Bytes the server wrote that its sockets have not taken yet: more than 0 once a
+        client that stopped reading has let the kernel's buffers fill (back-pressure)."""
+        return sum(w.transport.get_write_buffer_size() for w in self._writers)
+
     async def stop(self) -> None:
         """End every connection (a hostile answer may still be sending) and its handler."""
         if self.hold is not None:

@@ -5,10 +5,11 @@ or one of the bounds' :class:`~baton.errors.HttpError`), and holds no more than 
 A raw TCP server on a free port (tests.raw_http_server) sends what each test scripts byte
 for byte: framing and keep-alive reuse, what each failure proves about whether the request
 left (hands.retries.classify), oversized and malformed heads, bad chunking, bodies past the
-bound (by Content-Length, chunked, until close; endless), compression bombs, a slow drip, a
-stall, endless interim answers, a reset mid-body; then hypothesis composes answers of such
-parts. Nothing here sleeps to wait or measures a gap: a request must end with the right error
-under a generous ``asyncio.timeout``, and the deadline tests' servers never finish at all.
+bound (by Content-Length, chunked, until close; endless), an endless body its caller stops
+reading (back-pressure), compression bombs, a slow drip, a stall, endless interim answers, a
+reset mid-body; then hypothesis composes answers of such parts. Nothing here sleeps to wait
+or measures a gap: a request must end with the right error under a generous
+``asyncio.timeout``, and the deadline tests' servers never finish at all.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hypothesis import strategies as st
 from baton.errors import HttpError, RequestDeadlineExceeded, ResponseTooLarge
 from baton.hands import retries
 from baton.hands.http import ACCEPT_ENCODING, as_tool_error, http_client
+from tests.helpers import eventually
 from tests.raw_http_server import Answer, ok, raw_server
 
 #: The body bound of these tests' clients, and what a test waits at most for one request.
@@ -228,6 +230,26 @@ async def test_a_body_past_the_bound_is_refused_as_it_arrives(name: str, stream:
     assert error.url == f"{raw.url}/big" and "secret" not in error.message
     assert retries.classify(error) == "final"  # the same answer would come again
     assert peak < PEAK_BYTES, f"{peak} bytes held for a body bound to {LIMIT}"
+
+
+async def test_a_body_is_read_only_as_fast_as_the_caller_reads_it() -> None:
+    # Back-pressure: with a body bound too large to matter, a caller that stops reading a
+    # streamed body makes the server's endless sending stall (its socket buffers full), and
+    # the client holds no more than its read buffers meanwhile.
+    endless = Answer(_ok_head(b"\r\n"), endless=b"x" * 4096)
+    async with raw_server(lambda head, n: endless) as raw, \
+            http_client(2.0, max_body_bytes=2**40) as http:
+        tracemalloc.start()
+        try:
+            async with http.stream("GET", f"{raw.url}/endless") as response:
+                first = await _ends(anext(aiter(response.aiter_raw())))
+                await eventually(lambda: raw.unsent() > 0, timeout=TEST_DEADLINE_S,
+                                 message="the server, stalled by a client that stopped reading")
+                peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert first
+    assert peak < PEAK_BYTES, f"{peak} bytes held while the caller read {len(first)}"
 
 
 DECODED = 16 * 1024 * 1024  # what each bomb decodes to: 256 times the bound
