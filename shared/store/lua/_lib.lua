@@ -183,6 +183,10 @@ end
 -- are past what Lua's numbers hold exactly).
 local RECEIPT_ID_MAX_MS = 99999999999999
 
+-- The id of the receipt this call wrote last ({ms, seq}; empty before its first), which
+-- receipt_id follows.
+local LAST_RECEIPT = {}
+
 -- The id of the session's next receipt: past the newest receipt of each role's stream and
 -- at least now's ms, so that the ids of the three streams are unique and in the order the
 -- receipts were written (a reader merges them by id, and resumes after one id in all
@@ -190,7 +194,15 @@ local RECEIPT_ID_MAX_MS = 99999999999999
 -- written in the same ms would share ids. A stream that cannot be read as one (another
 -- type, refused by the caller's ACL) is skipped: read with pcall, it fails nothing. '*'
 -- when an id there is past RECEIPT_ID_MAX_MS: Redis numbers the receipt itself then.
+-- A call's later receipts follow its first (LAST_RECEIPT) without reading the streams again:
+-- nothing else writes while a script runs, and reading them costs about 20 us a receipt.
 local function receipt_id(now)
+  if LAST_RECEIPT.ms then
+    if LAST_RECEIPT.ms >= now then
+      return string.format('%d-%d', LAST_RECEIPT.ms, LAST_RECEIPT.seq + 1)
+    end
+    return string.format('%d-%d', now, 0)
+  end
   local ms, seq = now, 0
   for _, k in ipairs({K_RECEIPTS, K_RECEIPTS_HANDS, K_RECEIPTS_CLIENT}) do
     local newest = redis.pcall('XREVRANGE', k, '+', '-', 'COUNT', 1)
@@ -220,6 +232,8 @@ local function add_receipt(k, kind, worker, fence, seq, now, data)
   if type(r) == 'table' and r.err and id ~= '*' and not string.find(r.err, 'WRONGTYPE', 1, true) then
     r = add('*')
   end
+  local m, s = string.match(type(r) == 'string' and r or '', '^(%d+)-(%d+)$')
+  LAST_RECEIPT.ms, LAST_RECEIPT.seq = tonumber(m), tonumber(s)
   return r
 end
 
