@@ -111,6 +111,10 @@ async def measure(topology: str, cfg: Config, console: Console) -> dict[str, Any
             redis = redis1 - redis0
             per_session = {
                 "redis_commands": round(sum(redis.values()) / n, 1),
+                # the script calls (FCALL: one round trip each, or a batch's share of one)
+                # and the replica acknowledgements among them
+                "redis_fcall": round(redis["fcall"] / n, 1),
+                "redis_wait": round(redis["wait"] / n, 1),
                 "redis_top": {k: round(v / n, 1) for k, v in redis.most_common(8)},
                 **{f"nats_{k}": round((nats1[k] - nats0[k]) / n, 1) for k in nats0},
             }
