@@ -174,13 +174,8 @@ def _submission_task(session: str, k: int) -> Task:
 async def _settle_one(store: Store, session: str, k: int, entries_each: int) -> None:
     """One submission's life, as a Brain's passes write it: submitted, taken up, its
     entries committed, settled."""
+    await _submit_open(store, session, k, entries_each)
     task = _submission_task(session, k)
-    await store.inbox.submit(session, agent="notices", compat=1,
-                             wake_subject="bench.wake.notices.1", request_id=f"r{k}",
-                             text=f"request {k}: send the five notices", task=task,
-                             worker=worker_ref("client", "bench"),
-                             submission_id=task.submission_id or "")
-    await _open_one(store, session, k, entries_each)
     lease, state = await store.acquire_and_load(session, BRAIN, LEASE_MS)
     sub = state.submissions[task.submission_id or ""]
     live = state.tasks[task.id]

@@ -37,7 +37,7 @@ from baton.errors import (
 )
 from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
-from baton.models import Entry, Task
+from baton.models import Entry, Submission, Task
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.outbox import Outbox
@@ -83,23 +83,29 @@ async def connect(secured: Secured, role: str) -> Bus:
     return await Bus.connect(secured.settings(role), f"{role}-test", role)
 
 
+async def five_notices_as_roles(secured: Secured, mailbox: MailboxServer) -> Submission:
+    """One five-notice session with every service and the client on its own role's user;
+    the settled submission."""
+    def s(role: str) -> Settings:
+        return secured.settings(role, mail_url=mailbox.url)
+
+    relay, brain, hands = Relay(s("relay")), BrainWorker(s("brain"), app), HandsWorker(
+        s("hands"), app)
+    async with running(relay):  # the relay creates the streams: nobody else may
+        async with running(hands, brain):
+            client = await Client.connect(s("client"))
+            try:
+                sub, _ = await client.submit(FIVE, agent="notices")
+                return await client.wait(sub, timeout=20)
+            finally:
+                await client.close()
+
+
 async def test_five_notices_complete_with_every_role_under_its_own_users(
     secured: Secured,
 ) -> None:
     async with MailboxServer() as mailbox:
-        def s(role: str) -> Settings:
-            return secured.settings(role, mail_url=mailbox.url)
-
-        relay, brain, hands = Relay(s("relay")), BrainWorker(s("brain"), app), HandsWorker(
-            s("hands"), app)
-        async with running(relay):  # the relay creates the streams: nobody else may
-            async with running(hands, brain):
-                client = await Client.connect(s("client"))
-                try:
-                    sub, _ = await client.submit(FIVE, agent="notices")
-                    final = await client.wait(sub, timeout=20)
-                finally:
-                    await client.close()
+        final = await five_notices_as_roles(secured, mailbox)
         assert final.status == "completed", final
         assert mailbox.raw_requests == 5
 

@@ -16,21 +16,19 @@ from typing import Any
 import pytest
 from redis.exceptions import NoPermissionError
 
-from baton.brain.worker import BrainWorker
 from baton.cli.trace import build_trace
-from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
-from baton.examples.notices import app
-from baton.hands.worker import HandsWorker
 from baton.models import Task
 from baton.receipts import id_order
-from baton.relay.worker import Relay
 from baton.store.keys import SessionKeys
 from baton.store.store import Store, worker_ref
 from tests.helpers import contents
 from tests.integration.confinement import OTHER, OWN, Confined, sk
-from tests.integration.test_e2e_inprocess import FIVE, running
-from tests.integration.test_permissions import Secured, secured  # noqa: F401 (a fixture)
+from tests.integration.test_permissions import (  # noqa: F401 (secured: a fixture)
+    Secured,
+    five_notices_as_roles,
+    secured,
+)
 
 
 def forged(role: str, kind: str = "commit") -> dict[str, str]:
@@ -122,24 +120,12 @@ async def test_a_receipt_follows_the_newest_of_every_roles_stream(confined: Conf
 async def test_five_notices_leave_each_roles_receipts_in_its_stream_merged_in_order(
         secured: Secured) -> None:  # noqa: F811 (the fixture imported above)
     async with MailboxServer() as mailbox:
-        def s(role: str) -> Any:
-            return secured.settings(role, mail_url=mailbox.url)
-
-        relay, brain, hands = Relay(s("relay")), BrainWorker(s("brain"), app), HandsWorker(
-            s("hands"), app)
-        async with running(relay):
-            async with running(hands, brain):
-                client = await Client.connect(s("client"))
-                try:
-                    sub, _ = await client.submit(FIVE, agent="notices")
-                    final = await client.wait(sub, timeout=20)
-                finally:
-                    await client.close()
+        final = await five_notices_as_roles(secured, mailbox)
     assert final.status == "completed", final
     operator = await Store.connect(secured.settings("operator"))
     try:
-        receipts = await operator.receipts(sub.session_id)
-        keys = operator.keys.session(sub.session_id)
+        receipts = await operator.receipts(final.session_id)
+        keys = operator.keys.session(final.session_id)
         brains = await operator.redis.xrange(keys.receipts)
         # A Hands forging a Brain's final commit can write it only to its own stream.
         forger = await Store.connect(secured.settings("hands"))
@@ -149,7 +135,7 @@ async def test_five_notices_leave_each_roles_receipts_in_its_stream_merged_in_or
             await forger.redis.xadd(keys.receipts_hands, forged("brain"))
         finally:
             await forger.close()
-        after = await operator.receipts(sub.session_id)
+        after = await operator.receipts(final.session_id)
     finally:
         await operator.close()
     # every role wrote its own receipts, as itself, and the merged ids are one order
@@ -167,7 +153,7 @@ async def test_five_notices_leave_each_roles_receipts_in_its_stream_merged_in_or
     # the Brains' stream holds the Brains' receipts only
     assert {f["kind"] for _, f in brains} <= {"lease", "takeover", "held", "commit",
                                               "partial", "refused"}
-    trace = build_trace(sub.session_id, receipts)
+    trace = build_trace(final.session_id, receipts)
     assert {lane.role for lane in trace.lanes} - {"relay"} == {"client", "brain", "hands"}
     claims = [e for e in trace.events if e.kind == "claim"]
     assert len(claims) == 5 and all(trace.lanes_by_id[e.lane].role == "hands" for e in claims)
@@ -175,7 +161,7 @@ async def test_five_notices_leave_each_roles_receipts_in_its_stream_merged_in_or
     fake = after[-1]
     assert (fake.stream_role, fake.role, fake.mismatch, fake.foreign) == (
         "hands", "hands", True, True)
-    ev = build_trace(sub.session_id, after).events[-1]
+    ev = build_trace(final.session_id, after).events[-1]
     assert "forged" in ev.flags and "role-mismatch" in ev.flags
-    lane = build_trace(sub.session_id, after).lanes_by_id[ev.lane]
+    lane = build_trace(final.session_id, after).lanes_by_id[ev.lane]
     assert lane.role == "hands" and "claims brain" in lane.name
