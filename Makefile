@@ -1,5 +1,8 @@
 # The one command surface: the README, CI (.ci/run) and developers all go through these targets.
 #
+#   make deps        system prerequisites only: checks python, redis-server, openssl, Chromium
+#                    and installs what is missing (scripts/bootstrap.sh)
+#   make venv        the virtualenv (.venv) from requirements/dev.lock, Baton installed editable
 #   make demo        system deps + virtualenv, then the five-notice crash/takeover demo
 #   make test        system deps + virtualenv, then the default test suite (crash tests included;
 #                    TEST_WORKERS=2 processes by default)
@@ -8,17 +11,23 @@
 #   make test-stress the default suite beside CPU hogs (HOGS=8): it must hold on a loaded machine
 #   make test-chaos  the long randomized fault runs
 #   make test-partition  network partitions in Linux network namespaces (root)
-#   make bench       benchmarks (not timed tests), durable servers too; regenerates the README's Status table (~3 min)
-#   make bench-obs   the cost of logs, metrics and tracing as shipped (~6 min; README figures)
-#   make bench-redis Redis' time per session by script and command (~1 min; README figures)
+#   make bench       benchmarks (not timed tests), durable servers too; regenerates the tables of
+#                    docs/benchmarks.md and the README's headline figures (~3 min)
+#   make bench-obs   the cost of logs, metrics and tracing as shipped (~6 min; the tracing guide)
+#   make bench-redis Redis' time per session by script and command (~1 min; docs/benchmarks.md)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
 #   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
+#   make bench-limits a tool uncapped, capped but never bound, capped at 3 and at 20/s, paired
+#                    (CPU per step, peak in flight, rate error; ~6 min; the scale-out guide)
 #   make bench-durable  bench e2e on servers that fsync every write, durable baselines (~1 min)
 #   make bench-soak  200,000 sessions (or an hour) on durable servers, seconds of retention,
 #                    workers killed: memory and storage must plateau (SOAK_ARGS=--cluster too)
-#   make lint        ruff + mypy
+#   make screenshots the console screenshots of docs/console/, from the browser test
+#   make docs        the docs site (docs/ + mkdocs.yml) into site/, warnings as errors
+#   make lint        ruff + mypy, and commit subjects of at most 72 characters
 #   make lock        re-pin requirements/*.lock from pyproject.toml (LOCK_ARGS=--upgrade for newer)
-#   make clean       caches and build output (make distclean also removes the virtualenv)
+#   make clean       caches and build output
+#   make distclean   make clean, and the virtualenv too
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -43,7 +52,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-.PHONY: help deps venv demo test test-newest test-stress bench-soak test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-durable screenshots lint lock clean distclean
+.PHONY: help deps venv demo test test-newest test-stress bench-soak test-chaos test-partition bench bench-obs bench-redis bench-lua bench-holds bench-limits bench-durable screenshots docs lint lock clean distclean
 
 help:
 	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
@@ -103,8 +112,8 @@ test-chaos: deps venv
 test-partition: deps venv
 	$(BIN)/pytest -q -m partition $(PYTEST_ARGS)
 
-# The benchmarks behind the README's Status table, then the table itself regenerated from
-# bench/results/summary.json (BENCH_ARGS=--quick for a smoke run; `baton bench all` runs
+# The benchmarks behind docs/benchmarks.md's tables and the README's headline figures, then
+# both regenerated from bench/results/summary.json (BENCH_ARGS=--quick for a smoke run; `baton bench all` runs
 # every benchmark).
 BENCH_ARGS ?=
 
@@ -112,7 +121,7 @@ bench: deps venv
 	$(BIN)/baton bench e2e durable takeover cold $(BENCH_ARGS)
 	$(BIN)/python -m baton.bench.readme --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS=$(BENCH_ARGS))"
 
-# The observability figures of the README (OpenTelemetry): every stack driven once per round,
+# The observability figures of docs/guides/tracing.md: every stack driven once per round,
 # each mode paired with its round's run without telemetry, 42 rounds, the modes moved from
 # stack to stack every 7.
 bench-obs: deps venv
@@ -130,6 +139,11 @@ bench-lua: deps venv
 bench-holds: deps venv
 	$(BIN)/baton bench holds $(BENCH_ARGS)
 
+# What a fleet-wide tool limit costs and how closely it holds: five stacks, the same tool
+# uncapped, capped but never bound, capped at 3, at 20/s (and uncapped again), paired rounds.
+bench-limits: deps venv
+	$(BIN)/baton bench limits $(BENCH_ARGS)
+
 # Months, not minutes: archival keeps Redis, RSS and JetStream flat (slopes printed per stage).
 SOAK_ARGS ?=
 
@@ -140,15 +154,24 @@ bench-soak: deps venv
 bench-durable: deps venv
 	$(BIN)/baton bench durable $(BENCH_ARGS)
 
-# The console screenshots in docs/console/ (README) come from the browser test.
+# The console screenshots in docs/console/ (the docs) come from the browser test.
 screenshots: deps venv
 	BATON_SCREENSHOTS=docs/console $(BIN)/pytest -q tests/crash/test_console.py
+
+# The docs site: the Markdown pages of docs/ and an API reference made from the public
+# docstrings. --strict turns every warning (a broken link, a missing page) into an error.
+# griffe reads the sources without importing them, from the role folders' source roots
+# (mkdocs.yml's `paths`).
+
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 SOURCES := shared brain hands relay examples bench api tests
 
 lint: venv
 	$(BIN)/ruff check $(SOURCES)
-	MYPY=$(BIN)/mypy scripts/typecheck.sh
+	$(BIN)/mypy
+	scripts/commit-subjects.sh
 
 # The dev lock is constrained by the runtime lock, so the two agree on every shared package.
 # pip-compile keeps existing pins that still fit; LOCK_ARGS=--upgrade (or
@@ -158,10 +181,10 @@ PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --al
 
 lock: venv
 	$(PIP_COMPILE) -o $(RUNTIME_LOCK) pyproject.toml
-	$(PIP_COMPILE) --extra dev -c $(RUNTIME_LOCK) -o $(DEV_LOCK) pyproject.toml
+	$(PIP_COMPILE) --extra dev --extra docs -c $(RUNTIME_LOCK) -o $(DEV_LOCK) pyproject.toml
 
 clean:
-	rm -rf build dist .pytest_cache .ruff_cache .mypy_cache bench/results
+	rm -rf build dist site .pytest_cache .ruff_cache .mypy_cache bench/results
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System prerequisites for Baton: python3 >= 3.11 with the venv module, redis-server, openssl
-# (certificates of `baton dev --secure`), make; and, for the web console's browser test,
+# (certificates of `baton dev up --secure`), make; and, for the web console's browser test,
 # Chromium with its WebDriver (Debian's chromium and chromium-driver; Selenium drives them,
 # nothing is downloaded at test time).
 #
@@ -71,7 +71,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
     macOS: brew install redis)")
 fi
 
-# `baton dev --secure` (and its tests) make the stack's TLS certificates with it.
+# `baton dev up --secure` (and its tests) make the stack's TLS certificates with it.
 if ! command -v openssl >/dev/null 2>&1; then
     missing_pkgs+=(openssl)
     problems+=("openssl (Debian/Ubuntu: apt-get install openssl; macOS: brew install openssl)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,8 @@ class Seen:
     headers: dict[str, str]
     body: dict[str, Any]
     behaviour: Behaviour
+    at: float = 0.0  # when it arrived (time.time(), the server's clock)
+    refused_at: float | None = None  # when an error status was sent for it
 
     @property
     def request_id(self) -> str:
@@ -85,6 +88,13 @@ class ModelServer:
         self._script: deque[Behaviour] = deque()
         self._runner: web.AppRunner | None = None
         self.seen = asyncio.Event()  # set on each request (tests clear it)
+        self.in_flight = 0  # requests arrived and not answered in full yet
+        self.max_in_flight = 0
+        # hold(): each request is recorded and waits for release() before it is answered
+        # (and before its behaviour is taken), so a test stops the fleet at a known point
+        self._open = asyncio.Event()
+        self._open.set()
+        self.waiting = 0  # requests held
 
     @property
     def url(self) -> str:
@@ -98,14 +108,21 @@ class ModelServer:
     def anthropic_url(self) -> str:
         return self.url
 
+    def hold(self) -> None:
+        """Hold every request arriving from now on until :meth:`release`."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
     def script(self, *behaviours: Behaviour) -> None:
         """The next requests go like this, one behaviour each, in order."""
         self._script.extend(behaviours)
 
     async def __aenter__(self) -> ModelServer:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._openai)
-        app.router.add_post("/v1/messages", self._anthropic)
+        app.router.add_post("/v1/chat/completions", self._counted(self._openai))
+        app.router.add_post("/v1/messages", self._counted(self._anthropic))
         self._runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
@@ -119,10 +136,29 @@ class ModelServer:
 
     # ------------------------------------------------------------------ requests
 
+    def _counted(self, handler: Any) -> Any:
+        """``handler``, counting the requests in flight until each is answered in full."""
+        async def counted(request: web.Request) -> web.StreamResponse:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                return await handler(request)  # type: ignore[no-any-return]
+            finally:
+                self.in_flight -= 1
+        return counted
+
     async def _receive(self, request: web.Request, wire: str) -> tuple[Seen, web.Response | None]:
+        at = time.time()
         body = await request.json()
+        if not self._open.is_set():
+            self.waiting += 1
+            try:
+                await self._open.wait()
+            finally:
+                self.waiting -= 1
         behaviour = self._script.popleft() if self._script else Behaviour()
-        seen = Seen(wire, {k.lower(): v for k, v in request.headers.items()}, body, behaviour)
+        seen = Seen(wire, {k.lower(): v for k, v in request.headers.items()}, body, behaviour,
+                    at=at)
         self.requests.append(seen)
         self.seen.set()
         if wire == "openai" and request.headers.get("authorization") != f"Bearer {self.key}":
@@ -137,6 +173,7 @@ class ModelServer:
         if wire == "anthropic" and (why := anthropic_invalid(body)):
             return seen, _anthropic_error(400, "invalid_request_error", why)
         if behaviour.status != 200:
+            seen.refused_at = time.time()
             headers = {}
             if behaviour.retry_after is not None:
                 headers["Retry-After"] = f"{behaviour.retry_after:g}"

@@ -1,4 +1,4 @@
-"""Chaos runs (``baton.devkit.chaos_run``) as tests: the same runner and checks as ``baton chaos``.
+"""Chaos runs (``baton.devkit.chaos.run``) as tests: the same runner and checks as ``baton chaos``.
 
 The short run is part of the default suite (marked ``crash``): a few kills and a Redis restart
 under ten sessions, within about a minute. The long run is marked ``chaos`` and run by ``make
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.devkit.chaos_run import ChaosConfig, ChaosReport, run_chaos
+from baton.devkit.chaos.run import ChaosConfig, ChaosReport, run_chaos
 
 
 def _passed(report: ChaosReport) -> None:

@@ -6,7 +6,7 @@ approved from the page (through the confirmation dialog); the Hands that sends i
 after its third send took effect, and the page's timeline, fed over Server-Sent Events, shows
 the takeover by a clean Hands and its confirmation (the mail service is asked, nothing is
 sent twice) as they are committed. The mail service's counts are checked at the end. The
-screenshots in docs/console/ (used by the README) are written by this test when
+screenshots in docs/console/ (used by the docs) are written by this test when
 ``BATON_SCREENSHOTS`` names that folder (`make screenshots`); otherwise they go to a
 temporary folder, so a test run leaves the checkout as it was.
 """

@@ -11,7 +11,7 @@ backwards.
 
 Through the whole stack (Brains, Hands, relays, the mail service, a client): a primary
 SIGKILLed mid-run and brought back as a replica; and one lost for good, on the two replicas
-per primary that ``baton dev --cluster`` runs, with more sessions submitted right after.
+per primary that ``baton dev up --cluster`` runs, with more sessions submitted right after.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import pytest
 from redis.crc import key_slot
 
-from baton.client_input import session_for
+from baton.client.input import session_for
 from baton.devkit.redis_cluster import RedisClusterServers
 from baton.errors import LeaseBusyError, StaleFenceError, UnavailableError
 from baton.models import Entry, Task
@@ -192,7 +192,7 @@ async def test_a_primary_lost_for_good_stops_no_session_before_or_after(crash: O
     of them is SIGKILLed and never restarted, and more sessions are submitted right after,
     half of them to its slots, before the cluster has promoted anyone.
 
-    With two replicas per primary (what ``baton dev --cluster`` runs) the promoted replica
+    With two replicas per primary (what ``baton dev up --cluster`` runs) the promoted replica
     keeps one, so the split-brain guard (min-replicas-to-write 1) goes on taking its writes;
     the client's writes wait the failover out. Every session, before and after, completes,
     and each recipient is mailed exactly once per session. (With one replica per primary the

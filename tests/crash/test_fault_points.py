@@ -46,7 +46,7 @@ CASES = [
     Case("brain.during_model", "brain", 1, "the first model call is running"),
     Case("brain.after_intent_commit", "brain", 1,
          "runs and outbox committed, the lease held for their results (the pass's last "
-         "commit): the results' word goes to the dead Brain"),
+         "commit): the results' signal goes to the dead Brain"),
     Case("relay.after_publish", "relay", 2, "five tool messages published, rows not removed"),
     Case("hands.after_claim", "hands", 4, "mail 4 accepted as a run, nothing sent"),
     Case("hands.after_effect", "hands", 4, "mail 4 delivered, its reply never saved",

@@ -1,4 +1,4 @@
-"""The role confinement tests' Redis: the users of the ACL file ``python -m baton.auth``
+"""The role confinement tests' Redis: the users of the ACL file ``baton auth``
 writes for deploy/ (rendered as deploy/redis/start.sh does), two seeded sessions, and the
 helpers that try an act as a role and check that Redis refuses it and changes nothing (see
 test_role_confinement.py)."""
@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from baton.auth import ROLES, redis_acl_file
-from baton.brain.held import HeldSessions
+from baton.brain.held import Holds
 from baton.devkit.servers import RedisServer
 from baton.errors import BatonError
 from baton.settings import Settings
@@ -165,15 +165,15 @@ def log_key(c: Confined, log: str, role: str, sid: str = OWN) -> str:
 
 async def hold_as_brain(
     confined: Confined,
-) -> tuple[Store, HeldSessions, asyncio.Task[None]]:
-    """A Brain-role listener on its held channels, as brain-1 holding OWN's lease."""
+) -> tuple[Store, Holds, asyncio.Task[None]]:
+    """A Brain-role listener on its hold channels, as brain-1 holding OWN's lease."""
     admin = confined.connect("admin")
     await admin.hset(sk(confined).meta, mapping={"listen": "brain-1", "lease_until": 2**42})
     await admin.aclose()
     store = await Store.connect(confined.settings("brain"))
-    held = HeldSessions(store.redis, store.keys, "brain-1", store.settings.shards,
+    held = Holds(store.redis, store.keys, "brain-1", store.settings.shards,
                         hold_ms=600_000, limit=4, stopping=asyncio.Event())
     listener = asyncio.create_task(held.run())
     await asyncio.wait_for(held.tried.wait(), 10)
-    assert held.listening, "the Brain's credential may subscribe to its held channels"
+    assert held.listening, "the Brain's credential may subscribe to its hold channels"
     return store, held, listener

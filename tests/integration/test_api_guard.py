@@ -6,7 +6,7 @@ against the real API server over real Redis and NATS (no Brain needed).
   untouched. The browser's own view of these attacks is tests/integration/test_api_browser.py.
 * Every answer carries a Content-Security-Policy with ``frame-ancestors 'none'``; /docs
   loads a pinned Swagger UI with Subresource Integrity; /healthz says only "ok" without a
-  token.
+  token, /readyz only "ready" (or 503) to anyone.
 * An Idempotency-Key sent again with another request is refused (409), not answered with
   what the first one made.
 * Event streams are capped per token and in all (429 with Retry-After); a Last-Event-ID
@@ -150,6 +150,12 @@ async def test_headers_docs_health_and_idempotency_keys(settings: Settings) -> N
         assert (await http.get("/healthz", headers=auth("x" * 20))).json() == {"status": "ok"}
         inside = (await http.get("/healthz", headers=auth(READ))).json()
         assert inside["status"] == "ok" and inside["streams"] == 0
+        # Readiness to anyone (a probe has no token; the k8s probe names Host: localhost):
+        # the store answers, and nothing else is said.
+        port = url.rsplit(":", 1)[1]
+        for headers in ({}, {"Host": f"localhost:{port}"}, auth(READ)):
+            ready = await http.get("/readyz", headers=headers)
+            assert ready.status_code == 200 and ready.json() == {"status": "ready"}, ready.text
 
         # An Idempotency-Key names one request: sent again the same, the same answer;
         # with another body, refused rather than answered with the first one's.

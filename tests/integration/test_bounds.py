@@ -1,6 +1,6 @@
-"""The growing structures that needed an enforcer of their bound (README, "Bounds"), against
-real Redis and NATS servers: a role's dead letters over every shard, and the liveness
-records of workers gone without withdrawing theirs."""
+"""The growing structures that needed an enforcer of their bound ("Bounds" in
+docs/guides/retention.md), against real Redis and NATS servers: a role's dead letters over
+every shard, and the liveness records of workers gone without withdrawing theirs."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_roles_shares_add_up_to_its_bound(shards: int) -> None:
 
 async def test_a_full_share_of_the_largest_dead_letters_stays_within_the_stated_bytes(
         store: Store) -> None:
-    """The README states a role's dead letters at about 80 MB (MAX_RECORDS x 8 kB): a full
+    """The docs state a role's dead letters at about 80 MB (MAX_RECORDS x 8 kB): a full
     share of records with the largest payload and reason takes no more per record."""
     keys, redis = store.keys, store.redis
     cap = shard_cap(keys.shards)

@@ -187,7 +187,7 @@ async def test_a_full_jetstream_refuses_new_input_and_drains_when_workers_return
                     for i in range(4)]  # the fourth wake finds the stream full
             keys = client.store.keys
             await eventually(lambda: client.store.redis.exists(keys.full(0)), timeout=30,
-                             message="the relay's word that JetStream is full")
+                             message="the relay's mark that JetStream is full")
             with pytest.raises(StoreFullError) as full:
                 await client.submit(FIVE, agent="notices", session_id="js-refused")
             assert full.value.retryable and full.value.reason == "bus"

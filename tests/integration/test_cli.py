@@ -232,8 +232,8 @@ def test_not_found_replies_are_sentences(settings: Settings, tmp_path: Path) -> 
         done = _cli(*args, env=env)
         assert done.returncode == 1, (args, done.stderr)
         assert _one_error(done) == f"error: no session s-missing in namespace {ns}", args
-    for args in (("approve", "r-1", "--session", "s-missing", "--yes"),
-                 ("reject", "r-1", "--session", "s-missing")):
+    for args in (("approve", "s-missing", "--run", "r-1", "--yes"),
+                 ("reject", "s-missing", "--run", "r-1")):
         done = _cli(*args, env=env)
         assert done.returncode == 1, (args, done.stderr)
         assert _one_error(done) == f"error: no run r-1 in session s-missing (namespace {ns})"
@@ -248,11 +248,13 @@ def test_with_no_stack_every_command_fails_in_one_line(tmp_path: Path) -> None:
            "BATON_REDIS_URL": f"redis://127.0.0.1:{_closed_port()}/0",
            "BATON_NATS_URL": f"nats://127.0.0.1:{_closed_port()}"}
     for args in (("submit", "hi"), ("start", "notice_batch"), ("inspect",),
-                 ("cancel", "s-1"), ("reject", "r-1", "--session", "s-1"),
+                 ("cancel", "s-1"), ("reject", "s-1", "--run", "r-1"),
                  ("api", "--dev", "--port", "0")):
         done = _cli(*args, env=env)
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert "cannot reach Redis" in _one_error(done), args
+        # where the URL came from: an exported variable wins over any local stack
+        assert _one_error(done).endswith("(BATON_REDIS_URL from the environment)"), args
     # watch: a bounded retry (its bound shortened here from 5 s), then the same error
     watch = _cli("watch", "s-1", "--connect-wait", "0.3", env=env)
     assert watch.returncode == 3, (watch.stdout, watch.stderr)
@@ -278,3 +280,81 @@ def test_a_file_that_holds_no_saved_receipts_is_one_error_line(tmp_path: Path) -
         assert done.returncode == 1
         line = _one_error(done)
         assert f"{path} is not a file of receipts saved by baton" in line and problem in line
+
+
+def test_submit_past_a_tenants_bound_is_one_error_line_and_writes_nothing(
+        settings: Settings, tmp_path: Path) -> None:
+    """baton submit --tenant: within the tenant's bound on waiting work it is queued; past
+    it, one error line naming the bound, exit 3 (retryable: try later)."""
+    env = {**_env(settings, tmp_path), "BATON_ADMISSION_WINDOW": "1",
+           "BATON_MAX_WAITING_PER_TENANT": "1"}
+    first = _cli("submit", "--agent", "ghost", "--tenant", "acme", "--priority", "2", "hello",
+                 env=env)
+    assert first.returncode == 0, first.stderr
+    second = _cli("submit", "--agent", "ghost", "--tenant", "acme", "hello again", env=env)
+    assert second.returncode == 3, (second.stdout, second.stderr)  # retryable: try later
+    line = _one_error(second)
+    assert "tenant acme's new sessions waiting to start (1) reached the bound of 1" in line
+    other = _cli("submit", "--agent", "ghost", "--tenant", "globex", "hello", env=env)
+    assert other.returncode == 0, other.stderr  # another tenant has its own bound
+    bad = _cli("submit", "--agent", "ghost", "--priority", "9", "hello", env=env)
+    assert bad.returncode == 2 and "priority" in bad.stderr, bad.stderr
+
+
+def _announce_brains(settings: Settings, *brains: tuple[str, list[str], list[str]]) -> None:
+    """Liveness records as live Brains write them: (name, agents served at level 1, kinds)."""
+    import asyncio
+
+    from baton.models import dumps
+    from baton.store.store import now_ms
+
+    async def go() -> None:
+        store = await Store.connect(settings)
+        try:
+            for name, agents, kinds in brains:
+                field = f"brain:{name}"
+                # seen "in an hour": alive however slowly the commands below run
+                info = {"role": "brain", "name": name, "pid": 1,
+                        "seen_ms": now_ms() + 3_600_000,
+                        "serves": [[a, 1] for a in agents],
+                        "kinds": {k: 1 for k in kinds}}
+                await store.redis.hset(store.keys.workers(field), field, dumps(info))
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_without_agent_submit_and_start_take_the_one_served_or_refuse(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    """No silent default agent: none served, or several, is one error line listing what the
+    live Brains serve and nothing written; one served is taken; an existing session keeps
+    its own agent; start picks the one agent whose Brains run KIND."""
+    env = _env(settings, tmp_path)
+    none = _cli("submit", "hello", env=env)
+    assert none.returncode == 1 and none.stdout == ""
+    assert (f"no live Brain serves any agent in namespace {settings.namespace}: name the "
+            "agent with --agent") in _one_error(none)
+
+    _announce_brains(settings, ("b-1", ["support"], ["triage"]))
+    one = _cli("submit", "--json", "--session", "s-support", "hello", env=env)
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["agent"] == "support" and "warning" not in one.stderr
+
+    _announce_brains(settings, ("b-2", ["billing"], ["invoice"]))
+    several = _cli("submit", "hello", env=env)
+    assert several.returncode == 1 and several.stdout == ""
+    assert (f"name the agent with --agent: the live Brains in namespace {settings.namespace} "
+            "serve billing, support") in _one_error(several)
+    again = _cli("submit", "--json", "--session", "s-support", "more", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["agent"] == "support"  # the session's own
+
+    started = _cli("start", "invoice", "--json", env=env)
+    assert started.returncode == 0, started.stderr
+    assert "warning" not in started.stderr
+    unknown = _cli("start", "sleeper", env=env)
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert "serve billing, support (task kind 'sleeper' does not single one out)" in \
+        _one_error(unknown)

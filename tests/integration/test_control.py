@@ -79,7 +79,7 @@ async def test_approval_bound_to_arguments_dispatches_once(
             render_session(view, console)
             shown = console.export_text().splitlines()
             for r in runs:
-                assert (f"  baton approve {r.run_id} --session {sid} --args-digest "
+                assert (f"  baton approve {sid} --run {r.run_id} --args-digest "
                         f"{r.intent.approval_digest}") in shown
 
             # An approval for other arguments (grace's digest on ada's run) is refused.

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -66,15 +67,36 @@ async def test_kill_without_respawn_stays_down(tmp_path: Path) -> None:
 
 def test_baton_dev_detached_serves_submit_and_stops(tmp_path: Path) -> None:
     env = {"BATON_HOME": str(tmp_path / "home")}
-    _baton("dev", "--detach", "--hands", "1", env=env)
+    # a URL left exported for an earlier stack: up warns of it, and while it is set the
+    # commands fail naming it, with the stack's own URL
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        stale = {"BATON_REDIS_URL": f"redis://127.0.0.1:{s.getsockname()[1]}/0"}
+    up = subprocess.run([sys.executable, "-m", "baton", "dev", "up", "--detach", "--hands", "1"],
+                        capture_output=True, text=True, timeout=120, check=False,
+                        env={**os.environ, **env, **stale})
     try:
+        assert up.returncode == 0, up.stdout + up.stderr
         info = json.loads((tmp_path / "home" / "dev.json").read_text())
         pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
+        warnings = [line for line in up.stderr.splitlines() if line.startswith("warning: ")]
+        assert warnings == [f"warning: BATON_REDIS_URL ({stale['BATON_REDIS_URL']}) in this "
+                            "environment names other servers than this stack's and wins over "
+                            "it in commands run from this shell: unset it, or run eval "
+                            '"$(baton dev status --env)"'], up.stderr
+        failed = subprocess.run([sys.executable, "-m", "baton", "submit", "hi"],
+                                capture_output=True, text=True, timeout=60, check=False,
+                                env={**os.environ, **env, **stale, "BATON_DEBUG": ""})
+        assert failed.returncode == 3 and failed.stderr.startswith(
+            f"error: cannot reach Redis at {stale['BATON_REDIS_URL']}"), failed.stderr
+        assert failed.stderr.rstrip().endswith(
+            f"(BATON_REDIS_URL from the environment; the local stack's is {info['redis_url']} "
+            "if a stack runs: see `baton dev status`)"), failed.stderr
         out = _baton("submit", "--wait", "--json", "Send the approved notice to ada@example.com",
                      env=env)
         assert json.loads(out.splitlines()[-1])["status"] == "completed"
     finally:
-        _baton("dev", "--stop", env=env)
+        _baton("dev", "down", env=env)
     assert not (tmp_path / "home" / "dev.json").exists()
     assert not [pid for pid in pids if _pid_alive(pid)]
 
@@ -150,7 +172,7 @@ def test_baton_dev_up_status_logs_down(tmp_path: Path) -> None:
 async def test_baton_dev_model_runs_the_example_on_a_real_model_client(
     tmp_path: Path, model: str, env: dict[str, str]
 ) -> None:
-    """`baton dev --model PROVIDER:NAME`: the example's tools, the model over HTTP (the local
+    """`baton dev up --model PROVIDER:NAME`: the example's tools, the model over HTTP (the local
     protocol server), its address and key from the providers' own variable names."""
     async with ModelServer() as server:
         urls = {"openai": server.openai_url, "anthropic": server.anthropic_url,
@@ -167,14 +189,14 @@ async def test_baton_dev_model_runs_the_example_on_a_real_model_client(
             assert proc.returncode == 0, f"baton {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
             return out.decode()
 
-        await baton("dev", "--detach", "--hands", "1", "--model", model)
+        await baton("dev", "up", "--detach", "--hands", "1", "--model", model)
         try:
             status = json.loads(await baton("dev", "status", "--json"))
             assert status["model"] == model
             out = await baton("submit", "--wait", "--json",
                               "Send the approved notice to ada@example.com")
         finally:
-            await baton("dev", "--stop")
+            await baton("dev", "down")
     final = json.loads(out.splitlines()[-1])
     assert final["status"] == "completed", final
     assert final["answer"] == "Summary of 1 notices: ada@example.com: sent."
@@ -187,7 +209,7 @@ def test_baton_dev_model_without_its_key_fails_in_one_line(tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items()
            if k not in ("ANTHROPIC_API_KEY", "BATON_ANTHROPIC_API_KEY")}
     done = subprocess.run(
-        [sys.executable, "-m", "baton", "dev", "--model", "anthropic:claude-sonnet-4-5"],
+        [sys.executable, "-m", "baton", "dev", "up", "--model", "anthropic:claude-sonnet-4-5"],
         capture_output=True, text=True, timeout=60, check=False,
         env={**env, "BATON_HOME": str(tmp_path / "home")})
     assert done.returncode != 0

@@ -1,4 +1,4 @@
-"""``baton dev --secure``: the local stack with per-stack credentials and TLS, every service
+"""``baton dev up --secure``: the local stack with per-stack credentials and TLS, every service
 as its role."""
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def test_baton_dev_secure_serves_submit_and_never_prints_a_password(tmp_path: Pa
         assert done.returncode == 0, f"baton {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done.stdout + done.stderr
 
-    printed = baton("dev", "--secure", "--detach", "--hands", "1")
+    printed = baton("dev", "up", "--secure", "--detach", "--hands", "1")
     try:
         info = json.loads((tmp_path / "home" / "dev.json").read_text())
         pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
@@ -140,7 +140,7 @@ def test_baton_dev_secure_serves_submit_and_never_prints_a_password(tmp_path: Pa
             text += log.read_text(errors="replace")
         assert not [u for u, p in passwords.items() if p in text]
     finally:
-        baton("dev", "--stop")
+        baton("dev", "down")
     assert not [pid for pid in pids if _pid_alive(pid)]
 
 

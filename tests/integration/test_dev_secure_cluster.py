@@ -1,4 +1,4 @@
-"""``baton dev --secure --cluster``: the Redis Cluster and the NATS cluster over TLS only,
+"""``baton dev up --secure --cluster``: the Redis Cluster and the NATS cluster over TLS only,
 every service as its role; the servers' own links (cluster bus, replication, routes) too."""
 
 from __future__ import annotations

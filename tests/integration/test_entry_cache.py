@@ -12,7 +12,7 @@ import pytest
 from baton.errors import LeaseBusyError
 from baton.models import Entry, Task, WorkerRef
 from baton.settings import Settings
-from baton.store.entry_cache import EntryCache, HeldEntries
+from baton.store.entry_cache import CachedEntries, EntryCache
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
 from tests.helpers import eventually
@@ -117,7 +117,7 @@ async def test_entries_held_for_another_life_of_the_session_are_not_used(
     held = cached.entry_cache.get(sid)
     assert held is not None and (held.start, held.end) == (0, 1)
     # the same indices, another life: a stale "hello" must not be taken for this one's
-    cached.entry_cache.put(sid, HeldEntries(held.created - 1, 0, ('{"v":1,"kind":"user",'
+    cached.entry_cache.put(sid, CachedEntries(held.created - 1, 0, ('{"v":1,"kind":"user",'
                                                                  '"text":"stale"}',)))
     before = cached.entry_cache.reused
     _, state = await cached.acquire_and_load(sid, A, 60_000, page=PAGE)

@@ -1,5 +1,5 @@
 """A pass that dispatched tool runs holds its lease for their results (baton.brain.held):
-the result that wakes the session comes to the holding Brain on its held channel, not
+the result that wakes the session comes to the holding Brain on its hold channel, not
 through the relay; whatever fails, the result is still applied, once.
 
 Against a real redis-server and nats-server: Brain, Hands and relay in one event loop for
@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 
-from baton.brain.held import HeldSessions, hold_name
+from baton.brain.held import Holds, hold_name
 from baton.brain.worker import BrainWorker
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
@@ -49,7 +49,7 @@ async def _five_notices(settings: Settings, brain: BrainWorker) -> str:
     hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
     relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
     async with running(relay, hands, brain):
-        assert brain.held is not None
+        assert brain.holds is not None
         client = await Client.connect(settings)
         try:
             sub, _ = await client.submit(FIVE, agent="notices")
@@ -68,10 +68,10 @@ async def test_the_result_reaches_the_holding_brain_without_a_relay_wake(
     settings = topo_settings.model_copy(update={"mail_url": mailbox.url})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     await _five_notices(settings, brain)
-    assert brain.held is not None and brain.held.listening is False  # stopped with the Brain
-    # One wake from JetStream (the submit's); the group's last result came as a word.
+    assert brain.holds is not None and brain.holds.listening is False  # stopped with the Brain
+    # One wake from JetStream (the submit's); the group's last result came as a signal.
     assert brain.handled == 1
-    assert brain.held.heard == 1
+    assert brain.holds.heard == 1
     assert all(n == 1 for n in (await _mails(mailbox)).values())
 
 
@@ -81,25 +81,25 @@ async def test_without_holds_the_result_wakes_through_the_relay(
     settings = settings.model_copy(update={"mail_url": mailbox.url, "brain_hold_ms": 0})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     await _five_notices(settings, brain)
-    assert brain.held is not None and brain.held.heard == 0
+    assert brain.holds is not None and brain.holds.heard == 0
     assert brain.handled == 2  # the submit's wake and the group's result's
 
 
-async def test_a_lost_word_costs_the_hold_and_loses_nothing(
+async def test_a_lost_signal_costs_the_hold_and_loses_nothing(
     settings: Settings, mailbox: MailboxServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The word is dropped on arrival: the hold ends at its length, and the release finds
+    # The signal is dropped on arrival: the hold ends at its length, and the release finds
     # the nudge the completion set.
-    monkeypatch.setattr(HeldSessions, "_heard", lambda self, sid: None)
+    monkeypatch.setattr(Holds, "_on_signal", lambda self, sid: None)
     settings = settings.model_copy(update={"mail_url": mailbox.url, "brain_hold_ms": 300})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     with host_telemetry() as host:
         sid = await _five_notices(settings, brain)
-    assert brain.held is not None and brain.held.heard == 1
-    assert brain.handled == 1  # no relay wake either: the release looked
+    assert brain.holds is not None and brain.holds.heard == 1
+    assert brain.handled == 1  # no relay wake either: the release rechecked
     assert all(n == 1 for n in (await _mails(mailbox)).values())
-    # The trace shows that look, unheard, the lease kept: it ran without word, but it is
-    # where the results were taken up.
+    # The trace shows that recheck (span "look"), unheard, the lease kept: it ran without
+    # a signal, but it is where the results were taken up.
     looks = [s for s in host.spans.get_finished_spans() if s.name == "look"
              and s.attributes is not None and s.attributes.get("baton.session_id") == sid]
     assert [(s.attributes["baton.heard"], s.attributes["baton.kept"])  # type: ignore[index]
@@ -152,7 +152,7 @@ async def _wake_rows(store: Store, sid: str) -> int:
 
 async def _listen(store: Store, sid: str, name: str) -> tuple[object, str]:
     pubsub = store.redis.pubsub()
-    channel = store.keys.held_channel(store.keys.shard_of(sid), name)
+    channel = store.keys.hold_channel(store.keys.shard_of(sid), name)
     await pubsub.ssubscribe(channel)
     confirmed = await pubsub.get_message(timeout=5)
     assert confirmed and confirmed["type"] == "ssubscribe"
@@ -167,13 +167,13 @@ async def test_a_completion_tells_the_holder_and_writes_no_wake_row(store: Store
     pubsub, _ = await _listen(store, sid, name)
     try:
         assert await _complete(store, sid)
-        word = await eventually(lambda: pubsub.get_message(timeout=1), timeout=10)
+        signal = await eventually(lambda: pubsub.get_message(timeout=1), timeout=10)
     finally:
         await pubsub.aclose()
-    assert word["type"] == "smessage" and word["data"].split(" ")[0] == sid
+    assert signal["type"] == "smessage" and signal["data"].split(" ")[0] == sid
     assert await _wake_rows(store, sid) == 0
     assert await store.redis.get(sk.nudge) == "1"
-    # The holder's release finds the result: the lease is kept for its look, the hold ends.
+    # The holder's release finds the result: the lease is kept for its recheck, the hold ends.
     assert await store.release(sid, fence, 60_000)
     meta = await store.redis.hgetall(sk.meta)
     assert meta["listen"] == "" and meta["holder"] == BRAIN.name
@@ -239,7 +239,7 @@ async def _now(store: Store) -> int:
 async def test_a_brain_stopping_ends_its_holds_at_once(settings: Settings) -> None:
     store = await Store.connect(settings)
     stopping = asyncio.Event()
-    held = HeldSessions(store.redis, store.keys, "brain-x", settings.shards, hold_ms=600_000,
+    held = Holds(store.redis, store.keys, "brain-x", settings.shards, hold_ms=600_000,
                         limit=8, stopping=stopping)
     listener = asyncio.create_task(held.run())
     try:
@@ -267,10 +267,10 @@ async def test_a_clients_request_to_a_held_session_tells_the_holder(store: Store
                                  text="and one more", task=Task(id=f"{sid}-t2", kind="generation",
                                                           owner=sid),
                                  worker=worker_ref("client", "c"), submission_id=f"{sid}-sub2")
-        word = await eventually(lambda: pubsub.get_message(timeout=1), timeout=10)
+        signal = await eventually(lambda: pubsub.get_message(timeout=1), timeout=10)
     finally:
         await pubsub.aclose()
-    assert word["type"] == "smessage" and word["data"].split(" ")[0] == sid
+    assert signal["type"] == "smessage" and signal["data"].split(" ")[0] == sid
     state = await store.release_and_load(sid, fence, 60_000)
     assert state is not None and [r.request_id for r in state.requests] == ["r2"]
 
@@ -305,18 +305,18 @@ async def test_a_listener_that_cannot_subscribe_tries_again(
 ) -> None:
     # A first try that fails before any connection (a cluster's slot map changing): no
     # holds meanwhile, and the listener subscribes at its next try.
-    real = HeldSessions._subscriptions
+    real = Holds._subscriptions
     tries: list[int] = []
 
-    def flaky(self: HeldSessions) -> list[tuple[object, list[str]]]:
+    def flaky(self: Holds) -> list[tuple[object, list[str]]]:
         tries.append(1)
         if len(tries) == 1:
             raise AttributeError("'NoneType' object has no attribute 'name'")
         return real(self)
 
-    monkeypatch.setattr(HeldSessions, "_subscriptions", flaky)
+    monkeypatch.setattr(Holds, "_subscriptions", flaky)
     store = await Store.connect(settings)
-    held = HeldSessions(store.redis, store.keys, "brain-x", settings.shards, hold_ms=1_000,
+    held = Holds(store.redis, store.keys, "brain-x", settings.shards, hold_ms=1_000,
                         limit=8, stopping=asyncio.Event())
     listener = asyncio.create_task(held.run())
     try:

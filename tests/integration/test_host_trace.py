@@ -46,10 +46,13 @@ def _attrs(span: Any) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
+@pytest.mark.parametrize("hold_ms", [1_000, 0], ids=["held", "relayed"])
 async def test_the_hosts_span_is_the_root_of_one_trace_through_relay_brain_and_hands(
-    settings: Settings, mailbox: MailboxServer, host: Host
+    settings: Settings, mailbox: MailboxServer, host: Host, hold_ms: int
 ) -> None:
-    settings = settings.model_copy(update={"mail_url": mailbox.url})
+    # held: results reach the Brain that holds the session's lease over Redis; relayed
+    # (brain_hold_ms=0, or a hold outlived): they wake the session through the relay.
+    settings = settings.model_copy(update={"mail_url": mailbox.url, "brain_hold_ms": hold_ms})
     brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), app)
     hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), app)
     relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
@@ -112,23 +115,28 @@ async def test_the_hosts_span_is_the_root_of_one_trace_through_relay_brain_and_h
         names = chain(ex)
         assert names[:3] == ["execute send_email", f"process {tool}", f"publish {tool}"], names
         assert names[3] == "commit tools" and names[-2:] == ["submit", "POST /notices"], names
-    # hands complete -> the word to the Brain that held its lease (brain.held: no relay
-    # hop) -> look, apply ... -> the final commit
+    # hands complete -> the signal to the Brain that held its lease (brain.held: no relay
+    # hop) -> look (the recheck), apply ... -> the final commit. On a loaded machine the
+    # one event loop these services share can stall past the Brain's hold; the signal then
+    # goes through the relay as a wake (complete -> publish wake -> process wake). Either
+    # way one trace.
     keys = Keys(settings.namespace, settings.shards)
-    held = f"process {keys.held_channel(keys.shard_of(sub.session_id), 'brain-1')}"
-    applied = [s for s in spans if s.kind is SpanKind.CONSUMER and s.name == held
-               and chain(s)[1] == "complete send_email"]
+    held = f"process {keys.hold_channel(keys.shard_of(sub.session_id), 'brain-1')}"
+    woken = (held, f"process {wake}")
+    applied = [s for s in spans if s.kind is SpanKind.CONSUMER and s.name in woken
+               and "complete send_email" in chain(s)[1:3]]
     assert applied, Counter(s.name for s in spans)
     [final_commit] = [s for s in spans if s.name == "commit final"]
-    assert chain(final_commit)[:3] == ["commit final", "phase generation.request", held], \
-        chain(final_commit)
-    assert "complete send_email" in chain(final_commit), chain(final_commit)
-    assert "look" in [s.name for s in spans if parent[_hex(s.context.span_id)] is applied[0]]
+    names = chain(final_commit)
+    assert names[:2] == ["commit final", "phase generation.request"] and names[2] in woken, names
+    assert "complete send_email" in names, names
+    if applied[0].name == held:
+        assert "look" in [s.name for s in spans if parent[_hex(s.context.span_id)] is applied[0]]
 
     # Messaging attributes on every hop.
     for s in spans:
         attrs = _attrs(s)
-        if s.name == held:  # the word came over Redis pub/sub
+        if s.name == held:  # the signal came over Redis pub/sub
             assert attrs["messaging.system"] == "redis", attrs
             assert attrs["baton.session_id"] == sub.session_id, attrs
             continue

@@ -329,7 +329,7 @@ async def test_only_a_tool_that_declares_network_reaches_the_network(hs: Setting
 
 
 def _secure_home() -> tuple[Path, list[Path]]:
-    """A `baton dev --secure` stack's home as it writes it (its secrets 0600), in a directory
+    """A `baton dev up --secure` stack's home as it writes it (its secrets 0600), in a directory
     any user may enter, with a file any user may read."""
     home = Path(tempfile.mkdtemp(prefix="baton-home-"))
     home.chmod(0o755)

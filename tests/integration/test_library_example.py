@@ -1,4 +1,4 @@
-"""The README's library example runs as written: a tool, an agent, a model of its own."""
+"""The library example of docs/concepts.md runs as written: a tool, an agent, a model of its own."""
 
 from __future__ import annotations
 

@@ -147,6 +147,8 @@ async def test_health_and_reset(client: httpx.AsyncClient) -> None:
         "deliveries": {},
         "repeated_keys": {},
         "held": 0,
+        "in_flight": 0,
+        "max_in_flight": 0,
     }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from baton.cli.trace import build_trace, render_text
-from baton.cli.trace_html import render_html
+from baton.cli.trace.html import render_html
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.models import Entry, Submission, Task

@@ -5,11 +5,13 @@ permissions, receives all traffic and may publish anything, ``$JS.API`` included
 3-node clusters are attacked by a rogue ``nats-server`` that dials their route ports with
 the cluster's name:
 
-- one started as ``baton dev --cluster --secure`` starts it (:class:`ClusterStack`'s NATS
+- one started as ``baton dev up --cluster --secure`` starts it (:class:`ClusterStack`'s NATS
   cluster with the stack's users, TLS files and route password): the rogue is refused without
   the route login, with a wrong one, without TLS, and with a certificate of another CA;
 - one run from deploy/nats/nats.conf itself (what compose runs; the Helm values set the
-  same cluster block), the rogue refused without the login and with a wrong one.
+  same cluster block) with the certificates compose's ``baton make-tls`` makes: the rogue
+  refused without the login, with a wrong one, without TLS and with another CA's
+  certificate.
 
 Each refusal is read from the cluster's side (no node's ``/routez`` lists the rogue, a
 node's log records the refusal) and from the rogue's (no route), and a message published on
@@ -24,6 +26,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -37,7 +40,7 @@ from baton.devkit import secure
 from baton.devkit.nats_servers import ROUTE_USER, NatsServer, nats_tls_block
 from baton.devkit.process import free_port
 from baton.devkit.redis_cluster import ClusterStack
-from baton.devkit.tls import TlsFiles, stack_tls
+from baton.devkit.tls import LOOPBACK, TlsFiles, stack_tls
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "routetest"
@@ -168,7 +171,7 @@ async def _assert_no_traffic(target: Target, rogue: NatsServer) -> None:
         await outside.close()
 
 
-# -- the cluster of `baton dev --cluster --secure` --------------------------------------
+# -- the cluster of `baton dev up --cluster --secure` --------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -240,16 +243,21 @@ class DeployedNode(NatsServer):
     """One node run from deploy/nats/nats.conf and users.conf, with the environment compose
     gives it; only what binds differs (loopback, free ports, a temporary store)."""
 
-    def __init__(self, data_dir: Path, name: str, route_port: int, env: dict[str, str]):
+    def __init__(self, data_dir: Path, name: str, route_port: int, env: dict[str, str],
+                 tls: TlsFiles):
         super().__init__(data_dir, server_name=name, monitor_port=0)
-        self.route_port, self.deploy_env = route_port, env
+        self.route_port, self.deploy_env, self.route_tls = route_port, env, tls
 
     def _argv(self) -> list[str]:
         text = (DEPLOY / "nats" / "nats.conf").read_text()
         for old, new in (("listen: 0.0.0.0:4222", f"listen: {self.host}:{self.port}"),
                          ("http: 0.0.0.0:8222", f"http: {self.host}:{self.monitor_port}"),
                          ("listen: 0.0.0.0:6222", f"listen: {self.host}:{self.route_port}"),
-                         ("store_dir: /data", f"store_dir: {json.dumps(str(self.data_dir))}")):
+                         ("store_dir: /data", f"store_dir: {json.dumps(str(self.data_dir))}"),
+                         # the files compose's nats-tls service makes (baton make-tls)
+                         ("/etc/nats-tls/routes/ca.pem", str(self.route_tls.ca)),
+                         ("/etc/nats-tls/routes/server.pem", str(self.route_tls.cert)),
+                         ("/etc/nats-tls/routes/server.key", str(self.route_tls.key))):
             assert text.count(old) == 1, old
             text = text.replace(old, new)
         text += f"\nports_file_dir: {json.dumps(str(self.data_dir))}\n"
@@ -271,12 +279,20 @@ async def deployed_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIte
     # As compose.yaml builds ROUTE_URLS (nats-values.yaml: the same with tls://).
     env["ROUTE_URLS"] = "[" + ", ".join(f"nats-route://{login}127.0.0.1:{p}"
                                         for p in ports) + "]"
-    nodes = [DeployedNode(base / f"nats-{i + 1}", f"nats-{i + 1}", p, env)
+    # What compose's nats-tls service runs, for the hosts the nodes dial here.
+    made = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "baton", "make-tls", "--dir", str(base / "tls" / "routes"),
+        *(arg for host in LOOPBACK for arg in ("--host", host)),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await made.communicate()
+    assert made.returncode == 0, err.decode()
+    tls = stack_tls(base / "tls", LOOPBACK, "routes")  # the same files, as TlsFiles
+    nodes = [DeployedNode(base / f"nats-{i + 1}", f"nats-{i + 1}", p, env, tls)
              for i, p in enumerate(ports)]
     try:
         await asyncio.gather(*(n.start() for n in nodes))
         target = Target("baton", list(nodes), ports, ("admin", env["ADMIN_NATS_PASSWORD"]),
-                        env["ROUTE_NATS_PASSWORD"], None)
+                        env["ROUTE_NATS_PASSWORD"], tls)
         await _wait_routed(target)
         yield target
     finally:
@@ -286,7 +302,8 @@ async def deployed_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIte
 async def test_deployed_cluster_refuses_a_route_without_login(
     deployed_cluster: Target, tmp_path: Path,
 ) -> None:
-    async with _rogue(tmp_path, deployed_cluster, "", None) as rogue:
+    # The cluster's own certificate passes TLS: only the route login stops this one.
+    async with _rogue(tmp_path, deployed_cluster, "", deployed_cluster.tls) as rogue:
         await _assert_refused(deployed_cluster, rogue, cluster_log="authentication error",
                               rogue_log="authorization violation")
 
@@ -294,6 +311,26 @@ async def test_deployed_cluster_refuses_a_route_without_login(
 async def test_deployed_cluster_refuses_a_route_with_a_wrong_login(
     deployed_cluster: Target, tmp_path: Path,
 ) -> None:
-    async with _rogue(tmp_path, deployed_cluster, "route:guessed@", None) as rogue:
+    async with _rogue(tmp_path, deployed_cluster, "route:guessed@",
+                      deployed_cluster.tls) as rogue:
         await _assert_refused(deployed_cluster, rogue, cluster_log="authentication error",
                               rogue_log="authorization violation")
+
+
+async def test_deployed_cluster_refuses_a_plaintext_route(
+    deployed_cluster: Target, tmp_path: Path,
+) -> None:
+    login = f"route:{deployed_cluster.route_password}@"  # even with the login
+    async with _rogue(tmp_path, deployed_cluster, login, None) as rogue:
+        await _assert_refused(deployed_cluster, rogue, cluster_log="tls route handshake error",
+                              rogue_log="router connection closed")
+
+
+async def test_deployed_cluster_refuses_a_route_certificate_of_another_ca(
+    deployed_cluster: Target, tmp_path: Path,
+) -> None:
+    other = stack_tls(tmp_path / "other")  # another CA's certificate; that CA trusted
+    login = f"route:{deployed_cluster.route_password}@"  # even with the login
+    async with _rogue(tmp_path / "rogue", deployed_cluster, login, other) as rogue:
+        await _assert_refused(deployed_cluster, rogue, cluster_log="tls route handshake error",
+                              rogue_log="router connection closed")

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
 from baton.cli.observe import load_receipts, save_receipts
 from baton.cli.trace import build_trace, render_text
-from baton.cli.trace_html import render_html
+from baton.cli.trace.html import render_html
 from baton.cli.watch import Watch, render_change
 from baton.client import Client
 from baton.devkit.demo import DEMO_ENV, FIVE_NOTICES, MAIL_DELAY_MS, Outcome, run_demo
@@ -149,7 +149,7 @@ def test_trace_names_the_relay_and_the_consumer_of_every_hop(demo: Outcome) -> N
                 src["kind"].startswith("commit"), src
     assert data["carriers"] == [e["carrier"] for e in hops]
     # every wake and dispatch names its relay, but a wake of a Brain holding its lease for
-    # the results, which came on its held channel (brain.held)
+    # the results, which came on its hold channel (brain.held)
     held = {e["index"] for e in data["events"] if e["kind"] == "held"}
     via = {h["via"] for h in data["handoffs"] if h["kind"] in ("wake", "dispatch")
            and h["dst"] not in held}
@@ -170,8 +170,15 @@ def test_saved_receipts_and_the_cli_trace(demo: Outcome, tmp_path: Path) -> None
     _, back = load_receipts(tmp_path / "home" / "traces" / f"{demo.session}.json")
     assert back == demo.receipts
     # the stack is gone (no Redis at that URL): trace falls back to the saved receipts
+    out = _baton("trace", demo.session, env=env)
+    assert "TAKEOVER of" in out
+    # with --html the page is the result: one line says where it is, not the text again
     out = _baton("trace", demo.session, "--html", str(tmp_path / "t.html"), env=env)
-    assert "TAKEOVER of" in out and (tmp_path / "t.html").read_text().startswith("<!doctype")
+    assert out == f"wrote {tmp_path / 't.html'}\n"
+    assert (tmp_path / "t.html").read_text().startswith("<!doctype")
+    # with --json too, stdout is still the JSON timeline alone
+    out = _baton("trace", demo.session, "--json", "--html", str(tmp_path / "u.html"), env=env)
+    assert json.loads(out)["takeovers"] and (tmp_path / "u.html").exists()
     out = _baton("trace", demo.session, "--json", "--run", demo.kill.run_id, env=env)
     assert len(out.strip().splitlines()) == 1  # one document per line, as every --json
     js = json.loads(out)

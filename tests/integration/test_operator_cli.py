@@ -1,4 +1,4 @@
-"""The read-only commands under the ``operator`` credential: on ``baton dev --secure`` the
+"""The read-only commands under the ``operator`` credential: on ``baton dev up --secure`` the
 cluster view shows what the client's credential may not read; ``BATON_OPERATOR_*`` and a
 secure stack's users pick the credential, the client's when there is no operator."""
 
@@ -30,7 +30,7 @@ def test_inspect_and_trace_on_a_secure_stack_run_as_the_operator(tmp_path: Path)
         assert done.returncode == 0, f"baton {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    baton("dev", "--secure", "--detach", "--hands", "1")
+    baton("dev", "up", "--secure", "--detach", "--hands", "1")
     try:
         info = json.loads((tmp_path / "home" / "dev.json").read_text())
         pids = [info["supervisor_pid"], *(p["pid"] for p in info["processes"])]
@@ -62,7 +62,7 @@ def test_inspect_and_trace_on_a_secure_stack_run_as_the_operator(tmp_path: Path)
                 break
         assert health["healthy"] and done.returncode == 0, health
     finally:
-        baton("dev", "--stop")
+        baton("dev", "down")
     assert not [pid for pid in pids if _pid_alive(pid)]
 
 

@@ -115,7 +115,7 @@ async def test_the_operator_reads_a_trace(operated: Operated) -> None:
     from baton.cli.observe import _live_receipts
 
     receipts, quarantine, _ = await _live_receipts(operated.settings("operator"), SESSION,
-                                                None, None)
+                                                None)
     assert quarantine is None and isinstance(receipts, list)
 
 

@@ -1,10 +1,12 @@
 """The distribution: one import package ``baton`` built from the role folders, and locks that pin
 what pyproject.toml declares.
 
-The repository keeps ``shared/ brain/ hands/ relay/ examples/ bench/ api/`` at the top and
-setuptools mounts them under ``baton`` (``[tool.setuptools] packages`` and ``package-dir``). A
-subpackage missing from that list builds without complaint and is simply absent from the wheel,
-so the list is pinned against the folders on disk, and the wheel itself is built and read.
+The repository keeps ``shared/ brain/ hands/ relay/ examples/ bench/ api/`` at the top, each a
+source root holding its part of ``baton`` at its import path (``shared/baton/`` is ``baton``,
+``brain/baton/brain/`` is ``baton.brain``; ``[tool.setuptools] packages`` and ``package-dir``).
+A subpackage missing from that list builds without complaint and is simply absent from the
+wheel, so the list is pinned against the folders on disk, and the wheel itself is built and
+read.
 """
 
 from __future__ import annotations
@@ -44,9 +46,17 @@ def source_packages() -> dict[str, Path]:
 
 
 def test_the_package_list_covers_every_folder_with_an_init() -> None:
-    # Every top-level package folder but the tests is mounted under baton ...
+    # Every source root's part of baton is mapped: shared/baton/ is the package, and each
+    # role root's baton/<role>/ its subpackage, under a baton/ folder with no __init__.py
+    # of its own (it would hide the package's) ...
     mounted = set(SETUPTOOLS["package-dir"].values())
-    assert mounted == {init.parent.name for init in ROOT.glob("*/__init__.py")} - {"tests"}
+    parts = {init.parent for init in ROOT.glob("*/baton/__init__.py")}
+    parts |= {init.parent for init in ROOT.glob("*/baton/*/__init__.py")
+              if init.parent.name == init.parents[2].name}
+    assert mounted == {str(p.relative_to(ROOT)) for p in parts}
+    assert [str(p.relative_to(ROOT)) for p in ROOT.glob("*/baton/__init__.py")] == [
+        "shared/baton/__init__.py"]
+    assert [p.parent.name for p in ROOT.glob("*/__init__.py")] == ["tests"]
     # ... and every package inside them is listed.
     assert sorted(SETUPTOOLS["packages"]) == sorted(source_packages())
 
@@ -111,12 +121,12 @@ def test_the_wheel_holds_one_package_its_command_and_its_data(tmp_path: Path) ->
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
     assert re.search(r"^baton = baton\.cli:main$", entry_points, re.M)
 
-    lua = sorted(p.name for p in (ROOT / "shared" / "store" / "lua").glob("*.lua"))
+    lua = sorted(p.name for p in (ROOT / "shared" / "baton" / "store" / "lua").glob("*.lua"))
     assert lua
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("baton/store/lua/")) == lua
     assert "baton/py.typed" in names
     # The web console's static files ship with the API (no front-end build at install).
-    console = sorted(p.name for p in (ROOT / "api" / "console").iterdir()
+    console = sorted(p.name for p in (ROOT / "api" / "baton" / "api" / "console").iterdir()
                      if p.suffix in (".html", ".js", ".css"))
     assert console
     assert sorted(n.rsplit("/", 1)[1] for n in names
@@ -150,7 +160,7 @@ def test_the_image_builds_its_wheel_from_what_the_dockerfile_copies(tmp_path: Pa
     .dockerignore admits): a mounted folder left out fails the image build."""
     copied, admitted = _docker_inputs()
     assert set(copied) <= admitted, f"copied but kept out of the context: {set(copied) - admitted}"
-    needed = {*BUILD_INPUTS, *SETUPTOOLS["package-dir"].values()}
+    needed = {*BUILD_INPUTS, *(f.split("/")[0] for f in SETUPTOOLS["package-dir"].values())}
     assert needed <= set(copied), f"the wheel stage lacks {sorted(needed - set(copied))}"
     src = tmp_path / "context"
     src.mkdir()

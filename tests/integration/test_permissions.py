@@ -23,8 +23,10 @@ from redis.exceptions import NoPermissionError
 
 from baton.auth import ROLES, nats_users_config, redis_acl
 from baton.brain.worker import BrainWorker
+from baton.budgets import ModelBudget
 from baton.bus.bus import Bus
 from baton.bus.consumers import ConsumerMaker, ConsumerRequest, request_consumer
+from baton.bus.fallback import is_fallback
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.devkit.servers import NatsServer, RedisServer
@@ -37,10 +39,15 @@ from baton.errors import (
 )
 from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
+from baton.limits import ToolLimit
 from baton.models import Entry, Submission, Task
 from baton.relay.worker import Relay
 from baton.settings import Settings
+from baton.store.budgets import Budgets
+from baton.store.keys import Keys
+from baton.store.limits import Limits
 from baton.store.outbox import Outbox
+from baton.store.redis_client import connect_redis
 from baton.store.scripts import library_code, load_functions
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes
@@ -195,6 +202,54 @@ async def test_no_worker_may_make_a_consumer_that_routes_its_stream_elsewhere(
         js = relay.nc.jetstream()
         with pytest.raises(nats.js.errors.NotFoundError):
             await js.consumer_info(names.wake_stream, "wake_forged")
+
+
+async def test_copies_around_a_leaderless_stream_reach_their_own_role_only(
+    secured: Secured,
+) -> None:
+    """The paths around a stream or consumer without a leader (baton.bus.fallback), under
+    the roles' users: the relay may send copies, a Hands takes the tool ones and a Brain the
+    wake ones, each may read its own stream directly, and neither the other's."""
+    async with await connect(secured, "relay") as relay:
+        await relay.ensure_streams()
+        await ConsumerMaker(relay).listen()
+        names = relay.names
+        tool, wake = names.tool_subject("echo"), names.wake_subject("notices", 1)
+        async with await connect(secured, "hands") as hands, \
+                await connect(secured, "brain") as brain:
+            await hands.ensure_consumer(names.tool_stream, names.tool_durable("echo"), tool)
+            await brain.ensure_consumer(names.wake_stream, names.wake_durable("notices", 1),
+                                        wake)
+            tools = await hands.pull(names.tool_stream, names.tool_durable("echo"), tool)
+            wakes = await brain.pull(names.wake_stream, names.wake_durable("notices", 1), wake)
+            for bus in (hands, brain):
+                await bus.nc.flush()  # the copies' subscriptions are in place
+            for subject in (tool, wake):  # each taker answers the relay (allow_responses)
+                answer = await relay.nc.request(names.fallback_subject(subject), b"copy",
+                                                timeout=10,
+                                                headers={"Nats-Msg-Id": f"row-{subject}"})
+                assert answer.data == b""
+            for puller, subject in ((tools, tool), (wakes, wake)):
+                got = await puller.fetch(1, timeout=10)
+                assert [(m.subject, m.data, is_fallback(m)) for m in got] == [
+                    (subject, b"copy", True)]
+            for bus, own, other in ((hands, names.tool_stream, names.wake_stream),
+                                    (brain, names.wake_stream, names.tool_stream)):
+                js = bus.nc.jetstream(timeout=2)
+                with pytest.raises(nats.js.errors.NotFoundError):  # allowed: nothing there
+                    await bus.guarded("read", f"$JS.API.DIRECT.GET.{own}", js.get_msg(
+                        own, seq=0, subject=f"{names.namespace}.>", direct=True, next=True))
+                with pytest.raises(ForbiddenError, match="may not read"):
+                    await bus.guarded("read", f"$JS.API.DIRECT.GET.{other}", js.get_msg(
+                        other, seq=0, subject=f"{names.namespace}.>", direct=True, next=True))
+            await tools.close()
+            await wakes.close()
+        # Only the relay may send copies: a Hands' would be refused by the server.
+        async with await connect(secured, "hands") as hands:
+            with pytest.raises(ForbiddenError, match="hands may not publish to"):
+                await hands.guarded("publish to", names.fallback_subject(wake),
+                                    hands.nc.request(names.fallback_subject(wake), b"x",
+                                                     timeout=5))
 
 
 async def test_clients_use_no_nats_subject_at_all(secured: Secured) -> None:
@@ -399,3 +454,57 @@ async def test_no_role_may_select_another_database(secured: Secured) -> None:
         settings = secured.settings("brain")
         url = settings.redis_url.removesuffix("/0") + "/2"
         await Store.connect(settings.model_copy(update={"redis_url": url}))
+
+
+async def test_only_the_hands_hold_a_tools_slots(secured: Secured) -> None:
+    """A capped tool's fleet-wide slots (tool_limit.lua) are the Hands' alone: Redis refuses
+    every other role the script on those keys, and the Hands the commands it runs there on
+    any other key."""
+    cap = ToolLimit(max_concurrency=1, per_second=100.0)
+    keys = Keys(secured.namespace, 16)
+    for role in ROLES:
+        redis = connect_redis(secured.settings(role))
+        limits = Limits(redis, keys, slot_ms=1000)
+        try:
+            if role == "hands":
+                assert (await limits.acquire("mail", cap, "run-1")).granted
+                assert await limits.renew("mail", cap, "run-1")
+                assert not await limits.release("mail", cap, "run-1")
+                with pytest.raises(NoPermissionError):  # INCR on a key outside the limits
+                    await redis.incr(keys.session("s-1").nudge)
+            else:
+                with pytest.raises(ForbiddenError):
+                    await limits.acquire("mail", cap, f"{role}-run")
+        finally:
+            await redis.aclose()
+
+
+async def test_only_the_brains_hold_a_models_budget(secured: Secured) -> None:
+    """A model's fleet-wide budget (model_limit.lua) is the Brains' alone: Redis refuses every
+    other role the script on those keys, and the Brains the commands it runs there on any
+    other key; the operator reads it (baton inspect)."""
+    budget = ModelBudget(rpm=600, tpm=100_000, concurrency=1)
+    keys = Keys(secured.namespace, 16)
+    for role in ROLES:
+        redis = connect_redis(secured.settings(role))
+        budgets = Budgets(redis, keys, slot_ms=1000)
+        try:
+            if role == "brain":
+                assert (await budgets.acquire("openai/gpt-x", budget, "call-1", 500)).granted
+                assert await budgets.renew("openai/gpt-x", budget, "call-1")
+                released = await budgets.release("openai/gpt-x", budget, "call-1",
+                                                 correction=-300, pause_ms=1000)
+                assert released.paused_ms > 0
+                with pytest.raises(NoPermissionError):  # SET on a key outside the budgets
+                    await redis.set(keys.tool_limit("mail")[4], "1")
+            else:
+                with pytest.raises(ForbiddenError):
+                    await budgets.acquire("openai/gpt-x", budget, f"{role}-call", 1)
+        finally:
+            await redis.aclose()
+    operator = connect_redis(secured.settings("operator"))
+    try:
+        state = await Budgets(operator, keys, slot_ms=1).look("openai/gpt-x", budget)
+        assert (state.in_use, state.waiting) == (0, 0)
+    finally:
+        await operator.aclose()

@@ -21,7 +21,7 @@ from baton.brain.worker import BrainWorker
 from baton.cli.inspect import cluster_view, render_cluster, render_session, session_view
 from baton.cli.observe import _live_receipts
 from baton.cli.trace import build_trace, render_text
-from baton.cli.trace_html import render_html
+from baton.cli.trace.html import render_html
 from baton.cli.watch import Watch, render_change
 from baton.client import Client
 from baton.errors import QuarantinedError
@@ -127,7 +127,7 @@ async def test_quarantine_is_shown_by_inspect_trace_and_watch(settings: Settings
         render_cluster(cluster, Console(file=out, width=200))
         assert f"QUARANTINED session {sid}: " in out.getvalue(), out.getvalue()
 
-        receipts, quarantine, archived_ms = await _live_receipts(settings, sid, None, None)
+        receipts, quarantine, archived_ms = await _live_receipts(settings, sid, None)
         assert archived_ms is None
         trace = build_trace(sid, receipts, quarantine)
         assert "QUARANTINED after 3 tries: " in render_text(trace)

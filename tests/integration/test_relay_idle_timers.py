@@ -1,5 +1,5 @@
 """An idle relay does not tick: it sleeps until its earliest timer is due, and a Brain's
-nudge (a commit armed a timer) wakes it for timers armed earlier than that."""
+timer notification (a commit armed a timer) wakes it for timers armed earlier than that."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from baton.bus.bus import Bus
-from baton.bus.nudge import TimerNudge
+from baton.bus.timer_notify import TimerNotifier
 from baton.models import loads
 from baton.settings import Settings
 from baton.store.store import now_ms
@@ -48,7 +48,7 @@ def idle_settings(settings: Settings, **more: object) -> Settings:
 async def sleeping_relay(bus: Bus, settings: Settings) -> AsyncIterator[tuple[Any, ...]]:
     """An open session "s1" and a relay idling until its deadline (NEVER_MS ahead), the
     session's submit wake consumed; yields (store, fence, relay, wakes, submit wakes), the
-    store set to nudge the relays as a Brain's does."""
+    store set to notify the relays as a Brain's does."""
     wakes = await wake_puller(bus)
     async with connected(settings) as store:
         fence = await open_session(store, bus, "s1")
@@ -56,11 +56,11 @@ async def sleeping_relay(bus: Bus, settings: Settings) -> AsyncIterator[tuple[An
             submitted = await collect(wakes, 1)
             await eventually(lambda: relay.timer_wait_s > 60, timeout=20,
                              message="relay idles until its next timer")
-            store.timers_armed = TimerNudge(bus)
+            store.timers_armed = TimerNotifier(bus)
             yield store, fence, relay, wakes, submitted
 
 
-async def test_a_nudge_wakes_an_idle_relay_for_a_timer_armed_before_its_head(
+async def test_a_notification_wakes_an_idle_relay_for_a_timer_armed_before_its_head(
     bus: Bus, settings: Settings
 ) -> None:
     wake = bus.wake_subject(AGENT, COMPAT)
@@ -94,7 +94,7 @@ async def test_an_idle_relay_wakes_for_its_earliest_timer_without_ticking(
         fence = await open_session(store, bus, "s1")
         member = timer_member("task", "s1", "t1", wake)
         due = now_ms() + 8_000  # past the relay's busy spell after the submit's wake
-        await store.commit("s1", fence, Writes(timers_add={member: due}), BRAIN)  # no nudge
+        await store.commit("s1", fence, Writes(timers_add={member: due}), BRAIN)  # no notification
         async with running(settings) as relay:
             await collect(wakes, 1)  # the submit's wake
             await eventually(lambda: not relay.busy(), timeout=20, message="relay idles")
@@ -104,7 +104,7 @@ async def test_an_idle_relay_wakes_for_its_earliest_timer_without_ticking(
     assert relay.counts.timers_fired == 1
 
 
-async def test_without_a_nudge_the_idle_look_still_finds_a_new_timer(
+async def test_without_a_notification_the_idle_look_still_finds_a_new_timer(
     bus: Bus, settings: Settings
 ) -> None:
     settings = idle_settings(settings, timer_idle_tick_ms=300)
@@ -115,7 +115,7 @@ async def test_without_a_nudge_the_idle_look_still_finds_a_new_timer(
         async with running(settings) as relay:
             await collect(wakes, 1)
             await eventually(lambda: not relay.busy(), timeout=20, message="relay idles")
-            member = timer_member("task", "s1", "t1", wake)  # a lost nudge: none at all
+            member = timer_member("task", "s1", "t1", wake)  # a lost notification: none at all
             await store.commit("s1", fence, Writes(timers_add={member: now_ms()}), BRAIN)
             fired = await collect(wakes, 1, timeout=20)
     assert loads(fired[0].data)["reason"] == "timer:task"

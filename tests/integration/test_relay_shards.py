@@ -26,8 +26,7 @@ from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.epoch import StoreEpoch
 from baton.store.keys import Keys
-from baton.store.outbox import Outbox
-from baton.store.shard_store import LeaseAnswer
+from baton.store.outbox import LeaseAnswer, Outbox
 from baton.store.store import Store
 from tests.conftest import TOPOLOGIES
 from tests.helpers import eventually

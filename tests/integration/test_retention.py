@@ -302,7 +302,7 @@ async def test_each_role_does_its_part_of_archival_and_restore_under_its_own_acl
 
 
 async def submit(store: Store, sid: str, request: str, *, probe: bool = False) -> Any:
-    from baton.client_input import GENERATION
+    from baton.client.input import GENERATION
     from baton.models import Task
 
     task = Task(id=f"gen-{request}", kind=GENERATION, owner=sid, submission_id=f"sub-{request}",
@@ -312,3 +312,44 @@ async def submit(store: Store, sid: str, request: str, *, probe: bool = False) -
         request_id=request, text="hello", task=task, submission_id=f"sub-{request}",
         worker=WorkerRef(role="client", name="client-1", pid=0), probe=probe)
     return sub
+
+
+async def test_a_client_asking_back_a_session_being_archived_gets_it_restored(
+        archiving: Settings, mailbox: MailboxServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client submits to the session just archived, while the Brain that archived it is
+    still finishing that pass (writing the archive's index row): the client's wake joins that
+    pass (acked, as a joined wake is), and its repeated asks carry the same message id, so no
+    other wake comes. The pass looks again after its archival, finds the client's request,
+    and restores the session; the submission settles."""
+    index_written, go_on = asyncio.Event(), asyncio.Event()
+    put_index = Archive.put_index
+
+    async def held_put_index(self: Archive, namespace: str, rows: Any) -> list[str]:
+        index_written.set()  # archive.lua ran: the tombstone is there, the pass goes on
+        await go_on.wait()
+        return await put_index(self, namespace, rows)
+
+    monkeypatch.setattr(Archive, "put_index", held_put_index)
+    relay, hands, brain = trio(archiving, app)
+    async with running(relay, hands, brain):
+        client = await Client.connect(archiving)
+        try:
+            sub, _ = await client.submit(FIVE, agent="notices")
+            await client.wait(sub, timeout=30)
+            sid = sub.session_id
+            await eventually(index_written.is_set, timeout=30,
+                             message="the Brain archiving the session")
+            assert await archived(client.store, sid) and sid in brain.active
+            again = asyncio.ensure_future(client.submit(
+                FIVE, agent="notices", session_id=sid, request_id="again"))
+            await eventually(lambda: brain.active[sid].rewake, timeout=30,
+                             message="the client's wake joined the archiving pass")
+            go_on.set()
+            more, _ = await again
+            final = await client.wait(more, timeout=30)
+            receipts = await client.store.receipts(sid)
+        finally:
+            go_on.set()
+            await client.close()
+    assert final.status == "completed"
+    assert [r.kind for r in receipts].count("restored") == 1

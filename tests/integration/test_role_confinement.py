@@ -1,6 +1,6 @@
 """What each role's Redis credential cannot do, tried as an attacker would, one act per test.
 
-A private Redis gets the users of the ACL file that ``python -m baton.auth`` writes for
+A private Redis gets the users of the ACL file that ``baton auth`` writes for
 deploy/ (:func:`baton.auth.redis_acl_file`, rendered the way deploy/redis/start.sh does:
 comments dropped, ``${ROLE_REDIS_PASSWORD}`` filled in), here with the client granted the
 sessions ``acme-*`` only. Each test logs in as one role and tries one forbidden act with
@@ -188,3 +188,52 @@ async def test_a_client_names_its_watch_connection_and_reads_its_session(
         assert [c["user"] for c in named] == ["client"]
     finally:
         await r.aclose()
+
+
+async def test_fair_admission_runs_under_each_roles_own_user(confined: Confined) -> None:
+    """A client's submissions join the shard's admission queue, the relay's sweep leaves a
+    queued session alone, a Brain lets the next one through, the operator reads the backlog:
+    each under its own user (baton.store.admission)."""
+    from baton.client import Client
+    from baton.store.admission import AdmissionQueue
+    from baton.store.outbox import Outbox
+
+    first = "acme-adm-0"
+    shard = confined.keys.shard_of(first)
+    second = next(f"acme-adm-{i}" for i in range(1, 1000)
+                  if confined.keys.shard_of(f"acme-adm-{i}") == shard)
+    window = {"admission_window": confined.keys.shards}  # one starting session per shard
+    client = await Client.connect(confined.settings("client").model_copy(update=window))
+    client.warn_unserved = False
+    admin = confined.connect("admin")
+    relay = confined.connect("relay")
+    brain = await Store.connect(confined.settings("brain").model_copy(update=window))
+    try:
+        for sid in (first, second):
+            _, created = await client.submit("hello", agent="notices", session_id=sid,
+                                             tenant="acme")
+            assert created
+        _, _, fly, queue = confined.keys.admission(shard)
+        assert await admin.zscore(fly, first) is not None
+        assert await admin.zscore(queue, second) is not None
+        box = Outbox(relay, confined.keys)
+        lease = await box.lease("acquire", shard, "relay-adm", 60_000)
+        assert await box.arm_requests(shard, [second], "relay-adm", lease.fence, 1000) == 0
+        admission = AdmissionQueue(brain.redis, brain.keys, brain.settings)
+        assert await admission.received(first) == 1
+        assert await admin.zscore(fly, second) is not None
+        rows = await admin.xrange(confined.keys.outbox(shard))
+        assert any(fields.get("sid") == second for _, fields in rows), rows
+        operator = await Store.connect(confined.settings("operator"))
+        try:
+            backlog = await AdmissionQueue(operator.redis, operator.keys,
+                                           operator.settings).backlog()
+        finally:
+            await operator.close()
+        assert backlog.tenants == {"acme": 1} and backlog.starting == 1, backlog
+    finally:
+        await admin.delete(*confined.keys.admission(shard), confined.keys.relay_lease(shard))
+        await client.close()
+        await brain.close()
+        await relay.aclose()
+        await admin.aclose()

@@ -215,7 +215,7 @@ async def test_client_cannot_write_brain_state_of_its_own_session(confined: Conf
 async def test_a_clients_request_tells_the_brain_that_holds_its_session(
     confined: Confined,
 ) -> None:
-    """A confined client may speak on held channels (a selector grants SPUBLISH there and
+    """A confined client may speak on hold channels (a selector grants SPUBLISH there and
     nothing else: test_only_brains_hear_held_channels), so its request to a held session
     ends the hold at once."""
     brain, held, listener = await hold_as_brain(confined)
@@ -228,7 +228,7 @@ async def test_a_clients_request_tells_the_brain_that_holds_its_session(
                                                             owner=OWN),
             worker=worker_ref("client", "c"), submission_id="sub-held")
         heard = await asyncio.wait_for(waiting, 10)  # long before the hold's end
-        assert heard is not None, "the hold ran its length: no word came"
+        assert heard is not None, "the hold ran its length: no signal came"
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)

@@ -274,7 +274,7 @@ async def test_a_confined_hands_tells_the_confined_brain_that_holds_the_session(
         rid, woke = await _complete_a_run(confined)
         assert woke
         heard = await asyncio.wait_for(waiting, 10)  # long before the hold's end
-        assert heard is not None, "the hold ran its length: no word came"
+        assert heard is not None, "the hold ran its length: no signal came"
         assert not await _wake_rows(confined, rid)  # and no wake row for the relay
     finally:
         listener.cancel()
@@ -285,7 +285,7 @@ async def test_a_confined_hands_tells_the_confined_brain_that_holds_the_session(
 async def test_a_hands_without_the_held_channels_wakes_through_the_relay(
     confined: Confined,
 ) -> None:
-    """A Hands whose ACL predates held channels (no SPUBLISH there) still completes: its
+    """A Hands whose ACL predates hold channels (no SPUBLISH there) still completes: its
     result is written as a wake row for the relay, and the holder's release finds it."""
     admin = confined.connect("admin")
     rules = redis_acl("hands", confined.namespace, PASSWORDS["hands"])
@@ -306,7 +306,7 @@ async def test_only_brains_hear_held_channels(confined: Confined, role: str) -> 
     r = confined.connect(role)
     try:
         with pytest.raises(ResponseError, match=r"no permissions|NOPERM"):
-            await r.execute_command("SSUBSCRIBE", confined.keys.held_channel(
+            await r.execute_command("SSUBSCRIBE", confined.keys.hold_channel(
                 confined.keys.shard_of(OWN), "brain-1"))
     finally:
         await r.aclose()

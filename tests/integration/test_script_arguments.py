@@ -22,7 +22,13 @@ from redis.exceptions import ResponseError
 
 from baton.models import ToolIntent
 from baton.store.outbox import Outbox
-from baton.store.scripts import SESSION_SCRIPTS, SHARD_SCRIPTS, TOMBSTONE_SCRIPTS, declared
+from baton.store.scripts import (
+    LIMIT_SCRIPTS,
+    SESSION_SCRIPTS,
+    SHARD_SCRIPTS,
+    TOMBSTONE_SCRIPTS,
+    declared,
+)
 from baton.store.store import Store, worker_ref
 from baton.store.writes import Writes, timer_member
 from tests.helpers import take_up
@@ -30,6 +36,7 @@ from tests.helpers import take_up
 SID = "s-hostile"
 BRAIN = worker_ref("brain", "brain-h")
 WJ = BRAIN.model_dump_json()
+HJ = worker_ref("hands", "hands-h").model_dump_json()
 WAKE = "t.wake.notices.1"
 MS, INT = 100_000_000_000, 9_007_199_254_740_991
 
@@ -65,7 +72,9 @@ def shard_keys(*names: str) -> Callable[[Store], list[str]]:
         k = store.keys
         table = {"timers": k.timers(shard), "outbox": k.outbox(shard),
                  "lease": k.relay_lease(shard), "sessions": k.sessions(shard),
-                 "requested": k.requested(shard), "poison": k.session(SID).poison}
+                 "requested": k.requested(shard), "poison": k.session(SID).poison,
+                 **dict(zip(("adm", "adm_info", "adm_fly", "adm_q"), k.admission(shard),
+                            strict=True))}
         return [table[n] for n in names]
     return keys
 
@@ -81,6 +90,8 @@ CASES = [
     Case("renew", ["1", "5000", WJ], {1: ("fence", 0, INT), 2: ("lease ttl ms", 1, MS)}),
     Case("release", ["1", "5000"], {1: ("fence", 0, INT), 2: ("lease ttl ms", 1, MS)}),
     Case("heartbeat", ["r-1", "1", WJ], {2: ("attempt", 0, INT)}),
+    Case("slot_wait", ["r-1", "send_email", HJ, "waiting", "2", "0"],
+         {5: ("place in line", 0, INT), 6: ("ms waited", 0, MS)}),
     Case("partial", ["1", WJ, "task-r1", "r1", "0", "text", "{}"],
          {1: ("fence", 0, INT), 5: ("offset", 0, INT)}),
     Case("commit", ["1", WJ, SID, '{"k":"commit"}'], {1: ("fence", 0, INT)}),
@@ -89,9 +100,13 @@ CASES = [
     Case("complete", [WJ, SID, "r-1", "1", '{"outcome": "ok"}', "", "0", "{}", "{}", "{}"],
          {4: ("attempt", 0, INT)}),
     Case("submit", [SID, "notices", "1", WAKE, "r9", "sub-r9", "{}", "{}", "t9", "{}", "{}",
-                    WJ, "{}", "{}"], {3: ("compat level", 0, INT)}),
-    Case("start", [SID, "notices", "1", WAKE, "r9", "t9", "{}", "{}", WJ, "{}", "{}"],
-         {3: ("compat level", 0, INT)}),
+                    WJ, "{}", "{}", "", "", "4", "acme", "3", "2"],
+         {3: ("compat level", 0, INT), 17: ("admission window", 0, INT),
+          19: ("priority", 1, 5), 20: ("weight", 1, 100)}),
+    Case("start", [SID, "notices", "1", WAKE, "r9", "t9", "{}", "{}", WJ, "{}", "{}", "",
+                   "4", "acme", "3", "2"],
+         {3: ("compat level", 0, INT), 13: ("admission window", 0, INT),
+          15: ("priority", 1, 5), 16: ("weight", 1, 100)}),
     Case("archive", ["1", "brain-h", SID, "1", "", "obj", "60000", "completed", "1", "60000"],
          {1: ("fence", 0, INT), 4: ("meta seq", 0, INT), 7: ("tombstone ttl ms", 1, MS),
           9: ("submissions", 0, INT), 10: ("archived index ms", 1, MS)}),
@@ -105,7 +120,10 @@ CASES = [
           5: ("fence", 0, INT)}, shard_keys("timers", "outbox", "lease")),
     Case("arm_requests", ["relay-h", "1", "<prefix>", "15000", SID],
          {2: ("fence", 0, INT), 4: ("progress deadline ms", 1, MS)},
-         shard_keys("timers", "lease", "sessions", "requested")),
+         shard_keys("timers", "lease", "sessions", "requested", "adm_q")),
+    Case("admitted", [SID, "4", "30000"],
+         {2: ("admission window", 1, INT), 3: ("start ms", 1, MS)},
+         shard_keys("adm", "adm_info", "adm_fly", "adm_q", "outbox")),
     Case("relay_lease", ["acquire", "relay-h", "5000"], {3: ("lease time ms", 1, MS)},
          shard_keys("lease")),
     Case("relay_lease", ["renew", "relay-h", "5000", "1"],
@@ -114,6 +132,20 @@ CASES = [
          {3: ("lease time ms", 1, MS), 4: ("fence", 0, INT)}, shard_keys("lease")),
     Case("relay_ack", ["relay-h", "1", "0-1"], {2: ("fence", 0, INT)},
          shard_keys("lease", "outbox")),
+    Case("tool_limit", ["acquire", "run-1", "3", "400", "50", "2", "acme", "3"],
+         {3: ("cap", 0, INT), 4: ("slot time ms", 1, MS), 5: ("rate interval ms", 0, MS),
+          6: ("burst", 1, INT), 8: ("weight", 1, 100)},
+         lambda store: store.keys.tool_limit("mail")),
+    # a model's budget: every argument checked before the first write, at acquire (the
+    # estimate, 0 or more) as at release (the usage's correction, signed; the pause)
+    *(Case("model_limit", [op, "call-1", "3", "400", "500", "200000", "1000", tokens, "0",
+                           "acme", "2"],
+           {3: ("cap", 0, INT), 4: ("slot time ms", 1, MS),
+            5: ("requests per minute", 0, INT), 6: ("tokens per minute", 0, INT),
+            7: ("burst ms", 0, MS), 8: ("tokens", low, INT), 9: ("pause ms", 0, MS),
+            11: ("weight", 1, 100)},
+           lambda store: store.keys.model_budget("openai/gpt-4o-mini"))
+      for op, tokens, low in (("acquire", "1200", 0), ("release", "-300", -INT))),
 ]
 
 
@@ -121,7 +153,7 @@ def test_every_script_with_numeric_arguments_is_covered() -> None:
     """A script added later is listed here, or this fails: each one is driven below."""
     without = {"cancel", "approve", "restore", "ask_restore"}  # no numeric argument
     assert {c.script for c in CASES} | without == set(
-        SESSION_SCRIPTS + SHARD_SCRIPTS + TOMBSTONE_SCRIPTS)
+        SESSION_SCRIPTS + SHARD_SCRIPTS + TOMBSTONE_SCRIPTS + LIMIT_SCRIPTS)
 
 
 async def _snapshot(store: Store) -> dict[str, tuple[Any, int]]:
@@ -153,7 +185,7 @@ async def _session_mid_life(store: Store) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.script}-{c.args[0]}"
-                         if c.script == "relay_lease" else c.script)
+                         if c.script in ("relay_lease", "model_limit") else c.script)
 async def test_a_hostile_number_is_refused_with_nothing_written(store: Store,
                                                                case: Case) -> None:
     await _session_mid_life(store)

@@ -89,6 +89,8 @@ OPS: dict[str, Op] = {
     "claim": lambda s: s.store.runs.claim(s.sid, s.intent.run_id, HANDS),
     "heartbeat": lambda s: s.store.runs.heartbeat(s.sid, s.intent.run_id, s.attempt, HANDS),
     "complete": lambda s: s.store.runs.complete(s.sid, s.intent, s.attempt, RESULT, HANDS),
+    "slot_wait": lambda s: s.store.runs.slot_wait(s.sid, s.intent.run_id, "send_email", HANDS,
+                                                  "waiting", position=2),
     "partial": lambda s: s.store.save_partial(s.sid, s.fence, BRAIN, task_id=f"{s.sid}-root",
                                               request_id="q", offset=0, delta="hel",
                                               chars=3),
@@ -200,7 +202,8 @@ async def test_a_number_lua_reads_but_cannot_write_back_is_refused_before_any_wr
             await _check(store, s, names, op, "runs", "garbage", garbage)
 
 
-@pytest.mark.parametrize("op", ["acquire", "commit", "claim", "complete", "submit", "partial"])
+@pytest.mark.parametrize("op", ["acquire", "commit", "claim", "complete", "submit", "partial",
+                                "slot_wait"])
 async def test_a_receipts_key_of_another_type_is_refused_as_corrupt_with_nothing_written(
     store: Store, op: str
 ) -> None:
@@ -222,7 +225,7 @@ async def test_a_receipts_key_of_another_type_is_refused_as_corrupt_with_nothing
 
 def _own_receipts(sk: SessionKeys, op: str) -> str:
     """The receipts stream of the role running ``op``."""
-    return (sk.receipts_hands if op in ("claim", "complete", "heartbeat")
+    return (sk.receipts_hands if op in ("claim", "complete", "heartbeat", "slot_wait")
             else sk.receipts_client if op == "submit" else sk.receipts)
 
 

@@ -40,7 +40,7 @@ def _ok(intent: ToolIntent, attempt: int) -> ToolResult:
 
 async def test_claims_and_completes_of_one_turn_share_a_round_trip(store: Store) -> None:
     sid, intents = await _dispatched(store, 4)
-    batch = store.runs.batch
+    batch = store.batch
     before = batch.batches
     claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
     assert [c.status for c in claims] == ["claimed"] * 4
@@ -68,7 +68,7 @@ async def test_a_group_completed_in_one_call_wakes_the_brain_once(store: Store) 
     claims = await asyncio.gather(*(store.runs.claim(sid, i.run_id, HANDS) for i in intents))
     wakes = store.keys.wakes(store.keys.shard_of(sid))
     before = await store.redis.xlen(wakes)
-    runner, calls = store.runs.batch.runner, []
+    runner, calls = store.batch.runner, []
     run = runner.run
 
     async def counted(script: Any, *args: Any, **kw: Any) -> Any:
@@ -121,7 +121,7 @@ async def _opened(store: Store) -> str:
 
 async def test_leases_and_commits_of_one_turn_share_a_round_trip(store: Store) -> None:
     sids = [await _opened(store) for _ in range(3)]
-    batch = store.runs.batch
+    batch = store.batch
     before = batch.batches
     leased = await asyncio.gather(*(store.acquire_and_load(s, BRAIN, 60_000) for s in sids))
     assert batch.batches == before + 1  # three leases, one pipeline
@@ -173,18 +173,18 @@ async def test_a_lease_reads_its_state_with_plain_commands_after_its_script(
     is read after it); the state comes from plain commands sent right after it, in the same
     round trip: read by the script, every field cost the server twice as much."""
     sid, intents = await _dispatched(store, 2)
-    assert store.runs.batch.reads_natively
+    assert store.batch.reads_natively
     redis = store.redis
     before = (await redis.config_get("slowlog-log-slower-than"))["slowlog-log-slower-than"]
     await redis.config_set("slowlog-log-slower-than", 0)  # log every command, with its caller
     try:
         await redis.slowlog_reset()
-        batches = store.runs.batch.batches
+        batches = store.batch.batches
         lease, state = await store.acquire_and_load(sid, BRAIN, 60_000)
         log = await redis.slowlog_get(128)
     finally:
         await redis.config_set("slowlog-log-slower-than", before)
-    assert store.runs.batch.batches == batches + 1  # the script and its reads: one round trip
+    assert store.batch.batches == batches + 1  # the script and its reads: one round trip
     # a command a script runs is logged with the Lua client's address, "?:0"
     reads = [e for e in log if bytes(e["command"]).split()[0] in (b"HGETALL", b"LRANGE")]
     assert len(reads) == 7 and all(bytes(e["client_address"]) != b"?:0" for e in reads), reads

@@ -120,9 +120,9 @@ async def test_a_missed_notice_is_counted_and_warned_once_per_process(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A settling commit whose notice nobody hears (here: none is sent) ends the wait by its
     fallback re-read: counted each time, warned of the first time only."""
-    import baton.client_reads
+    import baton.client.reads
 
-    monkeypatch.setattr(baton.client_reads, "_missed_warned", False)
+    monkeypatch.setattr(baton.client.reads, "_missed_warned", False)
     for n in (1, 2):
         sub, task, _ = await waiting(client, f"n-miss-{n}", f"r-miss-{n}")
         lease = await store.acquire(sub.session_id, BRAIN, 5000)

@@ -218,9 +218,10 @@ async def test_accept_loss_restores_the_epoch_of_the_lost_shards_so_workers_star
     redis: Any = connect_redis(settings)
     keys = Keys(settings.namespace, settings.shards)
 
-    def accept_loss(*args: str) -> subprocess.CompletedProcess[str]:
+    def accept_loss(*args: str, answer: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "baton", "accept-loss", *args],
-                              capture_output=True, text=True, timeout=60, env=env, check=False)
+                              capture_output=True, text=True, timeout=60, env=env, check=False,
+                              input=answer)
 
     try:
         first = await StoreEpoch.establish(redis, keys)
@@ -232,8 +233,11 @@ async def test_accept_loss_restores_the_epoch_of_the_lost_shards_so_workers_star
         await redis.delete(keys.epoch(1), keys.epoch(3))
         with pytest.raises(StoreEpochError):
             await StoreEpoch.establish(redis, keys)
-        asked = accept_loss()  # no --yes and no answer: nothing is written
-        assert asked.returncode != 0 and "shard(s) 1, 3" in asked.stderr
+        for answer in ("n\n", ""):  # no --yes and a no, or no answer: nothing is written
+            asked = accept_loss(answer=answer)
+            assert asked.returncode == 1 and "shard(s) 1, 3" in asked.stderr
+            assert asked.stderr.splitlines()[-1] == (
+                "error: the loss was not accepted; nothing restored"), asked.stderr
         scripted = accept_loss("--json")  # JSON asks nobody: it needs --yes
         assert scripted.returncode == 1 and "needs --yes" in scripted.stderr
         assert await redis.exists(keys.epoch(1)) == 0

@@ -319,7 +319,7 @@ async def test_input_no_live_brain_would_take_up_is_told_or_refused(client: Clie
     with pytest.raises(UnavailableError, match=r"knows task kind 'no-such-kind'.*not started"):
         await client.start_task(None, "no-such-kind", {}, agent=AGENT, request_id="r-kind",
                                 require_brain=True)
-    from baton.client_input import session_for
+    from baton.client.input import session_for
 
     for request in ("r-ghost", "r-kind"):  # nothing was written
         assert not await client.store.inbox.exists(session_for(None, request))

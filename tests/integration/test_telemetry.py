@@ -98,7 +98,7 @@ async def test_one_trace_runs_from_submit_through_a_takeover_to_the_answer(
             assert parent is not None and parent["name"].split()[0] in (
                 "submit", "commit", "complete"), (s["name"], parent)
         if s["kind"] == "CONSUMER" and s["attributes"].get("messaging.system") == "redis":
-            # the word of the group's last result to the Brain holding the lease
+            # the signal of the group's last result to the Brain holding the lease
             # (brain.held): the child of that completion, no relay in between
             assert s["name"].startswith("process ") and ":held:" in s["name"], s
             assert parent is not None and parent["name"] == "complete send_email", s
@@ -132,9 +132,9 @@ async def test_one_trace_runs_from_submit_through_a_takeover_to_the_answer(
     names = Counter(s["name"] for s in trace if s["process"] == "brain-1")
     assert names["phase generation.apply"] >= 1 and names["chat scripted"] >= 2, names
     assert names["commit tools"] >= 1 and names["commit final"] == 1, names
-    # Two looks at the session: the lease its submit's wake brought, then the look after
-    # the results, by word to the Brain holding the lease (or, had the hold run out before
-    # the takeover's result, a lease again).
+    # Two reads of the session: the lease its submit's wake brought, then the recheck
+    # (span "look") after the results, by a signal to the Brain holding the lease (or, had
+    # the hold run out before the takeover's result, a lease again).
     assert names["lease"] + names["look"] >= 2, names
 
     # Logs: the canonical line of each handled tool message names its trace and fence.

@@ -1,7 +1,7 @@
 """TLS required where configured: the servers of a secure stack refuse what is not TLS with
 the stack's CA, tried with the stack's own valid passwords, one refusal per test.
 
-One Redis and one NATS started as ``baton dev --secure`` starts them (the stack's CA and
+One Redis and one NATS started as ``baton dev up --secure`` starts them (the stack's CA and
 server certificate from :mod:`baton.devkit.tls`, the role users of deploy/'s ACL file and
 NATS users, the ``default`` Redis user off). A plaintext client is refused by the server
 itself, even with valid credentials; a client that does not trust the stack's CA (none given,
@@ -26,7 +26,7 @@ from baton.bus.bus import Bus
 from baton.devkit import secure
 from baton.devkit.servers import EmbeddedStack
 from baton.devkit.tls import TlsFiles, stack_tls
-from baton.errors import NatsUnavailable
+from baton.errors import ConfigError, NatsUnavailable
 from baton.settings import Settings
 from baton.store.redis_client import connect_redis
 
@@ -193,4 +193,12 @@ def test_stack_tls_is_kept_while_valid_and_made_again_when_incomplete(tmp_path: 
     again = stack_tls(tmp_path)
     assert again.key.is_file() and again.ca.read_bytes() != ca  # a new CA, a new chain
     assert sorted(p.name for p in again.ca.parent.iterdir()) == [
-        "ca.key", "ca.pem", "server.key", "server.pem"]
+        "ca.key", "ca.pem", "hosts", "server.key", "server.pem"]
+    # Other hosts (baton make-tls for a cluster's nodes): another certificate, named so.
+    local = again.cert.read_bytes()
+    nodes = stack_tls(tmp_path, ("nats-1", "nats-2", "10.0.0.7"))
+    assert nodes.cert.read_bytes() != local
+    assert (nodes.ca.parent / "hosts").read_text() == "nats-1\nnats-2\n10.0.0.7\n"
+    assert stack_tls(tmp_path, ("nats-1", "nats-2", "10.0.0.7")) == nodes
+    with pytest.raises(ConfigError, match="not a host name"):
+        stack_tls(tmp_path, ("nats 1",))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.devkit.chaos_run import ChaosConfig, run_chaos
+from baton.devkit.chaos.run import ChaosConfig, run_chaos
 
 pytestmark = pytest.mark.partition
 

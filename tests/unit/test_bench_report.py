@@ -1,5 +1,6 @@
-"""Bench reporting as pure logic: the README block, the ratio regression check, and the
-canonical lines that count routine messages instead of logging each."""
+"""Bench reporting as pure logic: the benchmark tables of docs/benchmarks.md and the README,
+the ratio regression check, and the canonical lines that count routine messages instead of
+logging each."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import Any
 import pytest
 
 from baton.bench.check import regressions
-from baton.bench.readme import BEGIN, END, render, replace_block
+from baton.bench.readme import (
+    BEGIN,
+    DURABLE,
+    END,
+    HEADLINE,
+    render,
+    render_headline,
+    replace_block,
+)
 from baton.bench.summary import cold_targets
 from baton.observability.canonical import CanonicalLines
 
@@ -38,6 +47,54 @@ def test_readme_block_lists_ratios_first_with_command_and_machine() -> None:
     out = replace_block(text, block)
     assert out.startswith(f"intro\n{BEGIN}\n") and out.endswith(f"{END}\nrest\n")
     assert "old table" not in out and replace_block(out, block) == out
+
+
+def test_the_durable_rows_get_a_table_of_their_own_without_the_prefix() -> None:
+    summary = _summary(0.5, 3.0)
+    summary["targets"].append({"figure": DURABLE + "c=1 / plain", "measured": "6.00x",
+                               "target": "<= 2.5x", "ratio_value": 6.0, "met": False})
+    lines = render(summary, "make bench").splitlines()
+    figures = [line.split(" | ")[0] for line in lines
+               if line.startswith("| ") and "figure" not in line]
+    assert figures == ["| c=32 / plain", "| c=1 / plain", "| takeover median", "| c=1 / plain"]
+    second = lines.index(next(line for line in lines if line.startswith("The same sessions")))
+    assert "| 6.00x |" in "\n".join(lines[second:]) and DURABLE not in "\n".join(lines)
+
+
+def test_the_readme_gets_the_headline_rows_and_a_link_to_the_full_table() -> None:
+    named = [{"figure": f"{name} (detail)", "measured": f"{n}.00x", "target": "",
+              "ratio_value": float(n), "met": True} for n, name in enumerate(HEADLINE)]
+    other = {"figure": "import baton (CPU)", "measured": "2 ms", "target": "< 300 ms",
+             "met": True}
+    durable = {**named[0], "figure": DURABLE + named[0]["figure"]}
+    summary = {**_summary(0.5, 3.0), "targets": [other, durable, *reversed(named)]}
+    block = render_headline(summary, "make bench")
+    lines = block.splitlines()
+    assert "`make bench`" in lines[0] and "(docs/benchmarks.md)" in lines[0]
+    rows = [line for line in lines if line.startswith("| ") and "figure" not in line]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == [
+        f"{name} (detail)" for name in HEADLINE]  # HEADLINE's order; no durable, no other row
+    assert all(r.endswith(" |  |") for r in rows)  # no target: nothing to meet
+    assert "Not in this run" not in block
+    fewer = render_headline({**summary, "targets": named[1:]}, "make bench")
+    assert fewer.rstrip().splitlines()[-1] == f"Not in this run: {HEADLINE[0]}."
+
+
+def test_the_committed_tables_are_the_generator_s_output() -> None:
+    """README.md and docs/benchmarks.md hold the blocks `make bench` writes: same markers,
+    the same first line, and every headline row of the README is a row of the full table."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text().split(BEGIN)[1].split(END)[0]
+    full = (root / "docs" / "benchmarks.md").read_text().split(BEGIN)[1].split(END)[0]
+    assert readme.startswith("\nMeasured by `make bench` on ")
+    assert full.startswith("\nMeasured by `make bench` on ")
+    rows = [line for line in readme.splitlines()
+            if line.startswith("| ") and not line.startswith("| figure ")]
+    assert len(rows) == len(HEADLINE)
+    for row in rows:
+        assert row in full.splitlines(), row
 
 
 def test_regression_check_compares_ratios_in_their_direction() -> None:
@@ -252,7 +309,7 @@ def test_the_io_table_shows_reads_and_writes_per_session_by_process() -> None:
 
     from rich.console import Console
 
-    from baton.bench.e2e_tables import print_io
+    from baton.bench.e2e_bench import print_io
 
     out = io.StringIO()
     levels = {"c=1": {"io_calls_per_session": {"brain-1": [8.0, 8.5], "hands-1": [11, 14.6]}},

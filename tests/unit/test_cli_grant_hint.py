@@ -36,7 +36,7 @@ def test_a_wait_that_timed_out_says_what_it_waits_for() -> None:
     from baton.errors import WaitTimeout
 
     exc = WaitTimeout("...", session_id="s-1",
-                      why="1 tool run(s) await a decision: `baton approve r --session s-1`")
+                      why="1 tool run(s) await a decision: `baton approve s-1 --run r`")
     text = _timed_out("submission sub-1", "s-1", "accepted", 4, exc).format_message()
     assert "is still accepted after 4 s (1 tool run(s) await a decision" in text
     plain = _timed_out("submission sub-1", "s-1", "accepted", 4).format_message()

@@ -1,6 +1,6 @@
 """The CLI's cheap paths stay cheap: which modules ``baton --help`` and a health probe import.
 
-A structural check, not a timing: the figures are in ``bench/cli_bench.py``.
+A structural check, not a timing: the figures are in ``baton.bench.cli_bench``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_health_help_and_a_port_probe_import_nothing_heavy() -> None:
 
 def test_an_announcement_check_needs_redis_but_no_logging_console_or_telemetry() -> None:
     """``health --role`` imports redis-py and the settings; not structlog, rich or Baton's
-    telemetry (its CPU, in bench/cli_bench.py, is mostly redis-py's own import)."""
+    telemetry (its CPU, in baton.bench.cli_bench, is mostly redis-py's own import)."""
     with socket.socket() as s:  # a Redis that does not answer: the check fails fast
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

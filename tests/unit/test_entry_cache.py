@@ -3,21 +3,21 @@ tests/integration/test_entry_cache.py)."""
 
 from __future__ import annotations
 
-from baton.store.entry_cache import EntryCache, HeldEntries
+from baton.store.entry_cache import CachedEntries, EntryCache
 
 
 def test_the_least_recently_leased_sessions_go_first_past_the_bound() -> None:
     """The bound is the text held (an entry's JSON), not the number of entries."""
     cache = EntryCache(10)
-    cache.put("a", HeldEntries(1, 0, ("a0", "a1")))
-    cache.put("b", HeldEntries(1, 0, ("b0", "b1")))
+    cache.put("a", CachedEntries(1, 0, ("a0", "a1")))
+    cache.put("b", CachedEntries(1, 0, ("b0", "b1")))
     assert cache.get("a") is not None  # a is now the most recent
-    cache.put("c", HeldEntries(1, 0, ("c0", "c1")))
+    cache.put("c", CachedEntries(1, 0, ("c0", "c1")))
     assert cache.get("b") is None and cache.get("a") is not None and cache.size == 8
-    cache.put("big", HeldEntries(1, 0, ("x" * 11,)))  # larger than the bound: not held
+    cache.put("big", CachedEntries(1, 0, ("x" * 11,)))  # larger than the bound: not held
     assert cache.get("big") is None and cache.size == 8
     # held anew: its old size is given back, and c, now the oldest, goes to make room
-    cache.put("a", HeldEntries(1, 0, ("a0" * 4,)))
+    cache.put("a", CachedEntries(1, 0, ("a0" * 4,)))
     assert cache.get("c") is None and cache.get("a") is not None and cache.size == 8
 
 

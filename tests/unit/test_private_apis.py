@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The folders mounted under ``baton`` (pyproject's [tool.setuptools.package-dir]).
+#: The source roots of ``baton`` (pyproject's [tool.setuptools.package-dir]).
 SOURCES = ("shared", "brain", "hands", "relay", "api", "examples", "bench")
-ADAPTERS = ROOT / "shared" / "adapters"
+ADAPTERS = ROOT / "shared" / "baton" / "adapters"
 #: Underscored names that are documented public API: ``os._exit``, named tuples' methods.
 DOCUMENTED = frozenset({"_exit", "_replace", "_asdict", "_fields", "_make"})
 
@@ -110,6 +110,6 @@ def test_the_check_finds_what_it_looks_for() -> None:
         "        other._mine\n"
     )
     tree = ast.parse(source)
-    found = list(_findings(ROOT / "shared" / "x.py", tree, _defined({ROOT: tree})))
+    found = list(_findings(ROOT / "shared" / "baton" / "x.py", tree, _defined({ROOT: tree})))
     assert len(found) == 5, found
     assert not any("_mine" in f for f in found)

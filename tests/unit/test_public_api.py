@@ -34,6 +34,7 @@ PUBLIC = [
     "ForbiddenError",
     "HttpError",
     "LeaseBusyError",
+    "ModelBudget",
     "ModelClient",
     "ModelError",
     "ModelRequest",
@@ -46,6 +47,7 @@ PUBLIC = [
     "ArchiveError",
     "ArchiveUnavailable",
     "ArchivedError",
+    "BacklogFullError",
     "PayloadTooLarge",
     "QuarantinedError",
     "PhaseContext",
@@ -75,6 +77,10 @@ PUBLIC = [
     "WriteInDoubtError",
     "load_app",
     "tool",
+    # Beyond the library: a running `baton dev`'s settings, Baton's log set-up, the dev stack.
+    "settings_from_env_or_stack",
+    "configure_logging",
+    "DevStack",
 ]
 
 
@@ -85,6 +91,41 @@ def test_top_level_exports_are_pinned() -> None:
         assert getattr(baton, name) is not None, name
     assert dir(baton) == sorted(baton.__all__)  # no Any, importlib, annotations...
     assert re.match(r"\d+\.\d+", baton.__version__)
+
+
+def test_the_model_budget_the_scale_out_guide_names_is_public() -> None:
+    from baton.budgets import ModelBudget
+
+    assert baton.ModelBudget is ModelBudget
+
+
+def test_a_renamed_export_is_the_function_it_names() -> None:
+    from baton.observability.log import configure
+
+    assert baton.configure_logging is configure
+
+
+def test_the_docs_examples_import_only_the_public_surface() -> None:
+    """Every `from baton... import` in the README's and the docs' Python blocks names public
+    names only: `baton`'s own, or a documented public submodule's `__all__`."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    public_modules = {"baton", "baton.pydantic_ai", "baton.mcp"}
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    found = 0
+    for page in pages:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S):
+            imports = re.findall(r"^\s*from (baton[\w.]*) import (?:\(([^)]*)\)|([^\n]+))",
+                                 block, flags=re.M)
+            for module, grouped, names in imports:
+                assert module in public_modules, f"{page.name}: from {module} import"
+                exported = importlib.import_module(module).__all__
+                for name in (n.strip() for n in (grouped or names).split(",") if n.strip()):
+                    assert name in exported, f"{page.name}: {name} is not in {module}.__all__"
+                    found += 1
+    assert found > 20
 
 
 def test_the_whole_error_tree_is_public() -> None:

@@ -13,7 +13,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from baton.brain.entries import result_text
+from baton.brain.generation import result_text
 from baton.brain.model import INTERRUPTED_NOTE
 from baton.errors import ModelRetryableError
 from baton.models import Entry, ToolCall, ToolResult

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from baton.brain.scheduler import advance
 from baton.errors import StaleFenceError
 from baton.models import OutboxRow
 from baton.observability import exporters, propagation, telemetry, tracing
@@ -206,7 +207,7 @@ async def test_work_under_an_unsampled_parent_makes_no_span_and_hands_the_trace_
                             outbox=[OutboxRow(subject="t.tool.send_email", data="{}")])
             await store.commit("s-1", 4, writes, None)
             await completing.complete("s-1", intent(), 1, Result(), None)
-            await tracing.advance(_Handler(), _Task(), _Ctx())
+            await advance(_Handler(), _Task(), _Ctx())
             assert writes.runs[0].trace == {"traceparent": UNSAMPLED}
             assert writes.outbox[0].headers == {"traceparent": UNSAMPLED}
             return add_trace_id(None, "info", {"event": "x"})
@@ -392,12 +393,12 @@ async def test_a_phase_binds_its_task_and_phase_for_log_lines_and_restores_what_
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(task_id="outer", worker="brain-1")
     try:
-        assert await tracing.advance(Handler(), _Task(), _Ctx()) == "advanced"
+        assert await advance(Handler(), _Task(), _Ctx()) == "advanced"
         assert seen == [{"task_id": "gen-1", "phase": "call", "worker": "brain-1"}]
         assert structlog.contextvars.get_contextvars() == {"task_id": "outer",
                                                              "worker": "brain-1"}
         with pytest.raises(RuntimeError):
-            await tracing.advance(Failing(), _Task(), _Ctx())
+            await advance(Failing(), _Task(), _Ctx())
         assert structlog.contextvars.get_contextvars() == {"task_id": "outer",
                                                              "worker": "brain-1"}
     finally:

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from baton.cli.trace import Timeline, build_trace, render_text
-from baton.cli.trace_html import render_html
+from baton.cli.trace.html import render_html
 from baton.receipts import Receipt
 
 CLIENT = {"role": "client", "name": "client-1", "pid": 9}

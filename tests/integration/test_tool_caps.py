@@ -1,0 +1,180 @@
+"""A tool capped for the whole fleet (``max_concurrency=3``) on real Redis, NATS and the
+mail service, which counts the sends in flight: four Hands of eight slots each never put
+more than three on it, and the runs beyond the cap wait in line in Redis, not in NATS. And
+a tool at a rate (``rate="20/s"``): three Hands' sends reach the mail service no faster.
+
+The mail service's hold (``POST /hold``: every send is recorded and waits for the
+release) stops the fleet at a known point instead of racing a delay: with every slot taken
+and nothing answered, exactly three sends are in, whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from datetime import datetime
+
+import httpx
+import pytest
+from opentelemetry.trace import SpanKind
+from rich.console import Console
+
+from baton.brain.worker import BrainWorker
+from baton.cli.inspect import cluster_view, render_cluster, session_view
+from baton.client import Client
+from baton.devkit.mailbox import MailboxServer
+from baton.hands.worker import HandsWorker
+from baton.relay.worker import Relay
+from baton.settings import Settings
+from baton.store.keys import Keys
+from baton.store.limits import Limits
+from baton.store.redis_client import connect_redis
+from tests.helpers import eventually, running
+from tests.integration.capped_apps import CAP, RATE, app, capped_email, rated_app
+from tests.otel_host import host_telemetry
+
+pytestmark = pytest.mark.slow
+
+HANDS, SLOTS = 4, 8
+
+
+def notice(n: int) -> str:
+    to = ", ".join(f"c{n}-{i}@example.com" for i in range(5))
+    return f"Send the approved notice to {to}, then summarise."
+
+
+async def test_four_hands_never_put_more_than_the_cap_on_the_mail_service(
+    settings: Settings,
+) -> None:
+    async with MailboxServer(delay_ms=20) as mailbox, httpx.AsyncClient(
+            base_url=mailbox.url) as http:
+        s = settings.model_copy(update={"mail_url": mailbox.url, "hands_concurrency": SLOTS})
+
+        def named(name: str) -> Settings:
+            return s.model_copy(update={"worker_name": name})
+
+        hands = [HandsWorker(named(f"hands-{i}"), app) for i in range(HANDS)]
+        services = [Relay(named("relay-1")), *hands, BrainWorker(named("brain-1"), app)]
+        redis = connect_redis(s)
+        limits = Limits(redis, Keys(s.namespace, s.shards), slot_ms=s.attempt_ttl_ms)
+        async with running(*services):
+            client = await Client.connect(s)
+            try:
+                # Held: 8 sessions of 5 sends (40 runs); 3 slots taken, nothing answered.
+                await http.post("/hold")
+                subs = [(await client.submit(notice(n), agent="notices"))[0] for n in range(8)]
+                await eventually(lambda: mailbox.held == CAP, timeout=60,
+                                 message="the cap's sends held at the mail service")
+
+                async def queued() -> bool:
+                    usage = await limits.look("send_email", capped_email.limit)
+                    assert usage.in_use == CAP, usage
+                    # every Hands' slots full: the rest of its runs wait in line in Redis
+                    return usage.waiting == HANDS * SLOTS - CAP
+                await eventually(queued, timeout=60, message="the runs beyond the cap queued")
+                assert len(mailbox.operations) == CAP and mailbox.max_in_flight == CAP
+                # What an operator sees: baton inspect's cluster view, from the Hands'
+                # announcements (each says which tools it caps) and the limit's keys.
+                async def announced() -> bool:
+                    view = await cluster_view(client.store)
+                    return view["tool_limits"] == [{
+                        "tool": "send_email", "limit": "3 at once", "max_concurrency": CAP,
+                        "per_second": 0.0, "burst": 1, "in_use": CAP,
+                        "waiting": HANDS * SLOTS - CAP, "rate_wait_ms": 0}]
+                await eventually(announced, timeout=60, message="the limit in inspect")
+                out = io.StringIO()
+                render_cluster(await cluster_view(client.store),
+                               Console(file=out, width=200, color_system=None))
+                assert "Fleet-wide tool limits" in out.getvalue()
+                assert "3 of 3" in out.getvalue() and str(HANDS * SLOTS - CAP) in out.getvalue()
+                # And a session's view says which of its runs wait, and where in line.
+                waiting = []
+                for sub in subs:
+                    view = await session_view(client.store, sub.session_id)
+                    waiting += [r["waiting_for"] for r in view["runs"] if "waiting_for" in r]
+                assert len(waiting) == HANDS * SLOTS - CAP
+                assert sorted(int(w.split("(")[1].split()[0]) for w in waiting) == list(
+                    range(1, HANDS * SLOTS - CAP + 1))
+                assert all(w.startswith("a send_email slot (") for w in waiting)
+                await http.post("/release")
+                finals = [await client.wait(sub, timeout=120) for sub in subs]
+                assert {f.status for f in finals} == {"completed"}
+
+                # Then 32 sessions at once, unheld: 160 more sends, never more than 3 at once.
+                more = [(await client.submit(notice(n), agent="notices"))[0]
+                        for n in range(8, 40)]
+                finals = [await client.wait(sub, timeout=180) for sub in more]
+                assert {f.status for f in finals} == {"completed"}
+            finally:
+                await client.close()
+        usage = await limits.look("send_email", capped_email.limit)
+        await redis.aclose()
+        assert (usage.in_use, usage.waiting) == (0, 0)  # every slot and place given back
+        assert mailbox.max_in_flight == CAP
+        deliveries = Counter(op.to for op in mailbox.operations.values())
+        assert len(deliveries) == 40 * 5 and set(deliveries.values()) == {1}
+
+
+async def test_three_hands_send_no_faster_than_the_rate(settings: Settings) -> None:
+    """Checked against the mail service's own timestamps, causally: a send arrives after its
+    admission, and admissions at 20/s from the test's start (before any) admit at most
+    ``burst + 1 + 20 * t`` sends by time ``t``; so must the arrivals, however the machine's
+    load delays them (a delay only makes arrivals later). Without the limit the thirty sends
+    would arrive within a fraction of a second."""
+    async with MailboxServer() as mailbox:
+        s = settings.model_copy(update={"mail_url": mailbox.url, "hands_concurrency": SLOTS})
+
+        def named(name: str) -> Settings:
+            return s.model_copy(update={"worker_name": name})
+
+        services = [Relay(named("relay-1")), BrainWorker(named("brain-1"), rated_app),
+                    *(HandsWorker(named(f"hands-{i}"), rated_app) for i in range(3))]
+        async with running(*services):
+            client = await Client.connect(s)
+            try:
+                sec, usec = await client.store.redis.time()
+                start_ms = int(sec) * 1000 + int(usec) // 1000
+                subs = [(await client.submit(notice(n), agent="notices"))[0] for n in range(6)]
+                finals = [await client.wait(sub, timeout=120) for sub in subs]
+                assert {f.status for f in finals} == {"completed"}
+            finally:
+                await client.close()
+        arrivals = sorted(datetime.fromisoformat(op.delivered_at).timestamp() * 1000
+                          for op in mailbox.operations.values())
+        assert len(arrivals) == 30
+        interval_ms = 1000 / RATE
+        for k, at in enumerate(arrivals, start=1):
+            assert k <= 1 + 1 + (at - start_ms) / interval_ms, (k, at - start_ms)
+
+
+async def test_a_runs_wait_for_a_slot_is_a_span_of_its_trace(settings: Settings) -> None:
+    """With telemetry on, each run that waited in line has a ``wait for send_email slot``
+    span under its message's CONSUMER span, with its place in line."""
+    with host_telemetry("capped") as host:
+        async with MailboxServer(delay_ms=20) as mailbox:
+            s = settings.model_copy(update={"mail_url": mailbox.url,
+                                            "hands_concurrency": SLOTS})
+
+            def named(name: str) -> Settings:
+                return s.model_copy(update={"worker_name": name})
+
+            services = [Relay(named("relay-1")), BrainWorker(named("brain-1"), app),
+                        HandsWorker(named("hands-1"), app)]
+            async with running(*services):
+                client = await Client.connect(s)
+                try:
+                    subs = [(await client.submit(notice(n), agent="notices"))[0]
+                            for n in range(2)]
+                    finals = [await client.wait(sub, timeout=60) for sub in subs]
+                    assert {f.status for f in finals} == {"completed"}
+                finally:
+                    await client.close()
+        spans = host.spans.get_finished_spans()
+    by_id = {span.context.span_id: span for span in spans}
+    waits = [span for span in spans if span.name == "wait for send_email slot"]
+    assert waits, "10 runs on 3 slots: some waited"
+    for wait in waits:
+        assert wait.parent is not None
+        parent = by_id[wait.parent.span_id]
+        assert parent.kind == SpanKind.CONSUMER and "send_email" in parent.name
+        assert dict(wait.attributes or {})["baton.limit.position"] >= 1
