@@ -18,14 +18,19 @@ The load test (``test_sessions_complete_while_their_slots_move``) reshards with 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import signal
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 
 from baton.brain.worker import BrainWorker
 from baton.client import Client
@@ -36,10 +41,11 @@ from baton.devkit.servers import NatsServer
 from baton.errors import RedisUnavailable
 from baton.examples.notices import app
 from baton.hands.worker import HandsWorker
+from baton.models import Submission
 from baton.receipts import CompleteDetail, id_order
 from baton.relay.worker import Relay
 from baton.settings import Settings
-from baton.store.keys import SessionKeys
+from baton.store.keys import Keys, SessionKeys
 from baton.store.store import Store, worker_ref
 from tests.helpers import eventually, running
 from tests.integration.test_store import submit
@@ -53,6 +59,17 @@ BRAIN = worker_ref("brain", "brain-reshard")
 async def cluster() -> AsyncIterator[RedisClusterServers]:
     async with RedisClusterServers(node_timeout_ms=5_000) as servers:
         yield servers
+
+
+@contextmanager
+def frozen(node: RedisClusterNode) -> Iterator[None]:
+    """SIGSTOP the node until the block ends: it keeps its connections and answers nothing."""
+    assert node.pid is not None
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
 
 
 def _node(node: RedisClusterNode) -> Redis:
@@ -175,6 +192,61 @@ async def _more(src: Redis, dst: Redis, before: int) -> bool:
     return await _refusals(dst) + await _refusals(src) > before
 
 
+async def test_a_move_waits_out_a_late_replica_and_one_left_half_done_is_finished(
+    cluster: RedisClusterServers,
+) -> None:
+    """A source whose replica stopped acknowledging refuses MIGRATE (NOREPLICAS) until the
+    replica is back: the move waits that out rather than leave its slot half moved, where
+    every call on the sessions it splits is refused. A move that runs out of patience says
+    which slot it left and how; moving the slot again finishes it with every key kept."""
+    namespace = f"mv{uuid.uuid4().hex[:6]}"
+    slot = shard_slots(namespace, 1)[0]
+    tag = re.search(r"{[^}]+}", Keys(namespace, 1).timers(0))
+    assert tag is not None
+    keys = [f"{namespace}:{tag.group(0)}:k{i}" for i in range(20)]
+    source = await cluster.primary_for_slot(slot)
+    replica = await cluster.replica_of(source)
+    primaries = sorted(i.port for i in await cluster.topology() if i.role == "primary" and i.slots)
+    target = cluster.node_at(next(p for p in primaries if p != source.port))
+    src = _node(source)
+    try:
+        for k in keys:
+            await src.set(k, k)
+
+        async def refusals() -> int:
+            stats = await src.info("errorstats")
+            return int(stats.get("errorstat_NOREPLICAS", {}).get("count", 0))
+
+        async def refused_write() -> bool:
+            try:
+                await src.set(keys[0], keys[0])
+            except ResponseError as exc:
+                return str(exc).startswith("NOREPLICAS")
+            return False
+
+        with frozen(replica):
+            await eventually(refused_write, message="the source never refused a write")
+            with pytest.raises(RedisUnavailable, match=rf"slot {slot}: MIGRATE still refused "
+                               r"\(ResponseError: NOREPLICAS.*redis-cli --cluster fix"):
+                await move_slot(cluster, slot, to=target, batch=1, patience=0.5)
+            nodes = await src.execute_command("CLUSTER", "NODES")
+            assert f"[{slot}->-".encode() in nodes  # left MIGRATING
+            before = await refusals()
+            again = asyncio.create_task(move_slot(cluster, slot, to=target, batch=1))
+            await eventually(lambda: _gt(refusals(), before))  # the new move was refused
+        assert (await again).port == target.port
+        assert (await cluster.primary_for_slot(slot)).port == target.port
+        assert await src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        async with _node(target) as dst:
+            assert [await dst.get(k) for k in keys] == [k.encode() for k in keys]
+    finally:
+        await src.aclose()
+
+
+async def _gt(value: Awaitable[int], than: int) -> bool:
+    return await value > than
+
+
 SESSIONS = 6
 
 
@@ -214,14 +286,23 @@ async def test_sessions_complete_while_their_slots_move(
 
         async with running(*services):
             client = await Client.connect(settings)
-            try:
-                mover = asyncio.create_task(reshard())
+
+            async def complete() -> list[Submission]:
                 subs = [(await client.submit(_notice(n), agent="notices",
                                              request_id=f"req-{n}"))[0]
                         for n in range(SESSIONS)]
-                finals = await asyncio.gather(*(client.wait(s, timeout=120) for s in subs))
+                # Under the suite's own timeout, so a wait that runs out says what it waits for.
+                done = await asyncio.gather(*(client.wait(s, timeout=90) for s in subs))
                 settled.set()
-                await mover
+                return done
+
+            try:
+                # One group: a move that fails (a slot left half moved) ends the test with its
+                # error rather than leaving the sessions to wait for a slot that never moves.
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(reshard())
+                    completing = tg.create_task(complete())
+                finals = completing.result()
             finally:
                 await client.close()
         refused = 0
