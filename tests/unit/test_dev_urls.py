@@ -31,3 +31,21 @@ def test_urls_and_paths_are_never_wrapped_at_the_console_width(
                for line in lines), lines
     assert any('baton submit --wait "Send the approved notice to ada@example.com"' in line
                for line in lines), lines
+
+
+def test_the_log_paths_in_the_process_table_are_never_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    base = tmp_path / ("a-long-directory-name-" * 4).rstrip("-")
+    _print_stack({"base_dir": str(base), "durable": True, "app": "baton.examples.notices:app",
+                  "processes": [
+                      {"role": "brain", "name": "brain-1", "pid": 4242, "alive": True},
+                      {"role": "redis", "name": "redis", "pid": 4243, "alive": True,
+                       "address": "127.0.0.1:48124"}]})
+    lines = capsys.readouterr().out.splitlines()
+    log = str(base / "logs" / "brain-1.log")
+    assert len(log) > 80
+    row = [line for line in lines if "brain-1" in line]
+    assert len(row) == 1 and log in row[0], lines
+    assert any("redis 127.0.0.1:48124" in line for line in lines), lines

@@ -85,7 +85,11 @@ def _print_stack(info: dict[str, Any]) -> None:
         alive = (["yes" if p.get("alive") else "NO"] if status else [])
         name = f"{p['name']} {p['address']}" if p.get("address") else p["name"]
         table.add_row(p["role"], name, str(p["pid"]), *alive, str(logf))
-    console.print(table)
+    # The log paths are there to copy: the table takes the width they need rather than
+    # the console's (80 columns when piped), which would fold them. A narrower terminal
+    # wraps the long lines itself and copies them whole.
+    wide = console.measure(table, options=console.options.update_width(1 << 16)).maximum
+    Console(highlight=False, width=max(console.width, wide)).print(table)
     # The lines below carry URLs (one with a token), paths and a command to copy: never
     # wrapped by rich, which would break them at the console's width.
     line = functools.partial(console.print, soft_wrap=True)
