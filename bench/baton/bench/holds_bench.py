@@ -22,6 +22,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,24 @@ MODES = {"unheld": {"BATON_BRAIN_HOLD_MS": "0"}, "held": {},
 ORDER_SEED = 15
 
 
-async def run(quick: bool = False, console: Console | None = None) -> Result:
+@dataclass(frozen=True)
+class Config:
+    rounds: int = 12
+    per_round: int = 128  # sessions at CONCURRENCY per stack and round (a multiple of it)
+    c1: int = 30  # sessions one at a time per stack and round
+
+
+QUICK = Config(rounds=3, per_round=64, c1=10)
+
+
+async def run(quick: bool = False, console: Console | None = None,
+              cfg: Config | None = None) -> Result:
     console = console or Console()
-    rounds, per_round, c1_n = (3, 64, 10) if quick else (12, 128, 30)
+    cfg = cfg or (QUICK if quick else Config())
+    rounds, per_round, c1_n = cfg.rounds, cfg.per_round, cfg.c1
     cpu: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}  # per run, µs/session
     rates: dict[str, list[float]] = {m: [] for m in MODES}
+    measured: dict[str, list[int]] = {m: [] for m in MODES}  # sessions timed per run
     p50s: dict[str, list[float]] = {m: [] for m in MODES}  # ms
     base = Path(tempfile.mkdtemp(prefix="baton-holds-"))
     try:
@@ -68,8 +82,9 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
 
             async def drive(mode: str) -> None:
                 before = {role: cpu_ns(p) for role, p in pids[mode].items()}
-                done = await sessions(clients[mode], CONCURRENCY, per_round // CONCURRENCY, 0)
+                done = await sessions(clients[mode], CONCURRENCY, per_round, 0)
                 n = len(done.samples_ns)
+                measured[mode].append(n)
                 cpu[mode].append({role: (cpu_ns(p) - before[role]) / 1e3 / n
                                   for role, p in pids[mode].items()})
                 rates[mode].append(n / done.elapsed_s)
@@ -128,11 +143,12 @@ async def run(quick: bool = False, console: Console | None = None) -> Result:
                   "a stack of its own: a change within its distance from zero is not told apart "
                   "from nothing[/dim]")
     rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
-                n=rounds * per_round, p50_us=statistics.median(p50s[mode]) * 1000,
+                n=sum(measured[mode]), p50_us=statistics.median(p50s[mode]) * 1000,
                 p99_us=float("nan"), ops_per_s=statistics.median(rates[mode]),
                 note="p50 at concurrency 1; medians of rounds")
             for mode in MODES]
-    extra = {"rounds": rounds, "sessions_per_round": per_round, "c1_sessions": c1_n,
+    extra = {"config": asdict(cfg), "rounds": rounds, "sessions_per_round": per_round,
+             "c1_sessions": c1_n, "sessions_measured": measured,
              "cpu_us_per_session": cpu, "sessions_per_s": rates, "p50_ms_c1": p50s,
              "paired": paired, "modes": MODES}
     return Result(NAME, rows, env=environment(), extra=extra)
