@@ -16,7 +16,7 @@
 #   make bench-obs   the cost of logs, metrics and tracing as shipped (~6 min; the tracing guide)
 #   make bench-redis Redis' time per session by script and command (~1 min; docs/benchmarks.md)
 #   make bench-lua   the session scripts' Lua time per session, line by line (~1 min)
-#   make bench-holds held leases on vs off, paired (CPU, sessions/s, p50; ~4 min)
+#   make bench-holds holds on vs off, paired (CPU, sessions/s, p50; ~4 min)
 #   make bench-limits a tool uncapped, capped but never bound, capped at 3 and at 20/s, paired
 #                    (CPU per step, peak in flight, rate error; ~6 min; the scale-out guide)
 #   make bench-durable  bench e2e on servers that fsync every write, durable baselines (~1 min)

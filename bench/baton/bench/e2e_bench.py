@@ -320,7 +320,7 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
     commit_row, chain_row, flows_row = chain_rows
     chain_p50 = chain_row.p50_us
 
-    # 2. The tool round trip, this process as the Brain: the held way (as shipped) and the
+    # 2. The tool round trip, this process as the Brain: with a hold (as shipped) and the
     # released way (holds off) alternately, so both see the same machine.
     driven = await DrivenBrain.open(client)
     ways = [True, False] if driven.can_hold else [False]
@@ -338,7 +338,7 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
     nets: dict[bool, list[float]] = {}
     for way, s in by_way.items():
         net = nets[way] = [x["total_us"] - x["tool_us"] for x in s]
-        mode = "driven, held" if way else "driven, released"
+        mode = "driven, hold" if way else "driven, released"
         for label, values in [
                 ("tool round trip, net of the tool", net),
                 ("  gross (incl. tool)", [x["total_us"] for x in s]),
@@ -350,11 +350,11 @@ async def _run_stack(stack: DevStack, client: Client, cfg: Config, console: Cons
             rows.append(Row(mode=mode, operation=label, writers=1, n=len(values), p50_us=p50,
                             p99_us=p99, ops_per_s=len(driven.samples) / wall,
                             ratio=p50 / chain_p50))
-    shipped = ways[0]  # held when the settings hold, as a Brain of the stack does
+    shipped = ways[0]  # a hold when the settings hold, as a Brain of the stack does
     s = by_way[shipped]
     net = nets[shipped]
     legs: dict[str, Any] = {
-        "way": "held" if shipped else "released",
+        "way": "hold" if shipped else "released",
         "commit_to_claim_ms_mean": _mean([x["to_claim_ms"] for x in s]),
         "commit_to_complete_ms_mean": _mean([x["to_complete_ms"] for x in s]),
         "total_ms_mean": _mean([x["total_us"] / 1000 for x in s]),

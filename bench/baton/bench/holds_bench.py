@@ -5,9 +5,9 @@ run side by side: one with ``BATON_BRAIN_HOLD_MS=0`` (every result wakes its ses
 the relay, as before holds), one as shipped (the Brain holds its lease for the results of the
 runs it dispatched; baton.brain.held). Each round drives both, in an order drawn from a fixed
 seed: five-notice sessions at concurrency 32 (CPU per session by process, sessions/s), then
-one at a time at concurrency 1 (latency). Each figure of the held stack is paired with its
-round's unheld run, so the machine's drift between rounds cancels out; a control stack,
-unheld again, shows how far from zero a difference must be to count.
+one at a time at concurrency 1 (latency). Each figure of the stack with holds is paired with
+its round's run with holds off, so the machine's drift between rounds cancels out; a control
+stack, holds off again, shows how far from zero a difference must be to count.
 
 Figures: the paired change of the stack's CPU per session (Brain, Hands, relay, Redis, NATS:
 the mail service and the client apart), of sessions/s and of the p50 at concurrency 1, with a
@@ -36,13 +36,14 @@ from baton.bench.sessions import FIVE, bench_client, session_call, sessions
 from baton.devkit.devstack import DevStack
 
 NAME = "holds"
-DESCRIPTION = "five-notice sessions with and without held leases, paired (CPU, sessions/s, p50)"
+DESCRIPTION = "five-notice sessions with and without holds, paired (CPU, sessions/s, p50)"
 
 CONCURRENCY = 32
 #: The Baton processes whose CPU counts (the mail service is the outside world).
 OWN = ("brain", "hands", "relay", "redis", "nats")
-MODES = {"unheld": {"BATON_BRAIN_HOLD_MS": "0"}, "held": {},
-         "unheld again": {"BATON_BRAIN_HOLD_MS": "0"}}
+MODES = {"holds off": {"BATON_BRAIN_HOLD_MS": "0"}, "holds": {},
+         "holds off again": {"BATON_BRAIN_HOLD_MS": "0"}}
+OFF = "holds off"  # the mode every other one is paired with
 ORDER_SEED = 15
 
 
@@ -107,16 +108,16 @@ async def run(quick: bool = False, console: Console | None = None,
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    paired = {m: {"cpu": spread([_own(a) / _own(b) - 1 for a, b in zip(cpu[m], cpu["unheld"],
+    paired = {m: {"cpu": spread([_own(a) / _own(b) - 1 for a, b in zip(cpu[m], cpu[OFF],
                                                                           strict=True)]),
-                  "rate": spread([a / b - 1 for a, b in zip(rates[m], rates["unheld"],
+                  "rate": spread([a / b - 1 for a, b in zip(rates[m], rates[OFF],
                                                             strict=True)]),
-                  "p50": spread([a / b - 1 for a, b in zip(p50s[m], p50s["unheld"],
+                  "p50": spread([a / b - 1 for a, b in zip(p50s[m], p50s[OFF],
                                                            strict=True)])}
-              for m in MODES if m != "unheld"}
-    table = Table(title=f"Held leases (five-notice sessions; {rounds} rounds, {per_round} "
+              for m in MODES if m != OFF}
+    table = Table(title=f"Holds (five-notice sessions; {rounds} rounds, {per_round} "
                         f"sessions at concurrency {CONCURRENCY} and {c1_n} at concurrency 1 "
-                        "per stack and round, each paired with its round's unheld run)",
+                        "per stack and round, each paired with its round's run with holds off)",
                   title_justify="left")
     for col in ("mode", "CPU µs/session", "change (paired)", "sessions/s", "change (paired)",
                 "p50 ms, c=1", "change (paired)"):
@@ -139,9 +140,9 @@ async def run(quick: bool = False, console: Console | None = None,
                               for role in roles))
     console.print(split)
     console.print("[dim]the stack's CPU counts Brain, Hands, relay, Redis and NATS (the mail "
-                  "service and the client apart); 'unheld again' is the unheld configuration on "
-                  "a stack of its own: a change within its distance from zero is not told apart "
-                  "from nothing[/dim]")
+                  "service and the client apart); 'holds off again' is the configuration "
+                  "without holds on a stack of its own: a change within its distance from zero "
+                  "is not told apart from nothing[/dim]")
     rows = [Row(mode=mode, operation=f"sessions c={CONCURRENCY}", writers=CONCURRENCY,
                 n=sum(measured[mode]), p50_us=statistics.median(p50s[mode]) * 1000,
                 p99_us=float("nan"), ops_per_s=statistics.median(rates[mode]),
