@@ -188,6 +188,15 @@ class Settings(BaseModel):
 
     # Limits and lifecycle
     max_payload_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # On SIGTERM a worker takes no new messages and waits this long for the work in hand,
+    # then cancels what is left. A Hands sets it above the app's longest tool timeout, so no
+    # run is cut mid-call (deploy/k8s/hands.yaml: 35 s). A Brain's work is never lost to it
+    # but may be redone: a model call can last up to model_call_timeout_s, longer than a
+    # stop should wait, so a pass still working when the drain runs out is handed over (its
+    # wake goes back at once; the next Brain takes the lease over once it lapses, lease_ms,
+    # and calls the model again from the last commit). Raise a Brain's drain to spare those
+    # calls at the cost of slower stops; the grace period of its pod or container must
+    # exceed it plus telemetry_flush_timeout_s.
     drain_timeout_s: float = Field(default=10.0, ge=0)
     # At exit, how long a process waits for its last spans and metrics to reach the
     # collector (OTEL_*): an unreachable one would otherwise hold each exit for the

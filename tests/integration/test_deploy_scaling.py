@@ -170,6 +170,17 @@ def test_a_hands_drains_its_runs_before_its_pod_goes() -> None:
     assert readiness == "/readyz"  # 503 while draining
 
 
+def test_a_brain_stops_within_its_grace_period() -> None:
+    """A Brain's drain does not wait out a model call (a pass still in one is handed over:
+    test_brain_drain.py); its grace period covers the drain and the telemetry flush."""
+    brain = _deployments()["baton-brain"]["spec"]["template"]["spec"]
+    (container,) = brain["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    drain = float(env.get("BATON_DRAIN_TIMEOUT_S") or _config()["BATON_DRAIN_TIMEOUT_S"])
+    assert drain < Settings().model_call_timeout_s
+    assert brain["terminationGracePeriodSeconds"] > drain + Settings().telemetry_flush_timeout_s
+
+
 @pytest.mark.parametrize("component", ["keda", "hpa"])
 def test_each_scaling_component_builds_with_the_manifests(component: str,
                                                           tmp_path: Path) -> None:

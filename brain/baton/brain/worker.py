@@ -253,6 +253,14 @@ class BrainWorker(Service):
             fence = result.fence
             await msg.ack()
             outcome = "takeover" if result.takeover else "done"
+        except asyncio.CancelledError:
+            # The drain ran out (or a second signal) with the pass still working, a model
+            # call perhaps (model_call_timeout_s outlasts any drain): hand the session over
+            # now, not after ack_wait. Its last commit stands; the Brain the wake comes back
+            # to takes the lease over once it lapses (lease_ms) and redoes what came after.
+            outcome = "handed_over"
+            await settle(msg.nak())
+            raise
         except LeaseBusyError as exc:
             outcome = "busy"
             await msg.nak(delay=exc.remaining_ms / 1000 + 0.05)
