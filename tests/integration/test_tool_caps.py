@@ -20,10 +20,12 @@ from opentelemetry.trace import SpanKind
 from rich.console import Console
 
 from baton.brain.worker import BrainWorker
+from baton.bus.bus import Bus
 from baton.cli.inspect import cluster_view, render_cluster, session_view
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
 from baton.hands.worker import HandsWorker
+from baton.models import ToolDispatch
 from baton.relay.worker import Relay
 from baton.settings import Settings
 from baton.store.keys import Keys
@@ -178,3 +180,53 @@ async def test_a_runs_wait_for_a_slot_is_a_span_of_its_trace(settings: Settings)
         parent = by_id[wait.parent.span_id]
         assert parent.kind == SpanKind.CONSUMER and "send_email" in parent.name
         assert dict(wait.attributes or {})["baton.limit.position"] >= 1
+
+
+async def test_a_duplicate_of_a_finished_run_takes_no_place_in_line(settings: Settings) -> None:
+    """A second copy (or a redelivery) of a capped tool's run that already ended is settled
+    by its claim at once ("done": acked, not executed again), though every slot is taken by
+    holders that keep them. In line it would wait for a slot only to hear that, its message
+    held in progress meanwhile."""
+    async with MailboxServer() as mailbox:
+        # Slots live as long as an attempt: the holders below keep theirs through the test.
+        s = settings.model_copy(update={"mail_url": mailbox.url, "attempt_ttl_ms": 600_000})
+
+        def named(name: str) -> Settings:
+            return s.model_copy(update={"worker_name": name})
+
+        services = [Relay(named("relay-1")), BrainWorker(named("brain-1"), app),
+                    HandsWorker(named("hands-1"), app)]
+        redis = connect_redis(s)
+        limits = Limits(redis, Keys(s.namespace, s.shards), slot_ms=s.attempt_ttl_ms)
+        async with running(*services):
+            client = await Client.connect(s)
+            try:
+                sub = (await client.submit(notice(0), agent="notices"))[0]
+                assert (await client.wait(sub, timeout=120)).status == "completed"
+                run_id = min(await client.store.runs.applied(sub.session_id))
+                for i in range(CAP):
+                    held = await limits.acquire("send_email", capped_email.limit,
+                                                f"holder-{i}/elsewhere/0/default")
+                    assert held.granted
+                bus = await Bus.connect(s, "test-duplicate")
+                try:
+                    js, names = bus.nc.jetstream(), bus.names
+                    dispatch = ToolDispatch(session_id=sub.session_id, run_id=run_id,
+                                            tool="send_email")
+                    ack = await js.publish(names.tool_subject("send_email"),
+                                           dispatch.model_dump_json().encode())
+
+                    async def acked() -> bool:
+                        info = await js.consumer_info(names.tool_stream,
+                                                      names.tool_durable("send_email"))
+                        return (info.delivered.stream_seq >= ack.seq
+                                and not info.num_ack_pending and not info.num_pending)
+                    await eventually(acked, timeout=60, message="the duplicate acked")
+                finally:
+                    await bus.close()
+                usage = await limits.look("send_email", capped_email.limit)
+                assert (usage.in_use, usage.waiting) == (CAP, 0), usage
+                assert len(mailbox.operations) == 5  # the first copy's sends only
+            finally:
+                await client.close()
+                await redis.aclose()

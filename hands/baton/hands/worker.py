@@ -67,6 +67,7 @@ from baton.store.deadletter import record_dead_letter
 from baton.store.epoch import StoreEpoch
 from baton.store.limits import Limits
 from baton.store.redis_client import REDIS_ERRORS
+from baton.store.state import run_status
 from baton.store.store import Store
 
 __all__ = ["HandsWorker", "main"]
@@ -359,7 +360,11 @@ class HandsWorker(Service):
             if not limit.limited:
                 await self._claim_execute_complete(msg, dispatch, delivery, done)
                 return
-            async with self._slot(dispatch, limit) as granted:
+            tenant, settled = await self._before_slot(dispatch)
+            if settled:  # a duplicate of a run that ended: its claim says so, no place in line
+                await self._claim_execute_complete(msg, dispatch, delivery, done)
+                return
+            async with self._slot(dispatch, limit, tenant) as granted:
                 if not granted:  # stopping while it waited: another Hands takes it
                     done.outcome = "stopped_waiting"
                     await settle(msg.nak())
@@ -390,7 +395,8 @@ class HandsWorker(Service):
             await self.bus.nc.subscribe(self.bus.names.limits_subject(name), cb=freed)
 
     @contextlib.asynccontextmanager
-    async def _slot(self, dispatch: ToolDispatch, limit: ToolLimit) -> AsyncIterator[bool]:
+    async def _slot(self, dispatch: ToolDispatch, limit: ToolLimit,
+                    tenant: str) -> AsyncIterator[bool]:
         """Hold one of the tool's fleet-wide slots (and its rate's admission) while the body
         runs; yields False when the worker stops while the run waits in line.
 
@@ -407,7 +413,6 @@ class HandsWorker(Service):
         waited_from = time.monotonic()
         member = ""
         try:
-            tenant = await self._tenant_of(dispatch.session_id)
             weight = weight_of(self.settings, tenant or "default")
             # <run>/<hands>/<nonce>/<tenant>: inspect counts slots and places by tenant
             member = (f"{dispatch.run_id}/{self.name}/{uuid.uuid4().hex[:8]}/"
@@ -454,19 +459,35 @@ class HandsWorker(Service):
             except (BatonError, nats.errors.Error) as exc:
                 log.warning("tool_slot_release_failed", tool=tool, error=bounded(exc))
 
-    async def _tenant_of(self, session_id: str) -> str:
-        """The tenant whose work the session is (its meta's, written when it was opened: see
-        baton.store.admission); "" for the default one. Read only for a capped tool's run:
-        tenants with runs waiting take turns for its slots."""
+    async def _before_slot(self, dispatch: ToolDispatch) -> tuple[str, bool]:
+        """What a capped tool's run needs before it takes a place in line, in one round trip:
+
+        - the tenant whose work the session is (its meta's, written when it was opened: see
+          baton.store.admission), "" for the default one: tenants with runs waiting take
+          turns for the tool's slots;
+        - whether the run is settled: it has a result, awaits an approval, was applied or is
+          unknown (claim.lua's ``done`` and ``gone``, read as it reads them). A duplicate or a
+          redelivery of such a run is settled by its claim at once, without executing; in
+          line it would wait for a slot (minutes, under a tight cap) only to hear that.
+
+        A hint, not a decision: the claim, atomic under the run's fence, decides."""
         assert self.store is not None
         store = self.store
+        sk, rid = store.keys.session(dispatch.session_id), dispatch.run_id
         try:
-            tenant = await store.redis.hget(store.keys.session(session_id).meta, "tenant")
+            # No MULTI: a role user may not (a Hands' ACL); same slot, one round trip.
+            async with store.redis.pipeline(transaction=False) as p:
+                p.hget(sk.meta, "tenant")
+                p.hmget(sk.intents, [rid, f"{rid}.status"])
+                p.hget(sk.runs, f"{rid}.status")
+                tenant, (intent, brain), hands = await p.execute()
         except REDIS_ERRORS as exc:
             raise from_redis_error(exc, role="hands", namespace=store.keys.ns) from exc
         if isinstance(tenant, bytes):
             tenant = tenant.decode()
-        return tenant if isinstance(tenant, str) and TENANT.match(tenant) else ""
+        status = run_status(_text(brain), _text(hands))
+        settled = intent is None or status in ("completed", "awaiting_approval")
+        return (tenant if isinstance(tenant, str) and TENANT.match(tenant) else "", settled)
 
     async def _note_wait(self, dispatch: ToolDispatch, state: str, position: int,
                          waited_ms: int) -> None:
@@ -662,3 +683,7 @@ async def main(settings: Settings, app_spec: str, tools: list[str] | None = None
         harden_worker()  # its isolated children may not read this process's environment
     await run_until_signalled(worker)
 
+
+def _text(value: object) -> str | None:
+    """A reply field as text (a client without decode_responses answers bytes)."""
+    return value.decode() if isinstance(value, bytes) else value if isinstance(value, str) else None
