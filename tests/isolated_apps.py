@@ -100,6 +100,7 @@ shout = Tool(_shout, name="shout", isolation="process")
 #: The environment of ``holder``: what ``reader``, run beside it, must not find.
 HELD_SECRET = "held-secret-4c1d0f"
 PR_GET_DUMPABLE = 3
+MNT_DETACH = 2
 
 
 class Module(BaseModel):
@@ -117,6 +118,8 @@ class Marker(BaseModel):
 
 class Paths(BaseModel):
     paths: list[str]
+    #: Mount points to unmount first (what covers the worker's secrets, say).
+    unmount: list[str] = []
 
 
 @tool(isolation="process")
@@ -142,14 +145,15 @@ async def holder(args: Nothing, ctx: ToolContext) -> str:
 
 @tool(isolation="process")
 async def reader(args: Pid, ctx: ToolContext) -> dict[str, Any]:
-    """Reads another process's environment: by the pid it is given, and any it can list."""
+    """Reads another process's environment: by the pid it is given, and any it can list;
+    says which processes it can see."""
     return _read_environs(args.pid)
 
 
 def _read_environs(given: int) -> dict[str, Any]:
     """The given pid's environment (or why not), the pids listed, those whose environment
     holds the secret."""
-    listed = [p for p in os.listdir("/proc") if p.isdigit()]
+    listed = sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int)
     leaked = []
     given_environ = ""
     for pid in {str(given), *listed}:
@@ -163,7 +167,8 @@ def _read_environs(given: int) -> dict[str, Any]:
         if pid == str(given):
             given_environ = text
     libc = ctypes.CDLL(None, use_errno=True)
-    return {"given": given_environ[:2000], "listed": len(listed), "leaked": leaked,
+    return {"given": given_environ[:2000], "listed": [int(p) for p in listed][:100],
+            "self": os.getpid(), "leaked": leaked,
             "uid": os.getuid(), "dumpable": libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)}
 
 
@@ -205,12 +210,19 @@ dial_out = Tool(_dial_out, name="dial_out", isolation="process", network=True)
 
 @tool(isolation="process")
 async def peek(args: Paths, ctx: ToolContext) -> dict[str, str]:
-    """Reads files the worker can read: what each holds, or why not."""
-    return _peek(args.paths)
+    """Unmounts what it is told to, then reads files the worker can read: what each holds,
+    or why not."""
+    return _peek(args.paths, args.unmount)
 
 
-def _peek(paths: list[str]) -> dict[str, str]:
+def _peek(paths: list[str], unmount: list[str]) -> dict[str, str]:
+    libc = ctypes.CDLL(None, use_errno=True)
     seen = {}
+    for point in unmount:
+        if libc.umount2(os.fsencode(point), MNT_DETACH) != 0:
+            seen[f"umount {point}"] = f"refused: {os.strerror(ctypes.get_errno())}"
+        else:
+            seen[f"umount {point}"] = "unmounted"
     for path in paths:
         try:
             with open(path) as file:

@@ -2,7 +2,9 @@
 
 The worker's credentials are in its settings and in its environment, as in a deployment;
 an isolated tool must find none of them, and its crash, hang or memory blow-up must end
-only its own attempt, with a clear error result.
+only its own attempt, with a clear error result. The attacks of one child on the others run
+against a Hands that is root (this process) and one that is not (``tests.unprivileged_hands``,
+a process of a uid of its own).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
+import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,10 @@ APP = App(agents=[Agent(name="iso", tools=("snoop",))],
           tools=[snoop, hog, hang, segfault, bail, greet, shout, plant, holder, reader, escape,
                  dial, dial_out, peek])
 BRAIN = worker_ref("brain", "brain-iso")
+#: The uid of the Hands that is not root, and of the files it owns.
+UNPRIVILEGED_UID = secrets.choice(range(1_800_000_000, 1_900_000_000))
+ROOT = Path(__file__).resolve().parents[2]
+Serving = Callable[[Settings], AbstractAsyncContextManager[tuple[Store, Bus]]]
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +106,58 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Store, Bus]]:
         await asyncio.wait_for(task, 15)
         await bus.close()
         await store.close()
+
+
+@asynccontextmanager
+async def unprivileged(settings: Settings) -> AsyncIterator[tuple[Store, Bus]]:
+    """Like :func:`serving`, by a Hands that is not root (:mod:`tests.unprivileged_hands`, as
+    :data:`UNPRIVILEGED_UID`, with ``$BATON_HOME`` if set). Skips where the kernel refuses it
+    a user namespace: what it then gets is `test_without_namespaces_...`'s."""
+    workdir = Path(tempfile.mkdtemp(prefix="baton-hands-"))
+    os.chown(workdir, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
+           "BATON_REDIS_URL": settings.redis_url, "BATON_NATS_URL": settings.nats_url,
+           "BATON_NAMESPACE": settings.namespace, "BATON_WORKER_NAME": "hands-unprivileged",
+           "BATON_ATTEMPT_TTL_MS": str(settings.attempt_ttl_ms),
+           "BATON_ACK_WAIT_S": str(settings.ack_wait_s),
+           "BATON_HOME": os.environ.get("BATON_HOME") or str(workdir / ".baton")}
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "--mount", "--", sys.executable, "-m", "tests.unprivileged_hands",
+        str(UNPRIVILEGED_UID), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env=env, cwd=workdir)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        async with asyncio.timeout(60):  # a bound for a broken start, not a timing
+            found = json.loads(await proc.stdout.readline() or b"null")
+            assert found is not None, f"the Hands that is not root ended: {await proc.wait()}"
+            if not found["unshare"] and "may not make a user namespace" in found["missing"]:
+                pytest.skip(f"this kernel refuses a user namespace: {found['missing']}")
+            assert found["user_namespace"], found
+            assert json.loads(await proc.stdout.readline() or b"null") == {"ready": True}
+        store = await Store.connect(settings)
+        bus = await Bus.connect(settings, "test-brain")
+        try:
+            await bus.ensure_streams()
+            yield store, bus
+        finally:
+            await bus.close()
+            await store.close()
+    finally:
+        proc.stdin.close()
+        try:
+            async with asyncio.timeout(30):
+                await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(params=["root", "unprivileged"])
+def hands(request: pytest.FixtureRequest) -> Serving:
+    """A Hands that is root (this process) or one that is not."""
+    return serving if request.param == "root" else unprivileged
 
 
 async def run_tools(store: Store, bus: Bus, calls: list[tuple[str, dict[str, Any]]]
@@ -200,7 +260,9 @@ async def plain(args: Nothing, ctx: Any) -> None:
 
 # ---------------------------------------------------------------- one child against the others
 # Each of these passed the attack before children were confined (python -I in a fresh
-# directory, their own PID, mount and network namespaces and uid, non-dumpable).
+# directory, their own PID, mount and network namespaces and uid, non-dumpable). Against a
+# Hands that is not root (`hands` param "unprivileged"), the attacks of the three below and of
+# the secure dev credentials' test succeeded until its children got user namespaces.
 
 
 def _processes() -> dict[int, tuple[bytes, bytes]]:
@@ -258,8 +320,10 @@ async def test_a_module_a_tool_plants_in_its_directory_reaches_no_later_child(
     assert not _exists(planted.output["cwd"]) and not _exists(tmp_path / "orjson.py")
 
 
-async def test_a_child_cannot_read_another_childs_environment(hs: Settings) -> None:
-    async with serving(hs) as (store, bus):
+async def test_a_child_cannot_read_another_childs_environment(
+    hs: Settings, hands: Serving
+) -> None:
+    async with hands(hs) as (store, bus):
         (held,) = await start_tools(store, bus, [("holder", {})])
         holding = asyncio.ensure_future(held)
 
@@ -280,13 +344,17 @@ async def test_a_child_cannot_read_another_childs_environment(hs: Settings) -> N
     assert read.ok and not read.truncated, read
     assert read.output["leaked"] == [], read.output
     assert HELD_SECRET not in read.output["given"], read.output
+    # Nor does it see the holder, or any process but itself.
+    assert read.output["listed"] == [read.output["self"]], read.output
     assert read.output["dumpable"] == 0
     assert released.ok and released.output == "released", released
 
 
-async def test_a_setsid_grandchild_dies_with_its_tool_at_the_wall_time(hs: Settings) -> None:
+async def test_a_setsid_grandchild_dies_with_its_tool_at_the_wall_time(
+    hs: Settings, hands: Serving
+) -> None:
     marker = "grandchild-" + uuid.uuid4().hex
-    async with serving(hs) as (store, bus):
+    async with hands(hs) as (store, bus):
         (escaped,) = await start_tools(store, bus, [("escape", {"marker": marker})])
         running = asyncio.ensure_future(escaped)
 
@@ -305,7 +373,9 @@ async def test_a_setsid_grandchild_dies_with_its_tool_at_the_wall_time(hs: Setti
                 os.kill(pid, signal.SIGKILL)
 
 
-async def test_only_a_tool_that_declares_network_reaches_the_network(hs: Settings) -> None:
+async def test_only_a_tool_that_declares_network_reaches_the_network(
+    hs: Settings, hands: Serving
+) -> None:
     accepted = 0
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -316,7 +386,7 @@ async def test_only_a_tool_that_declares_network_reaches_the_network(hs: Setting
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        async with serving(hs) as (store, bus):
+        async with hands(hs) as (store, bus):
             cut_off, declared = await run_tools(store, bus, [
                 ("dial", {"host": "127.0.0.1", "port": port}),
                 ("dial_out", {"host": "127.0.0.1", "port": port})])
@@ -330,7 +400,8 @@ async def test_only_a_tool_that_declares_network_reaches_the_network(hs: Setting
 
 def _secure_home() -> tuple[Path, list[Path]]:
     """A `baton dev up --secure` stack's home as it writes it (its secrets 0600), in a directory
-    any user may enter, with a file any user may read."""
+    any user may enter, with a file any user may read; owned by the Hands that is not root
+    (for the one that is root, what a user of its own owns)."""
     home = Path(tempfile.mkdtemp(prefix="baton-home-"))
     home.chmod(0o755)
     (home / "tls").mkdir(mode=0o700)
@@ -340,18 +411,21 @@ def _secure_home() -> tuple[Path, list[Path]]:
     for path, (text, mode) in files.items():
         path.write_text(text)
         path.chmod(mode)
+    for path in (home, home / "tls", *files):
+        os.chown(path, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
     return home, list(files)
 
 
 async def test_a_child_cannot_read_the_secure_dev_credentials(
-    hs: Settings, monkeypatch: pytest.MonkeyPatch
+    hs: Settings, hands: Serving, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home, files = _secure_home()
     monkeypatch.setenv("BATON_HOME", str(home))
     try:
-        async with serving(hs) as (store, bus):
+        async with hands(hs) as (store, bus):
+            # Unmounting what covers them first: root of its own user namespace could.
             (peeked,) = await run_tools(store, bus, [
-                ("peek", {"paths": [str(p) for p in files]})])
+                ("peek", {"paths": [str(p) for p in files], "unmount": [str(home)]})])
     finally:
         shutil.rmtree(home)
     assert peeked.ok, peeked
@@ -369,7 +443,7 @@ async def test_without_namespaces_children_still_start_isolated_in_a_fresh_direc
     with capture_logs() as logs:
         isolation.harden_worker()
     assert {"event": "tool_isolation_degraded", "reason": degraded.missing,
-            "log_level": "warning"} in logs
+            "namespaces": "none", "log_level": "warning"} in logs
     async with serving(hs) as (store, bus):
         (planted,) = await run_tools(store, bus, [
             ("plant", {"name": "orjson", "source": "raise SystemExit('planted')\n"})])

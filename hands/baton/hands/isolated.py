@@ -7,7 +7,8 @@ for the parent side and why). Protocol, one JSON document each way:
              "arguments": {...}, "ctx": {"session_id", "run_id", "operation_id", "attempt"},
              "sys_path": [...], "memory_mb": 256 | null,
              "confine": {"uid": 2000000123 | null, "loopback": bool, "hide": [path, ...],
-                         "expose": {closed directory: [path below it, ...]}}}
+                         "expose": {closed directory: [path below it, ...]},
+                         "drop_capabilities": bool}}
     stdout  {"ok": true, "output": ...}  or  {"ok": false, "code": "...", "message": "..."}
 
 The process starts (``python -I``, in a fresh directory) with only the environment the tool
@@ -16,8 +17,11 @@ module is imported, :func:`confine` does what ``confine`` asks, as root in the n
 ``unshare`` made (:mod:`baton.hands.isolation` says when): bring up the loopback of a network
 namespace of its own, cover the worker's secrets in its mount namespace, show only the needed
 paths of a directory the uid given could not enter (the interpreter's, say), and take that
-uid; and makes the process non-dumpable. A step that fails ends the call
-(``tool_unavailable``): a tool never runs less confined than its worker asked.
+uid; or, where it is root only in a user namespace of its own (a Hands that is not root),
+drop every capability for good (bounding set, securebits, no new privileges), so that it
+cannot unmount what covers the secrets; and makes the process non-dumpable. A step that
+fails ends the call (``tool_unavailable``): a tool never runs less confined than its worker
+asked.
 
 Before the tool's code runs, file descriptor 1 is moved aside for the answer and pointed at
 stderr, so whatever the tool prints cannot corrupt the answer; the address-space limit is set
@@ -49,6 +53,11 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_MOVE, MS_REC = 4096, 8192, 16384
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 24, 28, 38
+#: SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP, SECBIT_KEEP_CAPS, SECBIT_NO_CAP_AMBIENT_RAISE, each
+#: with its lock: uid 0 gains no capability by execve, nor by anything else.
+SECUREBITS_NONE_EVER = 0b1111_1111
+CAPABILITY_VERSION_3 = 0x20080522
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -84,7 +93,23 @@ def confine(spec: dict[str, Any]) -> None:
         os.setuid(uid)
         # A change of uid clears the parent-death signal unshare --kill-child set.
         check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+    if spec.get("drop_capabilities"):
+        _drop_capabilities(check, libc)
     check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
+
+
+def _drop_capabilities(check: Any, libc: Any) -> None:
+    """Give up every capability, for good: this process and whatever it runs next (root of
+    its user namespace) could otherwise unmount the secrets' covers or remount /proc."""
+    with open("/proc/sys/kernel/cap_last_cap") as found:
+        last = int(found.read())
+    for cap in range(last + 1):
+        check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+    check(libc.prctl(PR_SET_SECUREBITS, SECUREBITS_NONE_EVER, 0, 0, 0), "PR_SET_SECUREBITS")
+    header = struct.pack("Ii", CAPABILITY_VERSION_3, 0)
+    data = ctypes.create_string_buffer(6 * 4)  # effective, permitted, inheritable; twice: 0
+    check(libc.capset(header, data), "capset")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
 def _expose(closed: str, paths: list[str], check: Any, libc: Any) -> None:

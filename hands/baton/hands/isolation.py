@@ -36,11 +36,28 @@ further (:func:`confinement` says what this machine allows, logged once at start
   that directory is replaced, in the child's mount namespace, by one holding only what the
   child needs (:func:`exposed`).
 
-Without root (a Kubernetes pod that drops every capability, say) a child gets the first list
-only: it runs as the worker's user, with the worker's network, sees every process and file
-the worker does, and a grandchild that leaves the process group outlives the kill. The
-reason is logged (``tool_isolation_degraded``); give such tools their own pod, or run the
-Hands as root in its container.
+Without root (a Kubernetes pod that drops every capability, say), where the kernel lets an
+unprivileged process make a user namespace, each child gets the same PID, mount and network
+namespaces, made in a user namespace of its own (``unshare --user --map-root-user``): it is
+root there (mapped to the worker's uid outside), which lets it mount its own ``/proc``, bring
+up its loopback and cover the secrets, and then drops every capability for good (bounding
+set, locked securebits, no new privileges) before the tool's module is imported, so it
+cannot unmount those covers, nor gain a capability by running anything. What it does not get
+is a uid of its own: only the worker's uid is mapped, and taking another needs root. So it
+reads and writes every file the worker may (its ``0600`` files included, less the secrets
+covered) and a file it leaves outside its directory reaches later children; another child it
+cannot see, signal or read (their PID namespaces differ; each is non-dumpable). This is logged
+as ``tool_isolation_degraded`` with ``namespaces=user,pid,mount,net``.
+
+Where the kernel refuses that (``user.max_user_namespaces`` 0, Debian's
+``kernel.unprivileged_userns_clone`` 0, Ubuntu's AppArmor restriction, a container runtime's
+default seccomp profile, which denies ``unshare`` without ``CAP_SYS_ADMIN``, or a container's
+``/proc`` with masked paths, which a new PID namespace may not mount again), a child gets the
+first list only: it runs as the worker's user, with the worker's network, sees every process
+and file the worker does, and a grandchild that leaves the process group outlives the kill.
+The reason is logged (``tool_isolation_degraded``, ``namespaces=none``); give such tools their
+own pod, allow user namespaces (``deploy/k8s/hands.yaml`` says how), or run the Hands as root
+in its container.
 
 Its crash, hang or memory blow-up becomes a :class:`~baton.errors.ToolError` with code
 ``tool_crashed``, ``tool_timeout`` or ``tool_memory_limit``: a result of that attempt (the
@@ -50,7 +67,8 @@ runs this like any tool call) and kills the child when the attempt is cancelled 
 
 What this does not do: the worker itself is made non-dumpable (:func:`harden_worker`,
 called by ``baton hands`` when it serves an isolated tool) but root in a child (a tool of a
-non-root Hands cannot get it) would bypass all of the above; the child's view of the file
+non-root Hands cannot get it; root of its own user namespace is not, and is given up) would
+bypass all of the above; the child's view of the file
 system is the worker's, less the secrets named above (it reads every world-readable file);
 it keeps running if the worker itself is killed, until it ends (its wall time is the
 worker's to enforce).
@@ -96,6 +114,10 @@ TOOL_UIDS = range(2_000_000_000, 2_100_000_000)
 #: What ``unshare`` is asked for: PID and mount namespaces (with a /proc of that PID
 #: namespace), the child killed if unshare itself ends; ``--net`` is added per tool.
 UNSHARE = ("--pid", "--fork", "--mount-proc", "--kill-child")
+#: Put before :data:`UNSHARE` where the Hands is not root: the namespaces are made in a user
+#: namespace of the child's own, where it is root (mapped to the worker's uid) until
+#: :func:`baton.hands.isolated.confine` has set them up and drops every capability.
+USER_NAMESPACE = ("--user", "--map-root-user")
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,16 @@ class Confinement:
     own_uid: bool
     #: Why not all of it, for the log; "" when children are fully confined.
     missing: str
+    #: Whether those namespaces are made in a user namespace of the child's own
+    #: (:data:`USER_NAMESPACE`): the Hands is not root.
+    user_namespace: bool = False
+
+    @property
+    def namespaces(self) -> str:
+        """The namespaces a child gets, for the log ("none", "pid,mount,net", ...)."""
+        if not self.unshare:
+            return "none"
+        return ("user," if self.user_namespace else "") + "pid,mount,net"
 
 
 @functools.cache
@@ -117,8 +149,7 @@ def confinement() -> Confinement:
     if not sys.platform.startswith("linux"):
         return Confinement("", False, "not Linux: no namespaces, no uid of their own")
     if os.geteuid() != 0:
-        return Confinement("", False, "the Hands is not root: children keep its uid, "
-                                      "network, file system view and process list")
+        return _unprivileged(shutil.which("unshare"))
     found = shutil.which("unshare")
     if found is None:
         return Confinement("", True, "no unshare (util-linux) on PATH: children keep the "
@@ -135,6 +166,49 @@ def confinement() -> Confinement:
     return Confinement(found, True, "")
 
 
+def _unprivileged(found: str | None) -> Confinement:
+    """What confines children of a Hands that is not root: the namespaces, made in a user
+    namespace of their own where the kernel allows it; never a uid of their own."""
+    unconfined = "children keep its uid, network, file system view and process list"
+    if found is None:
+        return Confinement("", False, "the Hands is not root and there is no unshare "
+                                      f"(util-linux) on PATH: {unconfined}")
+    try:
+        probe = subprocess.run([found, *USER_NAMESPACE, *UNSHARE, "--net", "--", "true"],
+                               capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Confinement("", False, f"the Hands is not root and unshare did not run "
+                                      f"({exc}): {unconfined}")
+    if probe.returncode != 0:
+        said = bounded(probe.stderr.decode(errors="replace").strip(), 300)
+        return Confinement("", False, f"the Hands is not root and may not make a user "
+                                      f"namespace ({_why_no_user_namespace(said)}): "
+                                      f"{unconfined}; unshare said: {said}")
+    return Confinement(found, False, "the Hands is not root: children get their own user, "
+                                     "PID, mount and network namespaces but keep its uid "
+                                     "(they read what it can, less the secrets covered)",
+                       user_namespace=True)
+
+
+def _why_no_user_namespace(said: str) -> str:
+    """The likeliest reason this machine refuses an unprivileged user namespace, from what
+    ``unshare`` ``said``."""
+    if "mount /proc" in said:  # the namespaces were made; their /proc may not be mounted
+        return ("this /proc has masked paths, as a container's has, so a PID namespace may "
+                "not mount one of its own")
+    for path, refusing, reason in (
+        ("/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces is 0"),
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0",
+         "kernel.unprivileged_userns_clone is 0"),
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+         "AppArmor restricts unprivileged user namespaces"),
+    ):
+        with contextlib.suppress(OSError):
+            if Path(path).read_text().strip() == refusing:
+                return reason
+    return "a seccomp profile that denies unshare, such as a container runtime's default?"
+
+
 def harden_worker() -> None:
     """Make this process non-dumpable: a same-user child can no longer read its
     ``/proc/<pid>/environ`` or ``/proc/<pid>/mem``, nor attach to it (Linux only); and say
@@ -146,7 +220,8 @@ def harden_worker() -> None:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     found = confinement()
     if found.missing:
-        log.warning("tool_isolation_degraded", reason=found.missing)
+        log.warning("tool_isolation_degraded", reason=found.missing,
+                    namespaces=found.namespaces)
     else:
         log.info("tool_isolation", namespaces="pid,mount,net", uid="own")
 
@@ -204,11 +279,14 @@ async def run_isolated(
                 n == p or n.startswith(p + os.sep) for n in [workdir, *needed])]
             if found.unshare else [],
             "expose": exposed(needed) if found.unshare and uid is not None else {},
+            # Root in its own user namespace, it could otherwise unmount what covers them.
+            "drop_capabilities": found.user_namespace,
         },
     })
     argv = [sys.executable, "-I", "-m", "baton.hands.isolated"]
     if found.unshare:
-        argv = [found.unshare, *UNSHARE, *(() if tool.network else ("--net",)), "--", *argv]
+        argv = [found.unshare, *(USER_NAMESPACE if found.user_namespace else ()), *UNSHARE,
+                *(() if tool.network else ("--net",)), "--", *argv]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
