@@ -305,6 +305,19 @@ def test_no_pod_gets_a_kubernetes_api_token() -> None:
     assert all(mounted is False for mounted in pods.values()), pods
 
 
+def test_a_hands_pod_with_a_read_only_root_has_a_writable_tmp() -> None:
+    # An isolated tool's child runs in a fresh directory made under /tmp (tempfile): with
+    # the root file system read-only, /tmp must be a volume or every isolated call fails.
+    doc = next(d for d in yaml.safe_load_all((DEPLOY / "k8s" / "hands.yaml").read_text())
+               if d and d["kind"] == "Deployment")
+    spec = doc["spec"]["template"]["spec"]
+    (hands,) = spec["containers"]
+    assert hands["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in hands.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]], (mounts, volumes)
+
+
 def _pod_labels() -> dict[str, dict[str, str]]:
     """Every pod template of deploy/k8s by workload name, with the NATS chart's pods."""
     pods = {"nats": NATS_PODS, "nats-box": NATS_BOX, "api-client": API_CLIENT}
