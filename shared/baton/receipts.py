@@ -223,8 +223,9 @@ class CommitDetail(_Detail):
     """``commit`` (commit.lua): a Brain's write-set. ``step`` is what the commit did.
 
     Steps: prepare, reenter, request attempts (retry, resume), tools, redispatch, apply, final,
-    cancel, migrate, blocked, run, phase_failed and ``phase:<name>`` for custom tasks (whose
-    own step kind is ``phase_step``). Each fills the fields that apply to it.
+    cancel, decisions (a person's approvals and rejections carried out), migrate, blocked,
+    run, phase_failed and ``phase:<name>`` for custom tasks (whose own step kind is
+    ``phase_step``). Each fills the fields that apply to it.
     """
 
     kind: Literal["commit"]
@@ -258,6 +259,8 @@ class CommitDetail(_Detail):
     cleared: tuple[Name, ...] = ()
     intents: tuple[Name, ...] = ()
     targets: tuple[Name, ...] = ()
+    approved: tuple[Name, ...] = ()  # decisions: approved runs, dispatched by this commit
+    rejected: tuple[Name, ...] = ()  # decisions: rejected runs, ended by this commit
 
     @property
     def run_refs(self) -> frozenset[str]:

@@ -186,3 +186,43 @@ def test_a_lane_taken_over_that_came_back_is_not_said_to_have_died() -> None:
     line = next(x for x in text.splitlines() if "hands-1 (pid 11)" in x and "<-" in x)
     assert "taken over while silent, it came back later" in line
     assert "no receipt after" not in line
+
+
+def test_a_held_recheck_after_an_approval_is_the_approvals_and_dispatch_runs_from_its_commit(
+) -> None:
+    """A tools commit saves two runs, one gated: the other completes, then a person approves
+    the gated one and the holding Brain rechecks. The recheck is the approval's (not the
+    completion's before it), and the approved run's dispatch hop runs from the commit that
+    carried the approval out."""
+    story = [
+        _receipt(0, "submit", CLIENT, 0, {"detail": {"submission_id": "sub-1",
+                                                      "task_id": "t"}}, seq=1),
+        _receipt(1, "lease", BRAIN, 10, {"previous_holder": "", "previous_fence": 0,
+                                         "carrier": _carrier("relay-1", 4, "s-1/1/0", 1)}),
+        _receipt(2, "commit", BRAIN, 20, {"kind": "tools", "changes": {"runs": 2, "outbox": 1},
+                                          "detail": {"task_id": "t", "turn": 1,
+                                                     "runs": ["t-1-0", "t-1-1"]}}, seq=2),
+        _receipt(3, "claim", HANDS1, 30, {"run_id": "t-1-0", "attempt": 1, "accepted_mark": 1,
+                                          "carrier": _carrier("relay-1", 25, "s-1/2/0", 2)}),
+        _receipt(4, "complete", HANDS1, 40, {"detail": {"run_id": "t-1-0", "tool": "send",
+                                                        "outcome": "ok"}}, seq=2),
+        _receipt(5, "approve", CLIENT, 9000, {"detail": {"run_id": "t-1-1", "tool": "send",
+                                                         "digest": "d" * 64}}, seq=2),
+        _receipt(6, "held", BRAIN, 9010, {"heard": True, "hold_ms": 8990}),
+        _receipt(7, "commit", BRAIN, 9020, {"kind": "decisions", "changes": {"outbox": 1},
+                                            "detail": {"approved": ["t-1-1"], "rejected": []}},
+                 seq=3),
+        _receipt(8, "claim", HANDS1, 9030, {"run_id": "t-1-1", "attempt": 1,
+                                            "carrier": _carrier("relay-1", 9025, "s-1/3/0", 3)}),
+    ]
+    trace = build_trace("s-1", story)
+    ev = trace.events
+    assert "2 tool run(s) saved (1 dispatched, 1 awaiting approval)" in ev[2].text
+    assert (ev[6].woken_by, ev[6].waker, ev[6].hops["wake"]) == ("approve", 5, 10)
+    wakes = [(h.src, h.dst) for h in trace.handoffs if h.kind == "wake"]
+    assert (5, 6) in wakes and not [w for w in wakes if w[0] == 4]
+    runs = {r.run_id: r for r in trace.runs}
+    assert runs["t-1-1"].approved_ms == T0 + 9000 and runs["t-1-1"].dispatched_ms == T0 + 9020
+    assert runs["t-1-1"].dispatch_hop == 10 and ev[8].hops["dispatch"] == 10
+    assert [(h.src, h.dst) for h in trace.handoffs if h.kind == "dispatch"][-1] == (7, 8)
+    assert "decisions carried out: run 1-1 approved, dispatched" in ev[7].text

@@ -7,16 +7,24 @@ write, with the writing process (role, name, pid) and its fence. That is enough 
 * a **lane** per process (a respawned worker with a new pid is a new lane);
 * **events** in commit order, each with its fence (``s:N`` a Brain's session fence, ``a:N``
   a Hands attempt fence), run and task ids;
-* **handoffs** between lanes: *wake* (submit or completion -> the next lease, or the recheck
-  of a Brain that held its lease for the results: a ``held`` receipt), *dispatch*
-  (the commit that saved a tool intent -> the claim of the run), *takeover* (an attempt that
+* **handoffs** between lanes: *wake* (what woke the Brain -> its lease, or the recheck of a
+  Brain that held its lease for the results: a ``held`` receipt), *dispatch* (the commit
+  that wrote a tool run's outbox row -> the claim of the run), *takeover* (an attempt that
   ended without a result -> its reclaim; an expired lease -> a Brain takeover);
+* **wake causes**: each lease and held recheck names what woke it, read from the wake row
+  its Brain was carried (the row's id names the receipt that wrote it): a completion, a
+  client's submission, task start or cancel, a person's approval or rejection, a timer that
+  fired, a request to restore an archived session. A Brain that carried no row (it held
+  its lease, or an older Brain) answers the last such receipt its session has not taken up yet.
+  A timer or a restore writes no receipt: no wake hop is timed for it;
 * **slot waits**: a run of a tool capped for the fleet that waited for one of its slots
   (its Hands' ``slot_wait`` receipts: "run 1-0 waiting for a send_email slot (3 in line)",
   then "got its send_email slot after 840 ms"), with the wait's length as a hop;
 * **hops** timed from commit timestamps: dispatch (intent commit -> claim), execution
   (claim -> complete of the same attempt), apply (complete -> the Brain's 'applied' mark),
-  wake (the commit that woke the Brain -> its lease);
+  wake (the receipt that woke the Brain -> its lease); a run gated for approval is
+  *awaiting approval* (no dispatch hop) until approved, then dispatched by the Brain's
+  commit that carries the approval out, from which its dispatch hop runs;
 * **carriers**: each message hop names the relay that published the outbox row and when,
   and the process that acted on it (read from the carrier a Brain records in its lease
   receipt and a Hands worker in its claim receipt; see :class:`baton.receipts.Carrier`);
@@ -51,9 +59,11 @@ from baton.cli.trace.model import (
     RunHops,
     Trace,
     quarantine_line,
+    row_cause,
     short_run,
+    timer_kind,
 )
-from baton.cli.trace.steps import commit_text, model_attempt
+from baton.cli.trace.steps import commit_text, gated_runs, model_attempt
 from baton.cli.trace.text import render_text
 from baton.receipts import (
     ApprovalDetail,
@@ -115,7 +125,9 @@ class Timeline:
         self.runs: dict[str, RunHops] = {}
         self.claims: dict[tuple[str, int], Event] = {}  # (run, attempt) -> claim event
         self.completed: set[tuple[str, int]] = set()
-        self.waker: Event | None = None  # the last submit/complete: what a lease answers
+        # the last receipt that asked for a wake (submit, start, complete, cancel, approve,
+        # reject) not taken up yet: what a Brain carried no wake row answers
+        self.waker: Event | None = None
         self.brain_last: dict[str, Event] = {}  # Brain lane -> its last event
         self.by_seq: dict[int, Event] = {}  # commit seq -> the event that wrote its rows
         # "w.<run>.<attempt>" (the last part of a Hands wake row's id) -> its completion
@@ -274,16 +286,35 @@ class Timeline:
             self.by_wake[f"t.{d.request_id}"] = ev  # its wake row (see start.lua)
         self.waker = ev
 
+    def _woken(self, ev: Event, w: Event | None, carrier: Carrier | None, to: str,
+               relayed: bool = True) -> None:
+        """Note what woke the Brain of ``ev`` (a lease or a held recheck): ``w``, the receipt
+        that asked for the wake, or else the timer or restore request the wake row names;
+        the wake hop runs from that receipt, never from an earlier one."""
+        self.waker = None  # the pass reads the whole session: every pending cause taken up
+        if w is not None:
+            ev.waker, ev.woken_by = w.index, w.kind
+            ev.hops["wake"] = ev.ts_ms - w.ts_ms
+            ev.text += (f" (woken by {w.kind} of {self._name(w)}, wake hop {ev.hops['wake']} ms"
+                        + ("" if relayed else ", no relay") + ")")
+            self._handoff("wake", w, ev, f"wake: {w.kind} -> {to}, {ev.hops['wake']} ms")
+            return
+        cause = row_cause(carrier.row_id) if carrier is not None else ""
+        ev.woken_by = cause
+        if cause == "timer":
+            kind = timer_kind(carrier.row_id) if carrier is not None else ""
+            ev.text += f" (woken by a {kind + ' ' if kind else ''}timer that fired)"
+        elif cause == "restore":
+            ev.text += " (woken by a request to restore the archived session)"
+
     def _on_lease(self, ev: Event, r: Receipt, d: LeaseDetail) -> None:
         takeover = d.kind == "takeover"
         prev = self._brain_event(d.previous_holder, ev.lane) if takeover else None
         ev.text = "session lease taken"
-        w = self._carried(ev, d.carrier, "took the lease") or self.waker
-        if w is not None:
-            ev.hops["wake"] = ev.ts_ms - w.ts_ms
-            ev.text += f" (woken by {w.kind} of {self._name(w)}, wake hop {ev.hops['wake']} ms)"
-            self._handoff("wake", w, ev, f"wake: {w.kind} -> lease, {ev.hops['wake']} ms")
-            self.waker = None
+        source = self._carried(ev, d.carrier, "took the lease")
+        # A carried wake row names its cause exactly; only a Brain carried none (an older
+        # one) is credited to the last cause waiting.
+        self._woken(ev, source if d.carrier is not None else self.waker, d.carrier, "lease")
         self._describe_carrier(ev)
         if d.carrier is not None and d.carrier.delivery > 1:  # JetStream delivered it again
             ev.flags.append("redelivery")
@@ -306,23 +337,30 @@ class Timeline:
         how = ("when told (their signal, or a wake of the session joined)" if d.heard
                else f"when its hold ran out ({d.hold_ms} ms): no signal came")
         ev.text = f"lease held for the tool results: rechecked {how}"
-        w = self.waker
-        if w is not None:
-            ev.hops["wake"] = ev.ts_ms - w.ts_ms
-            ev.text += (f" (woken by {w.kind} of {self._name(w)}, wake hop {ev.hops['wake']} ms,"
-                        " no relay)")
-            self._handoff("wake", w, ev, f"wake: {w.kind} -> held lease, {ev.hops['wake']} ms")
-            self.waker = None
+        self._woken(ev, self.waker, None, "held lease", relayed=False)
         if not d.heard:
             ev.flags.append("retry")
 
     def _on_commit(self, ev: Event, r: Receipt, d: CommitDetail) -> None:
         ev.kind = f"commit:{d.step}"
+        gated = gated_runs(d, r.changes)
         if d.step in ("tools", "redispatch"):
             for rid in d.runs:
                 hop = self.run(rid)
-                if hop.dispatched_ms is None:
+                if gated == len(d.runs):  # every one waits for a person: none dispatched
+                    hop.awaiting_approval = True
+                elif hop.dispatched_ms is None:  # (some gated: their approvals will say)
                     hop.dispatched_ms = ev.ts_ms
+        for rid in d.approved:  # the approval carried out: its outbox row written now
+            hop = self.run(rid)
+            hop.awaiting_approval, hop.dispatched_ms = False, ev.ts_ms
+        for rid in d.rejected:
+            self.run(rid).awaiting_approval = False
+        w = self.waker  # a cause this commit took up wakes nothing more
+        if w is not None and w.run_id and w.run_id in (
+                {m.run_id for m in r.marks if m.mark == "applied"} | set(d.approved)
+                | set(d.rejected)):
+            self.waker = None
         ev.text, flags = commit_text(d, r.changes, self._short)
         ev.flags.extend(flags)
         if d.request_id and d.step in ("tools", "final", "retry"):
@@ -376,8 +414,8 @@ class Timeline:
         if c is None:
             return
         source = self.events[c.source] if c.source is not None else None
-        origin = "timer" if c.timer else (
-            f"{source.kind} of {self._name(source)}" if source is not None else "")
+        origin = f"{source.kind} of {self._name(source)}" if source is not None else (
+            row_cause(c.row_id))
         ev.text += f"; {c.describe(origin)}"
 
     def _on_reclaim(self, ev: Event, d: ClaimDetail) -> None:
@@ -458,20 +496,29 @@ class Timeline:
         target = d.target
         ev.text = (f"CANCEL requested for {'the session' if target == '*' else 'task ' + target}"
                    f" ({d.reason})")
-        self.by_wake[f"c.{ev.ts_ms}"] = ev  # its wake row (see cancel.lua)
+        # its wake row (see cancel.lua); rows written before it named the target: c.<ms>
+        self.by_wake[f"c.{target}.{ev.ts_ms}"] = self.by_wake[f"c.{ev.ts_ms}"] = ev
         self.waker = ev
 
     def _on_approval(self, ev: Event, d: ApprovalDetail) -> None:
+        """A person decided on a gated run: recorded, with a wake; the Brain it wakes
+        dispatches an approved run (or ends a rejected one) in its next commit."""
         ev.flags.append("approval")
-        self.by_wake[f"d.{ev.ts_ms}"] = ev  # its wake row (see approve.lua)
-        if d.kind == "reject":
-            ev.text = f"REJECTED {self._short(d.run_id)}: {d.reason}"
-            self.waker = ev
-            return
-        ev.text = f"APPROVED {self._short(d.run_id)} (digest {d.digest[:12]}...): dispatched"
+        # its wake row (see approve.lua); rows written before it named the run: d.<ms>
+        self.by_wake[f"d.{d.run_id}"] = self.by_wake[f"d.{ev.ts_ms}"] = ev
+        self.waker = ev
         hop = self.run(d.run_id)
         hop.tool = d.tool or hop.tool
-        hop.dispatched_ms = ev.ts_ms
+        hop.awaiting_approval = False
+        if not hop.attempts:  # a gated run among dispatched ones: not dispatched yet
+            hop.dispatched_ms = None
+        if d.kind == "reject":
+            hop.rejected = True
+            ev.text = f"REJECTED {self._short(d.run_id)}: {d.reason} (the Brain ends it next)"
+            return
+        hop.approved_ms = ev.ts_ms
+        ev.text = (f"APPROVED {self._short(d.run_id)} (digest {d.digest[:12]}...): no longer "
+                   "awaiting approval, the Brain dispatches it next")
 
     def _on_refused(self, ev: Event, r: Receipt, d: RefusedDetail) -> None:
         ev.flags.append("refused")
@@ -502,7 +549,8 @@ class Timeline:
             if e.kind in ("commit:tools", "commit:redispatch") and \
                     rid in self.receipts[e.index].detail.run_refs:
                 return e
-            if e.kind == "approve" and e.run_id == rid:
+            if e.kind == "commit:decisions" and \
+                    rid in getattr(self.receipts[e.index].detail, "approved", ()):
                 return e
         return None
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from html import escape
 
 from baton.cli.trace import Event, Publish, Trace, quarantine_line, render_text
-from baton.cli.trace.model import archived_line
+from baton.cli.trace.model import archived_line, row_cause
 
 __all__ = ["BREAK_MS", "render_html"]
 
@@ -265,7 +265,8 @@ def _relay_hops(trace: Trace, p: Publish, px: float, py: float, ex: dict[int, fl
 def _publish_dot(trace: Trace, p: Publish, x: float, y: float) -> str:
     src = trace.events[p.source] if p.source is not None else None
     origin = "a timer" if p.timer else (
-        f"{src.kind} of {trace.lanes_by_id[src.lane].name}" if src is not None else "?")
+        f"{src.kind} of {trace.lanes_by_id[src.lane].name}" if src is not None else
+        "a restore request" if row_cause(p.row_id) == "restore" else "?")
     consumers = ", ".join(
         f"{c.consumer} {c.action} (delivery {c.delivery})"
         for c in (trace.events[i].carrier for i in p.deliveries) if c is not None)

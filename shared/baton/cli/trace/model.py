@@ -11,7 +11,7 @@ from typing import Any
 
 __all__ = [
     "Carried", "Event", "Handoff", "Lane", "ModelAttempt", "Publish", "RunHops", "Trace",
-    "archived_line", "quarantine_line", "secs", "short_run",
+    "archived_line", "quarantine_line", "row_cause", "secs", "short_run", "timer_kind",
 ]
 
 
@@ -114,6 +114,11 @@ class Event:
     flags: list[str] = field(default_factory=list)  # takeover refused confirm redelivery ...
     hops: dict[str, int] = field(default_factory=dict)  # hop name -> ms (ending here)
     carrier: Carried | None = None  # how the message that caused it arrived (lease, claim)
+    #: a lease or held recheck: what woke the Brain ("complete", "submit", "start",
+    #: "approve", "reject", "cancel", "timer", "restore"; "" not known) and the event that
+    #: recorded it (None for a timer or a restore, which write no receipt)
+    woken_by: str = ""
+    waker: int | None = None
 
 
 @dataclass
@@ -143,6 +148,11 @@ class RunHops:
     deliveries: int = 0
     #: how long it waited for a slot of its capped tool before its claim (None: no wait)
     slot_wait_ms: int | None = None
+    #: gated for a person's approval (its tool declares approval) and not decided yet:
+    #: not dispatched, so no dispatch hop runs while it waits
+    awaiting_approval: bool = False
+    approved_ms: int | None = None  # when a person approved it (its dispatch follows)
+    rejected: bool = False  # a person rejected it: never dispatched
 
     @property
     def dispatch_hop(self) -> int | None:
@@ -263,6 +273,19 @@ def short_run(run_id: str, first_task: str = "") -> str:
         return f"run {run_id}"
     tail = f"{parts[1]}-{parts[2]}"
     return f"run {parts[0][-6:]}/{tail}" if first_task and parts[0] != first_task else f"run {tail}"
+
+
+def row_cause(row_id: str) -> str:
+    """What wrote an outbox row that no receipt records: ``"timer"`` (``t/<member>/<due>``,
+    fire_timers.lua), ``"restore"`` (``<session>/restore/<at>``, ask_restore.lua), else ""."""
+    if row_id.startswith("t/"):
+        return "timer"
+    return "restore" if row_id.rsplit("/", 2)[-2:-1] == ["restore"] else ""
+
+
+def timer_kind(row_id: str) -> str:
+    """The kind of timer a timer row fired (its member is ``<kind>|<session>|<id>|...``)."""
+    return row_id[2:].split("|", 1)[0] if row_id.startswith("t/") and "|" in row_id else ""
 
 
 def quarantine_line(q: dict[str, Any] | None) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from baton.cli.trace.model import Event, ModelAttempt
 from baton.receipts import CommitDetail
 
-__all__ = ["commit_text", "model_attempt"]
+__all__ = ["commit_text", "gated_runs", "model_attempt"]
 
 
 def commit_text(d: CommitDetail, changes: Mapping[str, Any],
@@ -18,9 +18,21 @@ def commit_text(d: CommitDetail, changes: Mapping[str, Any],
     (what an unnamed step says), ``short``: a run id's label in this timeline."""
     step, runs = d.step, list(d.runs)
     if step in ("tools", "redispatch"):
-        what = "dispatched" if step == "tools" else "RE-DISPATCHED (no progress)"
+        gated = gated_runs(d, changes)
+        if step == "redispatch":
+            what = "RE-DISPATCHED (no progress)"
+        elif not gated:
+            what = "dispatched"
+        elif gated == len(runs):
+            what = "awaiting approval"
+        else:  # which ones the receipt does not say: their approvals will
+            what = f"saved ({len(runs) - gated} dispatched, {gated} awaiting approval)"
         text = f"{len(runs)} tool run(s) {what}: {', '.join(short(x) for x in runs)}"
         return text, ["retry"] if step == "redispatch" else []
+    if step == "decisions":
+        parts = [*(f"{short(x)} approved, dispatched" for x in d.approved),
+                 *(f"{short(x)} rejected, ended" for x in d.rejected)]
+        return "decisions carried out: " + ("; ".join(parts) or "none left to carry out"), []
     if step == "retry":
         return "", ["retry"]
     if step == "resume":
@@ -44,6 +56,15 @@ def commit_text(d: CommitDetail, changes: Mapping[str, Any],
         return (text + f" ({d.reason})" if d.reason else text), []
     return f"{step}: " + (", ".join(f"{k} {v}" for k, v in changes.items())
                           or "no changes"), []
+
+
+def gated_runs(d: CommitDetail, changes: Mapping[str, Any]) -> int:
+    """How many of a ``tools`` commit's new runs wait for a person's approval: the runs it
+    saved without an outbox row (a gated run gets its row from the commit that carries the
+    approval out, baton.brain.decisions). 0 when the receipt does not count its runs."""
+    if d.step != "tools" or "runs" not in changes:
+        return 0
+    return max(int(changes["runs"]) - int(changes.get("outbox", 0)), 0)
 
 
 def model_attempt(ev: Event, d: CommitDetail) -> ModelAttempt:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from baton.cli.trace.model import Trace, archived_line, quarantine_line, secs, short_run
+from baton.cli.trace.model import (
+    Trace,
+    archived_line,
+    quarantine_line,
+    row_cause,
+    secs,
+    short_run,
+)
 
 __all__ = ["render_text"]
 
@@ -61,6 +68,12 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
                else "no result") for a in r.attempts) or "never claimed"
         waited = (f" (of which {r.slot_wait_ms} ms waiting for a slot)"
                   if r.slot_wait_ms is not None else "")
+        if r.awaiting_approval:
+            waited += " (awaiting approval)"
+        elif r.rejected:
+            waited += " (rejected: never dispatched)"
+        elif r.approved_ms is not None:  # the hop runs from the dispatch, after the approval
+            waited += f" (approved at {secs(r.approved_ms - trace.t0_ms).strip()})"
         out.append(f"  {short_run(r.run_id, trace.first_task):<10} {r.tool or '?':<11} dispatch "
                    f"{_ms(r.dispatch_hop)}{waited}  [{attempts}]  apply {_ms(r.apply_hop)}  "
                    f"recovery {r.recovery or '-'}, message deliveries {r.deliveries}")
@@ -68,8 +81,8 @@ def render_text(trace: Trace, *, width: int = 28) -> str:
         out.append("message hops (outbox row -> relay -> the process that acted on it):")
         for c in trace.carried:
             src = trace.events[c.source] if c.source is not None else None
-            origin = "timer" if c.timer else (
-                f"{src.kind} of {lanes[src.lane].name}" if src is not None else "")
+            origin = (f"{src.kind} of {lanes[src.lane].name}" if src is not None
+                      else row_cause(c.row_id))
             waits = ", ".join(
                 [*([f"{c.outbox_ms} ms in the outbox"] if c.outbox_ms is not None else []),
                  *([f"{c.transit_ms} ms from publish to {c.consumer}"]
