@@ -319,6 +319,15 @@ class SessionMeta(Model):
     # Whose work the session is (named by the request that opened it; "" for the default
     # tenant): tenants take turns for capped tools and budgeted models (baton.store.admission).
     tenant: str = ""
+    # The fence of the last holder that handed the session over mid-pass, its Brain stopping
+    # (release.lua's handover); 0 when none has.
+    handed: int = 0
+
+    def handed_over(self, fence: int) -> bool:
+        """Whether the holder of ``fence`` handed the session over (its pass stopped on
+        purpose, a graceful stop) rather than leaving it by dying: a phase it left running is
+        then re-entered without counting a crash."""
+        return fence > 0 and fence == self.handed
 
 
 # ---------------------------------------------------------------------------- outbox and wire

@@ -193,10 +193,10 @@ class Settings(BaseModel):
     # run is cut mid-call (deploy/k8s/hands.yaml: 35 s). A Brain's work is never lost to it
     # but may be redone: a model call can last up to model_call_timeout_s, longer than a
     # stop should wait, so a pass still working when the drain runs out is handed over (its
-    # wake goes back at once; the next Brain takes the lease over once it lapses, lease_ms,
-    # and calls the model again from the last commit). Raise a Brain's drain to spare those
-    # calls at the cost of slower stops; the grace period of its pod or container must
-    # exceed it plus telemetry_flush_timeout_s.
+    # lease released and its wake sent back at once; the next Brain leases the session and
+    # calls the model again from the last commit, and the restart limit does not count it).
+    # Raise a Brain's drain to spare those calls at the cost of slower stops; the grace
+    # period of its pod or container must exceed it plus telemetry_flush_timeout_s.
     drain_timeout_s: float = Field(default=10.0, ge=0)
     # At exit, how long a process waits for its last spans and metrics to reach the
     # collector (OTEL_*): an unreachable one would otherwise hold each exit for the

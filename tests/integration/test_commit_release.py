@@ -78,3 +78,27 @@ async def test_the_acquire_reads_what_a_load_reads(store: Store) -> None:
     assert state.tasks == loaded.tasks and state.submissions == loaded.submissions
     assert state.runs == loaded.runs and state.documents == loaded.documents
     assert list(state.entries) == list(loaded.entries) and state.entry_count == 1
+
+
+async def test_a_handover_releases_at_once_and_marks_the_fence_that_handed_over(
+    store: Store,
+) -> None:
+    """A Brain stopping mid-pass hands the session over (release.lua's handover): released
+    even though work arrived meanwhile, the next Brain leases it at once (no takeover) and
+    reads which fence handed it over; a stale handover changes nothing."""
+    sid = await _session(store)
+    lease, _ = await store.acquire_and_load(sid, BRAIN, LEASE_MS)
+    sk = store.keys.session(sid)
+    await store.redis.set(sk.nudge, "1")  # a tool result arrived during the pass
+    await store.hand_over(sid, lease.fence)
+    meta = await store.redis.hgetall(sk.meta)
+    assert meta["holder"] == "" and meta["lease_until"] == "0"
+    assert meta["handed"] == str(lease.fence)
+    other, state = await store.acquire_and_load(sid, BRAIN_B, LEASE_MS)
+    assert other.fence == lease.fence + 1 and not other.takeover
+    assert state.meta.handed_over(lease.fence) and not state.meta.handed_over(other.fence)
+    assert not await store.redis.exists(sk.nudge)  # the new lease took up what arrived
+    before = await store.redis.hgetall(sk.meta)
+    with pytest.raises(StaleFenceError):
+        await store.hand_over(sid, lease.fence)
+    assert await store.redis.hgetall(sk.meta) == before

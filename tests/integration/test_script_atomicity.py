@@ -82,6 +82,7 @@ OPS: dict[str, Op] = {
     "acquire_and_load": lambda s: _acquire_and_load(s),
     "renew": lambda s: s.store.renew(s.sid, s.fence, 60_000, BRAIN),
     "release": lambda s: s.store.release(s.sid, s.fence, 60_000),
+    "hand_over": lambda s: s.store.hand_over(s.sid, s.fence),
     "commit": lambda s: s.store.commit(s.sid, s.fence, Writes(
         entries=[Entry(kind="model", text="ok", task_id=f"{s.sid}-root")],
         deadline_ms=5_000, cancel_runs=[s.intent.run_id],

@@ -9,7 +9,8 @@
 * A phase runs only once its task is durably ``running`` under this Brain's fence, so a
   worker that dies inside it leaves a ``running`` task under an old fence: the next Brain
   counts it in ``task.crashes`` and runs the phase again, and at ``settings.restart_limit``
-  ends the task ``failed`` with the reason. A phase that raises counts the same way.
+  ends the task ``failed`` with the reason. A phase that raises counts the same way; one a
+  stopping Brain handed over (meta ``handed``, release.lua) is run again uncounted.
 * A terminal child stays in the live set until its parent consumed it (read its result, or
   ended itself); a root task leaves it at once.
 * ``cancel_requested`` ends a task at its next scheduling, bottom-up: it first asks its
@@ -108,10 +109,15 @@ class CustomTask:
         if state.name == "running" and state.fence != ctx.fence:
             # A worker died while this task was running. Marked alone, it was the task in
             # its phase: count it. Marked with others, it may not have started: run it
-            # alone now, so that a phase that kills its worker is found and counted.
-            crashes = task.crashes if state.shared else task.crashes + 1
-            ctx.log.warning("phase_reentered", task_id=task.id, phase=task.checkpoint.phase,
-                            crashes=crashes, previous_worker=state.worker, shared=state.shared)
+            # alone now, so that a phase that kills its worker is found and counted. A
+            # worker that stopped in it and handed the session over (release.lua) did not
+            # die: not counted.
+            handed = ctx.state.meta.handed_over(state.fence)
+            crashes = task.crashes if state.shared or handed else task.crashes + 1
+            (ctx.log.info if handed else ctx.log.warning)(
+                "phase_handed_over" if handed else "phase_reentered", task_id=task.id,
+                phase=task.checkpoint.phase, crashes=crashes, previous_worker=state.worker,
+                shared=state.shared)
             if crashes >= ctx.settings.restart_limit:
                 reason = (f"restart limit: a worker died {crashes} times in phase "
                           f"{task.checkpoint.phase}")

@@ -4,7 +4,8 @@
                                   └──final answer──▶ terminal{completed}, submission settled
 
 * ``prepare`` fixes the model and marks the request phase ``running`` (committed), so a
-  worker that dies during the model call is visible on load and counted (restart limit).
+  worker that dies during the model call is visible on load and counted (restart limit);
+  one that stopped during it and handed the session over (release.lua) is not.
   A task that is the session's next generation when its request is taken up is started so
   in the commit that takes it up (:func:`started`, brain.requests): no ``prepare`` then.
 * ``request`` calls the model outside any commit, then commits in one step the response
@@ -135,11 +136,16 @@ class Generation:
         # count towards the task's restart limit.
         ctx.state.entries.decode_all()
         if running.fence != ctx.fence:
-            # A worker died in this phase (the state says running, but not under our lease).
-            crashes = task.crashes + 1
-            ctx.log.warning("phase_reentered", task_id=task.id, phase=task.checkpoint.phase,
-                            crashes=crashes, previous_worker=running.worker)
+            # The state says running, but not under our lease: a worker died in this phase,
+            # or stopped in it and handed the session over (release.lua), which is no crash.
+            handed = ctx.state.meta.handed_over(running.fence)
+            crashes = task.crashes if handed else task.crashes + 1
+            (ctx.log.info if handed else ctx.log.warning)(
+                "phase_handed_over" if handed else "phase_reentered", task_id=task.id,
+                phase=task.checkpoint.phase, crashes=crashes, previous_worker=running.worker)
             writes = Writes(kind="reenter", detail={"task_id": task.id, "crashes": crashes})
+            if handed:
+                writes.detail["handed"] = running.fence
             saved = await ctx.store.partial(ctx.session_id)
             if saved and saved.task_id == task.id and saved.request_id == request_id_of(task):
                 # Its text was streamed by the attempt that died: never a response.

@@ -2,7 +2,9 @@
 
 The lease is renewed in the background while phases run; if renewal finds a newer fence
 (this Brain was paused or partitioned and another took over), the pass is cancelled and
-nothing more is written: every later commit would be refused anyway.
+nothing more is written: every later commit would be refused anyway. A pass cancelled by
+its Brain stopping hands the session over instead (release.lua's handover): the next Brain
+leases it at once, and the phase it left is not counted as a crash.
 
 A pass sees its Brain only through :class:`BrainContext`: the connections, configuration
 and the app's code a pass needs, built once by the Brain when it has connected.
@@ -39,6 +41,16 @@ from baton.store.state import SessionState
 from baton.store.store import HoldEnd, Store
 
 log = get_logger("baton.brain")
+
+#: How long a stopping pass waits for the store to take its handover (Store.hand_over): well
+#: within the 2 s the drain gives its cancelled passes (baton.service.Service.drain).
+HAND_OVER_S = 1.0
+
+
+def _quiet(call: asyncio.Future[None]) -> None:
+    """Retrieve the outcome of a handover no longer waited for (logged by its waiter)."""
+    if not call.cancelled():
+        call.exception()
 
 
 @dataclass(frozen=True)
@@ -185,10 +197,13 @@ class SessionPass:
             renewer = loop.create_task(self._renew(fence, done, me))
 
         timer = loop.call_later(self.brain.settings.lease_ms / 3000, start_renewer)
+        stopped = False
         try:
             await self._work(fence, result, state)
         except asyncio.CancelledError:
             if self.lost is None or me is None:
+                # by the caller (the Brain is stopping, its drain ran out), not by a lost lease
+                stopped = self.lost is None
                 raise
             me.uncancel()  # cancelled by our renewer, not by the caller
         finally:
@@ -196,8 +211,32 @@ class SessionPass:
             done.set()
             if renewer is not None:
                 await asyncio.wait({renewer}, timeout=2.0)
+            if stopped:
+                await self._hand_over(fence)
         if self.lost is not None:
             raise self.lost
+
+    async def _hand_over(self, fence: int) -> None:
+        """Tell the store this pass stopped on purpose (Store.hand_over): the next Brain
+        leases the session at once and does not count the phase this pass left as a crash.
+
+        Bounded and shielded from the cancellation that stopped the pass: without an answer
+        within HAND_OVER_S the session is left as a crash leaves it (the lease lapses, the
+        phase is counted), which is safe."""
+        call = asyncio.ensure_future(self.brain.store.hand_over(self.session_id, fence))
+        call.add_done_callback(_quiet)
+        try:
+            async with asyncio.timeout(HAND_OVER_S):
+                await asyncio.shield(call)
+        except TimeoutError:
+            log.warning("hand_over_unanswered", session_id=self.session_id, fence=fence)
+        except StaleFenceError:
+            pass  # another Brain took over meanwhile: nothing of ours to hand over
+        except Exception as exc:  # Redis away: as a crash, the lease lapses
+            log.warning("hand_over_failed", session_id=self.session_id, fence=fence,
+                        error=str(exc))
+        else:
+            log.info("session_handed_over", session_id=self.session_id, fence=fence)
 
     async def _work(self, fence: int, result: PassResult, state: SessionState) -> None:
         brain, sid = self.brain, self.session_id

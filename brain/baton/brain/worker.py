@@ -256,8 +256,9 @@ class BrainWorker(Service):
         except asyncio.CancelledError:
             # The drain ran out (or a second signal) with the pass still working, a model
             # call perhaps (model_call_timeout_s outlasts any drain): hand the session over
-            # now, not after ack_wait. Its last commit stands; the Brain the wake comes back
-            # to takes the lease over once it lapses (lease_ms) and redoes what came after.
+            # now, not after ack_wait. Its last commit stands; the pass released the lease
+            # with a handover mark (SessionPass._hand_over), so the Brain the wake comes back
+            # to leases it at once and redoes what came after, which counts as no crash.
             outcome = "handed_over"
             await settle(msg.nak())
             raise

@@ -19,7 +19,7 @@ from baton.store.state import parse_meta
 __all__ = ["Findings", "lenient_meta", "meta_problems"]
 
 MAX_FINDING = 300
-_INT_FIELDS = ("compat", "fence", "lease_until", "seq", "created")
+_INT_FIELDS = ("compat", "fence", "lease_until", "seq", "created", "handed")
 
 
 def _unreachable(exc: BaseException) -> bool:

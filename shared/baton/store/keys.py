@@ -5,6 +5,7 @@ shard's outbox stream and timer set share one hash tag, ``{<ns>-<shard>}``, so e
 transition is one Lua script on one Redis Cluster slot. Layout (``T`` = the hash tag)::
 
     <ns>:T:s:<sid>:meta      HASH   agent, compat, fence, holder, lease_until, seq, dirty, created,
+                                    handed (the fence that last handed the session over),
                                     cancel:<task id|*> intents, blocked:<task id> reasons
     <ns>:T:s:<sid>:entries   LIST   entry JSON, append-only; the index is the entry's position
     <ns>:T:s:<sid>:tasks     HASH   task id -> task JSON (live tasks)

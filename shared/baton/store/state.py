@@ -369,6 +369,7 @@ def parse_meta(session_id: str, m: dict[str, str], runs: dict[str, str] | None =
         cancel_reasons=_cancel_reasons(inbox),
         blocked={k[8:]: v for k, v in m.items() if k.startswith("blocked:")},
         tenant=m.get("tenant", ""),
+        handed=int(m.get("handed", 0)),
     )
 
 

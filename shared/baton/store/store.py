@@ -221,6 +221,14 @@ class Store:
         args = [fence, ttl_ms, *_hold_end_args(hold_end)]
         return bool(await self.scripts.run("release", sk, args))
 
+    async def hand_over(self, session_id: str, fence: int) -> None:
+        """Release the lease of a pass stopped midway (its Brain stopping), whatever arrived
+        meanwhile, and mark the session handed over by ``fence``: the Brain that takes it
+        over next leases it at once and re-enters the interrupted phase without counting a
+        crash (release.lua's handover)."""
+        sk = self.keys.session(session_id)
+        await self.scripts.run("release", sk, [fence, self.settings.lease_ms, "", "", 1])
+
     @traced_recheck
     async def release_and_load(
         self, session_id: str, fence: int, ttl_ms: int, *, hold_end: HoldEnd | None = None,

@@ -8,9 +8,11 @@ writes; every other key is derived below from KEYS[1] (same hash tag, so the sam
 slot) and checked by Redis against the caller's ACL at each call. Callers that pass the 14
 keys of SessionKeys.all() (meta first) get the same names. The session's keys:
   meta      HASH   agent compat wake fence holder lease_until seq dirty created listen
-                   cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
+                   handed cancel:<task id|*> (cancel intents) blocked:<task id> (reasons)
                    (listen: the name of a holder that kept its lease after dispatching
-                   and listens on its hold channel, see listening_holder; '' otherwise)
+                   and listens on its hold channel, see listening_holder; '' otherwise;
+                   handed: the fence of the last holder that handed the session over
+                   mid-pass, see release.lua)
   entries   LIST   entry JSON
   tasks     HASH   live task id -> JSON
   done      HASH   terminal task id -> JSON
