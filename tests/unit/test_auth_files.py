@@ -3,6 +3,8 @@ checkout (an operator with only the wheel or the image); it crashed without ./de
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -32,3 +34,12 @@ def test_a_client_appends_wakes_but_cannot_read_them() -> None:
     rules = redis_acl("client", "prod")
     assert "%W~prod:{prod-*}:wakes" in rules
     assert not [r for r in rules if r.endswith(":wakes") and not r.startswith("%W~")]
+
+
+def test_the_older_module_command_names_the_new_one() -> None:
+    # `python -m baton.auth` was how credentials were made; run now, it says where that went
+    # rather than doing nothing and exiting 0.
+    done = subprocess.run([sys.executable, "-m", "baton.auth", "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "`baton auth`" in done.stderr and not done.stdout
