@@ -36,11 +36,17 @@ def admitting(settings: Settings, **more: object) -> Settings:
     return settings.model_copy(update={"admission_window": 8, **more})
 
 
-async def _settled(client: Client, subs: list[Submission]) -> int:
-    """How many of ``subs`` are settled now (read after the event the caller waited for)."""
-    states = await asyncio.gather(*(client.store.inbox.submission(s.session_id, s.id)
-                                    for s in subs))
-    return sum(1 for s in states if s.settled)
+async def _settled_before(client: Client, subs: list[Submission],
+                          others: list[Submission]) -> int:
+    """How many of ``subs`` had settled before the last of ``others`` did, on the system's
+    own clock: each submission's ``settled_ms``, stamped on Redis' clock by the Brain that
+    ended it (not when this client, slowed by a loaded machine, heard of it)."""
+    async def ended(s: Submission) -> int:
+        state = await client.store.inbox.submission(s.session_id, s.id)
+        assert state.settled and state.settled_ms is not None, state
+        return state.settled_ms
+    last = max(await asyncio.gather(*(ended(s) for s in others)))
+    return sum(1 for at in await asyncio.gather(*(ended(s) for s in subs)) if at < last)
 
 
 async def _submit(client: Client, n: int, tenant: str, priority: int = 3) -> list[Submission]:
@@ -74,10 +80,10 @@ async def test_a_tenant_behind_a_burst_finishes_before_the_burst_drains(
         async with running(relay, brain):
             done = await asyncio.gather(*(client.wait(s, timeout=120) for s in late))
             assert all(s.status == "completed" for s in done), done
-            # B's five finished; read now, most of A's burst has not.
-            finished_a = await _settled(client, burst)
             for s in burst:
                 await client.wait(s, timeout=300)
+        # When B's five had finished, most of A's burst had not.
+        finished_a = await _settled_before(client, burst, late)
         assert finished_a < 250, (
             f"{finished_a} of tenant a's 500 sessions had finished when tenant b's 5 had: "
             "b waited behind a's burst")
@@ -109,12 +115,11 @@ async def test_priority_goes_before_arrival_and_tenant(topology: str,
                                                         "brain_concurrency": 1}), app)
         relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
         async with running(relay, brain):
-            await asyncio.gather(*(client.wait(s, timeout=120) for s in urgent))
-            finished_low = await _settled(client, low)
-            for s in low:
+            for s in (*urgent, *low):
                 await client.wait(s, timeout=120)
         # One session starts at a time on the one shard: the first low one was let through
         # at once (nothing waited), the urgent ones next, before the other 29.
+        finished_low = await _settled_before(client, low, urgent)
         assert finished_low < 15, finished_low
     finally:
         await client.close()
