@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from redis.asyncio import Redis
 
-from baton.errors import BatonError, UnavailableError
+from baton.errors import BatonError, RedisUnavailable, UnavailableError
 from baton.models import dumps
 from baton.observability.log import error_text, get_logger
 from baton.settings import Settings
 from baton.store.keys import Keys
+from baton.store.redis_client import redis_user
+from baton.store.scripts import Library
 from baton.store.store import now_ms, worker_ref
 from baton.store.workers import ANNOUNCE_EVERY_S, PRUNE_EVERY_S, prune_gone
 
@@ -94,6 +96,11 @@ class Service(abc.ABC):
         #: process idles wait on it (:meth:`StoreEpoch.watch`).
         self.woken = asyncio.Event()
         self.redis_reachable = True  # as of the last announcement
+        #: Redis has this version's scripts (its function library), as of the last
+        #: announcement: a role user may not load them, so until `baton load-functions` has
+        #: run every transition is refused and the service is not ready.
+        self.functions_loaded = True
+        self._library: Library | None = None
         self._pruned_at: float | None = None  # monotonic time of the last prune_gone
 
     @abc.abstractmethod
@@ -121,7 +128,8 @@ class Service(abc.ABC):
         Redis, and the NATS connection (``bus``, once serve made it) is up.
         """
         checks = {"started": self.ready.is_set(), "not_draining": not self.stopping.is_set(),
-                  "redis_reachable": self.redis_reachable}
+                  "redis_reachable": self.redis_reachable,
+                  "functions_loaded": self.functions_loaded}
         if self.bus is not None:
             checks["nats_connected"] = bool(self.bus.nc.is_connected)
         return checks
@@ -220,10 +228,32 @@ class Service(abc.ABC):
             self.redis_reachable = False
             log.warning("announce_failed", error=str(exc))
             return
+        await self._check_functions(redis)
         now = time.monotonic()
         if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY_S:
             self._pruned_at = now
             await self.prune_gone(redis, keys)
+
+    async def _check_functions(self, redis: Redis) -> None:
+        """Whether Redis has this version's function library (one FCALL of its ping): the
+        default user loads it when missing, as its first script call would; a role user may
+        not, and the service says why once and is not ready until it is loaded."""
+        if self._library is None:
+            self._library = Library(redis, acl_checks=redis_user(self.settings) != "default",
+                                    receipts_kept=self.settings.receipts_kept)
+        try:
+            await self._library.ensure()
+        except RedisUnavailable as exc:  # missing, and this user may not load it
+            if self.functions_loaded:
+                log.warning("functions_missing", error=str(exc))
+            self.functions_loaded = False
+            return
+        except Exception as exc:  # Redis going away meanwhile: the next announcement sees it
+            log.debug("functions_check_failed", error=error_text(exc))
+            return
+        if not self.functions_loaded:
+            log.info("functions_loaded", library=self._library.name)
+        self.functions_loaded = True
 
     async def prune_gone(self, redis: Redis, keys: Keys) -> None:
         """Delete the liveness records of this role's workers gone for longer than
@@ -310,7 +340,8 @@ async def _serve_until_signalled(service: Service) -> None:
         if service.settings.health_port:
             from baton.observability.health import serve_health
 
-            async with serve_health(service, service.settings.health_port):
+            async with serve_health(service, service.settings.health_port,
+                                    service.settings.health_host):
                 await main
         else:
             await main

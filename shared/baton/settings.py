@@ -223,6 +223,10 @@ class Settings(BaseModel):
     redis_in_doubt_retry_ms: int = Field(default=10_000, ge=0)
     # GET /healthz (live) and /readyz (ready, 503 while draining) on this port; 0 = off.
     health_port: int = Field(default=0, ge=0, le=65535)
+    # The address the health endpoint listens on: every interface by default (an
+    # orchestrator probes the pod's address); 127.0.0.1 on a shared host, where the probe
+    # is local (`baton health --port` asks this address when it is not a wildcard).
+    health_host: str = Field(default="0.0.0.0", min_length=1, max_length=255)
 
     # The HTTP API (baton.api). Host names it answers besides the loopback names and the
     # address it is bound to, comma-separated ("*": any, behind a proxy that checks Host):

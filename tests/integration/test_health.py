@@ -16,11 +16,13 @@ from baton.client import Client
 from baton.devkit.demo import FIVE_NOTICES
 from baton.devkit.devstack import DevStack
 from baton.hands.worker import HandsWorker
-from baton.observability.health import check_http, serve_health
+from baton.observability.health import answer, check_http, serve_health
 from baton.relay.worker import Relay
 from baton.settings import Settings
+from baton.store.scripts import load_functions
 from baton.store.store import Store
 from tests.helpers import eventually
+from tests.integration.confinement import confined_redis
 from tests.integration.hands_app import (
     APP,
     HOOKS,
@@ -144,3 +146,40 @@ async def test_runs_the_drain_timeout_cuts_short_say_so_and_every_service_says_i
         log = stack.proc(hands.name).log_path.read_text()
         assert '"outcome":"stopped_by_shutdown"' in log and '"outcome":"unhandled"' not in log
         assert "brain_stopped" in stack.proc("brain-1").log_path.read_text()
+
+
+async def test_a_service_is_not_ready_while_redis_lacks_this_versions_scripts() -> None:
+    """A role user may not load the scripts (`baton load-functions` does, as the admin): a
+    service whose Redis has none of this version's has every transition refused, so /readyz
+    says not ready, and ready again once they are loaded, with no restart."""
+    async with confined_redis() as c:
+        admin, redis = c.connect("admin"), c.connect("relay")
+        relay = Relay(c.settings("relay"))
+        try:
+            await relay.announce_once(redis, c.keys)
+            assert relay.health_checks()["functions_loaded"] is True
+            await admin.execute_command("FUNCTION", "FLUSH")
+            await relay.announce_once(redis, c.keys)
+            status, body = answer(relay, "GET", "/readyz")
+            assert status == 503, body
+            assert body["functions_loaded"] is False and body["redis_reachable"] is True
+            await load_functions(admin, Settings())
+            await relay.announce_once(redis, c.keys)
+            assert relay.health_checks()["functions_loaded"] is True
+        finally:
+            await redis.aclose()
+            await admin.aclose()
+
+
+async def test_the_health_endpoint_listens_where_it_is_told(settings: Settings) -> None:
+    # On a shared host the probe is local: BATON_HEALTH_HOST keeps the endpoint off the
+    # other interfaces (here a second loopback address stands for them), and `baton health
+    # --port` asks the address it names.
+    s = settings.model_copy(update={"worker_name": "relay-h", "health_host": "127.0.0.2"})
+    relay = Relay(s)
+    async with serve_health(relay, 0, s.health_host) as port:
+        assert (await check_http(port, "/healthz", "127.0.0.2"))[0] == 200
+        assert (await check_http(port, "/healthz", "127.0.0.1"))[0] == 0  # nothing there
+        asked = await asyncio.to_thread(_baton_health, s, "--port", str(port), "--path",
+                                        "/healthz")
+        assert asked.returncode == 0, asked.stdout + asked.stderr

@@ -229,11 +229,13 @@ def create_app(settings: Settings, tokens: Tokens, reads: Settings | None = None
     @app.get("/readyz", include_in_schema=False, response_model=None)
     async def readyz(request: Request) -> dict[str, str] | Response:
         """Readiness to anyone (an orchestrator's probe carries no token): 200 while the
-        store answers with both credentials the API uses, 503 (problem details) while it
-        does not. It tells a caller without a token nothing but that: why goes to the log,
-        not the store's address to whoever asks."""
+        store answers with both credentials the API uses and has this version's scripts
+        (its function library, which `baton load-functions` loads), 503 (problem details)
+        while it does not. It tells a caller without a token nothing but that: why goes to
+        the log, not the store's address to whoever asks."""
         try:
             await client().store.redis.ping()
+            await client().store.scripts.registered.library.ensure()
             if reader() is not client().store:
                 await reader().redis.ping()
         except Exception as exc:

@@ -1,13 +1,15 @@
 """Health checks of a service: an HTTP endpoint (aiohttp.web) and the ``baton health`` command.
 
 With ``BATON_HEALTH_PORT`` set, every service answers on that port (all interfaces, for
-orchestrator probes):
+orchestrator probes, unless ``BATON_HEALTH_HOST`` names one address):
 
 * ``GET /healthz``: liveness. Answered by the service's own event loop, so a wedged loop
   fails the probe by timing out; 200 while the process serves or drains.
 * ``GET /readyz``: readiness. 200 once connected with its consumers created
-  (``service.ready``) and its connections up; 503 before that, while reconnecting and while
-  draining (so no new work is routed to a replica that is stopping).
+  (``service.ready``), its connections up and this version's scripts in Redis (the function
+  library ``baton load-functions`` loads, which a role user may not load itself); 503 before
+  that, while reconnecting and while draining (so no new work is routed to a replica that
+  is stopping).
 
 Both answer a small JSON object with the checks. ``baton health`` checks a service from
 outside: ``--port`` asks a local endpoint (container health checks), ``--role/--name`` reads
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -109,6 +112,13 @@ async def announcement_age_ms(redis: Any, keys: Any, role: str, name: str,
     return now - int(json.loads(raw).get("seen_ms", 0))
 
 
+def _local_address() -> str:
+    """Where a local service's endpoint answers: BATON_HEALTH_HOST unless it is a wildcard
+    (read from the environment: the probe loads no settings for a port check)."""
+    host = os.environ.get("BATON_HEALTH_HOST", "").strip()
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "*") else host
+
+
 def _health_settings() -> Any:
     # Logging stays unconfigured: the check prints its own one line, and structlog (with the
     # rich console renderer it pulls in) would add about a third to the probe's CPU.
@@ -120,6 +130,9 @@ def _health_settings() -> Any:
 @click.command("health")
 @click.option("--port", type=int, default=None,
               help="ask the /readyz (or --path) endpoint of a service on this local port")
+@click.option("--host", default=None,
+              help="the address to ask (default: BATON_HEALTH_HOST unless it is a wildcard, "
+                   "else 127.0.0.1)")
 @click.option("--path", default="/readyz", show_default=True, help="/readyz or /healthz")
 @click.option("--role", type=click.Choice(["brain", "hands", "relay"]), default=None,
               help="check the announcement of this role's worker --name in Redis")
@@ -127,11 +140,11 @@ def _health_settings() -> Any:
 @click.option("--max-age-s", default=10.0, show_default=True,
               help="an announcement older than this is stale (services announce every 3.3 s)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object: the answer")
-def health_command(port: int | None, path: str, role: str | None, name: str | None,
-                   max_age_s: float, as_json: bool) -> None:
+def health_command(port: int | None, host: str | None, path: str, role: str | None,
+                   name: str | None, max_age_s: float, as_json: bool) -> None:
     """Exit 0 if a service is healthy, 1 if not (for container and orchestrator checks)."""
     if port is not None:
-        status, body = asyncio.run(check_http(port, path))
+        status, body = asyncio.run(check_http(port, path, host or _local_address()))
         if as_json:
             try:
                 parsed = json.loads(body)
