@@ -230,3 +230,46 @@ async def test_a_duplicate_of_a_finished_run_takes_no_place_in_line(settings: Se
             finally:
                 await client.close()
                 await redis.aclose()
+
+
+async def test_a_run_outlasting_its_slot_time_keeps_its_slot(settings: Settings) -> None:
+    """A holder's slot lasts ``attempt_ttl_ms`` unless renewed; the renewal starts only once
+    a third of that passed (most runs end sooner), and then keeps the slot while the run
+    executes: sends held at the mail service for over twice the slot time still hold all
+    three slots, the two runs beyond the cap still wait, and all finish once answered."""
+    async with MailboxServer() as mailbox, httpx.AsyncClient(base_url=mailbox.url) as http:
+        s = settings.model_copy(update={"mail_url": mailbox.url})
+        slot_ms = s.attempt_ttl_ms
+
+        def named(name: str) -> Settings:
+            return s.model_copy(update={"worker_name": name})
+
+        services = [Relay(named("relay-1")), BrainWorker(named("brain-1"), app),
+                    HandsWorker(named("hands-1"), app)]
+        redis = connect_redis(s)
+        limits = Limits(redis, Keys(s.namespace, s.shards), slot_ms=slot_ms)
+        async with running(*services):
+            client = await Client.connect(s)
+            try:
+                await http.post("/hold")
+                sub = (await client.submit(notice(0), agent="notices"))[0]
+                await eventually(lambda: mailbox.held == CAP, timeout=60,
+                                 message="the cap's sends held at the mail service")
+                sec, usec = await redis.time()
+                until = int(sec) * 1000 + int(usec) // 1000 + 2 * slot_ms
+
+                async def outlasted() -> bool:
+                    usage = await limits.look("send_email", capped_email.limit)
+                    assert (usage.in_use, usage.waiting) == (CAP, 5 - CAP), usage
+                    sec, usec = await redis.time()  # on Redis' clock, as the slots
+                    return int(sec) * 1000 + int(usec) // 1000 > until
+                await eventually(outlasted, timeout=60, message="twice the slot time passed")
+                assert len(mailbox.operations) == CAP and mailbox.max_in_flight == CAP
+                await http.post("/release")
+                assert (await client.wait(sub, timeout=120)).status == "completed"
+            finally:
+                await client.close()
+        usage = await limits.look("send_email", capped_email.limit)
+        await redis.aclose()
+        assert (usage.in_use, usage.waiting) == (0, 0)
+        assert mailbox.max_in_flight == CAP and len(mailbox.operations) == 5

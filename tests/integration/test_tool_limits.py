@@ -155,6 +155,36 @@ async def test_tenants_with_runs_waiting_take_turns_for_the_slots(
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_a_run_granted_with_nobody_in_line_moves_the_tags_as_the_line_would(
+    topology: str, limits: Limits
+) -> None:
+    """A cap that does not bind grants at once without entering the line, yet its grants
+    count as the line's: each moves the virtual time and its tenant's share, so a run that
+    then waits gets the start tag it would have got had every grant gone through the line.
+    A release with nobody in line names nobody; one with runs waiting names the first."""
+    cap = ToolLimit(max_concurrency=2)
+    redis = limits.redis
+    _, waiting, alive, tickets, _ = limits.keys.tool_limit("mail")
+    assert (await limits.acquire("mail", cap, "a-0", tenant="a")).granted
+    assert (await limits.acquire("mail", cap, "b-0", tenant="b", weight=2)).granted
+    assert not await redis.exists(waiting)  # never entered
+    assert await redis.hmget(alive, ["vt:a", "vt:b"]) == ["1000", "500"]
+    assert await redis.get(tickets) == "0"
+    # The cap binds now: a's next run starts one share of a's after the first.
+    assert not (await limits.acquire("mail", cap, "a-1", tenant="a")).granted
+    assert await redis.zscore(waiting, "a-1") == 1000
+    assert await limits.release("mail", cap, "b-0") == ["a-1"]
+    assert (await limits.acquire("mail", cap, "a-1", tenant="a")).granted
+    assert await redis.get(tickets) == "1000"
+    assert not await redis.exists(waiting)
+    assert await limits.release("mail", cap, "a-0") == []
+    assert await limits.release("mail", cap, "a-1") == []
+    assert await limits.release("mail", cap, "a-1") == []  # again: nothing held, no error
+    usage = await limits.look("mail", cap)
+    assert (usage.in_use, usage.waiting) == (0, 0)
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 async def test_a_dead_holders_slot_and_a_dead_waiters_place_come_back(
     topology: str, limits: Limits
 ) -> None:

@@ -410,6 +410,7 @@ class HandsWorker(Service):
         # One member per handling: a duplicate of the run in another Hands takes a slot of
         # its own for the moment its claim is refused, and releases only its own.
         renewing: asyncio.Task[None] | None = None
+        due: asyncio.TimerHandle | None = None
         waited_from = time.monotonic()
         member = ""
         try:
@@ -446,10 +447,18 @@ class HandsWorker(Service):
                     return
                 log.info("tool_run_admitted", tool=tool, waited_ms=waited_ms)
                 await self._note_wait(dispatch, "granted", 0, waited_ms)
-            renewing = asyncio.create_task(self._renew_slot(tool, limit, member),
-                                           name=f"slot:{tool}")
+            # Most runs end before their slot's first renewal is due: the renewing task
+            # starts only when it is (a timer costs a run less than a task it cancels).
+            def renew() -> None:
+                nonlocal renewing
+                renewing = asyncio.create_task(self._renew_slot(tool, limit, member),
+                                               name=f"slot:{tool}")
+
+            due = asyncio.get_running_loop().call_later(limits.slot_ms / 3000, renew)
             yield True
         finally:
+            if due is not None:
+                due.cancel()
             if renewing is not None:
                 renewing.cancel()
             try:  # a slot left behind comes back at its expiry; a place, when it reaches the head
@@ -505,10 +514,10 @@ class HandsWorker(Service):
                         error=bounded(exc))
 
     async def _renew_slot(self, tool: str, limit: ToolLimit, member: str) -> None:
-        """Renew a held slot every third of its time while the run executes."""
+        """Renew a held slot now, then every third of its time while the run executes
+        (started a third of the slot's time after it was taken, see :meth:`_slot`)."""
         assert self.limits is not None
         while True:
-            await asyncio.sleep(self.limits.slot_ms / 3000)
             try:
                 if not await self.limits.renew(tool, limit, member):
                     log.warning("tool_slot_lost", tool=tool,
@@ -517,6 +526,7 @@ class HandsWorker(Service):
                     return
             except BatonError as exc:  # Redis away: the next tick tries again
                 log.warning("tool_slot_renew_failed", tool=tool, error=bounded(exc))
+            await asyncio.sleep(self.limits.slot_ms / 3000)
 
     async def _claim_execute_complete(
         self, msg: Msg, dispatch: ToolDispatch, delivery: int, done: Handled

@@ -75,10 +75,15 @@ if op == 'renew' then
 end
 
 if op == 'release' then
-  local had = redis.call('ZREM', holders, me) + redis.call('ZREM', waiting, me)
-  redis.call('HDEL', alive, me)
-  local out = {math.min(had, 1), 0}
-  if cap > 0 then
+  -- A holder has no place in line (taking the slot gave it up), so only a member that held
+  -- no slot is looked for there; and with nobody in line there is nobody to name.
+  local had = redis.call('ZREM', holders, me)
+  if had == 0 then
+    had = redis.call('ZREM', waiting, me)
+    redis.call('HDEL', alive, me)
+  end
+  local out = {had, 0}
+  if cap > 0 and redis.call('EXISTS', waiting) == 1 then
     redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)  -- slots of holders that died
     local free = cap - redis.call('ZCARD', holders)
     if free > 0 then
@@ -96,6 +101,33 @@ if redis.call('ZSCORE', holders, me) then  -- held already (a redelivery): renew
   return {1, 0, 0}
 end
 local used = redis.call('ZCARD', holders)
+-- The run's start tag (see above): the later of the virtual time and the end of its
+-- tenant's last share, which it moves on by one share.
+local function start_tag()
+  local share = 'vt:' .. tenant
+  local start = math.max(tonumber(redis.call('GET', tickets) or '0') or 0,
+                         tonumber(redis.call('HGET', alive, share) or '0') or 0)
+  redis.call('HSET', alive, share, start + math.floor(1000 / tonumber(ARGV[8] or '1')))
+  return start
+end
+-- The slot (and the admission) taken: the virtual time moves to the run's start tag.
+local function grant(start, new_tat)
+  if interval > 0 then
+    redis.call('SET', tat_key, new_tat, 'PX', new_tat - now + 1000)
+  end
+  redis.call('SET', tickets, start, 'PX', ttl * 2)
+  if cap > 0 then
+    redis.call('ZADD', holders, now + ttl, me)
+    redis.call('PEXPIRE', holders, ttl * 2)
+  end
+  return {1, 0, 0}
+end
+-- Nobody in line, a slot free and the rate admitting (a cap that does not bind): granted
+-- at once, as the line below would, with the same tags, without entering and leaving it.
+if redis.call('EXISTS', waiting) == 0 and (cap == 0 or used < cap) then
+  local wait, new_tat = rate_wait()
+  if wait == 0 then return grant(start_tag(), new_tat) end
+end
 -- Waiters that stopped asking, among those who would be served before this one: dropped.
 local ahead = redis.call('ZRANGE', waiting, 0, math.max(cap - used, 0) + 16)
 for _, m in ipairs(ahead) do
@@ -104,12 +136,8 @@ for _, m in ipairs(ahead) do
     redis.call('HDEL', alive, m)
   end
 end
-if not redis.call('ZSCORE', waiting, me) then  -- its start tag (see above)
-  local share = 'vt:' .. tenant
-  local start = math.max(tonumber(redis.call('GET', tickets) or '0') or 0,
-                         tonumber(redis.call('HGET', alive, share) or '0') or 0)
-  redis.call('HSET', alive, share, start + math.floor(1000 / tonumber(ARGV[8] or '1')))
-  redis.call('ZADD', waiting, start, me)
+if not redis.call('ZSCORE', waiting, me) then
+  redis.call('ZADD', waiting, start_tag(), me)
 end
 -- Not yet: ask again in retry ms at the latest. The member's place lasts that long and one
 -- slot time more (a waiter that stops asking is dropped after it), and so do the line's
@@ -135,14 +163,7 @@ elseif rank >= cap - used then  -- behind the free slots: wait for a release or 
 end
 local wait, new_tat = rate_wait()
 if wait > 0 then return not_yet(0, wait) end  -- first in line, waiting for the rate only
-if interval > 0 then
-  redis.call('SET', tat_key, new_tat, 'PX', new_tat - now + 1000)
-end
-redis.call('SET', tickets, redis.call('ZSCORE', waiting, me), 'PX', ttl * 2)  -- virtual time
+local start = redis.call('ZSCORE', waiting, me)
 redis.call('ZREM', waiting, me)
 redis.call('HDEL', alive, me)
-if cap > 0 then
-  redis.call('ZADD', holders, now + ttl, me)
-  redis.call('PEXPIRE', holders, ttl * 2)
-end
-return {1, 0, 0}
+return grant(start, new_tat)
