@@ -18,13 +18,10 @@ The load test (``test_sessions_complete_while_their_slots_move``) reshards with 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import signal
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
@@ -48,6 +45,7 @@ from baton.settings import Settings
 from baton.store.keys import Keys, SessionKeys
 from baton.store.store import Store, worker_ref
 from tests.helpers import eventually, running
+from tests.integration.test_replica_ack import frozen
 from tests.integration.test_store import submit
 
 pytestmark = pytest.mark.slow
@@ -59,17 +57,6 @@ BRAIN = worker_ref("brain", "brain-reshard")
 async def cluster() -> AsyncIterator[RedisClusterServers]:
     async with RedisClusterServers(node_timeout_ms=5_000) as servers:
         yield servers
-
-
-@contextmanager
-def frozen(node: RedisClusterNode) -> Iterator[None]:
-    """SIGSTOP the node until the block ends: it keeps its connections and answers nothing."""
-    assert node.pid is not None
-    os.kill(node.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(node.pid, signal.SIGCONT)
 
 
 def _node(node: RedisClusterNode) -> Redis:

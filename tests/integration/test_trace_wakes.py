@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.brain.worker import BrainWorker
 from baton.cli.trace import Trace, build_trace, render_text
 from baton.cli.trace.html import render_html
 from baton.cli.trace.model import Event, short_run
 from baton.client import Client
 from baton.devkit.mailbox import MailboxServer
-from baton.hands.worker import HandsWorker
-from baton.relay.worker import Relay
 from baton.settings import Settings
 from tests.control_apps import approval_app
-from tests.helpers import eventually, running
+from tests.helpers import eventually, running, trio
 from tests.integration.model_runs import APPS, model_settings, run_notices
 from tests.model_server import Behaviour, ModelServer
 
@@ -39,10 +36,7 @@ async def test_an_approval_wakes_the_session_and_the_run_waits_for_it_not_for_a_
     settings: Settings, mailbox: MailboxServer
 ) -> None:
     settings = settings.model_copy(update={"mail_url": mailbox.url})
-    brain = BrainWorker(settings.model_copy(update={"worker_name": "brain-1"}), approval_app)
-    hands = HandsWorker(settings.model_copy(update={"worker_name": "hands-1"}), approval_app)
-    relay = Relay(settings.model_copy(update={"worker_name": "relay-1"}))
-    async with running(relay, hands, brain), Client.connect(settings) as client:
+    async with running(*trio(settings, approval_app)), Client.connect(settings) as client:
         sub, _ = await client.submit(TWO, agent="notices")
         sid = sub.session_id
 
