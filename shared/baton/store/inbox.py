@@ -83,16 +83,9 @@ class Inbox:
         entry = Entry(kind="user", text=text, submission_id=sub.id, task_id=task.id, ts_ms=now)
         entry_json, sub_json = entry.to_json(), sub.to_json()
         self.scripts.check_size(entry_json, "input")
-        window = shard_window(self.settings)
-        wake_fields: dict[str, object] = {"v": 1, "session_id": session_id, "reason": "submit"}
-        if window:  # its receipt lets the next new session of the shard start
-            wake_fields["admitted"] = True
-        wake = dumps(wake_fields)
-        detail: dict[str, object] = {"submission_id": sub.id, "request_id": request_id,
-                                     "task_id": task.id}
-        if window:
-            detail |= {"tenant": tenant, "priority": priority}
-        receipt = dumps({"detail": detail, "changes": {}, "trace": headers or {}})
+        window, wake, receipt = self._opening(
+            session_id, "submit", {"submission_id": sub.id, "request_id": request_id,
+                                   "task_id": task.id}, headers, tenant, priority)
         created, raw, *_ = await self.scripts.run(
             "submit",
             sk,
@@ -127,26 +120,34 @@ class Inbox:
         is); returns (task id, created). ``probe``, ``tenant``, ``priority``: as
         :meth:`submit`'s."""
         sk = self.keys.session(session_id)
-        self.scripts.check_size(task.to_json(), "task")
-        window = shard_window(self.settings)
-        wake_fields: dict[str, object] = {"v": 1, "session_id": session_id, "reason": "start"}
-        if window:
-            wake_fields["admitted"] = True
-        wake = dumps(wake_fields)
-        detail: dict[str, object] = {"task_id": task.id, "kind": task.kind,
-                                     "request_id": request_id}
-        if window:
-            detail |= {"tenant": tenant, "priority": priority}
-        receipt = dumps({"detail": detail, "changes": {}, "trace": headers or {}})
+        task_json = task.to_json()
+        self.scripts.check_size(task_json, "task")
+        window, wake, receipt = self._opening(
+            session_id, "start", {"task_id": task.id, "kind": task.kind,
+                                  "request_id": request_id}, headers, tenant, priority)
         created, task_id, *_ = await self.scripts.run(
             "start",
             sk,
-            [session_id, agent, compat, wake_subject, request_id, task.id, task.to_json(), wake,
+            [session_id, agent, compat, wake_subject, request_id, task.id, task_json, wake,
              worker.model_dump_json(), receipt, dumps(headers or {}), "1" if probe else "",
              window, tenant, priority, weight_of(self.settings, tenant)],
         )
         self._probed(created, session_id)
         return str(task_id), bool(created)
+
+    def _opening(self, session_id: str, reason: str, detail: dict[str, object],
+                 headers: dict[str, str] | None, tenant: str, priority: int
+                 ) -> tuple[int, str, str]:
+        """The shard's admission window, the wake row and the receipt of a request that may
+        open a session (submit.lua, start.lua). With a window, the wake's receipt lets the
+        next new session of the shard start, and the receipt names the tenant and priority."""
+        window = shard_window(self.settings)
+        wake: dict[str, object] = {"v": 1, "session_id": session_id, "reason": reason}
+        if window:
+            wake["admitted"] = True
+            detail = {**detail, "tenant": tenant, "priority": priority}
+        receipt = dumps({"detail": detail, "changes": {}, "trace": headers or {}})
+        return window, dumps(wake), receipt
 
     def _probed(self, reply: object, session_id: str) -> None:
         """A probing submit or start (submit.lua, start.lua) answers 2 when Redis has no
